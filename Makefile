@@ -1,0 +1,63 @@
+# Kapitsa build. `make help` lists the targets.
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -Wall -Wextra -pthread -MMD -MP
+LDLIBS  := -ljansson -lm -lpthread
+SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+
+SRC     := $(wildcard src/base/*.c src/model/*.c src/backend/*.c src/backend/cpu/*.c src/engine/*.c)
+CLI     := $(wildcard src/cli/*.c)
+TESTS   := $(wildcard tests/unit/*.c)
+
+# SIMD kernels get their ISA's flags only; kern_best() picks one at run time.
+ISA_avx2   := -mavx2 -mfma -mf16c
+ISA_avx512 := -mavx512f -mavx512bw -mfma -mf16c
+isa = $(if $(findstring kern_avx512,$1),$(ISA_avx512),$(if $(findstring kern_avx2,$1),$(ISA_avx2)))
+
+OBJ      := $(SRC:%.c=build/%.o)
+CLI_OBJ  := $(CLI:%.c=build/%.o)
+TEST_OBJ := $(TESTS:%.c=build/%.o)
+SOBJ      := $(SRC:%.c=build/asan/%.o)
+STEST_OBJ := $(TESTS:%.c=build/asan/%.o)
+SCLI_OBJ  := $(CLI:%.c=build/asan/%.o)
+
+.PHONY: all test debug help clean
+all: build/kapitsa
+
+build/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(call isa,$<) -c $< -o $@
+
+build/asan/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -O1 $(SAN) $(call isa,$<) -c $< -o $@
+
+build/kapitsa: $(OBJ) $(CLI_OBJ)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+build/test_unit: $(OBJ) $(TEST_OBJ)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+build/asan/kapitsa: $(SOBJ) $(SCLI_OBJ)
+	$(CC) $(CFLAGS) $(SAN) $^ -o $@ $(LDLIBS)
+
+build/asan/test_unit: $(SOBJ) $(STEST_OBJ)
+	$(CC) $(CFLAGS) $(SAN) $^ -o $@ $(LDLIBS)
+
+## test: build, then run every test, also under ASan+UBSan; ends with "N passed, N failed"
+test: build/kapitsa build/test_unit build/asan/kapitsa build/asan/test_unit
+	@bash tests/run.sh
+
+## debug: the CLI and tests with ASan+UBSan in build/asan/
+debug: build/asan/kapitsa build/asan/test_unit
+
+## help: this list
+help:
+	@echo "make            build build/kapitsa"
+	@grep -h '^## ' $(MAKEFILE_LIST) | sed 's/^## /make /'
+
+## clean: remove build/
+clean:
+	rm -rf build
+
+-include $(OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SOBJ:.o=.d) $(STEST_OBJ:.o=.d) $(SCLI_OBJ:.o=.d)

@@ -1,0 +1,128 @@
+/* backend: the operations a model forward is made of, as a table of function
+ * pointers that each backend (cpu; cuda and metal later) fills in.
+ *
+ * Model code (src/model) is written once against these ops and never touches
+ * tensor memory itself: tensors live where the backend keeps them (host memory
+ * for the cpu backend, device memory for a GPU one). Weights keep their stored
+ * dtype (bf16/f16/f32); activations are fp32; every op accumulates in fp32.
+ *
+ * The batch a forward runs on is handed to the backend once per forward
+ * (set_batch); the ops that need per-token facts (token ids, positions, cache
+ * slots, attention visibility) read them from there, so a GPU backend uploads
+ * them once and can replay a captured graph.
+ *
+ * Ownership: a tensor made by alloc is freed by release; a tensor made by
+ * weight aliases or copies stored data and is freed by release too. */
+#ifndef KP_BACKEND_H
+#define KP_BACKEND_H
+
+#include "../base/dtype.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* A 2-D row-major tensor (a vector is one row). */
+struct tensor {
+    enum dtype type;
+    int64_t n_rows;
+    int64_t n_cols;
+    int64_t row_stride; /* elements between row starts (>= n_cols) */
+    void *data;         /* backend memory */
+    bool owned;         /* data was allocated by the backend (else: an alias) */
+};
+
+/* A view of rows [row0, row0+n) of t. */
+static inline struct tensor tensor_rows(const struct tensor *t, int64_t row0, int64_t n)
+{
+    struct tensor v = *t;
+    v.n_rows = n;
+    v.data = (char *)t->data + (size_t)(row0 * t->row_stride) * dtype_size(t->type);
+    v.owned = false;
+    return v;
+}
+
+/* The tokens of one forward as the ops see them. Host arrays, valid until the
+ * forward returns. Visibility: token i attends to positions [0, n_kv[i]) of its
+ * sequence's cache, except that a position p >= mask_from[i] is visible only if
+ * mask[i*mask_stride + p - mask_from[i]] is 1 (mask NULL: all visible). */
+struct attn_batch {
+    int32_t n_tokens;
+    const int32_t *token;       /* [n_tokens] */
+    const int32_t *pos;         /* [n_tokens] rope position */
+    const int32_t *slot;        /* [n_tokens] cache row receiving this token's K/V */
+    const int32_t *seq_row;     /* [n_tokens] row of block_table of its sequence */
+    const int32_t *n_kv;        /* [n_tokens] */
+    const int32_t *mask_from;   /* [n_tokens] */
+    const uint8_t *mask;        /* [n_tokens][mask_stride] or NULL */
+    int32_t mask_stride;
+    const int32_t *block_table; /* [n_seq_rows][max_blocks] block ids */
+    int32_t n_seq_rows;
+    int32_t max_blocks;
+    int32_t block_size;         /* cache row of position p: table[p/bs]*bs + p%bs */
+    int32_t n_out;
+    const int32_t *out_rows;    /* [n_out] tokens whose logits are wanted */
+};
+
+/* Routed experts of one MoE layer, each a SwiGLU MLP. */
+struct moe_experts {
+    int32_t n_expert;
+    const struct tensor *gate; /* [n_expert] each [inter][hidden] */
+    const struct tensor *up;   /* [n_expert] each [inter][hidden] */
+    const struct tensor *down; /* [n_expert] each [hidden][inter] */
+};
+
+struct backend;
+
+struct backend_ops {
+    const char *name;
+    void (*free)(struct backend *be);
+
+    /* memory */
+    int (*alloc)(struct backend *be, struct tensor *t, enum dtype type, int64_t n_rows, int64_t n_cols);
+    void (*release)(struct backend *be, struct tensor *t);
+    /* Make a host tensor (mmapped checkpoint data) usable by the ops. */
+    int (*weight)(struct backend *be, struct tensor *dst, const struct tensor *host);
+    /* Copy rows [row0, row0+n) of an F32 tensor to host memory. */
+    void (*read)(struct backend *be, const struct tensor *t, int64_t row0, int64_t n, float *dst);
+    /* Copy host rows into rows [row0, row0+n) of an F32 tensor. */
+    void (*write)(struct backend *be, struct tensor *t, int64_t row0, int64_t n, const float *src);
+    /* Copy cache rows src[i] -> dst[i] in each tensor (copy-on-write, tree commit). */
+    void (*copy_rows)(struct backend *be, struct tensor *t, const int32_t *src, const int32_t *dst, int32_t n);
+
+    /* the batch */
+    int (*set_batch)(struct backend *be, const struct attn_batch *b);
+
+    /* ops; shapes in rows x cols, n = batch tokens */
+    void (*embed)(struct backend *be, struct tensor *out /* [n][hidden] */, const struct tensor *table /* [vocab][hidden] */);
+    void (*matmul)(struct backend *be, struct tensor *out /* [n][m] */, const struct tensor *x /* [n][k] */,
+                   const struct tensor *w /* [m][k] */);
+    /* RMSNorm of every w->n_cols-wide group of x (so [n][heads*hd] with w [hd] is per-head). */
+    void (*rmsnorm)(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w, float eps);
+    /* Rotary embedding, rotate-half layout, on the first rope_dim dims of each head. */
+    void (*rope)(struct backend *be, struct tensor *x /* [n][n_head*head_dim] */, int32_t n_head, int32_t head_dim,
+                 int32_t rope_dim, const struct tensor *inv_freq /* [rope_dim/2] f32 */, float scale);
+    /* K/V of the batch tokens into their cache slots. */
+    void (*kv_store)(struct backend *be, struct tensor *k_cache, struct tensor *v_cache, const struct tensor *k,
+                     const struct tensor *v);
+    void (*attention)(struct backend *be, struct tensor *out /* [n][n_head*head_dim] */, const struct tensor *q,
+                      const struct tensor *k_cache, const struct tensor *v_cache, int32_t n_head, int32_t n_kv_head,
+                      int32_t head_dim, float scale);
+    void (*swiglu)(struct backend *be, struct tensor *out, const struct tensor *gate, const struct tensor *up);
+    void (*add)(struct backend *be, struct tensor *x, const struct tensor *y); /* x += y */
+    /* out[j] = x[out_rows[j]] for the batch's output rows. */
+    void (*get_out_rows)(struct backend *be, struct tensor *out, const struct tensor *x);
+    /* Softmax over each row of logits [n][n_expert], then the top k (ties: lower index
+     * first) into ids [n][k] (I32) and weights [n][k] (F32), renormalised if norm. */
+    void (*moe_route)(struct backend *be, struct tensor *ids, struct tensor *weights, const struct tensor *logits,
+                      int32_t k, bool norm);
+    /* out = sum over the k routed experts of weight * down(silu(gate x) * up x).
+     * ws: scratch of at least [n*k + 64][2*inter + hidden] F32 owned by the caller. */
+    void (*moe_ffn)(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
+                    const struct tensor *weights, const struct moe_experts *ex, struct tensor *ws);
+};
+
+struct backend {
+    const struct backend_ops *ops;
+};
+
+#endif

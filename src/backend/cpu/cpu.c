@@ -1,0 +1,457 @@
+/* cpu: backend_ops on the host (see backend.h for each op's meaning).
+ * Work is split into independent tasks (weight-row chunks for matmul,
+ * (token, kv-head) pairs for attention, row ranges elsewhere) and run on the
+ * pool; the arithmetic itself is in the kern table. */
+#define _GNU_SOURCE
+#include "cpu.h"
+
+#include "../../base/err.h"
+#include "../../base/pool.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct cpu_backend {
+    struct backend base;
+    struct pool *pool;
+    const struct kern *k;
+    struct attn_batch b;
+};
+
+static struct cpu_backend *cpu_of(struct backend *be) { return (struct cpu_backend *)be; }
+
+static float *f32_row(const struct tensor *t, int64_t r)
+{
+    assert(t->type == DT_F32);
+    return (float *)t->data + r * t->row_stride;
+}
+
+/* ---- memory ---- */
+
+static int cpu_alloc(struct backend *be, struct tensor *t, enum dtype type, int64_t n_rows, int64_t n_cols)
+{
+    (void)be;
+    int64_t stride = n_cols;
+    size_t bytes = (size_t)(n_rows * stride) * dtype_size(type);
+    bytes = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, bytes ? bytes : 64);
+    if (!p)
+        return err_set("cpu: cannot allocate %zu bytes", bytes);
+    memset(p, 0, bytes);
+    *t = (struct tensor){type, n_rows, n_cols, stride, p, true};
+    return 0;
+}
+
+static void cpu_release(struct backend *be, struct tensor *t)
+{
+    (void)be;
+    if (t->owned)
+        free(t->data);
+    memset(t, 0, sizeof *t);
+}
+
+static int cpu_weight(struct backend *be, struct tensor *dst, const struct tensor *host)
+{
+    (void)be;
+    *dst = *host;
+    dst->owned = false;
+    return 0;
+}
+
+static void cpu_read(struct backend *be, const struct tensor *t, int64_t row0, int64_t n, float *dst)
+{
+    (void)be;
+    for (int64_t r = 0; r < n; r++)
+        memcpy(dst + r * t->n_cols, f32_row(t, row0 + r), (size_t)t->n_cols * sizeof(float));
+}
+
+static void cpu_write(struct backend *be, struct tensor *t, int64_t row0, int64_t n, const float *src)
+{
+    (void)be;
+    for (int64_t r = 0; r < n; r++)
+        memcpy(f32_row(t, row0 + r), src + r * t->n_cols, (size_t)t->n_cols * sizeof(float));
+}
+
+static void cpu_copy_rows(struct backend *be, struct tensor *t, const int32_t *src, const int32_t *dst, int32_t n)
+{
+    (void)be;
+    size_t es = dtype_size(t->type), rb = (size_t)t->n_cols * es;
+    for (int32_t i = 0; i < n; i++)
+        memmove((char *)t->data + (size_t)dst[i] * t->row_stride * es,
+                (char *)t->data + (size_t)src[i] * t->row_stride * es, rb);
+}
+
+static int cpu_set_batch(struct backend *be, const struct attn_batch *b)
+{
+    cpu_of(be)->b = *b;
+    return 0;
+}
+
+/* ---- matmul ---- */
+
+struct mm_job {
+    const struct kern *k;
+    const struct tensor *x, *w;
+    struct tensor *out;
+    int64_t chunk;
+};
+
+static void mm_task(void *ctx, int32_t task, int32_t worker)
+{
+    (void)worker;
+    const struct mm_job *j = ctx;
+    const struct tensor *x = j->x, *w = j->w;
+    int64_t j0 = (int64_t)task * j->chunk, j1 = j0 + j->chunk;
+    if (j1 > w->n_rows)
+        j1 = w->n_rows;
+    kern_matmul_fn fn = w->type == DT_BF16 ? j->k->matmul_bf16 : w->type == DT_F16 ? j->k->matmul_f16 : j->k->matmul_f32;
+    for (int64_t t = 0; t < x->n_rows; t += KERN_MAX_NX) {
+        int32_t nt = (int32_t)(x->n_rows - t < KERN_MAX_NX ? x->n_rows - t : KERN_MAX_NX);
+        fn(f32_row(x, t), x->row_stride, nt, w->data, w->row_stride, x->n_cols, f32_row(j->out, t),
+           j->out->row_stride, j0, j1);
+    }
+}
+
+static void cpu_matmul(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w)
+{
+    struct cpu_backend *c = cpu_of(be);
+    assert(x->n_cols == w->n_cols && out->n_rows == x->n_rows && out->n_cols == w->n_rows);
+    int32_t nth = pool_n_threads(c->pool);
+    /* chunks small enough to balance, large enough that a chunk of weights
+     * stays in L2 while every token tile passes over it */
+    int64_t chunk = w->n_rows / (nth * 8);
+    if (chunk < 16)
+        chunk = 16;
+    if (chunk > 64 && x->n_rows > KERN_MAX_NX)
+        chunk = 64;
+    chunk = (chunk + 3) & ~(int64_t)3;
+    struct mm_job j = {c->k, x, w, out, chunk};
+    pool_run(c->pool, mm_task, &j, (int32_t)((w->n_rows + chunk - 1) / chunk));
+}
+
+/* ---- row-wise ops ---- */
+
+static void cpu_embed(struct backend *be, struct tensor *out, const struct tensor *table)
+{
+    const struct attn_batch *b = &cpu_of(be)->b;
+    size_t es = dtype_size(table->type);
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        const char *src = (const char *)table->data + (size_t)b->token[i] * table->row_stride * es;
+        float *dst = f32_row(out, i);
+        for (int64_t c = 0; c < table->n_cols; c++)
+            dst[c] = table->type == DT_BF16  ? bf16_to_f32(((const uint16_t *)src)[c])
+                     : table->type == DT_F16 ? f16_to_f32(((const uint16_t *)src)[c])
+                                             : ((const float *)src)[c];
+    }
+}
+
+static float weight_at(const struct tensor *w, int64_t i)
+{
+    switch (w->type) {
+    case DT_BF16: return bf16_to_f32(((const uint16_t *)w->data)[i]);
+    case DT_F16: return f16_to_f32(((const uint16_t *)w->data)[i]);
+    default: return ((const float *)w->data)[i];
+    }
+}
+
+static void cpu_rmsnorm(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w, float eps)
+{
+    const struct kern *k = cpu_of(be)->k;
+    const int64_t d = w->n_cols, groups = x->n_cols / d;
+    assert(x->n_cols % d == 0 && out->n_cols == x->n_cols);
+    float wf[16384];
+    assert(d <= 16384);
+    for (int64_t c = 0; c < d; c++)
+        wf[c] = weight_at(w, c);
+    for (int64_t r = 0; r < x->n_rows; r++)
+        for (int64_t g = 0; g < groups; g++) {
+            const float *xr = f32_row(x, r) + g * d;
+            float *o = f32_row(out, r) + g * d;
+            float inv = 1.0f / sqrtf(k->sumsq(xr, d) / (float)d + eps);
+            for (int64_t c = 0; c < d; c++)
+                o[c] = wf[c] * (xr[c] * inv);
+        }
+}
+
+static void cpu_rope(struct backend *be, struct tensor *x, int32_t n_head, int32_t head_dim, int32_t rope_dim,
+                     const struct tensor *inv_freq, float scale)
+{
+    const struct attn_batch *b = &cpu_of(be)->b;
+    const float *f = inv_freq->data;
+    const int32_t half = rope_dim / 2;
+    float cs[512], sn[512];
+    assert(half <= 512);
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        const float pos = (float)b->pos[i];
+        for (int32_t d = 0; d < half; d++) {
+            float a = pos * f[d];
+            cs[d] = cosf(a) * scale;
+            sn[d] = sinf(a) * scale;
+        }
+        for (int32_t h = 0; h < n_head; h++) {
+            float *v = f32_row(x, i) + (int64_t)h * head_dim;
+            for (int32_t d = 0; d < half; d++) {
+                float x1 = v[d], x2 = v[d + half];
+                v[d] = x1 * cs[d] - x2 * sn[d];
+                v[d + half] = x2 * cs[d] + x1 * sn[d];
+            }
+        }
+    }
+}
+
+static void cpu_kv_store(struct backend *be, struct tensor *kc, struct tensor *vc, const struct tensor *k,
+                         const struct tensor *v)
+{
+    const struct attn_batch *b = &cpu_of(be)->b;
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        memcpy(f32_row(kc, b->slot[i]), f32_row(k, i), (size_t)k->n_cols * sizeof(float));
+        memcpy(f32_row(vc, b->slot[i]), f32_row(v, i), (size_t)v->n_cols * sizeof(float));
+    }
+}
+
+static void cpu_swiglu(struct backend *be, struct tensor *out, const struct tensor *gate, const struct tensor *up)
+{
+    (void)be;
+    for (int64_t r = 0; r < gate->n_rows; r++) {
+        const float *g = f32_row(gate, r), *u = f32_row(up, r);
+        float *o = f32_row(out, r);
+        for (int64_t c = 0; c < gate->n_cols; c++)
+            o[c] = g[c] / (1.0f + expf(-g[c])) * u[c];
+    }
+}
+
+static void cpu_add(struct backend *be, struct tensor *x, const struct tensor *y)
+{
+    (void)be;
+    for (int64_t r = 0; r < x->n_rows; r++) {
+        float *a = f32_row(x, r);
+        const float *c = f32_row(y, r);
+        for (int64_t i = 0; i < x->n_cols; i++)
+            a[i] += c[i];
+    }
+}
+
+static void cpu_get_out_rows(struct backend *be, struct tensor *out, const struct tensor *x)
+{
+    const struct attn_batch *b = &cpu_of(be)->b;
+    for (int32_t j = 0; j < b->n_out; j++)
+        memcpy(f32_row(out, j), f32_row(x, b->out_rows[j]), (size_t)x->n_cols * sizeof(float));
+}
+
+/* ---- attention ---- */
+
+#define ATT_CHUNK 64
+#define ATT_MAX_GROUP 16
+#define ATT_MAX_HD 512
+
+struct att_job {
+    const struct kern *k;
+    const struct attn_batch *b;
+    struct tensor *out;
+    const struct tensor *q, *kc, *vc;
+    int32_t n_head, n_kv_head, head_dim;
+    float scale;
+};
+
+/* One token, one kv head and the query heads that share it, in chunks of keys
+ * with a running max (flash-attention style): same result as softmax(qk^T)v. */
+static void att_task(void *ctx, int32_t task, int32_t worker)
+{
+    (void)worker;
+    const struct att_job *j = ctx;
+    const struct attn_batch *b = j->b;
+    const int32_t i = task / j->n_kv_head, g = task % j->n_kv_head;
+    const int32_t G = j->n_head / j->n_kv_head, hd = j->head_dim;
+    const int32_t *table = b->block_table + (int64_t)b->seq_row[i] * b->max_blocks;
+    const uint8_t *mask = b->mask ? b->mask + (int64_t)i * b->mask_stride : NULL;
+    const int32_t n_kv = b->n_kv[i], mask_from = b->mask_from[i];
+    float acc[ATT_MAX_GROUP][ATT_MAX_HD];
+    float m[ATT_MAX_GROUP], l[ATT_MAX_GROUP], s[ATT_MAX_GROUP][ATT_CHUNK];
+    int32_t rows[ATT_CHUNK];
+    const float *q[ATT_MAX_GROUP];
+    for (int32_t h = 0; h < G; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0;
+        memset(acc[h], 0, (size_t)hd * sizeof(float));
+        q[h] = f32_row(j->q, i) + (int64_t)(g * G + h) * hd;
+    }
+    for (int32_t p0 = 0; p0 < n_kv; p0 += ATT_CHUNK) {
+        int32_t n = 0;
+        for (int32_t p = p0; p < n_kv && p < p0 + ATT_CHUNK; p++) {
+            if (mask && p >= mask_from && !mask[p - mask_from])
+                continue;
+            rows[n++] = table[p / b->block_size] * b->block_size + p % b->block_size;
+        }
+        if (n == 0)
+            continue;
+        for (int32_t h = 0; h < G; h++) {
+            float mx = m[h];
+            for (int32_t t = 0; t < n; t++) {
+                s[h][t] = j->k->dot(q[h], f32_row(j->kc, rows[t]) + (int64_t)g * hd, hd) * j->scale;
+                if (s[h][t] > mx)
+                    mx = s[h][t];
+            }
+            if (mx > m[h]) {
+                float corr = expf(m[h] - mx);
+                l[h] *= corr;
+                j->k->scale(acc[h], corr, hd);
+                m[h] = mx;
+            }
+            for (int32_t t = 0; t < n; t++) {
+                float e = expf(s[h][t] - mx);
+                l[h] += e;
+                j->k->axpy(acc[h], e, f32_row(j->vc, rows[t]) + (int64_t)g * hd, hd);
+            }
+        }
+    }
+    for (int32_t h = 0; h < G; h++) {
+        float *o = f32_row(j->out, i) + (int64_t)(g * G + h) * hd;
+        float inv = l[h] > 0 ? 1.0f / l[h] : 0.0f;
+        for (int32_t c = 0; c < hd; c++)
+            o[c] = acc[h][c] * inv;
+    }
+}
+
+static void cpu_attention(struct backend *be, struct tensor *out, const struct tensor *q, const struct tensor *kc,
+                          const struct tensor *vc, int32_t n_head, int32_t n_kv_head, int32_t head_dim, float scale)
+{
+    struct cpu_backend *c = cpu_of(be);
+    assert(n_head / n_kv_head <= ATT_MAX_GROUP && head_dim <= ATT_MAX_HD);
+    struct att_job j = {c->k, &c->b, out, q, kc, vc, n_head, n_kv_head, head_dim, scale};
+    pool_run(c->pool, att_task, &j, c->b.n_tokens * n_kv_head);
+}
+
+/* ---- mixture of experts ---- */
+
+static void cpu_moe_route(struct backend *be, struct tensor *ids, struct tensor *weights, const struct tensor *logits,
+                          int32_t k, bool norm)
+{
+    (void)be;
+    const int64_t E = logits->n_cols;
+    float p[4096];
+    assert(E <= 4096);
+    for (int64_t r = 0; r < logits->n_rows; r++) {
+        const float *x = f32_row(logits, r);
+        float mx = -INFINITY, sum = 0;
+        for (int64_t e = 0; e < E; e++)
+            mx = x[e] > mx ? x[e] : mx;
+        for (int64_t e = 0; e < E; e++)
+            sum += p[e] = expf(x[e] - mx);
+        for (int64_t e = 0; e < E; e++)
+            p[e] /= sum;
+        int32_t *id = (int32_t *)ids->data + r * ids->row_stride;
+        float *w = f32_row(weights, r), wsum = 0;
+        for (int32_t j = 0; j < k; j++) {
+            int64_t best = -1;
+            for (int64_t e = 0; e < E; e++) {
+                int taken = 0;
+                for (int32_t q = 0; q < j; q++)
+                    taken |= id[q] == e;
+                if (!taken && (best < 0 || p[e] > p[best]))
+                    best = e;
+            }
+            id[j] = (int32_t)best;
+            w[j] = p[best];
+            wsum += p[best];
+        }
+        if (norm)
+            for (int32_t j = 0; j < k; j++)
+                w[j] /= wsum;
+    }
+}
+
+static void cpu_moe_ffn(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
+                        const struct tensor *weights, const struct moe_experts *ex, struct tensor *ws)
+{
+    const int64_t n = x->n_rows, hidden = x->n_cols, inter = ex->gate[0].n_rows;
+    const int32_t k = (int32_t)ids->n_cols;
+    assert(ws->n_rows >= n && ws->n_cols >= hidden + 2 * inter);
+    for (int64_t r = 0; r < n; r++)
+        memset(f32_row(out, r), 0, (size_t)hidden * sizeof(float));
+    int32_t rows[4096];
+    float wt[4096];
+    assert(n <= 4096);
+    /* experts in index order, each over the tokens routed to it, as the reference sums them */
+    for (int32_t e = 0; e < ex->n_expert; e++) {
+        int32_t m = 0;
+        for (int64_t r = 0; r < n; r++)
+            for (int32_t j = 0; j < k; j++)
+                if (((const int32_t *)ids->data)[r * ids->row_stride + j] == e) {
+                    rows[m] = (int32_t)r;
+                    wt[m++] = f32_row(weights, r)[j];
+                }
+        if (m == 0)
+            continue;
+        struct tensor xe = {DT_F32, m, hidden, ws->row_stride, ws->data, false};
+        struct tensor ge = xe, ue = xe, de = xe;
+        ge.n_cols = ue.n_cols = inter;
+        ge.data = f32_row(ws, 0) + hidden;
+        ue.data = f32_row(ws, 0) + hidden + inter;
+        for (int32_t t = 0; t < m; t++)
+            memcpy(f32_row(&xe, t), f32_row(x, rows[t]), (size_t)hidden * sizeof(float));
+        cpu_matmul(be, &ge, &xe, &ex->gate[e]);
+        cpu_matmul(be, &ue, &xe, &ex->up[e]);
+        cpu_swiglu(be, &ge, &ge, &ue);
+        cpu_matmul(be, &de, &ge, &ex->down[e]);
+        for (int32_t t = 0; t < m; t++)
+            cpu_of(be)->k->axpy(f32_row(out, rows[t]), wt[t], f32_row(&de, t), hidden);
+    }
+}
+
+/* ---- lifetime ---- */
+
+static void cpu_free(struct backend *be)
+{
+    struct cpu_backend *c = cpu_of(be);
+    pool_free(c->pool);
+    free(c);
+}
+
+static const struct backend_ops cpu_ops = {
+    .name = "cpu",
+    .free = cpu_free,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .weight = cpu_weight,
+    .read = cpu_read,
+    .write = cpu_write,
+    .copy_rows = cpu_copy_rows,
+    .set_batch = cpu_set_batch,
+    .embed = cpu_embed,
+    .matmul = cpu_matmul,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .swiglu = cpu_swiglu,
+    .add = cpu_add,
+    .get_out_rows = cpu_get_out_rows,
+    .moe_route = cpu_moe_route,
+    .moe_ffn = cpu_moe_ffn,
+};
+
+struct backend *cpu_backend_init(int32_t n_threads, const struct kern *kern)
+{
+    if (n_threads <= 0)
+        n_threads = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
+    if (kern && !kern_supported(kern)) {
+        err_set("cpu: this CPU cannot run the %s kernels", kern->name);
+        return NULL;
+    }
+    struct cpu_backend *c = calloc(1, sizeof *c);
+    if (!c) {
+        err_set("cpu: out of memory");
+        return NULL;
+    }
+    c->base.ops = &cpu_ops;
+    c->k = kern ? kern : kern_best();
+    c->pool = pool_init(n_threads);
+    if (!c->pool) {
+        free(c);
+        return NULL;
+    }
+    return &c->base;
+}

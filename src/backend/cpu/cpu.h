@@ -1,0 +1,13 @@
+/* cpu: the host backend. Ops run on a thread pool with the widest kernel
+ * table the CPU supports (kern.h); tensor memory is host memory and weights are
+ * used in place from the checkpoint's mmap. */
+#ifndef KP_CPU_H
+#define KP_CPU_H
+
+#include "../backend.h"
+#include "kern.h"
+
+/* n_threads <= 0: one per online core. kern NULL: kern_best(). NULL with err_set() on failure. */
+struct backend *cpu_backend_init(int32_t n_threads, const struct kern *kern);
+
+#endif

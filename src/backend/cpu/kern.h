@@ -1,0 +1,39 @@
+/* kern: the inner loops of the cpu backend, one table per instruction set.
+ *
+ * kern_ref.c is the scalar reference every other table is tested against
+ * (tests/unit/test_kern.c). kern_simd.h holds the vector versions once, written
+ * over a few macros; kern_avx2.c and kern_avx512.c instantiate it for their ISA
+ * and are compiled with that ISA's flags only, so the binary runs anywhere and
+ * kern_best() picks the widest table the CPU supports at run time. */
+#ifndef KP_KERN_H
+#define KP_KERN_H
+
+#include <stdint.h>
+
+/* out[t*out_stride + j] = sum_c x[t*x_stride + c] * w[j*w_stride + c]
+ * for t in [0, n_x) with n_x <= KERN_MAX_NX and j in [j0, j1). w is BF16, F16 or F32. */
+#define KERN_MAX_NX 4
+typedef void (*kern_matmul_fn)(const float *x, int64_t x_stride, int32_t n_x, const void *w, int64_t w_stride,
+                               int64_t k, float *out, int64_t out_stride, int64_t j0, int64_t j1);
+
+struct kern {
+    const char *name;
+    kern_matmul_fn matmul_bf16;
+    kern_matmul_fn matmul_f16;
+    kern_matmul_fn matmul_f32;
+    float (*dot)(const float *a, const float *b, int64_t n);
+    void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a*x */
+    void (*scale)(float *y, float a, int64_t n);                /* y *= a */
+    float (*sumsq)(const float *x, int64_t n);
+};
+
+extern const struct kern kern_ref;
+extern const struct kern kern_avx2;
+extern const struct kern kern_avx512;
+
+/* Whether this CPU can run the table. */
+int kern_supported(const struct kern *k);
+/* The widest supported table; KAPITSA_KERN=ref|avx2|avx512 overrides. */
+const struct kern *kern_best(void);
+
+#endif

@@ -1,0 +1,26 @@
+/* kern_avx512: the kern_simd.h kernels for AVX-512F/BW (16 fp32 lanes).
+ * Compiled with -mavx512f -mavx512bw -mfma -mf16c; only called when
+ * kern_supported() says so. */
+#include "../../base/dtype.h"
+
+#include <immintrin.h>
+
+#define VF __m512
+#define VW 16
+#define V_ZERO() _mm512_setzero_ps()
+#define V_SET1(a) _mm512_set1_ps(a)
+#define V_LOAD(p) _mm512_loadu_ps(p)
+#define V_STORE(p, v) _mm512_storeu_ps(p, v)
+#define V_ADD(a, b) _mm512_add_ps(a, b)
+#define V_MUL(a, b) _mm512_mul_ps(a, b)
+#define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define V_HSUM(v) _mm512_reduce_add_ps(v)
+#define V_LOAD_BF16(p)                                                                                       \
+    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
+#define V_LOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define KERN_JR 4
+#define KERN_NAME "avx512"
+#define KERN_TABLE kern_avx512
+#define KFN(x) avx512_##x
+
+#include "kern_simd.h"

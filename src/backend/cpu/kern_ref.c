@@ -1,0 +1,84 @@
+/* kern_ref: scalar reference kernels, plain fp32 loops in index order.
+ * The meaning of each entry is in kern.h; every SIMD table must agree with
+ * these within fp32 reordering error. */
+#include "kern.h"
+
+#include "../../base/dtype.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define REF_MATMUL(fn, T, CVT)                                                                             \
+    static void fn(const float *x, int64_t x_stride, int32_t n_x, const void *wv, int64_t w_stride,        \
+                   int64_t k, float *out, int64_t out_stride, int64_t j0, int64_t j1)                      \
+    {                                                                                                      \
+        const T *w = wv;                                                                                   \
+        for (int32_t t = 0; t < n_x; t++)                                                                  \
+            for (int64_t j = j0; j < j1; j++) {                                                            \
+                float s = 0;                                                                               \
+                for (int64_t c = 0; c < k; c++)                                                            \
+                    s += x[t * x_stride + c] * CVT(w[j * w_stride + c]);                                   \
+                out[t * out_stride + j] = s;                                                               \
+            }                                                                                              \
+    }
+
+#define CVT_NONE(v) (v)
+REF_MATMUL(ref_matmul_bf16, uint16_t, bf16_to_f32)
+REF_MATMUL(ref_matmul_f16, uint16_t, f16_to_f32)
+REF_MATMUL(ref_matmul_f32, float, CVT_NONE)
+
+static float ref_dot(const float *a, const float *b, int64_t n)
+{
+    float s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+static void ref_axpy(float *y, float a, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+static void ref_scale(float *y, float a, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] *= a;
+}
+
+static float ref_sumsq(const float *x, int64_t n)
+{
+    float s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += x[i] * x[i];
+    return s;
+}
+
+const struct kern kern_ref = {
+    "ref", ref_matmul_bf16, ref_matmul_f16, ref_matmul_f32, ref_dot, ref_axpy, ref_scale, ref_sumsq,
+};
+
+int kern_supported(const struct kern *k)
+{
+    __builtin_cpu_init();
+    if (k == &kern_avx512)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+    if (k == &kern_avx2)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return 1;
+}
+
+const struct kern *kern_best(void)
+{
+    static const struct kern *const all[] = {&kern_avx512, &kern_avx2, &kern_ref};
+    const char *want = getenv("KAPITSA_KERN");
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (want && *want && strcmp(want, all[i]->name) != 0)
+            continue;
+        if (kern_supported(all[i]))
+            return all[i];
+    }
+    return &kern_ref;
+}

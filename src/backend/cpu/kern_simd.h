@@ -1,0 +1,127 @@
+/* kern_simd: vector kernels written once over an ISA's macros. Included by
+ * kern_avx2.c and kern_avx512.c after they define:
+ *   VF, VW            vector of fp32 and its width in lanes
+ *   V_ZERO() V_SET1(a) V_LOAD(p) V_STORE(p,v) V_ADD(a,b) V_MUL(a,b) V_FMA(a,b,c)=a*b+c
+ *   V_HSUM(v)         sum of lanes
+ *   V_LOAD_BF16(p) V_LOAD_F16(p)   VW stored weights widened to fp32
+ *   KERN_JR           weight rows per matmul micro-tile
+ *   KERN_NAME         the table's name, KERN_TABLE its symbol, KFN(x) a name prefix
+ * Sums are reordered relative to kern_ref (lane-wise partial sums), which the
+ * tests bound by fp32 rounding error. */
+#include "kern.h"
+
+#include <stdint.h>
+
+#define KERN_INLINE static inline __attribute__((always_inline))
+
+static float KFN(to_f32_bf16)(const void *w, int64_t i) { return bf16_to_f32(((const uint16_t *)w)[i]); }
+static float KFN(to_f32_f16)(const void *w, int64_t i) { return f16_to_f32(((const uint16_t *)w)[i]); }
+static float KFN(to_f32_f32)(const void *w, int64_t i) { return ((const float *)w)[i]; }
+
+/* One micro-tile: NT token rows x JR weight rows starting at row j. */
+#define KERN_TILE(SUFFIX, WT, LOADW)                                                                     \
+    KERN_INLINE void KFN(tile_##SUFFIX)(const float *x, int64_t xs, const int NT, const WT *w, int64_t ws, \
+                                         int64_t k, float *out, int64_t os, int64_t j, const int JR)        \
+    {                                                                                                    \
+        VF acc[KERN_MAX_NX][KERN_JR];                                                                    \
+        for (int t = 0; t < NT; t++)                                                                     \
+            for (int r = 0; r < JR; r++)                                                                 \
+                acc[t][r] = V_ZERO();                                                                    \
+        const int64_t kv = k - k % VW;                                                                   \
+        for (int64_t c = 0; c < kv; c += VW) {                                                           \
+            VF wv[KERN_JR];                                                                              \
+            for (int r = 0; r < JR; r++)                                                                 \
+                wv[r] = LOADW(w + (j + r) * ws + c);                                                     \
+            for (int t = 0; t < NT; t++) {                                                               \
+                VF xv = V_LOAD(x + t * xs + c);                                                          \
+                for (int r = 0; r < JR; r++)                                                             \
+                    acc[t][r] = V_FMA(xv, wv[r], acc[t][r]);                                             \
+            }                                                                                            \
+        }                                                                                                \
+        for (int t = 0; t < NT; t++)                                                                     \
+            for (int r = 0; r < JR; r++) {                                                               \
+                float s = V_HSUM(acc[t][r]);                                                             \
+                for (int64_t c = kv; c < k; c++)                                                         \
+                    s += x[t * xs + c] * KFN(to_f32_##SUFFIX)(w, (j + r) * ws + c);                      \
+                out[t * os + j + r] = s;                                                                 \
+            }                                                                                            \
+    }                                                                                                    \
+    KERN_INLINE void KFN(rows_##SUFFIX)(const float *x, int64_t xs, const int NT, const WT *w, int64_t ws, \
+                                         int64_t k, float *out, int64_t os, int64_t j0, int64_t j1)         \
+    {                                                                                                    \
+        int64_t j = j0;                                                                                  \
+        for (; j + KERN_JR <= j1; j += KERN_JR)                                                          \
+            KFN(tile_##SUFFIX)(x, xs, NT, w, ws, k, out, os, j, KERN_JR);                                \
+        for (; j < j1; j++)                                                                              \
+            KFN(tile_##SUFFIX)(x, xs, NT, w, ws, k, out, os, j, 1);                                      \
+    }                                                                                                    \
+    static void KFN(matmul_##SUFFIX)(const float *x, int64_t xs, int32_t n_x, const void *wv, int64_t ws, \
+                                     int64_t k, float *out, int64_t os, int64_t j0, int64_t j1)             \
+    {                                                                                                    \
+        const WT *w = wv;                                                                                \
+        switch (n_x) {                                                                                   \
+        case 1: KFN(rows_##SUFFIX)(x, xs, 1, w, ws, k, out, os, j0, j1); break;                          \
+        case 2: KFN(rows_##SUFFIX)(x, xs, 2, w, ws, k, out, os, j0, j1); break;                          \
+        case 3: KFN(rows_##SUFFIX)(x, xs, 3, w, ws, k, out, os, j0, j1); break;                          \
+        default: KFN(rows_##SUFFIX)(x, xs, 4, w, ws, k, out, os, j0, j1); break;                         \
+        }                                                                                                \
+    }
+
+#define V_LOAD_W_F32(p) V_LOAD(p)
+KERN_TILE(bf16, uint16_t, V_LOAD_BF16)
+KERN_TILE(f16, uint16_t, V_LOAD_F16)
+KERN_TILE(f32, float, V_LOAD_W_F32)
+
+static float KFN(dot)(const float *a, const float *b, int64_t n)
+{
+    VF s0 = V_ZERO(), s1 = V_ZERO();
+    int64_t i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+        s0 = V_FMA(V_LOAD(a + i), V_LOAD(b + i), s0);
+        s1 = V_FMA(V_LOAD(a + i + VW), V_LOAD(b + i + VW), s1);
+    }
+    for (; i + VW <= n; i += VW)
+        s0 = V_FMA(V_LOAD(a + i), V_LOAD(b + i), s0);
+    float s = V_HSUM(V_ADD(s0, s1));
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+static void KFN(axpy)(float *y, float a, const float *x, int64_t n)
+{
+    VF av = V_SET1(a);
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW)
+        V_STORE(y + i, V_FMA(av, V_LOAD(x + i), V_LOAD(y + i)));
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
+static void KFN(scale)(float *y, float a, int64_t n)
+{
+    VF av = V_SET1(a);
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW)
+        V_STORE(y + i, V_MUL(av, V_LOAD(y + i)));
+    for (; i < n; i++)
+        y[i] *= a;
+}
+
+static float KFN(sumsq)(const float *x, int64_t n)
+{
+    VF s = V_ZERO();
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) {
+        VF v = V_LOAD(x + i);
+        s = V_FMA(v, v, s);
+    }
+    float r = V_HSUM(s);
+    for (; i < n; i++)
+        r += x[i] * x[i];
+    return r;
+}
+
+const struct kern KERN_TABLE = {
+    KERN_NAME, KFN(matmul_bf16), KFN(matmul_f16), KFN(matmul_f32), KFN(dot), KFN(axpy), KFN(scale), KFN(sumsq),
+};

@@ -1,0 +1,212 @@
+/* kapitsa bench: prefill and decode speed of a checkpoint on this machine,
+ * beside the memory-bandwidth roofline of decode (weight bytes read per token
+ * over the read bandwidth measured here, with the same threads). */
+#define _GNU_SOURCE
+#include "../backend/cpu/cpu.h"
+#include "../base/err.h"
+#include "../base/pool.h"
+#include "../engine/engine.h"
+#include "../engine/sampler.h"
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+struct bw_job {
+    const float *buf;
+    int64_t n_per_task;
+    const struct kern *k;
+    float sink[64];
+};
+
+static void bw_task(void *ctx, int32_t task, int32_t worker)
+{
+    struct bw_job *j = ctx;
+    j->sink[worker % 64] += j->k->sumsq(j->buf + (int64_t)task * j->n_per_task, j->n_per_task);
+}
+
+/* Read bandwidth in bytes/s: best of several passes over a buffer far larger than the caches. */
+static double measure_bandwidth(int32_t n_threads)
+{
+    const int64_t n = (int64_t)256 << 20; /* 1 GiB of floats */
+    float *buf = malloc((size_t)n * sizeof(float));
+    struct pool *p = pool_init(n_threads);
+    double best = 0;
+    if (buf && p) {
+        for (int64_t i = 0; i < n; i++)
+            buf[i] = (float)(i & 1023);
+        struct bw_job j = {buf, n / 256, kern_best(), {0}};
+        for (int rep = 0; rep < 5; rep++) {
+            double t0 = now_s();
+            pool_run(p, bw_task, &j, 256);
+            double bw = (double)n * sizeof(float) / (now_s() - t0);
+            best = bw > best ? bw : best;
+        }
+    }
+    pool_free(p);
+    free(buf);
+    return best;
+}
+
+/* Bytes of weights one decode step reads: everything but the embedding table
+ * (one row of it), the active share of routed experts. */
+static double decode_bytes(const struct model *m)
+{
+    const struct model_config *c = &m->cfg;
+    double total = 0;
+    for (int32_t i = 0; i < m->st.n_tensors; i++) {
+        const struct st_tensor *t = &m->st.tensors[i];
+        double b = (double)t->n_bytes;
+        if (strcmp(t->name, "model.embed_tokens.weight") == 0 && !c->tie_embeddings)
+            continue;
+        if (strstr(t->name, ".mlp.experts."))
+            b *= (double)c->n_expert_used / c->n_expert;
+        total += b;
+    }
+    return total;
+}
+
+static void bench_usage(FILE *f)
+{
+    fprintf(f, "usage: kapitsa bench --model DIR [--threads N] [--prompt N] [--gen M] [--batch B] [--json]\n"
+               "  prefill N random tokens (default 512) in batches of B (default 512), then decode M tokens\n"
+               "  (default 64) greedily; prints tok/s and the decode bandwidth roofline\n");
+}
+
+int cli_bench(int argc, char **argv)
+{
+    const char *dir = NULL, *v;
+    int64_t threads = 0, n_prompt = 512, n_gen = 64, n_batch = 512;
+    int json = 0;
+    for (int i = 0; i < argc; i++) {
+        int f;
+        int64_t *dst = NULL;
+        if (strcmp(argv[i], "--help") == 0) {
+            bench_usage(stdout);
+            return 0;
+        }
+        if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+            continue;
+        }
+        if ((f = cli_flag(argc, argv, &i, "--model", &dir)) != 0) {
+            if (f < 0)
+                return 2;
+            continue;
+        }
+        if ((f = cli_flag(argc, argv, &i, "--threads", &v)) != 0)
+            dst = &threads;
+        else if ((f = cli_flag(argc, argv, &i, "--prompt", &v)) != 0)
+            dst = &n_prompt;
+        else if ((f = cli_flag(argc, argv, &i, "--gen", &v)) != 0)
+            dst = &n_gen;
+        else if ((f = cli_flag(argc, argv, &i, "--batch", &v)) != 0)
+            dst = &n_batch;
+        if (f <= 0 || (*dst = cli_int(v)) < 1 || *dst > 1000000) {
+            bench_usage(stderr);
+            return 2;
+        }
+    }
+    if (!dir) {
+        bench_usage(stderr);
+        return 2;
+    }
+    struct backend *be = cpu_backend_init((int32_t)threads, NULL);
+    struct model m;
+    struct engine e;
+    float *logits = NULL;
+    int32_t *tok = NULL, *pos = NULL, *seqv = NULL, *par = NULL;
+    uint8_t *want = NULL;
+    int rc = 1, loaded = 0, up = 0;
+    if (!be || model_load(&m, dir, be, NULL) != 0)
+        goto done;
+    loaded = 1;
+    if (engine_init(&e, &m, (int32_t)(n_prompt + n_gen + 1), 1, (int32_t)n_batch) != 0)
+        goto done;
+    up = 1;
+    const int32_t V = m.cfg.vocab_size;
+    logits = malloc((size_t)V * sizeof(float));
+    tok = malloc((size_t)n_prompt * sizeof(int32_t));
+    pos = malloc((size_t)n_batch * sizeof(int32_t));
+    seqv = malloc((size_t)n_batch * sizeof(int32_t));
+    par = malloc((size_t)n_batch * sizeof(int32_t));
+    want = malloc((size_t)n_batch);
+    if (!logits || !tok || !pos || !seqv || !par || !want) {
+        err_set("bench: out of memory");
+        goto done;
+    }
+    uint64_t s = 12345;
+    for (int64_t i = 0; i < n_prompt; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        tok[i] = (int32_t)((s >> 33) % (uint64_t)V);
+    }
+    int32_t seq = kv_seq_new(&e.kv);
+    double t0 = now_s();
+    for (int64_t done = 0; done < n_prompt;) {
+        int32_t n = (int32_t)(n_prompt - done < n_batch ? n_prompt - done : n_batch);
+        for (int32_t i = 0; i < n; i++) {
+            pos[i] = (int32_t)(done + i);
+            seqv[i] = seq;
+            par[i] = i - 1;
+            want[i] = done + i == n_prompt - 1;
+        }
+        struct batch b = {n, tok + done, pos, seqv, par, want};
+        if (engine_forward(&e, &b, logits, NULL) < 0 || engine_commit_all(&e) != 0)
+            goto done;
+        done += n;
+    }
+    double t_prefill = now_s() - t0;
+    t0 = now_s();
+    for (int64_t g = 0; g < n_gen; g++) {
+        int32_t next = sampler_argmax(logits, V), p = (int32_t)(n_prompt + g), parent = -1;
+        uint8_t one = 1;
+        struct batch b = {1, &next, &p, &seq, &parent, &one};
+        if (engine_forward(&e, &b, logits, NULL) < 0 || engine_commit_all(&e) != 0)
+            goto done;
+    }
+    double t_decode = now_s() - t0;
+    int32_t nth = threads > 0 ? (int32_t)threads : 0;
+    if (nth == 0)
+        nth = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
+    double bw = measure_bandwidth(nth), bytes = decode_bytes(&m);
+    double pf = (double)n_prompt / t_prefill, dc = (double)n_gen / t_decode, roof = bw / bytes;
+    if (json)
+        printf("{\"model\":\"%s\",\"threads\":%d,\"prompt\":%lld,\"gen\":%lld,\"prefill_tok_s\":%.2f,"
+               "\"decode_tok_s\":%.2f,\"decode_bytes_per_token\":%.0f,\"read_bandwidth_gb_s\":%.2f,"
+               "\"decode_roofline_tok_s\":%.2f,\"decode_of_roofline\":%.3f}\n",
+               dir, nth, (long long)n_prompt, (long long)n_gen, pf, dc, bytes, bw / 1e9, roof, dc / roof);
+    else
+        printf("model    %s (%s, %d threads)\n"
+               "prefill  %6lld tokens  %9.2f tok/s\n"
+               "decode   %6lld tokens  %9.2f tok/s\n"
+               "roofline %.1f MB of weights per token at %.2f GB/s read = %.2f tok/s; decode reaches %.0f%%\n",
+               dir, m.cfg.model_type, nth, (long long)n_prompt, pf, (long long)n_gen, dc, bytes / 1e6, bw / 1e9,
+               roof, 100 * dc / roof);
+    rc = 0;
+done:
+    if (rc != 0)
+        fprintf(stderr, "kapitsa: %s\n", err_msg());
+    free(logits);
+    free(tok);
+    free(pos);
+    free(seqv);
+    free(par);
+    free(want);
+    if (up)
+        engine_free(&e);
+    if (loaded)
+        model_free(&m);
+    if (be)
+        be->ops->free(be);
+    return rc;
+}

@@ -1,0 +1,18 @@
+/* cli: the kapitsa subcommands. Each takes argc/argv after the subcommand name,
+ * prints its own usage on bad arguments, and returns the process exit status. */
+#ifndef KP_CLI_H
+#define KP_CLI_H
+
+#include <stdint.h>
+
+int cli_check(int argc, char **argv);
+int cli_synth(int argc, char **argv);
+int cli_bench(int argc, char **argv);
+
+/* Shared flag parsing: "--name value". Returns 1 and sets *val when argv[*i]
+ * is --name (advancing *i), 0 when it is another flag, -1 when the value is missing. */
+int cli_flag(int argc, char **argv, int *i, const char *name, const char **val);
+/* Parses a positive integer; -1 on error. */
+int64_t cli_int(const char *s);
+
+#endif

@@ -1,0 +1,60 @@
+/* kapitsa: command-line entry point; dispatches to the subcommands in src/cli. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kapitsa COMMAND [options]\n\n"
+               "commands:\n"
+               "  check DIR     compare a checkpoint with its reference logits (DIR/golden.safetensors)\n"
+               "  synth         write a random-weight checkpoint with the shapes of a real model\n"
+               "  bench         measure prefill and decode speed of a checkpoint\n"
+               "  help          this text\n\n"
+               "'kapitsa COMMAND --help' describes a command's options.\n");
+}
+
+int cli_flag(int argc, char **argv, int *i, const char *name, const char **val)
+{
+    if (strcmp(argv[*i], name) != 0)
+        return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "kapitsa: %s needs a value\n", name);
+        return -1;
+    }
+    *val = argv[++*i];
+    return 1;
+}
+
+int64_t cli_int(const char *s)
+{
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || v < 0)
+        return -1;
+    return v;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "check") == 0)
+        return cli_check(argc - 2, argv + 2);
+    if (strcmp(cmd, "synth") == 0)
+        return cli_synth(argc - 2, argv + 2);
+    if (strcmp(cmd, "bench") == 0)
+        return cli_bench(argc - 2, argv + 2);
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "kapitsa: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,64 @@
+/* engine: one context of a model: its KV cache, its scratch, and the one
+ * forward that every use goes through (batched and chunked prefill, several
+ * sequences decoded together, speculative tree verification).
+ *
+ * A batch holds tokens of any number of sequences. Token i of sequence s sees
+ * the committed tokens of s plus the batch tokens on its parent chain
+ * (parent = index in this batch of the token it follows, -1 = it follows the
+ * committed tokens directly). A prefill chunk is a chain, a decode step one
+ * token with parent -1, a draft tree a tree. A forward writes the batch's K/V
+ * into the cache beyond each sequence's committed length; engine_commit then
+ * keeps the rows the caller accepts (all of a chain; one path of a tree).
+ *
+ * Ownership: the engine borrows the model (which must outlive it) and owns the
+ * cache, the scratch and the per-forward index buffers, all sized at init. */
+#ifndef KP_ENGINE_H
+#define KP_ENGINE_H
+
+#include "../model/model.h"
+#include "kv_cache.h"
+
+#include <stdint.h>
+
+struct batch {
+    int32_t n_tokens;
+    const int32_t *token;  /* [n_tokens] */
+    const int32_t *pos;    /* [n_tokens] position in its sequence (rope) */
+    const int32_t *seq;    /* [n_tokens] sequence id (kv_seq_new / kv_seq_fork) */
+    const int32_t *parent; /* [n_tokens] earlier index in this batch, or -1 */
+    const uint8_t *logits; /* [n_tokens] 1 = return this row's logits */
+};
+
+struct engine {
+    struct model *m;
+    struct backend *be;
+    struct kv_cache kv;
+    struct kv_tensors kvt;
+    struct model_scratch s;
+    int32_t max_tokens;
+    /* per-forward, [max_tokens] unless noted */
+    int32_t *slot, *seq_row, *n_kv, *mask_from, *out_rows, *depth;
+    uint8_t *mask; /* [max_tokens][max_tokens] */
+    /* the last forward, for engine_commit */
+    int32_t last_n;
+    int32_t *last_seq, *last_parent, *last_index; /* index: position of the row among its sequence's rows */
+};
+
+/* n_ctx: cache capacity in tokens (all sequences together); n_seq_max: live
+ * sequences; max_tokens: largest batch. */
+int engine_init(struct engine *e, struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_tokens);
+void engine_free(struct engine *e);
+
+/* Runs the batch. logits (host, may be NULL) receives [n_out][vocab] for the
+ * rows flagged in b->logits, in batch order. Returns n_out, or -1 with
+ * err_set() for a malformed batch or a full cache (nothing is committed). */
+int32_t engine_forward(struct engine *e, const struct batch *b, float *logits, const struct model_trace *trace);
+
+/* Makes rows[0..n) of the last forward (all of sequence seq, each the child of
+ * the one before, the first with parent -1) the next n committed tokens of seq. */
+int engine_commit(struct engine *e, int32_t seq, const int32_t *rows, int32_t n);
+/* Commits every row of the last forward, for batches where each sequence's
+ * rows form one chain (prefill chunks, decode steps). */
+int engine_commit_all(struct engine *e);
+
+#endif

@@ -1,0 +1,205 @@
+/* sampler: logit processing and seeded sampling (see sampler.h). */
+#include "sampler.h"
+
+#include "../base/err.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sampler_params sampler_defaults(void)
+{
+    struct sampler_params p;
+    memset(&p, 0, sizeof p);
+    p.top_p = 1.0f;
+    p.repeat_penalty = 1.0f;
+    p.penalty_last_n = 64;
+    return p;
+}
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t xoshiro_next(uint64_t *s)
+{
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+/* uniform in [0, 1) with 53 bits */
+static double rng_uniform(struct sampler *s) { return (double)(xoshiro_next(s->rng) >> 11) * 0x1.0p-53; }
+
+int sampler_init(struct sampler *s, const struct sampler_params *p, int32_t n_vocab)
+{
+    memset(s, 0, sizeof *s);
+    if (p->temperature < 0 || p->top_k < 0 || !(p->top_p > 0 && p->top_p <= 1) || p->min_p < 0 || p->min_p > 1 ||
+        !(p->repeat_penalty > 0) || p->n_bias < 0 || p->n_bias > SAMPLER_MAX_BIAS)
+        return err_set("sampler: parameter out of range");
+    for (int32_t i = 0; i < p->n_bias; i++)
+        if (p->bias_id[i] < 0 || p->bias_id[i] >= n_vocab)
+            return err_set("sampler: logit_bias token %d outside the vocabulary", p->bias_id[i]);
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    uint64_t x = p->seed;
+    for (int i = 0; i < 4; i++)
+        s->rng[i] = splitmix64(&x);
+    s->logits = malloc((size_t)n_vocab * sizeof *s->logits);
+    s->idx = malloc((size_t)n_vocab * sizeof *s->idx);
+    s->count = calloc((size_t)n_vocab, sizeof *s->count);
+    if (!s->logits || !s->idx || !s->count) {
+        sampler_free(s);
+        return err_set("sampler: out of memory");
+    }
+    return 0;
+}
+
+void sampler_free(struct sampler *s)
+{
+    free(s->logits);
+    free(s->idx);
+    free(s->count);
+    memset(s, 0, sizeof *s);
+}
+
+int32_t sampler_argmax(const float *logits, int32_t n)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    return best;
+}
+
+static void apply_penalties(struct sampler *s, const int32_t *hist, int32_t n_hist)
+{
+    const struct sampler_params *p = &s->p;
+    if (p->repeat_penalty == 1.0f && p->presence_penalty == 0 && p->frequency_penalty == 0)
+        return;
+    int32_t from = p->penalty_last_n < 0 || p->penalty_last_n > n_hist ? 0 : n_hist - p->penalty_last_n;
+    for (int32_t i = from; i < n_hist; i++)
+        if (hist[i] >= 0 && hist[i] < s->n_vocab)
+            s->count[hist[i]]++;
+    for (int32_t i = from; i < n_hist; i++) {
+        int32_t t = hist[i];
+        if (t < 0 || t >= s->n_vocab || s->count[t] == 0)
+            continue;
+        float *l = &s->logits[t];
+        *l = *l > 0 ? *l / p->repeat_penalty : *l * p->repeat_penalty;
+        *l -= p->presence_penalty + p->frequency_penalty * (float)s->count[t];
+        s->count[t] = 0; /* each distinct token once */
+    }
+}
+
+/* Moves the k largest of logits[idx[0..n)] to the front (any order). */
+static void select_top(const float *lg, int32_t *idx, int32_t n, int32_t k)
+{
+    int32_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        float pivot = lg[idx[(lo + hi) / 2]];
+        int32_t i = lo, j = hi;
+        while (i <= j) {
+            while (lg[idx[i]] > pivot)
+                i++;
+            while (lg[idx[j]] < pivot)
+                j--;
+            if (i <= j) {
+                int32_t t = idx[i];
+                idx[i++] = idx[j];
+                idx[j--] = t;
+            }
+        }
+        if (k - 1 <= j)
+            hi = j;
+        else if (k - 1 >= i)
+            lo = i;
+        else
+            break;
+    }
+}
+
+static _Thread_local const float *cmp_base;
+static int cmp_desc(const void *a, const void *b)
+{
+    float x = cmp_base[*(const int32_t *)a], y = cmp_base[*(const int32_t *)b];
+    if (x != y)
+        return x < y ? 1 : -1;
+    return *(const int32_t *)a - *(const int32_t *)b;
+}
+
+static void sort_desc(const float *lg, int32_t *idx, int32_t n)
+{
+    cmp_base = lg;
+    qsort(idx, (size_t)n, sizeof *idx, cmp_desc);
+}
+
+int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *history, int32_t n_history)
+{
+    const struct sampler_params *p = &s->p;
+    const int32_t V = s->n_vocab;
+    float *lg = s->logits;
+    memcpy(lg, logits, (size_t)V * sizeof *lg);
+    for (int32_t i = 0; i < p->n_bias; i++)
+        lg[p->bias_id[i]] += p->bias[i];
+    apply_penalties(s, history, n_history);
+    if (p->temperature == 0)
+        return sampler_argmax(lg, V);
+
+    int32_t n = V;
+    for (int32_t i = 0; i < V; i++)
+        s->idx[i] = i;
+    if (p->top_k > 0 && p->top_k < n) {
+        select_top(lg, s->idx, n, p->top_k);
+        n = p->top_k;
+    }
+    const float mx = lg[sampler_argmax(lg, V)]; /* always among the candidates */
+    const double inv_t = 1.0 / p->temperature;
+    if (p->top_p < 1) {
+        /* sort just enough of the head: grow the sorted prefix until it covers top_p */
+        double total = 0;
+        for (int32_t i = 0; i < n; i++)
+            total += exp((lg[s->idx[i]] - mx) * inv_t);
+        for (int32_t m = n < 64 ? n : 64;; m = m * 4 < n ? m * 4 : n) {
+            if (m < n)
+                select_top(lg, s->idx, n, m);
+            sort_desc(lg, s->idx, m);
+            double cum = 0;
+            int32_t keep = 0;
+            while (keep < m && cum < p->top_p * total)
+                cum += exp((lg[s->idx[keep++]] - mx) * inv_t);
+            if (cum >= p->top_p * total || m == n) {
+                n = keep;
+                break;
+            }
+        }
+    }
+    /* min-p: drop tokens below min_p times the most likely one (weight 1) */
+    double sum = 0;
+    for (int32_t i = 0; i < n; i++) {
+        double w = exp((lg[s->idx[i]] - mx) * inv_t);
+        sum += w >= p->min_p ? w : 0;
+    }
+    double r = rng_uniform(s) * sum;
+    int32_t last = s->idx[0];
+    for (int32_t i = 0; i < n; i++) {
+        double w = exp((lg[s->idx[i]] - mx) * inv_t);
+        if (w < p->min_p)
+            continue;
+        last = s->idx[i];
+        if ((r -= w) < 0)
+            break;
+    }
+    return last;
+}

@@ -1,0 +1,50 @@
+/* sampler: picks the next token from a row of logits.
+ *
+ * Order, as in llama.cpp / vLLM: logit bias -> repetition, presence and
+ * frequency penalties over the recent history -> greedy when temperature is 0
+ * -> temperature -> top-k -> top-p -> min-p -> a draw from the seeded
+ * generator (xoshiro256**), so the same seed gives the same output.
+ *
+ * Ownership: the sampler owns its vocab-sized scratch, allocated at init; a
+ * sample call does not allocate. One sampler per sequence. */
+#ifndef KP_SAMPLER_H
+#define KP_SAMPLER_H
+
+#include <stdint.h>
+
+#define SAMPLER_MAX_BIAS 300
+
+struct sampler_params {
+    float temperature;       /* 0 = greedy */
+    int32_t top_k;           /* 0 = off */
+    float top_p;             /* 1 = off */
+    float min_p;             /* 0 = off */
+    float repeat_penalty;    /* 1 = off; divides positive logits, multiplies negative */
+    float presence_penalty;  /* subtracted once from a token seen in the window */
+    float frequency_penalty; /* subtracted per occurrence */
+    int32_t penalty_last_n;  /* window of history the penalties look at; -1 = all */
+    uint64_t seed;
+    int32_t n_bias;
+    int32_t bias_id[SAMPLER_MAX_BIAS];
+    float bias[SAMPLER_MAX_BIAS];
+};
+
+struct sampler {
+    struct sampler_params p;
+    int32_t n_vocab;
+    uint64_t rng[4];
+    float *logits;    /* [n_vocab] working copy */
+    int32_t *idx;     /* [n_vocab] candidate ids */
+    int32_t *count;   /* [n_vocab] occurrences in the penalty window */
+};
+
+/* Defaults: greedy, every filter off. */
+struct sampler_params sampler_defaults(void);
+int sampler_init(struct sampler *s, const struct sampler_params *p, int32_t n_vocab);
+void sampler_free(struct sampler *s);
+/* history: the sequence's tokens so far (prompt and output), for penalties. */
+int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *history, int32_t n_history);
+/* Index of the largest logit (lowest index on ties). */
+int32_t sampler_argmax(const float *logits, int32_t n);
+
+#endif

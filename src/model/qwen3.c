@@ -1,0 +1,162 @@
+/* qwen3: weight binding and forward for Qwen3 and Qwen3-MoE.
+ * Reference: transformers modeling_qwen3.py / modeling_qwen3_moe.py:
+ *   x = embed(ids)
+ *   per layer: h = rmsnorm(x); q,k,v = h W^T; q,k = per-head rmsnorm (QK-norm);
+ *              rope(q,k); a = softmax(q k^T / sqrt(hd) + mask) v; x += a Wo^T
+ *              h = rmsnorm(x); x += swiglu MLP(h)  or  top-k softmax-routed experts
+ *   logits = rmsnorm(x) lm_head^T */
+#include "qwen3.h"
+
+#include "../base/err.h"
+#include "weights.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int qwen3_bind_moe(struct model *m, struct layer_weights *L, int32_t l)
+{
+    const struct model_config *c = &m->cfg;
+    const int32_t E = c->n_expert, H = c->hidden_size, I = c->moe_intermediate_size;
+    char name[256];
+    snprintf(name, sizeof name, "model.layers.%d.mlp.gate.weight", l);
+    if (weights_bind(m, &L->router, name, E, H) != 0)
+        return -1;
+    L->ex_gate = calloc((size_t)E, sizeof(struct tensor));
+    L->ex_up = calloc((size_t)E, sizeof(struct tensor));
+    L->ex_down = calloc((size_t)E, sizeof(struct tensor));
+    if (!L->ex_gate || !L->ex_up || !L->ex_down)
+        return err_set("model: out of memory");
+    L->experts = (struct moe_experts){E, L->ex_gate, L->ex_up, L->ex_down};
+    snprintf(name, sizeof name, "model.layers.%d.mlp.experts.gate_up_proj", l);
+    if (weights_has(m, name)) { /* transformers 5 fused layout */
+        if (weights_bind_slices(m, L->ex_gate, name, E, 2 * I, 0, I, H) != 0 ||
+            weights_bind_slices(m, L->ex_up, name, E, 2 * I, I, I, H) != 0)
+            return -1;
+        snprintf(name, sizeof name, "model.layers.%d.mlp.experts.down_proj", l);
+        return weights_bind_slices(m, L->ex_down, name, E, H, 0, H, I);
+    }
+    for (int32_t e = 0; e < E; e++) {
+        snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, e);
+        if (weights_bind(m, &L->ex_gate[e], name, I, H) != 0)
+            return -1;
+        snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%d.up_proj.weight", l, e);
+        if (weights_bind(m, &L->ex_up[e], name, I, H) != 0)
+            return -1;
+        snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e);
+        if (weights_bind(m, &L->ex_down[e], name, H, I) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int qwen3_bind(struct model *m)
+{
+    const struct model_config *c = &m->cfg;
+    const int32_t H = c->hidden_size, hd = c->head_dim;
+    char name[256];
+    if (weights_bind(m, &m->embed, "model.embed_tokens.weight", c->vocab_size, H) != 0 ||
+        weights_bind(m, &m->out_norm, "model.norm.weight", 0, H) != 0)
+        return -1;
+    if (c->tie_embeddings)
+        m->lm_head = m->embed;
+    else if (weights_bind(m, &m->lm_head, "lm_head.weight", c->vocab_size, H) != 0)
+        return -1;
+    for (int32_t l = 0; l < c->n_layer; l++) {
+        struct layer_weights *L = &m->layers[l];
+        struct {
+            struct tensor *dst;
+            const char *suffix;
+            int64_t rows, cols;
+        } b[] = {
+            {&L->attn_norm, "input_layernorm.weight", 0, H},
+            {&L->ffn_norm, "post_attention_layernorm.weight", 0, H},
+            {&L->q, "self_attn.q_proj.weight", (int64_t)c->n_head * hd, H},
+            {&L->k, "self_attn.k_proj.weight", (int64_t)c->n_kv_head * hd, H},
+            {&L->v, "self_attn.v_proj.weight", (int64_t)c->n_kv_head * hd, H},
+            {&L->o, "self_attn.o_proj.weight", H, (int64_t)c->n_head * hd},
+            {&L->q_norm, "self_attn.q_norm.weight", 0, hd},
+            {&L->k_norm, "self_attn.k_norm.weight", 0, hd},
+            {&L->gate, "mlp.gate_proj.weight", c->intermediate_size, H},
+            {&L->up, "mlp.up_proj.weight", c->intermediate_size, H},
+            {&L->down, "mlp.down_proj.weight", H, c->intermediate_size},
+        };
+        int32_t n_b = c->layer_moe[l] ? 8 : 11;
+        for (int32_t i = 0; i < n_b; i++) {
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, b[i].suffix);
+            if (weights_bind(m, b[i].dst, name, b[i].rows, b[i].cols) != 0)
+                return -1;
+        }
+        if (c->layer_moe[l] && qwen3_bind_moe(m, L, l) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void trace_hidden(const struct model *m, const struct model_trace *trace, int32_t i, const struct tensor *x,
+                         int32_t n)
+{
+    if (trace && trace->hidden[i])
+        m->be->ops->read(m->be, x, 0, n, trace->hidden[i]);
+}
+
+void qwen3_forward(const struct model *m, struct model_scratch *s, struct kv_tensors *kv, int32_t n_tokens,
+                   int32_t n_out, const struct model_trace *trace)
+{
+    const struct model_config *c = &m->cfg;
+    struct backend *be = m->be;
+    const struct backend_ops *op = be->ops;
+    const float scale = 1.0f / sqrtf((float)c->head_dim);
+#define ROWS(t) struct tensor t = tensor_rows(&s->t, 0, n_tokens)
+    ROWS(x);
+    ROWS(h);
+    ROWS(q);
+    ROWS(k);
+    ROWS(v);
+    ROWS(att);
+    ROWS(g);
+    ROWS(u);
+    ROWS(ffn);
+#undef ROWS
+    op->embed(be, &x, &m->embed);
+    trace_hidden(m, trace, 0, &x, n_tokens);
+    for (int32_t l = 0; l < c->n_layer; l++) {
+        const struct layer_weights *L = &m->layers[l];
+        op->rmsnorm(be, &h, &x, &L->attn_norm, c->rms_eps);
+        op->matmul(be, &q, &h, &L->q);
+        op->matmul(be, &k, &h, &L->k);
+        op->matmul(be, &v, &h, &L->v);
+        op->rmsnorm(be, &q, &q, &L->q_norm, c->rms_eps);
+        op->rmsnorm(be, &k, &k, &L->k_norm, c->rms_eps);
+        op->rope(be, &q, c->n_head, c->head_dim, c->rope_dim, &m->inv_freq, c->rope_attn_factor);
+        op->rope(be, &k, c->n_kv_head, c->head_dim, c->rope_dim, &m->inv_freq, c->rope_attn_factor);
+        op->kv_store(be, &kv->k[l], &kv->v[l], &k, &v);
+        op->attention(be, &att, &q, &kv->k[l], &kv->v[l], c->n_head, c->n_kv_head, c->head_dim, scale);
+        op->matmul(be, &h, &att, &L->o);
+        op->add(be, &x, &h);
+
+        op->rmsnorm(be, &h, &x, &L->ffn_norm, c->rms_eps);
+        if (c->layer_moe[l]) {
+            struct tensor r = tensor_rows(&s->router, 0, n_tokens);
+            struct tensor ids = tensor_rows(&s->ids, 0, n_tokens);
+            struct tensor w = tensor_rows(&s->weights, 0, n_tokens);
+            op->matmul(be, &r, &h, &L->router);
+            op->moe_route(be, &ids, &w, &r, c->n_expert_used, c->norm_topk_prob);
+            op->moe_ffn(be, &ffn, &h, &ids, &w, &L->experts, &s->moe_ws);
+        } else {
+            op->matmul(be, &g, &h, &L->gate);
+            op->matmul(be, &u, &h, &L->up);
+            op->swiglu(be, &g, &g, &u);
+            op->matmul(be, &ffn, &g, &L->down);
+        }
+        op->add(be, &x, &ffn);
+        if (l + 1 < c->n_layer)
+            trace_hidden(m, trace, l + 1, &x, n_tokens);
+    }
+    op->rmsnorm(be, &h, &x, &m->out_norm, c->rms_eps);
+    trace_hidden(m, trace, c->n_layer, &h, n_tokens);
+    struct tensor oh = tensor_rows(&s->out_h, 0, n_out);
+    struct tensor logits = tensor_rows(&s->logits, 0, n_out);
+    op->get_out_rows(be, &oh, &h);
+    op->matmul(be, &logits, &oh, &m->lm_head);
+}

@@ -1,0 +1,80 @@
+/* weights: checked binding of safetensors tensors to backend tensors (see weights.h). */
+#include "weights.h"
+
+#include "../base/err.h"
+
+#include <stdio.h>
+
+static const struct st_tensor *weights_find(struct model *m, const char *name)
+{
+    const struct st_tensor *t = st_find(&m->st, name);
+    if (!t)
+        err_set("model: missing tensor '%s' in the checkpoint (%s)", name,
+                m->st.n_files ? m->st.files[0].path : "?");
+    else if (t->type != DT_BF16 && t->type != DT_F16 && t->type != DT_F32) {
+        err_set("model: %s: tensor '%s' has dtype %s; weights must be BF16, F16 or F32", t->file, name,
+                dtype_name(t->type));
+        t = NULL;
+    }
+    return t;
+}
+
+static void shape_str(char *buf, size_t n, const struct st_tensor *t)
+{
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, n - o, "[");
+    for (int32_t d = 0; d < t->n_dim && o < n; d++)
+        o += (size_t)snprintf(buf + o, n - o, d ? ", %lld" : "%lld", (long long)t->shape[d]);
+    if (o < n)
+        snprintf(buf + o, n - o, "]");
+}
+
+static int weights_bad_shape(const struct st_tensor *t, const char *want)
+{
+    char got[128];
+    shape_str(got, sizeof got, t);
+    return err_set("model: %s: tensor '%s' has shape %s, expected %s", t->file, t->name, got, want);
+}
+
+int weights_bind(struct model *m, struct tensor *dst, const char *name, int64_t rows, int64_t cols)
+{
+    const struct st_tensor *t = weights_find(m, name);
+    char want[96];
+    if (!t)
+        return -1;
+    if (rows == 0) {
+        if (t->n_dim != 1 || t->shape[0] != cols) {
+            snprintf(want, sizeof want, "[%lld]", (long long)cols);
+            return weights_bad_shape(t, want);
+        }
+        rows = 1;
+    } else if (t->n_dim != 2 || t->shape[0] != rows || t->shape[1] != cols) {
+        snprintf(want, sizeof want, "[%lld, %lld]", (long long)rows, (long long)cols);
+        return weights_bad_shape(t, want);
+    }
+    struct tensor host = {t->type, rows, cols, cols, (void *)t->data, false};
+    return m->be->ops->weight(m->be, dst, &host);
+}
+
+int weights_bind_slices(struct model *m, struct tensor *dst, const char *name, int64_t n, int64_t height,
+                        int64_t row0, int64_t rows, int64_t cols)
+{
+    const struct st_tensor *t = weights_find(m, name);
+    if (!t)
+        return -1;
+    if (t->n_dim != 3 || t->shape[0] != n || t->shape[1] != height || t->shape[2] != cols) {
+        char want[96];
+        snprintf(want, sizeof want, "[%lld, %lld, %lld]", (long long)n, (long long)height, (long long)cols);
+        return weights_bad_shape(t, want);
+    }
+    size_t es = dtype_size(t->type);
+    for (int64_t e = 0; e < n; e++) {
+        const char *p = (const char *)t->data + (size_t)((e * height + row0) * cols) * es;
+        struct tensor host = {t->type, rows, cols, cols, (void *)p, false};
+        if (m->be->ops->weight(m->be, &dst[e], &host) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+bool weights_has(const struct model *m, const char *name) { return st_find(&m->st, name) != NULL; }
