@@ -151,11 +151,11 @@ static int st_add_file(struct safetensors *st, const char *path)
                 goto fail;
             }
             t.shape[d] = json_integer_value(e);
-            numel *= (uint64_t)t.shape[d];
-            if (numel > ((uint64_t)1 << 44)) {
+            if (t.shape[d] && numel > ((uint64_t)1 << 44) / (uint64_t)t.shape[d]) {
                 err_set("safetensors: %s: tensor '%s': shape too large", path, key);
                 goto fail;
             }
+            numel *= (uint64_t)t.shape[d];
         }
         json_int_t b = json_integer_value(json_array_get(jo, 0));
         json_int_t e = json_integer_value(json_array_get(jo, 1));

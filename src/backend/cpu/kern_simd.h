@@ -13,6 +13,8 @@
 #include <stdint.h>
 
 #define KERN_INLINE static inline __attribute__((always_inline))
+/* the tile loops must unroll fully so that the accumulators live in registers */
+#define KERN_UNROLL _Pragma("GCC unroll 16")
 
 static float KFN(to_f32_bf16)(const void *w, int64_t i) { return bf16_to_f32(((const uint16_t *)w)[i]); }
 static float KFN(to_f32_f16)(const void *w, int64_t i) { return f16_to_f32(((const uint16_t *)w)[i]); }
@@ -24,22 +26,22 @@ static float KFN(to_f32_f32)(const void *w, int64_t i) { return ((const float *)
                                          int64_t k, float *out, int64_t os, int64_t j, const int JR)        \
     {                                                                                                    \
         VF acc[KERN_MAX_NX][KERN_JR];                                                                    \
-        for (int t = 0; t < NT; t++)                                                                     \
-            for (int r = 0; r < JR; r++)                                                                 \
+        KERN_UNROLL for (int t = 0; t < NT; t++)                                                         \
+            KERN_UNROLL for (int r = 0; r < JR; r++)                                                     \
                 acc[t][r] = V_ZERO();                                                                    \
         const int64_t kv = k - k % VW;                                                                   \
         for (int64_t c = 0; c < kv; c += VW) {                                                           \
             VF wv[KERN_JR];                                                                              \
-            for (int r = 0; r < JR; r++)                                                                 \
+            KERN_UNROLL for (int r = 0; r < JR; r++)                                                     \
                 wv[r] = LOADW(w + (j + r) * ws + c);                                                     \
-            for (int t = 0; t < NT; t++) {                                                               \
+            KERN_UNROLL for (int t = 0; t < NT; t++) {                                                   \
                 VF xv = V_LOAD(x + t * xs + c);                                                          \
-                for (int r = 0; r < JR; r++)                                                             \
+                KERN_UNROLL for (int r = 0; r < JR; r++)                                                 \
                     acc[t][r] = V_FMA(xv, wv[r], acc[t][r]);                                             \
             }                                                                                            \
         }                                                                                                \
-        for (int t = 0; t < NT; t++)                                                                     \
-            for (int r = 0; r < JR; r++) {                                                               \
+        KERN_UNROLL for (int t = 0; t < NT; t++)                                                         \
+            KERN_UNROLL for (int r = 0; r < JR; r++) {                                                   \
                 float s = V_HSUM(acc[t][r]);                                                             \
                 for (int64_t c = kv; c < k; c++)                                                         \
                     s += x[t * xs + c] * KFN(to_f32_##SUFFIX)(w, (j + r) * ws + c);                      \
@@ -55,12 +57,34 @@ static float KFN(to_f32_f32)(const void *w, int64_t i) { return ((const float *)
         for (; j < j1; j++)                                                                              \
             KFN(tile_##SUFFIX)(x, xs, NT, w, ws, k, out, os, j, 1);                                      \
     }                                                                                                    \
+    KERN_INLINE void KFN(gemv_##SUFFIX)(const float *x, const WT *w, int64_t ws, int64_t k, float *out,      \
+                                         int64_t j0, int64_t j1)                                            \
+    {                                                                                                    \
+        const int64_t k4 = k - k % (4 * VW);                                                             \
+        for (int64_t j = j0; j < j1; j++) {                                                              \
+            const WT *wr = w + j * ws;                                                                   \
+            VF a0 = V_ZERO(), a1 = V_ZERO(), a2 = V_ZERO(), a3 = V_ZERO();                               \
+            int64_t c = 0;                                                                               \
+            for (; c < k4; c += 4 * VW) {                                                                \
+                a0 = V_FMA(V_LOAD(x + c), LOADW(wr + c), a0);                                            \
+                a1 = V_FMA(V_LOAD(x + c + VW), LOADW(wr + c + VW), a1);                                  \
+                a2 = V_FMA(V_LOAD(x + c + 2 * VW), LOADW(wr + c + 2 * VW), a2);                          \
+                a3 = V_FMA(V_LOAD(x + c + 3 * VW), LOADW(wr + c + 3 * VW), a3);                          \
+            }                                                                                            \
+            for (; c + VW <= k; c += VW)                                                                 \
+                a0 = V_FMA(V_LOAD(x + c), LOADW(wr + c), a0);                                            \
+            float s = V_HSUM(V_ADD(V_ADD(a0, a1), V_ADD(a2, a3)));                                       \
+            for (; c < k; c++)                                                                           \
+                s += x[c] * KFN(to_f32_##SUFFIX)(wr, c);                                                 \
+            out[j] = s;                                                                                  \
+        }                                                                                                \
+    }                                                                                                    \
     static void KFN(matmul_##SUFFIX)(const float *x, int64_t xs, int32_t n_x, const void *wv, int64_t ws, \
                                      int64_t k, float *out, int64_t os, int64_t j0, int64_t j1)             \
     {                                                                                                    \
         const WT *w = wv;                                                                                \
         switch (n_x) {                                                                                   \
-        case 1: KFN(rows_##SUFFIX)(x, xs, 1, w, ws, k, out, os, j0, j1); break;                          \
+        case 1: KFN(gemv_##SUFFIX)(x, w, ws, k, out, j0, j1); break;                                     \
         case 2: KFN(rows_##SUFFIX)(x, xs, 2, w, ws, k, out, os, j0, j1); break;                          \
         case 3: KFN(rows_##SUFFIX)(x, xs, 3, w, ws, k, out, os, j0, j1); break;                          \
         default: KFN(rows_##SUFFIX)(x, xs, 4, w, ws, k, out, os, j0, j1); break;                         \

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Command-line tests: kapitsa check on the fixtures and on broken checkpoints
+# (each must fail with exit status 1 and a message naming the file and the
+# tensor or field; never crash, also under ASan/UBSan), synth and bench.
+# usage: tests/cli.sh KAPITSA_BINARY [--quick]   (--quick: skip synth/bench)
+set -u
+bin=$1
+quick=${2:-}
+here=$(cd "$(dirname "$0")" && pwd)
+fx=${KAPITSA_FIXTURES:-$here/fixtures}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export ASAN_OPTIONS=exitcode=99:detect_leaks=1
+export UBSAN_OPTIONS=halt_on_error=1:exitcode=98:print_stacktrace=1
+pass=0
+fail=0
+
+ok() { echo "ok - $1"; pass=$((pass + 1)); }
+bad() { echo "not ok - $1"; fail=$((fail + 1)); }
+
+# expect NAME STATUS SUBSTRING... -- COMMAND...
+expect() {
+    local name=$1 want=$2
+    shift 2
+    local subs=()
+    while [ "$1" != "--" ]; do subs+=("$1"); shift; done
+    shift
+    "$@" >"$tmp/out" 2>&1
+    local got=$?
+    if [ "$got" != "$want" ]; then
+        bad "$name (exit $got, wanted $want)"; sed 's/^/    /' "$tmp/out" | head -20; return
+    fi
+    for s in "${subs[@]}"; do
+        if ! grep -qF -- "$s" "$tmp/out"; then
+            bad "$name (output lacks '$s')"; sed 's/^/    /' "$tmp/out" | head -20; return
+        fi
+    done
+    ok "$name"
+}
+
+for arch in qwen3 qwen3_moe; do
+    expect "check $arch" 0 "ok" "40/40 ids identical" -- "$bin" check "$fx/$arch"
+    expect "check $arch in chunks" 0 "in chunks" -- "$bin" check "$fx/$arch" --chunks 13,1,64 --threads 1
+done
+expect "check with fp32 rope reports the mismatch" 1 "MISMATCH" -- "$bin" check "$fx/qwen3" --rope-f32
+
+python3 "$here/break_checkpoint.py" "$fx/qwen3" "$tmp/broken"
+b=$tmp/broken
+expect "truncated weights" 1 "model.safetensors" "outside" -- "$bin" check "$b/truncated"
+expect "offsets past the end" 1 "model.safetensors" "q_proj.weight" "outside" -- "$bin" check "$b/past_end"
+expect "overlapping tensors" 1 "model.safetensors" "overlap" "q_proj.weight" -- "$bin" check "$b/overlap"
+expect "missing tensor" 1 "missing tensor 'model.layers.1.mlp.up_proj.weight'" -- "$bin" check "$b/missing_tensor"
+expect "wrong shape" 1 "q_proj.weight' has shape [64, 128], expected [128, 64]" -- "$bin" check "$b/wrong_shape"
+expect "unknown dtype" 1 "unsupported dtype 'F8_E4M3'" "q_proj.weight" -- "$bin" check "$b/unknown_dtype"
+expect "integer weights" 1 "model.norm.weight' has dtype I32" -- "$bin" check "$b/int_weights"
+expect "config without hidden_size" 1 "config.json" "missing field 'hidden_size'" -- "$bin" check "$b/no_hidden_size"
+expect "malformed config" 1 "config.json" -- "$bin" check "$b/bad_json"
+expect "unsupported model_type" 1 "model_type 'llama' is not supported" -- "$bin" check "$b/llama"
+expect "config field of the wrong type" 1 "'num_attention_heads' must be an integer" -- "$bin" check "$b/heads_string"
+expect "no config.json" 1 "config.json" -- "$bin" check "$b/no_config"
+expect "no weights" 1 "model.safetensors" "No such file" -- "$bin" check "$b/no_weights"
+expect "no such folder" 1 "nowhere" "No such file" -- "$bin" check "$tmp/nowhere"
+expect "bad flag" 2 "--chunks needs sizes" -- "$bin" check "$fx/qwen3" --chunks 0
+expect "unknown command" 2 "unknown command" -- "$bin" frobnicate
+
+if [ "$quick" != "--quick" ]; then
+    expect "synth qwen3-0.6b" 0 "wrote" -- "$bin" synth --preset qwen3-0.6b --out "$tmp/q06"
+    expect "bench on the synth checkpoint" 0 '"decode_tok_s"' '"prefill_tok_s"' -- \
+        "$bin" bench --model "$tmp/q06" --prompt 16 --gen 2 --json
+    expect "synth unknown preset" 2 "unknown preset" -- "$bin" synth --preset qwen9 --out "$tmp/x"
+fi
+echo "cli: $pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# make test: every suite, the release build and the ASan+UBSan build; prints one
+# total line "N passed, N failed" and fails if anything failed.
+set -u
+cd "$(dirname "$0")/.."
+export ASAN_OPTIONS=exitcode=99:detect_leaks=1
+export UBSAN_OPTIONS=halt_on_error=1:exitcode=98:print_stacktrace=1
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+run() {
+    echo "== $*"
+    TMPDIR=$(mktemp -d) "$@" 2>&1 | tee -a "$log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+}
+run build/test_unit
+run build/asan/test_unit
+run bash tests/cli.sh build/kapitsa
+run bash tests/cli.sh build/asan/kapitsa --quick
+passed=$(grep -E '^[a-z]+: [0-9]+ passed, [0-9]+ failed$' "$log" | awk '{s += $2} END {print s + 0}')
+failed=$(grep -E '^[a-z]+: [0-9]+ passed, [0-9]+ failed$' "$log" | awk '{s += $4} END {print s + 0}')
+[ "$status" = 0 ] || [ "$failed" != 0 ] || failed=1 # a suite that crashed before its summary
+echo "$passed passed, $failed failed"
+exit $status

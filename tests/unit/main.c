@@ -1,0 +1,83 @@
+#define _GNU_SOURCE
+/* Unit test runner: runs every registered test (or those whose name contains
+ * argv[1]) and ends with "unit: N passed, N failed". */
+#include "test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int test_failures;
+
+#define TESTS(X)                                                                                               \
+    X(test_pool)                                                                                               \
+    X(test_kern_matmul)                                                                                        \
+    X(test_kern_vector)                                                                                        \
+    X(test_ops_rmsnorm_rope)                                                                                   \
+    X(test_ops_attention_paged_tree)                                                                           \
+    X(test_ops_moe)                                                                                            \
+    X(test_safetensors_roundtrip)                                                                              \
+    X(test_safetensors_broken)                                                                                 \
+    X(test_safetensors_sharded)                                                                                \
+    X(test_config_layouts)                                                                                     \
+    X(test_config_errors)                                                                                      \
+    X(test_kv_cache_blocks)                                                                                    \
+    X(test_sampler_basic)                                                                                      \
+    X(test_sampler_distribution)                                                                               \
+    X(test_model_golden)                                                                                       \
+    X(test_model_threads_and_kernels)                                                                          \
+    X(test_model_chunked)                                                                                      \
+    X(test_model_two_sequences)                                                                                \
+    X(test_model_fork_truncate)                                                                                \
+    X(test_model_tree)                                                                                         \
+    X(test_model_bad_batch)
+
+#define DECLARE(name) void name(void);
+TESTS(DECLARE)
+
+struct test_entry {
+    const char *name;
+    void (*fn)(void);
+};
+#define ENTRY(name) {#name, name},
+static const struct test_entry tests[] = {TESTS(ENTRY)};
+
+const char *test_fixtures(void)
+{
+    const char *d = getenv("KAPITSA_FIXTURES");
+    return d && *d ? d : "tests/fixtures";
+}
+
+const char *test_tmpdir(void)
+{
+    static char dir[256];
+    if (!dir[0]) {
+        const char *base = getenv("TMPDIR");
+        snprintf(dir, sizeof dir, "%s/kapitsa-test-XXXXXX", base && *base ? base : "/tmp");
+        if (!mkdtemp(dir)) {
+            perror("mkdtemp");
+            abort();
+        }
+    }
+    return dir;
+}
+
+int main(int argc, char **argv)
+{
+    int passed = 0, failed = 0;
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+        if (argc > 1 && !strstr(tests[i].name, argv[1]))
+            continue;
+        test_failures = 0;
+        tests[i].fn();
+        if (test_failures) {
+            printf("not ok - %s (%d failed checks)\n", tests[i].name, test_failures);
+            failed++;
+        } else {
+            printf("ok - %s\n", tests[i].name);
+            passed++;
+        }
+        fflush(stdout);
+    }
+    printf("unit: %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,25 @@
+/* test: a minimal test harness. Each test file defines functions registered in
+ * tests/unit/main.c; CHECK records a failure with its location and goes on. */
+#ifndef KP_TEST_H
+#define KP_TEST_H
+
+#include <stdio.h>
+
+extern int test_failures; /* failures in the current test */
+
+#define CHECK(cond, ...)                                                                                       \
+    do {                                                                                                       \
+        if (!(cond)) {                                                                                         \
+            test_failures++;                                                                                   \
+            fprintf(stderr, "  %s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                         \
+            fprintf(stderr, __VA_ARGS__);                                                                      \
+            fputc('\n', stderr);                                                                               \
+        }                                                                                                      \
+    } while (0)
+
+/* Directory of the committed fixtures (tests/fixtures), from KAPITSA_FIXTURES or the default. */
+const char *test_fixtures(void);
+/* A fresh temporary directory for this test run (removed by tests/run.sh). */
+const char *test_tmpdir(void);
+
+#endif

@@ -1,0 +1,144 @@
+/* Tests of the thread pool and of every SIMD kernel table against kern_ref,
+ * on random shapes with odd sizes. */
+#include "../../src/backend/cpu/kern.h"
+#include "../../src/base/dtype.h"
+#include "../../src/base/pool.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+static float rndf(void) { return (float)((double)(rnd() >> 11) * 0x1.0p-53 * 2 - 1); }
+
+static atomic_int hits[1000];
+static void count_task(void *ctx, int32_t task, int32_t worker)
+{
+    (void)ctx;
+    (void)worker;
+    atomic_fetch_add(&hits[task], 1);
+}
+
+void test_pool(void)
+{
+    for (int32_t nth = 1; nth <= 4; nth++) {
+        struct pool *p = pool_init(nth);
+        CHECK(p != NULL, "pool_init(%d)", nth);
+        if (!p)
+            continue;
+        for (int rep = 0; rep < 50; rep++) {
+            int32_t n = (int32_t)(rnd() % 1000);
+            for (int32_t i = 0; i < 1000; i++)
+                atomic_store(&hits[i], 0);
+            pool_run(p, count_task, NULL, n);
+            for (int32_t i = 0; i < 1000; i++)
+                CHECK(atomic_load(&hits[i]) == (i < n), "task %d of %d ran %d times", i, n, atomic_load(&hits[i]));
+        }
+        pool_free(p);
+    }
+}
+
+static const struct kern *const tables[] = {&kern_avx2, &kern_avx512};
+
+void test_kern_matmul(void)
+{
+    int tested = 0;
+    for (size_t ti = 0; ti < sizeof tables / sizeof tables[0]; ti++) {
+        const struct kern *k = tables[ti];
+        if (!kern_supported(k)) {
+            printf("  (%s not supported by this CPU: skipped)\n", k->name);
+            continue;
+        }
+        tested++;
+        for (int rep = 0; rep < 200; rep++) {
+            int32_t nx = 1 + (int32_t)(rnd() % KERN_MAX_NX);
+            int64_t kk = 1 + (int64_t)(rnd() % 300), m = 1 + (int64_t)(rnd() % 40);
+            int64_t xs = kk + (int64_t)(rnd() % 3), ws = kk + (int64_t)(rnd() % 3), os = m + 1;
+            int64_t j0 = (int64_t)(rnd() % (uint64_t)m), j1 = j0 + 1 + (int64_t)(rnd() % (uint64_t)(m - j0));
+            enum dtype wt = (enum dtype)(rnd() % 3); /* F32, F16, BF16 */
+            float *x = malloc(sizeof(float) * (size_t)(nx * xs));
+            void *w = malloc(4 * (size_t)(m * ws));
+            float *o1 = calloc((size_t)(nx * os), sizeof(float)), *o2 = calloc((size_t)(nx * os), sizeof(float));
+            float *wf = malloc(sizeof(float) * (size_t)(m * ws));
+            for (int64_t i = 0; i < nx * xs; i++)
+                x[i] = rndf();
+            for (int64_t i = 0; i < m * ws; i++) {
+                float v = rndf();
+                if (wt == DT_F32)
+                    ((float *)w)[i] = wf[i] = v;
+                else if (wt == DT_BF16)
+                    wf[i] = bf16_to_f32(((uint16_t *)w)[i] = f32_to_bf16(v));
+                else {
+                    uint16_t h = (uint16_t)(rnd() & 0x7bff); /* finite f16, any exponent */
+                    h = (uint16_t)((h & 0x3fff) | ((rnd() & 1) << 15));
+                    ((uint16_t *)w)[i] = h;
+                    wf[i] = f16_to_f32(h);
+                }
+            }
+            kern_matmul_fn fa = wt == DT_F32 ? kern_ref.matmul_f32 : wt == DT_BF16 ? kern_ref.matmul_bf16 : kern_ref.matmul_f16;
+            kern_matmul_fn fb = wt == DT_F32 ? k->matmul_f32 : wt == DT_BF16 ? k->matmul_bf16 : k->matmul_f16;
+            fa(x, xs, nx, w, ws, kk, o1, os, j0, j1);
+            fb(x, xs, nx, w, ws, kk, o2, os, j0, j1);
+            for (int32_t t = 0; t < nx; t++)
+                for (int64_t j = 0; j < m; j++) {
+                    double mag = 0;
+                    for (int64_t c = 0; c < kk; c++)
+                        mag += fabs((double)x[t * xs + c] * wf[j * ws + c]);
+                    float a = o1[t * os + j], b = o2[t * os + j];
+                    int inside = j >= j0 && j < j1;
+                    /* worst-case bound of two fp32 sums of kk terms in different orders */
+                    CHECK(inside ? fabs(a - b) <= 2.0 * (double)kk * 6e-8 * mag + 1e-30 : a == 0 && b == 0,
+                          "%s %s nx=%d k=%lld j=%lld [%lld,%lld): ref %g simd %g", k->name, dtype_name(wt), nx,
+                          (long long)kk, (long long)j, (long long)j0, (long long)j1, a, b);
+                }
+            free(x);
+            free(w);
+            free(o1);
+            free(o2);
+            free(wf);
+        }
+    }
+    printf("  %d SIMD table(s) compared with the scalar reference\n", tested);
+}
+
+void test_kern_vector(void)
+{
+    for (size_t ti = 0; ti < sizeof tables / sizeof tables[0]; ti++) {
+        const struct kern *k = tables[ti];
+        if (!kern_supported(k))
+            continue;
+        for (int rep = 0; rep < 200; rep++) {
+            int64_t n = (int64_t)(rnd() % 257);
+            float a[260], b[260], y1[260], y2[260];
+            double mag = 0, sq = 0;
+            for (int64_t i = 0; i < n; i++) {
+                a[i] = rndf();
+                b[i] = rndf();
+                y1[i] = y2[i] = rndf();
+                mag += fabs((double)a[i] * b[i]);
+                sq += (double)a[i] * a[i];
+            }
+            float d1 = kern_ref.dot(a, b, n), d2 = k->dot(a, b, n);
+            CHECK(fabs(d1 - d2) <= 2.0 * (double)n * 6e-8 * mag + 1e-30, "%s dot n=%lld: %g vs %g", k->name, (long long)n, d1, d2);
+            float s1 = kern_ref.sumsq(a, n), s2 = k->sumsq(a, n);
+            CHECK(fabs(s1 - s2) <= 2.0 * (double)n * 6e-8 * sq + 1e-30, "%s sumsq n=%lld: %g vs %g", k->name, (long long)n, s1, s2);
+            float al = rndf();
+            kern_ref.axpy(y1, al, a, n);
+            k->axpy(y2, al, a, n);
+            for (int64_t i = 0; i < n; i++)
+                CHECK(fabsf(y1[i] - y2[i]) <= 1e-6f, "%s axpy n=%lld i=%lld", k->name, (long long)n, (long long)i);
+            kern_ref.scale(y1, al, n);
+            k->scale(y2, al, n);
+            for (int64_t i = 0; i < n; i++)
+                CHECK(fabsf(y1[i] - y2[i]) <= 1e-6f, "%s scale n=%lld i=%lld", k->name, (long long)n, (long long)i);
+        }
+    }
+}

@@ -1,0 +1,229 @@
+/* Tests of the cpu backend's ops, with every kernel table, against direct
+ * double-precision computations: rmsnorm, rope, paged attention with tree
+ * masks, MoE routing and experts. */
+#include "../../src/backend/cpu/cpu.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x1234567887654321ull;
+static float rndf(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) * 0x1.0p-53 * 2 - 1);
+}
+
+static const struct kern *const tables[] = {&kern_ref, &kern_avx2, &kern_avx512};
+#define FOR_EACH_BACKEND(be)                                                                                   \
+    for (size_t ti_ = 0; ti_ < sizeof tables / sizeof tables[0]; ti_++)                                      \
+        for (struct backend *be = kern_supported(tables[ti_]) ? cpu_backend_init(2, tables[ti_]) : NULL; be;  \
+             be->ops->free(be), be = NULL)
+
+static void fill(struct tensor *t)
+{
+    for (int64_t i = 0; i < t->n_rows * t->row_stride; i++)
+        ((float *)t->data)[i] = rndf();
+}
+
+void test_ops_rmsnorm_rope(void)
+{
+    FOR_EACH_BACKEND(be)
+    {
+        const struct backend_ops *op = be->ops;
+        struct tensor x, w, o, f;
+        const int32_t n = 5, heads = 3, hd = 12, rd = 8;
+        op->alloc(be, &x, DT_F32, n, heads * hd);
+        op->alloc(be, &o, DT_F32, n, heads * hd);
+        op->alloc(be, &w, DT_F32, 1, hd);
+        op->alloc(be, &f, DT_F32, 1, rd / 2);
+        fill(&x);
+        fill(&w);
+        float inv[4] = {1.0f, 0.3f, 0.01f, 1e-4f};
+        op->write(be, &f, 0, 1, inv);
+        op->rmsnorm(be, &o, &x, &w, 1e-6f);
+        const float *xv = x.data, *ov = o.data, *wv = w.data;
+        for (int32_t r = 0; r < n; r++)
+            for (int32_t h = 0; h < heads; h++) {
+                double ss = 0;
+                for (int32_t c = 0; c < hd; c++)
+                    ss += (double)xv[r * heads * hd + h * hd + c] * xv[r * heads * hd + h * hd + c];
+                double sc = 1 / sqrt(ss / hd + 1e-6);
+                for (int32_t c = 0; c < hd; c++) {
+                    double want = xv[r * heads * hd + h * hd + c] * sc * wv[c];
+                    CHECK(fabs(ov[r * heads * hd + h * hd + c] - want) < 1e-5, "rmsnorm");
+                }
+            }
+        int32_t pos[5] = {0, 1, 7, 100, 4096};
+        struct attn_batch b = {.n_tokens = n, .pos = pos};
+        op->set_batch(be, &b);
+        memcpy(o.data, x.data, sizeof(float) * (size_t)(n * heads * hd));
+        op->rope(be, &o, heads, hd, rd, &f, 1.5f);
+        for (int32_t r = 0; r < n; r++)
+            for (int32_t h = 0; h < heads; h++) {
+                const float *a = xv + r * heads * hd + h * hd, *got = ov + r * heads * hd + h * hd;
+                for (int32_t d = 0; d < rd / 2; d++) {
+                    double ang = (double)(float)((float)pos[r] * inv[d]);
+                    double c = cos(ang) * 1.5, s = sin(ang) * 1.5;
+                    CHECK(fabs(got[d] - (a[d] * c - a[d + rd / 2] * s)) < 1e-5, "rope lo");
+                    CHECK(fabs(got[d + rd / 2] - (a[d + rd / 2] * c + a[d] * s)) < 1e-5, "rope hi");
+                }
+                for (int32_t d = rd; d < hd; d++)
+                    CHECK(got[d] == a[d], "rope must not touch dims past rope_dim");
+            }
+        op->release(be, &x);
+        op->release(be, &o);
+        op->release(be, &w);
+        op->release(be, &f);
+    }
+}
+
+void test_ops_attention_paged_tree(void)
+{
+    FOR_EACH_BACKEND(be)
+    {
+        const struct backend_ops *op = be->ops;
+        const int32_t bs = 4, n_blocks = 16, n_head = 6, n_kv = 2, hd = 20, n = 7, n_seq = 2;
+        struct tensor kc, vc, q, k, v, out;
+        op->alloc(be, &kc, DT_F32, n_blocks * bs, n_kv * hd);
+        op->alloc(be, &vc, DT_F32, n_blocks * bs, n_kv * hd);
+        op->alloc(be, &q, DT_F32, n, n_head * hd);
+        op->alloc(be, &k, DT_F32, n, n_kv * hd);
+        op->alloc(be, &v, DT_F32, n, n_kv * hd);
+        op->alloc(be, &out, DT_F32, n, n_head * hd);
+        fill(&kc);
+        fill(&vc);
+        fill(&q);
+        fill(&k);
+        fill(&v);
+        /* two sequences with scattered blocks; seq 0 has 9 cached tokens and a
+         * tree of 5 batch tokens, seq 1 has 2 cached and a chain of 2 */
+        int32_t table[2][8] = {{5, 2, 11, 7, 0, 0, 0, 0}, {9, 3, 0, 0, 0, 0, 0, 0}};
+        int32_t len[2] = {9, 2};
+        int32_t seq[7] = {0, 0, 0, 1, 0, 0, 1};
+        int32_t idx[7] = {0, 1, 2, 0, 3, 4, 1};       /* index among the sequence's batch rows */
+        int32_t parent[7] = {-1, 0, 0, -1, 1, 2, 3};  /* tree: 0 -> {1, 2}, 1 -> 4, 2 -> 5 */
+        int32_t slot[7], n_kvv[7], mfrom[7], seq_row[7];
+        uint8_t mask[7][7] = {{0}};
+        for (int32_t i = 0; i < n; i++) {
+            int32_t p = len[seq[i]] + idx[i];
+            slot[i] = table[seq[i]][p / bs] * bs + p % bs;
+            n_kvv[i] = p + 1;
+            mfrom[i] = len[seq[i]];
+            seq_row[i] = seq[i];
+            for (int32_t a = i; a >= 0; a = parent[a])
+                mask[i][idx[a]] = 1;
+        }
+        struct attn_batch b = {.n_tokens = n, .slot = slot, .seq_row = seq_row, .n_kv = n_kvv, .mask_from = mfrom,
+                               .mask = &mask[0][0], .mask_stride = 7, .block_table = &table[0][0], .n_seq_rows = n_seq,
+                               .max_blocks = 8, .block_size = bs};
+        op->set_batch(be, &b);
+        op->kv_store(be, &kc, &vc, &k, &v);
+        op->attention(be, &out, &q, &kc, &vc, n_head, n_kv, hd, 0.3f);
+        const float *K = kc.data, *V = vc.data, *Q = q.data, *O = out.data;
+        for (int32_t i = 0; i < n; i++)
+            for (int32_t h = 0; h < n_head; h++) {
+                int32_t g = h / (n_head / n_kv);
+                double s[32], mx = -1e300, sum = 0, o[20] = {0};
+                int32_t rows[32], m = 0;
+                for (int32_t p = 0; p < n_kvv[i]; p++) {
+                    if (p >= mfrom[i] && !mask[i][p - mfrom[i]])
+                        continue;
+                    rows[m] = table[seq[i]][p / bs] * bs + p % bs;
+                    double d = 0;
+                    for (int32_t c = 0; c < hd; c++)
+                        d += (double)Q[i * n_head * hd + h * hd + c] * K[rows[m] * n_kv * hd + g * hd + c];
+                    s[m] = d * 0.3;
+                    mx = s[m] > mx ? s[m] : mx;
+                    m++;
+                }
+                for (int32_t t = 0; t < m; t++)
+                    sum += s[t] = exp(s[t] - mx);
+                for (int32_t t = 0; t < m; t++)
+                    for (int32_t c = 0; c < hd; c++)
+                        o[c] += s[t] / sum * V[rows[t] * n_kv * hd + g * hd + c];
+                for (int32_t c = 0; c < hd; c++)
+                    CHECK(fabs(O[i * n_head * hd + h * hd + c] - o[c]) < 1e-5, "attention token %d head %d", i, h);
+            }
+        struct tensor *all[] = {&kc, &vc, &q, &k, &v, &out};
+        for (int i = 0; i < 6; i++)
+            op->release(be, all[i]);
+    }
+}
+
+void test_ops_moe(void)
+{
+    FOR_EACH_BACKEND(be)
+    {
+        const struct backend_ops *op = be->ops;
+        const int32_t n = 6, E = 5, K = 2, H = 8, I = 6;
+        struct tensor lg, ids, wts, x, out, ws, gate[5], up[5], down[5];
+        op->alloc(be, &lg, DT_F32, n, E);
+        op->alloc(be, &ids, DT_I32, n, K);
+        op->alloc(be, &wts, DT_F32, n, K);
+        op->alloc(be, &x, DT_F32, n, H);
+        op->alloc(be, &out, DT_F32, n, H);
+        op->alloc(be, &ws, DT_F32, n, H + 2 * I);
+        for (int32_t e = 0; e < E; e++) {
+            op->alloc(be, &gate[e], DT_F32, I, H);
+            op->alloc(be, &up[e], DT_F32, I, H);
+            op->alloc(be, &down[e], DT_F32, H, I);
+            fill(&gate[e]);
+            fill(&up[e]);
+            fill(&down[e]);
+        }
+        fill(&lg);
+        fill(&x);
+        for (int norm = 0; norm < 2; norm++) {
+            op->moe_route(be, &ids, &wts, &lg, K, norm);
+            struct moe_experts ex = {E, gate, up, down};
+            op->moe_ffn(be, &out, &x, &ids, &wts, &ex, &ws);
+            for (int32_t r = 0; r < n; r++) {
+                const float *l = (const float *)lg.data + r * E;
+                double p[5], mx = -1e300, sum = 0;
+                for (int32_t e = 0; e < E; e++)
+                    mx = l[e] > mx ? l[e] : mx;
+                for (int32_t e = 0; e < E; e++)
+                    sum += p[e] = exp(l[e] - mx);
+                int32_t best[2] = {-1, -1};
+                for (int32_t j = 0; j < K; j++)
+                    for (int32_t e = 0; e < E; e++)
+                        if (e != best[0] && (best[j] < 0 || p[e] > p[best[j]]))
+                            best[j] = e;
+                double wsum = (p[best[0]] + p[best[1]]) / sum;
+                double y[8] = {0};
+                for (int32_t j = 0; j < K; j++) {
+                    int32_t e = best[j];
+                    double w = p[e] / sum / (norm ? wsum : 1);
+                    CHECK(((int32_t *)ids.data)[r * K + j] == e, "route row %d choice %d", r, j);
+                    CHECK(fabs(((float *)wts.data)[r * K + j] - w) < 1e-6, "route weight");
+                    double act[6];
+                    for (int32_t i = 0; i < I; i++) {
+                        double g = 0, u = 0;
+                        for (int32_t c = 0; c < H; c++) {
+                            g += (double)((float *)gate[e].data)[i * H + c] * ((float *)x.data)[r * H + c];
+                            u += (double)((float *)up[e].data)[i * H + c] * ((float *)x.data)[r * H + c];
+                        }
+                        act[i] = g / (1 + exp(-g)) * u;
+                    }
+                    for (int32_t c = 0; c < H; c++)
+                        for (int32_t i = 0; i < I; i++)
+                            y[c] += w * ((float *)down[e].data)[c * I + i] * act[i];
+                }
+                for (int32_t c = 0; c < H; c++)
+                    CHECK(fabs(((float *)out.data)[r * H + c] - y[c]) < 1e-5, "moe out row %d col %d", r, c);
+            }
+        }
+        struct tensor *all[] = {&lg, &ids, &wts, &x, &out, &ws};
+        for (int i = 0; i < 6; i++)
+            op->release(be, all[i]);
+        for (int32_t e = 0; e < E; e++) {
+            op->release(be, &gate[e]);
+            op->release(be, &up[e]);
+            op->release(be, &down[e]);
+        }
+    }
+}
