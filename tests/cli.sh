@@ -38,8 +38,8 @@ expect() {
     ok "$name"
 }
 
-for arch in qwen3 qwen3_moe; do
-    expect "check $arch" 0 "ok" "40/40 ids identical" -- "$bin" check "$fx/$arch"
+for arch in qwen3 qwen3_moe qwen3_yarn_sharded qwen3_f16_linear qwen3_moe_mixed; do
+    expect "check $arch" 0 "ok" "ids identical ok" -- "$bin" check "$fx/$arch"
     expect "check $arch in chunks" 0 "in chunks" -- "$bin" check "$fx/$arch" --chunks 13,1,64 --threads 1
 done
 expect "check with fp32 rope reports the mismatch" 1 "MISMATCH" -- "$bin" check "$fx/qwen3" --rope-f32

@@ -64,4 +64,33 @@ static inline float f16_to_f32(uint16_t h)
     return f;
 }
 
+/* Round to nearest even; overflow to infinity, underflow through subnormals. */
+static inline uint16_t f32_to_f16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return (uint16_t)(sign | 0x7e00u);
+    if (a >= 0x477ff000u) /* rounds to >= 65520: infinity */
+        return (uint16_t)(sign | 0x7c00u);
+    if (a < 0x38800000u) { /* below 2^-14: subnormal or zero */
+        float x;
+        memcpy(&x, &a, 4);
+        /* x * 2^24 rounded to an integer, in the current (nearest-even) mode */
+        float scaled = x * 16777216.0f;
+        uint32_t r = (uint32_t)scaled;
+        float frac = scaled - (float)r;
+        if (frac > 0.5f || (frac == 0.5f && (r & 1u)))
+            r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t mant = a & 0x7fffffu, exp = (a >> 23) - 112u;
+    uint32_t h = (exp << 10) | (mant >> 13), rest = mant & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
+        h++;
+    return (uint16_t)(sign | h);
+}
+
 #endif

@@ -12,8 +12,9 @@ static void check_usage(FILE *f)
     fprintf(f, "usage: kapitsa check DIR [--golden FILE] [--threads N] [--chunks A,B,...] [--tol X] [--rope-f32]\n"
                "  compares DIR's prefill logits, per-layer hidden states and greedy ids with\n"
                "  DIR/golden.safetensors; exits 1 on a mismatch (max |dlogit| > tol, default 2e-4).\n"
-               "  The reference fixtures were made by transformers after model.to(bfloat16), which\n"
-               "  rounds the rotary inv_freq buffer to bf16; check does the same unless --rope-f32.\n");
+               "  The reference fixtures were made by transformers after model.to(dtype), which\n"
+               "  rounds the rotary inv_freq buffer to the weights' dtype; check does the same\n"
+               "  unless --rope-f32.\n");
 }
 
 static int parse_chunks(const char *s, struct check_opts *o)

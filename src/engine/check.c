@@ -123,7 +123,7 @@ int check_run(const char *dir, struct backend *be, const struct check_opts *o, s
         snprintf(path, sizeof path, "%s/golden.safetensors", dir);
     if (st_open_file(&g, path) != 0)
         goto done;
-    struct model_opts mo = {.rope_freq_bf16 = !o->rope_freq_f32};
+    struct model_opts mo = {.rope_freq_stored_dtype = !o->rope_freq_f32};
     if (model_load(&m, dir, be, &mo) != 0)
         goto done;
     loaded = 1;

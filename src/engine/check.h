@@ -20,7 +20,7 @@ struct check_opts {
     const char *golden;  /* NULL: DIR/golden.safetensors */
     int32_t n_chunks;    /* 0: the whole prefill in one batch */
     int32_t chunk[CHECK_MAX_CHUNKS]; /* sizes, repeated cyclically */
-    bool rope_freq_f32;  /* default: bf16-rounded inv_freq, as the reference had (model_opts) */
+    bool rope_freq_f32;  /* default: inv_freq rounded to the stored dtype, as the reference had (model_opts) */
 };
 
 struct check_result {

@@ -8,15 +8,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int model_init_rope(struct model *m, bool round_bf16)
+static int model_init_rope(struct model *m, bool round)
 {
     const int32_t half = m->cfg.rope_dim / 2;
     float *inv = malloc((size_t)half * sizeof(float));
     if (!inv)
         return err_set("model: out of memory");
     config_rope_inv_freq(&m->cfg, inv);
-    for (int32_t i = 0; round_bf16 && i < half; i++)
-        inv[i] = bf16_to_f32(f32_to_bf16(inv[i]));
+    const struct st_tensor *emb = st_find(&m->st, "model.embed_tokens.weight");
+    for (int32_t i = 0; round && emb && i < half; i++)
+        inv[i] = emb->type == DT_BF16 ? bf16_to_f32(f32_to_bf16(inv[i]))
+                 : emb->type == DT_F16 ? f16_to_f32(f32_to_f16(inv[i]))
+                                       : inv[i];
     int rc = m->be->ops->alloc(m->be, &m->inv_freq, DT_F32, 1, half);
     if (rc == 0)
         m->be->ops->write(m->be, &m->inv_freq, 0, 1, inv);
@@ -35,7 +38,7 @@ int model_load(struct model *m, const char *dir, struct backend *be, const struc
         err_set("model: out of memory");
         goto fail;
     }
-    if (model_init_rope(m, opts && opts->rope_freq_bf16) != 0)
+    if (model_init_rope(m, opts && opts->rope_freq_stored_dtype) != 0)
         goto fail;
     switch (m->cfg.arch) {
     case ARCH_QWEN3:

@@ -56,10 +56,11 @@ struct model_trace {
 };
 
 struct model_opts {
-    /* Round the rotary inverse frequencies to bf16, as transformers does after
-     * model.to(torch.bfloat16) casts the inv_freq buffer (how the reference
-     * fixtures were made). Off: fp32, as from_pretrained computes them. */
-    bool rope_freq_bf16;
+    /* Round the rotary inverse frequencies to the dtype the weights are stored
+     * in (bf16 or f16), as transformers does after model.to(dtype) casts the
+     * inv_freq buffer: how the reference fixtures were made. Off: fp32, as
+     * from_pretrained computes them. */
+    bool rope_freq_stored_dtype;
 };
 
 /* Loads DIR (config.json, generation_config.json, safetensors); opts NULL =

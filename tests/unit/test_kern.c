@@ -142,3 +142,20 @@ void test_kern_vector(void)
         }
     }
 }
+
+void test_dtype_conversions(void)
+{
+    /* every finite f16 survives f16 -> f32 -> f16 */
+    for (uint32_t h = 0; h < 65536; h++) {
+        if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu))
+            continue; /* NaN */
+        uint16_t back = f32_to_f16(f16_to_f32((uint16_t)h));
+        CHECK(back == h, "f16 %04x -> %g -> %04x", h, f16_to_f32((uint16_t)h), back);
+    }
+    /* ties to even, overflow, underflow */
+    CHECK(f32_to_f16(1.0f + 0x1p-11f) == 0x3c00, "tie rounds to even (down)");
+    CHECK(f32_to_f16(1.0f + 3 * 0x1p-11f) == 0x3c02, "tie rounds to even (up)");
+    CHECK(f32_to_f16(70000.0f) == 0x7c00 && f32_to_f16(-1e-10f) == 0x8000, "overflow and underflow");
+    CHECK(f32_to_bf16(1.0f + 0x1p-8f) == 0x3f80 && f32_to_bf16(1.0f + 3 * 0x1p-8f) == 0x3f82, "bf16 ties to even");
+    CHECK(bf16_to_f32(f32_to_bf16(-2.5f)) == -2.5f, "bf16 exact value");
+}
