@@ -12,8 +12,7 @@ TESTS   := $(wildcard tests/unit/*.c)
 # SIMD kernels get their ISA's flags only; kern_best() picks one at run time.
 ISA_avx2   := -mavx2 -mfma -mf16c
 ISA_avx512 := -mavx512f -mavx512bw -mfma -mf16c
-ISA_avx512bf16 := $(ISA_avx512) -mavx512bf16
-isa = $(if $(findstring kern_avx512bf16,$1),-O3 $(ISA_avx512bf16),$(if $(findstring kern_avx512,$1),-O3 $(ISA_avx512),$(if $(findstring kern_avx2,$1),-O3 $(ISA_avx2))))
+isa = $(if $(findstring kern_avx512,$1),-O3 $(ISA_avx512),$(if $(findstring kern_avx2,$1),-O3 $(ISA_avx2)))
 
 OBJ      := $(SRC:%.c=build/%.o)
 CLI_OBJ  := $(CLI:%.c=build/%.o)

@@ -17,7 +17,7 @@ static float rndf(void)
     return (float)((double)(rng >> 11) * 0x1.0p-53 * 2 - 1);
 }
 
-static const struct kern *const tables[] = {&kern_ref, &kern_avx2, &kern_avx512, &kern_avx512bf16};
+static const struct kern *const tables[] = {&kern_ref, &kern_avx2, &kern_avx512};
 #define FOR_EACH_BACKEND(be)                                                                                   \
     for (size_t ti_ = 0; ti_ < sizeof tables / sizeof tables[0]; ti_++)                                      \
         for (struct backend *be = kern_supported(tables[ti_]) ? cpu_backend_init(2, tables[ti_]) : NULL; be;  \

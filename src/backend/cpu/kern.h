@@ -30,11 +30,10 @@ struct kern {
 extern const struct kern kern_ref;
 extern const struct kern kern_avx2;
 extern const struct kern kern_avx512;
-extern const struct kern kern_avx512bf16;
 
 /* Whether this CPU can run the table. */
 int kern_supported(const struct kern *k);
-/* The widest supported table; KAPITSA_KERN=ref|avx2|avx512|avx512bf16 overrides. */
+/* The widest supported table; KAPITSA_KERN=ref|avx2|avx512 overrides. */
 const struct kern *kern_best(void);
 
 #endif

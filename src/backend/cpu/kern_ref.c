@@ -62,8 +62,6 @@ const struct kern kern_ref = {
 int kern_supported(const struct kern *k)
 {
     __builtin_cpu_init();
-    if (k == &kern_avx512bf16)
-        return kern_supported(&kern_avx512) && __builtin_cpu_supports("avx512bf16");
     if (k == &kern_avx512)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
@@ -74,7 +72,7 @@ int kern_supported(const struct kern *k)
 
 const struct kern *kern_best(void)
 {
-    static const struct kern *const all[] = {&kern_avx512bf16, &kern_avx512, &kern_avx2, &kern_ref};
+    static const struct kern *const all[] = {&kern_avx512, &kern_avx2, &kern_ref};
     const char *want = getenv("KAPITSA_KERN");
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         if (want && *want && strcmp(want, all[i]->name) != 0)

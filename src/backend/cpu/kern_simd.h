@@ -146,10 +146,6 @@ static float KFN(sumsq)(const float *x, int64_t n)
     return r;
 }
 
-/* An ISA may bring its own bf16 matmul (KERN_MATMUL_BF16) and keep the rest. */
-#ifndef KERN_MATMUL_BF16
-#define KERN_MATMUL_BF16 KFN(matmul_bf16)
-#endif
 const struct kern KERN_TABLE = {
-    KERN_NAME, KERN_MATMUL_BF16, KFN(matmul_f16), KFN(matmul_f32), KFN(dot), KFN(axpy), KFN(scale), KFN(sumsq),
+    KERN_NAME, KFN(matmul_bf16), KFN(matmul_f16), KFN(matmul_f32), KFN(dot), KFN(axpy), KFN(scale), KFN(sumsq),
 };
