@@ -12,6 +12,8 @@ static void usage(FILE *f)
                "  check DIR     compare a checkpoint with its reference logits (DIR/golden.safetensors)\n"
                "  synth         write a random-weight checkpoint with the shapes of a real model\n"
                "  bench         measure prefill and decode speed of a checkpoint\n"
+               "  tokenize      text to token ids (--model DIR with tokenizer.json)\n"
+               "  detokenize    token ids to text\n"
                "  help          this text\n\n"
                "'kapitsa COMMAND --help' describes a command's options.\n");
 }
@@ -50,6 +52,10 @@ int main(int argc, char **argv)
         return cli_synth(argc - 2, argv + 2);
     if (strcmp(cmd, "bench") == 0)
         return cli_bench(argc - 2, argv + 2);
+    if (strcmp(cmd, "tokenize") == 0)
+        return cli_tokenize(argc - 2, argv + 2);
+    if (strcmp(cmd, "detokenize") == 0)
+        return cli_detokenize(argc - 2, argv + 2);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         usage(stdout);
         return 0;

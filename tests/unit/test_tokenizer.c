@@ -1,0 +1,127 @@
+/* Tests of the tokenizer against Hugging Face tokenizers' output for the real
+ * Qwen3 tokenizer (the JSON files in tests/fixtures/tokenizer): ids, decoded
+ * text, and the streaming decoder fed one id at a time. */
+#include "../../src/base/err.h"
+#include "../../src/base/utf8.h"
+#include "../../src/tokenizer/tokenizer.h"
+#include "test.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct tokenizer *qwen3_tok(void)
+{
+    const char *d = getenv("KAPITSA_TOKENIZER");
+    return tok_load(d && *d ? d : "models/qwen3-tokenizer");
+}
+
+static json_t *load_json(const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/tokenizer/%s", test_fixtures(), name);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j)
+        fprintf(stderr, "  %s: %s\n", path, je.text);
+    return j;
+}
+
+/* Encodes text and compares with the expected ids; decodes them back (whole
+ * and streamed) and compares with want_text when given. */
+static void check_case(struct tokenizer *t, const char *text, size_t len, json_t *want_ids, const char *want_text,
+                       size_t idx)
+{
+    struct tok_ids ids = {0};
+    CHECK(tok_encode(t, text, len, &ids) == 0, "case %zu: %s", idx, err_msg());
+    int same = ids.n == (int32_t)json_array_size(want_ids);
+    for (int32_t i = 0; same && i < ids.n; i++)
+        same = ids.ids[i] == json_integer_value(json_array_get(want_ids, (size_t)i));
+    CHECK(same, "case %zu: ids differ (%d vs %zu ids) for '%.60s'", idx, ids.n, json_array_size(want_ids), text);
+    if (want_text) {
+        size_t n;
+        char *d = tok_decode(t, ids.ids, ids.n, false, &n);
+        CHECK(d && strcmp(d, want_text) == 0, "case %zu: decoded '%s'", idx, d ? d : "(null)");
+        free(d);
+        struct tok_stream s = {0};
+        char *acc = calloc(ids.n * 64 + 64, 1), buf[4096];
+        size_t o = 0;
+        for (int32_t i = 0; i < ids.n; i++) {
+            int32_t k = tok_stream_push(t, &s, ids.ids[i], false, buf, sizeof buf);
+            CHECK(k >= 0, "stream push");
+            /* every chunk the stream emits is valid UTF-8 on its own */
+            CHECK(k < 0 || utf8_valid_prefix(buf, (size_t)k) == (size_t)k, "case %zu: chunk %d splits a character",
+                  idx, i);
+            memcpy(acc + o, buf, (size_t)k);
+            o += (size_t)k;
+        }
+        o += (size_t)tok_stream_flush(&s, acc + o, 64);
+        CHECK(o == strlen(want_text) && memcmp(acc, want_text, o) == 0, "case %zu: streamed '%.*s'", idx, (int)o, acc);
+        free(acc);
+    }
+    tok_ids_free(&ids);
+}
+
+void test_tokenizer_goldens(void)
+{
+    struct tokenizer *t = qwen3_tok();
+    CHECK(t != NULL, "%s", err_msg());
+    json_t *g = load_json("tokenizer_goldens.json");
+    CHECK(g && json_array_size(g) > 0, "goldens");
+    if (!t || !g) {
+        tok_free(t);
+        json_decref(g);
+        return;
+    }
+    size_t i;
+    json_t *c;
+    json_array_foreach(g, i, c) {
+        const char *text = json_string_value(json_object_get(c, "text"));
+        check_case(t, text, json_string_length(json_object_get(c, "text")), json_object_get(c, "ids"),
+                   json_string_value(json_object_get(c, "decoded")), i);
+    }
+    json_decref(g);
+    g = load_json("chat_template_goldens.json");
+    json_array_foreach(g, i, c) {
+        json_t *r = json_object_get(c, "rendered");
+        if (r)
+            check_case(t, json_string_value(r), json_string_length(r), json_object_get(c, "ids"), json_string_value(r),
+                       1000 + i);
+    }
+    json_decref(g);
+    tok_free(t);
+}
+
+void test_tokenizer_edges(void)
+{
+    struct tokenizer *t = qwen3_tok();
+    if (!t)
+        return;
+    struct tok_ids ids = {0};
+    /* invalid UTF-8 is refused with the offset */
+    CHECK(tok_encode(t, "ab\xff", 3, &ids) != 0 && strstr(err_msg(), "byte 2"), "%s", err_msg());
+    CHECK(tok_encode(t, "\xe2\x82", 2, &ids) != 0, "truncated sequence");
+    /* special tokens inside text are matched, the vocabulary lookup works */
+    ids.n = 0;
+    CHECK(tok_encode(t, "x<|im_end|>y", 12, &ids) == 0 && ids.n == 3 && ids.ids[1] == tok_find(t, "<|im_end|>"),
+          "special inside text");
+    CHECK(tok_is_special(t, tok_find(t, "<|im_end|>")) && !tok_is_special(t, tok_find(t, "<think>")), "flags");
+    /* decode: skip_special, bad ids, bytes that are not UTF-8 become U+FFFD */
+    size_t n;
+    char *s = tok_decode(t, ids.ids, ids.n, true, &n);
+    CHECK(s && strcmp(s, "xy") == 0, "skip special: '%s'", s ? s : "");
+    free(s);
+    int32_t bad = tok_n_vocab(t) + 5;
+    CHECK(tok_decode(t, &bad, 1, false, &n) == NULL && strstr(err_msg(), "not in the vocabulary"), "bad id");
+    int32_t half = t ? tok_find(t, "\xc3\xa2") : -1; /* byte 0xe2 alone: a cut 3-byte sequence */
+    s = half >= 0 ? tok_decode(t, &half, 1, false, &n) : NULL;
+    CHECK(s && strcmp(s, "\xef\xbf\xbd") == 0, "lone lead byte decodes to U+FFFD");
+    free(s);
+    /* the stream holds the lead byte until the sequence completes */
+    struct tok_stream st = {0};
+    char buf[256];
+    CHECK(half < 0 || tok_stream_push(t, &st, half, false, buf, sizeof buf) == 0, "held back");
+    CHECK(tok_stream_flush(&st, buf, sizeof buf) == 3 && memcmp(buf, "\xef\xbf\xbd", 3) == 0, "flush repairs");
+    tok_ids_free(&ids);
+    tok_free(t);
+}
