@@ -7,8 +7,10 @@
 #include "../base/pool.h"
 #include "../engine/engine.h"
 #include "../engine/sampler.h"
+#include "../tokenizer/tokenizer.h"
 #include "cli.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,12 +82,78 @@ static void bench_usage(FILE *f)
 {
     fprintf(f, "usage: kapitsa bench --model DIR [--threads N] [--prompt N] [--gen M] [--batch B] [--json]\n"
                "  prefill N random tokens (default 512) in batches of B (default 512), then decode M tokens\n"
-               "  (default 64) greedily; prints tok/s and the decode bandwidth roofline\n");
+               "  (default 64) greedily; prints tok/s and the decode bandwidth roofline\n"
+               "       kapitsa bench --tokenizer DIR --corpus FILE.jsonl\n"
+               "  encodes every {\"text\", \"ids\"} line on one thread (best of 3 passes), checks the ids\n"
+               "  and prints the encoding speed in MB/s\n");
+}
+
+/* Tokenizer throughput over a golden corpus; every document must match. */
+static int bench_tokenizer(const char *dir, const char *corpus)
+{
+    struct tokenizer *t = tok_load(dir);
+    FILE *f = fopen(corpus, "r");
+    json_t **docs = NULL;
+    size_t n_docs = 0, cap = 0, bytes = 0, bad = 0;
+    int rc = 1;
+    char *line = NULL;
+    size_t line_cap = 0;
+    if (!t || !f) {
+        fprintf(stderr, "kapitsa: %s\n", t ? "cannot open the corpus" : err_msg());
+        goto done;
+    }
+    while (getline(&line, &line_cap, f) > 0) {
+        json_t *j = json_loads(line, JSON_ALLOW_NUL, NULL);
+        if (!json_is_string(json_object_get(j, "text")) || !json_is_array(json_object_get(j, "ids"))) {
+            fprintf(stderr, "kapitsa: %s: line %zu is not {\"text\", \"ids\"}\n", corpus, n_docs + 1);
+            json_decref(j);
+            goto done;
+        }
+        if (n_docs == cap) {
+            cap = cap ? cap * 2 : 256;
+            json_t **nd = realloc(docs, cap * sizeof *nd);
+            if (!nd)
+                goto done;
+            docs = nd;
+        }
+        docs[n_docs++] = j;
+        bytes += json_string_length(json_object_get(j, "text"));
+    }
+    double best = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        double t_sum = 0;
+        for (size_t d = 0; d < n_docs; d++) {
+            json_t *text = json_object_get(docs[d], "text"), *want = json_object_get(docs[d], "ids");
+            struct tok_ids ids = {0};
+            double t0 = now_s();
+            int e = tok_encode(t, json_string_value(text), json_string_length(text), &ids);
+            t_sum += now_s() - t0;
+            int same = e == 0 && (size_t)ids.n == json_array_size(want);
+            for (int32_t i = 0; same && i < ids.n; i++)
+                same = ids.ids[i] == json_integer_value(json_array_get(want, (size_t)i));
+            if (pass == 0 && !same && bad++ < 5)
+                fprintf(stderr, "mismatch in document %zu\n", d + 1);
+            tok_ids_free(&ids);
+        }
+        best = pass == 0 || t_sum < best ? t_sum : best;
+    }
+    printf("{\"docs\":%zu,\"bytes\":%zu,\"mismatched_docs\":%zu,\"encode_s\":%.4f,\"MB_s\":%.3f}\n", n_docs, bytes,
+           bad, best, (double)bytes / best / 1e6);
+    rc = bad ? 1 : 0;
+done:
+    for (size_t d = 0; d < n_docs; d++)
+        json_decref(docs[d]);
+    free(docs);
+    free(line);
+    if (f)
+        fclose(f);
+    tok_free(t);
+    return rc;
 }
 
 int cli_bench(int argc, char **argv)
 {
-    const char *dir = NULL, *v;
+    const char *dir = NULL, *v, *tok_dir = NULL, *corpus = NULL;
     int64_t threads = 0, n_prompt = 512, n_gen = 64, n_batch = 512;
     int json = 0;
     for (int i = 0; i < argc; i++) {
@@ -99,7 +167,9 @@ int cli_bench(int argc, char **argv)
             json = 1;
             continue;
         }
-        if ((f = cli_flag(argc, argv, &i, "--model", &dir)) != 0) {
+        if ((f = cli_flag(argc, argv, &i, "--model", &dir)) != 0 ||
+            (f = cli_flag(argc, argv, &i, "--tokenizer", &tok_dir)) != 0 ||
+            (f = cli_flag(argc, argv, &i, "--corpus", &corpus)) != 0) {
             if (f < 0)
                 return 2;
             continue;
@@ -117,6 +187,8 @@ int cli_bench(int argc, char **argv)
             return 2;
         }
     }
+    if (tok_dir && corpus)
+        return bench_tokenizer(tok_dir, corpus);
     if (!dir) {
         bench_usage(stderr);
         return 2;

@@ -555,17 +555,15 @@ static int encode_text(const struct tokenizer *t, const char *text, size_t len, 
     struct spans cur = {0}, next = {0};
     pcre2_match_data *md = NULL;
     if (t->nfc) {
-        char *z = malloc(len + 1);
-        if (!z)
-            return err_set("tokenizer: out of memory");
-        memcpy(z, text, len);
-        z[len] = 0;
-        norm = (char *)utf8proc_NFC((const utf8proc_uint8_t *)z);
-        free(z);
-        if (!norm)
-            return err_set("tokenizer: NFC normalisation failed");
+        /* with an explicit length utf8proc keeps NUL characters (NFC() would stop at one) */
+        utf8proc_uint8_t *z = NULL;
+        utf8proc_ssize_t zn = utf8proc_map((const utf8proc_uint8_t *)text, (utf8proc_ssize_t)len, &z,
+                                           UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        if (zn < 0)
+            return err_set("tokenizer: NFC normalisation failed: %s", utf8proc_errmsg(zn));
+        norm = (char *)z;
         s = norm;
-        len = strlen(norm);
+        len = (size_t)zn;
     }
     md = pcre2_match_data_create(1, NULL);
     if (!md || spans_push(&cur, 0, len) != 0)

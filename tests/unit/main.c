@@ -25,6 +25,7 @@ int test_failures;
     X(test_sampler_basic)                                                                                      \
     X(test_sampler_distribution)                                                                               \
     X(test_tokenizer_goldens)                                                                                  \
+    X(test_tokenizer_corpus)                                                                                   \
     X(test_tokenizer_edges)                                                                                    \
     X(test_model_golden)                                                                                       \
     X(test_model_threads_and_kernels)                                                                          \

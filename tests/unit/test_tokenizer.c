@@ -1,3 +1,4 @@
+#define _GNU_SOURCE
 /* Tests of the tokenizer against Hugging Face tokenizers' output for the real
  * Qwen3 tokenizer (the JSON files in tests/fixtures/tokenizer): ids, decoded
  * text, and the streaming decoder fed one id at a time. */
@@ -21,7 +22,7 @@ static json_t *load_json(const char *name)
     char path[512];
     snprintf(path, sizeof path, "%s/tokenizer/%s", test_fixtures(), name);
     json_error_t je;
-    json_t *j = json_load_file(path, 0, &je);
+    json_t *j = json_load_file(path, JSON_ALLOW_NUL, &je);
     if (!j)
         fprintf(stderr, "  %s: %s\n", path, je.text);
     return j;
@@ -29,7 +30,7 @@ static json_t *load_json(const char *name)
 
 /* Encodes text and compares with the expected ids; decodes them back (whole
  * and streamed) and compares with want_text when given. */
-static void check_case(struct tokenizer *t, const char *text, size_t len, json_t *want_ids, const char *want_text,
+static void check_case(struct tokenizer *t, const char *text, size_t len, json_t *want_ids, json_t *want_decoded,
                        size_t idx)
 {
     struct tok_ids ids = {0};
@@ -38,10 +39,11 @@ static void check_case(struct tokenizer *t, const char *text, size_t len, json_t
     for (int32_t i = 0; same && i < ids.n; i++)
         same = ids.ids[i] == json_integer_value(json_array_get(want_ids, (size_t)i));
     CHECK(same, "case %zu: ids differ (%d vs %zu ids) for '%.60s'", idx, ids.n, json_array_size(want_ids), text);
-    if (want_text) {
-        size_t n;
+    if (want_decoded) {
+        const char *want_text = json_string_value(want_decoded);
+        size_t want_len = json_string_length(want_decoded), n;
         char *d = tok_decode(t, ids.ids, ids.n, false, &n);
-        CHECK(d && strcmp(d, want_text) == 0, "case %zu: decoded '%s'", idx, d ? d : "(null)");
+        CHECK(d && n == want_len && memcmp(d, want_text, n) == 0, "case %zu: decoded '%.60s'", idx, d ? d : "(null)");
         free(d);
         struct tok_stream s = {0};
         char *acc = calloc(ids.n * 64 + 64, 1), buf[4096];
@@ -56,7 +58,7 @@ static void check_case(struct tokenizer *t, const char *text, size_t len, json_t
             o += (size_t)k;
         }
         o += (size_t)tok_stream_flush(&s, acc + o, 64);
-        CHECK(o == strlen(want_text) && memcmp(acc, want_text, o) == 0, "case %zu: streamed '%.*s'", idx, (int)o, acc);
+        CHECK(o == want_len && memcmp(acc, want_text, o) == 0, "case %zu: streamed '%.60s'", idx, acc);
         free(acc);
     }
     tok_ids_free(&ids);
@@ -78,17 +80,44 @@ void test_tokenizer_goldens(void)
     json_array_foreach(g, i, c) {
         const char *text = json_string_value(json_object_get(c, "text"));
         check_case(t, text, json_string_length(json_object_get(c, "text")), json_object_get(c, "ids"),
-                   json_string_value(json_object_get(c, "decoded")), i);
+                   json_object_get(c, "decoded"), i);
     }
     json_decref(g);
     g = load_json("chat_template_goldens.json");
     json_array_foreach(g, i, c) {
         json_t *r = json_object_get(c, "rendered");
         if (r)
-            check_case(t, json_string_value(r), json_string_length(r), json_object_get(c, "ids"), json_string_value(r),
-                       1000 + i);
+            check_case(t, json_string_value(r), json_string_length(r), json_object_get(c, "ids"), r, 1000 + i);
     }
     json_decref(g);
+    tok_free(t);
+}
+
+/* The large golden set (tools/reference/tokenizer_corpus.py): 1.5 MB of code,
+ * prose in many scripts, emoji, control characters and whitespace runs. */
+void test_tokenizer_corpus(void)
+{
+    struct tokenizer *t = qwen3_tok();
+    char path[512];
+    snprintf(path, sizeof path, "%s/tokenizer/corpus.jsonl", test_fixtures());
+    FILE *f = fopen(path, "r");
+    CHECK(t && f, "tokenizer or %s missing", path);
+    char *line = NULL;
+    size_t cap = 0, n = 0;
+    while (t && f && getline(&line, &cap, f) > 0) {
+        json_t *j = json_loads(line, JSON_ALLOW_NUL, NULL);
+        json_t *text = json_object_get(j, "text");
+        CHECK(json_is_string(text), "line %zu", n + 1);
+        if (json_is_string(text))
+            check_case(t, json_string_value(text), json_string_length(text), json_object_get(j, "ids"),
+                       json_object_get(j, "decoded"), 2000 + n);
+        json_decref(j);
+        n++;
+    }
+    CHECK(n >= 300, "only %zu documents", n);
+    free(line);
+    if (f)
+        fclose(f);
     tok_free(t);
 }
 
