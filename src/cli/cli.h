@@ -10,6 +10,7 @@ int cli_synth(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_detokenize(int argc, char **argv);
+int cli_render(int argc, char **argv);
 
 /* Shared flag parsing: "--name value". Returns 1 and sets *val when argv[*i]
  * is --name (advancing *i), 0 when it is another flag, -1 when the value is missing. */

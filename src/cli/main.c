@@ -14,6 +14,7 @@ static void usage(FILE *f)
                "  bench         measure prefill and decode speed of a checkpoint\n"
                "  tokenize      text to token ids (--model DIR with tokenizer.json)\n"
                "  detokenize    token ids to text\n"
+               "  render        an OpenAI chat request (stdin) to the exact prompt of the model's template\n"
                "  help          this text\n\n"
                "'kapitsa COMMAND --help' describes a command's options.\n");
 }
@@ -56,6 +57,8 @@ int main(int argc, char **argv)
         return cli_tokenize(argc - 2, argv + 2);
     if (strcmp(cmd, "detokenize") == 0)
         return cli_detokenize(argc - 2, argv + 2);
+    if (strcmp(cmd, "render") == 0)
+        return cli_render(argc - 2, argv + 2);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         usage(stdout);
         return 0;

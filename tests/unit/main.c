@@ -27,6 +27,10 @@ int test_failures;
     X(test_tokenizer_goldens)                                                                                  \
     X(test_tokenizer_corpus)                                                                                   \
     X(test_tokenizer_edges)                                                                                    \
+    X(test_chat_template_goldens)                                                                              \
+    X(test_chat_openai_arguments)                                                                              \
+    X(test_jinja_semantics)                                                                                    \
+    X(test_jinja_bad_templates)                                                                                \
     X(test_model_golden)                                                                                       \
     X(test_model_threads_and_kernels)                                                                          \
     X(test_model_chunked)                                                                                      \

@@ -1,0 +1,169 @@
+/* template: chat template loading and rendering with transformers' variables
+ * (see template.h). */
+#include "template.h"
+
+#include "../base/err.h"
+#include "jinja.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct chat_template {
+    struct jinja_tpl *tpl;
+    json_t *tokens; /* special tokens as template variables */
+};
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap)
+            break;
+        char *nb = cap < (64u << 20) ? realloc(buf, cap *= 2) : NULL;
+        if (!nb)
+            free(buf);
+        buf = nb;
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+/* "<|im_end|>" or {"content": "<|im_end|>", ...} */
+static json_t *token_str(json_t *v)
+{
+    if (json_is_string(v))
+        return json_incref(v);
+    json_t *c = json_object_get(v, "content");
+    return json_is_string(c) ? json_incref(c) : NULL;
+}
+
+struct chat_template *chat_template_load(const char *dir, const char *file)
+{
+    char path[4096];
+    json_error_t je;
+    struct chat_template *ct = calloc(1, sizeof *ct);
+    json_t *cfg = NULL;
+    char *src = NULL;
+    size_t len = 0;
+    if (!ct) {
+        err_set("template: out of memory");
+        return NULL;
+    }
+    ct->tokens = json_object();
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    cfg = dir ? json_load_file(path, 0, &je) : NULL;
+    if (dir && !cfg && !file) {
+        err_set("template: %s: %s", path, je.text);
+        goto fail;
+    }
+    static const char *const names[] = {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token",
+                                        "mask_token"};
+    for (size_t i = 0; cfg && i < sizeof names / sizeof names[0]; i++) {
+        json_t *t = token_str(json_object_get(cfg, names[i]));
+        if (t)
+            json_object_set_new(ct->tokens, names[i], t);
+    }
+    json_t *extra = cfg ? json_object_get(cfg, "additional_special_tokens") : NULL;
+    if (json_is_array(extra))
+        json_object_set(ct->tokens, "additional_special_tokens", extra);
+
+    const char *what = path;
+    if (file) {
+        src = read_file(file, &len);
+        what = file;
+        if (!src) {
+            err_set("template: cannot read %s", file);
+            goto fail;
+        }
+    } else {
+        json_t *tpl = json_object_get(cfg, "chat_template");
+        if (json_is_array(tpl)) { /* named templates: use "default" */
+            size_t i;
+            json_t *e, *found = NULL;
+            json_array_foreach(tpl, i, e) if (json_is_string(json_object_get(e, "name")) &&
+                                              strcmp(json_string_value(json_object_get(e, "name")), "default") == 0)
+                found = json_object_get(e, "template");
+            tpl = found;
+        }
+        if (json_is_string(tpl)) {
+            len = json_string_length(tpl);
+            src = malloc(len + 1);
+            if (src)
+                memcpy(src, json_string_value(tpl), len + 1);
+        } else {
+            snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+            src = read_file(path, &len);
+            if (!src) {
+                err_set("template: %s/tokenizer_config.json has no chat_template and there is no %s", dir, path);
+                goto fail;
+            }
+        }
+    }
+    ct->tpl = jinja_parse(src, len);
+    if (!ct->tpl) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s", err_msg());
+        err_set("template: %s: %s", what, msg);
+        goto fail;
+    }
+    free(src);
+    json_decref(cfg);
+    return ct;
+fail:
+    free(src);
+    json_decref(cfg);
+    chat_template_free(ct);
+    return NULL;
+}
+
+void chat_template_free(struct chat_template *ct)
+{
+    if (!ct)
+        return;
+    jinja_free(ct->tpl);
+    json_decref(ct->tokens);
+    free(ct);
+}
+
+char *chat_template_render(const struct chat_template *ct, json_t *messages, json_t *tools, bool add_generation_prompt,
+                           json_t *kwargs, size_t *len)
+{
+    json_t *ctx = json_deep_copy(ct->tokens);
+    json_object_set(ctx, "messages", messages);
+    json_object_set(ctx, "tools", tools ? tools : json_null());
+    json_object_set_new(ctx, "documents", json_null());
+    json_object_set_new(ctx, "add_generation_prompt", json_boolean(add_generation_prompt));
+    if (json_is_object(kwargs))
+        json_object_update(ctx, kwargs);
+    char *out = jinja_render(ct->tpl, ctx, len);
+    json_decref(ctx);
+    return out;
+}
+
+json_t *chat_messages_from_openai(json_t *messages)
+{
+    json_t *m = json_deep_copy(messages);
+    size_t i, j;
+    json_t *msg, *call;
+    json_array_foreach(m, i, msg) {
+        json_array_foreach(json_object_get(msg, "tool_calls"), j, call) {
+            json_t *fn = json_object_get(call, "function");
+            json_t *args = json_object_get(fn, "arguments");
+            if (!json_is_string(args))
+                continue;
+            json_t *parsed = json_loads(json_string_value(args), JSON_DECODE_ANY, NULL);
+            if (json_is_object(parsed))
+                json_object_set_new(fn, "arguments", parsed);
+            else
+                json_decref(parsed);
+        }
+    }
+    return m;
+}

@@ -1,0 +1,36 @@
+/* template: a model's chat template and the special tokens it is rendered with,
+ * as transformers' apply_chat_template does it.
+ *
+ * The template comes from tokenizer_config.json ("chat_template": a string, or
+ * a list of {name, template} of which "default" is used) or from
+ * chat_template.jinja beside it, or from an explicit file. Rendering passes
+ * messages, tools (None when absent), documents (None), add_generation_prompt,
+ * the special tokens of tokenizer_config.json (bos_token, eos_token, ... when
+ * set) and any extra keyword arguments (enable_thinking, ...), which win.
+ *
+ * Ownership: struct chat_template owns its parsed template and token strings. */
+#ifndef KP_TEMPLATE_H
+#define KP_TEMPLATE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+struct chat_template;
+
+/* dir: the model folder; file (may be NULL) overrides the folder's template.
+ * NULL with err_set() naming the file on failure. */
+struct chat_template *chat_template_load(const char *dir, const char *file);
+void chat_template_free(struct chat_template *ct);
+
+/* Renders; messages as transformers takes them (tool-call arguments as objects:
+ * see chat_messages_from_openai). kwargs may be NULL. Returns a malloc'd string. */
+char *chat_template_render(const struct chat_template *ct, json_t *messages, json_t *tools, bool add_generation_prompt,
+                           json_t *kwargs, size_t *len);
+
+/* A copy of OpenAI-style messages with each tool call's "arguments" JSON string
+ * parsed into an object (what an API server does before rendering); a string
+ * that is not a JSON object is kept as it is. */
+json_t *chat_messages_from_openai(json_t *messages);
+
+#endif
