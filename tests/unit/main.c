@@ -31,6 +31,7 @@ int test_failures;
     X(test_chat_openai_arguments)                                                                              \
     X(test_jinja_semantics)                                                                                    \
     X(test_jinja_bad_templates)                                                                                \
+    X(test_parser_table)                                                                                       \
     X(test_model_golden)                                                                                       \
     X(test_model_threads_and_kernels)                                                                          \
     X(test_model_chunked)                                                                                      \
