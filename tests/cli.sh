@@ -60,6 +60,35 @@ expect "config field of the wrong type" 1 "'num_attention_heads' must be an inte
 expect "no config.json" 1 "config.json" -- "$bin" check "$b/no_config"
 expect "no weights" 1 "model.safetensors" "No such file" -- "$bin" check "$b/no_weights"
 expect "no such folder" 1 "nowhere" "No such file" -- "$bin" check "$tmp/nowhere"
+tok=$here/../models/qwen3-tokenizer
+expect "tokenize ids" 0 "[9707, 11, 1879, 0]" -- "$bin" tokenize --model "$tok" --ids "Hello, world!"
+expect "tokenize pieces" 0 '"Ġworld"' -- "$bin" tokenize --model "$tok" --pieces "Hello world"
+printf 'bad \xff utf8' >"$tmp/bad.txt"
+expect "tokenize invalid UTF-8 from stdin" 1 "not valid UTF-8 (byte 4)" -- sh -c "'$bin' tokenize --model '$tok' - < '$tmp/bad.txt'"
+expect "detokenize" 0 "Hello, world!" -- "$bin" detokenize --model "$tok" 9707 11 1879 0
+expect "detokenize a bad id" 1 "not in the vocabulary" -- "$bin" detokenize --model "$tok" 99999999
+expect "detokenize a non-number" 2 "is not a token id" -- "$bin" detokenize --model "$tok" 12x
+cat >"$tmp/req.json" <<'JSON'
+{"messages": [{"role": "user", "content": "List files"},
+  {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+    "function": {"name": "ls", "arguments": "{\"path\": \".\"}"}}]},
+  {"role": "tool", "tool_call_id": "c1", "content": "a.c"}],
+ "tools": [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object",
+    "properties": {"path": {"type": "string"}}}}}],
+ "chat_template_kwargs": {"enable_thinking": false}}
+JSON
+expect "render qwen3" 0 '{"name": "ls", "arguments": {"path": "."}}' "<tool_response>" "<think>" -- \
+    sh -c "'$bin' render --model '$tok' < '$tmp/req.json'"
+expect "render with another template" 0 "<function=ls>" "<parameter=path>" -- \
+    sh -c "'$bin' render --model '$tok' --template '$fx/templates/Qwen3-Coder.jinja' < '$tmp/req.json'"
+expect "render ids" 0 "[151644, 8948, 198" "151667, 271, 151668, 271]" -- sh -c "'$bin' render --model '$tok' --ids < '$tmp/req.json'"
+printf '{%% if x %%}unclosed' >"$tmp/broken.jinja"
+expect "render a broken template" 1 "broken.jinja" "jinja: line 1" -- \
+    sh -c "'$bin' render --model '$tok' --template '$tmp/broken.jinja' < '$tmp/req.json'"
+printf '{{ raise_exception("roles must alternate") }}' >"$tmp/raise.jinja"
+expect "render a template that raises" 1 "roles must alternate" -- \
+    sh -c "'$bin' render --model '$tok' --template '$tmp/raise.jinja' < '$tmp/req.json'"
+expect "render a bad request" 1 "messages list" -- sh -c "echo '{\"messages\": 3}' | '$bin' render --model '$tok'"
 expect "bad flag" 2 "--chunks needs sizes" -- "$bin" check "$fx/qwen3" --chunks 0
 expect "unknown command" 2 "unknown command" -- "$bin" frobnicate
 
