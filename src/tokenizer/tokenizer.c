@@ -544,12 +544,35 @@ static int pre_split(const struct pre_tok *p, const char *text, size_t b, size_t
     return 0;
 }
 
+/* ByteLevel's add_prefix_space: every piece that does not start with a space
+ * gets one. Rebuilds the text into *spaced (which replaces *s) and moves the spans. */
+static int prefix_spaces(const char **s, size_t *len, struct spans *cur, char **spaced)
+{
+    char *o = malloc(*len + cur->n + 1);
+    if (!o)
+        return err_set("tokenizer: out of memory");
+    size_t k = 0;
+    for (size_t i = 0; i < cur->n; i++) {
+        size_t b = cur->v[i].b, e = cur->v[i].e, nb = k;
+        if (e > b && (*s)[b] != ' ')
+            o[k++] = ' ';
+        memcpy(o + k, *s + b, e - b);
+        k += e - b;
+        cur->v[i] = (struct span){nb, k};
+    }
+    free(*spaced);
+    *spaced = o;
+    *s = o;
+    *len = k;
+    return 0;
+}
+
 /* Normalises, pre-tokenises and BPE-encodes text between added tokens. */
 static int encode_text(const struct tokenizer *t, const char *text, size_t len, struct tok_ids *out)
 {
     if (len == 0)
         return 0;
-    char *norm = NULL;
+    char *norm = NULL, *spaced = NULL;
     const char *s = text;
     int rc = -1;
     struct spans cur = {0}, next = {0};
@@ -569,6 +592,8 @@ static int encode_text(const struct tokenizer *t, const char *text, size_t len, 
     if (!md || spans_push(&cur, 0, len) != 0)
         goto done;
     for (int32_t p = 0; p < t->n_pre; p++) {
+        if (t->pre[p].kind == PRE_BYTELEVEL && t->pre[p].add_prefix_space && prefix_spaces(&s, &len, &cur, &spaced) != 0)
+            goto done;
         if (t->pre[p].kind == PRE_BYTELEVEL && !t->pre[p].re)
             continue;
         next.n = 0;
@@ -588,6 +613,7 @@ done:
     free(cur.v);
     free(next.v);
     free(norm);
+    free(spaced);
     return rc;
 }
 

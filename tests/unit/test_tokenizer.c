@@ -93,7 +93,7 @@ void test_tokenizer_goldens(void)
     tok_free(t);
 }
 
-/* The large golden set (tools/reference/tokenizer_corpus.py): 1.5 MB of code,
+/* The large golden set (tools/reference/tokenizer_corpus.py): 3.2 MB of code,
  * prose in many scripts, emoji, control characters and whitespace runs. */
 void test_tokenizer_corpus(void)
 {
@@ -114,11 +114,35 @@ void test_tokenizer_corpus(void)
         json_decref(j);
         n++;
     }
-    CHECK(n >= 300, "only %zu documents", n);
+    CHECK(n >= 700, "only %zu documents", n);
     free(line);
     if (f)
         fclose(f);
     tok_free(t);
+}
+
+/* Small tokenizers made by tools/reference/tokenizer_features.py: Split
+ * behaviors and invert, Digits, ByteLevel with its regex and a prefix space,
+ * "a b" merges, added tokens with lstrip/rstrip/single_word. */
+void test_tokenizer_features(void)
+{
+    json_t *g = load_json("features/features.json");
+    CHECK(json_array_size(g) >= 100, "feature goldens");
+    size_t i;
+    json_t *c;
+    json_array_foreach(g, i, c) {
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/tokenizer/features/%s", test_fixtures(),
+                 json_string_value(json_object_get(c, "tokenizer")));
+        struct tokenizer *t = tok_load(dir);
+        CHECK(t != NULL, "%s", err_msg());
+        json_t *text = json_object_get(c, "text");
+        if (t)
+            check_case(t, json_string_value(text), json_string_length(text), json_object_get(c, "ids"),
+                       json_object_get(c, "decoded"), 3000 + i);
+        tok_free(t);
+    }
+    json_decref(g);
 }
 
 void test_tokenizer_edges(void)
