@@ -733,14 +733,19 @@ static struct jval slice(struct rctx *r, struct jval obj, const struct node *n, 
     if (obj.t == J_LIST) {
         struct jval l = mk_list(r, 8);
         l.tuple = obj.tuple;
-        for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step)
+        for (int64_t i = lo; step > 0 ? i < hi : i > hi;) {
             list_add(r, l.l, obj.l->v[i]);
+            if (__builtin_add_overflow(i, step, &i))
+                break;
+        }
         return l;
     }
     struct sbuf b = {0};
-    for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step) {
+    for (int64_t i = lo; step > 0 ? i < hi : i > hi;) {
         size_t o = cp_offset(obj.s.p, obj.s.n, (size_t)i);
         sb_put(r, &b, obj.s.p + o, cp_offset(obj.s.p + o, obj.s.n - o, 1));
+        if (__builtin_add_overflow(i, step, &i))
+            break;
     }
     return mk_str(b.p ? b.p : "", b.n);
 }
@@ -784,26 +789,58 @@ static struct jval arith(struct rctx *r, const char *op, struct jval a, struct j
     }
     bool ints = a.t != J_FLOAT && b.t != J_FLOAT;
     double x = as_num(a), y = as_num(b);
+    int64_t xi = ints ? as_int(r, a, line) : 0, yi = ints ? as_int(r, b, line) : 0, ri;
     switch (op[0]) {
-    case '+': return ints ? mk_int((int64_t)x + (int64_t)y) : mk_float(x + y);
-    case '-': return ints ? mk_int((int64_t)x - (int64_t)y) : mk_float(x - y);
+    case '+':
+        if (!ints)
+            return mk_float(x + y);
+        if (__builtin_add_overflow(xi, yi, &ri))
+            rerr(r, line, "integer overflow");
+        return mk_int(ri);
+    case '-':
+        if (!ints)
+            return mk_float(x - y);
+        if (__builtin_sub_overflow(xi, yi, &ri))
+            rerr(r, line, "integer overflow");
+        return mk_int(ri);
     case '*':
-        if (op[1] == '*')
-            return ints && y >= 0 ? mk_int((int64_t)pow(x, y)) : mk_float(pow(x, y));
-        return ints ? mk_int((int64_t)x * (int64_t)y) : mk_float(x * y);
+        if (op[1] == '*') {
+            double pw = pow(x, y);
+            if (ints && yi >= 0) {
+                if (!(fabs(pw) < 9.2e18))
+                    rerr(r, line, "integer overflow");
+                return mk_int((int64_t)pw);
+            }
+            return mk_float(pw);
+        }
+        if (!ints)
+            return mk_float(x * y);
+        if (__builtin_mul_overflow(xi, yi, &ri))
+            rerr(r, line, "integer overflow");
+        return mk_int(ri);
     case '/':
         if (y == 0)
             rerr(r, line, "division by zero");
-        if (op[1] == '/')
-            return ints ? mk_int((int64_t)floor(x / y)) : mk_float(floor(x / y));
+        if (op[1] == '/') {
+            if (!ints)
+                return mk_float(floor(x / y));
+            if (xi == INT64_MIN && yi == -1)
+                rerr(r, line, "integer overflow");
+            int64_t q = xi / yi;
+            if ((xi % yi != 0) && ((xi < 0) != (yi < 0)))
+                q--;
+            return mk_int(q);
+        }
         return mk_float(x / y);
     case '%':
         if (y == 0)
             rerr(r, line, "modulo by zero");
         if (ints) {
-            int64_t m = (int64_t)x % (int64_t)y;
-            if (m != 0 && ((m < 0) != (y < 0)))
-                m += (int64_t)y;
+            if (yi == -1)
+                return mk_int(0);
+            int64_t m = xi % yi;
+            if (m != 0 && ((m < 0) != (yi < 0)))
+                m += yi;
             return mk_int(m);
         }
         return mk_float(x - floor(x / y) * y);
@@ -1069,11 +1106,15 @@ static struct jval call_global(struct rctx *r, int fn, const struct args *a, int
             rerr(r, line, "range expected at least 1 argument");
         if (st == 0)
             rerr(r, line, "range() arg 3 must not be zero");
-        if ((hi - lo) / st > 100000)
+        int64_t span;
+        if (__builtin_sub_overflow(hi, lo, &span) || (st != -1 && span / st > 100000) || (st == -1 && span < -100000))
             rerr(r, line, "range too large");
         struct jval l = mk_list(r, 8);
-        for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st)
+        for (int64_t i = lo; st > 0 ? i < hi : i > hi;) {
             list_add(r, l.l, mk_int(i));
+            if (__builtin_add_overflow(i, st, &i))
+                break;
+        }
         return l;
     }
     case F_RAISE: {
@@ -1346,7 +1387,12 @@ static struct jval eval(struct rctx *r, struct frame *f, const struct node *n)
             rerr(r, n->line, "bad operand type for unary -: '%s'", type_name(v));
         if (!n->i)
             return v;
-        return v.t == J_FLOAT ? mk_float(-v.f) : mk_int(-as_int(r, v, n->line));
+        if (v.t == J_FLOAT)
+            return mk_float(-v.f);
+        int64_t x = as_int(r, v, n->line);
+        if (x == INT64_MIN)
+            rerr(r, n->line, "integer overflow");
+        return mk_int(-x);
     }
     case N_AND: {
         struct jval a = eval(r, f, n->a);

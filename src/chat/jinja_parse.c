@@ -376,8 +376,9 @@ static struct node *parse_primary(struct parser *p)
     case T_INT: {
         n = mk(p, N_INT, t->line);
         for (size_t i = 0; i < t->len; i++)
-            if (t->s[i] != '_')
-                n->i = n->i * 10 + (t->s[i] - '0');
+            if (t->s[i] != '_' && (__builtin_mul_overflow(n->i, 10, &n->i) ||
+                                   __builtin_add_overflow(n->i, t->s[i] - '0', &n->i)))
+                perr(p, t->line, "integer literal too large", t->s, t->len);
         return n;
     }
     case T_FLOAT: {

@@ -158,6 +158,12 @@ void test_jinja_bad_templates(void)
         {"{{ 1 / 0 }}", "division by zero"},
         {"{# unterminated comment", "unterminated comment"},
         {"{{ \"\\u12\" }}", "bad escape"},
+        {"{{ 99999999999999999999 }}", "integer literal too large"},
+        {"{{ 9223372036854775807 + 1 }}", "integer overflow"},
+        {"{{ -(-9223372036854775807 - 1) }}", "integer overflow"},
+        {"{{ 2 ** 100 }}", "integer overflow"},
+        {"{{ (-9223372036854775807 - 1) // -1 }}", "integer overflow"},
+        {"{{ range(9223372036854775806, 9223372036854775807, 10) | length }}{{ x.y }}", "undefined"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         err_clear();
