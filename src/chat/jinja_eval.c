@@ -18,6 +18,7 @@
 #define MAX_STEPS 5000000
 #define MAX_OUTPUT (64u << 20)
 #define MAX_DEPTH 200
+#define MAX_EVAL_DEPTH 400 /* expression nesting: left-deep operator chains recurse */
 
 struct sbuf {
     char *p;
@@ -36,6 +37,7 @@ struct rctx {
     struct frame *globals;
     int64_t steps;
     int depth;
+    int eval_depth;
     int loop_ctl; /* 1 break, 2 continue */
     int32_t line; /* of the node being run, for errors without one */
 };
@@ -1302,7 +1304,18 @@ static bool do_test(struct rctx *r, const char *name, size_t len, struct jval v,
 
 /* ---- expressions ---- */
 
+static struct jval eval_inner(struct rctx *r, struct frame *f, const struct node *n);
+
 static struct jval eval(struct rctx *r, struct frame *f, const struct node *n)
+{
+    if (++r->eval_depth > MAX_EVAL_DEPTH)
+        rerr(r, n->line, "expression nested too deeply");
+    struct jval v = eval_inner(r, f, n);
+    r->eval_depth--;
+    return v;
+}
+
+static struct jval eval_inner(struct rctx *r, struct frame *f, const struct node *n)
 {
     r->line = n->line;
     if (++r->steps > MAX_STEPS)

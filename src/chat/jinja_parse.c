@@ -24,14 +24,23 @@ struct parser {
     struct arena *a;
     struct tok *t;
     int32_t n, cap, pos;
+    int32_t depth; /* nesting of expressions and blocks, bounded: the parser recurses */
     jmp_buf jb;
 };
+
+#define MAX_NESTING 100
 
 static _Noreturn void perr(struct parser *p, int32_t line, const char *msg, const char *what, size_t wlen)
 {
     err_set("jinja: line %d: %s%s%.*s%s", line, msg, what ? " '" : "", (int)(what ? wlen : 0), what ? what : "",
             what ? "'" : "");
     longjmp(p->jb, 1);
+}
+
+static void enter(struct parser *p)
+{
+    if (++p->depth > MAX_NESTING)
+        perr(p, p->t[p->pos].line, "template nested too deeply", NULL, 0);
 }
 
 static void *palloc(struct parser *p, size_t n)
@@ -318,6 +327,7 @@ static void list_push(struct parser *p, struct node_list *l, struct node *n)
 static struct node *parse_expr(struct parser *p);
 static struct node *parse_or(struct parser *p);
 static struct node *parse_unary(struct parser *p);
+static struct node *parse_unary_inner(struct parser *p, struct tok *t);
 
 /* (args, kw=args) after the opening parenthesis */
 static void parse_args(struct parser *p, struct node *call)
@@ -542,6 +552,14 @@ static struct node *parse_filters(struct parser *p, struct node *n)
 static struct node *parse_unary(struct parser *p)
 {
     struct tok *t = peek(p);
+    enter(p);
+    struct node *r = parse_unary_inner(p, t);
+    p->depth--;
+    return r;
+}
+
+static struct node *parse_unary_inner(struct parser *p, struct tok *t)
+{
     if (is_op(t, "-") || is_op(t, "+")) {
         next(p);
         struct node *n = mk(p, N_NEG, t->line);
@@ -634,8 +652,10 @@ static struct node *parse_compare(struct parser *p)
 static struct node *parse_not(struct parser *p)
 {
     if (is_name(peek(p), "not")) {
+        enter(p);
         struct node *n = mk(p, N_NOT, next(p)->line);
         n->a = parse_not(p);
+        p->depth--;
         return n;
     }
     return parse_compare(p);
@@ -667,6 +687,7 @@ static struct node *parse_or(struct parser *p)
 
 static struct node *parse_expr(struct parser *p)
 {
+    enter(p);
     struct node *n = parse_or(p);
     while (is_name(peek(p), "if")) {
         struct node *c = mk(p, N_COND, next(p)->line);
@@ -678,6 +699,7 @@ static struct node *parse_expr(struct parser *p)
         }
         n = c;
     }
+    p->depth--;
     return n;
 }
 
@@ -728,12 +750,14 @@ static int parse_body(struct parser *p, struct node_list *out, const char *const
 static struct node *parse_if(struct parser *p, int32_t line)
 {
     static const char *const ends[] = {"elif", "else", "endif", NULL};
+    enter(p);
     struct node *n = mk(p, N_IF, line);
     n->a = parse_expr(p);
     expect_block_end(p);
     int e = parse_body(p, &n->body, ends);
     if (e == 0) {
         list_push(p, &n->other, parse_if(p, p->t[p->pos - 1].line));
+        p->depth--;
         return n;
     }
     if (e == 1) {
@@ -742,10 +766,21 @@ static struct node *parse_if(struct parser *p, int32_t line)
         parse_body(p, &n->other, ends2);
     }
     expect_block_end(p);
+    p->depth--;
     return n;
 }
 
+static int parse_body_inner(struct parser *p, struct node_list *out, const char *const *ends);
+
 static int parse_body(struct parser *p, struct node_list *out, const char *const *ends)
+{
+    enter(p);
+    int r = parse_body_inner(p, out, ends);
+    p->depth--;
+    return r;
+}
+
+static int parse_body_inner(struct parser *p, struct node_list *out, const char *const *ends)
 {
     for (;;) {
         struct tok *t = next(p);

@@ -159,6 +159,12 @@ void test_jinja_bad_templates(void)
         {"{# unterminated comment", "unterminated comment"},
         {"{{ \"\\u12\" }}", "bad escape"},
         {"{{ 99999999999999999999 }}", "integer literal too large"},
+        {"{{ ((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((("
+         "1 }}", "nested too deeply"},
+        {"{{ not not not not not not not not not not not not not not not not not not not not not not not not not not not "
+         "not not not not not not not not not not not not not not not not not not not not not not not not not not not not "
+         "not not not not not not not not not not not not not not not not not not not not not not not not not not not not "
+         "not not not not not not not not not not not not not not not not not not not 1 }}", "nested too deeply"},
         {"{{ 9223372036854775807 + 1 }}", "integer overflow"},
         {"{{ -(-9223372036854775807 - 1) }}", "integer overflow"},
         {"{{ 2 ** 100 }}", "integer overflow"},
