@@ -11,6 +11,9 @@ int cli_bench(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_detokenize(int argc, char **argv);
 int cli_render(int argc, char **argv);
+int cli_run(int argc, char **argv);
+/* The embedded default model folder (KAPITSA_MODEL, ./models/kapitsa-tiny, or beside the binary). */
+const char *cli_default_model(void);
 
 /* Shared flag parsing: "--name value". Returns 1 and sets *val when argv[*i]
  * is --name (advancing *i), 0 when it is another flag, -1 when the value is missing. */
