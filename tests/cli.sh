@@ -89,6 +89,11 @@ printf '{{ raise_exception("roles must alternate") }}' >"$tmp/raise.jinja"
 expect "render a template that raises" 1 "roles must alternate" -- \
     sh -c "'$bin' render --model '$tok' --template '$tmp/raise.jinja' < '$tmp/req.json'"
 expect "render a bad request" 1 "messages list" -- sh -c "echo '{\"messages\": 3}' | '$bin' render --model '$tok'"
+expect "run the default model (greedy)" 0 "    return np.array([1, 2, 3" -- \
+    sh -c "cd '$here/..' && '$bin' run --max-tokens 12 'def is_prime(n):
+'"
+expect "run as a chat turn, sampled" 0 "" -- "$bin" run --model "$here/../models/kapitsa-tiny" --chat --temp 0.8 --seed 1 --max-tokens 8 "hi"
+expect "run a missing model" 1 "kapitsa:" -- "$bin" run --model "$tmp/nowhere" "x"
 expect "bad flag" 2 "--chunks needs sizes" -- "$bin" check "$fx/qwen3" --chunks 0
 expect "unknown command" 2 "unknown command" -- "$bin" frobnicate
 
