@@ -35,6 +35,7 @@ struct added_tok {
     size_t len;
     int32_t id;
     bool special, lstrip, rstrip, single_word;
+    bool normalized; /* matched in the normalised text, not the raw input */
 };
 
 struct tokenizer {
@@ -283,6 +284,8 @@ static int load_model(struct tokenizer *t, json_t *root, const char *path)
         a->lstrip = json_is_true(json_object_get(v, "lstrip"));
         a->rstrip = json_is_true(json_object_get(v, "rstrip"));
         a->single_word = json_is_true(json_object_get(v, "single_word"));
+        json_t *nz = json_object_get(v, "normalized");
+        a->normalized = nz ? json_is_true(nz) : !a->special; /* the library's default */
         if (!a->content || a->len == 0 || set_piece(t, a->id, c, a->len) != 0)
             return err_set("tokenizer: %s: added_tokens[%zu] is empty or out of memory", path, i);
         t->special[a->id] = a->special;
@@ -567,28 +570,16 @@ static int prefix_spaces(const char **s, size_t *len, struct spans *cur, char **
     return 0;
 }
 
-/* Normalises, pre-tokenises and BPE-encodes text between added tokens. */
-static int encode_text(const struct tokenizer *t, const char *text, size_t len, struct tok_ids *out)
+/* Pre-tokenises and BPE-encodes normalised text that holds no added token. */
+static int encode_pieces(const struct tokenizer *t, const char *text, size_t len, struct tok_ids *out)
 {
     if (len == 0)
         return 0;
-    char *norm = NULL, *spaced = NULL;
+    char *spaced = NULL;
     const char *s = text;
     int rc = -1;
     struct spans cur = {0}, next = {0};
-    pcre2_match_data *md = NULL;
-    if (t->nfc) {
-        /* with an explicit length utf8proc keeps NUL characters (NFC() would stop at one) */
-        utf8proc_uint8_t *z = NULL;
-        utf8proc_ssize_t zn = utf8proc_map((const utf8proc_uint8_t *)text, (utf8proc_ssize_t)len, &z,
-                                           UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-        if (zn < 0)
-            return err_set("tokenizer: NFC normalisation failed: %s", utf8proc_errmsg(zn));
-        norm = (char *)z;
-        s = norm;
-        len = (size_t)zn;
-    }
-    md = pcre2_match_data_create(1, NULL);
+    pcre2_match_data *md = pcre2_match_data_create(1, NULL);
     if (!md || spans_push(&cur, 0, len) != 0)
         goto done;
     for (int32_t p = 0; p < t->n_pre; p++) {
@@ -612,7 +603,6 @@ done:
     pcre2_match_data_free(md);
     free(cur.v);
     free(next.v);
-    free(norm);
     free(spaced);
     return rc;
 }
@@ -652,18 +642,21 @@ static bool is_space_at(const char *s, size_t n, size_t i, size_t *len)
            cp == 0x3000;
 }
 
-int tok_encode(const struct tokenizer *t, const char *text, size_t len, struct tok_ids *out)
+typedef int (*segment_fn)(const struct tokenizer *t, const char *s, size_t n, struct tok_ids *out);
+
+/* Finds the added tokens whose `normalized` flag is `pass` in text (leftmost-longest,
+ * with lstrip/rstrip/single_word), emits their ids, and hands the text between them
+ * to fn. */
+static int split_added(const struct tokenizer *t, const char *text, size_t len, bool pass, segment_fn fn,
+                       struct tok_ids *out)
 {
-    size_t bad_at = utf8_valid_prefix(text, len);
-    if (bad_at < len)
-        return err_set("tokenizer: input is not valid UTF-8 (byte %zu)", bad_at);
     size_t start = 0, i = 0;
     while (i < len) {
-        /* leftmost-longest added token at i (the list is sorted longest first) */
+        /* the list is sorted longest first */
         const struct added_tok *hit = NULL;
         for (int32_t a = 0; a < t->n_adds && !hit; a++) {
             const struct added_tok *c = &t->adds[a];
-            if (c->len <= len - i && memcmp(text + i, c->content, c->len) == 0 &&
+            if (c->normalized == pass && c->len <= len - i && memcmp(text + i, c->content, c->len) == 0 &&
                 (!c->single_word || (!is_word_char(text, len, i, 1) && !is_word_char(text, len, i + c->len, 0))))
                 hit = c;
         }
@@ -684,11 +677,38 @@ int tok_encode(const struct tokenizer *t, const char *text, size_t len, struct t
         if (hit->rstrip)
             while (is_space_at(text, len, me, &sl))
                 me += sl;
-        if (encode_text(t, text + start, mb - start, out) != 0 || ids_push(out, hit->id) != 0)
+        if (fn(t, text + start, mb - start, out) != 0 || ids_push(out, hit->id) != 0)
             return -1;
         start = i = me;
     }
-    return encode_text(t, text + start, len - start, out);
+    return fn(t, text + start, len - start, out);
+}
+
+/* Text between raw-matched added tokens: normalised, then split by the
+ * normalised-matched ones, then pre-tokenised and merged. */
+static int encode_segment(const struct tokenizer *t, const char *text, size_t len, struct tok_ids *out)
+{
+    if (len == 0)
+        return 0;
+    if (!t->nfc)
+        return split_added(t, text, len, true, encode_pieces, out);
+    /* with an explicit length utf8proc keeps NUL characters (NFC() would stop at one) */
+    utf8proc_uint8_t *z = NULL;
+    utf8proc_ssize_t zn = utf8proc_map((const utf8proc_uint8_t *)text, (utf8proc_ssize_t)len, &z,
+                                       UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    if (zn < 0)
+        return err_set("tokenizer: NFC normalisation failed: %s", utf8proc_errmsg(zn));
+    int rc = split_added(t, (const char *)z, (size_t)zn, true, encode_pieces, out);
+    free(z);
+    return rc;
+}
+
+int tok_encode(const struct tokenizer *t, const char *text, size_t len, struct tok_ids *out)
+{
+    size_t bad_at = utf8_valid_prefix(text, len);
+    if (bad_at < len)
+        return err_set("tokenizer: input is not valid UTF-8 (byte %zu)", bad_at);
+    return split_added(t, text, len, false, encode_segment, out);
 }
 
 /* ---- decode ---- */

@@ -27,6 +27,7 @@ int test_failures;
     X(test_tokenizer_goldens)                                                                                  \
     X(test_tokenizer_corpus)                                                                                   \
     X(test_tokenizer_features)                                                                                 \
+    X(test_tokenizer_added_normalized)                                                                         \
     X(test_tokenizer_edges)                                                                                    \
     X(test_chat_template_goldens)                                                                              \
     X(test_chat_openai_arguments)                                                                              \

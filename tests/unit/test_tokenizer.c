@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static struct tokenizer *qwen3_tok(void)
 {
@@ -143,6 +144,42 @@ void test_tokenizer_features(void)
         tok_free(t);
     }
     json_decref(g);
+}
+
+/* Added tokens with normalized=true are found in the NFC text, the others in the raw
+ * input: a decomposed "e + U+0301" reaches the precomposed token only after NFC, and a
+ * decomposed raw token matches before NFC would recompose it. */
+void test_tokenizer_added_normalized(void)
+{
+    char src[512], dir[512], path[600];
+    snprintf(src, sizeof src, "%s/tokenizer/features/split_removed/tokenizer.json", test_fixtures());
+    snprintf(dir, sizeof dir, "%s/added_norm", test_tmpdir());
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    mkdir(dir, 0755);
+    json_t *j = json_load_file(src, 0, NULL);
+    json_t *adds = json_object_get(j, "added_tokens");
+    CHECK(json_is_array(adds), "added_tokens");
+    json_array_append_new(adds, json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", 5000, "content", "\xc3\xa9", "single_word",
+                                          0, "lstrip", 0, "rstrip", 0, "normalized", 1, "special", 0));
+    json_array_append_new(adds, json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", 5001, "content", "n\xcc\x83", "single_word",
+                                          0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 0));
+    json_array_append_new(adds, json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", 5002, "content", "o\xcc\x88", "single_word",
+                                          0, "lstrip", 0, "rstrip", 0, "normalized", 1, "special", 0));
+    json_dump_file(j, path, 0);
+    json_decref(j);
+    struct tokenizer *t = tok_load(dir);
+    CHECK(t != NULL, "%s", err_msg());
+    struct tok_ids ids = {0};
+    if (t) {
+        CHECK(tok_encode(t, "e\xcc\x81", 3, &ids) == 0 && ids.n == 1 && ids.ids[0] == 5000, "NFC then match: %d ids", ids.n);
+        ids.n = 0;
+        CHECK(tok_encode(t, "n\xcc\x83", 3, &ids) == 0 && ids.n == 1 && ids.ids[0] == 5001, "raw match before NFC");
+        ids.n = 0;
+        CHECK(tok_encode(t, "o\xcc\x88", 3, &ids) == 0 && (ids.n != 1 || ids.ids[0] != 5002),
+              "a normalized token spelled decomposed never matches NFC text");
+    }
+    tok_ids_free(&ids);
+    tok_free(t);
 }
 
 void test_tokenizer_edges(void)
