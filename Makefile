@@ -2,10 +2,10 @@
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -Wall -Wextra -pthread -MMD -MP
-LDLIBS  := -ljansson -lpcre2-8 -lutf8proc -lm -lpthread
+LDLIBS  := -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lm -lpthread
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
-SRC     := $(wildcard src/base/*.c src/model/*.c src/backend/*.c src/backend/cpu/*.c src/engine/*.c src/tokenizer/*.c src/chat/*.c)
+SRC     := $(wildcard src/base/*.c src/model/*.c src/backend/*.c src/backend/cpu/*.c src/engine/*.c src/tokenizer/*.c src/chat/*.c src/server/*.c)
 CLI     := $(wildcard src/cli/*.c)
 TESTS   := $(wildcard tests/unit/*.c)
 

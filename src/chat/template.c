@@ -12,6 +12,7 @@
 struct chat_template {
     struct jinja_tpl *tpl;
     json_t *tokens; /* special tokens as template variables */
+    enum chat_format format;
 };
 
 static char *read_file(const char *path, size_t *len)
@@ -106,6 +107,7 @@ struct chat_template *chat_template_load(const char *dir, const char *file)
             }
         }
     }
+    ct->format = strstr(src, "<function=") ? CHAT_FMT_XML : strstr(src, "<TOOLCALL>") ? CHAT_FMT_TOOLCALL : CHAT_FMT_JSON;
     ct->tpl = jinja_parse(src, len);
     if (!ct->tpl) {
         char msg[600];
@@ -146,6 +148,8 @@ char *chat_template_render(const struct chat_template *ct, json_t *messages, jso
     json_decref(ctx);
     return out;
 }
+
+enum chat_format chat_template_tool_format(const struct chat_template *ct) { return ct->format; }
 
 json_t *chat_messages_from_openai(json_t *messages)
 {

@@ -12,6 +12,8 @@
 #ifndef KP_TEMPLATE_H
 #define KP_TEMPLATE_H
 
+#include "parser.h"
+
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -27,6 +29,10 @@ void chat_template_free(struct chat_template *ct);
  * see chat_messages_from_openai). kwargs may be NULL. Returns a malloc'd string. */
 char *chat_template_render(const struct chat_template *ct, json_t *messages, json_t *tools, bool add_generation_prompt,
                            json_t *kwargs, size_t *len);
+
+/* The tool-call format the template teaches the model (XML if it shows
+ * <function=...>, <TOOLCALL> for Nemotron v2, else Qwen3's JSON). */
+enum chat_format chat_template_tool_format(const struct chat_template *ct);
 
 /* A copy of OpenAI-style messages with each tool call's "arguments" JSON string
  * parsed into an object (what an API server does before rendering); a string

@@ -9,6 +9,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: kapitsa COMMAND [options]\n\n"
                "commands:\n"
+               "  serve         the OpenAI-compatible HTTP API (default model: models/kapitsa-tiny)\n"
                "  run PROMPT    generate text (default model: models/kapitsa-tiny)\n"
                "  check DIR     compare a checkpoint with its reference logits (DIR/golden.safetensors)\n"
                "  synth         write a random-weight checkpoint with the shapes of a real model\n"
@@ -58,6 +59,8 @@ int main(int argc, char **argv)
         return cli_tokenize(argc - 2, argv + 2);
     if (strcmp(cmd, "detokenize") == 0)
         return cli_detokenize(argc - 2, argv + 2);
+    if (strcmp(cmd, "serve") == 0)
+        return cli_serve(argc - 2, argv + 2);
     if (strcmp(cmd, "run") == 0)
         return cli_run(argc - 2, argv + 2);
     if (strcmp(cmd, "render") == 0)

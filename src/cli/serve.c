@@ -1,0 +1,57 @@
+/* kapitsa serve: the HTTP API (src/server) over a model folder, the embedded
+ * default when none is given. */
+#include "../base/err.h"
+#include "../server/server.h"
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_serve(int argc, char **argv)
+{
+    struct server_opts o = {"127.0.0.1", 11435, NULL, NULL, NULL, 8192, 4, 0};
+    const char *v;
+    for (int i = 0; i < argc; i++) {
+        int f;
+        int64_t n;
+        if ((f = cli_flag(argc, argv, &i, "--model", &o.model_dir)) || (f = cli_flag(argc, argv, &i, "--host", &o.host)) ||
+            (f = cli_flag(argc, argv, &i, "--api-key", &o.api_key)) ||
+            (f = cli_flag(argc, argv, &i, "--name", &o.model_name))) {
+            if (f < 0)
+                return 2;
+            continue;
+        }
+        int32_t *dst = NULL;
+        int64_t lo = 1, hi = 1 << 24;
+        if ((f = cli_flag(argc, argv, &i, "--port", &v)))
+            hi = 65535;
+        else if ((f = cli_flag(argc, argv, &i, "--ctx", &v)))
+            dst = &o.n_ctx;
+        else if ((f = cli_flag(argc, argv, &i, "--parallel", &v)))
+            dst = &o.n_seq, hi = 256;
+        else if ((f = cli_flag(argc, argv, &i, "--threads", &v)))
+            dst = &o.threads, hi = 1024;
+        if (f <= 0 || (n = cli_int(v)) < lo || n > hi) {
+            fprintf(stderr, "usage: kapitsa serve [--model DIR] [--host ADDR] [--port N] [--api-key KEY] [--name NAME]\n"
+                            "                     [--ctx TOKENS] [--parallel N] [--threads N]\n"
+                            "  defaults: models/kapitsa-tiny, 127.0.0.1:11435, 8192 tokens of KV cache, 4 sequences\n");
+            return 2;
+        }
+        if (dst)
+            *dst = (int32_t)n;
+        else
+            o.port = (uint16_t)n;
+    }
+    if (!o.model_dir)
+        o.model_dir = cli_default_model();
+    if (!o.model_name) {
+        const char *s = strrchr(o.model_dir, '/');
+        o.model_name = s && s[1] ? s + 1 : o.model_dir;
+    }
+    if (server_run(&o) != 0) {
+        fprintf(stderr, "kapitsa: %s\n", err_msg());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,322 @@
+/* sched: continuous batching on one engine thread (see sched.h). */
+#include "sched.h"
+
+#include "../base/err.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SCHED_PREFILL_CHUNK 128
+
+struct sched {
+    struct engine e;
+    struct model *m;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct sched_req *queue;   /* submitted, not yet admitted */
+    struct sched_req **active; /* [n_seq_max] */
+    int32_t n_seq_max, max_batch, n_ctx;
+    bool stop;
+    /* step buffers [max_batch] */
+    int32_t *tok, *pos, *seq, *par, *owner;
+    uint8_t *want;
+    float *logits; /* [max_batch][vocab] */
+};
+
+struct sched_req *sched_req_new(const int32_t *prompt, int32_t n, const struct sampler_params *sp, int32_t max_tokens,
+                                int32_t n_vocab)
+{
+    struct sched_req *r = calloc(1, sizeof *r);
+    if (!r) {
+        err_set("sched: out of memory");
+        return NULL;
+    }
+    r->prompt = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    r->hist = malloc(sizeof(int32_t) * (size_t)(n + max_tokens + 1));
+    r->cap_out = max_tokens > 0 ? max_tokens : 1;
+    r->out = malloc(sizeof(int32_t) * (size_t)r->cap_out);
+    if (!r->prompt || !r->hist || !r->out || sampler_init(&r->sampler, sp, n_vocab) != 0) {
+        if (!r->prompt || !r->hist || !r->out)
+            err_set("sched: out of memory");
+        free(r->prompt);
+        free(r->hist);
+        free(r->out);
+        free(r);
+        return NULL;
+    }
+    memcpy(r->prompt, prompt, sizeof(int32_t) * (size_t)n);
+    memcpy(r->hist, prompt, sizeof(int32_t) * (size_t)n);
+    r->n_prompt = n;
+    r->max_tokens = max_tokens;
+    r->seq = -1;
+    r->refs = 1;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    return r;
+}
+
+void sched_req_release(struct sched_req *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int left = --r->refs;
+    pthread_mutex_unlock(&r->mu);
+    if (left)
+        return;
+    sampler_free(&r->sampler);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r->prompt);
+    free(r->hist);
+    free(r->out);
+    free(r);
+}
+
+int32_t sched_req_wait(struct sched_req *r, int32_t seen)
+{
+    pthread_mutex_lock(&r->mu);
+    while (r->n_out <= seen && r->finish == SCHED_RUNNING)
+        pthread_cond_wait(&r->cv, &r->mu);
+    int32_t n = r->n_out;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+void sched_req_cancel(struct sched_req *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->cancel = true;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void req_finish(struct sched *s, struct sched_req *r, enum sched_finish f, const char *msg)
+{
+    if (r->seq >= 0)
+        kv_seq_free(&s->e.kv, r->seq);
+    r->seq = -1;
+    pthread_mutex_lock(&r->mu);
+    r->finish = f;
+    if (msg)
+        snprintf(r->error, sizeof r->error, "%s", msg);
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    sched_req_release(r); /* the engine's reference */
+}
+
+static bool is_eos(const struct model_config *c, int32_t t)
+{
+    for (int32_t i = 0; i < c->n_eos; i++)
+        if (c->eos_id[i] == t)
+            return true;
+    return false;
+}
+
+/* One step over every active request; false when there was nothing to do. */
+static bool sched_step(struct sched *s)
+{
+    int32_t n = 0;
+    for (int32_t a = 0; a < s->n_seq_max; a++) {
+        struct sched_req *r = s->active[a];
+        if (!r)
+            continue;
+        pthread_mutex_lock(&r->mu);
+        bool cancel = r->cancel;
+        pthread_mutex_unlock(&r->mu);
+        if (cancel) {
+            s->active[a] = NULL;
+            req_finish(s, r, SCHED_CANCELLED, NULL);
+            continue;
+        }
+        if (r->n_fed < r->n_prompt) { /* a prefill chunk */
+            int32_t k = r->n_prompt - r->n_fed, room = s->max_batch - n;
+            if (k > SCHED_PREFILL_CHUNK)
+                k = SCHED_PREFILL_CHUNK;
+            if (k > room)
+                k = room;
+            for (int32_t i = 0; i < k; i++, n++) {
+                s->tok[n] = r->prompt[r->n_fed + i];
+                s->pos[n] = r->n_fed + i;
+                s->seq[n] = r->seq;
+                s->par[n] = i == 0 ? -1 : n - 1;
+                s->want[n] = r->n_fed + i == r->n_prompt - 1;
+                s->owner[n] = a;
+            }
+            r->n_fed += k;
+        } else if (n < s->max_batch) { /* the last sampled token */
+            int32_t len = r->n_prompt + r->n_out;
+            s->tok[n] = r->hist[len - 1];
+            s->pos[n] = len - 1;
+            s->seq[n] = r->seq;
+            s->par[n] = -1;
+            s->want[n] = 1;
+            s->owner[n] = a;
+            n++;
+        }
+    }
+    if (n == 0)
+        return false;
+    struct batch b = {n, s->tok, s->pos, s->seq, s->par, s->want};
+    int32_t n_out = engine_forward(&s->e, &b, s->logits, NULL);
+    if (n_out < 0 || engine_commit_all(&s->e) != 0) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", err_msg());
+        for (int32_t a = 0; a < s->n_seq_max; a++)
+            if (s->active[a]) {
+                req_finish(s, s->active[a], SCHED_ERROR, msg);
+                s->active[a] = NULL;
+            }
+        return true;
+    }
+    const int32_t V = s->m->cfg.vocab_size;
+    for (int32_t i = 0, j = 0; i < n; i++) {
+        if (!s->want[i])
+            continue;
+        struct sched_req *r = s->active[s->owner[i]];
+        int32_t len = r->n_prompt + r->n_out;
+        int32_t t = sampler_sample(&r->sampler, s->logits + (int64_t)j++ * V, r->hist, len);
+        if (is_eos(&s->m->cfg, t)) {
+            s->active[s->owner[i]] = NULL;
+            req_finish(s, r, SCHED_STOP, NULL);
+            continue;
+        }
+        r->hist[len] = t;
+        pthread_mutex_lock(&r->mu);
+        r->out[r->n_out++] = t;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        if (r->n_out >= r->max_tokens) {
+            s->active[s->owner[i]] = NULL;
+            req_finish(s, r, SCHED_LENGTH, NULL);
+        }
+    }
+    return true;
+}
+
+/* Moves queued requests into free slots. */
+static void sched_admit(struct sched *s)
+{
+    for (int32_t a = 0; a < s->n_seq_max && s->queue; a++) {
+        if (s->active[a])
+            continue;
+        struct sched_req *r = s->queue;
+        int32_t seq = kv_seq_new(&s->e.kv);
+        if (seq < 0)
+            break;
+        s->queue = r->next;
+        r->seq = seq;
+        s->active[a] = r;
+    }
+}
+
+static void *sched_main(void *arg)
+{
+    struct sched *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        bool idle = true;
+        for (int32_t a = 0; a < s->n_seq_max && idle; a++)
+            idle = s->active[a] == NULL;
+        while (!s->stop && idle && !s->queue)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (s->stop) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        sched_admit(s);
+        pthread_mutex_unlock(&s->mu);
+        sched_step(s);
+    }
+    return NULL;
+}
+
+struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_batch)
+{
+    struct sched *s = calloc(1, sizeof *s);
+    if (!s) {
+        err_set("sched: out of memory");
+        return NULL;
+    }
+    s->m = m;
+    s->n_seq_max = n_seq_max;
+    s->max_batch = max_batch;
+    s->n_ctx = n_ctx;
+    if (engine_init(&s->e, m, n_ctx, n_seq_max, max_batch) != 0) {
+        free(s);
+        return NULL;
+    }
+    size_t n = (size_t)max_batch;
+    s->active = calloc((size_t)n_seq_max, sizeof *s->active);
+    s->tok = malloc(n * sizeof(int32_t));
+    s->pos = malloc(n * sizeof(int32_t));
+    s->seq = malloc(n * sizeof(int32_t));
+    s->par = malloc(n * sizeof(int32_t));
+    s->owner = malloc(n * sizeof(int32_t));
+    s->want = malloc(n);
+    s->logits = malloc(n * (size_t)m->cfg.vocab_size * sizeof(float));
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (!s->active || !s->tok || !s->pos || !s->seq || !s->par || !s->owner || !s->want || !s->logits ||
+        pthread_create(&s->thread, NULL, sched_main, s) != 0) {
+        err_set("sched: cannot start the engine thread");
+        s->stop = true;
+        sched_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void sched_free(struct sched *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    bool running = !s->stop;
+    s->stop = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (running)
+        pthread_join(s->thread, NULL);
+    for (int32_t a = 0; s->active && a < s->n_seq_max; a++)
+        if (s->active[a])
+            req_finish(s, s->active[a], SCHED_CANCELLED, "server shutting down");
+    while (s->queue) {
+        struct sched_req *r = s->queue;
+        s->queue = r->next;
+        req_finish(s, r, SCHED_CANCELLED, "server shutting down");
+    }
+    engine_free(&s->e);
+    free(s->active);
+    free(s->tok);
+    free(s->pos);
+    free(s->seq);
+    free(s->par);
+    free(s->owner);
+    free(s->want);
+    free(s->logits);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+int32_t sched_n_ctx(const struct sched *s) { return s->n_ctx; }
+
+int sched_submit(struct sched *s, struct sched_req *r)
+{
+    if (r->n_prompt < 1)
+        return err_set("sched: empty prompt");
+    if (r->n_prompt + r->max_tokens > s->n_ctx)
+        return err_set("sched: %d prompt tokens + %d to generate exceed the context of %d tokens", r->n_prompt,
+                       r->max_tokens, s->n_ctx);
+    pthread_mutex_lock(&r->mu);
+    r->refs++; /* the engine's */
+    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_lock(&s->mu);
+    struct sched_req **tail = &s->queue;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = r;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}

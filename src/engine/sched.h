@@ -1,0 +1,64 @@
+/* sched: the engine thread. It owns one engine (model context, KV cache) and
+ * runs every active request in the same steps: each step is one batch holding
+ * a prefill chunk or the next token of every running sequence (continuous
+ * batching), one forward, then one sampled token per sequence that asked.
+ *
+ * Server threads never touch the model: they submit a request and wait on it;
+ * the engine thread never blocks on a socket. A request that goes away
+ * (client disconnect) is cancelled and its sequence dropped at the next step.
+ *
+ * Ownership: a request is shared by the submitter and the engine thread and
+ * freed by sched_req_release when both have let go. */
+#ifndef KP_SCHED_H
+#define KP_SCHED_H
+
+#include "engine.h"
+#include "sampler.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+enum sched_finish { SCHED_RUNNING, SCHED_STOP, SCHED_LENGTH, SCHED_CANCELLED, SCHED_ERROR };
+
+struct sched_req {
+    /* set by the submitter before sched_submit, read-only afterwards */
+    int32_t *prompt;         /* [n_prompt] */
+    int32_t n_prompt;
+    int32_t max_tokens;
+    struct sampler sampler;  /* initialised by the submitter */
+    /* shared, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t *out;            /* [n_out] generated tokens (eos excluded) */
+    int32_t n_out, cap_out;
+    enum sched_finish finish;
+    bool cancel;
+    char error[256];
+    int refs;
+    /* engine side */
+    int32_t seq, n_fed;      /* prompt tokens already in the cache */
+    int32_t *hist;           /* prompt + output, for penalties */
+    struct sched_req *next;
+};
+
+struct sched;
+
+/* Starts the engine thread over model m. NULL with err_set() on failure. */
+struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_batch);
+void sched_free(struct sched *s);
+
+/* A request for prompt[0..n) (copied); sampler params and limits given. NULL on
+ * a bad sampler parameter (err_set). */
+struct sched_req *sched_req_new(const int32_t *prompt, int32_t n, const struct sampler_params *sp, int32_t max_tokens,
+                                int32_t n_vocab);
+/* -1 with err_set() when the request cannot fit the context. */
+int sched_submit(struct sched *s, struct sched_req *r);
+/* Blocks until the request has more than `seen` tokens or has finished; returns
+ * the token count now (tokens [seen, n) can be read from r->out under r->mu). */
+int32_t sched_req_wait(struct sched_req *r, int32_t seen);
+void sched_req_cancel(struct sched_req *r);
+void sched_req_release(struct sched_req *r);
+int32_t sched_n_ctx(const struct sched *s);
+
+#endif

@@ -1,0 +1,30 @@
+/* app: what the HTTP handlers share (internal to src/server). */
+#ifndef KP_APP_H
+#define KP_APP_H
+
+#include "../chat/template.h"
+#include "../engine/sched.h"
+#include "../model/model.h"
+#include "../tokenizer/tokenizer.h"
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+struct app {
+    struct model model;
+    struct tokenizer *tok;
+    struct chat_template *tpl;
+    struct sched *sched;
+    const char *model_name;
+    const char *api_key;
+};
+
+/* Queues a JSON response; takes the reference to body. */
+enum MHD_Result http_json(struct MHD_Connection *c, unsigned status, json_t *body);
+/* An OpenAI-shaped error: {"error": {"message", "type", "param", "code"}}. */
+enum MHD_Result http_openai_error(struct MHD_Connection *c, unsigned status, const char *type, const char *fmt, ...);
+
+enum MHD_Result openai_models(struct app *a, struct MHD_Connection *c);
+enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *body);
+
+#endif

@@ -1,0 +1,337 @@
+/* openai: /v1/models and /v1/chat/completions in the OpenAI API's shapes
+ * (non-streaming JSON and server-sent events with chat.completion.chunk). */
+#define _GNU_SOURCE
+#include "../base/err.h"
+#include "../chat/parser.h"
+#include "app.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum MHD_Result openai_models(struct app *a, struct MHD_Connection *c)
+{
+    return http_json(c, MHD_HTTP_OK,
+                     json_pack("{s:s,s:[{s:s,s:s,s:i,s:s}]}", "object", "list", "data", "id", a->model_name, "object",
+                               "model", "created", 0, "owned_by", "kapitsa"));
+}
+
+/* One generation's state, shared by the non-streaming and streaming paths. */
+struct gen {
+    struct app *app;
+    struct sched_req *req;
+    struct chat_parser *parser;
+    struct tok_stream ts;
+    int32_t seen;
+    bool stream, include_usage, finished, sent_role, sent_done;
+    char id[48];
+    long long created;
+    /* accumulated (non-streaming) */
+    json_t *tool_calls;
+    char *content, *reasoning;
+    size_t n_content, n_reasoning;
+    /* pending SSE bytes */
+    char *pend;
+    size_t n_pend, off_pend;
+    int32_t n_prompt;
+};
+
+static void append(char **p, size_t *n, const char *s, size_t k)
+{
+    char *np = realloc(*p, *n + k + 1);
+    if (!np)
+        return;
+    memcpy(np + *n, s, k);
+    *n += k;
+    np[*n] = 0;
+    *p = np;
+}
+
+static void sse(struct gen *g, json_t *obj)
+{
+    char *s = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    if (!s)
+        return;
+    append(&g->pend, &g->n_pend, "data: ", 6);
+    append(&g->pend, &g->n_pend, s, strlen(s));
+    append(&g->pend, &g->n_pend, "\n\n", 2);
+    free(s);
+}
+
+static json_t *chunk(struct gen *g, json_t *delta, const char *finish)
+{
+    return json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:o}]}", "id", g->id, "object", "chat.completion.chunk", "created",
+                     (json_int_t)g->created, "model", g->app->model_name, "choices", "index", 0, "delta", delta,
+                     "finish_reason", finish ? json_string(finish) : json_null());
+}
+
+static void on_event(void *ctx, const struct chat_event *ev)
+{
+    struct gen *g = ctx;
+    json_t *call;
+    switch (ev->kind) {
+    case CHAT_EV_TEXT:
+    case CHAT_EV_REASONING: {
+        bool r = ev->kind == CHAT_EV_REASONING;
+        if (g->stream)
+            sse(g, chunk(g, json_pack("{s:s%}", r ? "reasoning_content" : "content", ev->text, ev->len), NULL));
+        else if (r)
+            append(&g->reasoning, &g->n_reasoning, ev->text, ev->len);
+        else
+            append(&g->content, &g->n_content, ev->text, ev->len);
+        break;
+    }
+    case CHAT_EV_TOOL_START: {
+        char id[48];
+        snprintf(id, sizeof id, "call_%s_%d", g->id + 9, ev->tool_index);
+        call = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function", "function", "name", ev->name,
+                         "arguments", "");
+        if (g->stream) {
+            json_object_set(call, "index", json_integer(ev->tool_index));
+            sse(g, chunk(g, json_pack("{s:[o]}", "tool_calls", call), NULL));
+        } else {
+            json_array_append_new(g->tool_calls, call);
+        }
+        break;
+    }
+    case CHAT_EV_TOOL_ARGS:
+        if (g->stream) {
+            sse(g, chunk(g, json_pack("{s:[{s:i,s:{s:s%}}]}", "tool_calls", "index", ev->tool_index, "function",
+                                      "arguments", ev->text, ev->len), NULL));
+        } else {
+            json_t *fn = json_object_get(json_array_get(g->tool_calls, (size_t)ev->tool_index), "function");
+            const char *old = json_string_value(json_object_get(fn, "arguments"));
+            size_t on = json_string_length(json_object_get(fn, "arguments"));
+            char *joined = malloc(on + ev->len + 1);
+            if (joined) {
+                memcpy(joined, old, on);
+                memcpy(joined + on, ev->text, ev->len);
+                json_object_set_new(fn, "arguments", json_stringn(joined, on + ev->len));
+                free(joined);
+            }
+        }
+        break;
+    case CHAT_EV_TOOL_END: break;
+    }
+}
+
+static void gen_free(struct gen *g)
+{
+    if (!g)
+        return;
+    if (g->req) {
+        sched_req_cancel(g->req); /* a no-op when it already finished */
+        sched_req_release(g->req);
+    }
+    chat_parser_free(g->parser);
+    json_decref(g->tool_calls);
+    free(g->content);
+    free(g->reasoning);
+    free(g->pend);
+    free(g);
+}
+
+static const char *finish_reason(struct gen *g)
+{
+    if (chat_parser_n_tool_calls(g->parser) > 0)
+        return "tool_calls";
+    return g->req->finish == SCHED_LENGTH ? "length" : "stop";
+}
+
+static json_t *usage(struct gen *g)
+{
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", g->n_prompt, "completion_tokens", g->req->n_out,
+                     "total_tokens", g->n_prompt + g->req->n_out, "prompt_tokens_details", "cached_tokens", 0);
+}
+
+/* Waits for the next tokens and feeds them through detokenizer and parser;
+ * sets finished once the request is over and everything is flushed. */
+static void gen_pump(struct gen *g)
+{
+    int32_t n = sched_req_wait(g->req, g->seen);
+    char buf[4096];
+    for (; g->seen < n; g->seen++) {
+        int32_t k = tok_stream_push(g->app->tok, &g->ts, g->req->out[g->seen], true, buf, sizeof buf);
+        if (k > 0)
+            chat_parser_feed(g->parser, buf, (size_t)k);
+    }
+    pthread_mutex_lock(&g->req->mu);
+    bool over = g->req->finish != SCHED_RUNNING && g->seen == g->req->n_out;
+    pthread_mutex_unlock(&g->req->mu);
+    if (!over)
+        return;
+    int32_t k = tok_stream_flush(&g->ts, buf, sizeof buf);
+    if (k > 0)
+        chat_parser_feed(g->parser, buf, (size_t)k);
+    chat_parser_finish(g->parser);
+    g->finished = true;
+}
+
+static ssize_t sse_reader(void *cls, uint64_t pos, char *out, size_t max)
+{
+    (void)pos;
+    struct gen *g = cls;
+    while (g->off_pend == g->n_pend) {
+        g->off_pend = g->n_pend = 0;
+        if (g->sent_done)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (g->finished) {
+            if (g->req->finish == SCHED_ERROR) {
+                sse(g, json_pack("{s:{s:s,s:s}}", "error", "message", g->req->error, "type", "server_error"));
+            } else {
+                sse(g, chunk(g, json_object(), finish_reason(g)));
+                if (g->include_usage) {
+                    json_t *u = chunk(g, json_object(), NULL);
+                    json_object_set_new(u, "choices", json_array());
+                    json_object_set_new(u, "usage", usage(g));
+                    sse(g, u);
+                }
+            }
+            append(&g->pend, &g->n_pend, "data: [DONE]\n\n", 14);
+            g->sent_done = true;
+            continue;
+        }
+        gen_pump(g);
+    }
+    size_t k = g->n_pend - g->off_pend < max ? g->n_pend - g->off_pend : max;
+    memcpy(out, g->pend + g->off_pend, k);
+    g->off_pend += k;
+    return (ssize_t)k;
+}
+
+static void sse_free(void *cls) { gen_free(cls); }
+
+/* Reads the OpenAI sampling fields; -1 with a message in err on a bad value. */
+static int read_params(json_t *b, struct sampler_params *sp, int32_t *max_tokens, char *err, size_t n_err)
+{
+    json_t *v;
+    *sp = sampler_defaults();
+    sp->temperature = 1.0f; /* the API's defaults */
+    sp->penalty_last_n = -1;
+    if ((v = json_object_get(b, "temperature")) && !json_is_null(v)) {
+        if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 2)
+            return snprintf(err, n_err, "temperature must be a number between 0 and 2"), -1;
+        sp->temperature = (float)json_number_value(v);
+    }
+    if ((v = json_object_get(b, "top_p")) && !json_is_null(v)) {
+        if (!json_is_number(v) || json_number_value(v) <= 0 || json_number_value(v) > 1)
+            return snprintf(err, n_err, "top_p must be a number in (0, 1]"), -1;
+        sp->top_p = (float)json_number_value(v);
+    }
+    if ((v = json_object_get(b, "presence_penalty")) && json_is_number(v))
+        sp->presence_penalty = (float)json_number_value(v);
+    if ((v = json_object_get(b, "frequency_penalty")) && json_is_number(v))
+        sp->frequency_penalty = (float)json_number_value(v);
+    if ((v = json_object_get(b, "seed")) && json_is_integer(v))
+        sp->seed = (uint64_t)json_integer_value(v);
+    else
+        sp->seed = (uint64_t)time(NULL) ^ (uint64_t)clock();
+    v = json_object_get(b, "max_completion_tokens");
+    if (!v || json_is_null(v))
+        v = json_object_get(b, "max_tokens");
+    if (v && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (1 << 24))
+            return snprintf(err, n_err, "max_tokens must be a positive integer"), -1;
+        *max_tokens = (int32_t)json_integer_value(v);
+    }
+    if ((v = json_object_get(b, "n")) && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) != 1))
+        return snprintf(err, n_err, "only n=1 is supported"), -1;
+    return 0;
+}
+
+enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *body)
+{
+    json_t *msgs = json_object_get(body, "messages"), *tools = json_object_get(body, "tools");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return http_openai_error(c, 400, "invalid_request_error", "'messages' must be a non-empty array");
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m) if (!json_is_object(m) || !json_is_string(json_object_get(m, "role")))
+        return http_openai_error(c, 400, "invalid_request_error", "messages[%zu] needs a string 'role'", i);
+    if (tools && !json_is_null(tools) && !json_is_array(tools))
+        return http_openai_error(c, 400, "invalid_request_error", "'tools' must be an array");
+    if (json_is_array(tools) && json_array_size(tools) == 0)
+        tools = NULL;
+    struct sampler_params sp;
+    int32_t max_tokens = 0;
+    char perr[256];
+    if (read_params(body, &sp, &max_tokens, perr, sizeof perr) != 0)
+        return http_openai_error(c, 400, "invalid_request_error", "%s", perr);
+
+    json_t *norm = chat_messages_from_openai(msgs);
+    json_t *kw = json_object_get(body, "chat_template_kwargs");
+    size_t plen;
+    char *prompt = chat_template_render(a->tpl, norm, json_is_null(tools) ? NULL : tools, true,
+                                        json_is_object(kw) ? kw : NULL, &plen);
+    json_decref(norm);
+    if (!prompt)
+        return http_openai_error(c, 400, "invalid_request_error", "the chat template rejected the messages: %s",
+                                 err_msg());
+    struct tok_ids ids = {0};
+    int rc = tok_encode(a->tok, prompt, plen, &ids);
+    bool in_reasoning = plen >= 8 && (strstr(prompt + (plen > 12 ? plen - 12 : 0), "<think>\n") != NULL);
+    free(prompt);
+    if (rc != 0) {
+        tok_ids_free(&ids);
+        return http_openai_error(c, 400, "invalid_request_error", "%s", err_msg());
+    }
+    int32_t n_ctx = sched_n_ctx(a->sched);
+    if (max_tokens == 0)
+        max_tokens = n_ctx - ids.n > 4096 ? 4096 : n_ctx - ids.n;
+    if (ids.n + max_tokens > n_ctx || max_tokens < 1) {
+        int32_t np = ids.n;
+        tok_ids_free(&ids);
+        return http_openai_error(c, 400, "invalid_request_error",
+                                 "this model's context is %d tokens; the messages take %d and %d were asked to generate",
+                                 n_ctx, np, max_tokens);
+    }
+    struct gen *g = calloc(1, sizeof *g);
+    if (!g) {
+        tok_ids_free(&ids);
+        return MHD_NO;
+    }
+    g->app = a;
+    g->n_prompt = ids.n;
+    g->stream = json_is_true(json_object_get(body, "stream"));
+    g->include_usage = json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage"));
+    g->created = (long long)time(NULL);
+    snprintf(g->id, sizeof g->id, "chatcmpl-%08lx%08lx", (unsigned long)random(), (unsigned long)random());
+    g->tool_calls = json_array();
+    g->req = sched_req_new(ids.ids, ids.n, &sp, max_tokens, a->model.cfg.vocab_size);
+    tok_ids_free(&ids);
+    if (!g->req || !(g->parser = chat_parser_new(chat_template_tool_format(a->tpl), in_reasoning, tools, on_event, g)) ||
+        sched_submit(a->sched, g->req) != 0) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", err_msg());
+        gen_free(g);
+        return http_openai_error(c, 400, "invalid_request_error", "%s", msg);
+    }
+    if (g->stream) {
+        sse(g, chunk(g, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL));
+        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_reader, g, sse_free);
+        MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
+    while (!g->finished)
+        gen_pump(g);
+    if (g->req->finish == SCHED_ERROR) {
+        enum MHD_Result r = http_openai_error(c, 500, "server_error", "%s", g->req->error);
+        gen_free(g);
+        return r;
+    }
+    json_t *msg = json_pack("{s:s,s:s%}", "role", "assistant", "content", g->content ? g->content : "", g->n_content);
+    if (g->n_reasoning)
+        json_object_set_new(msg, "reasoning_content", json_stringn(g->reasoning, g->n_reasoning));
+    if (json_array_size(g->tool_calls))
+        json_object_set(msg, "tool_calls", g->tool_calls);
+    json_t *resp = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:s,s:n}],s:o}", "id", g->id, "object", "chat.completion",
+                             "created", (json_int_t)g->created, "model", a->model_name, "choices", "index", 0,
+                             "message", msg, "finish_reason", finish_reason(g), "logprobs", "usage", usage(g));
+    gen_free(g);
+    return http_json(c, MHD_HTTP_OK, resp);
+}

@@ -1,0 +1,199 @@
+/* server: libmicrohttpd glue, limits, authentication and routing (see server.h).
+ * Bodies are collected up to SERVER_MAX_BODY; every endpoint but /health needs
+ * the API key when one is set (Authorization: Bearer, or x-api-key), compared
+ * in constant time. */
+#define _GNU_SOURCE
+#include "server.h"
+
+#include "../backend/cpu/cpu.h"
+#include "../base/err.h"
+#include "app.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#define SERVER_MAX_BODY (32u << 20)
+
+struct conn_state {
+    char *body;
+    size_t n, cap;
+    bool too_big;
+};
+
+enum MHD_Result http_json(struct MHD_Connection *c, unsigned status, json_t *body)
+{
+    char *s = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    if (!s)
+        return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+enum MHD_Result http_openai_error(struct MHD_Connection *c, unsigned status, const char *type, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return http_json(c, status, json_pack("{s:{s:s,s:s,s:n,s:n}}", "error", "message", msg, "type", type, "param",
+                                          "code"));
+}
+
+static bool key_ok(const struct app *a, struct MHD_Connection *c)
+{
+    if (!a->api_key)
+        return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    const char *given = x ? x : (h && strncmp(h, "Bearer ", 7) == 0 ? h + 7 : NULL);
+    if (!given)
+        return false;
+    size_t n = strlen(a->api_key), m = strlen(given);
+    unsigned char diff = (unsigned char)(n != m);
+    for (size_t i = 0; i < n; i++) /* constant time in the key's length */
+        diff |= (unsigned char)(a->api_key[i] ^ (i < m ? given[i] : 0));
+    return diff == 0;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    struct app *a = cls;
+    struct conn_state *st = *con_cls;
+    if (!st) {
+        st = calloc(1, sizeof *st);
+        if (!st)
+            return MHD_NO;
+        *con_cls = st;
+        return MHD_YES;
+    }
+    if (*upload_size) { /* body bytes arrive in pieces */
+        if (st->n + *upload_size > SERVER_MAX_BODY) {
+            st->too_big = true;
+        } else {
+            if (st->n + *upload_size + 1 > st->cap) {
+                size_t nc = st->cap ? st->cap * 2 : 65536;
+                while (nc < st->n + *upload_size + 1)
+                    nc *= 2;
+                char *nb = realloc(st->body, nc);
+                if (!nb)
+                    return MHD_NO;
+                st->body = nb;
+                st->cap = nc;
+            }
+            memcpy(st->body + st->n, upload, *upload_size);
+            st->n += *upload_size;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (strcmp(url, "/health") == 0)
+        return http_json(c, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
+    if (!key_ok(a, c))
+        return http_openai_error(c, MHD_HTTP_UNAUTHORIZED, "authentication_error", "invalid or missing API key");
+    if (st->too_big)
+        return http_openai_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
+                                 "request body larger than %u bytes", SERVER_MAX_BODY);
+    bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+    if (get && strcmp(url, "/v1/models") == 0)
+        return openai_models(a, c);
+    if (strcmp(url, "/v1/chat/completions") == 0) {
+        if (!post)
+            return http_openai_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", "use POST");
+        json_error_t je;
+        json_t *body = json_loadb(st->body ? st->body : "", st->n, 0, &je);
+        if (!json_is_object(body)) {
+            json_decref(body);
+            return http_openai_error(c, MHD_HTTP_BAD_REQUEST, "invalid_request_error",
+                                     "the body is not a JSON object (%s)", st->n ? je.text : "empty body");
+        }
+        enum MHD_Result r = openai_chat(a, c, body);
+        json_decref(body);
+        return r;
+    }
+    return http_openai_error(c, MHD_HTTP_NOT_FOUND, "invalid_request_error", "no route %s %s", method, url);
+}
+
+static void on_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)c;
+    (void)toe;
+    struct conn_state *st = *con_cls;
+    if (st) {
+        free(st->body);
+        free(st);
+    }
+    *con_cls = NULL;
+}
+
+static volatile sig_atomic_t stop_flag;
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
+
+int server_run(const struct server_opts *o)
+{
+    struct app a = {0};
+    struct backend *be = cpu_backend_init(o->threads, NULL);
+    struct MHD_Daemon *d = NULL;
+    int rc = -1, loaded = 0;
+    if (!be)
+        return -1;
+    a.api_key = o->api_key && *o->api_key ? o->api_key : NULL;
+    a.model_name = o->model_name;
+    if (model_load(&a.model, o->model_dir, be, NULL) != 0)
+        goto done;
+    loaded = 1;
+    if (!(a.tok = tok_load(o->model_dir)) || !(a.tpl = chat_template_load(o->model_dir, NULL)))
+        goto done;
+    if (!(a.sched = sched_new(&a.model, o->n_ctx, o->n_seq, 512)))
+        goto done;
+    struct sockaddr_in addr = {0};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(o->port);
+    if (inet_pton(AF_INET, o->host, &addr.sin_addr) != 1) {
+        err_set("server: '%s' is not an IPv4 address", o->host);
+        goto done;
+    }
+    d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG, o->port,
+                         NULL, NULL, on_request, &a, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                         MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL, MHD_OPTION_CONNECTION_LIMIT, 64u,
+                         MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
+    if (!d) {
+        err_set("server: cannot listen on %s:%u", o->host, (unsigned)o->port);
+        goto done;
+    }
+    fprintf(stderr, "kapitsa: serving %s on http://%s:%u (OpenAI API at /v1)\n", a.model_name, o->host,
+            (unsigned)o->port);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGPIPE, SIG_IGN);
+    while (!stop_flag)
+        pause();
+    rc = 0;
+done:
+    if (d)
+        MHD_stop_daemon(d);
+    sched_free(a.sched);
+    chat_template_free(a.tpl);
+    tok_free(a.tok);
+    if (loaded)
+        model_free(&a.model);
+    be->ops->free(be);
+    return rc;
+}

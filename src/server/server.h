@@ -1,0 +1,30 @@
+/* server: `kapitsa serve`, the OpenAI-compatible HTTP API on libmicrohttpd.
+ *
+ * One engine thread (src/engine/sched.h) runs the model; HTTP connections are
+ * served by libmicrohttpd threads that render the chat template, tokenize,
+ * submit a request and turn the generated tokens into the API's response
+ * (JSON, or server-sent events when streaming). Bound to 127.0.0.1 unless told.
+ *
+ * Ownership: struct app (server.c) owns the model, tokenizer, template and
+ * scheduler for the server's lifetime; a request's state is freed when its
+ * response is done or its client goes away. */
+#ifndef KP_SERVER_H
+#define KP_SERVER_H
+
+#include <stdint.h>
+
+struct server_opts {
+    const char *host;     /* default 127.0.0.1 */
+    uint16_t port;        /* default 11435 */
+    const char *api_key;  /* NULL: no authentication */
+    const char *model_dir;
+    const char *model_name; /* reported in /v1/models; default: the folder's name */
+    int32_t n_ctx;        /* KV cache tokens over all sequences */
+    int32_t n_seq;        /* concurrent sequences */
+    int32_t threads;
+};
+
+/* Serves until SIGINT/SIGTERM. 0 on a clean stop, -1 with err_set() on failure to start. */
+int server_run(const struct server_opts *o);
+
+#endif
