@@ -22,7 +22,7 @@ SOBJ      := $(SRC:%.c=build/asan/%.o)
 STEST_OBJ := $(TESTS:%.c=build/asan/%.o)
 SCLI_OBJ  := $(CLI:%.c=build/asan/%.o)
 
-.PHONY: all test debug help clean fuzz fuzz-run
+.PHONY: all test debug help clean fuzz fuzz-run serve
 all: build/kapitsa
 
 build/%.o: %.c
@@ -48,6 +48,10 @@ build/asan/test_unit: $(SOBJ) $(STEST_OBJ)
 ## test: build, then run every test, also under ASan+UBSan; ends with "N passed, N failed"
 test: build/kapitsa build/test_unit build/asan/kapitsa build/asan/test_unit $(FUZZERS)
 	@bash tests/run.sh
+
+## serve: build, then serve the embedded default model (kapitsa-tiny) on http://127.0.0.1:11435/v1
+serve: build/kapitsa
+	build/kapitsa serve
 
 ## debug: the CLI and tests with ASan+UBSan in build/asan/
 debug: build/asan/kapitsa build/asan/test_unit

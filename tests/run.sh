@@ -18,6 +18,8 @@ run build/asan/test_unit
 run bash tests/cli.sh build/kapitsa
 run bash tests/cli.sh build/asan/kapitsa --quick
 run bash tests/fuzz.sh 10
+run bash tests/server.sh "$PWD/build/kapitsa"
+run bash tests/server.sh "$PWD/build/asan/kapitsa"
 passed=$(grep -E '^[a-z]+: [0-9]+ passed, [0-9]+ failed$' "$log" | awk '{s += $2} END {print s + 0}')
 failed=$(grep -E '^[a-z]+: [0-9]+ passed, [0-9]+ failed$' "$log" | awk '{s += $4} END {print s + 0}')
 [ "$status" = 0 ] || [ "$failed" != 0 ] || failed=1 # a suite that crashed before its summary

@@ -157,6 +157,28 @@ json_t *chat_messages_from_openai(json_t *messages)
     size_t i, j;
     json_t *msg, *call;
     json_array_foreach(m, i, msg) {
+        json_t *content = json_object_get(msg, "content");
+        if (json_is_null(content)) { /* an assistant turn with only tool calls */
+            json_object_set_new(msg, "content", json_string(""));
+        } else if (json_is_array(content)) { /* content parts: the text ones, joined */
+            size_t k;
+            json_t *part;
+            char *text = NULL;
+            size_t n = 0;
+            json_array_foreach(content, k, part) {
+                json_t *t = json_object_get(part, "text");
+                if (!json_is_string(t))
+                    continue;
+                char *nt = realloc(text, n + json_string_length(t) + 1);
+                if (!nt)
+                    break;
+                text = nt;
+                memcpy(text + n, json_string_value(t), json_string_length(t));
+                n += json_string_length(t);
+            }
+            json_object_set_new(msg, "content", json_stringn(text ? text : "", n));
+            free(text);
+        }
         json_array_foreach(json_object_get(msg, "tool_calls"), j, call) {
             json_t *fn = json_object_get(call, "function");
             json_t *args = json_object_get(fn, "arguments");

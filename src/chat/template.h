@@ -34,9 +34,11 @@ char *chat_template_render(const struct chat_template *ct, json_t *messages, jso
  * <function=...>, <TOOLCALL> for Nemotron v2, else Qwen3's JSON). */
 enum chat_format chat_template_tool_format(const struct chat_template *ct);
 
-/* A copy of OpenAI-style messages with each tool call's "arguments" JSON string
- * parsed into an object (what an API server does before rendering); a string
- * that is not a JSON object is kept as it is. */
+/* A copy of OpenAI-style messages made ready for a template, as an API server
+ * does before rendering: each tool call's "arguments" JSON string parsed into an
+ * object (a string that is not a JSON object is kept), null content (an
+ * assistant turn with only tool calls) made "", and a list of content parts
+ * joined into its text. */
 json_t *chat_messages_from_openai(json_t *messages);
 
 #endif

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The HTTP server through the official OpenAI SDK (tests/server, node's test
+# runner); installs the SDK from npm on first use. Ends with "server: N passed, N failed".
+set -u
+cd "$(dirname "$0")/server"
+if [ ! -d node_modules/openai ]; then
+    npm install --no-audit --no-fund --loglevel=error >/dev/null 2>&1 || { echo "server: 0 passed, 1 failed (npm install)"; exit 1; }
+fi
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+KAPITSA_BIN=${1:-} timeout 600 node --test --test-concurrency=1 . >"$out" 2>&1
+rc=$?
+grep -E "^(not )?ok " "$out"
+[ "$rc" = 0 ] || grep -vE "^(ok|#)" "$out" | head -60
+pass=$(sed -n 's/^# pass //p' "$out")
+fail=$(sed -n 's/^# fail //p' "$out")
+echo "server: ${pass:-0} passed, ${fail:-1} failed"
+[ "$rc" = 0 ]

@@ -1,0 +1,147 @@
+// The server driven by the official OpenAI SDK over real HTTP: models, chat
+// completions (plain and streamed), tools, errors in the API's shape,
+// concurrency, a client that disconnects mid-stream, and the API key.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { setTimeout as sleep } from "node:timers/promises";
+import OpenAI from "openai";
+
+const ROOT = new URL("../..", import.meta.url).pathname;
+const BIN = process.env.KAPITSA_BIN || `${ROOT}/build/kapitsa`; // the ASan build works too
+const servers = [];
+
+async function startServer(extra = []) {
+  const port = 20000 + Math.floor(Math.random() * 20000);
+  const proc = spawn(BIN, ["serve", "--port", String(port), "--parallel", "4", "--ctx", "4096", ...extra], {
+    cwd: ROOT,
+    stdio: ["ignore", "inherit", "pipe"],
+  });
+  let log = "";
+  proc.stderr.on("data", (d) => (log += d));
+  servers.push(proc);
+  const base = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 100; i++) {
+    try {
+      if ((await fetch(`${base}/health`)).ok) return { base, proc };
+    } catch {}
+    await sleep(100);
+  }
+  throw new Error("server did not start: " + log);
+}
+
+let srv, client;
+before(async () => {
+  srv = await startServer();
+  client = new OpenAI({ baseURL: `${srv.base}/v1`, apiKey: "unused", maxRetries: 0 });
+});
+after(() => servers.forEach((p) => p.kill("SIGTERM")));
+
+test("models.list names the served model", async () => {
+  const list = await client.models.list();
+  assert.equal(list.data[0].id, "kapitsa-tiny");
+});
+
+test("a chat completion returns text, a finish reason and usage", async () => {
+  const r = await client.chat.completions.create({
+    model: "kapitsa-tiny",
+    messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "Write a Python function." }],
+    max_tokens: 16,
+    temperature: 0,
+  });
+  assert.equal(r.object, "chat.completion");
+  assert.equal(r.choices[0].message.role, "assistant");
+  assert.ok(["stop", "length"].includes(r.choices[0].finish_reason));
+  assert.ok(r.usage.prompt_tokens > 10 && r.usage.completion_tokens <= 16);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+});
+
+test("greedy output is deterministic, and the same streamed or not", async () => {
+  const req = { model: "m", messages: [{ role: "user", content: "def add(a, b):" }], max_tokens: 12, temperature: 0 };
+  const a = await client.chat.completions.create(req);
+  const b = await client.chat.completions.create(req);
+  assert.deepEqual(a.choices[0].message, b.choices[0].message);
+  const stream = await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+  let content = "", reasoning = "", finish = null, usage = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const ch of chunk.choices) {
+      content += ch.delta.content || "";
+      reasoning += ch.delta.reasoning_content || "";
+      if (ch.finish_reason) finish = ch.finish_reason;
+    }
+  }
+  assert.equal(content, a.choices[0].message.content);
+  assert.equal(reasoning, a.choices[0].message.reasoning_content || "");
+  assert.equal(finish, a.choices[0].finish_reason);
+  assert.equal(usage.completion_tokens, a.usage.completion_tokens);
+});
+
+test("a request with tools and tool results is accepted", async () => {
+  const r = await client.chat.completions.create({
+    model: "m",
+    max_tokens: 8,
+    messages: [
+      { role: "user", content: "Show main.c" },
+      { role: "assistant", content: null, tool_calls: [{ id: "c1", type: "function", function: { name: "read_file", arguments: '{"path": "main.c"}' } }] },
+      { role: "tool", tool_call_id: "c1", content: "int main(void) { return 0; }" },
+    ],
+    tools: [{ type: "function", function: { name: "read_file", description: "Read a file", parameters: { type: "object", properties: { path: { type: "string" } }, required: ["path"] } } }],
+  });
+  assert.ok(r.choices[0].finish_reason);
+  for (const call of r.choices[0].message.tool_calls || []) JSON.parse(call.function.arguments);
+});
+
+test("bad requests get errors in the API's shape and the server keeps serving", async () => {
+  await assert.rejects(client.chat.completions.create({ model: "m", messages: [] }), (e) => e.status === 400 && /messages/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "x" }], temperature: 7 }), (e) => e.status === 400 && /temperature/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "x" }], max_tokens: 100000 }), (e) => e.status === 400 && /context/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "x" }], n: 3 }), (e) => e.status === 400);
+  const raw = await fetch(`${srv.base}/v1/chat/completions`, { method: "POST", body: "{not json" });
+  assert.equal(raw.status, 400);
+  assert.equal((await raw.json()).error.type, "invalid_request_error");
+  assert.equal((await fetch(`${srv.base}/v1/nothing`)).status, 404);
+  const ok = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "still there?" }], max_tokens: 2 });
+  assert.ok(ok.choices.length === 1);
+});
+
+test("concurrent requests each get their own complete answer", async () => {
+  const prompts = ["import os", "class Foo:", "def main():", "for i in range(10):", "x = [", "# comment"];
+  const one = (p) => client.chat.completions.create({ model: "m", messages: [{ role: "user", content: p }], max_tokens: 10, temperature: 0 });
+  const alone = [];
+  for (const p of prompts) alone.push((await one(p)).choices[0].message.content);
+  const together = await Promise.all(prompts.map(one));
+  together.forEach((r, i) => assert.equal(r.choices[0].message.content, alone[i], `prompt ${i}`));
+});
+
+test("a client that disconnects mid-stream does not stop the server", async () => {
+  const ac = new AbortController();
+  const stream = await client.chat.completions.create(
+    { model: "m", messages: [{ role: "user", content: "write a long story" }], max_tokens: 2000, stream: true },
+    { signal: ac.signal },
+  );
+  let n = 0;
+  try {
+    for await (const _ of stream) if (++n === 3) ac.abort();
+  } catch (e) {
+    assert.ok(e.name === "APIUserAbortError" || e.name === "AbortError", e.name);
+  }
+  assert.equal(n, 3);
+  // the abandoned request is dropped: the next one is not queued behind 2000 tokens
+  const t0 = Date.now();
+  const r = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }], max_tokens: 3 });
+  assert.equal(r.choices.length, 1);
+  assert.ok(Date.now() - t0 < 5000);
+});
+
+test("with --api-key every endpoint but /health needs the key", async () => {
+  const s = await startServer(["--api-key", "s3cret"]);
+  const good = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "s3cret", maxRetries: 0 });
+  const bad = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "wrong", maxRetries: 0 });
+  assert.equal((await good.models.list()).data.length, 1);
+  await assert.rejects(bad.models.list(), (e) => e.status === 401);
+  const xkey = await fetch(`${s.base}/v1/models`, { headers: { "x-api-key": "s3cret" } });
+  assert.equal(xkey.status, 200);
+  assert.equal((await fetch(`${s.base}/health`)).status, 200);
+  s.proc.kill("SIGTERM");
+});
