@@ -2,8 +2,7 @@
  * (non-streaming JSON and server-sent events with chat.completion.chunk). */
 #define _GNU_SOURCE
 #include "../base/err.h"
-#include "../chat/parser.h"
-#include "app.h"
+#include "gen.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,14 +16,11 @@ enum MHD_Result openai_models(struct app *a, struct MHD_Connection *c)
                                "model", "created", 0, "owned_by", "kapitsa"));
 }
 
-/* One generation's state, shared by the non-streaming and streaming paths. */
-struct gen {
+/* One response's state, shared by the non-streaming and streaming paths. */
+struct oai {
     struct app *app;
-    struct sched_req *req;
-    struct chat_parser *parser;
-    struct tok_stream ts;
-    int32_t seen;
-    bool stream, include_usage, finished, sent_role, sent_done;
+    struct gen *gen;
+    bool stream, include_usage, sent_done;
     char id[48];
     long long created;
     /* accumulated (non-streaming) */
@@ -34,7 +30,6 @@ struct gen {
     /* pending SSE bytes */
     char *pend;
     size_t n_pend, off_pend;
-    int32_t n_prompt;
 };
 
 static void append(char **p, size_t *n, const char *s, size_t k)
@@ -48,7 +43,7 @@ static void append(char **p, size_t *n, const char *s, size_t k)
     *p = np;
 }
 
-static void sse(struct gen *g, json_t *obj)
+static void sse(struct oai *g, json_t *obj)
 {
     char *s = json_dumps(obj, JSON_COMPACT);
     json_decref(obj);
@@ -60,7 +55,7 @@ static void sse(struct gen *g, json_t *obj)
     free(s);
 }
 
-static json_t *chunk(struct gen *g, json_t *delta, const char *finish)
+static json_t *chunk(struct oai *g, json_t *delta, const char *finish)
 {
     return json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:o}]}", "id", g->id, "object", "chat.completion.chunk", "created",
                      (json_int_t)g->created, "model", g->app->model_name, "choices", "index", 0, "delta", delta,
@@ -69,7 +64,7 @@ static json_t *chunk(struct gen *g, json_t *delta, const char *finish)
 
 static void on_event(void *ctx, const struct chat_event *ev)
 {
-    struct gen *g = ctx;
+    struct oai *g = ctx;
     json_t *call;
     switch (ev->kind) {
     case CHAT_EV_TEXT:
@@ -117,15 +112,11 @@ static void on_event(void *ctx, const struct chat_event *ev)
     }
 }
 
-static void gen_free(struct gen *g)
+static void oai_free(struct oai *g)
 {
     if (!g)
         return;
-    if (g->req) {
-        sched_req_cancel(g->req); /* a no-op when it already finished */
-        sched_req_release(g->req);
-    }
-    chat_parser_free(g->parser);
+    gen_free(g->gen);
     json_decref(g->tool_calls);
     free(g->content);
     free(g->reasoning);
@@ -133,53 +124,31 @@ static void gen_free(struct gen *g)
     free(g);
 }
 
-static const char *finish_reason(struct gen *g)
+static const char *finish_reason(struct oai *g)
 {
-    if (chat_parser_n_tool_calls(g->parser) > 0)
+    if (gen_n_tool_calls(g->gen) > 0)
         return "tool_calls";
-    return g->req->finish == SCHED_LENGTH ? "length" : "stop";
+    return gen_finish(g->gen) == SCHED_LENGTH ? "length" : "stop";
 }
 
-static json_t *usage(struct gen *g)
+static json_t *usage(struct oai *g)
 {
-    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", g->n_prompt, "completion_tokens", g->req->n_out,
-                     "total_tokens", g->n_prompt + g->req->n_out, "prompt_tokens_details", "cached_tokens", 0);
-}
-
-/* Waits for the next tokens and feeds them through detokenizer and parser;
- * sets finished once the request is over and everything is flushed. */
-static void gen_pump(struct gen *g)
-{
-    int32_t n = sched_req_wait(g->req, g->seen);
-    char buf[4096];
-    for (; g->seen < n; g->seen++) {
-        int32_t k = tok_stream_push(g->app->tok, &g->ts, g->req->out[g->seen], true, buf, sizeof buf);
-        if (k > 0)
-            chat_parser_feed(g->parser, buf, (size_t)k);
-    }
-    pthread_mutex_lock(&g->req->mu);
-    bool over = g->req->finish != SCHED_RUNNING && g->seen == g->req->n_out;
-    pthread_mutex_unlock(&g->req->mu);
-    if (!over)
-        return;
-    int32_t k = tok_stream_flush(&g->ts, buf, sizeof buf);
-    if (k > 0)
-        chat_parser_feed(g->parser, buf, (size_t)k);
-    chat_parser_finish(g->parser);
-    g->finished = true;
+    int32_t p = gen_n_prompt(g->gen), o = gen_n_output(g->gen);
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", p, "completion_tokens", o, "total_tokens", p + o,
+                     "prompt_tokens_details", "cached_tokens", 0);
 }
 
 static ssize_t sse_reader(void *cls, uint64_t pos, char *out, size_t max)
 {
     (void)pos;
-    struct gen *g = cls;
+    struct oai *g = cls;
     while (g->off_pend == g->n_pend) {
         g->off_pend = g->n_pend = 0;
         if (g->sent_done)
             return MHD_CONTENT_READER_END_OF_STREAM;
-        if (g->finished) {
-            if (g->req->finish == SCHED_ERROR) {
-                sse(g, json_pack("{s:{s:s,s:s}}", "error", "message", g->req->error, "type", "server_error"));
+        if (gen_finished(g->gen)) {
+            if (gen_finish(g->gen) == SCHED_ERROR) {
+                sse(g, json_pack("{s:{s:s,s:s}}", "error", "message", gen_error(g->gen), "type", "server_error"));
             } else {
                 sse(g, chunk(g, json_object(), finish_reason(g)));
                 if (g->include_usage) {
@@ -193,7 +162,7 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *out, size_t max)
             g->sent_done = true;
             continue;
         }
-        gen_pump(g);
+        gen_pump(g->gen);
     }
     size_t k = g->n_pend - g->off_pend < max ? g->n_pend - g->off_pend : max;
     memcpy(out, g->pend + g->off_pend, k);
@@ -201,7 +170,7 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *out, size_t max)
     return (ssize_t)k;
 }
 
-static void sse_free(void *cls) { gen_free(cls); }
+static void sse_free(void *cls) { oai_free(cls); }
 
 /* Reads the OpenAI sampling fields; -1 with a message in err on a bad value. */
 static int read_params(json_t *b, struct sampler_params *sp, int32_t *max_tokens, char *err, size_t n_err)
@@ -254,59 +223,26 @@ enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *bod
         return http_openai_error(c, 400, "invalid_request_error", "'tools' must be an array");
     if (json_is_array(tools) && json_array_size(tools) == 0)
         tools = NULL;
-    struct sampler_params sp;
-    int32_t max_tokens = 0;
-    char perr[256];
-    if (read_params(body, &sp, &max_tokens, perr, sizeof perr) != 0)
-        return http_openai_error(c, 400, "invalid_request_error", "%s", perr);
-
-    json_t *norm = chat_messages_from_openai(msgs);
-    json_t *kw = json_object_get(body, "chat_template_kwargs");
-    size_t plen;
-    char *prompt = chat_template_render(a->tpl, norm, json_is_null(tools) ? NULL : tools, true,
-                                        json_is_object(kw) ? kw : NULL, &plen);
-    json_decref(norm);
-    if (!prompt)
-        return http_openai_error(c, 400, "invalid_request_error", "the chat template rejected the messages: %s",
-                                 err_msg());
-    struct tok_ids ids = {0};
-    int rc = tok_encode(a->tok, prompt, plen, &ids);
-    bool in_reasoning = plen >= 8 && (strstr(prompt + (plen > 12 ? plen - 12 : 0), "<think>\n") != NULL);
-    free(prompt);
-    if (rc != 0) {
-        tok_ids_free(&ids);
-        return http_openai_error(c, 400, "invalid_request_error", "%s", err_msg());
-    }
-    int32_t n_ctx = sched_n_ctx(a->sched);
-    if (max_tokens == 0)
-        max_tokens = n_ctx - ids.n > 4096 ? 4096 : n_ctx - ids.n;
-    if (ids.n + max_tokens > n_ctx || max_tokens < 1) {
-        int32_t np = ids.n;
-        tok_ids_free(&ids);
-        return http_openai_error(c, 400, "invalid_request_error",
-                                 "this model's context is %d tokens; the messages take %d and %d were asked to generate",
-                                 n_ctx, np, max_tokens);
-    }
-    struct gen *g = calloc(1, sizeof *g);
-    if (!g) {
-        tok_ids_free(&ids);
+    struct oai *g = calloc(1, sizeof *g);
+    if (!g)
         return MHD_NO;
+    struct gen_opts go = {.messages = msgs, .tools = json_is_null(tools) ? NULL : tools, .fn = on_event, .ctx = g};
+    json_t *kw = json_object_get(body, "chat_template_kwargs");
+    go.kwargs = json_is_object(kw) ? kw : NULL;
+    char perr[512];
+    if (read_params(body, &go.sp, &go.max_tokens, perr, sizeof perr) != 0) {
+        free(g);
+        return http_openai_error(c, 400, "invalid_request_error", "%s", perr);
     }
     g->app = a;
-    g->n_prompt = ids.n;
     g->stream = json_is_true(json_object_get(body, "stream"));
     g->include_usage = json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage"));
     g->created = (long long)time(NULL);
     snprintf(g->id, sizeof g->id, "chatcmpl-%08lx%08lx", (unsigned long)random(), (unsigned long)random());
     g->tool_calls = json_array();
-    g->req = sched_req_new(ids.ids, ids.n, &sp, max_tokens, a->model.cfg.vocab_size);
-    tok_ids_free(&ids);
-    if (!g->req || !(g->parser = chat_parser_new(chat_template_tool_format(a->tpl), in_reasoning, tools, on_event, g)) ||
-        sched_submit(a->sched, g->req) != 0) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s", err_msg());
-        gen_free(g);
-        return http_openai_error(c, 400, "invalid_request_error", "%s", msg);
+    if (!(g->gen = gen_start(a, &go, perr, sizeof perr))) {
+        oai_free(g);
+        return http_openai_error(c, 400, "invalid_request_error", "%s", perr);
     }
     if (g->stream) {
         sse(g, chunk(g, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL));
@@ -317,11 +253,11 @@ enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *bod
         MHD_destroy_response(r);
         return ret;
     }
-    while (!g->finished)
-        gen_pump(g);
-    if (g->req->finish == SCHED_ERROR) {
-        enum MHD_Result r = http_openai_error(c, 500, "server_error", "%s", g->req->error);
-        gen_free(g);
+    while (!gen_finished(g->gen))
+        gen_pump(g->gen);
+    if (gen_finish(g->gen) == SCHED_ERROR) {
+        enum MHD_Result r = http_openai_error(c, 500, "server_error", "%s", gen_error(g->gen));
+        oai_free(g);
         return r;
     }
     json_t *msg = json_pack("{s:s,s:s%}", "role", "assistant", "content", g->content ? g->content : "", g->n_content);
@@ -332,6 +268,6 @@ enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *bod
     json_t *resp = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:s,s:n}],s:o}", "id", g->id, "object", "chat.completion",
                              "created", (json_int_t)g->created, "model", a->model_name, "choices", "index", 0,
                              "message", msg, "finish_reason", finish_reason(g), "logprobs", "usage", usage(g));
-    gen_free(g);
+    oai_free(g);
     return http_json(c, MHD_HTTP_OK, resp);
 }

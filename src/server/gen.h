@@ -1,0 +1,42 @@
+/* gen: one generation from chat messages to parsed output events, shared by the
+ * API adapters (openai.c, anthropic.c). It renders the model's chat template,
+ * tokenizes, submits to the scheduler, and feeds the generated tokens through
+ * the streaming detokenizer into the output parser, whose events go to the
+ * adapter's callback. Internal to src/server.
+ *
+ * Ownership: gen_free cancels the request if it still runs and frees everything. */
+#ifndef KP_GEN_H
+#define KP_GEN_H
+
+#include "app.h"
+
+#include <stdbool.h>
+
+struct gen_opts {
+    json_t *messages;        /* OpenAI shape, as chat_messages_from_openai takes them */
+    json_t *tools;           /* OpenAI shape, or NULL */
+    json_t *kwargs;          /* chat_template_kwargs, or NULL */
+    struct sampler_params sp;
+    int32_t max_tokens;      /* 0: up to the context, at most 4096 */
+    chat_event_fn fn;
+    void *ctx;
+};
+
+struct gen;
+
+/* NULL with a message in err (a client error: bad messages, too long, ...). */
+struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t n_err);
+/* Blocks for the next tokens and delivers their events; after the last, flushes. */
+void gen_pump(struct gen *g);
+bool gen_finished(const struct gen *g);
+enum sched_finish gen_finish(const struct gen *g);
+const char *gen_error(const struct gen *g);
+int32_t gen_n_prompt(const struct gen *g);
+int32_t gen_n_output(const struct gen *g);
+int32_t gen_n_tool_calls(const struct gen *g);
+void gen_free(struct gen *g);
+
+/* Prompt tokens the messages and tools take (for count_tokens); -1 with err. */
+int32_t gen_count_tokens(struct app *a, json_t *messages, json_t *tools, json_t *kwargs, char *err, size_t n_err);
+
+#endif
