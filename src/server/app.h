@@ -24,7 +24,12 @@ enum MHD_Result http_json(struct MHD_Connection *c, unsigned status, json_t *bod
 /* An OpenAI-shaped error: {"error": {"message", "type", "param", "code"}}. */
 enum MHD_Result http_openai_error(struct MHD_Connection *c, unsigned status, const char *type, const char *fmt, ...);
 
+/* An Anthropic-shaped error: {"type": "error", "error": {"type", "message"}}. */
+enum MHD_Result http_anthropic_error(struct MHD_Connection *c, unsigned status, const char *type, const char *fmt, ...);
+
 enum MHD_Result openai_models(struct app *a, struct MHD_Connection *c);
 enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *body);
+enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json_t *body);
+enum MHD_Result anthropic_count_tokens(struct app *a, struct MHD_Connection *c, json_t *body);
 
 #endif

@@ -11,9 +11,12 @@
 
 enum MHD_Result openai_models(struct app *a, struct MHD_Connection *c)
 {
+    /* fields of both APIs' model objects, so either SDK can list it */
     return http_json(c, MHD_HTTP_OK,
-                     json_pack("{s:s,s:[{s:s,s:s,s:i,s:s}]}", "object", "list", "data", "id", a->model_name, "object",
-                               "model", "created", 0, "owned_by", "kapitsa"));
+                     json_pack("{s:s,s:[{s:s,s:s,s:i,s:s,s:s,s:s,s:s}],s:b,s:s,s:s}", "object", "list", "data", "id",
+                               a->model_name, "object", "model", "created", 0, "owned_by", "kapitsa", "type", "model",
+                               "display_name", a->model_name, "created_at", "1970-01-01T00:00:00Z", "has_more", 0,
+                               "first_id", a->model_name, "last_id", a->model_name));
 }
 
 /* One response's state, shared by the non-streaming and streaming paths. */

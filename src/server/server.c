@@ -101,29 +101,37 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (strcmp(url, "/health") == 0)
         return http_json(c, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
+    bool ant = strncmp(url, "/v1/messages", 12) == 0;
+    enum MHD_Result (*fail)(struct MHD_Connection *, unsigned, const char *, const char *, ...) =
+        ant ? http_anthropic_error : http_openai_error;
     if (!key_ok(a, c))
-        return http_openai_error(c, MHD_HTTP_UNAUTHORIZED, "authentication_error", "invalid or missing API key");
+        return fail(c, MHD_HTTP_UNAUTHORIZED, "authentication_error", "invalid or missing API key");
     if (st->too_big)
-        return http_openai_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
-                                 "request body larger than %u bytes", SERVER_MAX_BODY);
+        return fail(c, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error", "request body larger than %u bytes",
+                    SERVER_MAX_BODY);
     bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
     if (get && strcmp(url, "/v1/models") == 0)
         return openai_models(a, c);
-    if (strcmp(url, "/v1/chat/completions") == 0) {
-        if (!post)
-            return http_openai_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", "use POST");
-        json_error_t je;
-        json_t *body = json_loadb(st->body ? st->body : "", st->n, 0, &je);
-        if (!json_is_object(body)) {
-            json_decref(body);
-            return http_openai_error(c, MHD_HTTP_BAD_REQUEST, "invalid_request_error",
-                                     "the body is not a JSON object (%s)", st->n ? je.text : "empty body");
-        }
-        enum MHD_Result r = openai_chat(a, c, body);
+    enum MHD_Result (*handler)(struct app *, struct MHD_Connection *, json_t *) =
+        strcmp(url, "/v1/chat/completions") == 0 ? openai_chat
+        : strcmp(url, "/v1/messages") == 0       ? anthropic_messages
+        : strcmp(url, "/v1/messages/count_tokens") == 0 ? anthropic_count_tokens
+                                                        : NULL;
+    if (!handler)
+        return fail(c, MHD_HTTP_NOT_FOUND, ant ? "not_found_error" : "invalid_request_error", "no route %s %s", method,
+                    url);
+    if (!post)
+        return fail(c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", "use POST");
+    json_error_t je;
+    json_t *body = json_loadb(st->body ? st->body : "", st->n, 0, &je);
+    if (!json_is_object(body)) {
         json_decref(body);
-        return r;
+        return fail(c, MHD_HTTP_BAD_REQUEST, "invalid_request_error", "the body is not a JSON object (%s)",
+                    st->n ? je.text : "empty body");
     }
-    return http_openai_error(c, MHD_HTTP_NOT_FOUND, "invalid_request_error", "no route %s %s", method, url);
+    enum MHD_Result r = handler(a, c, body);
+    json_decref(body);
+    return r;
 }
 
 static void on_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)

@@ -3,39 +3,15 @@
 // concurrency, a client that disconnects mid-stream, and the API key.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { setTimeout as sleep } from "node:timers/promises";
 import OpenAI from "openai";
-
-const ROOT = new URL("../..", import.meta.url).pathname;
-const BIN = process.env.KAPITSA_BIN || `${ROOT}/build/kapitsa`; // the ASan build works too
-const servers = [];
-
-async function startServer(extra = []) {
-  const port = 20000 + Math.floor(Math.random() * 20000);
-  const proc = spawn(BIN, ["serve", "--port", String(port), "--parallel", "4", "--ctx", "4096", ...extra], {
-    cwd: ROOT,
-    stdio: ["ignore", "inherit", "pipe"],
-  });
-  let log = "";
-  proc.stderr.on("data", (d) => (log += d));
-  servers.push(proc);
-  const base = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 100; i++) {
-    try {
-      if ((await fetch(`${base}/health`)).ok) return { base, proc };
-    } catch {}
-    await sleep(100);
-  }
-  throw new Error("server did not start: " + log);
-}
+import { startServer, stopServers } from "./server.mjs";
 
 let srv, client;
 before(async () => {
   srv = await startServer();
   client = new OpenAI({ baseURL: `${srv.base}/v1`, apiKey: "unused", maxRetries: 0 });
 });
-after(() => servers.forEach((p) => p.kill("SIGTERM")));
+after(stopServers);
 
 test("models.list names the served model", async () => {
   const list = await client.models.list();

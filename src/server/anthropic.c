@@ -1,0 +1,416 @@
+/* anthropic: POST /v1/messages and /v1/messages/count_tokens in Anthropic's
+ * Messages API shapes: content blocks (text, thinking, tool_use, tool_result),
+ * and the streaming event sequence message_start, ping, content_block_start /
+ * _delta / _stop per block (text_delta, thinking_delta + signature_delta,
+ * input_json_delta), message_delta with stop_reason and usage, message_stop. */
+#define _GNU_SOURCE
+#include "../base/err.h"
+#include "gen.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum MHD_Result http_anthropic_error(struct MHD_Connection *c, unsigned status, const char *type, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return http_json(c, status, json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", type, "message", msg));
+}
+
+/* Text of a string or of the text blocks of a block list. */
+static json_t *block_text(json_t *c)
+{
+    if (json_is_string(c))
+        return json_incref(c);
+    char *t = NULL;
+    size_t n = 0, i;
+    json_t *b;
+    json_array_foreach(c, i, b) {
+        json_t *s = json_object_get(b, "text");
+        if (!json_is_string(s))
+            continue;
+        char *nt = realloc(t, n + json_string_length(s) + 1);
+        if (!nt)
+            break;
+        t = nt;
+        memcpy(t + n, json_string_value(s), json_string_length(s));
+        n += json_string_length(s);
+    }
+    json_t *r = json_stringn(t ? t : "", n);
+    free(t);
+    return r;
+}
+
+/* Anthropic messages (+ system) as the OpenAI-shaped list the templates take. */
+static json_t *to_chat(json_t *body, char *err, size_t n_err)
+{
+    json_t *out = json_array(), *sys = json_object_get(body, "system"), *msgs = json_object_get(body, "messages");
+    if (sys && !json_is_null(sys))
+        json_array_append_new(out, json_pack("{s:s,s:o}", "role", "system", "content", block_text(sys)));
+    size_t i, j;
+    json_t *m, *b;
+    json_array_foreach(msgs, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        json_t *content = json_object_get(m, "content");
+        if (!role || (strcmp(role, "user") && strcmp(role, "assistant")) || !(json_is_string(content) || json_is_array(content))) {
+            snprintf(err, n_err, "messages.%zu: role must be user or assistant and content a string or a list of blocks", i);
+            json_decref(out);
+            return NULL;
+        }
+        if (json_is_string(content)) {
+            json_array_append_new(out, json_pack("{s:s,s:O}", "role", role, "content", content));
+            continue;
+        }
+        bool user = role[0] == 'u';
+        json_t *text = json_string(""), *thinking = NULL, *calls = json_array();
+        json_array_foreach(content, j, b) {
+            const char *type = json_string_value(json_object_get(b, "type"));
+            if (!type)
+                type = "";
+            if (!strcmp(type, "text")) {
+                json_t *t = json_object_get(b, "text");
+                size_t n0 = json_string_length(text), n1 = json_string_length(t);
+                char *cat = malloc(n0 + n1 + 1);
+                if (cat) {
+                    memcpy(cat, json_string_value(text), n0);
+                    memcpy(cat + n0, json_is_string(t) ? json_string_value(t) : "", n1);
+                    json_decref(text);
+                    text = json_stringn(cat, n0 + n1);
+                    free(cat);
+                }
+            } else if (!strcmp(type, "tool_result") && user) {
+                json_array_append_new(out, json_pack("{s:s,s:O,s:o}", "role", "tool", "tool_call_id",
+                                                     json_object_get(b, "tool_use_id"), "content",
+                                                     block_text(json_object_get(b, "content"))));
+            } else if (!strcmp(type, "tool_use") && !user) {
+                json_t *input = json_object_get(b, "input");
+                json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", json_object_get(b, "id"), "type",
+                                                       "function", "function", "name", json_object_get(b, "name"),
+                                                       "arguments", input ? input : json_object()));
+            } else if (!strcmp(type, "thinking") && !user) {
+                thinking = json_incref(json_object_get(b, "thinking"));
+            } else if (!strcmp(type, "image") || !strcmp(type, "document")) {
+                snprintf(err, n_err, "messages.%zu: %s blocks are not supported by this model", i, type);
+                json_decref(text);
+                json_decref(thinking);
+                json_decref(calls);
+                json_decref(out);
+                return NULL;
+            }
+        }
+        if (user && json_string_length(text) == 0) { /* only tool results */
+            json_decref(text);
+            json_decref(calls);
+            continue;
+        }
+        json_t *msg = json_pack("{s:s,s:o}", "role", role, "content", text);
+        if (json_is_string(thinking))
+            json_object_set(msg, "reasoning_content", thinking);
+        if (json_array_size(calls))
+            json_object_set(msg, "tool_calls", calls);
+        json_decref(thinking);
+        json_decref(calls);
+        json_array_append_new(out, msg);
+    }
+    return out;
+}
+
+static json_t *to_tools(json_t *tools)
+{
+    if (!json_is_array(tools) || json_array_size(tools) == 0)
+        return NULL;
+    json_t *out = json_array(), *t;
+    size_t i;
+    json_array_foreach(tools, i, t) {
+        if (!json_is_string(json_object_get(t, "name")))
+            continue; /* server tools (web search, ...) have no schema for the model */
+        json_t *fn = json_pack("{s:O}", "name", json_object_get(t, "name"));
+        if (json_object_get(t, "description"))
+            json_object_set(fn, "description", json_object_get(t, "description"));
+        json_t *schema = json_object_get(t, "input_schema");
+        json_object_set_new(fn, "parameters", schema ? json_incref(schema) : json_pack("{s:s}", "type", "object"));
+        json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
+    }
+    return out;
+}
+
+/* ---- one response ---- */
+
+enum blk { B_NONE, B_TEXT, B_THINKING, B_TOOL };
+
+struct ant {
+    struct app *app;
+    struct gen *gen;
+    bool stream, done;
+    char id[40];
+    /* blocks */
+    json_t *content;  /* non-streaming: the blocks */
+    enum blk open;    /* the block being written */
+    int32_t index;    /* its index */
+    json_t *cur;      /* non-streaming: the open block */
+    char *args;       /* tool input JSON so far */
+    size_t n_args;
+    char *pend;
+    size_t n_pend, off_pend;
+};
+
+static void put(struct ant *s, const char *event, json_t *data)
+{
+    char *d = json_dumps(data, JSON_COMPACT);
+    json_decref(data);
+    char *line = NULL;
+    int n = d ? asprintf(&line, "event: %s\ndata: %s\n\n", event, d) : -1;
+    free(d);
+    if (n < 0)
+        return;
+    char *np = realloc(s->pend, s->n_pend + (size_t)n + 1);
+    if (np) {
+        memcpy(np + s->n_pend, line, (size_t)n + 1);
+        s->pend = np;
+        s->n_pend += (size_t)n;
+    }
+    free(line);
+}
+
+static void close_block(struct ant *s)
+{
+    if (s->open == B_NONE)
+        return;
+    if (s->stream) {
+        if (s->open == B_THINKING) /* local reasoning carries no signature; the field is there */
+            put(s, "content_block_delta", json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_delta", "index",
+                                                    s->index, "delta", "type", "signature_delta", "signature", ""));
+        put(s, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", s->index));
+    } else {
+        if (s->open == B_TOOL) {
+            json_t *input = json_loadb(s->args ? s->args : "{}", s->n_args ? s->n_args : 2, 0, NULL);
+            json_object_set_new(s->cur, "input", json_is_object(input) ? input : json_object());
+            if (!json_is_object(input))
+                json_decref(input);
+        }
+        json_array_append_new(s->content, s->cur);
+        s->cur = NULL;
+    }
+    free(s->args);
+    s->args = NULL;
+    s->n_args = 0;
+    s->open = B_NONE;
+    s->index++;
+}
+
+static void open_block(struct ant *s, enum blk b, json_t *start)
+{
+    close_block(s);
+    s->open = b;
+    if (s->stream)
+        put(s, "content_block_start", json_pack("{s:s,s:i,s:o}", "type", "content_block_start", "index", s->index,
+                                                "content_block", start));
+    else
+        s->cur = start;
+}
+
+static void on_event(void *ctx, const struct chat_event *ev)
+{
+    struct ant *s = ctx;
+    switch (ev->kind) {
+    case CHAT_EV_TEXT:
+    case CHAT_EV_REASONING: {
+        bool r = ev->kind == CHAT_EV_REASONING;
+        enum blk want = r ? B_THINKING : B_TEXT;
+        const char *field = r ? "thinking" : "text";
+        if (s->open != want)
+            open_block(s, want, r ? json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking", "", "signature", "")
+                                  : json_pack("{s:s,s:s}", "type", "text", "text", ""));
+        if (s->stream) {
+            put(s, "content_block_delta", json_pack("{s:s,s:i,s:{s:s,s:s%}}", "type", "content_block_delta", "index",
+                                                    s->index, "delta", "type", r ? "thinking_delta" : "text_delta",
+                                                    field, ev->text, ev->len));
+        } else {
+            json_t *old = json_object_get(s->cur, field);
+            char *cat = malloc(json_string_length(old) + ev->len + 1);
+            if (cat) {
+                memcpy(cat, json_string_value(old), json_string_length(old));
+                memcpy(cat + json_string_length(old), ev->text, ev->len);
+                json_object_set_new(s->cur, field, json_stringn(cat, json_string_length(old) + ev->len));
+                free(cat);
+            }
+        }
+        break;
+    }
+    case CHAT_EV_TOOL_START: {
+        char id[64];
+        snprintf(id, sizeof id, "toolu_%s_%d", s->id + 4, ev->tool_index);
+        open_block(s, B_TOOL, json_pack("{s:s,s:s,s:s,s:{}}", "type", "tool_use", "id", id, "name", ev->name, "input"));
+        break;
+    }
+    case CHAT_EV_TOOL_ARGS:
+        if (s->stream) {
+            put(s, "content_block_delta", json_pack("{s:s,s:i,s:{s:s,s:s%}}", "type", "content_block_delta", "index",
+                                                    s->index, "delta", "type", "input_json_delta", "partial_json",
+                                                    ev->text, ev->len));
+        } else {
+            char *na = realloc(s->args, s->n_args + ev->len + 1);
+            if (na) {
+                memcpy(na + s->n_args, ev->text, ev->len);
+                s->args = na;
+                s->n_args += ev->len;
+            }
+        }
+        break;
+    case CHAT_EV_TOOL_END: close_block(s); break;
+    }
+}
+
+static const char *stop_reason(struct ant *s)
+{
+    if (gen_n_tool_calls(s->gen) > 0)
+        return "tool_use";
+    return gen_finish(s->gen) == SCHED_LENGTH ? "max_tokens" : "end_turn";
+}
+
+static void ant_free(struct ant *s)
+{
+    if (!s)
+        return;
+    gen_free(s->gen);
+    json_decref(s->content);
+    json_decref(s->cur);
+    free(s->args);
+    free(s->pend);
+    free(s);
+}
+
+static ssize_t ant_reader(void *cls, uint64_t pos, char *out, size_t max)
+{
+    (void)pos;
+    struct ant *s = cls;
+    while (s->off_pend == s->n_pend) {
+        s->off_pend = s->n_pend = 0;
+        if (s->done)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (gen_finished(s->gen)) {
+            close_block(s);
+            if (gen_finish(s->gen) == SCHED_ERROR) {
+                put(s, "error", json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", "api_error", "message",
+                                          gen_error(s->gen)));
+            } else {
+                put(s, "message_delta", json_pack("{s:s,s:{s:s,s:n},s:{s:i}}", "type", "message_delta", "delta",
+                                                  "stop_reason", stop_reason(s), "stop_sequence", "usage",
+                                                  "output_tokens", gen_n_output(s->gen)));
+                put(s, "message_stop", json_pack("{s:s}", "type", "message_stop"));
+            }
+            s->done = true;
+            continue;
+        }
+        gen_pump(s->gen);
+    }
+    size_t k = s->n_pend - s->off_pend < max ? s->n_pend - s->off_pend : max;
+    memcpy(out, s->pend + s->off_pend, k);
+    s->off_pend += k;
+    return (ssize_t)k;
+}
+
+static void ant_reader_free(void *cls) { ant_free(cls); }
+
+static json_t *thinking_kwargs(json_t *body)
+{
+    const char *t = json_string_value(json_object_get(json_object_get(body, "thinking"), "type"));
+    return t ? json_pack("{s:b}", "enable_thinking", strcmp(t, "enabled") == 0) : NULL;
+}
+
+enum MHD_Result anthropic_count_tokens(struct app *a, struct MHD_Connection *c, json_t *body)
+{
+    char err[512];
+    if (!json_is_array(json_object_get(body, "messages")))
+        return http_anthropic_error(c, 400, "invalid_request_error", "messages: a list is required");
+    json_t *msgs = to_chat(body, err, sizeof err), *tools = to_tools(json_object_get(body, "tools"));
+    json_t *kw = thinking_kwargs(body);
+    int32_t n = msgs ? gen_count_tokens(a, msgs, tools, kw, err, sizeof err) : -1;
+    json_decref(msgs);
+    json_decref(tools);
+    json_decref(kw);
+    if (n < 0)
+        return http_anthropic_error(c, 400, "invalid_request_error", "%s", err);
+    return http_json(c, MHD_HTTP_OK, json_pack("{s:i}", "input_tokens", n));
+}
+
+enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json_t *body)
+{
+    char err[512];
+    json_t *mt = json_object_get(body, "max_tokens"), *v;
+    if (!json_is_array(json_object_get(body, "messages")) || json_array_size(json_object_get(body, "messages")) == 0)
+        return http_anthropic_error(c, 400, "invalid_request_error", "messages: a non-empty list is required");
+    if (!json_is_integer(mt) || json_integer_value(mt) < 1 || json_integer_value(mt) > (1 << 24))
+        return http_anthropic_error(c, 400, "invalid_request_error", "max_tokens: a positive integer is required");
+    struct gen_opts go = {0};
+    go.sp = sampler_defaults();
+    go.sp.temperature = 1.0f;
+    go.sp.penalty_last_n = -1;
+    go.sp.seed = (uint64_t)random();
+    if ((v = json_object_get(body, "temperature")) && !json_is_null(v)) {
+        if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 1)
+            return http_anthropic_error(c, 400, "invalid_request_error", "temperature: must be between 0 and 1");
+        go.sp.temperature = (float)json_number_value(v);
+    }
+    if ((v = json_object_get(body, "top_p")) && json_is_number(v) && json_number_value(v) > 0 && json_number_value(v) <= 1)
+        go.sp.top_p = (float)json_number_value(v);
+    if ((v = json_object_get(body, "top_k")) && json_is_integer(v) && json_integer_value(v) >= 0)
+        go.sp.top_k = (int32_t)json_integer_value(v);
+    go.max_tokens = (int32_t)json_integer_value(mt);
+    struct ant *s = calloc(1, sizeof *s);
+    if (!s)
+        return MHD_NO;
+    s->app = a;
+    s->stream = json_is_true(json_object_get(body, "stream"));
+    s->content = json_array();
+    snprintf(s->id, sizeof s->id, "msg_%08lx%08lx", (unsigned long)random(), (unsigned long)random());
+    json_t *msgs = to_chat(body, err, sizeof err), *tools = to_tools(json_object_get(body, "tools"));
+    json_t *kw = thinking_kwargs(body);
+    go.messages = msgs;
+    go.tools = tools;
+    go.kwargs = kw;
+    go.fn = on_event;
+    go.ctx = s;
+    s->gen = msgs ? gen_start(a, &go, err, sizeof err) : NULL;
+    json_decref(msgs);
+    json_decref(tools);
+    json_decref(kw);
+    if (!s->gen) {
+        ant_free(s);
+        return http_anthropic_error(c, 400, "invalid_request_error", "%s", err);
+    }
+    json_t *usage = json_pack("{s:i,s:i,s:i,s:i}", "input_tokens", gen_n_prompt(s->gen), "output_tokens", 0,
+                              "cache_creation_input_tokens", 0, "cache_read_input_tokens", 0);
+    if (s->stream) {
+        put(s, "message_start", json_pack("{s:s,s:{s:s,s:s,s:s,s:s,s:[],s:n,s:n,s:o}}", "type", "message_start",
+                                          "message", "id", s->id, "type", "message", "role", "assistant", "model",
+                                          a->model_name, "content", "stop_reason", "stop_sequence", "usage", usage));
+        put(s, "ping", json_pack("{s:s}", "type", "ping"));
+        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, ant_reader, s, ant_reader_free);
+        MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
+    while (!gen_finished(s->gen))
+        gen_pump(s->gen);
+    close_block(s);
+    if (gen_finish(s->gen) == SCHED_ERROR) {
+        json_decref(usage);
+        enum MHD_Result r = http_anthropic_error(c, 500, "api_error", "%s", gen_error(s->gen));
+        ant_free(s);
+        return r;
+    }
+    json_object_set_new(usage, "output_tokens", json_integer(gen_n_output(s->gen)));
+    json_t *resp = json_pack("{s:s,s:s,s:s,s:s,s:O,s:s,s:n,s:o}", "id", s->id, "type", "message", "role", "assistant",
+                             "model", a->model_name, "content", s->content, "stop_reason", stop_reason(s),
+                             "stop_sequence", "usage", usage);
+    ant_free(s);
+    return http_json(c, MHD_HTTP_OK, resp);
+}

@@ -1,0 +1,90 @@
+// The server driven by the official Anthropic SDK (what Claude Code speaks):
+// messages with content blocks, the exact streaming event sequence, tool_use /
+// tool_result turns, count_tokens, models, errors in Anthropic's shape, API key.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import Anthropic from "@anthropic-ai/sdk";
+import { startServer, stopServers } from "./server.mjs";
+
+let srv, client;
+before(async () => {
+  srv = await startServer(["--api-key", "k-123"]);
+  client = new Anthropic({ baseURL: srv.base, apiKey: "k-123", maxRetries: 0 });
+});
+after(stopServers);
+
+const TOOLS = [{ name: "read_file", description: "Read a file", input_schema: { type: "object", properties: { path: { type: "string" } }, required: ["path"] } }];
+
+test("a message comes back with content blocks, stop_reason and usage", async () => {
+  const m = await client.messages.create({
+    model: "kapitsa-tiny", max_tokens: 16, temperature: 0, system: "Be brief.",
+    messages: [{ role: "user", content: "Write a Python function." }],
+  });
+  assert.equal(m.type, "message");
+  assert.equal(m.role, "assistant");
+  assert.ok(["end_turn", "max_tokens"].includes(m.stop_reason));
+  assert.ok(m.usage.input_tokens > 5 && m.usage.output_tokens <= 16);
+  for (const b of m.content) assert.ok(["text", "thinking", "tool_use"].includes(b.type));
+});
+
+test("streaming follows the event sequence and equals the non-streamed message", async () => {
+  const req = { model: "m", max_tokens: 24, temperature: 0, messages: [{ role: "user", content: [{ type: "text", text: "def add(a, b):" }] }] };
+  const whole = await client.messages.create(req);
+  const events = [];
+  const stream = client.messages.stream(req);
+  stream.on("streamEvent", (e) => events.push(e.type));
+  const final = await stream.finalMessage();
+  assert.equal(events[0], "message_start");
+  assert.equal(events.at(-1), "message_stop");
+  assert.equal(events.at(-2), "message_delta");
+  // every block is started, gets deltas, and is stopped, in order
+  let open = false;
+  for (const e of events.slice(1, -2)) {
+    if (e === "content_block_start") { assert.ok(!open); open = true; }
+    else if (e === "content_block_stop") { assert.ok(open); open = false; }
+    else if (e === "content_block_delta") assert.ok(open);
+    else assert.equal(e, "ping");
+  }
+  assert.ok(!open);
+  assert.deepEqual(final.content.map((b) => [b.type, b.text ?? b.thinking ?? b.name]),
+                   whole.content.map((b) => [b.type, b.text ?? b.thinking ?? b.name]));
+  assert.equal(final.stop_reason, whole.stop_reason);
+  assert.equal(final.usage.output_tokens, whole.usage.output_tokens);
+});
+
+test("a tool_use / tool_result conversation is accepted", async () => {
+  const m = await client.messages.create({
+    model: "m", max_tokens: 8, tools: TOOLS,
+    messages: [
+      { role: "user", content: "Show main.c" },
+      { role: "assistant", content: [{ type: "text", text: "Reading it." }, { type: "tool_use", id: "toolu_1", name: "read_file", input: { path: "main.c" } }] },
+      { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: [{ type: "text", text: "int main(void) { return 0; }" }] }, { type: "text", text: "Explain." }] },
+    ],
+  });
+  assert.ok(m.stop_reason);
+  for (const b of m.content.filter((b) => b.type === "tool_use")) assert.equal(typeof b.input, "object");
+});
+
+test("count_tokens counts what the template renders", async () => {
+  const a = await client.messages.countTokens({ model: "m", messages: [{ role: "user", content: "hi" }] });
+  const b = await client.messages.countTokens({ model: "m", messages: [{ role: "user", content: "hi" }], tools: TOOLS });
+  assert.ok(a.input_tokens > 3);
+  assert.ok(b.input_tokens > a.input_tokens);
+});
+
+test("models.list works with the Anthropic SDK", async () => {
+  const page = await client.models.list();
+  assert.equal(page.data[0].id, "kapitsa-tiny");
+});
+
+test("errors come in Anthropic's shape and the server keeps serving", async () => {
+  await assert.rejects(client.messages.create({ model: "m", messages: [{ role: "user", content: "x" }] }),
+    (e) => e.status === 400 && e.error?.error?.type === "invalid_request_error" && /max_tokens/.test(e.message));
+  await assert.rejects(client.messages.create({ model: "m", max_tokens: 4, messages: [{ role: "robot", content: "x" }] }), (e) => e.status === 400);
+  await assert.rejects(client.messages.create({ model: "m", max_tokens: 4, messages: [{ role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/png", data: "AA==" } }] }] }), (e) => e.status === 400 && /image/.test(e.message));
+  const bad = new Anthropic({ baseURL: srv.base, apiKey: "wrong", maxRetries: 0 });
+  await assert.rejects(bad.messages.create({ model: "m", max_tokens: 4, messages: [{ role: "user", content: "x" }] }),
+    (e) => e.status === 401 && e.error?.error?.type === "authentication_error");
+  const ok = await client.messages.create({ model: "m", max_tokens: 2, messages: [{ role: "user", content: "still there?" }] });
+  assert.equal(ok.type, "message");
+});

@@ -1,0 +1,30 @@
+// Starting and stopping `kapitsa serve` for the SDK tests.
+import { spawn } from "node:child_process";
+import { setTimeout as sleep } from "node:timers/promises";
+
+export const ROOT = new URL("../..", import.meta.url).pathname;
+const BIN = process.env.KAPITSA_BIN || `${ROOT}/build/kapitsa`; // the ASan build works too
+const procs = [];
+
+export async function startServer(extra = []) {
+  const port = 20000 + Math.floor(Math.random() * 20000);
+  const proc = spawn(BIN, ["serve", "--port", String(port), "--parallel", "4", "--ctx", "4096", ...extra], {
+    cwd: ROOT,
+    stdio: ["ignore", "inherit", "pipe"],
+  });
+  let log = "";
+  proc.stderr.on("data", (d) => (log += d));
+  procs.push(proc);
+  const base = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 100; i++) {
+    try {
+      if ((await fetch(`${base}/health`)).ok) return { base, proc };
+    } catch {}
+    await sleep(100);
+  }
+  throw new Error("server did not start: " + log);
+}
+
+export function stopServers() {
+  procs.forEach((p) => p.kill("SIGTERM"));
+}
