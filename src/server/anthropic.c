@@ -270,7 +270,15 @@ static const char *stop_reason(struct ant *s)
 {
     if (gen_n_tool_calls(s->gen) > 0)
         return "tool_use";
+    if (gen_stop_string(s->gen))
+        return "stop_sequence";
     return gen_finish(s->gen) == SCHED_LENGTH ? "max_tokens" : "end_turn";
+}
+
+static json_t *stop_sequence(struct ant *s)
+{
+    const char *ss = gen_stop_string(s->gen);
+    return ss ? json_string(ss) : json_null();
 }
 
 static void ant_free(struct ant *s)
@@ -299,9 +307,9 @@ static ssize_t ant_reader(void *cls, uint64_t pos, char *out, size_t max)
                 put(s, "error", json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", "api_error", "message",
                                           gen_error(s->gen)));
             } else {
-                put(s, "message_delta", json_pack("{s:s,s:{s:s,s:n},s:{s:i}}", "type", "message_delta", "delta",
-                                                  "stop_reason", stop_reason(s), "stop_sequence", "usage",
-                                                  "output_tokens", gen_n_output(s->gen)));
+                put(s, "message_delta", json_pack("{s:s,s:{s:s,s:o},s:{s:i}}", "type", "message_delta", "delta",
+                                                  "stop_reason", stop_reason(s), "stop_sequence", stop_sequence(s),
+                                                  "usage", "output_tokens", gen_n_output(s->gen)));
                 put(s, "message_stop", json_pack("{s:s}", "type", "message_stop"));
             }
             s->done = true;
@@ -362,6 +370,8 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
     if ((v = json_object_get(body, "top_k")) && json_is_integer(v) && json_integer_value(v) >= 0)
         go.sp.top_k = (int32_t)json_integer_value(v);
     go.max_tokens = (int32_t)json_integer_value(mt);
+    json_t *stops = json_object_get(body, "stop_sequences");
+    go.stop = json_is_array(stops) ? stops : NULL;
     struct ant *s = calloc(1, sizeof *s);
     if (!s)
         return MHD_NO;
@@ -408,9 +418,9 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
         return r;
     }
     json_object_set_new(usage, "output_tokens", json_integer(gen_n_output(s->gen)));
-    json_t *resp = json_pack("{s:s,s:s,s:s,s:s,s:O,s:s,s:n,s:o}", "id", s->id, "type", "message", "role", "assistant",
+    json_t *resp = json_pack("{s:s,s:s,s:s,s:s,s:O,s:s,s:o,s:o}", "id", s->id, "type", "message", "role", "assistant",
                              "model", a->model_name, "content", s->content, "stop_reason", stop_reason(s),
-                             "stop_sequence", "usage", usage);
+                             "stop_sequence", stop_sequence(s), "usage", usage);
     ant_free(s);
     return http_json(c, MHD_HTTP_OK, resp);
 }

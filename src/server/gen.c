@@ -1,4 +1,5 @@
 /* gen: chat messages -> prompt -> scheduler -> output events (see gen.h). */
+#define _GNU_SOURCE
 #include "gen.h"
 
 #include "../base/err.h"
@@ -14,7 +15,50 @@ struct gen {
     struct tok_stream ts;
     int32_t seen, n_prompt;
     bool finished;
+    /* stop strings: text that could still begin one is held back */
+    char *stop[GEN_MAX_STOP];
+    int32_t n_stop, hit;   /* hit: index of the stop string that matched, or -1 */
+    char *held;
+    size_t n_held;
 };
+
+/* Feeds text to the parser unless a stop string appears in it: then the output
+ * ends just before it and the request is cancelled. */
+static void feed(struct gen *g, const char *text, size_t n, bool last)
+{
+    if (g->n_stop == 0) {
+        chat_parser_feed(g->parser, text, n);
+        return;
+    }
+    char *buf = realloc(g->held, g->n_held + n + 1);
+    if (!buf)
+        return;
+    memcpy(buf + g->n_held, text, n);
+    g->held = buf;
+    size_t len = g->n_held + n, cut = len, keep = 0;
+    for (int32_t i = 0; i < g->n_stop; i++) {
+        size_t sl = strlen(g->stop[i]);
+        const char *hit = memmem(buf, len, g->stop[i], sl);
+        if (hit && (size_t)(hit - buf) < cut) {
+            cut = (size_t)(hit - buf);
+            g->hit = i;
+        }
+        for (size_t k = sl - 1; !last && k > keep; k--) /* a suffix that may grow into this stop string */
+            if (k <= len && memcmp(buf + len - k, g->stop[i], k) == 0) {
+                keep = k;
+                break;
+            }
+    }
+    if (g->hit >= 0) {
+        chat_parser_feed(g->parser, buf, cut);
+        g->n_held = 0;
+        sched_req_cancel(g->req);
+        return;
+    }
+    chat_parser_feed(g->parser, buf, len - keep);
+    memmove(buf, buf + len - keep, keep);
+    g->n_held = keep;
+}
 
 /* Renders and tokenizes; *in_reasoning tells whether the prompt opened <think>. */
 static int build_prompt(struct app *a, json_t *messages, json_t *tools, json_t *kwargs, struct tok_ids *ids,
@@ -71,6 +115,21 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
     }
     g->app = a;
     g->n_prompt = ids.n;
+    g->hit = -1;
+    json_t *stops = json_is_string(o->stop) ? json_pack("[O]", o->stop) : json_incref(o->stop);
+    size_t si;
+    json_t *sv;
+    json_array_foreach(stops, si, sv) {
+        if (!json_is_string(sv) || json_string_length(sv) == 0 || g->n_stop == GEN_MAX_STOP) {
+            snprintf(err, n_err, "stop sequences must be at most %d non-empty strings", GEN_MAX_STOP);
+            json_decref(stops);
+            tok_ids_free(&ids);
+            gen_free(g);
+            return NULL;
+        }
+        g->stop[g->n_stop++] = strdup(json_string_value(sv));
+    }
+    json_decref(stops);
     g->req = sched_req_new(ids.ids, ids.n, &o->sp, max_tokens, a->model.cfg.vocab_size);
     tok_ids_free(&ids);
     if (!g->req || !(g->parser = chat_parser_new(chat_template_tool_format(a->tpl), in_reasoning, o->tools, o->fn, o->ctx)) ||
@@ -88,28 +147,36 @@ void gen_pump(struct gen *g)
         return;
     int32_t n = sched_req_wait(g->req, g->seen);
     char buf[4096];
-    for (; g->seen < n; g->seen++) {
+    for (; g->seen < n && g->hit < 0; g->seen++) {
         int32_t k = tok_stream_push(g->app->tok, &g->ts, g->req->out[g->seen], true, buf, sizeof buf);
         if (k > 0)
-            chat_parser_feed(g->parser, buf, (size_t)k);
+            feed(g, buf, (size_t)k, false);
     }
     pthread_mutex_lock(&g->req->mu);
-    bool over = g->req->finish != SCHED_RUNNING && g->seen == g->req->n_out;
+    bool over = g->hit >= 0 || (g->req->finish != SCHED_RUNNING && g->seen == g->req->n_out);
     pthread_mutex_unlock(&g->req->mu);
     if (!over)
         return;
-    int32_t k = tok_stream_flush(&g->ts, buf, sizeof buf);
-    if (k > 0)
-        chat_parser_feed(g->parser, buf, (size_t)k);
+    if (g->hit < 0) {
+        int32_t k = tok_stream_flush(&g->ts, buf, sizeof buf);
+        feed(g, buf, (size_t)(k > 0 ? k : 0), true);
+    }
     chat_parser_finish(g->parser);
     g->finished = true;
 }
 
 bool gen_finished(const struct gen *g) { return g->finished; }
-enum sched_finish gen_finish(const struct gen *g) { return g->req->finish; }
+enum sched_finish gen_finish(const struct gen *g) { return g->hit >= 0 ? SCHED_STOP : g->req->finish; }
+const char *gen_stop_string(const struct gen *g) { return g->hit >= 0 ? g->stop[g->hit] : NULL; }
 const char *gen_error(const struct gen *g) { return g->req->error; }
 int32_t gen_n_prompt(const struct gen *g) { return g->n_prompt; }
-int32_t gen_n_output(const struct gen *g) { return g->req->n_out; }
+int32_t gen_n_output(const struct gen *g)
+{
+    pthread_mutex_lock(&g->req->mu);
+    int32_t n = g->hit >= 0 ? g->seen : g->req->n_out; /* after a stop string: what the client got */
+    pthread_mutex_unlock(&g->req->mu);
+    return n;
+}
 int32_t gen_n_tool_calls(const struct gen *g) { return chat_parser_n_tool_calls(g->parser); }
 
 void gen_free(struct gen *g)
@@ -121,5 +188,8 @@ void gen_free(struct gen *g)
         sched_req_release(g->req);
     }
     chat_parser_free(g->parser);
+    for (int32_t i = 0; i < g->n_stop; i++)
+        free(g->stop[i]);
+    free(g->held);
     free(g);
 }

@@ -18,18 +18,23 @@ struct gen_opts {
     json_t *kwargs;          /* chat_template_kwargs, or NULL */
     struct sampler_params sp;
     int32_t max_tokens;      /* 0: up to the context, at most 4096 */
+    json_t *stop;            /* stop strings: a string or a list (OpenAI stop, Anthropic stop_sequences), or NULL */
     chat_event_fn fn;
     void *ctx;
 };
 
 struct gen;
 
-/* NULL with a message in err (a client error: bad messages, too long, ...). */
+#define GEN_MAX_STOP 8
+
+/* NULL with a message in err (a client error: bad messages, too long, bad stop list...). */
 struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t n_err);
 /* Blocks for the next tokens and delivers their events; after the last, flushes. */
 void gen_pump(struct gen *g);
 bool gen_finished(const struct gen *g);
+/* SCHED_STOP also when a stop string ended the output (gen_stop_string tells which). */
 enum sched_finish gen_finish(const struct gen *g);
+const char *gen_stop_string(const struct gen *g); /* NULL if none matched */
 const char *gen_error(const struct gen *g);
 int32_t gen_n_prompt(const struct gen *g);
 int32_t gen_n_output(const struct gen *g);

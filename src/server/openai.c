@@ -229,7 +229,9 @@ enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *bod
     struct oai *g = calloc(1, sizeof *g);
     if (!g)
         return MHD_NO;
-    struct gen_opts go = {.messages = msgs, .tools = json_is_null(tools) ? NULL : tools, .fn = on_event, .ctx = g};
+    json_t *stop = json_object_get(body, "stop");
+    struct gen_opts go = {.messages = msgs, .tools = json_is_null(tools) ? NULL : tools, .fn = on_event, .ctx = g,
+                          .stop = json_is_null(stop) ? NULL : stop};
     json_t *kw = json_object_get(body, "chat_template_kwargs");
     go.kwargs = json_is_object(kw) ? kw : NULL;
     char perr[512];

@@ -88,3 +88,14 @@ test("errors come in Anthropic's shape and the server keeps serving", async () =
   const ok = await client.messages.create({ model: "m", max_tokens: 2, messages: [{ role: "user", content: "still there?" }] });
   assert.equal(ok.type, "message");
 });
+
+test("stop_sequences end the message and are reported", async () => {
+  const req = { model: "m", max_tokens: 30, temperature: 0, messages: [{ role: "user", content: "Write a function" }] };
+  const full = (await client.messages.create(req)).content.filter((b) => b.type === "text").map((b) => b.text).join("");
+  assert.ok(full.length > 12);
+  const stop = full.slice(8, 12);
+  const m = await client.messages.create({ ...req, stop_sequences: [stop] });
+  assert.equal(m.stop_reason, "stop_sequence");
+  assert.equal(m.stop_sequence, stop);
+  assert.equal(m.content.filter((b) => b.type === "text").map((b) => b.text).join(""), full.slice(0, full.indexOf(stop)));
+});

@@ -121,3 +121,17 @@ test("with --api-key every endpoint but /health needs the key", async () => {
   assert.equal((await fetch(`${s.base}/health`)).status, 200);
   s.proc.kill("SIGTERM");
 });
+
+test("a stop string ends the answer before it", async () => {
+  const req = { model: "m", messages: [{ role: "user", content: "Write a function" }], max_tokens: 30, temperature: 0 };
+  const full = (await client.chat.completions.create(req)).choices[0].message.content;
+  assert.ok(full.length > 12);
+  const stop = full.slice(8, 12);
+  const r = await client.chat.completions.create({ ...req, stop: [stop, "never-seen"] });
+  assert.equal(r.choices[0].message.content, full.slice(0, full.indexOf(stop)));
+  assert.equal(r.choices[0].finish_reason, "stop");
+  let streamed = "";
+  for await (const ch of await client.chat.completions.create({ ...req, stop, stream: true }))
+    streamed += ch.choices[0]?.delta?.content || "";
+  assert.equal(streamed, r.choices[0].message.content);
+});
