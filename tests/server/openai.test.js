@@ -135,3 +135,32 @@ test("a stop string ends the answer before it", async () => {
     streamed += ch.choices[0]?.delta?.content || "";
   assert.equal(streamed, r.choices[0].message.content);
 });
+
+test("the Responses API: text, streaming events, function calls in the input", async () => {
+  const req = { model: "m", input: "Write a function", max_output_tokens: 16, temperature: 0 };
+  const r = await client.responses.create(req);
+  assert.equal(r.object, "response");
+  assert.ok(["completed", "incomplete"].includes(r.status));
+  assert.ok(r.usage.input_tokens > 5 && r.usage.output_tokens <= 16);
+  const types = [];
+  let text = "";
+  for await (const ev of await client.responses.create({ ...req, stream: true })) {
+    types.push(ev.type);
+    if (ev.type === "response.output_text.delta") text += ev.delta;
+  }
+  assert.equal(types[0], "response.created");
+  assert.ok(["response.completed", "response.incomplete"].includes(types.at(-1)));
+  assert.equal(text, r.output_text);
+  const withCall = await client.responses.create({
+    model: "m", max_output_tokens: 4, instructions: "You are a coding agent.",
+    tools: [{ type: "function", name: "run", description: "Run a command", parameters: { type: "object", properties: { cmd: { type: "string" } } } }, { type: "web_search" }],
+    input: [
+      { role: "user", content: [{ type: "input_text", text: "list files" }] },
+      { type: "function_call", call_id: "call_1", name: "run", arguments: '{"cmd": "ls"}' },
+      { type: "function_call_output", call_id: "call_1", output: "a.c b.c" },
+    ],
+  });
+  assert.ok(withCall.output.length >= 0 && withCall.status);
+  await assert.rejects(client.responses.create({ ...req, previous_response_id: "resp_x" }), (e) => e.status === 400 && /previous_response_id/.test(e.message));
+  await assert.rejects(client.responses.create({ ...req, max_output_tokens: 100000 }), (e) => e.status === 400 && e.code === "context_length_exceeded");
+});

@@ -1,0 +1,434 @@
+/* responses: POST /v1/responses, the OpenAI Responses API that Codex uses.
+ * Input items (messages with input_text/output_text parts, function_call,
+ * function_call_output, reasoning) become the template's message list;
+ * output items are reasoning, message (output_text) and function_call, as one
+ * response object or as the streaming events response.created, in_progress,
+ * output_item.added, content_part.added, output_text.delta, ...done,
+ * function_call_arguments.delta/.done, output_item.done, response.completed. */
+#define _GNU_SOURCE
+#include "../base/err.h"
+#include "gen.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Text of a string or of a list of text parts. */
+static const char *part_text(json_t *c, json_t **owned)
+{
+    *owned = NULL;
+    if (json_is_string(c))
+        return json_string_value(c);
+    size_t i, n = 0;
+    json_t *p;
+    char *t = NULL;
+    json_array_foreach(c, i, p) {
+        json_t *s = json_object_get(p, "text");
+        if (!json_is_string(s))
+            continue;
+        char *nt = realloc(t, n + json_string_length(s) + 1);
+        if (!nt)
+            break;
+        t = nt;
+        memcpy(t + n, json_string_value(s), json_string_length(s) + 1);
+        n += json_string_length(s);
+    }
+    *owned = json_string(t ? t : "");
+    free(t);
+    return json_string_value(*owned);
+}
+
+/* input items -> OpenAI chat messages; consecutive function calls join one assistant turn */
+static json_t *to_chat(json_t *body, char *err, size_t n_err)
+{
+    json_t *out = json_array(), *input = json_object_get(body, "input"), *ins = json_object_get(body, "instructions");
+    if (json_is_string(ins))
+        json_array_append_new(out, json_pack("{s:s,s:O}", "role", "system", "content", ins));
+    if (json_is_string(input)) {
+        json_array_append_new(out, json_pack("{s:s,s:O}", "role", "user", "content", input));
+        return out;
+    }
+    if (!json_is_array(input)) {
+        snprintf(err, n_err, "input must be a string or a list of items");
+        json_decref(out);
+        return NULL;
+    }
+    json_t *assistant = NULL; /* the assistant turn being assembled */
+    size_t i;
+    json_t *it;
+    json_array_foreach(input, i, it) {
+        const char *type = json_string_value(json_object_get(it, "type"));
+        const char *role = json_string_value(json_object_get(it, "role"));
+        json_t *owned;
+        if (!type || !strcmp(type, "message")) {
+            if (!role) {
+                snprintf(err, n_err, "input[%zu]: a message needs a role", i);
+                json_decref(out);
+                return NULL;
+            }
+            const char *text = part_text(json_object_get(it, "content"), &owned);
+            if (!strcmp(role, "assistant")) {
+                if (!assistant) {
+                    assistant = json_pack("{s:s,s:s}", "role", "assistant", "content", "");
+                    json_array_append_new(out, assistant);
+                }
+                json_object_set_new(assistant, "content", json_string(text ? text : ""));
+            } else {
+                assistant = NULL;
+                json_array_append_new(out, json_pack("{s:s,s:s}", "role", strcmp(role, "developer") ? role : "system",
+                                                     "content", text ? text : ""));
+            }
+            json_decref(owned);
+        } else if (!strcmp(type, "function_call")) {
+            if (!assistant) {
+                assistant = json_pack("{s:s,s:s}", "role", "assistant", "content", "");
+                json_array_append_new(out, assistant);
+            }
+            json_t *calls = json_object_get(assistant, "tool_calls");
+            if (!calls) {
+                calls = json_array();
+                json_object_set_new(assistant, "tool_calls", calls);
+            }
+            json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", json_object_get(it, "call_id"), "type",
+                                                   "function", "function", "name", json_object_get(it, "name"),
+                                                   "arguments", json_object_get(it, "arguments")));
+        } else if (!strcmp(type, "function_call_output")) {
+            assistant = NULL;
+            const char *text = part_text(json_object_get(it, "output"), &owned);
+            json_array_append_new(out, json_pack("{s:s,s:O,s:s}", "role", "tool", "tool_call_id",
+                                                 json_object_get(it, "call_id"), "content", text ? text : ""));
+            json_decref(owned);
+        } else if (!strcmp(type, "reasoning")) {
+            if (!assistant) {
+                assistant = json_pack("{s:s,s:s}", "role", "assistant", "content", "");
+                json_array_append_new(out, assistant);
+            }
+            json_t *c = json_object_get(it, "content");
+            const char *text = part_text(json_array_size(c) ? c : json_object_get(it, "summary"), &owned);
+            json_object_set_new(assistant, "reasoning_content", json_string(text ? text : ""));
+            json_decref(owned);
+        } /* other item types (web search calls, ...) carry nothing for this model */
+    }
+    return out;
+}
+
+static json_t *to_tools(json_t *tools)
+{
+    if (!json_is_array(tools))
+        return NULL;
+    json_t *out = json_array(), *t;
+    size_t i;
+    json_array_foreach(tools, i, t) {
+        const char *type = json_string_value(json_object_get(t, "type"));
+        if (!type || strcmp(type, "function") || !json_is_string(json_object_get(t, "name")))
+            continue; /* built-in tool types are ignored, not rejected */
+        json_t *fn = json_pack("{s:O}", "name", json_object_get(t, "name"));
+        if (json_object_get(t, "description"))
+            json_object_set(fn, "description", json_object_get(t, "description"));
+        json_t *p = json_object_get(t, "parameters");
+        json_object_set_new(fn, "parameters", p ? json_incref(p) : json_pack("{s:s}", "type", "object"));
+        json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
+    }
+    if (json_array_size(out) == 0) {
+        json_decref(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* ---- one response ---- */
+
+enum item { I_NONE, I_MESSAGE, I_REASONING, I_CALL };
+
+struct resp {
+    struct app *app;
+    struct gen *gen;
+    bool stream, done;
+    char id[40];
+    long long created;
+    int32_t seq;       /* sequence_number of the next event */
+    json_t *output;    /* finished items */
+    enum item open;
+    json_t *cur;       /* the open item */
+    char *text;        /* its text or arguments so far */
+    size_t n_text;
+    char *pend;
+    size_t n_pend, off_pend;
+};
+
+static void put(struct resp *r, const char *event, json_t *data)
+{
+    json_object_set_new(data, "type", json_string(event));
+    json_object_set_new(data, "sequence_number", json_integer(r->seq++));
+    char *d = json_dumps(data, JSON_COMPACT);
+    json_decref(data);
+    char *line = NULL;
+    int n = d ? asprintf(&line, "event: %s\ndata: %s\n\n", event, d) : -1;
+    free(d);
+    if (n < 0)
+        return;
+    char *np = realloc(r->pend, r->n_pend + (size_t)n + 1);
+    if (np) {
+        memcpy(np + r->n_pend, line, (size_t)n + 1);
+        r->pend = np;
+        r->n_pend += (size_t)n;
+    }
+    free(line);
+}
+
+static json_t *usage(struct resp *r)
+{
+    int32_t p = gen_n_prompt(r->gen), o = gen_n_output(r->gen);
+    return json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", p, "input_tokens_details", "cached_tokens", 0,
+                     "output_tokens", o, "output_tokens_details", "reasoning_tokens", 0, "total_tokens", p + o);
+}
+
+static json_t *response_obj(struct resp *r, const char *status)
+{
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:O,s:n,s:n,s:b}", "id", r->id, "object", "response", "created_at",
+                          (json_int_t)r->created, "status", status, "model", r->app->model_name, "output", r->output,
+                          "error", "incomplete_details", "parallel_tool_calls", 1);
+    if (!strcmp(status, "completed") || !strcmp(status, "incomplete"))
+        json_object_set_new(o, "usage", usage(r));
+    if (!strcmp(status, "incomplete"))
+        json_object_set_new(o, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens"));
+    return o;
+}
+
+static int32_t out_index(struct resp *r) { return (int32_t)json_array_size(r->output); }
+
+static void close_item(struct resp *r)
+{
+    if (r->open == I_NONE)
+        return;
+    const char *id = json_string_value(json_object_get(r->cur, "id"));
+    json_t *txt = json_stringn(r->text ? r->text : "", r->n_text);
+    if (r->open == I_MESSAGE) {
+        json_t *part = json_pack("{s:s,s:O,s:[]}", "type", "output_text", "text", txt, "annotations");
+        if (r->stream) {
+            put(r, "response.output_text.done", json_pack("{s:s,s:i,s:i,s:O}", "item_id", id, "output_index",
+                                                         out_index(r), "content_index", 0, "text", txt));
+            put(r, "response.content_part.done", json_pack("{s:s,s:i,s:i,s:O}", "item_id", id, "output_index",
+                                                           out_index(r), "content_index", 0, "part", part));
+        }
+        json_object_set_new(r->cur, "content", json_pack("[o]", part));
+        json_object_set_new(r->cur, "status", json_string("completed"));
+    } else if (r->open == I_REASONING) {
+        if (r->stream)
+            put(r, "response.reasoning_text.done", json_pack("{s:s,s:i,s:i,s:O}", "item_id", id, "output_index",
+                                                            out_index(r), "content_index", 0, "text", txt));
+        json_object_set_new(r->cur, "content", json_pack("[{s:s,s:O}]", "type", "reasoning_text", "text", txt));
+    } else {
+        if (r->stream)
+            put(r, "response.function_call_arguments.done", json_pack("{s:s,s:i,s:O}", "item_id", id, "output_index",
+                                                                      out_index(r), "arguments", txt));
+        json_object_set(r->cur, "arguments", txt);
+        json_object_set_new(r->cur, "status", json_string("completed"));
+    }
+    json_decref(txt);
+    if (r->stream)
+        put(r, "response.output_item.done", json_pack("{s:i,s:O}", "output_index", out_index(r), "item", r->cur));
+    json_array_append_new(r->output, r->cur);
+    r->cur = NULL;
+    free(r->text);
+    r->text = NULL;
+    r->n_text = 0;
+    r->open = I_NONE;
+}
+
+static void open_item(struct resp *r, enum item kind, json_t *item)
+{
+    close_item(r);
+    r->open = kind;
+    r->cur = item;
+    if (!r->stream)
+        return;
+    put(r, "response.output_item.added", json_pack("{s:i,s:O}", "output_index", out_index(r), "item", item));
+    if (kind == I_MESSAGE)
+        put(r, "response.content_part.added",
+            json_pack("{s:O,s:i,s:i,s:{s:s,s:s,s:[]}}", "item_id", json_object_get(item, "id"), "output_index",
+                      out_index(r), "content_index", 0, "part", "type", "output_text", "text", "", "annotations"));
+}
+
+static void add_text(struct resp *r, const char *s, size_t n)
+{
+    char *nt = realloc(r->text, r->n_text + n + 1);
+    if (!nt)
+        return;
+    memcpy(nt + r->n_text, s, n);
+    r->text = nt;
+    r->n_text += n;
+}
+
+static void on_event(void *ctx, const struct chat_event *ev)
+{
+    struct resp *r = ctx;
+    char id[64];
+    snprintf(id, sizeof id, "%s_%s_%d", ev->kind == CHAT_EV_REASONING ? "rs" : ev->kind == CHAT_EV_TEXT ? "msg" : "fc",
+             r->id + 5, out_index(r));
+    switch (ev->kind) {
+    case CHAT_EV_TEXT:
+        if (r->open != I_MESSAGE)
+            open_item(r, I_MESSAGE, json_pack("{s:s,s:s,s:s,s:s,s:[]}", "type", "message", "id", id, "status",
+                                              "in_progress", "role", "assistant", "content"));
+        add_text(r, ev->text, ev->len);
+        if (r->stream)
+            put(r, "response.output_text.delta", json_pack("{s:O,s:i,s:i,s:s%}", "item_id", json_object_get(r->cur, "id"),
+                                                          "output_index", out_index(r), "content_index", 0, "delta",
+                                                          ev->text, ev->len));
+        break;
+    case CHAT_EV_REASONING:
+        if (r->open != I_REASONING)
+            open_item(r, I_REASONING, json_pack("{s:s,s:s,s:[]}", "type", "reasoning", "id", id, "summary"));
+        add_text(r, ev->text, ev->len);
+        if (r->stream)
+            put(r, "response.reasoning_text.delta", json_pack("{s:O,s:i,s:i,s:s%}", "item_id", json_object_get(r->cur, "id"),
+                                                             "output_index", out_index(r), "content_index", 0, "delta",
+                                                             ev->text, ev->len));
+        break;
+    case CHAT_EV_TOOL_START: {
+        char call[64];
+        snprintf(call, sizeof call, "call_%s_%d", r->id + 5, ev->tool_index);
+        open_item(r, I_CALL, json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "type", "function_call", "id", id, "call_id", call,
+                                       "name", ev->name, "arguments", "", "status", "in_progress"));
+        break;
+    }
+    case CHAT_EV_TOOL_ARGS:
+        add_text(r, ev->text, ev->len);
+        if (r->stream)
+            put(r, "response.function_call_arguments.delta",
+                json_pack("{s:O,s:i,s:s%}", "item_id", json_object_get(r->cur, "id"), "output_index", out_index(r),
+                          "delta", ev->text, ev->len));
+        break;
+    case CHAT_EV_TOOL_END: close_item(r); break;
+    }
+}
+
+static const char *final_status(struct resp *r) { return gen_finish(r->gen) == SCHED_LENGTH ? "incomplete" : "completed"; }
+
+static void resp_free(struct resp *r)
+{
+    if (!r)
+        return;
+    gen_free(r->gen);
+    json_decref(r->output);
+    json_decref(r->cur);
+    free(r->text);
+    free(r->pend);
+    free(r);
+}
+
+static ssize_t resp_reader(void *cls, uint64_t pos, char *out, size_t max)
+{
+    (void)pos;
+    struct resp *r = cls;
+    while (r->off_pend == r->n_pend) {
+        r->off_pend = r->n_pend = 0;
+        if (r->done)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (gen_finished(r->gen)) {
+            close_item(r);
+            if (gen_finish(r->gen) == SCHED_ERROR) {
+                json_t *o = response_obj(r, "failed");
+                json_object_set_new(o, "error", json_pack("{s:s,s:s}", "code", "server_error", "message", gen_error(r->gen)));
+                put(r, "response.failed", json_pack("{s:o}", "response", o));
+            } else {
+                const char *st = final_status(r);
+                put(r, !strcmp(st, "completed") ? "response.completed" : "response.incomplete",
+                    json_pack("{s:o}", "response", response_obj(r, st)));
+            }
+            r->done = true;
+            continue;
+        }
+        gen_pump(r->gen);
+    }
+    size_t k = r->n_pend - r->off_pend < max ? r->n_pend - r->off_pend : max;
+    memcpy(out, r->pend + r->off_pend, k);
+    r->off_pend += k;
+    return (ssize_t)k;
+}
+
+static void resp_reader_free(void *cls) { resp_free(cls); }
+
+enum MHD_Result openai_responses(struct app *a, struct MHD_Connection *c, json_t *body)
+{
+    char err[512];
+    json_t *prev = json_object_get(body, "previous_response_id"), *v;
+    if (prev && !json_is_null(prev))
+        return http_openai_error(c, 400, "invalid_request_error",
+                                 "previous_response_id is not supported: this server keeps no responses; send the "
+                                 "whole conversation in input");
+    struct gen_opts go = {0};
+    go.sp = sampler_defaults();
+    go.sp.temperature = 1.0f;
+    go.sp.penalty_last_n = -1;
+    go.sp.seed = (uint64_t)random();
+    if ((v = json_object_get(body, "temperature")) && !json_is_null(v)) {
+        if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 2)
+            return http_openai_error(c, 400, "invalid_request_error", "temperature must be a number between 0 and 2");
+        go.sp.temperature = (float)json_number_value(v);
+    }
+    if ((v = json_object_get(body, "top_p")) && json_is_number(v) && json_number_value(v) > 0 && json_number_value(v) <= 1)
+        go.sp.top_p = (float)json_number_value(v);
+    if ((v = json_object_get(body, "max_output_tokens")) && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (1 << 24))
+            return http_openai_error(c, 400, "invalid_request_error", "max_output_tokens must be a positive integer");
+        go.max_tokens = (int32_t)json_integer_value(v);
+    }
+    json_t *msgs = to_chat(body, err, sizeof err);
+    if (!msgs)
+        return http_openai_error(c, 400, "invalid_request_error", "%s", err);
+    json_t *tools = to_tools(json_object_get(body, "tools"));
+    json_t *effort = json_object_get(json_object_get(body, "reasoning"), "effort");
+    json_t *kw = json_is_string(effort) ? json_pack("{s:b}", "enable_thinking", strcmp(json_string_value(effort), "minimal") != 0) : NULL;
+    struct resp *r = calloc(1, sizeof *r);
+    if (!r) {
+        json_decref(msgs);
+        json_decref(tools);
+        json_decref(kw);
+        return MHD_NO;
+    }
+    r->app = a;
+    r->stream = json_is_true(json_object_get(body, "stream"));
+    r->created = (long long)time(NULL);
+    r->output = json_array();
+    snprintf(r->id, sizeof r->id, "resp_%08lx%08lx", (unsigned long)random(), (unsigned long)random());
+    go.messages = msgs;
+    go.tools = tools;
+    go.kwargs = kw;
+    go.fn = on_event;
+    go.ctx = r;
+    r->gen = gen_start(a, &go, err, sizeof err);
+    json_decref(msgs);
+    json_decref(tools);
+    json_decref(kw);
+    if (!r->gen) {
+        resp_free(r);
+        if (strstr(err, "context"))
+            return http_json(c, 400, json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", err, "type",
+                                               "invalid_request_error", "param", "code", "context_length_exceeded"));
+        return http_openai_error(c, 400, "invalid_request_error", "%s", err);
+    }
+    if (r->stream) {
+        put(r, "response.created", json_pack("{s:o}", "response", response_obj(r, "in_progress")));
+        put(r, "response.in_progress", json_pack("{s:o}", "response", response_obj(r, "in_progress")));
+        struct MHD_Response *m = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, resp_reader, r, resp_reader_free);
+        MHD_add_response_header(m, "Content-Type", "text/event-stream");
+        MHD_add_response_header(m, "Cache-Control", "no-cache");
+        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, m);
+        MHD_destroy_response(m);
+        return ret;
+    }
+    while (!gen_finished(r->gen))
+        gen_pump(r->gen);
+    close_item(r);
+    if (gen_finish(r->gen) == SCHED_ERROR) {
+        enum MHD_Result e = http_openai_error(c, 500, "server_error", "%s", gen_error(r->gen));
+        resp_free(r);
+        return e;
+    }
+    json_t *o = response_obj(r, final_status(r));
+    resp_free(r);
+    return http_json(c, MHD_HTTP_OK, o);
+}
