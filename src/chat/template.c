@@ -151,6 +151,29 @@ char *chat_template_render(const struct chat_template *ct, json_t *messages, jso
 
 enum chat_format chat_template_tool_format(const struct chat_template *ct) { return ct->format; }
 
+json_t *chat_content_text(json_t *content)
+{
+    if (json_is_string(content))
+        return json_incref(content);
+    size_t i, n = 0;
+    json_t *part;
+    char *text = NULL;
+    json_array_foreach(content, i, part) {
+        json_t *t = json_object_get(part, "text");
+        if (!json_is_string(t))
+            continue;
+        char *nt = realloc(text, n + json_string_length(t) + 1);
+        if (!nt)
+            break;
+        text = nt;
+        memcpy(text + n, json_string_value(t), json_string_length(t));
+        n += json_string_length(t);
+    }
+    json_t *r = json_stringn(text ? text : "", n);
+    free(text);
+    return r;
+}
+
 json_t *chat_messages_from_openai(json_t *messages)
 {
     json_t *m = json_deep_copy(messages);
@@ -161,23 +184,7 @@ json_t *chat_messages_from_openai(json_t *messages)
         if (json_is_null(content)) { /* an assistant turn with only tool calls */
             json_object_set_new(msg, "content", json_string(""));
         } else if (json_is_array(content)) { /* content parts: the text ones, joined */
-            size_t k;
-            json_t *part;
-            char *text = NULL;
-            size_t n = 0;
-            json_array_foreach(content, k, part) {
-                json_t *t = json_object_get(part, "text");
-                if (!json_is_string(t))
-                    continue;
-                char *nt = realloc(text, n + json_string_length(t) + 1);
-                if (!nt)
-                    break;
-                text = nt;
-                memcpy(text + n, json_string_value(t), json_string_length(t));
-                n += json_string_length(t);
-            }
-            json_object_set_new(msg, "content", json_stringn(text ? text : "", n));
-            free(text);
+            json_object_set_new(msg, "content", chat_content_text(content));
         }
         json_array_foreach(json_object_get(msg, "tool_calls"), j, call) {
             json_t *fn = json_object_get(call, "function");

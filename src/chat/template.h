@@ -34,6 +34,10 @@ char *chat_template_render(const struct chat_template *ct, json_t *messages, jso
  * <function=...>, <TOOLCALL> for Nemotron v2, else Qwen3's JSON). */
 enum chat_format chat_template_tool_format(const struct chat_template *ct);
 
+/* The text of a message content: a string as it is, or the "text" fields of a
+ * list of parts or blocks joined (other parts skipped). A new reference. */
+json_t *chat_content_text(json_t *content);
+
 /* A copy of OpenAI-style messages made ready for a template, as an API server
  * does before rendering: each tool call's "arguments" JSON string parsed into an
  * object (a string that is not a JSON object is kept), null content (an

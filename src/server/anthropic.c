@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "../base/err.h"
 #include "gen.h"
+#include "sse.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,36 +23,12 @@ enum MHD_Result http_anthropic_error(struct MHD_Connection *c, unsigned status, 
     return http_json(c, status, json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", type, "message", msg));
 }
 
-/* Text of a string or of the text blocks of a block list. */
-static json_t *block_text(json_t *c)
-{
-    if (json_is_string(c))
-        return json_incref(c);
-    char *t = NULL;
-    size_t n = 0, i;
-    json_t *b;
-    json_array_foreach(c, i, b) {
-        json_t *s = json_object_get(b, "text");
-        if (!json_is_string(s))
-            continue;
-        char *nt = realloc(t, n + json_string_length(s) + 1);
-        if (!nt)
-            break;
-        t = nt;
-        memcpy(t + n, json_string_value(s), json_string_length(s));
-        n += json_string_length(s);
-    }
-    json_t *r = json_stringn(t ? t : "", n);
-    free(t);
-    return r;
-}
-
 /* Anthropic messages (+ system) as the OpenAI-shaped list the templates take. */
 static json_t *to_chat(json_t *body, char *err, size_t n_err)
 {
     json_t *out = json_array(), *sys = json_object_get(body, "system"), *msgs = json_object_get(body, "messages");
     if (sys && !json_is_null(sys))
-        json_array_append_new(out, json_pack("{s:s,s:o}", "role", "system", "content", block_text(sys)));
+        json_array_append_new(out, json_pack("{s:s,s:o}", "role", "system", "content", chat_content_text(sys)));
     size_t i, j;
     json_t *m, *b;
     json_array_foreach(msgs, i, m) {
@@ -86,7 +63,7 @@ static json_t *to_chat(json_t *body, char *err, size_t n_err)
             } else if (!strcmp(type, "tool_result") && user) {
                 json_array_append_new(out, json_pack("{s:s,s:O,s:o}", "role", "tool", "tool_call_id",
                                                      json_object_get(b, "tool_use_id"), "content",
-                                                     block_text(json_object_get(b, "content"))));
+                                                     chat_content_text(json_object_get(b, "content"))));
             } else if (!strcmp(type, "tool_use") && !user) {
                 json_t *input = json_object_get(b, "input");
                 json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", json_object_get(b, "id"), "type",
@@ -155,27 +132,10 @@ struct ant {
     json_t *cur;      /* non-streaming: the open block */
     char *args;       /* tool input JSON so far */
     size_t n_args;
-    char *pend;
-    size_t n_pend, off_pend;
+    struct sse out;
 };
 
-static void put(struct ant *s, const char *event, json_t *data)
-{
-    char *d = json_dumps(data, JSON_COMPACT);
-    json_decref(data);
-    char *line = NULL;
-    int n = d ? asprintf(&line, "event: %s\ndata: %s\n\n", event, d) : -1;
-    free(d);
-    if (n < 0)
-        return;
-    char *np = realloc(s->pend, s->n_pend + (size_t)n + 1);
-    if (np) {
-        memcpy(np + s->n_pend, line, (size_t)n + 1);
-        s->pend = np;
-        s->n_pend += (size_t)n;
-    }
-    free(line);
-}
+static void put(struct ant *s, const char *event, json_t *data) { sse_event(&s->out, event, data); }
 
 static void close_block(struct ant *s)
 {
@@ -289,7 +249,7 @@ static void ant_free(struct ant *s)
     json_decref(s->content);
     json_decref(s->cur);
     free(s->args);
-    free(s->pend);
+    sse_free(&s->out);
     free(s);
 }
 
@@ -297,8 +257,8 @@ static ssize_t ant_reader(void *cls, uint64_t pos, char *out, size_t max)
 {
     (void)pos;
     struct ant *s = cls;
-    while (s->off_pend == s->n_pend) {
-        s->off_pend = s->n_pend = 0;
+    size_t k;
+    while ((k = sse_take(&s->out, out, max)) == 0) {
         if (s->done)
             return MHD_CONTENT_READER_END_OF_STREAM;
         if (gen_finished(s->gen)) {
@@ -317,9 +277,6 @@ static ssize_t ant_reader(void *cls, uint64_t pos, char *out, size_t max)
         }
         gen_pump(s->gen);
     }
-    size_t k = s->n_pend - s->off_pend < max ? s->n_pend - s->off_pend : max;
-    memcpy(out, s->pend + s->off_pend, k);
-    s->off_pend += k;
     return (ssize_t)k;
 }
 
@@ -401,12 +358,7 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
                                           "message", "id", s->id, "type", "message", "role", "assistant", "model",
                                           a->model_name, "content", "stop_reason", "stop_sequence", "usage", usage));
         put(s, "ping", json_pack("{s:s}", "type", "ping"));
-        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, ant_reader, s, ant_reader_free);
-        MHD_add_response_header(r, "Content-Type", "text/event-stream");
-        MHD_add_response_header(r, "Cache-Control", "no-cache");
-        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-        MHD_destroy_response(r);
-        return ret;
+        return sse_respond(c, ant_reader, s, ant_reader_free);
     }
     while (!gen_finished(s->gen))
         gen_pump(s->gen);

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "../base/err.h"
 #include "gen.h"
+#include "sse.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,9 +31,7 @@ struct oai {
     json_t *tool_calls;
     char *content, *reasoning;
     size_t n_content, n_reasoning;
-    /* pending SSE bytes */
-    char *pend;
-    size_t n_pend, off_pend;
+    struct sse out;
 };
 
 static void append(char **p, size_t *n, const char *s, size_t k)
@@ -46,17 +45,7 @@ static void append(char **p, size_t *n, const char *s, size_t k)
     *p = np;
 }
 
-static void sse(struct oai *g, json_t *obj)
-{
-    char *s = json_dumps(obj, JSON_COMPACT);
-    json_decref(obj);
-    if (!s)
-        return;
-    append(&g->pend, &g->n_pend, "data: ", 6);
-    append(&g->pend, &g->n_pend, s, strlen(s));
-    append(&g->pend, &g->n_pend, "\n\n", 2);
-    free(s);
-}
+static void sse(struct oai *g, json_t *obj) { sse_event(&g->out, NULL, obj); }
 
 static json_t *chunk(struct oai *g, json_t *delta, const char *finish)
 {
@@ -123,7 +112,7 @@ static void oai_free(struct oai *g)
     json_decref(g->tool_calls);
     free(g->content);
     free(g->reasoning);
-    free(g->pend);
+    sse_free(&g->out);
     free(g);
 }
 
@@ -145,8 +134,8 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *out, size_t max)
 {
     (void)pos;
     struct oai *g = cls;
-    while (g->off_pend == g->n_pend) {
-        g->off_pend = g->n_pend = 0;
+    size_t k;
+    while ((k = sse_take(&g->out, out, max)) == 0) {
         if (g->sent_done)
             return MHD_CONTENT_READER_END_OF_STREAM;
         if (gen_finished(g->gen)) {
@@ -161,19 +150,16 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *out, size_t max)
                     sse(g, u);
                 }
             }
-            append(&g->pend, &g->n_pend, "data: [DONE]\n\n", 14);
+            sse_raw(&g->out, "data: [DONE]\n\n");
             g->sent_done = true;
             continue;
         }
         gen_pump(g->gen);
     }
-    size_t k = g->n_pend - g->off_pend < max ? g->n_pend - g->off_pend : max;
-    memcpy(out, g->pend + g->off_pend, k);
-    g->off_pend += k;
     return (ssize_t)k;
 }
 
-static void sse_free(void *cls) { oai_free(cls); }
+static void oai_reader_free(void *cls) { oai_free(cls); }
 
 /* Reads the OpenAI sampling fields; -1 with a message in err on a bad value. */
 static int read_params(json_t *b, struct sampler_params *sp, int32_t *max_tokens, char *err, size_t n_err)
@@ -251,12 +237,7 @@ enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *bod
     }
     if (g->stream) {
         sse(g, chunk(g, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL));
-        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_reader, g, sse_free);
-        MHD_add_response_header(r, "Content-Type", "text/event-stream");
-        MHD_add_response_header(r, "Cache-Control", "no-cache");
-        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-        MHD_destroy_response(r);
-        return ret;
+        return sse_respond(c, sse_reader, g, oai_reader_free);
     }
     while (!gen_finished(g->gen))
         gen_pump(g->gen);

@@ -8,36 +8,12 @@
 #define _GNU_SOURCE
 #include "../base/err.h"
 #include "gen.h"
+#include "sse.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* Text of a string or of a list of text parts. */
-static const char *part_text(json_t *c, json_t **owned)
-{
-    *owned = NULL;
-    if (json_is_string(c))
-        return json_string_value(c);
-    size_t i, n = 0;
-    json_t *p;
-    char *t = NULL;
-    json_array_foreach(c, i, p) {
-        json_t *s = json_object_get(p, "text");
-        if (!json_is_string(s))
-            continue;
-        char *nt = realloc(t, n + json_string_length(s) + 1);
-        if (!nt)
-            break;
-        t = nt;
-        memcpy(t + n, json_string_value(s), json_string_length(s) + 1);
-        n += json_string_length(s);
-    }
-    *owned = json_string(t ? t : "");
-    free(t);
-    return json_string_value(*owned);
-}
 
 /* input items -> OpenAI chat messages; consecutive function calls join one assistant turn */
 static json_t *to_chat(json_t *body, char *err, size_t n_err)
@@ -60,26 +36,24 @@ static json_t *to_chat(json_t *body, char *err, size_t n_err)
     json_array_foreach(input, i, it) {
         const char *type = json_string_value(json_object_get(it, "type"));
         const char *role = json_string_value(json_object_get(it, "role"));
-        json_t *owned;
         if (!type || !strcmp(type, "message")) {
             if (!role) {
                 snprintf(err, n_err, "input[%zu]: a message needs a role", i);
                 json_decref(out);
                 return NULL;
             }
-            const char *text = part_text(json_object_get(it, "content"), &owned);
+            json_t *text = chat_content_text(json_object_get(it, "content"));
             if (!strcmp(role, "assistant")) {
                 if (!assistant) {
                     assistant = json_pack("{s:s,s:s}", "role", "assistant", "content", "");
                     json_array_append_new(out, assistant);
                 }
-                json_object_set_new(assistant, "content", json_string(text ? text : ""));
+                json_object_set_new(assistant, "content", text);
             } else {
                 assistant = NULL;
-                json_array_append_new(out, json_pack("{s:s,s:s}", "role", strcmp(role, "developer") ? role : "system",
-                                                     "content", text ? text : ""));
+                json_array_append_new(out, json_pack("{s:s,s:o}", "role", strcmp(role, "developer") ? role : "system",
+                                                     "content", text));
             }
-            json_decref(owned);
         } else if (!strcmp(type, "function_call")) {
             if (!assistant) {
                 assistant = json_pack("{s:s,s:s}", "role", "assistant", "content", "");
@@ -95,19 +69,17 @@ static json_t *to_chat(json_t *body, char *err, size_t n_err)
                                                    "arguments", json_object_get(it, "arguments")));
         } else if (!strcmp(type, "function_call_output")) {
             assistant = NULL;
-            const char *text = part_text(json_object_get(it, "output"), &owned);
-            json_array_append_new(out, json_pack("{s:s,s:O,s:s}", "role", "tool", "tool_call_id",
-                                                 json_object_get(it, "call_id"), "content", text ? text : ""));
-            json_decref(owned);
+            json_array_append_new(out, json_pack("{s:s,s:O,s:o}", "role", "tool", "tool_call_id",
+                                                 json_object_get(it, "call_id"), "content",
+                                                 chat_content_text(json_object_get(it, "output"))));
         } else if (!strcmp(type, "reasoning")) {
             if (!assistant) {
                 assistant = json_pack("{s:s,s:s}", "role", "assistant", "content", "");
                 json_array_append_new(out, assistant);
             }
             json_t *c = json_object_get(it, "content");
-            const char *text = part_text(json_array_size(c) ? c : json_object_get(it, "summary"), &owned);
-            json_object_set_new(assistant, "reasoning_content", json_string(text ? text : ""));
-            json_decref(owned);
+            json_object_set_new(assistant, "reasoning_content",
+                                chat_content_text(json_array_size(c) ? c : json_object_get(it, "summary")));
         } /* other item types (web search calls, ...) carry nothing for this model */
     }
     return out;
@@ -153,28 +125,14 @@ struct resp {
     json_t *cur;       /* the open item */
     char *text;        /* its text or arguments so far */
     size_t n_text;
-    char *pend;
-    size_t n_pend, off_pend;
+    struct sse out;
 };
 
 static void put(struct resp *r, const char *event, json_t *data)
 {
     json_object_set_new(data, "type", json_string(event));
     json_object_set_new(data, "sequence_number", json_integer(r->seq++));
-    char *d = json_dumps(data, JSON_COMPACT);
-    json_decref(data);
-    char *line = NULL;
-    int n = d ? asprintf(&line, "event: %s\ndata: %s\n\n", event, d) : -1;
-    free(d);
-    if (n < 0)
-        return;
-    char *np = realloc(r->pend, r->n_pend + (size_t)n + 1);
-    if (np) {
-        memcpy(np + r->n_pend, line, (size_t)n + 1);
-        r->pend = np;
-        r->n_pend += (size_t)n;
-    }
-    free(line);
+    sse_event(&r->out, event, data);
 }
 
 static json_t *usage(struct resp *r)
@@ -315,7 +273,7 @@ static void resp_free(struct resp *r)
     json_decref(r->output);
     json_decref(r->cur);
     free(r->text);
-    free(r->pend);
+    sse_free(&r->out);
     free(r);
 }
 
@@ -323,8 +281,8 @@ static ssize_t resp_reader(void *cls, uint64_t pos, char *out, size_t max)
 {
     (void)pos;
     struct resp *r = cls;
-    while (r->off_pend == r->n_pend) {
-        r->off_pend = r->n_pend = 0;
+    size_t k;
+    while ((k = sse_take(&r->out, out, max)) == 0) {
         if (r->done)
             return MHD_CONTENT_READER_END_OF_STREAM;
         if (gen_finished(r->gen)) {
@@ -343,9 +301,6 @@ static ssize_t resp_reader(void *cls, uint64_t pos, char *out, size_t max)
         }
         gen_pump(r->gen);
     }
-    size_t k = r->n_pend - r->off_pend < max ? r->n_pend - r->off_pend : max;
-    memcpy(out, r->pend + r->off_pend, k);
-    r->off_pend += k;
     return (ssize_t)k;
 }
 
@@ -413,12 +368,7 @@ enum MHD_Result openai_responses(struct app *a, struct MHD_Connection *c, json_t
     if (r->stream) {
         put(r, "response.created", json_pack("{s:o}", "response", response_obj(r, "in_progress")));
         put(r, "response.in_progress", json_pack("{s:o}", "response", response_obj(r, "in_progress")));
-        struct MHD_Response *m = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, resp_reader, r, resp_reader_free);
-        MHD_add_response_header(m, "Content-Type", "text/event-stream");
-        MHD_add_response_header(m, "Cache-Control", "no-cache");
-        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, m);
-        MHD_destroy_response(m);
-        return ret;
+        return sse_respond(c, resp_reader, r, resp_reader_free);
     }
     while (!gen_finished(r->gen))
         gen_pump(r->gen);
