@@ -8,6 +8,16 @@
 #include <string.h>
 
 #define SCHED_PREFILL_CHUNK 128
+#define SCHED_CACHE_SLOTS 8 /* finished conversations kept for prefix reuse */
+
+/* A finished sequence kept in the KV cache: a later request that starts with
+ * the same tokens (the next turn of an agent's conversation) forks it. */
+struct cached {
+    int32_t seq;    /* -1: empty */
+    int32_t *toks;  /* [n] tokens whose K/V the sequence holds */
+    int32_t n;
+    uint64_t used;  /* LRU clock */
+};
 
 struct sched {
     struct engine e;
@@ -18,6 +28,8 @@ struct sched {
     struct sched_req *queue;   /* submitted, not yet admitted */
     struct sched_req **active; /* [n_seq_max] */
     int32_t n_seq_max, max_batch, n_ctx;
+    struct cached cache[SCHED_CACHE_SLOTS];
+    uint64_t clock;
     bool stop;
     /* step buffers [max_batch] */
     int32_t *tok, *pos, *seq, *par, *owner;
@@ -90,10 +102,59 @@ void sched_req_cancel(struct sched_req *r)
     pthread_mutex_unlock(&r->mu);
 }
 
+static void cache_evict(struct sched *s, struct cached *c)
+{
+    kv_seq_free(&s->e.kv, c->seq);
+    free(c->toks);
+    c->seq = -1;
+    c->toks = NULL;
+    c->n = 0;
+}
+
+/* Least recently used entry, or NULL if the cache is empty. */
+static struct cached *cache_lru(struct sched *s)
+{
+    struct cached *best = NULL;
+    for (int i = 0; i < SCHED_CACHE_SLOTS; i++)
+        if (s->cache[i].seq >= 0 && (!best || s->cache[i].used < best->used))
+            best = &s->cache[i];
+    return best;
+}
+
+/* Keeps a finished sequence (all of its tokens but the last sampled, which was
+ * never fed) for prefix reuse, evicting the least recently used entry. */
+static void cache_keep(struct sched *s, struct sched_req *r)
+{
+    int32_t n = s->e.kv.len[r->seq];
+    struct cached *slot = NULL;
+    for (int i = 0; i < SCHED_CACHE_SLOTS && !slot; i++)
+        if (s->cache[i].seq < 0)
+            slot = &s->cache[i];
+    if (!slot) {
+        slot = cache_lru(s);
+        cache_evict(s, slot);
+    }
+    slot->toks = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    if (!slot->toks || n < 1) {
+        free(slot->toks);
+        slot->toks = NULL;
+        kv_seq_free(&s->e.kv, r->seq);
+        return;
+    }
+    memcpy(slot->toks, r->hist, sizeof(int32_t) * (size_t)n);
+    slot->n = n;
+    slot->seq = r->seq;
+    slot->used = ++s->clock;
+}
+
 static void req_finish(struct sched *s, struct sched_req *r, enum sched_finish f, const char *msg)
 {
-    if (r->seq >= 0)
-        kv_seq_free(&s->e.kv, r->seq);
+    if (r->seq >= 0) {
+        if (f == SCHED_STOP || f == SCHED_LENGTH)
+            cache_keep(s, r);
+        else
+            kv_seq_free(&s->e.kv, r->seq);
+    }
     r->seq = -1;
     pthread_mutex_lock(&r->mu);
     r->finish = f;
@@ -110,6 +171,15 @@ static bool is_eos(const struct model_config *c, int32_t t)
         if (c->eos_id[i] == t)
             return true;
     return false;
+}
+
+/* Frees cached conversations until the blocks this step may need are free. */
+static void sched_make_room(struct sched *s, int32_t n_tokens, int32_t n_seqs)
+{
+    int32_t need = n_tokens / s->e.kv.block_size + 2 * n_seqs + 1;
+    struct cached *c;
+    while (kv_cache_n_free(&s->e.kv) < need && (c = cache_lru(s)))
+        cache_evict(s, c);
 }
 
 /* One step over every active request; false when there was nothing to do. */
@@ -156,6 +226,10 @@ static bool sched_step(struct sched *s)
     }
     if (n == 0)
         return false;
+    int32_t n_seqs = 0;
+    for (int32_t a = 0; a < s->n_seq_max; a++)
+        n_seqs += s->active[a] != NULL;
+    sched_make_room(s, n, n_seqs);
     struct batch b = {n, s->tok, s->pos, s->seq, s->par, s->want};
     int32_t n_out = engine_forward(&s->e, &b, s->logits, NULL);
     if (n_out < 0 || engine_commit_all(&s->e) != 0) {
@@ -193,6 +267,47 @@ static bool sched_step(struct sched *s)
     return true;
 }
 
+/* A sequence for r: a fork of the cached conversation sharing the longest
+ * prefix with its prompt (at least one token is left to feed, for its logits),
+ * else a new one; least recently used cache entries make room. -1 if none. */
+static int32_t sched_seq_for(struct sched *s, struct sched_req *r)
+{
+    struct cached *best = NULL;
+    int32_t best_n = 0;
+    for (int i = 0; i < SCHED_CACHE_SLOTS; i++) {
+        struct cached *c = &s->cache[i];
+        int32_t n = 0, lim = c->n < r->n_prompt - 1 ? c->n : r->n_prompt - 1;
+        if (c->seq < 0)
+            continue;
+        while (n < lim && c->toks[n] == r->prompt[n])
+            n++;
+        if (n > best_n) {
+            best_n = n;
+            best = c;
+        }
+    }
+    for (;;) {
+        int32_t seq = best ? kv_seq_fork(&s->e.kv, best->seq) : kv_seq_new(&s->e.kv);
+        if (seq >= 0) {
+            if (best) {
+                kv_seq_truncate(&s->e.kv, seq, best_n);
+                best->used = ++s->clock;
+                r->n_fed = best_n;
+                pthread_mutex_lock(&r->mu);
+                r->n_cached = best_n;
+                pthread_mutex_unlock(&r->mu);
+            }
+            return seq;
+        }
+        struct cached *victim = cache_lru(s);
+        if (!victim)
+            return -1;
+        if (victim == best)
+            best = NULL, best_n = 0;
+        cache_evict(s, victim);
+    }
+}
+
 /* Moves queued requests into free slots. */
 static void sched_admit(struct sched *s)
 {
@@ -200,7 +315,7 @@ static void sched_admit(struct sched *s)
         if (s->active[a])
             continue;
         struct sched_req *r = s->queue;
-        int32_t seq = kv_seq_new(&s->e.kv);
+        int32_t seq = sched_seq_for(s, r);
         if (seq < 0)
             break;
         s->queue = r->next;
@@ -241,7 +356,9 @@ struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32
     s->n_seq_max = n_seq_max;
     s->max_batch = max_batch;
     s->n_ctx = n_ctx;
-    if (engine_init(&s->e, m, n_ctx, n_seq_max, max_batch) != 0) {
+    for (int i = 0; i < SCHED_CACHE_SLOTS; i++)
+        s->cache[i].seq = -1;
+    if (engine_init(&s->e, m, n_ctx, n_seq_max + SCHED_CACHE_SLOTS, max_batch) != 0) {
         free(s);
         return NULL;
     }
@@ -285,6 +402,9 @@ void sched_free(struct sched *s)
         s->queue = r->next;
         req_finish(s, r, SCHED_CANCELLED, "server shutting down");
     }
+    for (int i = 0; i < SCHED_CACHE_SLOTS; i++)
+        if (s->cache[i].seq >= 0)
+            cache_evict(s, &s->cache[i]);
     engine_free(&s->e);
     free(s->active);
     free(s->tok);

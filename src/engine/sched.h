@@ -3,6 +3,10 @@
  * a prefill chunk or the next token of every running sequence (continuous
  * batching), one forward, then one sampled token per sequence that asked.
  *
+ * Finished conversations stay in the KV cache (a few, least recently used
+ * evicted first): a request whose prompt starts with one of them forks it and
+ * prefills only the rest, which is what an agent's next turn looks like.
+ *
  * Server threads never touch the model: they submit a request and wait on it;
  * the engine thread never blocks on a socket. A request that goes away
  * (client disconnect) is cancelled and its sequence dropped at the next step.
@@ -36,6 +40,7 @@ struct sched_req {
     bool cancel;
     char error[256];
     int refs;
+    int32_t n_cached;        /* prompt tokens reused from an earlier conversation (set at admission) */
     /* engine side */
     int32_t seq, n_fed;      /* prompt tokens already in the cache */
     int32_t *hist;           /* prompt + output, for penalties */

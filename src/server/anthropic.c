@@ -370,6 +370,7 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
         return r;
     }
     json_object_set_new(usage, "output_tokens", json_integer(gen_n_output(s->gen)));
+    json_object_set_new(usage, "cache_read_input_tokens", json_integer(gen_n_cached(s->gen)));
     json_t *resp = json_pack("{s:s,s:s,s:s,s:s,s:O,s:s,s:o,s:o}", "id", s->id, "type", "message", "role", "assistant",
                              "model", a->model_name, "content", s->content, "stop_reason", stop_reason(s),
                              "stop_sequence", stop_sequence(s), "usage", usage);

@@ -170,6 +170,14 @@ enum sched_finish gen_finish(const struct gen *g) { return g->hit >= 0 ? SCHED_S
 const char *gen_stop_string(const struct gen *g) { return g->hit >= 0 ? g->stop[g->hit] : NULL; }
 const char *gen_error(const struct gen *g) { return g->req->error; }
 int32_t gen_n_prompt(const struct gen *g) { return g->n_prompt; }
+
+int32_t gen_n_cached(const struct gen *g)
+{
+    pthread_mutex_lock(&g->req->mu);
+    int32_t n = g->req->n_cached;
+    pthread_mutex_unlock(&g->req->mu);
+    return n;
+}
 int32_t gen_n_output(const struct gen *g)
 {
     pthread_mutex_lock(&g->req->mu);

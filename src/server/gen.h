@@ -37,6 +37,8 @@ enum sched_finish gen_finish(const struct gen *g);
 const char *gen_stop_string(const struct gen *g); /* NULL if none matched */
 const char *gen_error(const struct gen *g);
 int32_t gen_n_prompt(const struct gen *g);
+/* Prompt tokens whose K/V came from an earlier conversation (prefix reuse). */
+int32_t gen_n_cached(const struct gen *g);
 int32_t gen_n_output(const struct gen *g);
 int32_t gen_n_tool_calls(const struct gen *g);
 void gen_free(struct gen *g);

@@ -127,7 +127,7 @@ static json_t *usage(struct oai *g)
 {
     int32_t p = gen_n_prompt(g->gen), o = gen_n_output(g->gen);
     return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", p, "completion_tokens", o, "total_tokens", p + o,
-                     "prompt_tokens_details", "cached_tokens", 0);
+                     "prompt_tokens_details", "cached_tokens", gen_n_cached(g->gen));
 }
 
 static ssize_t sse_reader(void *cls, uint64_t pos, char *out, size_t max)

@@ -138,7 +138,8 @@ static void put(struct resp *r, const char *event, json_t *data)
 static json_t *usage(struct resp *r)
 {
     int32_t p = gen_n_prompt(r->gen), o = gen_n_output(r->gen);
-    return json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", p, "input_tokens_details", "cached_tokens", 0,
+    return json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", p, "input_tokens_details", "cached_tokens",
+                     gen_n_cached(r->gen),
                      "output_tokens", o, "output_tokens_details", "reasoning_tokens", 0, "total_tokens", p + o);
 }
 

@@ -164,3 +164,23 @@ test("the Responses API: text, streaming events, function calls in the input", a
   await assert.rejects(client.responses.create({ ...req, previous_response_id: "resp_x" }), (e) => e.status === 400 && /previous_response_id/.test(e.message));
   await assert.rejects(client.responses.create({ ...req, max_output_tokens: 100000 }), (e) => e.status === 400 && e.code === "context_length_exceeded");
 });
+
+test("the next turn of a conversation reuses the cached prefix and answers the same", async () => {
+  const turn1 = [{ role: "system", content: "You are a coding agent." }, { role: "user", content: "Write a helper." }];
+  const a = await client.chat.completions.create({ model: "m", messages: turn1, max_tokens: 12, temperature: 0 });
+  const turn2 = [...turn1, { role: "assistant", content: a.choices[0].message.content }, { role: "user", content: "Now test it." }];
+  const b1 = await client.chat.completions.create({ model: "m", messages: turn2, max_tokens: 12, temperature: 0 });
+  assert.ok(b1.usage.prompt_tokens_details.cached_tokens > 10, `cached ${b1.usage.prompt_tokens_details.cached_tokens}`);
+  assert.ok(b1.usage.prompt_tokens_details.cached_tokens < b1.usage.prompt_tokens);
+  // the same request again: almost all of it cached, the same answer
+  const b2 = await client.chat.completions.create({ model: "m", messages: turn2, max_tokens: 12, temperature: 0 });
+  assert.equal(b2.usage.prompt_tokens_details.cached_tokens, b2.usage.prompt_tokens - 1);
+  assert.equal(b2.choices[0].message.content, b1.choices[0].message.content);
+  // and a fresh server, with nothing cached, answers the same too
+  const s = await startServer();
+  const fresh = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "x", maxRetries: 0 });
+  const b3 = await fresh.chat.completions.create({ model: "m", messages: turn2, max_tokens: 12, temperature: 0 });
+  assert.equal(b3.usage.prompt_tokens_details.cached_tokens, 0);
+  assert.equal(b3.choices[0].message.content, b1.choices[0].message.content);
+  s.proc.kill("SIGTERM");
+});
