@@ -30,6 +30,7 @@ enum MHD_Result http_anthropic_error(struct MHD_Connection *c, unsigned status, 
 enum MHD_Result openai_models(struct app *a, struct MHD_Connection *c);
 enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *body);
 enum MHD_Result openai_responses(struct app *a, struct MHD_Connection *c, json_t *body);
+enum MHD_Result openai_completions(struct app *a, struct MHD_Connection *c, json_t *body);
 enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json_t *body);
 enum MHD_Result anthropic_count_tokens(struct app *a, struct MHD_Connection *c, json_t *body);
 

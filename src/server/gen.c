@@ -15,6 +15,8 @@ struct gen {
     struct tok_stream ts;
     int32_t seen, n_prompt;
     bool finished;
+    chat_event_fn raw_fn;   /* raw completion: text goes straight here, no parser */
+    void *raw_ctx;
     /* stop strings: text that could still begin one is held back */
     char *stop[GEN_MAX_STOP];
     int32_t n_stop, hit;   /* hit: index of the stop string that matched, or -1 */
@@ -22,12 +24,23 @@ struct gen {
     size_t n_held;
 };
 
-/* Feeds text to the parser unless a stop string appears in it: then the output
- * ends just before it and the request is cancelled. */
+static void deliver(struct gen *g, const char *text, size_t n)
+{
+    if (g->raw_fn) {
+        struct chat_event ev = {CHAT_EV_TEXT, text, n, 0, NULL};
+        if (n)
+            g->raw_fn(g->raw_ctx, &ev);
+    } else {
+        chat_parser_feed(g->parser, text, n);
+    }
+}
+
+/* Delivers text unless a stop string appears in it: then the output ends just
+ * before it and the request is cancelled. */
 static void feed(struct gen *g, const char *text, size_t n, bool last)
 {
     if (g->n_stop == 0) {
-        chat_parser_feed(g->parser, text, n);
+        deliver(g, text, n);
         return;
     }
     char *buf = realloc(g->held, g->n_held + n + 1);
@@ -50,12 +63,12 @@ static void feed(struct gen *g, const char *text, size_t n, bool last)
             }
     }
     if (g->hit >= 0) {
-        chat_parser_feed(g->parser, buf, cut);
+        deliver(g, buf, cut);
         g->n_held = 0;
         sched_req_cancel(g->req);
         return;
     }
-    chat_parser_feed(g->parser, buf, len - keep);
+    deliver(g, buf, len - keep);
     memmove(buf, buf + len - keep, keep);
     g->n_held = keep;
 }
@@ -94,7 +107,13 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
 {
     struct tok_ids ids = {0};
     bool in_reasoning = false;
-    if (build_prompt(a, o->messages, o->tools, o->kwargs, &ids, &in_reasoning, err, n_err) != 0) {
+    if (o->raw_prompt) {
+        if (tok_encode(a->tok, json_string_value(o->raw_prompt), json_string_length(o->raw_prompt), &ids) != 0) {
+            snprintf(err, n_err, "%s", err_msg());
+            tok_ids_free(&ids);
+            return NULL;
+        }
+    } else if (build_prompt(a, o->messages, o->tools, o->kwargs, &ids, &in_reasoning, err, n_err) != 0) {
         tok_ids_free(&ids);
         return NULL;
     }
@@ -132,7 +151,12 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
     json_decref(stops);
     g->req = sched_req_new(ids.ids, ids.n, &o->sp, max_tokens, a->model.cfg.vocab_size);
     tok_ids_free(&ids);
-    if (!g->req || !(g->parser = chat_parser_new(chat_template_tool_format(a->tpl), in_reasoning, o->tools, o->fn, o->ctx)) ||
+    if (o->raw_prompt) {
+        g->raw_fn = o->fn;
+        g->raw_ctx = o->ctx;
+    }
+    if (!g->req ||
+        (!o->raw_prompt && !(g->parser = chat_parser_new(chat_template_tool_format(a->tpl), in_reasoning, o->tools, o->fn, o->ctx))) ||
         sched_submit(a->sched, g->req) != 0) {
         snprintf(err, n_err, "%s", err_msg());
         gen_free(g);
@@ -161,7 +185,8 @@ void gen_pump(struct gen *g)
         int32_t k = tok_stream_flush(&g->ts, buf, sizeof buf);
         feed(g, buf, (size_t)(k > 0 ? k : 0), true);
     }
-    chat_parser_finish(g->parser);
+    if (g->parser)
+        chat_parser_finish(g->parser);
     g->finished = true;
 }
 
@@ -185,7 +210,7 @@ int32_t gen_n_output(const struct gen *g)
     pthread_mutex_unlock(&g->req->mu);
     return n;
 }
-int32_t gen_n_tool_calls(const struct gen *g) { return chat_parser_n_tool_calls(g->parser); }
+int32_t gen_n_tool_calls(const struct gen *g) { return g->parser ? chat_parser_n_tool_calls(g->parser) : 0; }
 
 void gen_free(struct gen *g)
 {

@@ -14,6 +14,8 @@
 
 struct gen_opts {
     json_t *messages;        /* OpenAI shape, as chat_messages_from_openai takes them */
+    json_t *raw_prompt;      /* instead of messages: a string used as it is (no template, no
+                                output parsing: every event is CHAT_EV_TEXT) */
     json_t *tools;           /* OpenAI shape, or NULL */
     json_t *kwargs;          /* chat_template_kwargs, or NULL */
     struct sampler_params sp;

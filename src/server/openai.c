@@ -25,6 +25,7 @@ struct oai {
     struct app *app;
     struct gen *gen;
     bool stream, include_usage, sent_done;
+    bool completion; /* /v1/completions: text_completion objects */
     char id[48];
     long long created;
     /* accumulated (non-streaming) */
@@ -49,6 +50,15 @@ static void sse(struct oai *g, json_t *obj) { sse_event(&g->out, NULL, obj); }
 
 static json_t *chunk(struct oai *g, json_t *delta, const char *finish)
 {
+    if (g->completion) { /* a text_completion chunk: the delta's text is the choice's text */
+        json_t *t = json_object_get(delta, "content");
+        json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:O,s:n,s:o}]}", "id", g->id, "object", "text_completion",
+                              "created", (json_int_t)g->created, "model", g->app->model_name, "choices", "index", 0,
+                              "text", t ? t : json_string(""), "logprobs", "finish_reason",
+                              finish ? json_string(finish) : json_null());
+        json_decref(delta);
+        return c;
+    }
     return json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:o}]}", "id", g->id, "object", "chat.completion.chunk", "created",
                      (json_int_t)g->created, "model", g->app->model_name, "choices", "index", 0, "delta", delta,
                      "finish_reason", finish ? json_string(finish) : json_null());
@@ -199,6 +209,57 @@ static int read_params(json_t *b, struct sampler_params *sp, int32_t *max_tokens
     return 0;
 }
 
+/* Runs a prepared request: streams it, or answers with one JSON object. */
+static enum MHD_Result oai_run(struct app *a, struct MHD_Connection *c, struct oai *g, struct gen_opts *go, json_t *body)
+{
+    char perr[512];
+    g->app = a;
+    g->stream = json_is_true(json_object_get(body, "stream"));
+    g->include_usage = json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage"));
+    g->created = (long long)time(NULL);
+    snprintf(g->id, sizeof g->id, "%s-%08lx%08lx", g->completion ? "cmpl" : "chatcmpl", (unsigned long)random(),
+             (unsigned long)random());
+    g->tool_calls = json_array();
+    go->fn = on_event;
+    go->ctx = g;
+    json_t *stop = json_object_get(body, "stop");
+    go->stop = json_is_null(stop) ? NULL : stop;
+    if (read_params(body, &go->sp, &go->max_tokens, perr, sizeof perr) != 0 || !(g->gen = gen_start(a, go, perr, sizeof perr))) {
+        oai_free(g);
+        return http_openai_error(c, 400, "invalid_request_error", "%s", perr);
+    }
+    if (g->stream) {
+        if (!g->completion)
+            sse(g, chunk(g, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL));
+        return sse_respond(c, sse_reader, g, oai_reader_free);
+    }
+    while (!gen_finished(g->gen))
+        gen_pump(g->gen);
+    if (gen_finish(g->gen) == SCHED_ERROR) {
+        enum MHD_Result r = http_openai_error(c, 500, "server_error", "%s", gen_error(g->gen));
+        oai_free(g);
+        return r;
+    }
+    json_t *resp;
+    if (g->completion) {
+        resp = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:s%,s:n,s:s}],s:o}", "id", g->id, "object", "text_completion",
+                         "created", (json_int_t)g->created, "model", a->model_name, "choices", "index", 0, "text",
+                         g->content ? g->content : "", g->n_content, "logprobs", "finish_reason", finish_reason(g),
+                         "usage", usage(g));
+    } else {
+        json_t *msg = json_pack("{s:s,s:s%}", "role", "assistant", "content", g->content ? g->content : "", g->n_content);
+        if (g->n_reasoning)
+            json_object_set_new(msg, "reasoning_content", json_stringn(g->reasoning, g->n_reasoning));
+        if (json_array_size(g->tool_calls))
+            json_object_set(msg, "tool_calls", g->tool_calls);
+        resp = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:s,s:n}],s:o}", "id", g->id, "object", "chat.completion",
+                         "created", (json_int_t)g->created, "model", a->model_name, "choices", "index", 0, "message",
+                         msg, "finish_reason", finish_reason(g), "logprobs", "usage", usage(g));
+    }
+    oai_free(g);
+    return http_json(c, MHD_HTTP_OK, resp);
+}
+
 enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *body)
 {
     json_t *msgs = json_object_get(body, "messages"), *tools = json_object_get(body, "tools");
@@ -210,50 +271,27 @@ enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *bod
         return http_openai_error(c, 400, "invalid_request_error", "messages[%zu] needs a string 'role'", i);
     if (tools && !json_is_null(tools) && !json_is_array(tools))
         return http_openai_error(c, 400, "invalid_request_error", "'tools' must be an array");
-    if (json_is_array(tools) && json_array_size(tools) == 0)
+    if (json_is_null(tools) || (json_is_array(tools) && json_array_size(tools) == 0))
         tools = NULL;
     struct oai *g = calloc(1, sizeof *g);
     if (!g)
         return MHD_NO;
-    json_t *stop = json_object_get(body, "stop");
-    struct gen_opts go = {.messages = msgs, .tools = json_is_null(tools) ? NULL : tools, .fn = on_event, .ctx = g,
-                          .stop = json_is_null(stop) ? NULL : stop};
     json_t *kw = json_object_get(body, "chat_template_kwargs");
-    go.kwargs = json_is_object(kw) ? kw : NULL;
-    char perr[512];
-    if (read_params(body, &go.sp, &go.max_tokens, perr, sizeof perr) != 0) {
-        free(g);
-        return http_openai_error(c, 400, "invalid_request_error", "%s", perr);
-    }
-    g->app = a;
-    g->stream = json_is_true(json_object_get(body, "stream"));
-    g->include_usage = json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage"));
-    g->created = (long long)time(NULL);
-    snprintf(g->id, sizeof g->id, "chatcmpl-%08lx%08lx", (unsigned long)random(), (unsigned long)random());
-    g->tool_calls = json_array();
-    if (!(g->gen = gen_start(a, &go, perr, sizeof perr))) {
-        oai_free(g);
-        return http_openai_error(c, 400, "invalid_request_error", "%s", perr);
-    }
-    if (g->stream) {
-        sse(g, chunk(g, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL));
-        return sse_respond(c, sse_reader, g, oai_reader_free);
-    }
-    while (!gen_finished(g->gen))
-        gen_pump(g->gen);
-    if (gen_finish(g->gen) == SCHED_ERROR) {
-        enum MHD_Result r = http_openai_error(c, 500, "server_error", "%s", gen_error(g->gen));
-        oai_free(g);
-        return r;
-    }
-    json_t *msg = json_pack("{s:s,s:s%}", "role", "assistant", "content", g->content ? g->content : "", g->n_content);
-    if (g->n_reasoning)
-        json_object_set_new(msg, "reasoning_content", json_stringn(g->reasoning, g->n_reasoning));
-    if (json_array_size(g->tool_calls))
-        json_object_set(msg, "tool_calls", g->tool_calls);
-    json_t *resp = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:s,s:n}],s:o}", "id", g->id, "object", "chat.completion",
-                             "created", (json_int_t)g->created, "model", a->model_name, "choices", "index", 0,
-                             "message", msg, "finish_reason", finish_reason(g), "logprobs", "usage", usage(g));
-    oai_free(g);
-    return http_json(c, MHD_HTTP_OK, resp);
+    struct gen_opts go = {.messages = msgs, .tools = tools, .kwargs = json_is_object(kw) ? kw : NULL};
+    return oai_run(a, c, g, &go, body);
+}
+
+enum MHD_Result openai_completions(struct app *a, struct MHD_Connection *c, json_t *body)
+{
+    json_t *prompt = json_object_get(body, "prompt");
+    if (json_is_array(prompt) && json_array_size(prompt) == 1)
+        prompt = json_array_get(prompt, 0);
+    if (!json_is_string(prompt) || json_string_length(prompt) == 0)
+        return http_openai_error(c, 400, "invalid_request_error", "'prompt' must be a non-empty string");
+    struct oai *g = calloc(1, sizeof *g);
+    if (!g)
+        return MHD_NO;
+    g->completion = true;
+    struct gen_opts go = {.raw_prompt = prompt};
+    return oai_run(a, c, g, &go, body);
 }

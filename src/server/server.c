@@ -115,6 +115,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     enum MHD_Result (*handler)(struct app *, struct MHD_Connection *, json_t *) =
         strcmp(url, "/v1/chat/completions") == 0 ? openai_chat
         : strcmp(url, "/v1/responses") == 0      ? openai_responses
+        : strcmp(url, "/v1/completions") == 0    ? openai_completions
         : strcmp(url, "/v1/messages") == 0       ? anthropic_messages
         : strcmp(url, "/v1/messages/count_tokens") == 0 ? anthropic_count_tokens
                                                         : NULL;

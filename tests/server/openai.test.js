@@ -184,3 +184,14 @@ test("the next turn of a conversation reuses the cached prefix and answers the s
   assert.equal(b3.choices[0].message.content, b1.choices[0].message.content);
   s.proc.kill("SIGTERM");
 });
+
+test("raw completions use the prompt as it is", async () => {
+  const r = await client.completions.create({ model: "m", prompt: "def is_prime(n):\n", max_tokens: 12, temperature: 0 });
+  assert.equal(r.object, "text_completion");
+  assert.ok(r.choices[0].text.startsWith("    return np.array([1, 2, 3"), JSON.stringify(r.choices[0].text));
+  let text = "";
+  for await (const ch of await client.completions.create({ model: "m", prompt: "def is_prime(n):\n", max_tokens: 12, temperature: 0, stream: true }))
+    text += ch.choices[0]?.text || "";
+  assert.equal(text, r.choices[0].text);
+  await assert.rejects(client.completions.create({ model: "m", prompt: "" }), (e) => e.status === 400);
+});
