@@ -6,9 +6,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 #define SCHED_PREFILL_CHUNK 128
 #define SCHED_CACHE_SLOTS 8 /* finished conversations kept for prefix reuse */
+#define SCHED_MAX_QUEUE 64  /* waiting requests beyond which the server says it is overloaded */
 
 /* A finished sequence kept in the KV cache: a later request that starts with
  * the same tokens (the next turn of an agent's conversation) forks it. */
@@ -30,6 +39,7 @@ struct sched {
     int32_t n_seq_max, max_batch, n_ctx;
     struct cached cache[SCHED_CACHE_SLOTS];
     uint64_t clock;
+    struct sched_stats stats; /* under mu */
     bool stop;
     /* step buffers [max_batch] */
     int32_t *tok, *pos, *seq, *par, *owner;
@@ -149,6 +159,22 @@ static void cache_keep(struct sched *s, struct sched_req *r)
 
 static void req_finish(struct sched *s, struct sched_req *r, enum sched_finish f, const char *msg)
 {
+    r->t_done = now_s();
+    double pre = (r->t_first > 0 ? r->t_first : r->t_done) - r->t_submit, dec = r->t_first > 0 ? r->t_done - r->t_first : 0;
+    pthread_mutex_lock(&s->mu);
+    s->stats.active -= r->seq >= 0; /* it was admitted */
+    s->stats.prompt_tokens += r->n_prompt;
+    s->stats.cached_tokens += r->n_cached;
+    s->stats.generated_tokens += r->n_out;
+    s->stats.cancelled += f == SCHED_CANCELLED;
+    s->stats.failed += f == SCHED_ERROR;
+    s->stats.prefill_seconds += pre;
+    s->stats.decode_seconds += dec;
+    pthread_mutex_unlock(&s->mu);
+    static const char *const how[] = {"running", "stop", "length", "cancelled", "error"};
+    fprintf(stderr, "kapitsa: request %s: %d prompt tokens (%d cached), %d out; prefill %.3f s (%.0f tok/s), decode %.1f tok/s\n",
+            how[f], r->n_prompt, r->n_cached, r->n_out, pre, pre > 0 ? (r->n_prompt - r->n_cached) / pre : 0.0,
+            dec > 0 && r->n_out > 1 ? (r->n_out - 1) / dec : 0.0);
     if (r->seq >= 0) {
         if (f == SCHED_STOP || f == SCHED_LENGTH)
             cache_keep(s, r);
@@ -255,6 +281,8 @@ static bool sched_step(struct sched *s)
             continue;
         }
         r->hist[len] = t;
+        if (r->n_out == 0)
+            r->t_first = now_s();
         pthread_mutex_lock(&r->mu);
         r->out[r->n_out++] = t;
         pthread_cond_broadcast(&r->cv);
@@ -321,6 +349,7 @@ static void sched_admit(struct sched *s)
         s->queue = r->next;
         r->seq = seq;
         s->active[a] = r;
+        s->stats.active++;
     }
 }
 
@@ -421,6 +450,16 @@ void sched_free(struct sched *s)
 
 int32_t sched_n_ctx(const struct sched *s) { return s->n_ctx; }
 
+void sched_get_stats(struct sched *s, struct sched_stats *st)
+{
+    pthread_mutex_lock(&s->mu);
+    *st = s->stats;
+    st->queued = 0;
+    for (struct sched_req *r = s->queue; r; r = r->next)
+        st->queued++;
+    pthread_mutex_unlock(&s->mu);
+}
+
 int sched_submit(struct sched *s, struct sched_req *r)
 {
     if (r->n_prompt < 1)
@@ -428,13 +467,23 @@ int sched_submit(struct sched *s, struct sched_req *r)
     if (r->n_prompt + r->max_tokens > s->n_ctx)
         return err_set("sched: %d prompt tokens + %d to generate exceed the context of %d tokens", r->n_prompt,
                        r->max_tokens, s->n_ctx);
+    pthread_mutex_lock(&s->mu);
+    int32_t queued = 0;
+    struct sched_req **tail = &s->queue;
+    while (*tail) {
+        tail = &(*tail)->next;
+        queued++;
+    }
+    if (queued >= SCHED_MAX_QUEUE) {
+        pthread_mutex_unlock(&s->mu);
+        err_set("sched: %d requests are already waiting; try again later", queued);
+        return -2;
+    }
     pthread_mutex_lock(&r->mu);
     r->refs++; /* the engine's */
     pthread_mutex_unlock(&r->mu);
-    pthread_mutex_lock(&s->mu);
-    struct sched_req **tail = &s->queue;
-    while (*tail)
-        tail = &(*tail)->next;
+    r->t_submit = now_s();
+    s->stats.requests++;
     *tail = r;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);

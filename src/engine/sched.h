@@ -41,6 +41,7 @@ struct sched_req {
     char error[256];
     int refs;
     int32_t n_cached;        /* prompt tokens reused from an earlier conversation (set at admission) */
+    double t_submit, t_first, t_done; /* seconds (monotonic): submitted, first token, finished */
     /* engine side */
     int32_t seq, n_fed;      /* prompt tokens already in the cache */
     int32_t *hist;           /* prompt + output, for penalties */
@@ -57,8 +58,17 @@ void sched_free(struct sched *s);
  * a bad sampler parameter (err_set). */
 struct sched_req *sched_req_new(const int32_t *prompt, int32_t n, const struct sampler_params *sp, int32_t max_tokens,
                                 int32_t n_vocab);
-/* -1 with err_set() when the request cannot fit the context. */
+/* -1 with err_set() when the request cannot fit the context; -2 when the queue
+ * is full (the server is overloaded: try again later). */
 int sched_submit(struct sched *s, struct sched_req *r);
+
+/* Counters since start, for /metrics. */
+struct sched_stats {
+    int64_t requests, prompt_tokens, cached_tokens, generated_tokens, cancelled, failed;
+    int32_t active, queued;
+    double prefill_seconds, decode_seconds;
+};
+void sched_get_stats(struct sched *s, struct sched_stats *st);
 /* Blocks until the request has more than `seen` tokens or has finished; returns
  * the token count now (tokens [seen, n) can be read from r->out under r->mu). */
 int32_t sched_req_wait(struct sched_req *r, int32_t seen);

@@ -343,13 +343,15 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
     go.kwargs = kw;
     go.fn = on_event;
     go.ctx = s;
-    s->gen = msgs ? gen_start(a, &go, err, sizeof err) : NULL;
+    bool busy = false;
+    s->gen = msgs ? gen_start(a, &go, err, sizeof err, &busy) : NULL;
     json_decref(msgs);
     json_decref(tools);
     json_decref(kw);
     if (!s->gen) {
         ant_free(s);
-        return http_anthropic_error(c, 400, "invalid_request_error", "%s", err);
+        return busy ? http_anthropic_error(c, 529, "overloaded_error", "%s", err)
+                    : http_anthropic_error(c, 400, "invalid_request_error", "%s", err);
     }
     json_t *usage = json_pack("{s:i,s:i,s:i,s:i}", "input_tokens", gen_n_prompt(s->gen), "output_tokens", 0,
                               "cache_creation_input_tokens", 0, "cache_read_input_tokens", 0);

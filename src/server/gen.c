@@ -103,8 +103,9 @@ int32_t gen_count_tokens(struct app *a, json_t *messages, json_t *tools, json_t 
     return n;
 }
 
-struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t n_err)
+struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t n_err, bool *overloaded)
 {
+    *overloaded = false;
     struct tok_ids ids = {0};
     bool in_reasoning = false;
     if (o->raw_prompt) {
@@ -151,13 +152,15 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
     json_decref(stops);
     g->req = sched_req_new(ids.ids, ids.n, &o->sp, max_tokens, a->model.cfg.vocab_size);
     tok_ids_free(&ids);
+    int rc = 0;
     if (o->raw_prompt) {
         g->raw_fn = o->fn;
         g->raw_ctx = o->ctx;
     }
     if (!g->req ||
         (!o->raw_prompt && !(g->parser = chat_parser_new(chat_template_tool_format(a->tpl), in_reasoning, o->tools, o->fn, o->ctx))) ||
-        sched_submit(a->sched, g->req) != 0) {
+        (rc = sched_submit(a->sched, g->req)) != 0) {
+        *overloaded = rc == -2;
         snprintf(err, n_err, "%s", err_msg());
         gen_free(g);
         return NULL;

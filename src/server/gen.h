@@ -29,8 +29,9 @@ struct gen;
 
 #define GEN_MAX_STOP 8
 
-/* NULL with a message in err (a client error: bad messages, too long, bad stop list...). */
-struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t n_err);
+/* NULL with a message in err and *overloaded set when the queue was full (else a
+ * client error: bad messages, too long, bad stop list...). */
+struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t n_err, bool *overloaded);
 /* Blocks for the next tokens and delivers their events; after the last, flushes. */
 void gen_pump(struct gen *g);
 bool gen_finished(const struct gen *g);

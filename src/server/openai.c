@@ -224,9 +224,12 @@ static enum MHD_Result oai_run(struct app *a, struct MHD_Connection *c, struct o
     go->ctx = g;
     json_t *stop = json_object_get(body, "stop");
     go->stop = json_is_null(stop) ? NULL : stop;
-    if (read_params(body, &go->sp, &go->max_tokens, perr, sizeof perr) != 0 || !(g->gen = gen_start(a, go, perr, sizeof perr))) {
+    bool busy = false;
+    if (read_params(body, &go->sp, &go->max_tokens, perr, sizeof perr) != 0 ||
+        !(g->gen = gen_start(a, go, perr, sizeof perr, &busy))) {
         oai_free(g);
-        return http_openai_error(c, 400, "invalid_request_error", "%s", perr);
+        return busy ? http_openai_error(c, 429, "rate_limit_error", "%s", perr)
+                    : http_openai_error(c, 400, "invalid_request_error", "%s", perr);
     }
     if (g->stream) {
         if (!g->completion)

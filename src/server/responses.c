@@ -355,12 +355,15 @@ enum MHD_Result openai_responses(struct app *a, struct MHD_Connection *c, json_t
     go.kwargs = kw;
     go.fn = on_event;
     go.ctx = r;
-    r->gen = gen_start(a, &go, err, sizeof err);
+    bool busy = false;
+    r->gen = gen_start(a, &go, err, sizeof err, &busy);
     json_decref(msgs);
     json_decref(tools);
     json_decref(kw);
     if (!r->gen) {
         resp_free(r);
+        if (busy)
+            return http_openai_error(c, 429, "rate_limit_error", "%s", err);
         if (strstr(err, "context"))
             return http_json(c, 400, json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", err, "type",
                                                "invalid_request_error", "param", "code", "context_length_exceeded"));

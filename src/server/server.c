@@ -66,6 +66,45 @@ static bool key_ok(const struct app *a, struct MHD_Connection *c)
     return diff == 0;
 }
 
+/* Prometheus text exposition of the scheduler's counters. */
+static enum MHD_Result metrics(struct app *a, struct MHD_Connection *c)
+{
+    struct sched_stats st;
+    sched_get_stats(a->sched, &st);
+    char *text = NULL;
+    int n = asprintf(&text,
+                     "# HELP kapitsa_requests_total Generation requests accepted.\n# TYPE kapitsa_requests_total counter\n"
+                     "kapitsa_requests_total %lld\n"
+                     "# HELP kapitsa_requests_cancelled_total Requests whose client went away.\n"
+                     "# TYPE kapitsa_requests_cancelled_total counter\nkapitsa_requests_cancelled_total %lld\n"
+                     "# HELP kapitsa_requests_failed_total Requests ended by an engine error.\n"
+                     "# TYPE kapitsa_requests_failed_total counter\nkapitsa_requests_failed_total %lld\n"
+                     "# HELP kapitsa_prompt_tokens_total Prompt tokens of finished requests.\n"
+                     "# TYPE kapitsa_prompt_tokens_total counter\nkapitsa_prompt_tokens_total %lld\n"
+                     "# HELP kapitsa_cached_prompt_tokens_total Prompt tokens reused from resident conversations.\n"
+                     "# TYPE kapitsa_cached_prompt_tokens_total counter\nkapitsa_cached_prompt_tokens_total %lld\n"
+                     "# HELP kapitsa_generated_tokens_total Tokens generated.\n"
+                     "# TYPE kapitsa_generated_tokens_total counter\nkapitsa_generated_tokens_total %lld\n"
+                     "# HELP kapitsa_prefill_seconds_total Time from submission to first token, summed.\n"
+                     "# TYPE kapitsa_prefill_seconds_total counter\nkapitsa_prefill_seconds_total %.6f\n"
+                     "# HELP kapitsa_decode_seconds_total Time from first to last token, summed.\n"
+                     "# TYPE kapitsa_decode_seconds_total counter\nkapitsa_decode_seconds_total %.6f\n"
+                     "# HELP kapitsa_requests_active Requests being generated.\n# TYPE kapitsa_requests_active gauge\n"
+                     "kapitsa_requests_active %d\n"
+                     "# HELP kapitsa_requests_queued Requests waiting for a sequence slot.\n"
+                     "# TYPE kapitsa_requests_queued gauge\nkapitsa_requests_queued %d\n",
+                     (long long)st.requests, (long long)st.cancelled, (long long)st.failed, (long long)st.prompt_tokens,
+                     (long long)st.cached_tokens, (long long)st.generated_tokens, st.prefill_seconds, st.decode_seconds,
+                     st.active, st.queued);
+    if (n < 0)
+        return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer((size_t)n, text, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls)
 {
@@ -112,6 +151,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
     if (get && strcmp(url, "/v1/models") == 0)
         return openai_models(a, c);
+    if (get && strcmp(url, "/metrics") == 0)
+        return metrics(a, c);
     enum MHD_Result (*handler)(struct app *, struct MHD_Connection *, json_t *) =
         strcmp(url, "/v1/chat/completions") == 0 ? openai_chat
         : strcmp(url, "/v1/responses") == 0      ? openai_responses
@@ -183,13 +224,24 @@ int server_run(const struct server_opts *o)
     d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG, o->port,
                          NULL, NULL, on_request, &a, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                          MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL, MHD_OPTION_CONNECTION_LIMIT, 64u,
-                         MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
+                         MHD_OPTION_CONNECTION_TIMEOUT, 600u, /* idle seconds */
+                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 << 10), /* headers and read buffer */
+                         MHD_OPTION_END);
     if (!d) {
         err_set("server: cannot listen on %s:%u", o->host, (unsigned)o->port);
         goto done;
     }
-    fprintf(stderr, "kapitsa: serving %s on http://%s:%u (OpenAI API at /v1)\n", a.model_name, o->host,
-            (unsigned)o->port);
+    fprintf(stderr,
+            "kapitsa: serving %s on http://%s:%u\n"
+            "  OpenAI API:    base URL http://%s:%u/v1 (chat completions, responses, completions)\n"
+            "  Anthropic API: base URL http://%s:%u (messages)\n"
+            "  Claude Code:   ANTHROPIC_BASE_URL=http://%s:%u ANTHROPIC_AUTH_TOKEN=%s ANTHROPIC_MODEL=%s claude\n"
+            "  Codex:         codex -c model_provider=kapitsa -c 'model_providers.kapitsa={name=\"kapitsa\","
+            "base_url=\"http://%s:%u/v1\",wire_api=\"responses\"}' -m %s\n"
+            "  opencode, pi:  an OpenAI-compatible provider at http://%s:%u/v1, model %s\n",
+            a.model_name, o->host, (unsigned)o->port, o->host, (unsigned)o->port, o->host, (unsigned)o->port, o->host,
+            (unsigned)o->port, a.api_key ? "<the --api-key value>" : "local", a.model_name, o->host, (unsigned)o->port, a.model_name,
+            o->host, (unsigned)o->port, a.model_name);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGPIPE, SIG_IGN);

@@ -195,3 +195,27 @@ test("raw completions use the prompt as it is", async () => {
   assert.equal(text, r.choices[0].text);
   await assert.rejects(client.completions.create({ model: "m", prompt: "" }), (e) => e.status === 400);
 });
+
+test("raw edge cases: bad bytes, wrong types, unknown fields, a body over the limit, /metrics", async () => {
+  const post = (body, headers = {}) =>
+    fetch(`${srv.base}/v1/chat/completions`, { method: "POST", body, headers: { "content-type": "application/json", ...headers } });
+  const bad = Buffer.concat([Buffer.from('{"messages":[{"role":"user","content":"a'), Buffer.from([0xff, 0xfe]), Buffer.from('"}]}')]);
+  let r = await post(bad);
+  assert.equal(r.status, 400);
+  assert.equal((await r.json()).error.type, "invalid_request_error");
+  r = await post(JSON.stringify({ messages: "hello" }));
+  assert.equal(r.status, 400);
+  r = await post(JSON.stringify({ messages: [{ role: 7, content: "x" }] }));
+  assert.equal(r.status, 400);
+  r = await post(JSON.stringify({ messages: [{ role: "user", content: "x" }], max_tokens: "ten" }));
+  assert.equal(r.status, 400);
+  r = await post(JSON.stringify({ messages: [{ role: "user", content: "x" }], max_tokens: 2, some_future_field: { a: 1 } }));
+  assert.equal(r.status, 200);
+  r = await post(JSON.stringify({ messages: [{ role: "user", content: "x" }], pad: " ".repeat(33 << 20) }));
+  assert.equal(r.status, 413);
+  const m = await (await fetch(`${srv.base}/metrics`)).text();
+  const req = Number(/^kapitsa_requests_total (\d+)$/m.exec(m)[1]);
+  const gen = Number(/^kapitsa_generated_tokens_total (\d+)$/m.exec(m)[1]);
+  assert.ok(req > 10 && gen > 50, m);
+  assert.match(m, /# TYPE kapitsa_requests_active gauge/);
+});
