@@ -37,6 +37,8 @@ void sse_raw(struct sse *s, const char *text) { sse_put(s, text, strlen(text)); 
 size_t sse_take(struct sse *s, char *out, size_t max)
 {
     size_t k = s->n - s->off < max ? s->n - s->off : max;
+    if (k == 0)
+        return 0;
     memcpy(out, s->p + s->off, k);
     s->off += k;
     if (s->off == s->n)

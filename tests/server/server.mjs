@@ -13,7 +13,10 @@ export async function startServer(extra = []) {
     stdio: ["ignore", "inherit", "pipe"],
   });
   let log = "";
-  proc.stderr.on("data", (d) => (log += d));
+  proc.stderr.on("data", (d) => {
+    log += d;
+    if (process.env.KAPITSA_SERVER_LOG) process.stderr.write(d);
+  });
   procs.push(proc);
   const base = `http://127.0.0.1:${port}`;
   for (let i = 0; i < 100; i++) {
