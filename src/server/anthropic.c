@@ -34,13 +34,15 @@ static json_t *to_chat(json_t *body, char *err, size_t n_err)
     json_array_foreach(msgs, i, m) {
         const char *role = json_string_value(json_object_get(m, "role"));
         json_t *content = json_object_get(m, "content");
-        if (!role || (strcmp(role, "user") && strcmp(role, "assistant")) || !(json_is_string(content) || json_is_array(content))) {
-            snprintf(err, n_err, "messages.%zu: role must be user or assistant and content a string or a list of blocks", i);
+        /* Claude Code also sends system turns among the messages */
+        if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system")) ||
+            !(json_is_string(content) || json_is_array(content))) {
+            snprintf(err, n_err, "messages.%zu: role must be user, assistant or system and content a string or a list of blocks", i);
             json_decref(out);
             return NULL;
         }
-        if (json_is_string(content)) {
-            json_array_append_new(out, json_pack("{s:s,s:O}", "role", role, "content", content));
+        if (json_is_string(content) || !strcmp(role, "system")) {
+            json_array_append_new(out, json_pack("{s:s,s:o}", "role", role, "content", chat_content_text(content)));
             continue;
         }
         bool user = role[0] == 'u';
@@ -327,6 +329,7 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
     if ((v = json_object_get(body, "top_k")) && json_is_integer(v) && json_integer_value(v) >= 0)
         go.sp.top_k = (int32_t)json_integer_value(v);
     go.max_tokens = (int32_t)json_integer_value(mt);
+    go.clamp = true; /* agents ask for more than a local context holds (Claude Code: 32000) */
     json_t *stops = json_object_get(body, "stop_sequences");
     go.stop = json_is_array(stops) ? stops : NULL;
     struct ant *s = calloc(1, sizeof *s);

@@ -121,6 +121,8 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
     int32_t n_ctx = sched_n_ctx(a->sched), max_tokens = o->max_tokens;
     if (max_tokens == 0)
         max_tokens = n_ctx - ids.n > 4096 ? 4096 : n_ctx - ids.n;
+    if (o->clamp && ids.n < n_ctx && ids.n + max_tokens > n_ctx)
+        max_tokens = n_ctx - ids.n; /* the prompt fits: generate as much as the rest allows */
     if (ids.n + max_tokens > n_ctx || max_tokens < 1) {
         snprintf(err, n_err, "this model's context is %d tokens; the messages take %d and %d were asked to generate",
                  n_ctx, ids.n, max_tokens);

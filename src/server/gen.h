@@ -20,6 +20,7 @@ struct gen_opts {
     json_t *kwargs;          /* chat_template_kwargs, or NULL */
     struct sampler_params sp;
     int32_t max_tokens;      /* 0: up to the context, at most 4096 */
+    bool clamp;              /* max_tokens past the context shrinks to fit (else it is an error) */
     json_t *stop;            /* stop strings: a string or a list (OpenAI stop, Anthropic stop_sequences), or NULL */
     chat_event_fn fn;
     void *ctx;
