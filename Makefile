@@ -22,7 +22,7 @@ SOBJ      := $(SRC:%.c=build/asan/%.o)
 STEST_OBJ := $(TESTS:%.c=build/asan/%.o)
 SCLI_OBJ  := $(CLI:%.c=build/asan/%.o)
 
-.PHONY: all test debug help clean fuzz fuzz-run serve
+.PHONY: all test debug help clean fuzz fuzz-run serve test-agents
 all: build/kapitsa
 
 build/%.o: %.c
@@ -52,6 +52,10 @@ test: build/kapitsa build/test_unit build/asan/kapitsa build/asan/test_unit $(FU
 ## serve: build, then serve the embedded default model (kapitsa-tiny) on http://127.0.0.1:11435/v1
 serve: build/kapitsa
 	build/kapitsa serve
+
+## test-agents: Claude Code (from npm) through kapitsa launch on the default model (slow: minutes)
+test-agents: build/kapitsa
+	@bash tests/agents.sh
 
 ## debug: the CLI and tests with ASan+UBSan in build/asan/
 debug: build/asan/kapitsa build/asan/test_unit

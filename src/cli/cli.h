@@ -13,6 +13,7 @@ int cli_detokenize(int argc, char **argv);
 int cli_render(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_serve(int argc, char **argv);
+int cli_launch(int argc, char **argv);
 /* The embedded default model folder (KAPITSA_MODEL, ./models/kapitsa-tiny, or beside the binary). */
 const char *cli_default_model(void);
 

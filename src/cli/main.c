@@ -9,7 +9,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: kapitsa COMMAND [options]\n\n"
                "commands:\n"
-               "  serve         the OpenAI-compatible HTTP API (default model: models/kapitsa-tiny)\n"
+               "  serve         the OpenAI/Anthropic-compatible HTTP API (default model: models/kapitsa-tiny)\n"
+               "  launch AGENT  run a coding agent (claude) against the local server\n"
                "  run PROMPT    generate text (default model: models/kapitsa-tiny)\n"
                "  check DIR     compare a checkpoint with its reference logits (DIR/golden.safetensors)\n"
                "  synth         write a random-weight checkpoint with the shapes of a real model\n"
@@ -59,6 +60,8 @@ int main(int argc, char **argv)
         return cli_tokenize(argc - 2, argv + 2);
     if (strcmp(cmd, "detokenize") == 0)
         return cli_detokenize(argc - 2, argv + 2);
+    if (strcmp(cmd, "launch") == 0)
+        return cli_launch(argc - 2, argv + 2);
     if (strcmp(cmd, "serve") == 0)
         return cli_serve(argc - 2, argv + 2);
     if (strcmp(cmd, "run") == 0)
