@@ -22,7 +22,7 @@ int engine_init(struct engine *e, struct model *m, int32_t n_ctx, int32_t n_seq_
     if (model_scratch_init(&e->s, m, max_tokens) != 0)
         goto fail;
     size_t n = (size_t)max_tokens;
-    int32_t **bufs[] = {&e->slot, &e->seq_row, &e->n_kv, &e->mask_from, &e->out_rows, &e->depth,
+    int32_t **bufs[] = {&e->slot, &e->seq_row, &e->n_kv, &e->mask_from, &e->out_rows,
                         &e->last_seq, &e->last_parent, &e->last_index};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (!(*bufs[i] = calloc(n, sizeof(int32_t)))) {
@@ -51,7 +51,6 @@ void engine_free(struct engine *e)
     free(e->n_kv);
     free(e->mask_from);
     free(e->out_rows);
-    free(e->depth);
     free(e->last_seq);
     free(e->last_parent);
     free(e->last_index);

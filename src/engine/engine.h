@@ -37,7 +37,7 @@ struct engine {
     struct model_scratch s;
     int32_t max_tokens;
     /* per-forward, [max_tokens] unless noted */
-    int32_t *slot, *seq_row, *n_kv, *mask_from, *out_rows, *depth;
+    int32_t *slot, *seq_row, *n_kv, *mask_from, *out_rows;
     uint8_t *mask; /* [max_tokens][max_tokens] */
     /* the last forward, for engine_commit */
     int32_t last_n;

@@ -17,7 +17,8 @@ static double now_s(void)
 
 #define SCHED_PREFILL_CHUNK 128
 #define SCHED_CACHE_SLOTS 8 /* finished conversations kept for prefix reuse */
-#define SCHED_MAX_QUEUE 64  /* waiting requests beyond which the server says it is overloaded */
+#define SCHED_MAX_QUEUE 32  /* waiting requests beyond which the server says it is overloaded
+                               (below the server's 64 connections, so that it can be reached) */
 
 /* A finished sequence kept in the KV cache: a later request that starts with
  * the same tokens (the next turn of an agent's conversation) forks it. */

@@ -309,25 +309,14 @@ enum MHD_Result anthropic_count_tokens(struct app *a, struct MHD_Connection *c, 
 enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json_t *body)
 {
     char err[512];
-    json_t *mt = json_object_get(body, "max_tokens"), *v;
+    json_t *mt = json_object_get(body, "max_tokens");
     if (!json_is_array(json_object_get(body, "messages")) || json_array_size(json_object_get(body, "messages")) == 0)
         return http_anthropic_error(c, 400, "invalid_request_error", "messages: a non-empty list is required");
     if (!json_is_integer(mt) || json_integer_value(mt) < 1 || json_integer_value(mt) > (1 << 24))
         return http_anthropic_error(c, 400, "invalid_request_error", "max_tokens: a positive integer is required");
     struct gen_opts go = {0};
-    go.sp = sampler_defaults();
-    go.sp.temperature = 1.0f;
-    go.sp.penalty_last_n = -1;
-    go.sp.seed = (uint64_t)random();
-    if ((v = json_object_get(body, "temperature")) && !json_is_null(v)) {
-        if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 1)
-            return http_anthropic_error(c, 400, "invalid_request_error", "temperature: must be between 0 and 1");
-        go.sp.temperature = (float)json_number_value(v);
-    }
-    if ((v = json_object_get(body, "top_p")) && json_is_number(v) && json_number_value(v) > 0 && json_number_value(v) <= 1)
-        go.sp.top_p = (float)json_number_value(v);
-    if ((v = json_object_get(body, "top_k")) && json_is_integer(v) && json_integer_value(v) >= 0)
-        go.sp.top_k = (int32_t)json_integer_value(v);
+    if (gen_sampling(body, 1.0f, &go.sp, err, sizeof err) != 0)
+        return http_anthropic_error(c, 400, "invalid_request_error", "%s", err);
     go.max_tokens = (int32_t)json_integer_value(mt);
     go.clamp = true; /* agents ask for more than a local context holds (Claude Code: 32000) */
     json_t *stops = json_object_get(body, "stop_sequences");

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct gen {
     struct app *app;
@@ -92,6 +93,38 @@ static int build_prompt(struct app *a, json_t *messages, json_t *tools, json_t *
     if (rc != 0)
         snprintf(err, n_err, "%s", err_msg());
     return rc;
+}
+
+int gen_sampling(json_t *b, float max_temperature, struct sampler_params *sp, char *err, size_t n_err)
+{
+    json_t *v;
+    *sp = sampler_defaults();
+    sp->temperature = 1.0f;
+    sp->penalty_last_n = -1;
+    if ((v = json_object_get(b, "temperature")) && !json_is_null(v)) {
+        if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > max_temperature)
+            return snprintf(err, n_err, "temperature must be a number between 0 and %g", max_temperature), -1;
+        sp->temperature = (float)json_number_value(v);
+    }
+    if ((v = json_object_get(b, "top_p")) && !json_is_null(v)) {
+        if (!json_is_number(v) || json_number_value(v) <= 0 || json_number_value(v) > 1)
+            return snprintf(err, n_err, "top_p must be a number in (0, 1]"), -1;
+        sp->top_p = (float)json_number_value(v);
+    }
+    if ((v = json_object_get(b, "top_k")) && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+            return snprintf(err, n_err, "top_k must be a non-negative integer"), -1;
+        sp->top_k = (int32_t)json_integer_value(v);
+    }
+    if ((v = json_object_get(b, "presence_penalty")) && json_is_number(v))
+        sp->presence_penalty = (float)json_number_value(v);
+    if ((v = json_object_get(b, "frequency_penalty")) && json_is_number(v))
+        sp->frequency_penalty = (float)json_number_value(v);
+    if ((v = json_object_get(b, "seed")) && json_is_integer(v))
+        sp->seed = (uint64_t)json_integer_value(v);
+    else
+        sp->seed = (uint64_t)random() ^ (uint64_t)time(NULL);
+    return 0;
 }
 
 int32_t gen_count_tokens(struct app *a, json_t *messages, json_t *tools, json_t *kwargs, char *err, size_t n_err)

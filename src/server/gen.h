@@ -28,6 +28,11 @@ struct gen_opts {
 
 struct gen;
 
+/* The sampling fields the APIs share (temperature up to max_temperature, top_p,
+ * top_k, seed, presence/frequency penalties) with the APIs' defaults
+ * (temperature 1, a random seed). -1 with a message in err on a bad value. */
+int gen_sampling(json_t *body, float max_temperature, struct sampler_params *sp, char *err, size_t n_err);
+
 #define GEN_MAX_STOP 8
 
 /* NULL with a message in err and *overloaded set when the queue was full (else a

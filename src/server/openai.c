@@ -175,27 +175,8 @@ static void oai_reader_free(void *cls) { oai_free(cls); }
 static int read_params(json_t *b, struct sampler_params *sp, int32_t *max_tokens, char *err, size_t n_err)
 {
     json_t *v;
-    *sp = sampler_defaults();
-    sp->temperature = 1.0f; /* the API's defaults */
-    sp->penalty_last_n = -1;
-    if ((v = json_object_get(b, "temperature")) && !json_is_null(v)) {
-        if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 2)
-            return snprintf(err, n_err, "temperature must be a number between 0 and 2"), -1;
-        sp->temperature = (float)json_number_value(v);
-    }
-    if ((v = json_object_get(b, "top_p")) && !json_is_null(v)) {
-        if (!json_is_number(v) || json_number_value(v) <= 0 || json_number_value(v) > 1)
-            return snprintf(err, n_err, "top_p must be a number in (0, 1]"), -1;
-        sp->top_p = (float)json_number_value(v);
-    }
-    if ((v = json_object_get(b, "presence_penalty")) && json_is_number(v))
-        sp->presence_penalty = (float)json_number_value(v);
-    if ((v = json_object_get(b, "frequency_penalty")) && json_is_number(v))
-        sp->frequency_penalty = (float)json_number_value(v);
-    if ((v = json_object_get(b, "seed")) && json_is_integer(v))
-        sp->seed = (uint64_t)json_integer_value(v);
-    else
-        sp->seed = (uint64_t)time(NULL) ^ (uint64_t)clock();
+    if (gen_sampling(b, 2.0f, sp, err, n_err) != 0)
+        return -1;
     v = json_object_get(b, "max_completion_tokens");
     if (!v || json_is_null(v))
         v = json_object_get(b, "max_tokens");

@@ -316,17 +316,8 @@ enum MHD_Result openai_responses(struct app *a, struct MHD_Connection *c, json_t
                                  "previous_response_id is not supported: this server keeps no responses; send the "
                                  "whole conversation in input");
     struct gen_opts go = {0};
-    go.sp = sampler_defaults();
-    go.sp.temperature = 1.0f;
-    go.sp.penalty_last_n = -1;
-    go.sp.seed = (uint64_t)random();
-    if ((v = json_object_get(body, "temperature")) && !json_is_null(v)) {
-        if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 2)
-            return http_openai_error(c, 400, "invalid_request_error", "temperature must be a number between 0 and 2");
-        go.sp.temperature = (float)json_number_value(v);
-    }
-    if ((v = json_object_get(body, "top_p")) && json_is_number(v) && json_number_value(v) > 0 && json_number_value(v) <= 1)
-        go.sp.top_p = (float)json_number_value(v);
+    if (gen_sampling(body, 2.0f, &go.sp, err, sizeof err) != 0)
+        return http_openai_error(c, 400, "invalid_request_error", "%s", err);
     if ((v = json_object_get(body, "max_output_tokens")) && !json_is_null(v)) {
         if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (1 << 24))
             return http_openai_error(c, 400, "invalid_request_error", "max_output_tokens must be a positive integer");

@@ -81,6 +81,8 @@ test("errors come in Anthropic's shape and the server keeps serving", async () =
   await assert.rejects(client.messages.create({ model: "m", messages: [{ role: "user", content: "x" }] }),
     (e) => e.status === 400 && e.error?.error?.type === "invalid_request_error" && /max_tokens/.test(e.message));
   await assert.rejects(client.messages.create({ model: "m", max_tokens: 4, messages: [{ role: "robot", content: "x" }] }), (e) => e.status === 400);
+  await assert.rejects(client.messages.create({ model: "m", max_tokens: 4, top_p: 3, messages: [{ role: "user", content: "x" }] }), (e) => e.status === 400 && /top_p/.test(e.message));
+  await assert.rejects(client.messages.create({ model: "m", max_tokens: 4, temperature: 1.5, messages: [{ role: "user", content: "x" }] }), (e) => e.status === 400 && /temperature/.test(e.message));
   await assert.rejects(client.messages.create({ model: "m", max_tokens: 4, messages: [{ role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/png", data: "AA==" } }] }] }), (e) => e.status === 400 && /image/.test(e.message));
   const bad = new Anthropic({ baseURL: srv.base, apiKey: "wrong", maxRetries: 0 });
   await assert.rejects(bad.messages.create({ model: "m", max_tokens: 4, messages: [{ role: "user", content: "x" }] }),

@@ -219,3 +219,16 @@ test("raw edge cases: bad bytes, wrong types, unknown fields, a body over the li
   assert.ok(req > 10 && gen > 50, m);
   assert.match(m, /# TYPE kapitsa_requests_active gauge/);
 });
+
+test("past the queue bound requests get 429 (Anthropic: 529) and the server keeps serving", async () => {
+  const s = await startServer(["--parallel", "1"]);
+  const c = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "x", maxRetries: 0 });
+  const one = () => c.chat.completions.create({ model: "m", messages: [{ role: "user", content: "write a long story" }], max_tokens: 400 })
+    .then(() => 200, (e) => e.status);
+  const statuses = await Promise.all(Array.from({ length: 40 }, one));
+  assert.ok(statuses.includes(429), statuses.join(","));
+  assert.ok(statuses.filter((x) => x === 200).length >= 33, statuses.join(","));
+  const ok = await c.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }], max_tokens: 2 });
+  assert.equal(ok.choices.length, 1);
+  s.proc.kill("SIGTERM");
+});

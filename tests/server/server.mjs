@@ -8,7 +8,7 @@ const procs = [];
 
 export async function startServer(extra = []) {
   const port = 20000 + Math.floor(Math.random() * 20000);
-  const proc = spawn(BIN, ["serve", "--port", String(port), "--parallel", "4", "--ctx", "4096", ...extra], {
+  const proc = spawn(BIN, ["serve", "--port", String(port), "--ctx", "4096", ...(extra.includes("--parallel") ? [] : ["--parallel", "4"]), ...extra], {
     cwd: ROOT,
     stdio: ["ignore", "inherit", "pipe"],
   });
