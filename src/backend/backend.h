@@ -44,7 +44,15 @@ static inline struct tensor tensor_rows(const struct tensor *t, int64_t row0, in
 /* The tokens of one forward as the ops see them. Host arrays, valid until the
  * forward returns. Visibility: token i attends to positions [0, n_kv[i]) of its
  * sequence's cache, except that a position p >= mask_from[i] is visible only if
- * mask[i*mask_stride + p - mask_from[i]] is 1 (mask NULL: all visible). */
+ * mask[i*mask_stride + p - mask_from[i]] is 1 (mask NULL: all visible).
+ *
+ * Recurrent layers (short conv, DeltaNet, Mamba2) see the same tree through
+ * parent: token i continues from the state after token parent[i] of this
+ * batch, or, for parent -1, from the committed state in slot state_in[i] of
+ * the layer's state tensors. The state after token i is written to slot
+ * state_out[i] when that is >= 0; the engine gives every token whose state is
+ * needed later (a branching parent, the end of each sequence's rows, a row a
+ * partial commit may end on) its own slot, distinct from every state_in. */
 struct attn_batch {
     int32_t n_tokens;
     const int32_t *token;       /* [n_tokens] */
@@ -61,14 +69,40 @@ struct attn_batch {
     int32_t block_size;         /* cache row of position p: table[p/bs]*bs + p%bs */
     int32_t n_out;
     const int32_t *out_rows;    /* [n_out] tokens whose logits are wanted */
+    const int32_t *parent;      /* [n_tokens] earlier token of the same sequence, or -1 */
+    const int32_t *state_in;    /* [n_tokens] recurrent state slot (read when parent is -1) */
+    const int32_t *state_out;   /* [n_tokens] slot receiving the state after the token, or -1 */
 };
 
-/* Routed experts of one MoE layer, each a SwiGLU MLP. */
+/* Routed experts of one MoE layer: SwiGLU MLPs, or, with gate NULL,
+ * down(relu(up x)^2) MLPs (Nemotron). */
 struct moe_experts {
     int32_t n_expert;
-    const struct tensor *gate; /* [n_expert] each [inter][hidden] */
+    const struct tensor *gate; /* [n_expert] each [inter][hidden], or NULL */
     const struct tensor *up;   /* [n_expert] each [inter][hidden] */
     const struct tensor *down; /* [n_expert] each [hidden][inter] */
+};
+
+/* How router logits pick experts. Softmax (Qwen): the top k of softmax(logits).
+ * Sigmoid (Nemotron 3): scores = sigmoid(logits); experts are chosen by
+ * scores + bias within the topk_group groups (of n_group) whose two best
+ * biased scores sum highest; the weights are the unbiased scores. Then, if
+ * norm, the k weights are divided by their sum, and all are multiplied by scale. */
+struct moe_routing {
+    int32_t k;
+    bool sigmoid;
+    bool norm;
+    const struct tensor *bias; /* [n_expert] F32/BF16, sigmoid only (may be NULL) */
+    int32_t n_group, topk_group;
+    float scale;
+};
+
+/* Mamba2 scan shapes and time-step limits. */
+struct ssd_params {
+    int32_t n_head, head_dim, n_group, d_state;
+    int32_t chunk;         /* chunk length of the chunked (prefill) form */
+    float dt_min;          /* dt = clamp(softplus(dt + dt_bias), max(dt_min, dt_lo), dt_hi) */
+    float dt_lo, dt_hi;
 };
 
 struct backend;
@@ -84,8 +118,8 @@ struct backend_ops {
     int (*weight)(struct backend *be, struct tensor *dst, const struct tensor *host);
     /* Copy rows [row0, row0+n) of an F32 tensor to host memory. */
     void (*read)(struct backend *be, const struct tensor *t, int64_t row0, int64_t n, float *dst);
-    /* Copy host rows into rows [row0, row0+n) of an F32 tensor. */
-    void (*write)(struct backend *be, struct tensor *t, int64_t row0, int64_t n, const float *src);
+    /* Copy host rows into rows [row0, row0+n) of a tensor (host data in its dtype). */
+    void (*write)(struct backend *be, struct tensor *t, int64_t row0, int64_t n, const void *src);
     /* Copy cache rows src[i] -> dst[i] in each tensor (copy-on-write, tree commit). */
     void (*copy_rows)(struct backend *be, struct tensor *t, const int32_t *src, const int32_t *dst, int32_t n);
 
@@ -111,14 +145,47 @@ struct backend_ops {
     void (*add)(struct backend *be, struct tensor *x, const struct tensor *y); /* x += y */
     /* out[j] = x[out_rows[j]] for the batch's output rows. */
     void (*get_out_rows)(struct backend *be, struct tensor *out, const struct tensor *x);
-    /* Softmax over each row of logits [n][n_expert], then the top k (ties: lower index
-     * first) into ids [n][k] (I32) and weights [n][k] (F32), renormalised if norm. */
+    /* Routing of each row of logits [n][n_expert] (see struct moe_routing; ties:
+     * lower index first) into ids [n][k] (I32) and weights [n][k] (F32). */
     void (*moe_route)(struct backend *be, struct tensor *ids, struct tensor *weights, const struct tensor *logits,
-                      int32_t k, bool norm);
-    /* out = sum over the k routed experts of weight * down(silu(gate x) * up x).
-     * ws: scratch of at least [n*k + 64][2*inter + hidden] F32 owned by the caller. */
+                      const struct moe_routing *r);
+    /* out = sum over the k routed experts of weight * expert(x).
+     * ws: scratch of at least [n][2*inter + hidden] F32 owned by the caller. */
     void (*moe_ffn)(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
                     const struct tensor *weights, const struct moe_experts *ex, struct tensor *ws);
+
+    /* elementwise */
+    void (*sigmoid_mul)(struct backend *be, struct tensor *x, const struct tensor *g); /* x *= sigmoid(g); g [n][cols] or [n][1] */
+    void (*relu2)(struct backend *be, struct tensor *x);                               /* x = max(x, 0)^2 */
+    /* out[r][j] = x[r][map[j]]; map: I32 [1][out cols] made with alloc + write. */
+    void (*permute_cols)(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *map);
+    /* RMSNorm over groups of `group` columns with a gate z (same shape as x):
+     * gate_first false (Qwen): w * norm(x) * silu(z); true (Mamba2): w * norm(x * silu(z)).
+     * w has `group` entries (shared by all groups) or x->n_cols. */
+    void (*rmsnorm_gated)(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *z,
+                          const struct tensor *w, float eps, int64_t group, bool gate_first);
+
+    /* recurrent layers (see struct attn_batch for parent / state slots) */
+    /* out = silu(bias + depthwise causal conv of width K over each token's path).
+     * w [C][K] (tap K-1 multiplies the token itself), bias [C] or NULL,
+     * state [n_slots][(K-1)*C]: the last K-1 inputs, oldest first. */
+    void (*conv1d)(struct backend *be, struct tensor *out /* [n][C] */, const struct tensor *x /* [n][C] */,
+                   const struct tensor *w, const struct tensor *bias, struct tensor *state);
+    /* Gated delta rule (Gated DeltaNet). Per value head h (key head h/(Hv/Hk)):
+     * q, k L2-normalised, q scaled by 1/sqrt(dk); beta = sigmoid(b[h]);
+     * g = -exp(A_log[h]) * softplus(a[h] + dt_bias[h]); S = exp(g) S;
+     * S += k (beta (v - S^T k))^T; out = S^T q. state [n_slots][Hv*dk*dv], S [dk][dv] per head. */
+    void (*delta_rule)(struct backend *be, struct tensor *out /* [n][Hv*dv] */, const struct tensor *q /* [n][Hk*dk] */,
+                       const struct tensor *k /* [n][Hk*dk] */, const struct tensor *v /* [n][Hv*dv] */,
+                       const struct tensor *a /* [n][Hv] */, const struct tensor *b /* [n][Hv] */,
+                       const struct tensor *A_log, const struct tensor *dt_bias, struct tensor *state, int32_t n_k_head,
+                       int32_t n_v_head, int32_t k_dim, int32_t v_dim);
+    /* Mamba2 selective scan (SSD). Per head h (group h/(H/G)), with A = -exp(A_log[h]):
+     * S = exp(dt A) S + dt x B^T; y = S C + D[h] x. state [n_slots][H*P*N], S [P][N] per head. */
+    void (*ssd)(struct backend *be, struct tensor *y /* [n][H*P] */, const struct tensor *x /* [n][H*P] */,
+                const struct tensor *B /* [n][G*N] */, const struct tensor *C /* [n][G*N] */,
+                const struct tensor *dt /* [n][H] */, const struct tensor *A_log, const struct tensor *D,
+                const struct tensor *dt_bias, struct tensor *state, const struct ssd_params *p);
 };
 
 struct backend {

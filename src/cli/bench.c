@@ -203,7 +203,7 @@ int cli_bench(int argc, char **argv)
     if (!be || model_load(&m, dir, be, NULL) != 0)
         goto done;
     loaded = 1;
-    if (engine_init(&e, &m, (int32_t)(n_prompt + n_gen + 1), 1, (int32_t)n_batch) != 0)
+    if (engine_init(&e, &m, (int32_t)(n_prompt + n_gen + 1), 1, (int32_t)n_batch, 0) != 0)
         goto done;
     up = 1;
     const int32_t V = m.cfg.vocab_size;
@@ -222,7 +222,7 @@ int cli_bench(int argc, char **argv)
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         tok[i] = (int32_t)((s >> 33) % (uint64_t)V);
     }
-    int32_t seq = kv_seq_new(&e.kv);
+    int32_t seq = engine_seq_new(&e);
     double t0 = now_s();
     for (int64_t done = 0; done < n_prompt;) {
         int32_t n = (int32_t)(n_prompt - done < n_batch ? n_prompt - done : n_batch);

@@ -143,7 +143,7 @@ int cli_run(int argc, char **argv)
         err_set("run: the prompt is empty");
         goto done;
     }
-    if (engine_init(&e, &m, ids.n + (int32_t)max_tokens + 1, 1, 256) != 0)
+    if (engine_init(&e, &m, ids.n + (int32_t)max_tokens + 1, 1, 256, 0) != 0)
         goto done;
     up = 1;
     if (sampler_init(&s, &sp, m.cfg.vocab_size) != 0)
@@ -158,7 +158,7 @@ int cli_run(int argc, char **argv)
         goto done;
     }
     memcpy(hist, ids.ids, sizeof(int32_t) * (size_t)ids.n);
-    int32_t seq = kv_seq_new(&e.kv), n_hist = ids.n;
+    int32_t seq = engine_seq_new(&e), n_hist = ids.n;
     for (int32_t done = 0; done < ids.n;) {
         int32_t n = ids.n - done < 256 ? ids.n - done : 256;
         for (int32_t i = 0; i < n; i++) {

@@ -47,7 +47,7 @@ static int check_prefill(struct engine *e, const struct check_opts *o, const int
                          struct check_bufs *b, const struct model_trace *trace)
 {
     const int32_t V = e->m->cfg.vocab_size;
-    int32_t seq = kv_seq_new(&e->kv);
+    int32_t seq = engine_seq_new(e);
     if (seq < 0)
         return -1;
     for (int32_t done = 0, c = 0; done < L; c++) {
@@ -65,7 +65,7 @@ static int check_prefill(struct engine *e, const struct check_opts *o, const int
             return -1;
         done += n;
     }
-    kv_seq_free(&e->kv, seq);
+    engine_seq_free(e, seq);
     return 0;
 }
 
@@ -73,7 +73,7 @@ static int check_greedy(struct engine *e, const int32_t *prompt, int32_t n_promp
                         int32_t n_gen, struct check_bufs *b, struct check_result *r)
 {
     const int32_t V = e->m->cfg.vocab_size;
-    int32_t seq = kv_seq_new(&e->kv);
+    int32_t seq = engine_seq_new(e);
     if (seq < 0)
         return -1;
     for (int32_t i = 0; i < n_prompt; i++) {
@@ -104,7 +104,7 @@ static int check_greedy(struct engine *e, const int32_t *prompt, int32_t n_promp
         if (engine_forward(e, &d, b->logits, NULL) < 0 || engine_commit_all(e) != 0)
             return -1;
     }
-    kv_seq_free(&e->kv, seq);
+    engine_seq_free(e, seq);
     return 0;
 }
 
@@ -143,7 +143,7 @@ int check_run(const char *dir, struct backend *be, const struct check_opts *o, s
         goto done;
     }
     const int32_t max_tok = L > n_prompt ? L : n_prompt;
-    if (engine_init(&e, &m, L + n_prompt + n_gen + 16, 2, max_tok) != 0)
+    if (engine_init(&e, &m, L + n_prompt + n_gen + 16, 2, max_tok, 0) != 0)
         goto done;
     engine_up = 1;
     b.logits = malloc((size_t)L * V * sizeof(float));

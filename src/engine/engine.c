@@ -7,23 +7,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-int engine_init(struct engine *e, struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_tokens)
+int engine_init(struct engine *e, struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_tokens,
+                int32_t n_keep)
 {
     const struct model_config *c = &m->cfg;
     memset(e, 0, sizeof *e);
     e->m = m;
     e->be = m->be;
     e->max_tokens = max_tokens;
-    if (max_tokens < 1 || max_tokens > 65536)
-        return err_set("engine: batch size %d out of range", max_tokens);
-    if (kv_cache_init(&e->kv, m->be, c->n_layer, c->n_kv_head * c->head_dim, n_ctx, n_seq_max, 16) != 0)
+    e->n_keep = n_keep;
+    if (max_tokens < 1 || max_tokens > 65536 || n_keep < 0 || n_keep > max_tokens)
+        return err_set("engine: batch size %d or kept rows %d out of range", max_tokens, n_keep);
+    if (kv_cache_init(&e->kv, m->be, c->n_attn_layer, c->n_kv_head * c->head_dim, n_ctx, n_seq_max, 16) != 0)
         return -1;
-    e->kvt = (struct kv_tensors){e->kv.k, e->kv.v};
+    /* slots: the zero slot, one committed per sequence, one per sequence for
+     * its last row in a forward, and the kept rows */
+    if (state_cache_init(&e->st, m->be, c, n_seq_max, 1 + 2 * n_seq_max + n_keep) != 0)
+        goto fail;
+    e->kvt = (struct kv_tensors){e->kv.k, e->kv.v, e->st.conv, e->st.ssm};
     if (model_scratch_init(&e->s, m, max_tokens) != 0)
         goto fail;
     size_t n = (size_t)max_tokens;
-    int32_t **bufs[] = {&e->slot, &e->seq_row, &e->n_kv, &e->mask_from, &e->out_rows,
-                        &e->last_seq, &e->last_parent, &e->last_index};
+    int32_t **bufs[] = {&e->slot,     &e->seq_row,  &e->n_kv,        &e->mask_from,  &e->out_rows,
+                        &e->state_in, &e->state_out, &e->last_seq, &e->last_parent, &e->last_index};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (!(*bufs[i] = calloc(n, sizeof(int32_t)))) {
             err_set("engine: out of memory");
@@ -46,16 +52,120 @@ void engine_free(struct engine *e)
         model_scratch_free(&e->s, e->m);
     if (e->kv.k)
         kv_cache_free(&e->kv);
+    if (e->st.seq_slot)
+        state_cache_free(&e->st);
     free(e->slot);
     free(e->seq_row);
     free(e->n_kv);
     free(e->mask_from);
     free(e->out_rows);
+    free(e->state_in);
+    free(e->state_out);
     free(e->last_seq);
     free(e->last_parent);
     free(e->last_index);
     free(e->mask);
     memset(e, 0, sizeof *e);
+}
+
+bool engine_is_recurrent(const struct engine *e) { return e->st.n_rec_layer > 0; }
+
+/* Gives back the state slots of the last forward that no commit took. */
+static void engine_drop_pending(struct engine *e)
+{
+    for (int32_t i = 0; i < e->last_n; i++)
+        if (e->state_out[i] > 0) {
+            state_slot_give(&e->st, e->state_out[i]);
+            e->state_out[i] = -1;
+        }
+    e->last_n = 0;
+}
+
+int32_t engine_seq_new(struct engine *e)
+{
+    int32_t seq = kv_seq_new(&e->kv);
+    if (seq >= 0 && state_seq_init(&e->st, seq, -1) != 0) {
+        kv_seq_free(&e->kv, seq);
+        return -1;
+    }
+    return seq;
+}
+
+int32_t engine_seq_fork(struct engine *e, int32_t src)
+{
+    if (!kv_seq_valid(&e->kv, src)) {
+        err_set("engine: fork: sequence %d does not exist", src);
+        return -1;
+    }
+    int32_t seq = kv_seq_fork(&e->kv, src);
+    if (seq >= 0 && state_seq_init(&e->st, seq, src) != 0) {
+        kv_seq_free(&e->kv, seq);
+        return -1;
+    }
+    return seq;
+}
+
+void engine_seq_free(struct engine *e, int32_t seq)
+{
+    if (!kv_seq_valid(&e->kv, seq))
+        return;
+    for (int32_t i = 0; i < e->last_n; i++) /* its uncommitted rows can no longer be committed */
+        if (e->last_seq[i] == seq)
+            e->last_seq[i] = -1;
+    state_seq_release(&e->st, seq);
+    kv_seq_free(&e->kv, seq);
+}
+
+int engine_seq_truncate(struct engine *e, int32_t seq, int32_t len)
+{
+    if (!kv_seq_valid(&e->kv, seq) || len < 0 || len > e->kv.len[seq])
+        return err_set("engine: truncate: sequence %d has no %d tokens", seq, len);
+    if (engine_is_recurrent(e) && len != e->kv.len[seq])
+        return err_set("engine: sequence %d: a model with recurrent layers cannot go back from %d to %d tokens "
+                       "(fork a snapshot at the earlier token instead)", seq, e->kv.len[seq], len);
+    kv_seq_truncate(&e->kv, seq, len);
+    return 0;
+}
+
+/* Recurrent state slots for the batch (see engine.h): every row reads its
+ * sequence's committed slot; the last row of each sequence, every row of a
+ * tree and every row of a chain short enough for the kept rows left get a
+ * fresh slot for the state after them. */
+static int engine_state_slots(struct engine *e, const struct batch *b)
+{
+    const int32_t n = b->n_tokens;
+    struct state_cache *st = &e->st;
+    for (int32_t i = 0; i < n; i++) {
+        e->state_in[i] = st->n_rec_layer ? st->seq_slot[b->seq[i]] : 0;
+        e->state_out[i] = -1;
+    }
+    if (!st->n_rec_layer)
+        return 0;
+    int32_t keep = e->n_keep;
+    for (int32_t i = 0; i < n; i++) {
+        int first = 1, rows = 0, chain = 1, prev = -1;
+        for (int32_t r = 0; r < i && first; r++)
+            first = b->seq[r] != b->seq[i];
+        if (!first)
+            continue;
+        for (int32_t r = i; r < n; r++)
+            if (b->seq[r] == b->seq[i]) {
+                chain &= b->parent[r] == prev;
+                prev = r;
+                rows++;
+            }
+        const int all = rows > 1 && rows - 1 <= keep;
+        if (!chain && !all)
+            return err_set("engine: a tree of %d rows needs %d kept recurrent states, %d are left (engine_init n_keep)",
+                           rows, rows - 1, keep);
+        for (int32_t r = i; r < n; r++)
+            if (b->seq[r] == b->seq[i] && (r == prev || all)) {
+                if ((e->state_out[r] = state_slot_take(st)) < 0)
+                    return err_set("engine: out of recurrent state slots");
+                keep -= r != prev;
+            }
+    }
+    return 0;
 }
 
 static int engine_check(const struct engine *e, const struct batch *b)
@@ -81,6 +191,7 @@ int32_t engine_forward(struct engine *e, const struct batch *b, float *logits, c
 {
     if (engine_check(e, b) != 0)
         return -1;
+    engine_drop_pending(e);
     struct kv_cache *kv = &e->kv;
     const int32_t n = b->n_tokens;
     int need_mask = 0;
@@ -104,6 +215,11 @@ int32_t engine_forward(struct engine *e, const struct batch *b, float *logits, c
         if (last && kv_seq_reserve(kv, s, e->last_index[i] + 1) != 0)
             return -1;
     }
+    e->last_n = n; /* the slots taken below are given back if anything fails */
+    for (int32_t i = 0; i < n; i++)
+        e->last_seq[i] = -1;
+    if (engine_state_slots(e, b) != 0)
+        return -1;
     int32_t n_out = 0;
     for (int32_t i = 0; i < n; i++) {
         const int32_t s = b->seq[i], len = kv->len[s];
@@ -128,6 +244,7 @@ int32_t engine_forward(struct engine *e, const struct batch *b, float *logits, c
         .n_kv = e->n_kv, .mask_from = e->mask_from, .mask = need_mask ? e->mask : NULL,
         .mask_stride = e->max_tokens, .block_table = kv->table, .n_seq_rows = kv->n_seq_max,
         .max_blocks = kv->max_blocks, .block_size = kv->block_size, .n_out = n_out, .out_rows = e->out_rows,
+        .parent = b->parent, .state_in = e->state_in, .state_out = e->state_out,
     };
     if (e->be->ops->set_batch(e->be, &ab) != 0)
         return -1;
@@ -149,6 +266,10 @@ int engine_commit(struct engine *e, int32_t seq, const int32_t *rows, int32_t n)
             e->last_parent[r] != (k == 0 ? -1 : rows[k - 1]))
             return err_set("engine: commit: row %d is not the next step of a path in sequence %d", r, seq);
     }
+    int32_t slot = n > 0 && e->st.n_rec_layer ? e->state_out[rows[n - 1]] : -1;
+    if (n > 0 && e->st.n_rec_layer && slot < 0)
+        return err_set("engine: commit: the recurrent state after row %d was not kept (engine_init n_keep)",
+                       rows[n - 1]);
     /* rows move down to consecutive positions; a path's k-th row sits at index >= k,
      * so copying in order never overwrites a row still to be read */
     for (int32_t k = 0; k < n; k++) {
@@ -162,6 +283,13 @@ int engine_commit(struct engine *e, int32_t seq, const int32_t *rows, int32_t n)
         }
     }
     kv->len[seq] = len + n;
+    if (slot > 0) {
+        state_seq_set(&e->st, seq, slot);
+        e->state_out[rows[n - 1]] = -1;
+    }
+    for (int32_t i = 0; i < e->last_n; i++) /* committed once */
+        if (e->last_seq[i] == seq)
+            e->last_seq[i] = -1;
     return 0;
 }
 
@@ -177,8 +305,15 @@ int engine_commit_all(struct engine *e)
                     prev = i;
                     n++;
                 }
-            if (pass == 1)
+            if (pass == 1 && n > 0) {
                 e->kv.len[s] += n;
+                if (e->st.n_rec_layer) {
+                    state_seq_set(&e->st, s, e->state_out[prev]);
+                    e->state_out[prev] = -1;
+                }
+            }
         }
+    for (int32_t i = 0; i < e->last_n; i++)
+        e->last_seq[i] = -1;
     return 0;
 }

@@ -10,13 +10,22 @@
  * into the cache beyond each sequence's committed length; engine_commit then
  * keeps the rows the caller accepts (all of a chain; one path of a tree).
  *
+ * Recurrent layers (hybrid models) keep their state beside the KV cache
+ * (state_cache.h): a forward computes each row's state from its parent's, and
+ * keeps it for the last row of each sequence and, within n_keep rows per
+ * forward, for every row of a tree and every row of a short chain, so that a
+ * commit can end on any of them. A sequence of a recurrent model cannot be cut
+ * back (engine_seq_truncate fails); to return to an earlier token, fork the
+ * sequence there first (a snapshot) and continue from the fork.
+ *
  * Ownership: the engine borrows the model (which must outlive it) and owns the
- * cache, the scratch and the per-forward index buffers, all sized at init. */
+ * caches, the scratch and the per-forward index buffers, all sized at init. */
 #ifndef KP_ENGINE_H
 #define KP_ENGINE_H
 
 #include "../model/model.h"
 #include "kv_cache.h"
+#include "state_cache.h"
 
 #include <stdint.h>
 
@@ -24,7 +33,7 @@ struct batch {
     int32_t n_tokens;
     const int32_t *token;  /* [n_tokens] */
     const int32_t *pos;    /* [n_tokens] position in its sequence (rope) */
-    const int32_t *seq;    /* [n_tokens] sequence id (kv_seq_new / kv_seq_fork) */
+    const int32_t *seq;    /* [n_tokens] sequence id (engine_seq_new / engine_seq_fork) */
     const int32_t *parent; /* [n_tokens] earlier index in this batch, or -1 */
     const uint8_t *logits; /* [n_tokens] 1 = return this row's logits */
 };
@@ -33,11 +42,14 @@ struct engine {
     struct model *m;
     struct backend *be;
     struct kv_cache kv;
+    struct state_cache st;
     struct kv_tensors kvt;
+    int32_t n_keep;
     struct model_scratch s;
     int32_t max_tokens;
     /* per-forward, [max_tokens] unless noted */
     int32_t *slot, *seq_row, *n_kv, *mask_from, *out_rows;
+    int32_t *state_in, *state_out; /* recurrent state slots of each row */
     uint8_t *mask; /* [max_tokens][max_tokens] */
     /* the last forward, for engine_commit */
     int32_t last_n;
@@ -45,9 +57,25 @@ struct engine {
 };
 
 /* n_ctx: cache capacity in tokens (all sequences together); n_seq_max: live
- * sequences; max_tokens: largest batch. */
-int engine_init(struct engine *e, struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_tokens);
+ * sequences; max_tokens: largest batch; n_keep: rows per forward, beyond the
+ * last of each sequence, whose recurrent state is kept for a commit to end on
+ * (speculative trees and chains; 0 is enough for prefill and decoding; no
+ * effect on models without recurrent layers). */
+int engine_init(struct engine *e, struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_tokens,
+                int32_t n_keep);
 void engine_free(struct engine *e);
+
+/* Sequences: a new empty one, or a fork sharing all of src's committed tokens
+ * (KV blocks shared, recurrent state copied): -1 with err_set() when no
+ * sequence or state slot is free. */
+int32_t engine_seq_new(struct engine *e);
+int32_t engine_seq_fork(struct engine *e, int32_t src);
+void engine_seq_free(struct engine *e, int32_t seq);
+/* Keeps the first len committed tokens; -1 with err_set() on a recurrent model
+ * unless len is the current length. */
+int engine_seq_truncate(struct engine *e, int32_t seq, int32_t len);
+/* Whether the model has recurrent layers (its sequences cannot be truncated). */
+bool engine_is_recurrent(const struct engine *e);
 
 /* Runs the batch. logits (host, may be NULL) receives [n_out][vocab] for the
  * rows flagged in b->logits, in batch order. Returns n_out, or -1 with

@@ -20,8 +20,8 @@ int kv_cache_init(struct kv_cache *kv, struct backend *be, int32_t n_layer, int3
     kv->n_blocks = (n_tokens + block_size - 1) / block_size;
     kv->n_seq_max = n_seq_max;
     kv->max_blocks = kv->n_blocks;
-    kv->k = calloc((size_t)n_layer, sizeof *kv->k);
-    kv->v = calloc((size_t)n_layer, sizeof *kv->v);
+    kv->k = calloc((size_t)n_layer + 1, sizeof *kv->k); /* + 1: a model may have no attention layer */
+    kv->v = calloc((size_t)n_layer + 1, sizeof *kv->v);
     kv->ref = calloc((size_t)kv->n_blocks, sizeof *kv->ref);
     kv->free_ids = calloc((size_t)kv->n_blocks, sizeof *kv->free_ids);
     kv->table = calloc((size_t)n_seq_max * (size_t)kv->max_blocks, sizeof *kv->table);

@@ -115,7 +115,7 @@ void sched_req_cancel(struct sched_req *r)
 
 static void cache_evict(struct sched *s, struct cached *c)
 {
-    kv_seq_free(&s->e.kv, c->seq);
+    engine_seq_free(&s->e, c->seq);
     free(c->toks);
     c->seq = -1;
     c->toks = NULL;
@@ -149,12 +149,39 @@ static void cache_keep(struct sched *s, struct sched_req *r)
     if (!slot->toks || n < 1) {
         free(slot->toks);
         slot->toks = NULL;
-        kv_seq_free(&s->e.kv, r->seq);
+        engine_seq_free(&s->e, r->seq);
         return;
     }
     memcpy(slot->toks, r->hist, sizeof(int32_t) * (size_t)n);
     slot->n = n;
     slot->seq = r->seq;
+    slot->used = ++s->clock;
+}
+
+/* On a recurrent model, keeps the state at the end of r's prompt as a cache
+ * entry of its own (a fork: KV blocks shared, state copied). A next turn
+ * renders the reply differently often enough (thinking dropped, end tokens)
+ * that the finished conversation alone would rarely be a prefix of it. */
+static void cache_checkpoint(struct sched *s, struct sched_req *r)
+{
+    struct cached *slot = NULL;
+    for (int i = 0; i < SCHED_CACHE_SLOTS && !slot; i++)
+        if (s->cache[i].seq < 0)
+            slot = &s->cache[i];
+    if (!slot) {
+        slot = cache_lru(s);
+        cache_evict(s, slot);
+    }
+    slot->toks = malloc(sizeof(int32_t) * (size_t)r->n_prompt);
+    slot->seq = slot->toks ? engine_seq_fork(&s->e, r->seq) : -1;
+    if (slot->seq < 0) {
+        free(slot->toks);
+        slot->toks = NULL;
+        slot->seq = -1;
+        return;
+    }
+    memcpy(slot->toks, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
+    slot->n = r->n_prompt;
     slot->used = ++s->clock;
 }
 
@@ -180,7 +207,7 @@ static void req_finish(struct sched *s, struct sched_req *r, enum sched_finish f
         if (f == SCHED_STOP || f == SCHED_LENGTH)
             cache_keep(s, r);
         else
-            kv_seq_free(&s->e.kv, r->seq);
+            engine_seq_free(&s->e, r->seq);
     }
     r->seq = -1;
     pthread_mutex_lock(&r->mu);
@@ -274,6 +301,8 @@ static bool sched_step(struct sched *s)
         if (!s->want[i])
             continue;
         struct sched_req *r = s->active[s->owner[i]];
+        if (r->n_out == 0 && engine_is_recurrent(&s->e))
+            cache_checkpoint(s, r);
         int32_t len = r->n_prompt + r->n_out;
         int32_t t = sampler_sample(&r->sampler, s->logits + (int64_t)j++ * V, r->hist, len);
         if (is_eos(&s->m->cfg, t)) {
@@ -298,7 +327,10 @@ static bool sched_step(struct sched *s)
 
 /* A sequence for r: a fork of the cached conversation sharing the longest
  * prefix with its prompt (at least one token is left to feed, for its logits),
- * else a new one; least recently used cache entries make room. -1 if none. */
+ * else a new one; least recently used cache entries make room. -1 if none.
+ * On a recurrent model an entry is usable only if the prompt extends all of
+ * it (its state cannot be rewound); the prompt-end checkpoints that
+ * sched_step keeps are what a next turn usually extends. */
 static int32_t sched_seq_for(struct sched *s, struct sched_req *r)
 {
     struct cached *best = NULL;
@@ -310,16 +342,18 @@ static int32_t sched_seq_for(struct sched *s, struct sched_req *r)
             continue;
         while (n < lim && c->toks[n] == r->prompt[n])
             n++;
+        if (engine_is_recurrent(&s->e) && n != c->n)
+            continue; /* a recurrent state exists only at the entry's end */
         if (n > best_n) {
             best_n = n;
             best = c;
         }
     }
     for (;;) {
-        int32_t seq = best ? kv_seq_fork(&s->e.kv, best->seq) : kv_seq_new(&s->e.kv);
+        int32_t seq = best ? engine_seq_fork(&s->e, best->seq) : engine_seq_new(&s->e);
         if (seq >= 0) {
             if (best) {
-                kv_seq_truncate(&s->e.kv, seq, best_n);
+                engine_seq_truncate(&s->e, seq, best_n);
                 best->used = ++s->clock;
                 r->n_fed = best_n;
                 pthread_mutex_lock(&r->mu);
@@ -388,7 +422,7 @@ struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32
     s->n_ctx = n_ctx;
     for (int i = 0; i < SCHED_CACHE_SLOTS; i++)
         s->cache[i].seq = -1;
-    if (engine_init(&s->e, m, n_ctx, n_seq_max + SCHED_CACHE_SLOTS, max_batch) != 0) {
+    if (engine_init(&s->e, m, n_ctx, n_seq_max + SCHED_CACHE_SLOTS, max_batch, 0) != 0) {
         free(s);
         return NULL;
     }

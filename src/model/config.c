@@ -1,6 +1,6 @@
 /* config: config.json / generation_config.json reader (see config.h).
- * Field names and defaults follow transformers' Qwen3Config / Qwen3MoeConfig;
- * rope follows transformers' modeling_rope_utils (v5 semantics). */
+ * Field names and defaults follow transformers' configuration classes of each
+ * family; rope follows transformers' modeling_rope_utils (v5 semantics). */
 #define _GNU_SOURCE
 #include "config.h"
 
@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -164,6 +165,205 @@ static void cfg_rope(struct cfg_reader *r, json_t *root, struct model_config *c)
     c->rope_truncate = cfg_bool(r, params, "truncate", 1);
 }
 
+static const struct {
+    const char *type;
+    enum arch arch;
+} cfg_archs[] = {
+    {"qwen3", ARCH_QWEN3},           {"qwen3_moe", ARCH_QWEN3_MOE},         {"qwen3_next", ARCH_QWEN3_NEXT},
+    {"qwen3_5_text", ARCH_QWEN3_NEXT}, {"qwen3_5_moe_text", ARCH_QWEN3_NEXT}, {"qwen3_5", ARCH_QWEN3_NEXT},
+    {"qwen3_5_moe", ARCH_QWEN3_NEXT}, {"nemotron_h", ARCH_NEMOTRON_H},
+};
+
+__attribute__((format(printf, 2, 3))) static int cfg_fail(struct cfg_reader *r, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    r->failed = 1;
+    return err_set("config: %s: %s", r->path, msg);
+}
+
+/* The qwen MoE rule: every decoder_sparse_step-th layer, minus mlp_only_layers. */
+static int cfg_qwen_moe(struct cfg_reader *r, json_t *root, struct model_config *c)
+{
+    /* transformers 5 names it num_local_experts in some writers */
+    const char *ne = json_object_get(root, "num_experts") ? "num_experts" : "num_local_experts";
+    c->n_expert = cfg_int(r, root, ne, c->arch == ARCH_QWEN3_MOE, 0, 0, 4096);
+    for (int32_t l = 0; l < c->n_layer; l++)
+        c->layer_ffn[l] = FFN_DENSE;
+    if (c->n_expert == 0 || r->failed)
+        return r->failed ? -1 : 0;
+    c->n_expert_used = cfg_int(r, root, "num_experts_per_tok", 1, 0, 1, 4096);
+    c->moe_intermediate_size = cfg_int(r, root, "moe_intermediate_size", 1, 0, 1, 1 << 20);
+    c->norm_topk_prob = cfg_bool(r, root, "norm_topk_prob", 0);
+    c->shared_intermediate_size = cfg_int(r, root, "shared_expert_intermediate_size", 0, 0, 0, 1 << 20);
+    c->shared_gate = c->shared_intermediate_size > 0;
+    c->routed_scale = 1.0f;
+    int32_t step = cfg_int(r, root, "decoder_sparse_step", 0, 1, 1, CFG_MAX_LAYER);
+    if (r->failed)
+        return -1;
+    if (c->n_expert_used > c->n_expert)
+        return cfg_fail(r, "num_experts_per_tok %d > experts %d", c->n_expert_used, c->n_expert);
+    for (int32_t l = 0; l < c->n_layer; l++)
+        c->layer_ffn[l] = (l + 1) % step == 0 ? FFN_MOE : FFN_DENSE;
+    json_t *only = cfg_get(r, root, "mlp_only_layers", 0);
+    if (only && !json_is_array(only))
+        return cfg_fail(r, "field 'mlp_only_layers' must be a list");
+    size_t i;
+    json_t *e;
+    json_array_foreach(only, i, e) {
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= c->n_layer)
+            return cfg_fail(r, "'mlp_only_layers' holds a bad layer index");
+        c->layer_ffn[json_integer_value(e)] = FFN_DENSE;
+    }
+    return 0;
+}
+
+/* qwen3_next / qwen3_5: layer_types, or every full_attention_interval-th layer. */
+static int cfg_qwen_hybrid(struct cfg_reader *r, json_t *root, struct model_config *c)
+{
+    json_t *lt = cfg_get(r, root, "layer_types", 0);
+    int32_t every = cfg_int(r, root, "full_attention_interval", 0, 4, 1, CFG_MAX_LAYER);
+    if (lt && (!json_is_array(lt) || (int32_t)json_array_size(lt) != c->n_layer))
+        return cfg_fail(r, "'layer_types' must list one type per layer (%d layers)", c->n_layer);
+    for (int32_t l = 0; l < c->n_layer; l++) {
+        const char *t = lt ? json_string_value(json_array_get(lt, (size_t)l)) : NULL;
+        if (!lt)
+            t = (l + 1) % every == 0 ? "full_attention" : "linear_attention";
+        if (t && strcmp(t, "full_attention") == 0)
+            c->layer_mixer[l] = MIX_ATTN;
+        else if (t && strcmp(t, "linear_attention") == 0)
+            c->layer_mixer[l] = MIX_DELTA;
+        else
+            return cfg_fail(r, "layer %d has unknown type '%s' (full_attention, linear_attention)", l, t ? t : "?");
+    }
+    c->lin_n_k_head = cfg_int(r, root, "linear_num_key_heads", 1, 0, 1, 1024);
+    c->lin_n_v_head = cfg_int(r, root, "linear_num_value_heads", 1, 0, 1, 1024);
+    c->lin_k_dim = cfg_int(r, root, "linear_key_head_dim", 1, 0, 1, 256);
+    c->lin_v_dim = cfg_int(r, root, "linear_value_head_dim", 1, 0, 1, 256);
+    c->conv_kernel = cfg_int(r, root, "linear_conv_kernel_dim", 0, 4, 2, 16);
+    if (r->failed)
+        return -1;
+    if (c->lin_n_v_head % c->lin_n_k_head != 0)
+        return cfg_fail(r, "linear_num_value_heads (%d) is not a multiple of linear_num_key_heads (%d)",
+                        c->lin_n_v_head, c->lin_n_k_head);
+    c->rec_conv_dim = 2 * (int64_t)c->lin_n_k_head * c->lin_k_dim + (int64_t)c->lin_n_v_head * c->lin_v_dim;
+    c->rec_state_dim = (int64_t)c->lin_n_v_head * c->lin_k_dim * c->lin_v_dim;
+    c->norm_plus_one = true;
+    c->attn_out_gate = true;
+    return 0;
+}
+
+static float cfg_float_or_inf(json_t *v, float def)
+{
+    if (json_is_number(v))
+        return (float)json_number_value(v);
+    json_t *f = json_is_object(v) ? json_object_get(v, "__float__") : NULL;
+    const char *s = json_string_value(f);
+    if (s && strcmp(s, "Infinity") == 0)
+        return INFINITY;
+    if (s && strcmp(s, "-Infinity") == 0)
+        return -INFINITY;
+    return def;
+}
+
+/* nemotron_h: layers_block_type (names of transformers 4 or 5), or the
+ * hybrid_override_pattern string (M mamba, * attention, - mlp, E moe). */
+static int cfg_nemotron(struct cfg_reader *r, json_t *root, struct model_config *c)
+{
+    json_t *bt = cfg_get(r, root, "layers_block_type", 0);
+    json_t *pat = cfg_get(r, root, "hybrid_override_pattern", 0);
+    if (!bt && !pat)
+        return cfg_fail(r, "needs 'layers_block_type' or 'hybrid_override_pattern'");
+    int32_t n = bt ? (json_is_array(bt) ? (int32_t)json_array_size(bt) : -1)
+                   : (json_is_string(pat) ? (int32_t)strlen(json_string_value(pat)) : -1);
+    if (c->n_layer < 0 && n >= 1 && n <= CFG_MAX_LAYER)
+        c->n_layer = n;
+    if (n != c->n_layer)
+        return cfg_fail(r, "the layer pattern %sdescribes %d layers, num_hidden_layers is %d",
+                        n < 0 ? "(not a list or string) " : "", n, c->n_layer);
+    bool any_moe = false;
+    for (int32_t l = 0; l < n; l++) {
+        char t[32] = "?";
+        if (bt) {
+            const char *s = json_string_value(json_array_get(bt, (size_t)l));
+            if (s)
+                snprintf(t, sizeof t, "%s", s);
+        } else {
+            char ch = json_string_value(pat)[l];
+            snprintf(t, sizeof t, "%s", ch == 'M' ? "mamba" : ch == '*' ? "attention" : ch == '-' ? "mlp" : ch == 'E' ? "moe" : "?");
+        }
+        c->layer_mixer[l] = MIX_NONE;
+        c->layer_ffn[l] = FFN_NONE;
+        if (strcmp(t, "mamba") == 0 || strcmp(t, "linear_attention") == 0)
+            c->layer_mixer[l] = MIX_MAMBA;
+        else if (strcmp(t, "attention") == 0 || strcmp(t, "full_attention") == 0)
+            c->layer_mixer[l] = MIX_ATTN;
+        else if (strcmp(t, "mlp") == 0)
+            c->layer_ffn[l] = FFN_DENSE;
+        else if (strcmp(t, "moe") == 0)
+            c->layer_ffn[l] = FFN_MOE, any_moe = true;
+        else
+            return cfg_fail(r, "layer %d has unknown type '%s' (mamba, attention, mlp, moe)", l, t);
+    }
+    c->ssm_n_head = cfg_int(r, root, "mamba_num_heads", 1, 0, 1, 4096);
+    c->ssm_head_dim = cfg_int(r, root, "mamba_head_dim", 1, 0, 1, 256);
+    c->ssm_n_group = cfg_int(r, root, "n_groups", 0, 1, 1, 1024);
+    c->ssm_state = cfg_int(r, root, "ssm_state_size", 1, 0, 1, 256);
+    c->conv_kernel = cfg_int(r, root, "conv_kernel", 0, 4, 2, 16);
+    c->ssm_chunk = cfg_int(r, root, "chunk_size", 0, 128, 1, 4096);
+    c->ssm_conv_bias = cfg_bool(r, root, "use_conv_bias", 1);
+    c->ssm_dt_min = (float)cfg_num(r, root, "time_step_min", 0, 0.001);
+    json_t *lim = cfg_get(r, root, "time_step_limit", 0);
+    c->ssm_dt_lo = 0.0f;
+    c->ssm_dt_hi = INFINITY;
+    if (lim && json_is_array(lim) && json_array_size(lim) == 2) {
+        c->ssm_dt_lo = cfg_float_or_inf(json_array_get(lim, 0), 0.0f);
+        c->ssm_dt_hi = cfg_float_or_inf(json_array_get(lim, 1), INFINITY);
+    }
+    if (r->failed)
+        return -1;
+    if (cfg_bool(r, root, "use_bias", 0) || cfg_bool(r, root, "mamba_proj_bias", 0) || cfg_bool(r, root, "mlp_bias", 0))
+        return cfg_fail(r, "biases on the projections (use_bias, mamba_proj_bias, mlp_bias) are not supported");
+    if (c->ssm_n_head % c->ssm_n_group != 0)
+        return cfg_fail(r, "mamba_num_heads (%d) is not a multiple of n_groups (%d)", c->ssm_n_head, c->ssm_n_group);
+    json_t *act = cfg_get(r, root, "mlp_hidden_act", 0);
+    if (act && (!json_is_string(act) || strcmp(json_string_value(act), "relu2") != 0))
+        return cfg_fail(r, "mlp_hidden_act must be \"relu2\"");
+    act = cfg_get(r, root, "mamba_hidden_act", 0);
+    if (act && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0))
+        return cfg_fail(r, "mamba_hidden_act must be \"silu\"");
+    const int64_t inner = (int64_t)c->ssm_n_head * c->ssm_head_dim;
+    c->rec_conv_dim = inner + 2 * (int64_t)c->ssm_n_group * c->ssm_state;
+    c->rec_state_dim = inner * c->ssm_state;
+    c->relu2 = true;
+    c->rope_dim = 0;
+    if (any_moe) {
+        c->n_expert = cfg_int(r, root, "n_routed_experts", 1, 0, 1, 4096);
+        c->n_expert_used = cfg_int(r, root, "num_experts_per_tok", 1, 0, 1, 4096);
+        c->moe_intermediate_size = cfg_int(r, root, "moe_intermediate_size", 1, 0, 1, 1 << 20);
+        c->norm_topk_prob = cfg_bool(r, root, "norm_topk_prob", 1);
+        c->routed_scale = (float)cfg_num(r, root, "routed_scaling_factor", 0, 1.0);
+        c->n_group = cfg_int(r, root, "n_group", 0, 1, 1, 4096);
+        c->topk_group = cfg_int(r, root, "topk_group", 0, 1, 1, 4096);
+        int32_t n_shared = cfg_int(r, root, "n_shared_experts", 0, 1, 0, 1);
+        c->shared_intermediate_size =
+            n_shared ? cfg_int(r, root, "moe_shared_expert_intermediate_size", 1, 0, 1, 1 << 20) : 0;
+        c->router_sigmoid = true;
+        if (r->failed)
+            return -1;
+        if (cfg_get(r, root, "moe_latent_size", 0))
+            return cfg_fail(r, "moe_latent_size (latent expert projections) is not supported");
+        if (c->n_expert % c->n_group != 0 || c->topk_group > c->n_group || c->n_expert_used > c->n_expert ||
+            (c->n_expert / c->n_group) * c->topk_group < c->n_expert_used)
+            return cfg_fail(r, "n_routed_experts %d, n_group %d, topk_group %d and num_experts_per_tok %d do not fit",
+                            c->n_expert, c->n_group, c->topk_group, c->n_expert_used);
+    }
+    return 0;
+}
+
 static int cfg_parse(struct cfg_reader *r, struct model_config *c)
 {
     json_t *root = r->root;
@@ -171,27 +371,39 @@ static int cfg_parse(struct cfg_reader *r, struct model_config *c)
     if (!mt)
         return -1;
     const char *type = json_string_value(mt);
-    if (!type) {
+    if (!type)
         return err_set("config: %s: field 'model_type' must be a string", r->path);
-    }
-    if (strcmp(type, "qwen3") == 0)
-        c->arch = ARCH_QWEN3;
-    else if (strcmp(type, "qwen3_moe") == 0)
-        c->arch = ARCH_QWEN3_MOE;
-    else
-        return err_set("config: %s: model_type '%s' is not supported (qwen3, qwen3_moe)", r->path, type);
+    size_t a = 0, n_arch = sizeof cfg_archs / sizeof cfg_archs[0];
+    while (a < n_arch && strcmp(cfg_archs[a].type, type) != 0)
+        a++;
+    if (a == n_arch)
+        return err_set("config: %s: model_type '%s' is not supported (qwen3, qwen3_moe, qwen3_next, qwen3_5, "
+                       "qwen3_5_moe, nemotron_h)", r->path, type);
+    c->arch = cfg_archs[a].arch;
     snprintf(c->model_type, sizeof c->model_type, "%s", type);
+    snprintf(c->prefix, sizeof c->prefix, "%s", c->arch == ARCH_NEMOTRON_H ? "backbone." : "model.");
+    json_t *text = json_object_get(root, "text_config");
+    c->tie_embeddings = cfg_bool(r, root, "tie_word_embeddings", 0);
+    if (strcmp(type, "qwen3_5") == 0 || strcmp(type, "qwen3_5_moe") == 0) {
+        if (!json_is_object(text))
+            return err_set("config: %s: model_type '%s' needs a 'text_config' object", r->path, type);
+        root = text; /* the multimodal wrapper: its language model only */
+        snprintf(c->prefix, sizeof c->prefix, "model.language_model.");
+        if (json_object_get(text, "tie_word_embeddings"))
+            c->tie_embeddings = cfg_bool(r, text, "tie_word_embeddings", 0);
+    }
+    const bool nemo = c->arch == ARCH_NEMOTRON_H;
 
     c->vocab_size = cfg_int(r, root, "vocab_size", 1, 0, 1, 1 << 24);
     c->hidden_size = cfg_int(r, root, "hidden_size", 1, 0, 1, 1 << 16);
-    c->n_layer = cfg_int(r, root, "num_hidden_layers", 1, 0, 1, CFG_MAX_LAYER);
+    /* nemotron_h (transformers 5) derives the layer count from its pattern */
+    c->n_layer = cfg_int(r, root, "num_hidden_layers", !nemo, -1, 1, CFG_MAX_LAYER);
     c->n_head = cfg_int(r, root, "num_attention_heads", 1, 0, 1, 1024);
     c->n_kv_head = cfg_int(r, root, "num_key_value_heads", 0, c->n_head, 1, 1024);
     c->head_dim = cfg_int(r, root, "head_dim", 0, c->n_head ? c->hidden_size / c->n_head : 0, 2, 1024);
     c->intermediate_size = cfg_int(r, root, "intermediate_size", 1, 0, 1, 1 << 20);
     c->max_position = cfg_int(r, root, "max_position_embeddings", 0, 32768, 1, INT32_MAX);
-    c->rms_eps = (float)cfg_num(r, root, "rms_norm_eps", 0, 1e-6);
-    c->tie_embeddings = cfg_bool(r, root, "tie_word_embeddings", 0);
+    c->rms_eps = (float)cfg_num(r, root, nemo ? "layer_norm_epsilon" : "rms_norm_eps", 0, nemo ? 1e-5 : 1e-6);
     if (r->failed)
         return -1;
     if (c->n_head % c->n_kv_head != 0)
@@ -201,46 +413,40 @@ static int cfg_parse(struct cfg_reader *r, struct model_config *c)
         return err_set("config: %s: head_dim %d must be even", r->path, c->head_dim);
     if (cfg_bool(r, root, "attention_bias", 0))
         return err_set("config: %s: attention_bias=true is not supported", r->path);
-    if (cfg_bool(r, root, "use_sliding_window", 0))
-        return err_set("config: %s: use_sliding_window=true is not supported", r->path);
+    if (cfg_bool(r, root, "use_sliding_window", 0) || (nemo && cfg_get(r, root, "sliding_window", 0)))
+        return err_set("config: %s: sliding-window attention is not supported", r->path);
     json_t *act = cfg_get(r, root, "hidden_act", 0);
-    if (act && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0))
+    if (!nemo && act && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0))
         return err_set("config: %s: hidden_act must be \"silu\"", r->path);
 
-    cfg_rope(r, root, c);
-    if (r->failed)
-        return -1;
-    if (c->rope_dim < 2 || c->rope_dim > c->head_dim || c->rope_dim % 2)
-        return err_set("config: %s: rotary dims %d do not fit head_dim %d", r->path, c->rope_dim, c->head_dim);
-
-    if (c->arch == ARCH_QWEN3_MOE) {
-        /* transformers 5 names it num_local_experts in some writers */
-        const char *ne = json_object_get(root, "num_experts") ? "num_experts" : "num_local_experts";
-        c->n_expert = cfg_int(r, root, ne, 1, 0, 1, 4096);
-        c->n_expert_used = cfg_int(r, root, "num_experts_per_tok", 1, 0, 1, 4096);
-        c->moe_intermediate_size = cfg_int(r, root, "moe_intermediate_size", 1, 0, 1, 1 << 20);
-        c->norm_topk_prob = cfg_bool(r, root, "norm_topk_prob", 0);
-        int32_t step = cfg_int(r, root, "decoder_sparse_step", 0, 1, 1, CFG_MAX_LAYER);
+    for (int32_t l = 0; l < c->n_layer; l++)
+        c->layer_mixer[l] = MIX_ATTN;
+    if (nemo) {
+        if (cfg_nemotron(r, root, c) != 0)
+            return -1;
+    } else {
+        cfg_rope(r, root, c);
         if (r->failed)
             return -1;
-        if (c->n_expert_used > c->n_expert)
-            return err_set("config: %s: num_experts_per_tok %d > experts %d", r->path, c->n_expert_used,
-                           c->n_expert);
-        for (int32_t l = 0; l < c->n_layer; l++)
-            c->layer_moe[l] = (l + 1) % step == 0;
-        json_t *only = cfg_get(r, root, "mlp_only_layers", 0);
-        if (only && !json_is_array(only))
-            return err_set("config: %s: field 'mlp_only_layers' must be a list", r->path);
-        size_t i;
-        json_t *e;
-        json_array_foreach(only, i, e) {
-            if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= c->n_layer)
-                return err_set("config: %s: 'mlp_only_layers' holds a bad layer index", r->path);
-            c->layer_moe[json_integer_value(e)] = 0;
-        }
+        if (c->rope_dim < 2 || c->rope_dim > c->head_dim || c->rope_dim % 2)
+            return err_set("config: %s: rotary dims %d do not fit head_dim %d", r->path, c->rope_dim, c->head_dim);
+        if (cfg_qwen_moe(r, root, c) != 0)
+            return -1;
+        if (c->arch == ARCH_QWEN3_NEXT && cfg_qwen_hybrid(r, root, c) != 0)
+            return -1;
+        c->delta_qkvz_fused = strcmp(type, "qwen3_next") == 0;
+    }
+    for (int32_t l = 0; l < c->n_layer; l++) {
+        c->n_attn_layer += c->layer_mixer[l] == MIX_ATTN;
+        c->n_rec_layer += c->layer_mixer[l] == MIX_DELTA || c->layer_mixer[l] == MIX_MAMBA;
     }
     c->bos_id = cfg_int(r, root, "bos_token_id", 0, -1, 0, INT32_MAX);
     cfg_eos(r, root, c);
+    if (root != r->root) {
+        if (json_object_get(r->root, "bos_token_id"))
+            c->bos_id = cfg_int(r, r->root, "bos_token_id", 0, -1, 0, INT32_MAX);
+        cfg_eos(r, r->root, c);
+    }
     return r->failed ? -1 : 0;
 }
 

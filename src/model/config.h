@@ -1,10 +1,13 @@
 /* config: a checkpoint's config.json and generation_config.json, for every family
  * Kapitsa runs, read into one struct.
  *
- * Matches transformers' configuration classes (Qwen3Config, Qwen3MoeConfig) and
- * its rope initialisation (modeling_rope_utils: default, linear, yarn), in both
- * layouts published checkpoints use: top-level rope_theta/rope_scaling
- * (transformers 4) and rope_parameters (transformers 5). */
+ * Matches transformers' configuration classes (Qwen3Config, Qwen3MoeConfig,
+ * Qwen3NextConfig, Qwen3_5TextConfig, Qwen3_5MoeTextConfig, NemotronHConfig)
+ * and its rope initialisation (modeling_rope_utils: default, linear, yarn), in
+ * both layouts published checkpoints use: top-level rope_theta/rope_scaling
+ * (transformers 4) and rope_parameters (transformers 5). Qwen3.5 checkpoints
+ * saved as the multimodal wrapper keep the text model's fields in text_config
+ * and its tensors under model.language_model.; only the text part is read. */
 #ifndef KP_CONFIG_H
 #define KP_CONFIG_H
 
@@ -14,12 +17,17 @@
 #define CFG_MAX_LAYER 256
 #define CFG_MAX_EOS 8
 
-enum arch { ARCH_QWEN3, ARCH_QWEN3_MOE };
+enum arch { ARCH_QWEN3, ARCH_QWEN3_MOE, ARCH_QWEN3_NEXT, ARCH_NEMOTRON_H };
+/* What a layer mixes tokens with, and what follows it (Nemotron-H layers are
+ * one of the four; Qwen layers are a mixer followed by an FFN). */
+enum layer_mixer { MIX_NONE, MIX_ATTN, MIX_DELTA, MIX_MAMBA };
+enum layer_ffn { FFN_NONE, FFN_DENSE, FFN_MOE };
 enum rope_type { ROPE_DEFAULT, ROPE_LINEAR, ROPE_YARN };
 
 struct model_config {
     enum arch arch;
     char model_type[32];
+    char prefix[32];          /* tensor name prefix of the decoder: "model.", "model.language_model.", "backbone." */
     int32_t vocab_size;
     int32_t hidden_size;
     int32_t n_layer;
@@ -30,6 +38,13 @@ struct model_config {
     int32_t max_position;
     float rms_eps;
     bool tie_embeddings;
+    bool norm_plus_one;       /* qwen3_next / qwen3_5: RMSNorm scales by (1 + weight) */
+    bool attn_out_gate;       /* q_proj also yields a per-head sigmoid gate on the attention output */
+    bool relu2;               /* nemotron_h: MLPs are down(relu(up x)^2), not SwiGLU */
+    uint8_t layer_mixer[CFG_MAX_LAYER]; /* [n_layer] enum layer_mixer */
+    uint8_t layer_ffn[CFG_MAX_LAYER];   /* [n_layer] enum layer_ffn */
+    int32_t n_attn_layer;     /* layers with a KV cache */
+    int32_t n_rec_layer;      /* layers with a recurrent state (DeltaNet, Mamba2) */
 
     enum rope_type rope_type;
     float rope_theta;
@@ -38,14 +53,32 @@ struct model_config {
     float rope_attn_factor;   /* yarn: cos/sin scale (attention_factor or derived) */
     float rope_beta_fast, rope_beta_slow;
     bool rope_truncate;
-    int32_t rope_dim;         /* rotated dims per head (partial rotary) */
+    int32_t rope_dim;         /* rotated dims per head (partial rotary); 0: no rope (nemotron_h) */
+
+    /* Gated DeltaNet (qwen3_next, qwen3_5) */
+    bool delta_qkvz_fused;    /* qwen3_next: in_proj_qkvz / in_proj_ba grouped per key head */
+    int32_t lin_n_k_head, lin_n_v_head, lin_k_dim, lin_v_dim;
+    int32_t conv_kernel;      /* short causal conv width (both recurrent kinds) */
+
+    /* Mamba2 (nemotron_h) */
+    int32_t ssm_n_head, ssm_head_dim, ssm_n_group, ssm_state;
+    int32_t ssm_chunk;        /* scan chunk of the reference */
+    bool ssm_conv_bias;
+    float ssm_dt_min;         /* dt = max(softplus(dt + dt_bias), time_step_min), as transformers' torch path */
+    float ssm_dt_lo, ssm_dt_hi; /* time_step_limit */
+    int64_t rec_conv_dim;     /* channels of the short conv of a recurrent layer */
+    int64_t rec_state_dim;    /* floats of one recurrent layer's state: [heads][k_dim][v_dim] */
 
     /* mixture of experts (qwen3_moe) */
     int32_t n_expert;
     int32_t n_expert_used;
     int32_t moe_intermediate_size;
     bool norm_topk_prob;
-    bool layer_moe[CFG_MAX_LAYER]; /* [n_layer] 1 = sparse MoE block, 0 = dense MLP */
+    int32_t shared_intermediate_size; /* 0: no shared expert */
+    bool shared_gate;         /* qwen: shared expert output scaled by sigmoid(x . w) */
+    bool router_sigmoid;      /* nemotron: sigmoid scores, bias-corrected group-limited choice */
+    int32_t n_group, topk_group;
+    float routed_scale;
 
     int32_t bos_id;           /* -1 if none */
     int32_t n_eos;

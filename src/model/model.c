@@ -3,8 +3,11 @@
 #include "model.h"
 
 #include "../base/err.h"
+#include "nemotron_h.h"
 #include "qwen3.h"
+#include "qwen3_next.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +18,9 @@ static int model_init_rope(struct model *m, bool round)
     if (!inv)
         return err_set("model: out of memory");
     config_rope_inv_freq(&m->cfg, inv);
-    const struct st_tensor *emb = st_find(&m->st, "model.embed_tokens.weight");
+    char name[96];
+    snprintf(name, sizeof name, "%sembed_tokens.weight", m->cfg.prefix);
+    const struct st_tensor *emb = st_find(&m->st, name);
     for (int32_t i = 0; round && emb && i < half; i++)
         inv[i] = emb->type == DT_BF16 ? bf16_to_f32(f32_to_bf16(inv[i]))
                  : emb->type == DT_F16 ? f16_to_f32(f32_to_f16(inv[i]))
@@ -38,15 +43,22 @@ int model_load(struct model *m, const char *dir, struct backend *be, const struc
         err_set("model: out of memory");
         goto fail;
     }
-    if (model_init_rope(m, opts && opts->rope_freq_stored_dtype) != 0)
+    for (int32_t l = 0, na = 0, nr = 0; l < m->cfg.n_layer; l++) {
+        const uint8_t mix = m->cfg.layer_mixer[l];
+        m->kv_layer[l] = (int16_t)(mix == MIX_ATTN ? na++ : -1);
+        m->rec_layer[l] = (int16_t)(mix == MIX_DELTA || mix == MIX_MAMBA ? nr++ : -1);
+    }
+    if (m->cfg.rope_dim > 0 && model_init_rope(m, opts && opts->rope_freq_stored_dtype) != 0)
         goto fail;
+    int rc = 0;
     switch (m->cfg.arch) {
     case ARCH_QWEN3:
-    case ARCH_QWEN3_MOE:
-        if (qwen3_bind(m) != 0)
-            goto fail;
-        break;
+    case ARCH_QWEN3_MOE: rc = qwen3_bind(m); break;
+    case ARCH_QWEN3_NEXT: rc = qwen3_next_bind(m); break;
+    case ARCH_NEMOTRON_H: rc = nemotron_h_bind(m); break;
     }
+    if (rc != 0)
+        goto fail;
     return 0;
 fail:
     model_free(m);
@@ -65,14 +77,20 @@ void model_free(struct model *m)
     if (m->layers) {
         for (int32_t l = 0; l < m->cfg.n_layer; l++) {
             struct layer_weights *L = &m->layers[l];
-            struct tensor *all[] = {&L->attn_norm, &L->q, &L->k, &L->v, &L->o, &L->q_norm, &L->k_norm,
-                                    &L->ffn_norm, &L->gate, &L->up, &L->down, &L->router};
+            struct tensor *all[] = {&L->attn_norm, &L->q,       &L->k,       &L->v,      &L->o,       &L->q_norm,
+                                    &L->k_norm,    &L->ffn_norm, &L->gate,   &L->up,     &L->down,    &L->router,
+                                    &L->router_bias, &L->sh_gate, &L->sh_up, &L->sh_down, &L->sh_mix, &L->in_proj,
+                                    &L->in_z,      &L->in_b,     &L->in_a,   &L->conv_w, &L->conv_b,  &L->A_log,
+                                    &L->dt_bias,   &L->D,        &L->mix_norm, &L->out_proj};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
                 release(be, all[i]);
             for (int32_t e = 0; e < L->experts.n_expert; e++) {
-                release(be, &L->ex_gate[e]);
-                release(be, &L->ex_up[e]);
-                release(be, &L->ex_down[e]);
+                if (L->ex_gate)
+                    release(be, &L->ex_gate[e]);
+                if (L->ex_up)
+                    release(be, &L->ex_up[e]);
+                if (L->ex_down)
+                    release(be, &L->ex_down[e]);
             }
             free(L->ex_gate);
             free(L->ex_up);
@@ -86,42 +104,69 @@ void model_free(struct model *m)
         release(be, &m->embed);
         release(be, &m->out_norm);
         release(be, &m->inv_freq);
+        release(be, &m->perm_qg);
+        release(be, &m->perm_qkvz);
+        release(be, &m->perm_ba);
     }
     st_close(&m->st);
     memset(m, 0, sizeof *m);
 }
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 int model_scratch_init(struct model_scratch *s, const struct model *m, int32_t max_tokens)
 {
     const struct model_config *c = &m->cfg;
     struct backend *be = m->be;
     const int64_t n = max_tokens, qd = (int64_t)c->n_head * c->head_dim, kd = (int64_t)c->n_kv_head * c->head_dim;
-    int64_t inter = c->intermediate_size;
+    const int64_t inter = max64(c->intermediate_size, max64(c->moe_intermediate_size, c->shared_intermediate_size));
+    /* fused projections: gated q, DeltaNet qkvz+ba, Mamba2 in_proj, and their outputs */
+    int64_t wide = c->attn_out_gate ? 2 * qd : 1;
+    if (c->n_rec_layer) {
+        const int64_t vd = (int64_t)c->lin_n_v_head * c->lin_v_dim, inner = (int64_t)c->ssm_n_head * c->ssm_head_dim;
+        wide = max64(wide, c->rec_conv_dim + max64(vd, inner) + 2 * (int64_t)c->lin_n_v_head + c->ssm_n_head);
+    }
     memset(s, 0, sizeof *s);
     s->max_tokens = max_tokens;
-    int rc = be->ops->alloc(be, &s->x, DT_F32, n, c->hidden_size) || be->ops->alloc(be, &s->h, DT_F32, n, c->hidden_size) ||
-             be->ops->alloc(be, &s->q, DT_F32, n, qd) || be->ops->alloc(be, &s->k, DT_F32, n, kd) ||
-             be->ops->alloc(be, &s->v, DT_F32, n, kd) || be->ops->alloc(be, &s->att, DT_F32, n, qd) ||
-             be->ops->alloc(be, &s->g, DT_F32, n, inter) || be->ops->alloc(be, &s->u, DT_F32, n, inter) ||
-             be->ops->alloc(be, &s->ffn, DT_F32, n, c->hidden_size) ||
-             be->ops->alloc(be, &s->out_h, DT_F32, n, c->hidden_size) ||
-             be->ops->alloc(be, &s->logits, DT_F32, n, c->vocab_size);
-    if (rc == 0 && c->n_expert > 0)
-        rc = be->ops->alloc(be, &s->router, DT_F32, n, c->n_expert) ||
-             be->ops->alloc(be, &s->ids, DT_I32, n, c->n_expert_used) ||
-             be->ops->alloc(be, &s->weights, DT_F32, n, c->n_expert_used) ||
-             be->ops->alloc(be, &s->moe_ws, DT_F32, n, c->hidden_size + 2 * (int64_t)c->moe_intermediate_size);
-    if (rc != 0) {
-        model_scratch_free(s, m);
-        return -1;
-    }
+    const struct {
+        struct tensor *t;
+        enum dtype type;
+        int64_t cols;
+        bool need;
+    } bufs[] = {
+        {&s->x, DT_F32, c->hidden_size, true},
+        {&s->h, DT_F32, c->hidden_size, true},
+        {&s->q, DT_F32, qd, true},
+        {&s->k, DT_F32, kd, true},
+        {&s->v, DT_F32, kd, true},
+        {&s->att, DT_F32, qd, true},
+        {&s->g, DT_F32, inter, true},
+        {&s->u, DT_F32, inter, true},
+        {&s->ffn, DT_F32, c->hidden_size, true},
+        {&s->ffn2, DT_F32, c->hidden_size, c->shared_intermediate_size > 0},
+        {&s->sh_mix, DT_F32, 1, c->shared_gate},
+        {&s->p1, DT_F32, wide, true},
+        {&s->p2, DT_F32, wide, true},
+        {&s->out_h, DT_F32, c->hidden_size, true},
+        {&s->logits, DT_F32, c->vocab_size, true},
+        {&s->router, DT_F32, c->n_expert, c->n_expert > 0},
+        {&s->ids, DT_I32, c->n_expert_used, c->n_expert > 0},
+        {&s->weights, DT_F32, c->n_expert_used, c->n_expert > 0},
+        {&s->moe_ws, DT_F32, c->hidden_size + 2 * (int64_t)c->moe_intermediate_size, c->n_expert > 0},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i].need && be->ops->alloc(be, bufs[i].t, bufs[i].type, n, bufs[i].cols) != 0) {
+            model_scratch_free(s, m);
+            return -1;
+        }
     return 0;
 }
 
 void model_scratch_free(struct model_scratch *s, const struct model *m)
 {
-    struct tensor *all[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->att, &s->g, &s->u, &s->ffn,
-                            &s->router, &s->ids, &s->weights, &s->moe_ws, &s->out_h, &s->logits};
+    struct tensor *all[] = {&s->x,      &s->h,   &s->q,   &s->k,      &s->v,       &s->att,     &s->g,
+                            &s->u,      &s->ffn, &s->ffn2, &s->sh_mix, &s->p1,     &s->p2,      &s->router,
+                            &s->ids,    &s->weights, &s->moe_ws, &s->out_h, &s->logits};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         release(m->be, all[i]);
     memset(s, 0, sizeof *s);
@@ -132,8 +177,8 @@ void model_forward(const struct model *m, struct model_scratch *s, struct kv_ten
 {
     switch (m->cfg.arch) {
     case ARCH_QWEN3:
-    case ARCH_QWEN3_MOE:
-        qwen3_forward(m, s, kv, n_tokens, n_out, trace);
-        break;
+    case ARCH_QWEN3_MOE: qwen3_forward(m, s, kv, n_tokens, n_out, trace); break;
+    case ARCH_QWEN3_NEXT: qwen3_next_forward(m, s, kv, n_tokens, n_out, trace); break;
+    case ARCH_NEMOTRON_H: nemotron_h_forward(m, s, kv, n_tokens, n_out, trace); break;
     }
 }

@@ -15,12 +15,20 @@
 #include "safetensors.h"
 
 struct layer_weights {
-    struct tensor attn_norm, q, k, v, o, q_norm, k_norm; /* q [n_head*hd][hidden], k/v [n_kv*hd][hidden], o [hidden][n_head*hd] */
+    struct tensor attn_norm, q, k, v, o, q_norm, k_norm; /* q [n_head*hd (x2 with an output gate)][hidden], k/v [n_kv*hd][hidden], o [hidden][n_head*hd] */
     struct tensor ffn_norm;                              /* [hidden] */
     struct tensor gate, up, down;                        /* dense: [inter][hidden] x2, [hidden][inter] */
-    struct tensor router;                                /* moe: [n_expert][hidden] */
+    struct tensor router, router_bias;                   /* moe: [n_expert][hidden], [n_expert] (nemotron) */
     struct tensor *ex_gate, *ex_up, *ex_down;            /* moe: [n_expert] */
     struct moe_experts experts;
+    struct tensor sh_gate, sh_up, sh_down, sh_mix;       /* shared expert [shared][hidden] x2, [hidden][shared]; its gate [1][hidden] */
+    /* recurrent mixers. DeltaNet: in_proj = qkv (or qkvz), in_z, in_b, in_a (or ba);
+     * Mamba2: in_proj [inner + conv_dim + n_head][hidden] */
+    struct tensor in_proj, in_z, in_b, in_a;
+    struct tensor conv_w, conv_b;                        /* [conv_dim][K], [conv_dim] */
+    struct tensor A_log, dt_bias, D;                     /* [n_head] each */
+    struct tensor mix_norm;                              /* [v_dim] (DeltaNet) or [inner] (Mamba2) */
+    struct tensor out_proj;                              /* [hidden][n_v_head*v_dim or inner] */
 };
 
 struct model {
@@ -32,19 +40,28 @@ struct model {
     struct tensor lm_head;  /* [vocab][hidden] (the embedding when tied) */
     struct tensor inv_freq; /* [rope_dim/2] F32 */
     struct layer_weights *layers; /* [n_layer] */
+    int16_t kv_layer[CFG_MAX_LAYER];  /* [n_layer] index into kv_tensors.k/v, -1 for layers without attention */
+    int16_t rec_layer[CFG_MAX_LAYER]; /* [n_layer] index into kv_tensors.conv/ssm, -1 for non-recurrent layers */
+    /* column permutations (I32 [1][cols]) from the stored fused layouts to the
+     * grouped ones the ops take: q/gate of gated attention, qkvz and ba of qwen3_next */
+    struct tensor perm_qg, perm_qkvz, perm_ba;
 };
 
-/* The cache rows the forward reads and writes (owned by the engine's kv cache). */
+/* The cache the forward reads and writes, owned by the engine: KV rows of the
+ * attention layers and the state slots of the recurrent layers. */
 struct kv_tensors {
-    struct tensor *k; /* [n_layer] each [n_rows][n_kv_head*head_dim] F32 */
-    struct tensor *v; /* [n_layer] */
+    struct tensor *k;    /* [n_attn_layer] each [n_rows][n_kv_head*head_dim] F32 */
+    struct tensor *v;    /* [n_attn_layer] */
+    struct tensor *conv; /* [n_rec_layer] each [n_slots][(conv_kernel-1)*rec_conv_dim] F32 */
+    struct tensor *ssm;  /* [n_rec_layer] each [n_slots][rec_state_dim] F32 */
 };
 
 struct model_scratch {
     int32_t max_tokens;
     struct tensor x, h, q, k, v, att;  /* [max_tokens][...] */
-    struct tensor g, u, ffn;           /* gate/up [max_tokens][inter], ffn out [max_tokens][hidden] */
-    struct tensor router, ids, weights, moe_ws;
+    struct tensor g, u, ffn, ffn2;     /* gate/up [max_tokens][max inter], ffn outs [max_tokens][hidden] */
+    struct tensor router, ids, weights, moe_ws, sh_mix;
+    struct tensor p1, p2;              /* [max_tokens][widest fused projection] */
     struct tensor out_h, logits;       /* [max_tokens][hidden], [max_tokens][vocab] */
 };
 

@@ -8,18 +8,46 @@
 #include "qwen3.h"
 
 #include "../base/err.h"
+#include "layers.h"
 #include "weights.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-static int qwen3_bind_moe(struct model *m, struct layer_weights *L, int32_t l)
+/* The shared expert of qwen3_next / qwen3_5_moe and its sigmoid gate. */
+static int qwen3_bind_shared(struct model *m, struct layer_weights *L, int32_t l)
+{
+    const struct model_config *c = &m->cfg;
+    const int64_t H = c->hidden_size, S = c->shared_intermediate_size;
+    if (S == 0)
+        return 0;
+    const struct {
+        struct tensor *dst;
+        const char *suffix;
+        int64_t rows, cols;
+    } b[] = {
+        {&L->sh_gate, "shared_expert.gate_proj.weight", S, H},
+        {&L->sh_up, "shared_expert.up_proj.weight", S, H},
+        {&L->sh_down, "shared_expert.down_proj.weight", H, S},
+        {&L->sh_mix, "shared_expert_gate.weight", 1, H},
+    };
+    char name[256];
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) {
+        snprintf(name, sizeof name, "%slayers.%d.mlp.%s", c->prefix, l, b[i].suffix);
+        if (weights_bind(m, b[i].dst, name, b[i].rows, b[i].cols) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int qwen3_bind_moe(struct model *m, struct layer_weights *L, int32_t l)
 {
     const struct model_config *c = &m->cfg;
     const int32_t E = c->n_expert, H = c->hidden_size, I = c->moe_intermediate_size;
+    const char *pf = c->prefix;
     char name[256];
-    snprintf(name, sizeof name, "model.layers.%d.mlp.gate.weight", l);
+    snprintf(name, sizeof name, "%slayers.%d.mlp.gate.weight", pf, l);
     if (weights_bind(m, &L->router, name, E, H) != 0)
         return -1;
     L->ex_gate = calloc((size_t)E, sizeof(struct tensor));
@@ -28,26 +56,45 @@ static int qwen3_bind_moe(struct model *m, struct layer_weights *L, int32_t l)
     if (!L->ex_gate || !L->ex_up || !L->ex_down)
         return err_set("model: out of memory");
     L->experts = (struct moe_experts){E, L->ex_gate, L->ex_up, L->ex_down};
-    snprintf(name, sizeof name, "model.layers.%d.mlp.experts.gate_up_proj", l);
+    snprintf(name, sizeof name, "%slayers.%d.mlp.experts.gate_up_proj", pf, l);
     if (weights_has(m, name)) { /* transformers 5 fused layout */
         if (weights_bind_slices(m, L->ex_gate, name, E, 2 * I, 0, I, H) != 0 ||
             weights_bind_slices(m, L->ex_up, name, E, 2 * I, I, I, H) != 0)
             return -1;
-        snprintf(name, sizeof name, "model.layers.%d.mlp.experts.down_proj", l);
-        return weights_bind_slices(m, L->ex_down, name, E, H, 0, H, I);
+        snprintf(name, sizeof name, "%slayers.%d.mlp.experts.down_proj", pf, l);
+        if (weights_bind_slices(m, L->ex_down, name, E, H, 0, H, I) != 0)
+            return -1;
+        return qwen3_bind_shared(m, L, l);
     }
     for (int32_t e = 0; e < E; e++) {
-        snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, e);
+        snprintf(name, sizeof name, "%slayers.%d.mlp.experts.%d.gate_proj.weight", pf, l, e);
         if (weights_bind(m, &L->ex_gate[e], name, I, H) != 0)
             return -1;
-        snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%d.up_proj.weight", l, e);
+        snprintf(name, sizeof name, "%slayers.%d.mlp.experts.%d.up_proj.weight", pf, l, e);
         if (weights_bind(m, &L->ex_up[e], name, I, H) != 0)
             return -1;
-        snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e);
+        snprintf(name, sizeof name, "%slayers.%d.mlp.experts.%d.down_proj.weight", pf, l, e);
         if (weights_bind(m, &L->ex_down[e], name, H, I) != 0)
             return -1;
     }
-    return 0;
+    return qwen3_bind_shared(m, L, l);
+}
+
+int qwen3_bind_embed(struct model *m)
+{
+    const struct model_config *c = &m->cfg;
+    char name[256];
+    snprintf(name, sizeof name, "%sembed_tokens.weight", c->prefix);
+    if (weights_bind(m, &m->embed, name, c->vocab_size, c->hidden_size) != 0)
+        return -1;
+    snprintf(name, sizeof name, "%snorm.weight", c->prefix);
+    if (weights_bind_norm(m, &m->out_norm, name, c->hidden_size, c->norm_plus_one) != 0)
+        return -1;
+    if (c->tie_embeddings) {
+        m->lm_head = m->embed;
+        return 0;
+    }
+    return weights_bind(m, &m->lm_head, "lm_head.weight", c->vocab_size, c->hidden_size);
 }
 
 int qwen3_bind(struct model *m)
@@ -55,12 +102,7 @@ int qwen3_bind(struct model *m)
     const struct model_config *c = &m->cfg;
     const int32_t H = c->hidden_size, hd = c->head_dim;
     char name[256];
-    if (weights_bind(m, &m->embed, "model.embed_tokens.weight", c->vocab_size, H) != 0 ||
-        weights_bind(m, &m->out_norm, "model.norm.weight", 0, H) != 0)
-        return -1;
-    if (c->tie_embeddings)
-        m->lm_head = m->embed;
-    else if (weights_bind(m, &m->lm_head, "lm_head.weight", c->vocab_size, H) != 0)
+    if (qwen3_bind_embed(m) != 0)
         return -1;
     for (int32_t l = 0; l < c->n_layer; l++) {
         struct layer_weights *L = &m->layers[l];
@@ -81,23 +123,16 @@ int qwen3_bind(struct model *m)
             {&L->up, "mlp.up_proj.weight", c->intermediate_size, H},
             {&L->down, "mlp.down_proj.weight", H, c->intermediate_size},
         };
-        int32_t n_b = c->layer_moe[l] ? 8 : 11;
+        int32_t n_b = c->layer_ffn[l] == FFN_MOE ? 8 : 11;
         for (int32_t i = 0; i < n_b; i++) {
-            snprintf(name, sizeof name, "model.layers.%d.%s", l, b[i].suffix);
+            snprintf(name, sizeof name, "%slayers.%d.%s", c->prefix, l, b[i].suffix);
             if (weights_bind(m, b[i].dst, name, b[i].rows, b[i].cols) != 0)
                 return -1;
         }
-        if (c->layer_moe[l] && qwen3_bind_moe(m, L, l) != 0)
+        if (c->layer_ffn[l] == FFN_MOE && qwen3_bind_moe(m, L, l) != 0)
             return -1;
     }
     return 0;
-}
-
-static void trace_hidden(const struct model *m, const struct model_trace *trace, int32_t i, const struct tensor *x,
-                         int32_t n)
-{
-    if (trace && trace->hidden[i])
-        m->be->ops->read(m->be, x, 0, n, trace->hidden[i]);
 }
 
 void qwen3_forward(const struct model *m, struct model_scratch *s, struct kv_tensors *kv, int32_t n_tokens,
@@ -114,12 +149,10 @@ void qwen3_forward(const struct model *m, struct model_scratch *s, struct kv_ten
     ROWS(k);
     ROWS(v);
     ROWS(att);
-    ROWS(g);
-    ROWS(u);
     ROWS(ffn);
 #undef ROWS
     op->embed(be, &x, &m->embed);
-    trace_hidden(m, trace, 0, &x, n_tokens);
+    layers_trace(m, trace, 0, &x, n_tokens);
     for (int32_t l = 0; l < c->n_layer; l++) {
         const struct layer_weights *L = &m->layers[l];
         op->rmsnorm(be, &h, &x, &L->attn_norm, c->rms_eps);
@@ -130,33 +163,20 @@ void qwen3_forward(const struct model *m, struct model_scratch *s, struct kv_ten
         op->rmsnorm(be, &k, &k, &L->k_norm, c->rms_eps);
         op->rope(be, &q, c->n_head, c->head_dim, c->rope_dim, &m->inv_freq, c->rope_attn_factor);
         op->rope(be, &k, c->n_kv_head, c->head_dim, c->rope_dim, &m->inv_freq, c->rope_attn_factor);
-        op->kv_store(be, &kv->k[l], &kv->v[l], &k, &v);
-        op->attention(be, &att, &q, &kv->k[l], &kv->v[l], c->n_head, c->n_kv_head, c->head_dim, scale);
+        struct tensor *kc = &kv->k[m->kv_layer[l]], *vc = &kv->v[m->kv_layer[l]];
+        op->kv_store(be, kc, vc, &k, &v);
+        op->attention(be, &att, &q, kc, vc, c->n_head, c->n_kv_head, c->head_dim, scale);
         op->matmul(be, &h, &att, &L->o);
         op->add(be, &x, &h);
 
         op->rmsnorm(be, &h, &x, &L->ffn_norm, c->rms_eps);
-        if (c->layer_moe[l]) {
-            struct tensor r = tensor_rows(&s->router, 0, n_tokens);
-            struct tensor ids = tensor_rows(&s->ids, 0, n_tokens);
-            struct tensor w = tensor_rows(&s->weights, 0, n_tokens);
-            op->matmul(be, &r, &h, &L->router);
-            op->moe_route(be, &ids, &w, &r, c->n_expert_used, c->norm_topk_prob);
-            op->moe_ffn(be, &ffn, &h, &ids, &w, &L->experts, &s->moe_ws);
-        } else {
-            op->matmul(be, &g, &h, &L->gate);
-            op->matmul(be, &u, &h, &L->up);
-            op->swiglu(be, &g, &g, &u);
-            op->matmul(be, &ffn, &g, &L->down);
-        }
+        if (c->layer_ffn[l] == FFN_MOE)
+            layers_moe(m, s, L, &h, &ffn, n_tokens);
+        else
+            layers_mlp(m, s, L, &h, &ffn, n_tokens);
         op->add(be, &x, &ffn);
         if (l + 1 < c->n_layer)
-            trace_hidden(m, trace, l + 1, &x, n_tokens);
+            layers_trace(m, trace, l + 1, &x, n_tokens);
     }
-    op->rmsnorm(be, &h, &x, &m->out_norm, c->rms_eps);
-    trace_hidden(m, trace, c->n_layer, &h, n_tokens);
-    struct tensor oh = tensor_rows(&s->out_h, 0, n_out);
-    struct tensor logits = tensor_rows(&s->logits, 0, n_out);
-    op->get_out_rows(be, &oh, &h);
-    op->matmul(be, &logits, &oh, &m->lm_head);
+    layers_logits(m, s, &x, n_tokens, n_out, trace);
 }

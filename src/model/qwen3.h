@@ -6,6 +6,10 @@
 #include "model.h"
 
 int qwen3_bind(struct model *m);
+/* Pieces qwen3_next reuses: embeddings, final norm and LM head; the MoE block
+ * of layer l (routed experts in either stored layout, shared expert if any). */
+int qwen3_bind_embed(struct model *m);
+int qwen3_bind_moe(struct model *m, struct layer_weights *L, int32_t l);
 void qwen3_forward(const struct model *m, struct model_scratch *s, struct kv_tensors *kv, int32_t n_tokens,
                    int32_t n_out, const struct model_trace *trace);
 

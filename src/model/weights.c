@@ -4,6 +4,7 @@
 #include "../base/err.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 static const struct st_tensor *weights_find(struct model *m, const char *name)
 {
@@ -78,3 +79,53 @@ int weights_bind_slices(struct model *m, struct tensor *dst, const char *name, i
 }
 
 bool weights_has(const struct model *m, const char *name) { return st_find(&m->st, name) != NULL; }
+
+int weights_bind_norm(struct model *m, struct tensor *dst, const char *name, int64_t cols, bool plus_one)
+{
+    if (!plus_one)
+        return weights_bind(m, dst, name, 0, cols);
+    struct tensor host;
+    if (weights_bind(m, &host, name, 0, cols) != 0)
+        return -1;
+    float *w = malloc((size_t)cols * sizeof(float));
+    if (!w) {
+        m->be->ops->release(m->be, &host);
+        return err_set("model: out of memory");
+    }
+    const struct st_tensor *t = st_find(&m->st, name);
+    for (int64_t i = 0; i < cols; i++) {
+        const void *p = t->data;
+        float v = t->type == DT_BF16  ? bf16_to_f32(((const uint16_t *)p)[i])
+                  : t->type == DT_F16 ? f16_to_f32(((const uint16_t *)p)[i])
+                                      : ((const float *)p)[i];
+        w[i] = 1.0f + v;
+    }
+    m->be->ops->release(m->be, &host);
+    int rc = m->be->ops->alloc(m->be, dst, DT_F32, 1, cols);
+    if (rc == 0)
+        m->be->ops->write(m->be, dst, 0, 1, w);
+    free(w);
+    return rc;
+}
+
+int weights_bind_conv(struct model *m, struct tensor *dst, const char *name, int64_t channels, int64_t width)
+{
+    const struct st_tensor *t = weights_find(m, name);
+    if (!t)
+        return -1;
+    if (t->n_dim != 3 || t->shape[0] != channels || t->shape[1] != 1 || t->shape[2] != width) {
+        char want[96];
+        snprintf(want, sizeof want, "[%lld, 1, %lld]", (long long)channels, (long long)width);
+        return weights_bad_shape(t, want);
+    }
+    struct tensor host = {t->type, channels, width, width, (void *)t->data, false};
+    return m->be->ops->weight(m->be, dst, &host);
+}
+
+int weights_make_map(struct model *m, struct tensor *dst, const int32_t *map, int64_t n)
+{
+    if (m->be->ops->alloc(m->be, dst, DT_I32, 1, n) != 0)
+        return -1;
+    m->be->ops->write(m->be, dst, 0, 1, map);
+    return 0;
+}

@@ -77,7 +77,9 @@ void test_config_layouts(void)
                          "\"norm_topk_prob\":true,\"eos_token_id\":[1,2]}", NULL);
     CHECK(config_load(&c, d) == 0, "%s", err_msg());
     CHECK(c.n_expert == 8 && c.n_expert_used == 2 && c.norm_topk_prob, "moe fields");
-    CHECK(!c.layer_moe[0] && c.layer_moe[1] && !c.layer_moe[2] && !c.layer_moe[3], "sparse layers");
+    CHECK(c.layer_ffn[0] == FFN_DENSE && c.layer_ffn[1] == FFN_MOE && c.layer_ffn[2] == FFN_DENSE &&
+              c.layer_ffn[3] == FFN_DENSE,
+          "sparse layers");
     CHECK(c.n_eos == 2 && c.eos_id[1] == 2, "eos list");
 }
 

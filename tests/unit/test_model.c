@@ -103,7 +103,7 @@ static int fx_open(struct fx *f, const char *arch)
     struct model_opts mo = {.rope_freq_stored_dtype = true};
     snprintf(path, sizeof path, "%s/golden.safetensors", fixture(arch));
     if (model_load(&f->m, fixture(arch), f->be, &mo) != 0 || st_open_file(&f->g, path) != 0 ||
-        engine_init(&f->e, &f->m, 1024, 4, 256) != 0)
+        engine_init(&f->e, &f->m, 1024, 4, 256, 16) != 0)
         return -1;
     const struct st_tensor *t = st_find(&f->g, "prefill_ids");
     f->ids = t->data;
@@ -155,15 +155,15 @@ void test_model_two_sequences(void)
         const int32_t *A = f.ids, *B = f.ids + 80;
         float *refA = malloc(sizeof(float) * (size_t)(nA * V)), *refB = malloc(sizeof(float) * (size_t)(nB * V));
         float *out = malloc(sizeof(float) * 256 * (size_t)V);
-        int32_t s = kv_seq_new(&f.e.kv);
+        int32_t s = engine_seq_new(&f.e);
         CHECK(feed(&f, s, A, nA, 0, refA) == 0, "%s", err_msg());
-        kv_seq_free(&f.e.kv, s);
-        s = kv_seq_new(&f.e.kv);
+        engine_seq_free(&f.e, s);
+        s = engine_seq_new(&f.e);
         CHECK(feed(&f, s, B, nB, 0, refB) == 0, "%s", err_msg());
-        kv_seq_free(&f.e.kv, s);
+        engine_seq_free(&f.e, s);
 
         /* both prefilled together in uneven, interleaved batches */
-        int32_t sa = kv_seq_new(&f.e.kv), sb = kv_seq_new(&f.e.kv);
+        int32_t sa = engine_seq_new(&f.e), sb = engine_seq_new(&f.e);
         const int32_t stepA[] = {50, 1, 0, 69}, stepB[] = {30, 70, 19, 1};
         int32_t da = 0, db = 0;
         for (int k = 0; k < 4; k++) {
@@ -204,7 +204,7 @@ void test_model_two_sequences(void)
             gb[g] = tb = sampler_argmax(out + V, V);
         }
         for (int seqi = 0; seqi < 2; seqi++) {
-            int32_t s1 = kv_seq_new(&f.e.kv), t = seqi ? gb[0] : ga[0];
+            int32_t s1 = engine_seq_new(&f.e), t = seqi ? gb[0] : ga[0];
             const float *ref = seqi ? refB : refA;
             int32_t n0 = seqi ? nB : nA;
             t = sampler_argmax(ref + (int64_t)(n0 - 1) * V, V);
@@ -215,7 +215,7 @@ void test_model_two_sequences(void)
                 CHECK(t == (seqi ? gb[g] : ga[g]), "%s seq %d step %d: alone %d, together %d", archs[a], seqi, g, t,
                       seqi ? gb[g] : ga[g]);
             }
-            kv_seq_free(&f.e.kv, s1);
+            engine_seq_free(&f.e, s1);
         }
         free(refA);
         free(refB);
@@ -231,16 +231,16 @@ void test_model_fork_truncate(void)
         CHECK(fx_open(&f, archs[a]) == 0, "%s", err_msg());
         const int32_t V = f.V, n = 150;
         float *ref = malloc(sizeof(float) * (size_t)(f.n_ids * V)), *out = malloc(sizeof(float) * 64 * (size_t)V);
-        int32_t s = kv_seq_new(&f.e.kv);
+        int32_t s = engine_seq_new(&f.e);
         CHECK(feed(&f, s, f.ids, f.n_ids, 0, ref) == 0, "%s", err_msg());
-        kv_seq_free(&f.e.kv, s);
+        engine_seq_free(&f.e, s);
 
         /* a conversation of n tokens, forked at 100 (mid block): the fork continues
          * with the reference tokens, the original with other tokens, then is
          * truncated back and resumed with the reference tokens */
-        int32_t o = kv_seq_new(&f.e.kv);
+        int32_t o = engine_seq_new(&f.e);
         CHECK(feed(&f, o, f.ids, 100, 0, NULL) == 0, "%s", err_msg());
-        int32_t k = kv_seq_fork(&f.e.kv, o);
+        int32_t k = engine_seq_fork(&f.e, o);
         CHECK(k >= 0, "%s", err_msg());
         CHECK(feed(&f, k, f.ids + 100, n - 100, 100, out) == 0, "%s", err_msg());
         CHECK(max_diff(out, ref + 100 * (int64_t)V, (int64_t)(n - 100) * V) <= TOL, "%s: fork diverged", archs[a]);
@@ -251,11 +251,11 @@ void test_model_fork_truncate(void)
         /* the fork still sees its own rows, not the original's new ones */
         CHECK(feed(&f, k, f.ids + n, 10, n, out) == 0, "%s", err_msg());
         CHECK(max_diff(out, ref + (int64_t)n * V, 10 * (int64_t)V) <= TOL, "%s: fork saw the other branch", archs[a]);
-        kv_seq_truncate(&f.e.kv, o, 97);
+        engine_seq_truncate(&f.e, o, 97);
         CHECK(feed(&f, o, f.ids + 97, 50, 97, out) == 0, "%s", err_msg());
         CHECK(max_diff(out, ref + 97 * (int64_t)V, 50 * (int64_t)V) <= TOL, "%s: resume after truncate", archs[a]);
         /* truncating the fork back into the shared region and resuming */
-        kv_seq_truncate(&f.e.kv, k, 40);
+        engine_seq_truncate(&f.e, k, 40);
         CHECK(feed(&f, k, f.ids + 40, 20, 40, out) == 0, "%s", err_msg());
         CHECK(max_diff(out, ref + 40 * (int64_t)V, 20 * (int64_t)V) <= TOL, "%s: fork truncate/resume", archs[a]);
         free(ref);
@@ -282,13 +282,13 @@ void test_model_tree(void)
             int32_t path[8], n = depth[i] + 1;
             for (int x = i, d = depth[i]; x >= 0; x = par[x], d--)
                 path[d] = tok[x];
-            int32_t c = kv_seq_new(&f.e.kv);
+            int32_t c = engine_seq_new(&f.e);
             feed(&f, c, f.ids, P, 0, NULL);
             CHECK(feed(&f, c, path, n, P, out) == 0, "%s", err_msg());
             memcpy(ch + (int64_t)i * V, out + (int64_t)(n - 1) * V, sizeof(float) * (size_t)V);
-            kv_seq_free(&f.e.kv, c);
+            engine_seq_free(&f.e, c);
         }
-        int32_t s = kv_seq_new(&f.e.kv);
+        int32_t s = engine_seq_new(&f.e);
         CHECK(feed(&f, s, f.ids, P, 0, NULL) == 0, "%s", err_msg());
         for (int i = 0; i < 7; i++) {
             pos[i] = P + depth[i];
@@ -304,7 +304,7 @@ void test_model_tree(void)
         CHECK(engine_commit(&f.e, s, keep, 4) == 0 && f.e.kv.len[s] == P + 4, "%s", err_msg());
         int32_t next = 88;
         CHECK(feed(&f, s, &next, 1, P + 4, out) == 0, "%s", err_msg());
-        int32_t c = kv_seq_new(&f.e.kv), chain[5] = {11, 33, 55, 77, 88};
+        int32_t c = engine_seq_new(&f.e), chain[5] = {11, 33, 55, 77, 88};
         feed(&f, c, f.ids, P, 0, NULL);
         feed(&f, c, chain, 5, P, ch);
         CHECK(max_diff(out, ch + 4 * (int64_t)V, V) <= TOL, "%s: decode after tree commit", archs[a]);
@@ -318,7 +318,7 @@ void test_model_bad_batch(void)
 {
     struct fx f;
     CHECK(fx_open(&f, "qwen3") == 0, "%s", err_msg());
-    int32_t s = kv_seq_new(&f.e.kv);
+    int32_t s = engine_seq_new(&f.e);
     int32_t tok[2] = {5, 6}, pos[2] = {0, 1}, sq[2] = {s, s}, par[2] = {-1, 0};
     uint8_t want[2] = {1, 1};
     struct {
@@ -339,13 +339,13 @@ void test_model_bad_batch(void)
     }
     CHECK(f.e.kv.len[s] == 0, "nothing committed");
     /* a full cache is an error, not a crash, and the engine keeps working */
-    int32_t big = kv_seq_new(&f.e.kv);
+    int32_t big = engine_seq_new(&f.e);
     int k = 0;
     while (k < 10 && feed(&f, big, f.ids, 200, k * 200, NULL) == 0)
         k++;
     CHECK(k == 5 && strstr(err_msg(), "kv_cache"), "1024-token cache took %d chunks of 200: %s", k, err_msg());
     CHECK(f.e.kv.len[big] == 1000, "the failed chunk left nothing behind");
-    kv_seq_free(&f.e.kv, big);
+    engine_seq_free(&f.e, big);
     tok[1] = 6;
     sq[1] = s;
     par[1] = 0;

@@ -178,7 +178,8 @@ void test_ops_moe(void)
         fill(&lg);
         fill(&x);
         for (int norm = 0; norm < 2; norm++) {
-            op->moe_route(be, &ids, &wts, &lg, K, norm);
+            const struct moe_routing rt = {.k = K, .norm = norm, .n_group = 1, .topk_group = 1, .scale = 1.0f};
+            op->moe_route(be, &ids, &wts, &lg, &rt);
             struct moe_experts ex = {E, gate, up, down};
             op->moe_ffn(be, &out, &x, &ids, &wts, &ex, &ws);
             for (int32_t r = 0; r < n; r++) {

@@ -1,33 +1,17 @@
 /* cpu: backend_ops on the host (see backend.h for each op's meaning).
  * Work is split into independent tasks (weight-row chunks for matmul,
  * (token, kv-head) pairs for attention, row ranges elsewhere) and run on the
- * pool; the arithmetic itself is in the kern table. */
+ * pool; the arithmetic itself is in the kern table. The recurrent ops are in
+ * recurrent.c. */
 #define _GNU_SOURCE
-#include "cpu.h"
+#include "cpu_impl.h"
 
 #include "../../base/err.h"
-#include "../../base/pool.h"
 
-#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-struct cpu_backend {
-    struct backend base;
-    struct pool *pool;
-    const struct kern *k;
-    struct attn_batch b;
-};
-
-static struct cpu_backend *cpu_of(struct backend *be) { return (struct cpu_backend *)be; }
-
-static float *f32_row(const struct tensor *t, int64_t r)
-{
-    assert(t->type == DT_F32);
-    return (float *)t->data + r * t->row_stride;
-}
 
 /* ---- memory ---- */
 
@@ -68,11 +52,12 @@ static void cpu_read(struct backend *be, const struct tensor *t, int64_t row0, i
         memcpy(dst + r * t->n_cols, f32_row(t, row0 + r), (size_t)t->n_cols * sizeof(float));
 }
 
-static void cpu_write(struct backend *be, struct tensor *t, int64_t row0, int64_t n, const float *src)
+static void cpu_write(struct backend *be, struct tensor *t, int64_t row0, int64_t n, const void *src)
 {
     (void)be;
+    size_t es = dtype_size(t->type), rb = (size_t)t->n_cols * es;
     for (int64_t r = 0; r < n; r++)
-        memcpy(f32_row(t, row0 + r), src + r * t->n_cols, (size_t)t->n_cols * sizeof(float));
+        memcpy((char *)t->data + (size_t)((row0 + r) * t->row_stride) * es, (const char *)src + (size_t)r * rb, rb);
 }
 
 static void cpu_copy_rows(struct backend *be, struct tensor *t, const int32_t *src, const int32_t *dst, int32_t n)
@@ -87,7 +72,7 @@ static void cpu_copy_rows(struct backend *be, struct tensor *t, const int32_t *s
 static int cpu_set_batch(struct backend *be, const struct attn_batch *b)
 {
     cpu_of(be)->b = *b;
-    return 0;
+    return cpu_group_rows(cpu_of(be));
 }
 
 /* ---- matmul ---- */
@@ -145,15 +130,6 @@ static void cpu_embed(struct backend *be, struct tensor *out, const struct tenso
             dst[c] = table->type == DT_BF16  ? bf16_to_f32(((const uint16_t *)src)[c])
                      : table->type == DT_F16 ? f16_to_f32(((const uint16_t *)src)[c])
                                              : ((const float *)src)[c];
-    }
-}
-
-static float weight_at(const struct tensor *w, int64_t i)
-{
-    switch (w->type) {
-    case DT_BF16: return bf16_to_f32(((const uint16_t *)w->data)[i]);
-    case DT_F16: return f16_to_f32(((const uint16_t *)w->data)[i]);
-    default: return ((const float *)w->data)[i];
     }
 }
 
@@ -326,47 +302,94 @@ static void cpu_attention(struct backend *be, struct tensor *out, const struct t
 
 /* ---- mixture of experts ---- */
 
+/* Index of the largest p[e] among experts not yet taken and allowed (ties: lower index). */
+static int64_t route_best(const float *p, int64_t E, const int32_t *taken, int32_t n_taken, const uint8_t *allowed)
+{
+    int64_t best = -1;
+    for (int64_t e = 0; e < E; e++) {
+        int t = 0;
+        for (int32_t q = 0; q < n_taken; q++)
+            t |= taken[q] == e;
+        if (!t && (!allowed || allowed[e]) && (best < 0 || p[e] > p[best]))
+            best = e;
+    }
+    return best;
+}
+
 static void cpu_moe_route(struct backend *be, struct tensor *ids, struct tensor *weights, const struct tensor *logits,
-                          int32_t k, bool norm)
+                          const struct moe_routing *rt)
 {
     (void)be;
     const int64_t E = logits->n_cols;
-    float p[4096];
-    assert(E <= 4096);
+    const int32_t k = rt->k;
+    float p[4096], choice[4096];
+    uint8_t allowed[4096];
+    assert(E <= 4096 && E % rt->n_group == 0);
     for (int64_t r = 0; r < logits->n_rows; r++) {
         const float *x = f32_row(logits, r);
-        float mx = -INFINITY, sum = 0;
-        for (int64_t e = 0; e < E; e++)
-            mx = x[e] > mx ? x[e] : mx;
-        for (int64_t e = 0; e < E; e++)
-            sum += p[e] = expf(x[e] - mx);
-        for (int64_t e = 0; e < E; e++)
-            p[e] /= sum;
+        if (rt->sigmoid) {
+            for (int64_t e = 0; e < E; e++) {
+                p[e] = 1.0f / (1.0f + expf(-x[e]));
+                choice[e] = p[e] + (rt->bias ? weight_at(rt->bias, e) : 0.0f);
+            }
+        } else {
+            float mx = -INFINITY, sum = 0;
+            for (int64_t e = 0; e < E; e++)
+                mx = x[e] > mx ? x[e] : mx;
+            for (int64_t e = 0; e < E; e++)
+                sum += p[e] = expf(x[e] - mx);
+            for (int64_t e = 0; e < E; e++)
+                choice[e] = p[e] /= sum;
+        }
+        const uint8_t *allow = NULL;
+        if (rt->sigmoid && rt->topk_group < rt->n_group) {
+            /* group score: the sum of its two best biased scores */
+            const int64_t per = E / rt->n_group;
+            float gs[4096];
+            for (int32_t g = 0; g < rt->n_group; g++) {
+                float b1 = -INFINITY, b2 = -INFINITY;
+                for (int64_t e = g * per; e < (g + 1) * per; e++)
+                    if (choice[e] > b1)
+                        b2 = b1, b1 = choice[e];
+                    else if (choice[e] > b2)
+                        b2 = choice[e];
+                gs[g] = b1 + (per > 1 ? b2 : 0.0f);
+            }
+            int32_t gsel[4096];
+            memset(allowed, 0, (size_t)E);
+            for (int32_t j = 0; j < rt->topk_group; j++) {
+                gsel[j] = (int32_t)route_best(gs, rt->n_group, gsel, j, NULL);
+                memset(allowed + gsel[j] * per, 1, (size_t)per);
+            }
+            allow = allowed;
+        }
         int32_t *id = (int32_t *)ids->data + r * ids->row_stride;
         float *w = f32_row(weights, r), wsum = 0;
         for (int32_t j = 0; j < k; j++) {
-            int64_t best = -1;
-            for (int64_t e = 0; e < E; e++) {
-                int taken = 0;
-                for (int32_t q = 0; q < j; q++)
-                    taken |= id[q] == e;
-                if (!taken && (best < 0 || p[e] > p[best]))
-                    best = e;
-            }
+            int64_t best = route_best(choice, E, id, j, allow);
             id[j] = (int32_t)best;
             w[j] = p[best];
             wsum += p[best];
         }
-        if (norm)
-            for (int32_t j = 0; j < k; j++)
-                w[j] /= wsum;
+        for (int32_t j = 0; j < k; j++)
+            w[j] = (rt->norm ? w[j] / (wsum + (rt->sigmoid ? 1e-20f : 0.0f)) : w[j]) * rt->scale;
+    }
+}
+
+static void cpu_relu2(struct backend *be, struct tensor *x)
+{
+    (void)be;
+    for (int64_t r = 0; r < x->n_rows; r++) {
+        float *a = f32_row(x, r);
+        for (int64_t i = 0; i < x->n_cols; i++)
+            a[i] = a[i] > 0 ? a[i] * a[i] : 0.0f;
     }
 }
 
 static void cpu_moe_ffn(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
                         const struct tensor *weights, const struct moe_experts *ex, struct tensor *ws)
 {
-    const int64_t n = x->n_rows, hidden = x->n_cols, inter = ex->gate[0].n_rows;
+    const int64_t n = x->n_rows, hidden = x->n_cols, inter = ex->up[0].n_rows;
     const int32_t k = (int32_t)ids->n_cols;
     assert(ws->n_rows >= n && ws->n_cols >= hidden + 2 * inter);
     for (int64_t r = 0; r < n; r++)
@@ -392,13 +415,65 @@ static void cpu_moe_ffn(struct backend *be, struct tensor *out, const struct ten
         ue.data = f32_row(ws, 0) + hidden + inter;
         for (int32_t t = 0; t < m; t++)
             memcpy(f32_row(&xe, t), f32_row(x, rows[t]), (size_t)hidden * sizeof(float));
-        cpu_matmul(be, &ge, &xe, &ex->gate[e]);
         cpu_matmul(be, &ue, &xe, &ex->up[e]);
-        cpu_swiglu(be, &ge, &ge, &ue);
-        cpu_matmul(be, &de, &ge, &ex->down[e]);
+        if (ex->gate) {
+            cpu_matmul(be, &ge, &xe, &ex->gate[e]);
+            cpu_swiglu(be, &ue, &ge, &ue);
+        } else {
+            cpu_relu2(be, &ue);
+        }
+        cpu_matmul(be, &de, &ue, &ex->down[e]);
         for (int32_t t = 0; t < m; t++)
             cpu_of(be)->k->axpy(f32_row(out, rows[t]), wt[t], f32_row(&de, t), hidden);
     }
+}
+
+/* ---- gates, permutations ---- */
+
+static void cpu_sigmoid_mul(struct backend *be, struct tensor *x, const struct tensor *g)
+{
+    (void)be;
+    assert(g->n_rows == x->n_rows && (g->n_cols == x->n_cols || g->n_cols == 1));
+    for (int64_t r = 0; r < x->n_rows; r++) {
+        float *a = f32_row(x, r);
+        const float *s = f32_row(g, r);
+        for (int64_t i = 0; i < x->n_cols; i++)
+            a[i] *= 1.0f / (1.0f + expf(-s[g->n_cols == 1 ? 0 : i]));
+    }
+}
+
+static void cpu_permute_cols(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *map)
+{
+    (void)be;
+    const int32_t *m = map->data;
+    assert(map->type == DT_I32 && map->n_cols == out->n_cols && out->data != x->data);
+    for (int64_t r = 0; r < x->n_rows; r++) {
+        const float *a = f32_row(x, r);
+        float *o = f32_row(out, r);
+        for (int64_t j = 0; j < out->n_cols; j++)
+            o[j] = a[m[j]];
+    }
+}
+
+static void cpu_rmsnorm_gated(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *z,
+                              const struct tensor *w, float eps, int64_t group, bool gate_first)
+{
+    const struct kern *k = cpu_of(be)->k;
+    assert(x->n_cols % group == 0 && (w->n_cols == group || w->n_cols == x->n_cols) && group <= 16384);
+    float t[16384];
+    for (int64_t r = 0; r < x->n_rows; r++)
+        for (int64_t g0 = 0; g0 < x->n_cols; g0 += group) {
+            const float *a = f32_row(x, r) + g0, *zr = f32_row(z, r) + g0;
+            float *o = f32_row(out, r) + g0;
+            const int64_t w0 = w->n_cols == group ? 0 : g0;
+            for (int64_t c = 0; c < group; c++)
+                t[c] = gate_first ? a[c] * (zr[c] / (1.0f + expf(-zr[c]))) : a[c];
+            float inv = 1.0f / sqrtf(k->sumsq(t, group) / (float)group + eps);
+            for (int64_t c = 0; c < group; c++) {
+                float v = weight_at(w, w0 + c) * (t[c] * inv);
+                o[c] = gate_first ? v : v * (zr[c] / (1.0f + expf(-zr[c])));
+            }
+        }
 }
 
 /* ---- lifetime ---- */
@@ -407,6 +482,9 @@ static void cpu_free(struct backend *be)
 {
     struct cpu_backend *c = cpu_of(be);
     pool_free(c->pool);
+    free(c->grp_start);
+    free(c->grp_rows);
+    free(c->scratch);
     free(c);
 }
 
@@ -431,6 +509,13 @@ static const struct backend_ops cpu_ops = {
     .get_out_rows = cpu_get_out_rows,
     .moe_route = cpu_moe_route,
     .moe_ffn = cpu_moe_ffn,
+    .sigmoid_mul = cpu_sigmoid_mul,
+    .relu2 = cpu_relu2,
+    .permute_cols = cpu_permute_cols,
+    .rmsnorm_gated = cpu_rmsnorm_gated,
+    .conv1d = cpu_conv1d,
+    .delta_rule = cpu_delta_rule,
+    .ssd = cpu_ssd,
 };
 
 struct backend *cpu_backend_init(int32_t n_threads, const struct kern *kern)

@@ -1,0 +1,64 @@
+/* cpu_impl: what the cpu backend's source files share (cpu.c: memory, dense
+ * and attention ops; recurrent.c: conv, DeltaNet and Mamba2 scans).
+ *
+ * Per-forward facts about the batch that several recurrent layers need (which
+ * rows belong to which sequence) are worked out once in set_batch. Buffers
+ * here grow on demand and are kept: after the first forward of the largest
+ * batch nothing is allocated. */
+#ifndef KP_CPU_IMPL_H
+#define KP_CPU_IMPL_H
+
+#include "../../base/pool.h"
+#include "cpu.h"
+
+#include <assert.h>
+
+struct cpu_backend {
+    struct backend base;
+    struct pool *pool;
+    const struct kern *k;
+    struct attn_batch b;
+    /* the batch's rows grouped by sequence, batch order kept within a group */
+    int32_t n_grp;
+    int32_t *grp_start; /* [n_grp+1] */
+    int32_t *grp_rows;  /* [n_tokens] */
+    int32_t cap_rows;
+    /* per-worker scratch of the recurrent ops */
+    float *scratch;
+    int64_t scratch_per_worker;
+};
+
+static inline struct cpu_backend *cpu_of(struct backend *be) { return (struct cpu_backend *)be; }
+
+static inline float *f32_row(const struct tensor *t, int64_t r)
+{
+    assert(t->type == DT_F32);
+    return (float *)t->data + r * t->row_stride;
+}
+
+/* Element i of a weight vector in its stored dtype. */
+static inline float weight_at(const struct tensor *w, int64_t i)
+{
+    switch (w->type) {
+    case DT_BF16: return bf16_to_f32(((const uint16_t *)w->data)[i]);
+    case DT_F16: return f16_to_f32(((const uint16_t *)w->data)[i]);
+    default: return ((const float *)w->data)[i];
+    }
+}
+
+/* At least `floats` of scratch for each worker; NULL with err_set() if out of memory. */
+float *cpu_scratch(struct cpu_backend *c, int64_t floats);
+/* Records the sequence grouping of the batch (set_batch). */
+int cpu_group_rows(struct cpu_backend *c);
+
+void cpu_conv1d(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w,
+                const struct tensor *bias, struct tensor *state);
+void cpu_delta_rule(struct backend *be, struct tensor *out, const struct tensor *q, const struct tensor *k,
+                    const struct tensor *v, const struct tensor *a, const struct tensor *b, const struct tensor *A_log,
+                    const struct tensor *dt_bias, struct tensor *state, int32_t n_k_head, int32_t n_v_head,
+                    int32_t k_dim, int32_t v_dim);
+void cpu_ssd(struct backend *be, struct tensor *y, const struct tensor *x, const struct tensor *B, const struct tensor *C,
+             const struct tensor *dt, const struct tensor *A_log, const struct tensor *D, const struct tensor *dt_bias,
+             struct tensor *state, const struct ssd_params *p);
+
+#endif

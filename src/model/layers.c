@@ -1,0 +1,74 @@
+/* layers: shared forward pieces (see layers.h). References: the MLP / MoE
+ * blocks of transformers' modeling_qwen3_moe.py, modeling_qwen3_next.py and
+ * modeling_nemotron_h.py (NemotronHMLP, NemotronHMoE). */
+#include "layers.h"
+
+void layers_trace(const struct model *m, const struct model_trace *trace, int32_t i, const struct tensor *x, int32_t n)
+{
+    if (trace && trace->hidden[i])
+        m->be->ops->read(m->be, x, 0, n, trace->hidden[i]);
+}
+
+/* down(act(x)) with the given weights; g and u are scratch [n][inter]. */
+static void mlp(const struct model *m, struct tensor *g, struct tensor *u, const struct tensor *x,
+                const struct tensor *wg, const struct tensor *wu, const struct tensor *wd, struct tensor *out)
+{
+    struct backend *be = m->be;
+    struct tensor gi = *g, ui = *u;
+    gi.n_cols = ui.n_cols = wu->n_rows;
+    be->ops->matmul(be, &ui, x, wu);
+    if (m->cfg.relu2) {
+        be->ops->relu2(be, &ui);
+    } else {
+        be->ops->matmul(be, &gi, x, wg);
+        be->ops->swiglu(be, &ui, &gi, &ui);
+    }
+    be->ops->matmul(be, out, &ui, wd);
+}
+
+void layers_mlp(const struct model *m, struct model_scratch *s, const struct layer_weights *L, const struct tensor *h,
+                struct tensor *out, int32_t n)
+{
+    struct tensor g = tensor_rows(&s->g, 0, n), u = tensor_rows(&s->u, 0, n);
+    mlp(m, &g, &u, h, &L->gate, &L->up, &L->down, out);
+}
+
+void layers_moe(const struct model *m, struct model_scratch *s, const struct layer_weights *L, const struct tensor *h,
+                struct tensor *out, int32_t n)
+{
+    const struct model_config *c = &m->cfg;
+    struct backend *be = m->be;
+    struct tensor r = tensor_rows(&s->router, 0, n), ids = tensor_rows(&s->ids, 0, n);
+    struct tensor w = tensor_rows(&s->weights, 0, n);
+    const struct moe_routing rt = {
+        .k = c->n_expert_used, .sigmoid = c->router_sigmoid, .norm = c->norm_topk_prob,
+        .bias = L->router_bias.data ? &L->router_bias : NULL, .n_group = c->n_group ? c->n_group : 1,
+        .topk_group = c->topk_group ? c->topk_group : 1, .scale = c->routed_scale,
+    };
+    be->ops->matmul(be, &r, h, &L->router);
+    be->ops->moe_route(be, &ids, &w, &r, &rt);
+    be->ops->moe_ffn(be, out, h, &ids, &w, &L->experts, &s->moe_ws);
+    if (c->shared_intermediate_size == 0)
+        return;
+    struct tensor g = tensor_rows(&s->g, 0, n), u = tensor_rows(&s->u, 0, n), sh = tensor_rows(&s->ffn2, 0, n);
+    mlp(m, &g, &u, h, &L->sh_gate, &L->sh_up, &L->sh_down, &sh);
+    if (c->shared_gate) {
+        struct tensor mix = tensor_rows(&s->sh_mix, 0, n);
+        be->ops->matmul(be, &mix, h, &L->sh_mix);
+        be->ops->sigmoid_mul(be, &sh, &mix);
+    }
+    be->ops->add(be, out, &sh);
+}
+
+void layers_logits(const struct model *m, struct model_scratch *s, const struct tensor *x, int32_t n, int32_t n_out,
+                   const struct model_trace *trace)
+{
+    struct backend *be = m->be;
+    struct tensor h = tensor_rows(&s->h, 0, n);
+    be->ops->rmsnorm(be, &h, x, &m->out_norm, m->cfg.rms_eps);
+    layers_trace(m, trace, m->cfg.n_layer, &h, n);
+    struct tensor oh = tensor_rows(&s->out_h, 0, n_out);
+    struct tensor logits = tensor_rows(&s->logits, 0, n_out);
+    be->ops->get_out_rows(be, &oh, &h);
+    be->ops->matmul(be, &logits, &oh, &m->lm_head);
+}

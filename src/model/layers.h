@@ -1,0 +1,22 @@
+/* layers: forward pieces every architecture shares: the residual-stream trace,
+ * the SwiGLU / relu^2 MLP, the MoE block (routed experts plus an optional
+ * shared expert) and the final norm + LM head. Each works on the first n rows
+ * of the model scratch and allocates nothing. */
+#ifndef KP_LAYERS_H
+#define KP_LAYERS_H
+
+#include "model.h"
+
+/* trace->hidden[i] <- x (n rows), when asked for. */
+void layers_trace(const struct model *m, const struct model_trace *trace, int32_t i, const struct tensor *x, int32_t n);
+/* out = down(act(h)) of the layer's dense MLP (SwiGLU, or relu^2 for nemotron_h). */
+void layers_mlp(const struct model *m, struct model_scratch *s, const struct layer_weights *L, const struct tensor *h,
+                struct tensor *out, int32_t n);
+/* out = routed experts of h (+ the shared expert, gated by sigmoid(h . w) on qwen). */
+void layers_moe(const struct model *m, struct model_scratch *s, const struct layer_weights *L, const struct tensor *h,
+                struct tensor *out, int32_t n);
+/* Final norm of x into the trace slot n_layer, then the logits of the batch's output rows. */
+void layers_logits(const struct model *m, struct model_scratch *s, const struct tensor *x, int32_t n, int32_t n_out,
+                   const struct model_trace *trace);
+
+#endif
