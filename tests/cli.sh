@@ -44,6 +44,29 @@ for arch in qwen3 qwen3_moe qwen3_yarn_sharded qwen3_f16_linear qwen3_moe_mixed;
 done
 expect "check with fp32 rope reports the mismatch" 1 "MISMATCH" -- "$bin" check "$fx/qwen3" --rope-f32
 
+# hybrids: prefill chunks smaller than, equal to and not multiples of the scan
+# chunks (64 for the gated delta rule, 32 in the Mamba2 fixtures), 1 and 2 threads
+for arch in qwen3_next qwen3_5 qwen3_5_moe nemotron_h nemotron_h_moe; do
+    expect "check $arch" 0 "ok" "ids identical ok" -- "$bin" check "$fx/$arch"
+    for t in 1 2; do
+        for ch in 13,1,5 32 64 65,7 33,100; do
+            expect "check $arch in chunks $ch, $t threads" 0 "in chunks" "ok" "ids identical ok" -- \
+                "$bin" check "$fx/$arch" --chunks "$ch" --threads "$t"
+        done
+    done
+done
+python3 "$here/break_hybrid.py" "$fx" "$tmp/hybrid"
+h="$tmp/hybrid"
+expect "hybrid: layer_types too short" 1 "'layer_types' must list one type per layer (4 layers)" -- "$bin" check "$h/qwen_pattern_len"
+expect "hybrid: unknown layer type" 1 "layer 1 has unknown type 'sliding_attention'" -- "$bin" check "$h/qwen_unknown_type"
+expect "hybrid: value heads" 1 "linear_num_value_heads (3) is not a multiple of linear_num_key_heads (2)" -- "$bin" check "$h/qwen_v_heads"
+expect "hybrid: attention heads" 1 "num_attention_heads (5) is not a multiple of num_key_value_heads (2)" -- "$bin" check "$h/qwen_kv_heads"
+expect "nemotron: pattern length" 1 "describes 6 layers, num_hidden_layers is 7" -- "$bin" check "$h/nemo_pattern_len"
+expect "nemotron: unknown block" 1 "layer 2 has unknown type 'conv'" -- "$bin" check "$h/nemo_unknown_type"
+expect "nemotron: mamba heads" 1 "mamba_num_heads (7) is not a multiple of n_groups (2)" -- "$bin" check "$h/nemo_heads"
+expect "nemotron: expert groups" 1 "n_routed_experts 8, n_group 3" -- "$bin" check "$h/nemo_groups"
+expect "nemotron: pattern not a list" 1 "layer pattern (not a list or string)" -- "$bin" check "$h/nemo_list"
+
 python3 "$here/break_checkpoint.py" "$fx/qwen3" "$tmp/broken"
 b=$tmp/broken
 expect "truncated weights" 1 "model.safetensors" "outside" -- "$bin" check "$b/truncated"

@@ -281,7 +281,7 @@ static int cfg_nemotron(struct cfg_reader *r, json_t *root, struct model_config 
                    : (json_is_string(pat) ? (int32_t)strlen(json_string_value(pat)) : -1);
     if (c->n_layer < 0 && n >= 1 && n <= CFG_MAX_LAYER)
         c->n_layer = n;
-    if (n != c->n_layer)
+    if (n < 1 || n != c->n_layer)
         return cfg_fail(r, "the layer pattern %sdescribes %d layers, num_hidden_layers is %d",
                         n < 0 ? "(not a list or string) " : "", n, c->n_layer);
     bool any_moe = false;

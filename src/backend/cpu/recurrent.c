@@ -44,6 +44,9 @@ int cpu_group_rows(struct cpu_backend *c)
 {
     const struct attn_batch *b = &c->b;
     const int32_t n = b->n_tokens;
+    c->n_grp = 0;
+    if (!b->seq_row) /* a batch for ops that need no sequences */
+        return 0;
     if (n > c->cap_rows) {
         int32_t *s = realloc(c->grp_start, (size_t)(n + 1) * sizeof(int32_t));
         if (s)
