@@ -46,7 +46,7 @@ expect "check with fp32 rope reports the mismatch" 1 "MISMATCH" -- "$bin" check 
 
 # hybrids: prefill chunks smaller than, equal to and not multiples of the scan
 # chunks (64 for the gated delta rule, 32 in the Mamba2 fixtures), 1 and 2 threads
-for arch in qwen3_next qwen3_5 qwen3_5_moe nemotron_h nemotron_h_moe; do
+for arch in qwen3_next qwen3_5 qwen3_5_moe nemotron_h nemotron_h_moe qwen3_5_wrapper qwen3_next_mixed nemotron_h_groups; do
     expect "check $arch" 0 "ok" "ids identical ok" -- "$bin" check "$fx/$arch"
     for t in 1 2; do
         for ch in 13,1,5 32 64 65,7 33,100; do

@@ -97,7 +97,7 @@ int cli_check(int argc, char **argv)
     int ok_logits = r.max_logit_err <= tol, ok_greedy = r.greedy_match == r.n_greedy;
     printf("prefill: %d tokens%s, max |dlogit| = %.3g (tolerance %.3g) %s\n", r.n_prefill,
            o.n_chunks ? " in chunks" : "", r.max_logit_err, tol, ok_logits ? "ok" : "MISMATCH");
-    for (int32_t l = 0; !o.n_chunks && l <= r.n_layer; l++)
+    for (int32_t l = 0; r.has_hidden && l <= r.n_layer; l++)
         printf("  hidden.%-3d max |d| = %.3g%s\n", l, r.hidden_err[l],
                l == 0 ? " (embeddings)" : l == r.n_layer ? " (after final norm)" : "");
     if (ok_greedy)

@@ -27,7 +27,8 @@ struct check_result {
     int32_t n_prefill;
     int32_t n_layer;
     float max_logit_err;
-    float hidden_err[CHECK_MAX_LAYER]; /* [n_layer+1], only for a one-batch prefill */
+    bool has_hidden;                   /* the golden holds hidden.* and the prefill was one batch */
+    float hidden_err[CHECK_MAX_LAYER]; /* [n_layer+1] when has_hidden */
     int32_t n_greedy;
     int32_t greedy_match;  /* leading ids that matched */
     int32_t greedy_first_bad;
