@@ -158,10 +158,12 @@ static void cache_keep(struct sched *s, struct sched_req *r)
     slot->used = ++s->clock;
 }
 
-/* On a recurrent model, keeps the state at the end of r's prompt as a cache
- * entry of its own (a fork: KV blocks shared, state copied). A next turn
- * renders the reply differently often enough (thinking dropped, end tokens)
- * that the finished conversation alone would rarely be a prefix of it. */
+/* On a recurrent model, keeps the state one token short of the end of r's
+ * prompt as a cache entry of its own (a fork: KV blocks shared, state
+ * copied). A next turn renders the reply differently often enough (thinking
+ * dropped, end tokens) that the finished conversation alone would rarely be a
+ * prefix of it; one token short also serves a repeat of the same prompt,
+ * which must still feed its last token for logits. */
 static void cache_checkpoint(struct sched *s, struct sched_req *r)
 {
     struct cached *slot = NULL;
@@ -172,7 +174,8 @@ static void cache_checkpoint(struct sched *s, struct sched_req *r)
         slot = cache_lru(s);
         cache_evict(s, slot);
     }
-    slot->toks = malloc(sizeof(int32_t) * (size_t)r->n_prompt);
+    const int32_t n = r->n_prompt - 1;
+    slot->toks = malloc(sizeof(int32_t) * (size_t)n);
     slot->seq = slot->toks ? engine_seq_fork(&s->e, r->seq) : -1;
     if (slot->seq < 0) {
         free(slot->toks);
@@ -180,8 +183,8 @@ static void cache_checkpoint(struct sched *s, struct sched_req *r)
         slot->seq = -1;
         return;
     }
-    memcpy(slot->toks, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
-    slot->n = r->n_prompt;
+    memcpy(slot->toks, r->prompt, sizeof(int32_t) * (size_t)n);
+    slot->n = n;
     slot->used = ++s->clock;
 }
 
@@ -258,6 +261,11 @@ static bool sched_step(struct sched *s)
                 k = SCHED_PREFILL_CHUNK;
             if (k > room)
                 k = room;
+            /* recurrent models: stop one short of the prompt's end, for the checkpoint there */
+            const int32_t ck = r->n_prompt - 1;
+            if (engine_is_recurrent(&s->e) && r->n_fed < ck && r->n_fed + k > ck)
+                k = ck - r->n_fed;
+            r->ckpt_due = engine_is_recurrent(&s->e) && ck > 0 && r->n_fed + k == ck;
             for (int32_t i = 0; i < k; i++, n++) {
                 s->tok[n] = r->prompt[r->n_fed + i];
                 s->pos[n] = r->n_fed + i;
@@ -296,13 +304,16 @@ static bool sched_step(struct sched *s)
             }
         return true;
     }
+    for (int32_t a = 0; a < s->n_seq_max; a++)
+        if (s->active[a] && s->active[a]->ckpt_due) {
+            s->active[a]->ckpt_due = false;
+            cache_checkpoint(s, s->active[a]);
+        }
     const int32_t V = s->m->cfg.vocab_size;
     for (int32_t i = 0, j = 0; i < n; i++) {
         if (!s->want[i])
             continue;
         struct sched_req *r = s->active[s->owner[i]];
-        if (r->n_out == 0 && engine_is_recurrent(&s->e))
-            cache_checkpoint(s, r);
         int32_t len = r->n_prompt + r->n_out;
         int32_t t = sampler_sample(&r->sampler, s->logits + (int64_t)j++ * V, r->hist, len);
         if (is_eos(&s->m->cfg, t)) {

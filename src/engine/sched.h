@@ -5,7 +5,10 @@
  *
  * Finished conversations stay in the KV cache (a few, least recently used
  * evicted first): a request whose prompt starts with one of them forks it and
- * prefills only the rest, which is what an agent's next turn looks like.
+ * prefills only the rest, which is what an agent's next turn looks like. On
+ * models with recurrent layers a conversation can only be extended, never cut
+ * back, so the state one token short of each prompt's end is kept as an entry
+ * too (see cache_checkpoint).
  *
  * Server threads never touch the model: they submit a request and wait on it;
  * the engine thread never blocks on a socket. A request that goes away
@@ -44,6 +47,7 @@ struct sched_req {
     double t_submit, t_first, t_done; /* seconds (monotonic): submitted, first token, finished */
     /* engine side */
     int32_t seq, n_fed;      /* prompt tokens already in the cache */
+    bool ckpt_due;           /* recurrent models: keep a checkpoint after this step */
     int32_t *hist;           /* prompt + output, for penalties */
     struct sched_req *next;
 };

@@ -42,7 +42,8 @@ int test_failures;
     X(test_model_tree)                                                                                         \
     X(test_model_bad_batch)                                                                                    \
     X(test_model_hybrid_state)                                                                                 \
-    X(test_model_hybrid_no_keep)
+    X(test_model_hybrid_no_keep)                                                                               \
+    X(test_sched_hybrid)
 
 #define DECLARE(name) void name(void);
 TESTS(DECLARE)
