@@ -60,8 +60,9 @@ static double measure_bandwidth(int32_t n_threads)
     return best;
 }
 
-/* Bytes of weights one decode step reads: everything but the embedding table
- * (one row of it), the active share of routed experts. */
+/* Bytes of weights one decode step reads: the decoder's tensors and the LM head
+ * (not the input embedding table: one row of it; not vision or MTP tensors a
+ * checkpoint may carry), routed experts at their active share. */
 static double decode_bytes(const struct model *m)
 {
     const struct model_config *c = &m->cfg;
@@ -69,9 +70,12 @@ static double decode_bytes(const struct model *m)
     for (int32_t i = 0; i < m->st.n_tensors; i++) {
         const struct st_tensor *t = &m->st.tensors[i];
         double b = (double)t->n_bytes;
-        if (strcmp(t->name, "model.embed_tokens.weight") == 0 && !c->tie_embeddings)
+        const bool head = strcmp(t->name, "lm_head.weight") == 0;
+        if (!head && strncmp(t->name, c->prefix, strlen(c->prefix)) != 0)
             continue;
-        if (strstr(t->name, ".mlp.experts."))
+        if (t->data == m->embed.data && !c->tie_embeddings)
+            continue;
+        if (strstr(t->name, ".experts."))
             b *= (double)c->n_expert_used / c->n_expert;
         total += b;
     }
