@@ -32,3 +32,22 @@ variant("nemotron_h", "nemo_unknown_type", lambda c: c["layers_block_type"].__se
 variant("nemotron_h", "nemo_heads", lambda c: c.update(mamba_num_heads=7))
 variant("nemotron_h_moe", "nemo_groups", lambda c: c.update(n_group=3))
 variant("nemotron_h", "nemo_list", lambda c: c.update(layers_block_type="M-M*-M-"))
+
+
+def python_json(c):
+    """Not broken: the way Python's json module writes infinity, and the pattern form."""
+    c["time_step_limit"] = [0.0, float("inf")]
+    c["note"] = 'a "quoted \\" Infinity" string stays'
+    c.pop("layers_block_type")
+    c.update(hybrid_override_pattern="M-M*-M-", num_hidden_layers=7)
+
+
+variant("nemotron_h", "nemo_python_json", python_json)
+
+
+def no_gate(c):
+    """Broken: without an output gate q_proj must be half as tall."""
+    c["attn_output_gate"] = False
+
+
+variant("qwen3_5", "qwen_no_gate", no_gate)

@@ -65,6 +65,8 @@ expect "nemotron: pattern length" 1 "describes 6 layers, num_hidden_layers is 7"
 expect "nemotron: unknown block" 1 "layer 2 has unknown type 'conv'" -- "$bin" check "$h/nemo_unknown_type"
 expect "nemotron: mamba heads" 1 "mamba_num_heads (7) is not a multiple of n_groups (2)" -- "$bin" check "$h/nemo_heads"
 expect "nemotron: expert groups" 1 "n_routed_experts 8, n_group 3" -- "$bin" check "$h/nemo_groups"
+expect "nemotron: bare Infinity and the pattern form" 0 "ids identical ok" -- "$bin" check "$h/nemo_python_json"
+expect "qwen3.5 without the output gate wants a smaller q_proj" 1 "q_proj.weight' has shape [256, 64], expected [128, 64]" -- "$bin" check "$h/qwen_no_gate"
 expect "nemotron: pattern not a list" 1 "layer pattern (not a list or string)" -- "$bin" check "$h/nemo_list"
 
 python3 "$here/break_checkpoint.py" "$fx/qwen3" "$tmp/broken"

@@ -8,7 +8,9 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <errno.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -252,15 +254,17 @@ static int cfg_qwen_hybrid(struct cfg_reader *r, json_t *root, struct model_conf
     c->rec_conv_dim = 2 * (int64_t)c->lin_n_k_head * c->lin_k_dim + (int64_t)c->lin_n_v_head * c->lin_v_dim;
     c->rec_state_dim = (int64_t)c->lin_n_v_head * c->lin_k_dim * c->lin_v_dim;
     c->norm_plus_one = true;
-    c->attn_out_gate = true;
-    return 0;
+    c->attn_out_gate = cfg_bool(r, root, "attn_output_gate", 1);
+    return r->failed ? -1 : 0;
 }
 
+/* A number, or infinity written as transformers 5 does ({"__float__": "Infinity"})
+ * or as Python's json module does (a bare Infinity, see cfg_load_json). */
 static float cfg_float_or_inf(json_t *v, float def)
 {
     if (json_is_number(v))
         return (float)json_number_value(v);
-    json_t *f = json_is_object(v) ? json_object_get(v, "__float__") : NULL;
+    json_t *f = json_is_object(v) ? json_object_get(v, "__float__") : v;
     const char *s = json_string_value(f);
     if (s && strcmp(s, "Infinity") == 0)
         return INFINITY;
@@ -450,6 +454,67 @@ static int cfg_parse(struct cfg_reader *r, struct model_config *c)
     return r->failed ? -1 : 0;
 }
 
+/* Python's json module writes Infinity, -Infinity and NaN as bare words, which
+ * is not JSON (NVIDIA's Nemotron configs carry time_step_limit [0.0, Infinity]).
+ * Loads the file with such words outside strings turned into strings, which the
+ * fields that may hold them accept. */
+static json_t *cfg_load_json(const char *path, json_error_t *je)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(je->text, sizeof je->text, "%s", strerror(errno));
+        je->line = 0;
+        return NULL;
+    }
+    char *in = NULL, *out = NULL;
+    size_t n = 0, cap = 0, o = 0;
+    for (;;) {
+        if (n + 4096 > cap) {
+            char *p = realloc(in, cap = 2 * cap + 8192);
+            if (!p)
+                break;
+            in = p;
+        }
+        size_t k = fread(in + n, 1, cap - n, f);
+        n += k;
+        if (k == 0)
+            break;
+    }
+    fclose(f);
+    json_t *j = NULL;
+    out = in ? malloc(n * 3 + 1) : NULL; /* each bare word grows by at most 2 quotes */
+    if (out) {
+        int str = 0, esc = 0;
+        for (size_t i = 0; i < n; i++) {
+            const char *w = NULL;
+            if (!str && (in[i] == 'I' || in[i] == 'N' || (in[i] == '-' && i + 1 < n && in[i + 1] == 'I'))) {
+                static const char *const words[] = {"-Infinity", "Infinity", "NaN"};
+                for (int q = 0; q < 3 && !w; q++)
+                    if (n - i >= strlen(words[q]) && memcmp(in + i, words[q], strlen(words[q])) == 0)
+                        w = words[q];
+            }
+            if (w) {
+                o += (size_t)sprintf(out + o, "\"%s\"", w);
+                i += strlen(w) - 1;
+                continue;
+            }
+            if (str && esc)
+                esc = 0;
+            else if (str && in[i] == '\\')
+                esc = 1;
+            else if (in[i] == '"')
+                str = !str;
+            out[o++] = in[i];
+        }
+        j = json_loadb(out, o, 0, je);
+    } else {
+        snprintf(je->text, sizeof je->text, "out of memory");
+    }
+    free(in);
+    free(out);
+    return j;
+}
+
 int config_load(struct model_config *c, const char *dir)
 {
     char path[4096];
@@ -457,7 +522,7 @@ int config_load(struct model_config *c, const char *dir)
     memset(c, 0, sizeof *c);
     c->bos_id = -1;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    struct cfg_reader r = {path, json_load_file(path, 0, &je), 0};
+    struct cfg_reader r = {path, cfg_load_json(path, &je), 0};
     if (!r.root)
         return err_set("config: %s: %s (line %d)", path, je.text, je.line);
     int rc = json_is_object(r.root) ? cfg_parse(&r, c) : err_set("config: %s: not a JSON object", path);

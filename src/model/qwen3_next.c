@@ -110,7 +110,7 @@ int qwen3_next_bind(struct model *m)
         } b[] = {
             {&L->attn_norm, "input_layernorm.weight", 0, H, true, true},
             {&L->ffn_norm, "post_attention_layernorm.weight", 0, H, true, true},
-            {&L->q, "self_attn.q_proj.weight", 2 * c->n_head * hd, H, false, attn},
+            {&L->q, "self_attn.q_proj.weight", (c->attn_out_gate ? 2 : 1) * c->n_head * hd, H, false, attn},
             {&L->k, "self_attn.k_proj.weight", c->n_kv_head * hd, H, false, attn},
             {&L->v, "self_attn.v_proj.weight", c->n_kv_head * hd, H, false, attn},
             {&L->o, "self_attn.o_proj.weight", H, c->n_head * hd, false, attn},
@@ -148,12 +148,17 @@ static void gated_attention(const struct model *m, struct model_scratch *s, stru
     const int64_t qd = (int64_t)c->n_head * c->head_dim;
     struct tensor raw = tensor_rows(&s->p1, 0, n), qg = tensor_rows(&s->p2, 0, n);
     struct tensor k = tensor_rows(&s->k, 0, n), v = tensor_rows(&s->v, 0, n), att = tensor_rows(&s->att, 0, n);
-    raw.n_cols = qg.n_cols = 2 * qd;
-    op->matmul(be, &raw, h, &L->q);
-    op->permute_cols(be, &qg, &raw, &m->perm_qg);
-    struct tensor q = qg, gate = qg;
-    q.n_cols = gate.n_cols = qd;
-    gate.data = (float *)qg.data + qd;
+    struct tensor q = tensor_rows(&s->q, 0, n), gate = qg;
+    if (c->attn_out_gate) {
+        raw.n_cols = qg.n_cols = 2 * qd;
+        op->matmul(be, &raw, h, &L->q);
+        op->permute_cols(be, &qg, &raw, &m->perm_qg);
+        q = qg;
+        q.n_cols = gate.n_cols = qd;
+        gate.data = (float *)qg.data + qd;
+    } else {
+        op->matmul(be, &q, h, &L->q);
+    }
     op->matmul(be, &k, h, &L->k);
     op->matmul(be, &v, h, &L->v);
     op->rmsnorm(be, &q, &q, &L->q_norm, c->rms_eps);
@@ -163,7 +168,8 @@ static void gated_attention(const struct model *m, struct model_scratch *s, stru
     struct tensor *kc = &kv->k[m->kv_layer[l]], *vc = &kv->v[m->kv_layer[l]];
     op->kv_store(be, kc, vc, &k, &v);
     op->attention(be, &att, &q, kc, vc, c->n_head, c->n_kv_head, c->head_dim, 1.0f / sqrtf((float)c->head_dim));
-    op->sigmoid_mul(be, &att, &gate);
+    if (c->attn_out_gate)
+        op->sigmoid_mul(be, &att, &gate);
     op->matmul(be, h, &att, &L->o);
 }
 
