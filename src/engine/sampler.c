@@ -39,8 +39,7 @@ static uint64_t xoshiro_next(uint64_t *s)
     return r;
 }
 
-/* uniform in [0, 1) with 53 bits */
-static double rng_uniform(struct sampler *s) { return (double)(xoshiro_next(s->rng) >> 11) * 0x1.0p-53; }
+double sampler_uniform(struct sampler *s) { return (double)(xoshiro_next(s->rng) >> 11) * 0x1.0p-53; }
 
 int sampler_init(struct sampler *s, const struct sampler_params *p, int32_t n_vocab)
 {
@@ -58,8 +57,9 @@ int sampler_init(struct sampler *s, const struct sampler_params *p, int32_t n_vo
         s->rng[i] = splitmix64(&x);
     s->logits = malloc((size_t)n_vocab * sizeof *s->logits);
     s->idx = malloc((size_t)n_vocab * sizeof *s->idx);
+    s->w = malloc((size_t)n_vocab * sizeof *s->w);
     s->count = calloc((size_t)n_vocab, sizeof *s->count);
-    if (!s->logits || !s->idx || !s->count) {
+    if (!s->logits || !s->idx || !s->w || !s->count) {
         sampler_free(s);
         return err_set("sampler: out of memory");
     }
@@ -70,6 +70,7 @@ void sampler_free(struct sampler *s)
 {
     free(s->logits);
     free(s->idx);
+    free(s->w);
     free(s->count);
     memset(s, 0, sizeof *s);
 }
@@ -145,7 +146,7 @@ static void sort_desc(const float *lg, int32_t *idx, int32_t n)
     qsort(idx, (size_t)n, sizeof *idx, cmp_desc);
 }
 
-int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *history, int32_t n_history)
+int32_t sampler_dist(struct sampler *s, const float *logits, const int32_t *history, int32_t n_history)
 {
     const struct sampler_params *p = &s->p;
     const int32_t V = s->n_vocab;
@@ -154,9 +155,11 @@ int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *hi
     for (int32_t i = 0; i < p->n_bias; i++)
         lg[p->bias_id[i]] += p->bias[i];
     apply_penalties(s, history, n_history);
-    if (p->temperature == 0)
-        return sampler_argmax(lg, V);
-
+    if (p->temperature == 0) {
+        s->idx[0] = sampler_argmax(lg, V);
+        s->w[0] = 1.0;
+        return 1;
+    }
     int32_t n = V;
     for (int32_t i = 0; i < V; i++)
         s->idx[i] = i;
@@ -186,19 +189,28 @@ int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *hi
         }
     }
     /* min-p: drop tokens below min_p times the most likely one (weight 1) */
-    double sum = 0;
     for (int32_t i = 0; i < n; i++) {
         double w = exp((lg[s->idx[i]] - mx) * inv_t);
-        sum += w >= p->min_p ? w : 0;
+        s->w[i] = w >= p->min_p ? w : 0;
     }
-    double r = rng_uniform(s) * sum;
+    return n;
+}
+
+int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *history, int32_t n_history)
+{
+    const int32_t n = sampler_dist(s, logits, history, n_history);
+    if (s->p.temperature == 0)
+        return s->idx[0];
+    double sum = 0;
+    for (int32_t i = 0; i < n; i++)
+        sum += s->w[i];
+    double r = sampler_uniform(s) * sum;
     int32_t last = s->idx[0];
     for (int32_t i = 0; i < n; i++) {
-        double w = exp((lg[s->idx[i]] - mx) * inv_t);
-        if (w < p->min_p)
+        if (s->w[i] == 0)
             continue;
         last = s->idx[i];
-        if ((r -= w) < 0)
+        if ((r -= s->w[i]) < 0)
             break;
     }
     return last;

@@ -35,6 +35,7 @@ struct sampler {
     uint64_t rng[4];
     float *logits;    /* [n_vocab] working copy */
     int32_t *idx;     /* [n_vocab] candidate ids */
+    double *w;        /* [n_vocab] their unnormalised probabilities (sampler_dist) */
     int32_t *count;   /* [n_vocab] occurrences in the penalty window */
 };
 
@@ -44,6 +45,12 @@ int sampler_init(struct sampler *s, const struct sampler_params *p, int32_t n_vo
 void sampler_free(struct sampler *s);
 /* history: the sequence's tokens so far (prompt and output), for penalties. */
 int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *history, int32_t n_history);
+/* The distribution sampler_sample draws from: candidate ids in s->idx[0..n)
+ * with unnormalised probabilities s->w[0..n) (some may be 0); greedy gives one
+ * candidate. Returns n; valid until the next call. */
+int32_t sampler_dist(struct sampler *s, const float *logits, const int32_t *history, int32_t n_history);
+/* A uniform draw in [0, 1) from the sampler's seeded stream. */
+double sampler_uniform(struct sampler *s);
 /* Index of the largest logit (lowest index on ties). */
 int32_t sampler_argmax(const float *logits, int32_t n);
 

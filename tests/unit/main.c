@@ -43,7 +43,9 @@ int test_failures;
     X(test_model_bad_batch)                                                                                    \
     X(test_model_hybrid_state)                                                                                 \
     X(test_model_hybrid_no_keep)                                                                               \
-    X(test_sched_hybrid)
+    X(test_sched_hybrid)                                                                                       \
+    X(test_spec_greedy_fixtures)                                                                               \
+    X(test_spec_greedy_tiny)
 
 #define DECLARE(name) void name(void);
 TESTS(DECLARE)

@@ -1,0 +1,370 @@
+/* spec: KFlash tree speculative decoding (see spec.h).
+ * References for the acceptance rule: speculative sampling (Leviathan et al.,
+ * Chen et al. 2023) and its multi-candidate form for deterministic drafts
+ * (SpecInfer, Miao et al. 2023): querying candidates one by one against the
+ * residual target distribution draws exactly from the target. */
+#define _POSIX_C_SOURCE 200809L
+#include "spec.h"
+
+#include "../base/err.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+struct spec_params spec_defaults(void)
+{
+    return (struct spec_params){
+        .mode = SPEC_TREE, .n_nodes = 24, .depth = 8, .top_k = 4, .ngram = true, .ngram_min = 3, .accept_bias = 1.0,
+    };
+}
+
+int spec_init(struct spec *s, struct engine *tgt, int32_t tseq, struct engine *dft, int32_t dseq,
+              const struct spec_params *p, int32_t n_ctx)
+{
+    memset(s, 0, sizeof *s);
+    const int32_t V = tgt->m->cfg.vocab_size;
+    if (dft->m->cfg.vocab_size != V)
+        return err_set("spec: the draft's vocabulary (%d) differs from the target's (%d)", dft->m->cfg.vocab_size, V);
+    if (p->n_nodes < 0 || p->n_nodes > SPEC_MAX_NODES || p->depth < 0 || p->depth > SPEC_MAX_DEPTH ||
+        p->top_k < 1 || p->top_k > 16 || p->ngram_min < 1)
+        return err_set("spec: tree of %d nodes, depth %d, %d children: out of range (nodes <= %d, depth <= %d)",
+                       p->n_nodes, p->depth, p->top_k, SPEC_MAX_NODES, SPEC_MAX_DEPTH);
+    if (tgt->max_tokens < p->n_nodes + 1 || dft->max_tokens < p->n_nodes + 1)
+        return err_set("spec: the engines take batches of %d and %d tokens, a tree needs %d", tgt->max_tokens,
+                       dft->max_tokens, p->n_nodes + 1);
+    s->tgt = tgt;
+    s->dft = dft;
+    s->tseq = tseq;
+    s->dseq = dseq;
+    s->d_len = dft->kv.len[dseq];
+    s->p = *p;
+    s->vocab = V;
+    s->cap_ctx = n_ctx;
+    const size_t nb = (size_t)(dft->max_tokens > tgt->max_tokens ? dft->max_tokens : tgt->max_tokens);
+    s->cap_heap = SPEC_MAX_NODES * p->top_k + 1;
+    s->tok = malloc(nb * sizeof(int32_t));
+    s->pos = malloc(nb * sizeof(int32_t));
+    s->seq = malloc(nb * sizeof(int32_t));
+    s->par = malloc(nb * sizeof(int32_t));
+    s->rows = malloc(2 * nb * sizeof(int32_t));
+    s->want = malloc(nb);
+    s->tlogits = malloc((size_t)(SPEC_MAX_NODES + 1) * (size_t)V * sizeof(float));
+    s->dlogits = malloc(nb * (size_t)V * sizeof(float));
+    s->path = malloc((size_t)n_ctx * sizeof(int32_t));
+    s->res = calloc((size_t)V, sizeof(double));
+    s->heap = malloc((size_t)s->cap_heap * sizeof *s->heap);
+    if (!s->tok || !s->pos || !s->seq || !s->par || !s->rows || !s->want || !s->tlogits || !s->dlogits || !s->path ||
+        !s->res || !s->heap) {
+        spec_free(s);
+        return err_set("spec: out of memory");
+    }
+    return 0;
+}
+
+void spec_free(struct spec *s)
+{
+    free(s->tok);
+    free(s->pos);
+    free(s->seq);
+    free(s->par);
+    free(s->rows);
+    free(s->want);
+    free(s->tlogits);
+    free(s->dlogits);
+    free(s->path);
+    free(s->res);
+    free(s->heap);
+    memset(s, 0, sizeof *s);
+}
+
+static int32_t add_node(struct spec *s, int32_t token, int32_t parent, float logq, bool ngram)
+{
+    struct spec_node *n = &s->node[s->n_node];
+    *n = (struct spec_node){token, parent, parent < 0 ? 0 : s->node[parent].depth + 1, logq, ngram, -1};
+    return s->n_node++;
+}
+
+static int32_t find_child(const struct spec *s, int32_t parent, int32_t token)
+{
+    for (int32_t i = 1; i < s->n_node; i++)
+        if (s->node[i].parent == parent && s->node[i].token == token)
+            return i;
+    return -1;
+}
+
+/* Prompt lookup: the tokens that followed the most recent earlier occurrence of
+ * the context's last g tokens (longest g first), as a chain under the root. */
+static void add_ngram_chain(struct spec *s, const int32_t *hist, int32_t n_hist, int32_t max_depth)
+{
+    for (int32_t g = n_hist - 1 < 8 ? n_hist - 1 : 8; g >= s->p.ngram_min; g--) {
+        const int32_t *suf = hist + n_hist - g;
+        for (int32_t j = n_hist - g - 1; j >= 0; j--) {
+            if (memcmp(hist + j, suf, sizeof(int32_t) * (size_t)g) != 0)
+                continue;
+            int32_t parent = 0;
+            for (int32_t t = j + g; t < n_hist && s->node[parent].depth < max_depth && s->n_node <= s->p.n_nodes; t++)
+                parent = add_node(s, hist[t], parent, 0.0f, true);
+            return;
+        }
+    }
+}
+
+static void heap_push(struct spec *s, float lq, int32_t parent, int32_t token)
+{
+    if (s->n_heap < s->cap_heap)
+        s->heap[s->n_heap++] = (struct spec_cand){lq, parent, token};
+}
+
+/* The best candidate (highest cumulative log-probability; ties: earliest), removed. */
+static int heap_pop(struct spec *s, float *lq, int32_t *parent, int32_t *token)
+{
+    if (s->n_heap == 0)
+        return 0;
+    int32_t b = 0;
+    for (int32_t i = 1; i < s->n_heap; i++)
+        if (s->heap[i].lq > s->heap[b].lq)
+            b = i;
+    *lq = s->heap[b].lq;
+    *parent = s->heap[b].parent;
+    *token = s->heap[b].token;
+    s->heap[b] = s->heap[--s->n_heap];
+    return 1;
+}
+
+/* Feeds the draft's catch-up tokens hist[d_len .. n_hist-1) as a chain followed
+ * by the whole tree; logits wanted for the nodes in expand. Returns the number
+ * of catch-up rows, or -1. */
+static int32_t draft_forward(struct spec *s, const int32_t *hist, int32_t n_hist, const uint8_t *expand)
+{
+    const int32_t C = n_hist - 1 - s->d_len, base = s->d_len;
+    int32_t n = 0;
+    for (int32_t i = 0; i < C; i++, n++) {
+        s->tok[n] = hist[base + i];
+        s->pos[n] = base + i;
+        s->seq[n] = s->dseq;
+        s->par[n] = n - 1;
+        s->want[n] = 0;
+    }
+    for (int32_t i = 0; i < s->n_node; i++, n++) {
+        const struct spec_node *v = &s->node[i];
+        s->tok[n] = v->token;
+        s->pos[n] = n_hist - 1 + v->depth;
+        s->seq[n] = s->dseq;
+        s->par[n] = v->parent < 0 ? C - 1 : C + v->parent;
+        s->want[n] = expand[i];
+        s->node[i].drow = n;
+    }
+    struct batch b = {n, s->tok, s->pos, s->seq, s->par, s->want};
+    double t0 = now_s();
+    int32_t r = engine_forward(s->dft, &b, s->dlogits, NULL);
+    s->st.t_draft += now_s() - t0;
+    return r < 0 ? -1 : C;
+}
+
+/* Builds the tree below the root hist[n_hist-1]; returns the catch-up rows of
+ * the last draft forward (0 if there was none), or -1. */
+static int32_t build_tree(struct spec *s, const int32_t *hist, int32_t n_hist, int32_t max_depth)
+{
+    const struct spec_params *p = &s->p;
+    s->n_node = 0;
+    s->n_heap = 0;
+    add_node(s, hist[n_hist - 1], -1, 0.0f, false);
+    if (p->mode == SPEC_OFF || max_depth == 0 || p->n_nodes == 0)
+        return 0;
+    if (p->ngram)
+        add_ngram_chain(s, hist, n_hist, max_depth);
+    const int32_t budget = p->n_nodes, top_k = p->mode == SPEC_CHAIN ? 1 : p->top_k;
+    const int32_t depth = p->mode == SPEC_CHAIN ? p->n_nodes : p->depth;
+    const int32_t width = p->mode == SPEC_CHAIN ? 1 : (budget + depth - 1) / depth;
+    uint8_t expand[SPEC_MAX_NODES + 1] = {1};
+    int32_t n_expand = 1, C = 0;
+    for (int32_t i = 0; i < s->n_node; i++)
+        s->node[i].drow = -1;
+    while (s->n_node - 1 < budget && n_expand > 0) {
+        if ((C = draft_forward(s, hist, n_hist, expand)) < 0)
+            return -1;
+        for (int32_t i = 0, j = 0; i < s->n_node; i++) {
+            if (!expand[i])
+                continue;
+            const float *lg = s->dlogits + (size_t)j++ * (size_t)s->vocab;
+            float mx = lg[0];
+            for (int32_t t = 1; t < s->vocab; t++)
+                mx = lg[t] > mx ? lg[t] : mx;
+            double z = 0;
+            for (int32_t t = 0; t < s->vocab; t++)
+                z += exp((double)(lg[t] - mx));
+            const float lz = mx + (float)log(z);
+            /* the top_k tokens by draft probability, in order */
+            int32_t best[16];
+            for (int32_t k = 0; k < top_k; k++) {
+                best[k] = -1;
+                for (int32_t t = 0; t < s->vocab; t++) {
+                    int taken = 0;
+                    for (int32_t q = 0; q < k; q++)
+                        taken |= best[q] == t;
+                    if (!taken && (best[k] < 0 || lg[t] > lg[best[k]]))
+                        best[k] = t;
+                }
+                if (find_child(s, i, best[k]) < 0)
+                    heap_push(s, s->node[i].logq + lg[best[k]] - lz, i, best[k]);
+            }
+            expand[i] = 0;
+        }
+        n_expand = 0;
+        float lq;
+        int32_t parent, token;
+        while (n_expand < width && s->n_node - 1 < budget && heap_pop(s, &lq, &parent, &token)) {
+            if (s->node[parent].depth + 1 > (depth < max_depth ? depth : max_depth))
+                continue;
+            int32_t v = add_node(s, token, parent, lq, false);
+            expand[v] = 1;
+            n_expand++;
+        }
+    }
+    return C;
+}
+
+int32_t spec_step(struct spec *s, struct sampler *sm, const int32_t *hist, int32_t n_hist, int32_t *out,
+                  int32_t max_out)
+{
+    if (n_hist < 1 || max_out < 1 || n_hist + max_out > s->cap_ctx)
+        return err_set("spec: step past the context (%d + %d of %d)", n_hist, max_out, s->cap_ctx);
+    /* a draft lagging by more than a batch catches up on its own first */
+    while (n_hist - 1 - s->d_len + s->p.n_nodes + 1 > s->dft->max_tokens) {
+        int32_t n = n_hist - 1 - s->d_len;
+        if (n > s->dft->max_tokens)
+            n = s->dft->max_tokens;
+        for (int32_t i = 0; i < n; i++) {
+            s->pos[i] = s->d_len + i;
+            s->seq[i] = s->dseq;
+            s->par[i] = i - 1;
+            s->want[i] = 0;
+        }
+        struct batch b = {n, hist + s->d_len, s->pos, s->seq, s->par, s->want};
+        if (engine_forward(s->dft, &b, NULL, NULL) < 0 || engine_commit_all(s->dft) != 0)
+            return -1;
+        s->d_len += n;
+    }
+    const int32_t C = build_tree(s, hist, n_hist, max_out - 1);
+    if (C < 0)
+        return -1;
+    /* verify every node in one target forward */
+    for (int32_t i = 0; i < s->n_node; i++) {
+        s->tok[i] = s->node[i].token;
+        s->pos[i] = n_hist - 1 + s->node[i].depth;
+        s->seq[i] = s->tseq;
+        s->par[i] = s->node[i].parent;
+        s->want[i] = 1;
+    }
+    struct batch b = {s->n_node, s->tok, s->pos, s->seq, s->par, s->want};
+    double t0 = now_s();
+    if (engine_forward(s->tgt, &b, s->tlogits, NULL) < 0)
+        return -1;
+    s->st.t_verify += now_s() - t0;
+
+    /* acceptance from the root */
+    memcpy(s->path, hist, sizeof(int32_t) * (size_t)n_hist);
+    int32_t plen = n_hist, v = 0, k = 0, n_path = 1;
+    s->rows[0] = 0;
+    for (;;) {
+        const int32_t n = sampler_dist(sm, s->tlogits + (size_t)v * (size_t)s->vocab, s->path, plen);
+        double sum = 0;
+        for (int32_t i = 0; i < n; i++) {
+            s->res[sm->idx[i]] = sm->w[i];
+            sum += sm->w[i];
+        }
+        const double total = sum;
+        int32_t next = -1;
+        for (int32_t c = 1; c < s->n_node && next < 0; c++) {
+            if (s->node[c].parent != v)
+                continue;
+            const double pc = s->res[s->node[c].token];
+            if (pc <= 0)
+                continue;
+            if (sampler_uniform(sm) * sum < pc * s->p.accept_bias)
+                next = c;
+            else {
+                sum -= pc;
+                s->res[s->node[c].token] = 0;
+            }
+        }
+        int32_t tok;
+        if (next >= 0) {
+            tok = s->node[next].token;
+        } else {
+            /* nothing accepted: draw from the residual (or, if a biased test rule
+             * rejected all the mass, from the whole distribution) */
+            const int use_all = !(sum > 0);
+            double r = sampler_uniform(sm) * (use_all ? total : sum);
+            tok = sm->idx[0];
+            for (int32_t i = 0; i < n; i++) {
+                double w = use_all ? sm->w[i] : s->res[sm->idx[i]];
+                if (w <= 0)
+                    continue;
+                tok = sm->idx[i];
+                if ((r -= w) < 0)
+                    break;
+            }
+        }
+        for (int32_t i = 0; i < n; i++)
+            s->res[sm->idx[i]] = 0;
+        out[k++] = tok;
+        s->path[plen++] = tok;
+        if (next < 0)
+            break;
+        s->st.ngram_accepted += s->node[next].ngram;
+        s->rows[n_path++] = next;
+        v = next;
+    }
+    s->st.steps++;
+    s->st.tokens += k;
+    for (int32_t d = 0; d < k - 1 && d <= SPEC_MAX_DEPTH; d++)
+        s->st.accepted[d]++;
+    if (engine_commit(s->tgt, s->tseq, s->rows, n_path) != 0)
+        return -1;
+    /* the draft keeps its catch-up rows and the accepted nodes it has seen */
+    if (s->n_node > 1 && s->node[0].drow >= 0) {
+        int32_t m = 0;
+        for (int32_t i = 0; i < C; i++)
+            s->rows[n_path + m++] = i;
+        for (int32_t i = 0; i < n_path && s->node[s->rows[i]].drow >= 0; i++)
+            s->rows[n_path + m++] = s->node[s->rows[i]].drow;
+        if (engine_commit(s->dft, s->dseq, s->rows + n_path, m) != 0)
+            return -1;
+        s->d_len += m;
+    }
+    return k;
+}
+
+int spec_prefill(struct spec *s, const int32_t *toks, int32_t n, float *logits)
+{
+    struct engine *es[2] = {s->tgt, s->dft};
+    const int32_t seqs[2] = {s->tseq, s->dseq};
+    for (int e = 0; e < 2; e++) {
+        const int32_t len0 = es[e]->kv.len[seqs[e]];
+        for (int32_t done = len0; done < n;) {
+            int32_t k = n - done < es[e]->max_tokens ? n - done : es[e]->max_tokens;
+            for (int32_t i = 0; i < k; i++) {
+                s->pos[i] = done + i;
+                s->seq[i] = seqs[e];
+                s->par[i] = i - 1;
+                s->want[i] = e == 0 && done + i == n - 1;
+            }
+            struct batch b = {k, toks + done, s->pos, s->seq, s->par, s->want};
+            if (engine_forward(es[e], &b, e == 0 ? logits : NULL, NULL) < 0 || engine_commit_all(es[e]) != 0)
+                return -1;
+            done += k;
+        }
+    }
+    s->d_len = n;
+    return 0;
+}

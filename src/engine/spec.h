@@ -1,0 +1,115 @@
+/* spec: KFlash, tree speculative decoding over two engines (a target model and
+ * a small draft model with the same vocabulary).
+ *
+ * One step: the draft proposes a best-first tree of candidates below the
+ * pending token (by cumulative draft log-probability, batching the draft's
+ * forward over each round's new nodes), merged with a prompt-lookup chain (the
+ * tokens that followed the last few tokens where they occurred earlier in the
+ * context); the target verifies every node in one forward (the engine's tree
+ * visibility); acceptance walks from the root: at each node the target's
+ * sampling distribution p (the sampler's, after penalties, temperature and
+ * filters) is queried against the node's children in order, accepting a child
+ * with its residual probability and otherwise zeroing it and renormalising;
+ * when no child is accepted the next token is drawn from the residual. Greedy
+ * decoding is the special case of a one-hot p. The output distribution is
+ * exactly the target's, token for token identical when greedy.
+ *
+ * Sequences: the caller owns both engines and one sequence in each; the draft
+ * may lag the target by the tokens it never saw (accepted leaves, the bonus
+ * token) and catches up inside its next forward. Hybrid models need engines
+ * made with n_keep >= the node budget (each node's recurrent state comes from
+ * its parent's).
+ *
+ * Ownership: struct spec borrows the engines and the sampler; its buffers are
+ * sized at spec_init and nothing allocates during a step. */
+#ifndef KP_SPEC_H
+#define KP_SPEC_H
+
+#include "engine.h"
+#include "sampler.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum spec_mode { SPEC_OFF, SPEC_CHAIN, SPEC_TREE };
+
+#define SPEC_MAX_NODES 256
+#define SPEC_MAX_DEPTH 32
+
+struct spec_params {
+    enum spec_mode mode;
+    int32_t n_nodes;     /* tree: node budget below the root; chain: its length */
+    int32_t depth;       /* tree: deepest node */
+    int32_t top_k;       /* children considered per expanded node */
+    bool ngram;          /* merge the prompt-lookup chain into the tree */
+    int32_t ngram_min;   /* shortest suffix that must match earlier in the context */
+    /* For the tests only: multiply every acceptance probability by this (1 =
+     * the exact rule), so that the distribution test is seen to fail. */
+    double accept_bias;
+};
+
+/* Defaults: tree of 24 nodes, depth 8, 4 children per node, prompt lookup on. */
+struct spec_params spec_defaults(void);
+
+struct spec_stats {
+    int64_t steps;                   /* target verify forwards */
+    int64_t tokens;                  /* tokens produced (accepted + one per step) */
+    int64_t accepted[SPEC_MAX_DEPTH + 1]; /* steps that accepted at least d+1 nodes */
+    int64_t ngram_accepted;          /* accepted nodes that came from prompt lookup */
+    double t_draft, t_verify;        /* seconds in draft and target forwards */
+};
+
+struct spec_node {
+    int32_t token, parent, depth;
+    float logq;           /* cumulative draft log-probability (prompt-lookup nodes: 0) */
+    bool ngram;
+    int32_t drow;         /* row in the last draft forward, -1 if it was not in it */
+};
+
+struct spec_cand {
+    float lq;
+    int32_t parent, token;
+};
+
+struct spec {
+    struct engine *tgt, *dft;
+    int32_t tseq, dseq;
+    int32_t d_len;                    /* tokens the draft has committed */
+    struct spec_params p;
+    struct spec_stats st;
+    int32_t vocab;
+    int32_t n_node;
+    struct spec_node node[SPEC_MAX_NODES + 1];  /* [0] is the root (the pending token) */
+    /* per-forward buffers */
+    int32_t *tok, *pos, *seq, *par;   /* [max batch] */
+    uint8_t *want;
+    int32_t *rows;                    /* [2 * max batch] */
+    float *tlogits;                   /* [SPEC_MAX_NODES+1][vocab] */
+    float *dlogits;                   /* [max batch][vocab] */
+    int32_t *path;                    /* history + path, for penalties [ctx] */
+    int32_t cap_ctx;
+    double *res;                      /* residual probabilities [vocab] */
+    struct spec_cand *heap;           /* candidates [SPEC_MAX_NODES*top_k] */
+    int32_t n_heap, cap_heap;
+};
+
+/* tseq/dseq: sequences of tgt/dft holding the same committed tokens (the
+ * draft's may be a prefix of the target's: it catches up). -1 with err_set()
+ * for a vocabulary mismatch, bad parameters or no memory. */
+int spec_init(struct spec *s, struct engine *tgt, int32_t tseq, struct engine *dft, int32_t dseq,
+              const struct spec_params *p, int32_t n_ctx);
+void spec_free(struct spec *s);
+
+/* Feeds toks[len..n) to both engines (len: what each sequence holds already);
+ * logits (host, [vocab]) receives the target's logits after the last token. */
+int spec_prefill(struct spec *s, const int32_t *toks, int32_t n, float *logits);
+
+/* One step. hist[0..n_hist) is the sequence so far; its last token is pending
+ * (sampled, not yet fed to the target, whose sequence holds n_hist-1 tokens).
+ * Writes the k >= 1 tokens that follow into out (the last is the new pending
+ * token; the target then holds n_hist-1+k tokens) and returns k (at most
+ * max_out), or -1 with err_set(). */
+int32_t spec_step(struct spec *s, struct sampler *sm, const int32_t *hist, int32_t n_hist, int32_t *out,
+                  int32_t max_out);
+
+#endif
