@@ -57,8 +57,8 @@ int spec_init(struct spec *s, struct engine *tgt, int32_t tseq, struct engine *d
     s->par = malloc(nb * sizeof(int32_t));
     s->rows = malloc(2 * nb * sizeof(int32_t));
     s->want = malloc(nb);
-    s->tlogits = malloc((size_t)(SPEC_MAX_NODES + 1) * (size_t)V * sizeof(float));
-    s->dlogits = malloc(nb * (size_t)V * sizeof(float));
+    s->tlogits = malloc((size_t)(p->n_nodes + 1) * (size_t)V * sizeof(float));
+    s->dlogits = malloc((size_t)(p->n_nodes + 1) * (size_t)V * sizeof(float));
     s->path = malloc((size_t)n_ctx * sizeof(int32_t));
     s->res = calloc((size_t)V, sizeof(double));
     s->heap = malloc((size_t)s->cap_heap * sizeof *s->heap);
@@ -68,6 +68,13 @@ int spec_init(struct spec *s, struct engine *tgt, int32_t tseq, struct engine *d
         return err_set("spec: out of memory");
     }
     return 0;
+}
+
+void spec_reset(struct spec *s, int32_t tseq, int32_t dseq)
+{
+    s->tseq = tseq;
+    s->dseq = dseq;
+    s->d_len = s->dft->kv.len[dseq];
 }
 
 void spec_free(struct spec *s)

@@ -84,8 +84,8 @@ struct spec {
     int32_t *tok, *pos, *seq, *par;   /* [max batch] */
     uint8_t *want;
     int32_t *rows;                    /* [2 * max batch] */
-    float *tlogits;                   /* [SPEC_MAX_NODES+1][vocab] */
-    float *dlogits;                   /* [max batch][vocab] */
+    float *tlogits;                   /* [n_nodes+1][vocab] */
+    float *dlogits;                   /* [n_nodes+1][vocab] (the expanded nodes' rows) */
     int32_t *path;                    /* history + path, for penalties [ctx] */
     int32_t cap_ctx;
     double *res;                      /* residual probabilities [vocab] */
@@ -99,6 +99,8 @@ struct spec {
 int spec_init(struct spec *s, struct engine *tgt, int32_t tseq, struct engine *dft, int32_t dseq,
               const struct spec_params *p, int32_t n_ctx);
 void spec_free(struct spec *s);
+/* Points the spec at another pair of sequences (same engines). */
+void spec_reset(struct spec *s, int32_t tseq, int32_t dseq);
 
 /* Feeds toks[len..n) to both engines (len: what each sequence holds already);
  * logits (host, [vocab]) receives the target's logits after the last token. */

@@ -45,7 +45,8 @@ int test_failures;
     X(test_model_hybrid_no_keep)                                                                               \
     X(test_sched_hybrid)                                                                                       \
     X(test_spec_greedy_fixtures)                                                                               \
-    X(test_spec_greedy_tiny)
+    X(test_spec_greedy_tiny)                                                                                   \
+    X(test_spec_sampling)
 
 #define DECLARE(name) void name(void);
 TESTS(DECLARE)

@@ -194,3 +194,119 @@ void test_spec_greedy_tiny(void)
     tok_free(t);
     pair_close(&p);
 }
+
+/* Two-sample chi-square over the joint of the first three generated tokens:
+ * plain sampling vs KFlash, n samples each. Returns the statistic and, in *crit,
+ * the critical value at alpha = 0.001 (Wilson-Hilferty) for its degrees of freedom. */
+static double chi2_first3(struct pair *p, const struct sampler_params *gp, const struct spec_params *sp, int32_t n,
+                          double *crit)
+{
+    const int32_t V = p->tm.cfg.vocab_size, NP = 20;
+    int32_t prompt[20];
+    for (int i = 0; i < NP; i++)
+        prompt[i] = 2 + (i * 31 + 7) % 500;
+    float *lg0 = malloc(sizeof(float) * (size_t)V), *lg = malloc(sizeof(float) * (size_t)V);
+    int32_t ts = engine_seq_new(&p->te), ds = engine_seq_new(&p->de);
+    struct spec s;
+    CHECK(spec_init(&s, &p->te, ts, &p->de, ds, sp, CTX) == 0, "%s", err_msg());
+    CHECK(spec_prefill(&s, prompt, NP, lg0) == 0, "%s", err_msg());
+    struct sampler sm;
+    CHECK(sampler_init(&sm, gp, V) == 0, "%s", err_msg());
+    /* cells: (t1, t2, t3) -> counts for plain [0] and spec [1] */
+    enum { MAXC = 4096 };
+    static int32_t key[MAXC][3], cnt[MAXC][2];
+    int32_t n_cell = 0;
+    for (int g = 0; g < 2; g++)
+        for (int32_t it = 0; it < n; it++) {
+            int32_t hist[NP + 4], t[3];
+            memcpy(hist, prompt, sizeof prompt);
+            int32_t tq = engine_seq_fork(&p->te, ts), dq = engine_seq_fork(&p->de, ds);
+            hist[NP] = t[0] = sampler_sample(&sm, lg0, hist, NP);
+            if (g == 0) {
+                memcpy(lg, lg0, sizeof(float) * (size_t)V);
+                for (int32_t j = 1; j < 3; j++) {
+                    int32_t ps = NP + j - 1, pa = -1;
+                    uint8_t one = 1;
+                    struct batch b = {1, &t[j - 1], &ps, &tq, &pa, &one};
+                    CHECK(engine_forward(&p->te, &b, lg, NULL) == 1 && engine_commit_all(&p->te) == 0, "%s", err_msg());
+                    hist[NP + j] = t[j] = sampler_sample(&sm, lg, hist, NP + j);
+                }
+            } else {
+                spec_reset(&s, tq, dq);
+                int32_t len = NP + 1;
+                while (len < NP + 3) {
+                    int32_t k = spec_step(&s, &sm, hist, len, hist + len, NP + 3 - len);
+                    CHECK(k >= 1, "%s", err_msg());
+                    if (k < 1)
+                        break;
+                    len += k;
+                }
+                t[1] = hist[NP + 1];
+                t[2] = hist[NP + 2];
+            }
+            engine_seq_free(&p->te, tq);
+            engine_seq_free(&p->de, dq);
+            int32_t c = 0;
+            while (c < n_cell && memcmp(key[c], t, sizeof t) != 0)
+                c++;
+            if (c == n_cell && n_cell < MAXC) {
+                memcpy(key[n_cell], t, sizeof t);
+                cnt[n_cell][0] = cnt[n_cell][1] = 0;
+                n_cell++;
+            }
+            if (c < MAXC)
+                cnt[c][g]++;
+        }
+    /* cells with fewer than 10 expected in a group pooled into one */
+    double x2 = 0, pool[2] = {0, 0};
+    int32_t df = 0;
+    for (int32_t c = 0; c < n_cell; c++) {
+        double tot = cnt[c][0] + cnt[c][1];
+        if (tot / 2 < 10) {
+            pool[0] += cnt[c][0];
+            pool[1] += cnt[c][1];
+            continue;
+        }
+        for (int g = 0; g < 2; g++)
+            x2 += (cnt[c][g] - tot / 2) * (cnt[c][g] - tot / 2) / (tot / 2);
+        df++;
+    }
+    if (pool[0] + pool[1] > 0) {
+        double tot = pool[0] + pool[1];
+        for (int g = 0; g < 2; g++)
+            x2 += (pool[g] - tot / 2) * (pool[g] - tot / 2) / (tot / 2);
+        df++;
+    }
+    df -= 1;
+    const double z = 3.09, h = 2.0 / (9.0 * df);
+    *crit = df * pow(1 - h + z * sqrt(h), 3);
+    printf("  chi-square %.1f on %d degrees of freedom (critical %.1f at 0.001), accepted %lld of %lld tokens\n", x2,
+           df, *crit, (long long)(s.st.tokens - s.st.steps), (long long)s.st.tokens);
+    sampler_free(&sm);
+    spec_free(&s);
+    engine_seq_free(&p->te, ts);
+    engine_seq_free(&p->de, ds);
+    free(lg0);
+    free(lg);
+    return x2;
+}
+
+void test_spec_sampling(void)
+{
+    struct pair p;
+    /* the draft is the target itself, so that most steps go through the acceptance rule */
+    CHECK(pair_open(&p, fx("qwen3"), fx("qwen3")) == 0, "%s", err_msg());
+    struct sampler_params gp = sampler_defaults();
+    gp.temperature = 1.0f;
+    gp.top_k = 6;
+    gp.seed = 12345;
+    struct spec_params sp = spec_defaults();
+    sp.ngram = false;
+    double crit, x2 = chi2_first3(&p, &gp, &sp, 20000, &crit);
+    CHECK(x2 < crit, "KFlash sampling differs from plain sampling: chi-square %.1f >= %.1f", x2, crit);
+    /* the same test with a biased acceptance rule must fail */
+    sp.accept_bias = 0.6;
+    x2 = chi2_first3(&p, &gp, &sp, 20000, &crit);
+    CHECK(x2 > crit, "the chi-square test did not catch a biased acceptance rule: %.1f <= %.1f", x2, crit);
+    pair_close(&p);
+}
