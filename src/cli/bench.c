@@ -7,6 +7,7 @@
 #include "../base/pool.h"
 #include "../engine/engine.h"
 #include "../engine/sampler.h"
+#include "../engine/spec.h"
 #include "../tokenizer/tokenizer.h"
 #include "cli.h"
 
@@ -87,6 +88,11 @@ static void bench_usage(FILE *f)
     fprintf(f, "usage: kapitsa bench --model DIR [--threads N] [--prompt N] [--gen M] [--batch B] [--json]\n"
                "  prefill N random tokens (default 512) in batches of B (default 512), then decode M tokens\n"
                "  (default 64) greedily; prints tok/s and the decode bandwidth roofline\n"
+               "       kapitsa bench --model DIR --draft DIR --prompt-file FILE [--gen M] [--threads N]\n"
+               "                     [--chain K] [--spec-tree N,D] [--json]\n"
+               "  KFlash side by side: greedy generation after the file's text, plain, with a draft chain of\n"
+               "  K (default 4), the KFlash tree of N nodes / depth D (default 24,8), and the tree with prompt\n"
+               "  lookup; prints target passes per token and the speedup, and checks all four agree\n"
                "       kapitsa bench --tokenizer DIR --corpus FILE.jsonl\n"
                "  encodes every {\"text\", \"ids\"} line on one thread (best of 3 passes), checks the ids\n"
                "  and prints the encoding speed in MB/s\n");
@@ -157,8 +163,9 @@ done:
 
 int cli_bench(int argc, char **argv)
 {
-    const char *dir = NULL, *v, *tok_dir = NULL, *corpus = NULL;
-    int64_t threads = 0, n_prompt = 512, n_gen = 64, n_batch = 512;
+    const char *dir = NULL, *v, *tok_dir = NULL, *corpus = NULL, *draft = NULL, *prompt_file = NULL;
+    int64_t threads = 0, n_prompt = 512, n_gen = 64, n_batch = 512, chain_k = 4;
+    int tree_n = 24, tree_d = 8;
     int json = 0;
     for (int i = 0; i < argc; i++) {
         int f;
@@ -173,9 +180,20 @@ int cli_bench(int argc, char **argv)
         }
         if ((f = cli_flag(argc, argv, &i, "--model", &dir)) != 0 ||
             (f = cli_flag(argc, argv, &i, "--tokenizer", &tok_dir)) != 0 ||
-            (f = cli_flag(argc, argv, &i, "--corpus", &corpus)) != 0) {
+            (f = cli_flag(argc, argv, &i, "--corpus", &corpus)) != 0 ||
+            (f = cli_flag(argc, argv, &i, "--draft", &draft)) != 0 ||
+            (f = cli_flag(argc, argv, &i, "--prompt-file", &prompt_file)) != 0) {
             if (f < 0)
                 return 2;
+            continue;
+        }
+        if ((f = cli_flag(argc, argv, &i, "--spec-tree", &v)) != 0) {
+            if (f < 0 || sscanf(v, "%d,%d", &tree_n, &tree_d) != 2 || tree_n < 1 || tree_d < 1 ||
+                tree_n > SPEC_MAX_NODES || tree_d > SPEC_MAX_DEPTH) {
+                fprintf(stderr, "kapitsa bench: --spec-tree needs N,D with N <= %d, D <= %d\n", SPEC_MAX_NODES,
+                        SPEC_MAX_DEPTH);
+                return 2;
+            }
             continue;
         }
         if ((f = cli_flag(argc, argv, &i, "--threads", &v)) != 0)
@@ -186,6 +204,8 @@ int cli_bench(int argc, char **argv)
             dst = &n_gen;
         else if ((f = cli_flag(argc, argv, &i, "--batch", &v)) != 0)
             dst = &n_batch;
+        else if ((f = cli_flag(argc, argv, &i, "--chain", &v)) != 0)
+            dst = &chain_k;
         if (f <= 0 || (*dst = cli_int(v)) < 1 || *dst > 1000000) {
             bench_usage(stderr);
             return 2;
@@ -193,6 +213,14 @@ int cli_bench(int argc, char **argv)
     }
     if (tok_dir && corpus)
         return bench_tokenizer(tok_dir, corpus);
+    if (dir && draft) {
+        if (!prompt_file || chain_k > SPEC_MAX_NODES) {
+            bench_usage(stderr);
+            return 2;
+        }
+        return bench_spec(dir, draft, prompt_file, (int32_t)n_gen, (int32_t)threads, (int32_t)chain_k, tree_n, tree_d,
+                          json);
+    }
     if (!dir) {
         bench_usage(stderr);
         return 2;

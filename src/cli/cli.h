@@ -14,6 +14,10 @@ int cli_render(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_launch(int argc, char **argv);
+/* kapitsa bench --draft (bench_spec.c): plain, chain of chain_k, tree of tree_n
+ * nodes / depth tree_d, tree + prompt lookup, side by side. */
+int bench_spec(const char *target, const char *draft, const char *prompt_file, int32_t n_gen, int32_t threads,
+               int32_t chain_k, int32_t tree_n, int32_t tree_d, int json);
 /* The embedded default model folder (KAPITSA_MODEL, ./models/kapitsa-tiny, or beside the binary). */
 const char *cli_default_model(void);
 

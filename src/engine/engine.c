@@ -3,6 +3,7 @@
 #include "engine.h"
 
 #include "../base/err.h"
+#include "../model/layers.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -252,6 +253,14 @@ int32_t engine_forward(struct engine *e, const struct batch *b, float *logits, c
     if (logits && n_out > 0)
         e->be->ops->read(e->be, &e->s.logits, 0, n_out, logits);
     return n_out;
+}
+
+int engine_row_logits(struct engine *e, int32_t row, float *out)
+{
+    if (row < 0 || row >= e->last_n)
+        return err_set("engine: the last forward has no row %d", row);
+    layers_logits_row(e->m, &e->s, row, out);
+    return 0;
 }
 
 int engine_commit(struct engine *e, int32_t seq, const int32_t *rows, int32_t n)

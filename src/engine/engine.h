@@ -82,6 +82,11 @@ bool engine_is_recurrent(const struct engine *e);
  * err_set() for a malformed batch or a full cache (nothing is committed). */
 int32_t engine_forward(struct engine *e, const struct batch *b, float *logits, const struct model_trace *trace);
 
+/* Logits of row `row` of the last forward (host out [vocab]), computed on
+ * demand: a tree verification asks only for the nodes its acceptance visits.
+ * Valid until the next forward; -1 with err_set() for a row it did not have. */
+int engine_row_logits(struct engine *e, int32_t row, float *out);
+
 /* Makes rows[0..n) of the last forward (all of sequence seq, each the child of
  * the one before, the first with parent -1) the next n committed tokens of seq. */
 int engine_commit(struct engine *e, int32_t seq, const int32_t *rows, int32_t n);

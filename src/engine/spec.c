@@ -6,6 +6,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "spec.h"
 
+#define DRAFT_TOP 16 /* draft candidates per expanded node that enter its normaliser */
+
 #include "../base/err.h"
 
 #include <math.h>
@@ -57,7 +59,7 @@ int spec_init(struct spec *s, struct engine *tgt, int32_t tseq, struct engine *d
     s->par = malloc(nb * sizeof(int32_t));
     s->rows = malloc(2 * nb * sizeof(int32_t));
     s->want = malloc(nb);
-    s->tlogits = malloc((size_t)(p->n_nodes + 1) * (size_t)V * sizeof(float));
+    s->tlogits = malloc((size_t)(p->n_nodes + 2) * (size_t)V * sizeof(float));
     s->dlogits = malloc((size_t)(p->n_nodes + 1) * (size_t)V * sizeof(float));
     s->path = malloc((size_t)n_ctx * sizeof(int32_t));
     s->res = calloc((size_t)V, sizeof(double));
@@ -203,27 +205,29 @@ static int32_t build_tree(struct spec *s, const int32_t *hist, int32_t n_hist, i
             if (!expand[i])
                 continue;
             const float *lg = s->dlogits + (size_t)j++ * (size_t)s->vocab;
-            float mx = lg[0];
-            for (int32_t t = 1; t < s->vocab; t++)
-                mx = lg[t] > mx ? lg[t] : mx;
-            double z = 0;
-            for (int32_t t = 0; t < s->vocab; t++)
-                z += exp((double)(lg[t] - mx));
-            const float lz = mx + (float)log(z);
-            /* the top_k tokens by draft probability, in order */
-            int32_t best[16];
-            for (int32_t k = 0; k < top_k; k++) {
-                best[k] = -1;
-                for (int32_t t = 0; t < s->vocab; t++) {
-                    int taken = 0;
-                    for (int32_t q = 0; q < k; q++)
-                        taken |= best[q] == t;
-                    if (!taken && (best[k] < 0 || lg[t] > lg[best[k]]))
-                        best[k] = t;
+            /* one pass: the DRAFT_TOP largest logits, in order */
+            int32_t best[DRAFT_TOP];
+            int32_t nb = 0;
+            for (int32_t t = 0; t < s->vocab; t++) {
+                if (nb == DRAFT_TOP && lg[t] <= lg[best[nb - 1]])
+                    continue;
+                int32_t q = nb < DRAFT_TOP ? nb++ : nb - 1;
+                while (q > 0 && lg[best[q - 1]] < lg[t]) {
+                    best[q] = best[q - 1];
+                    q--;
                 }
-                if (find_child(s, i, best[k]) < 0)
-                    heap_push(s, s->node[i].logq + lg[best[k]] - lz, i, best[k]);
+                best[q] = t;
             }
+            /* log-probabilities normalised over those DRAFT_TOP: they only order the
+             * tree (exactness does not depend on them), and a full softmax over a
+             * large vocabulary would cost more than the draft's forward */
+            double z = 0;
+            for (int32_t q = 0; q < nb; q++)
+                z += exp((double)(lg[best[q]] - lg[best[0]]));
+            const float lz = lg[best[0]] + (float)log(z);
+            for (int32_t q = 0; q < top_k && q < nb; q++)
+                if (find_child(s, i, best[q]) < 0)
+                    heap_push(s, s->node[i].logq + lg[best[q]] - lz, i, best[q]);
             expand[i] = 0;
         }
         n_expand = 0;
@@ -270,20 +274,38 @@ int32_t spec_step(struct spec *s, struct sampler *sm, const int32_t *hist, int32
         s->pos[i] = n_hist - 1 + s->node[i].depth;
         s->seq[i] = s->tseq;
         s->par[i] = s->node[i].parent;
-        s->want[i] = 1;
+        s->want[i] = 0;
+        s->lrow[i] = -1;
     }
+    /* logits in the verify pass for the path the walk most likely takes (from
+     * the root, each node's most probable child, prompt-lookup nodes first);
+     * other nodes get theirs on demand if the walk reaches them */
+    int32_t n_pred = 0;
+    for (int32_t v = 0; v >= 0;) {
+        s->want[v] = 1;
+        int32_t best = -1;
+        for (int32_t c = v + 1; c < s->n_node; c++)
+            if (s->node[c].parent == v && (best < 0 || s->node[c].logq > s->node[best].logq))
+                best = c;
+        v = best;
+    }
+    for (int32_t i = 0; i < s->n_node; i++)
+        if (s->want[i])
+            s->lrow[i] = n_pred++;
     struct batch b = {s->n_node, s->tok, s->pos, s->seq, s->par, s->want};
     double t0 = now_s();
     if (engine_forward(s->tgt, &b, s->tlogits, NULL) < 0)
         return -1;
-    s->st.t_verify += now_s() - t0;
 
     /* acceptance from the root */
     memcpy(s->path, hist, sizeof(int32_t) * (size_t)n_hist);
     int32_t plen = n_hist, v = 0, k = 0, n_path = 1;
     s->rows[0] = 0;
     for (;;) {
-        const int32_t n = sampler_dist(sm, s->tlogits + (size_t)v * (size_t)s->vocab, s->path, plen);
+        float *lg = s->tlogits + (size_t)(s->lrow[v] >= 0 ? s->lrow[v] : n_pred) * (size_t)s->vocab;
+        if (s->lrow[v] < 0 && engine_row_logits(s->tgt, v, lg) != 0)
+            return -1;
+        const int32_t n = sampler_dist(sm, lg, s->path, plen);
         double sum = 0;
         for (int32_t i = 0; i < n; i++) {
             s->res[sm->idx[i]] = sm->w[i];
@@ -332,6 +354,7 @@ int32_t spec_step(struct spec *s, struct sampler *sm, const int32_t *hist, int32
         s->rows[n_path++] = next;
         v = next;
     }
+    s->st.t_verify += now_s() - t0;
     s->st.steps++;
     s->st.tokens += k;
     for (int32_t d = 0; d < k - 1 && d <= SPEC_MAX_DEPTH; d++)

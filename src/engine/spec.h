@@ -84,7 +84,8 @@ struct spec {
     int32_t *tok, *pos, *seq, *par;   /* [max batch] */
     uint8_t *want;
     int32_t *rows;                    /* [2 * max batch] */
-    float *tlogits;                   /* [n_nodes+1][vocab] */
+    float *tlogits;                   /* [n_nodes+2][vocab]: the verify pass's logit rows, then one on demand */
+    int32_t lrow[SPEC_MAX_NODES + 1]; /* each node's row in tlogits, -1 if not computed in the pass */
     float *dlogits;                   /* [n_nodes+1][vocab] (the expanded nodes' rows) */
     int32_t *path;                    /* history + path, for penalties [ctx] */
     int32_t cap_ctx;

@@ -19,4 +19,8 @@ void layers_moe(const struct model *m, struct model_scratch *s, const struct lay
 void layers_logits(const struct model *m, struct model_scratch *s, const struct tensor *x, int32_t n, int32_t n_out,
                    const struct model_trace *trace);
 
+/* After a forward: the logits of batch row `row` (its final-norm hidden state is
+ * still in the scratch) into host out [vocab]; overwrites the scratch logits. */
+void layers_logits_row(const struct model *m, struct model_scratch *s, int32_t row, float *out);
+
 #endif

@@ -1,0 +1,186 @@
+/* kapitsa bench --draft: KFlash side by side with plain decoding on one prompt.
+ * Greedy generation of the same tokens four ways (plain; a draft chain of k;
+ * the KFlash tree; the tree with prompt lookup), each checked identical to
+ * plain; reports target passes per token and wall-clock speed. */
+#define _POSIX_C_SOURCE 200809L
+#include "../backend/cpu/cpu.h"
+#include "../base/err.h"
+#include "../engine/spec.h"
+#include "../tokenizer/tokenizer.h"
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static char *read_file(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        err_set("bench: cannot open %s", path);
+        return NULL;
+    }
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = sz >= 0 ? malloc((size_t)sz + 1) : NULL;
+    *n = b ? fread(b, 1, (size_t)sz, f) : 0;
+    fclose(f);
+    if (!b)
+        err_set("bench: cannot read %s", path);
+    return b;
+}
+
+struct run_result {
+    const char *name;
+    double seconds, t_draft, t_verify;
+    int64_t passes, ngram;
+    int identical;
+};
+
+/* Generates n_gen tokens after prompt with the given speculation (mode OFF:
+ * plain one-token steps through the same code). */
+static int run_one(struct engine *te, struct engine *de, const struct spec_params *sp, const int32_t *prompt,
+                   int32_t n, int32_t n_gen, int32_t *out, struct run_result *r, int32_t ctx)
+{
+    const int32_t V = te->m->cfg.vocab_size;
+    float *lg = malloc(sizeof(float) * (size_t)V);
+    int32_t *hist = malloc(sizeof(int32_t) * (size_t)(n + n_gen + 1));
+    int32_t ts = engine_seq_new(te), ds = engine_seq_new(de);
+    struct sampler sm;
+    struct sampler_params gp = sampler_defaults();
+    struct spec s;
+    int rc = -1;
+    if (!lg || !hist || ts < 0 || ds < 0 || sampler_init(&sm, &gp, V) != 0)
+        goto done;
+    if (spec_init(&s, te, ts, de, ds, sp, ctx) != 0)
+        goto done_sm;
+    if (spec_prefill(&s, prompt, n, lg) != 0)
+        goto done_spec;
+    memcpy(hist, prompt, sizeof(int32_t) * (size_t)n);
+    int32_t len = n;
+    double t0 = now_s();
+    hist[len++] = sampler_sample(&sm, lg, hist, n);
+    while (len - n < n_gen) {
+        int32_t k = spec_step(&s, &sm, hist, len, hist + len, n_gen - (len - n));
+        if (k < 1)
+            goto done_spec;
+        len += k;
+    }
+    r->seconds = now_s() - t0;
+    r->passes = s.st.steps;
+    r->t_draft = s.st.t_draft;
+    r->t_verify = s.st.t_verify;
+    r->ngram = s.st.ngram_accepted;
+    memcpy(out, hist + n, sizeof(int32_t) * (size_t)n_gen);
+    rc = 0;
+done_spec:
+    spec_free(&s);
+done_sm:
+    sampler_free(&sm);
+done:
+    engine_seq_free(te, ts);
+    engine_seq_free(de, ds);
+    free(lg);
+    free(hist);
+    return rc;
+}
+
+int bench_spec(const char *target, const char *draft, const char *prompt_file, int32_t n_gen, int32_t threads,
+               int32_t chain_k, int32_t tree_n, int32_t tree_d, int json)
+{
+    struct backend *be = cpu_backend_init(threads, NULL);
+    struct model tm, dm;
+    struct engine te, de;
+    struct tokenizer *tok = NULL;
+    struct tok_ids ids = {0};
+    char *text = NULL;
+    int32_t *want = NULL, *got = NULL;
+    int rc = 1, n_loaded = 0, n_up = 0;
+    size_t n_text = 0;
+    if (!be || !(tok = tok_load(target)) || !(text = read_file(prompt_file, &n_text)) ||
+        tok_encode(tok, text, n_text, &ids) != 0)
+        goto done;
+    if (model_load(&tm, target, be, NULL) != 0)
+        goto done;
+    n_loaded = 1;
+    if (model_load(&dm, draft, be, NULL) != 0)
+        goto done;
+    n_loaded = 2;
+    const int32_t batch = (tree_n > chain_k ? tree_n : chain_k) + 1 < 64 ? 64 : (tree_n > chain_k ? tree_n : chain_k) + 1;
+    const int32_t ctx = ids.n + n_gen + 64;
+    if (engine_init(&te, &tm, ctx, 1, batch, batch) != 0)
+        goto done;
+    n_up = 1;
+    if (engine_init(&de, &dm, ctx, 1, batch, batch) != 0)
+        goto done;
+    n_up = 2;
+    want = malloc(sizeof(int32_t) * (size_t)n_gen);
+    got = malloc(sizeof(int32_t) * (size_t)n_gen);
+    if (!want || !got) {
+        err_set("bench: out of memory");
+        goto done;
+    }
+    struct spec_params sp[4];
+    for (int i = 0; i < 4; i++)
+        sp[i] = spec_defaults();
+    sp[0].mode = SPEC_OFF;
+    sp[1].mode = SPEC_CHAIN, sp[1].n_nodes = chain_k, sp[1].ngram = false;
+    sp[2].n_nodes = tree_n, sp[2].depth = tree_d, sp[2].ngram = false;
+    sp[3].n_nodes = tree_n, sp[3].depth = tree_d;
+    struct run_result r[4] = {{.name = "plain"}, {.name = "chain"}, {.name = "tree"}, {.name = "tree+ngram"}};
+    for (int i = 0; i < 4; i++) {
+        if (run_one(&te, &de, &sp[i], ids.ids, ids.n, n_gen, i ? got : want, &r[i], ctx) != 0)
+            goto done;
+        r[i].identical = i == 0 || memcmp(got, want, sizeof(int32_t) * (size_t)n_gen) == 0;
+    }
+    if (json) {
+        printf("{\"target\":\"%s\",\"draft\":\"%s\",\"prompt_tokens\":%d,\"gen\":%d,\"runs\":[", target, draft, ids.n,
+               n_gen);
+        for (int i = 0; i < 4; i++)
+            printf("%s{\"spec\":\"%s\",\"passes\":%lld,\"tokens_per_pass\":%.3f,\"seconds\":%.4f,\"speedup\":%.3f,"
+                   "\"draft_s\":%.4f,\"verify_s\":%.4f,\"ngram_accepted\":%lld,\"identical\":%s}",
+                   i ? "," : "", r[i].name, (long long)r[i].passes, (double)n_gen / (double)r[i].passes, r[i].seconds,
+                   r[0].seconds / r[i].seconds, r[i].t_draft, r[i].t_verify, (long long)r[i].ngram,
+                   r[i].identical ? "true" : "false");
+        printf("]}\n");
+    } else {
+        printf("target %s, draft %s; prompt %d tokens, %d generated greedily\n", target, draft, ids.n, n_gen);
+        printf("%-11s %8s %12s %9s %9s %9s %8s %s\n", "spec", "passes", "tokens/pass", "seconds", "draft s",
+               "verify s", "speedup", "output");
+        for (int i = 0; i < 4; i++)
+            printf("%-11s %8lld %12.2f %9.3f %9.3f %9.3f %7.2fx %s\n", r[i].name, (long long)r[i].passes,
+                   (double)n_gen / (double)r[i].passes, r[i].seconds, r[i].t_draft, r[i].t_verify,
+                   r[0].seconds / r[i].seconds, r[i].identical ? "identical" : "DIFFERS");
+    }
+    rc = r[1].identical && r[2].identical && r[3].identical ? 0 : 1;
+    if (rc)
+        err_set("bench: speculative output differs from plain decoding");
+done:
+    if (rc)
+        fprintf(stderr, "kapitsa: %s\n", err_msg());
+    free(want);
+    free(got);
+    if (n_up > 1)
+        engine_free(&de);
+    if (n_up > 0)
+        engine_free(&te);
+    if (n_loaded > 1)
+        model_free(&dm);
+    if (n_loaded > 0)
+        model_free(&tm);
+    tok_ids_free(&ids);
+    free(text);
+    tok_free(tok);
+    if (be)
+        be->ops->free(be);
+    return rc;
+}
