@@ -119,6 +119,25 @@ expect "run the default model (greedy)" 0 "    return np.array([1, 2, 3" -- \
 '"
 expect "run as a chat turn, sampled" 0 "" -- "$bin" run --model "$here/../models/kapitsa-tiny" --chat --temp 0.8 --seed 1 --max-tokens 8 "hi"
 expect "run a missing model" 1 "kapitsa:" -- "$bin" run --model "$tmp/nowhere" "x"
+
+# KFlash through run: the same text as plain decoding, greedy and sampled with a seed's distribution
+m="$here/../models"
+"$bin" run --model "$m/kapitsa-tiny" --max-tokens 80 "$(cat "$here/../tools/bench_tasks/complete.txt")" > "$tmp/plain.txt" 2>/dev/null
+for spec in "--spec lookup" "--draft $m/kapitsa-tiny-draft" "--draft $m/kapitsa-tiny-draft --spec chain --spec-tree 5,5" \
+            "--draft $m/kapitsa-tiny-draft --spec-tree 8,4"; do
+    if "$bin" run --model "$m/kapitsa-tiny" --max-tokens 80 $spec "$(cat "$here/../tools/bench_tasks/complete.txt")" \
+        > "$tmp/spec.txt" 2>"$tmp/spec.err" && cmp -s "$tmp/plain.txt" "$tmp/spec.txt" && grep -q "target passes" "$tmp/spec.err"; then
+        ok "run $spec: identical to plain decoding"
+    else
+        bad "run $spec: differs from plain decoding"; diff "$tmp/plain.txt" "$tmp/spec.txt" | head -5
+    fi
+done
+expect "run --spec tree without a draft" 2 "needs --draft" -- "$bin" run --spec tree "x"
+expect "run --spec with a bad name" 2 "--spec takes" -- "$bin" run --spec fast "x"
+expect "bench --draft: four ways, identical" 0 '"spec":"tree+ngram"' '"identical":true' -- \
+    "$bin" bench --model "$m/kapitsa-tiny" --draft "$m/kapitsa-tiny-draft" --prompt-file "$here/../tools/bench_tasks/edit.txt" --gen 48 --json
+expect "bench --draft with another vocabulary" 1 "vocabulary" -- \
+    "$bin" bench --model "$m/kapitsa-tiny" --draft "$fx/qwen3" --prompt-file "$here/../tools/bench_tasks/edit.txt" --gen 8
 expect "bad flag" 2 "--chunks needs sizes" -- "$bin" check "$fx/qwen3" --chunks 0
 expect "unknown command" 2 "unknown command" -- "$bin" frobnicate
 

@@ -3,6 +3,8 @@
 #ifndef KP_CLI_H
 #define KP_CLI_H
 
+#include "../engine/spec.h"
+
 #include <stdint.h>
 
 int cli_check(int argc, char **argv);
@@ -24,6 +26,19 @@ const char *cli_default_model(void);
 /* Shared flag parsing: "--name value". Returns 1 and sets *val when argv[*i]
  * is --name (advancing *i), 0 when it is another flag, -1 when the value is missing. */
 int cli_flag(int argc, char **argv, int *i, const char *name, const char **val);
+/* Speculative decoding flags (spec_opts.c): --draft DIR, --spec off|chain|tree|lookup,
+ * --spec-tree N,D. Default: tree when a draft is given, else off; lookup = prompt
+ * lookup without a draft. */
+struct cli_spec {
+    const char *draft;
+    int mode, mode_given; /* 0 off, 1 chain, 2 tree, 3 lookup */
+    int n_nodes, depth;   /* 0: defaults */
+};
+#define CLI_SPEC_USAGE "[--draft DIR] [--spec off|chain|tree|lookup] [--spec-tree N,D]"
+/* 1 when argv[*i] was one of these flags (consumed), 0 when not, -1 on a bad value. */
+int cli_spec_flag(int argc, char **argv, int *i, struct cli_spec *o);
+/* The spec parameters and the draft folder to load (NULL: none). -1 with err_set(). */
+int cli_spec_params(const struct cli_spec *o, struct spec_params *p, const char **draft);
 /* Parses a positive integer; -1 on error. */
 int64_t cli_int(const char *s);
 

@@ -7,6 +7,7 @@
 #include "../chat/template.h"
 #include "../engine/engine.h"
 #include "../engine/sampler.h"
+#include "../engine/spec.h"
 #include "../tokenizer/tokenizer.h"
 #include "cli.h"
 
@@ -40,8 +41,10 @@ const char *cli_default_model(void)
 static void run_usage(FILE *f)
 {
     fprintf(f, "usage: kapitsa run [--model DIR] [--chat] [--max-tokens N] [--temp T] [--top-p P] [--top-k K]\n"
-               "                   [--seed S] [--threads N] PROMPT\n"
-               "  PROMPT '-' reads stdin; --chat wraps it as a user turn in the model's chat template\n");
+               "                   [--seed S] [--threads N] " CLI_SPEC_USAGE " PROMPT\n"
+               "  PROMPT '-' reads stdin; --chat wraps it as a user turn in the model's chat template.\n"
+               "  With --draft, KFlash speculative decoding (same output as without); --spec lookup\n"
+               "  drafts from the prompt itself, without a draft model.\n");
 }
 
 static int is_eos(const struct model_config *c, int32_t t)
@@ -58,10 +61,14 @@ int cli_run(int argc, char **argv)
     int chat = 0;
     int64_t max_tokens = 128, threads = 0;
     struct sampler_params sp = sampler_defaults();
+    struct cli_spec so = {0};
     for (int i = 0; i < argc; i++) {
         int f;
         double d;
-        if (strcmp(argv[i], "--chat") == 0) {
+        if ((f = cli_spec_flag(argc, argv, &i, &so)) != 0) {
+            if (f < 0)
+                return run_usage(stderr), 2;
+        } else if (strcmp(argv[i], "--chat") == 0) {
             chat = 1;
         } else if (strcmp(argv[i], "--help") == 0) {
             run_usage(stdout);
@@ -114,19 +121,31 @@ int cli_run(int argc, char **argv)
         owned[n] = 0;
         prompt = owned;
     }
+    struct spec_params kp;
+    const char *draft_dir = NULL;
+    if (cli_spec_params(&so, &kp, &draft_dir) != 0) {
+        fprintf(stderr, "kapitsa: %s\n", err_msg());
+        free(owned);
+        return 2;
+    }
     struct backend *be = cpu_backend_init((int32_t)threads, NULL);
     struct tokenizer *tok = tok_load(dir);
     struct chat_template *ct = chat && tok ? chat_template_load(dir, NULL) : NULL;
-    struct model m;
-    struct engine e;
+    struct model m, dm;
+    struct engine e, de;
+    struct spec k = {0};
     struct sampler s = {0};
     struct tok_ids ids = {0};
     char *text = NULL;
     float *logits = NULL;
-    int rc = 1, loaded = 0, up = 0;
+    int32_t *hist = NULL;
+    int rc = 1, loaded = 0, up = 0, d_loaded = 0, d_up = 0;
     if (!be || !tok || (chat && !ct) || model_load(&m, dir, be, NULL) != 0)
         goto done;
     loaded = 1;
+    if (draft_dir && model_load(&dm, draft_dir, be, NULL) != 0)
+        goto done;
+    d_loaded = draft_dir != NULL;
     size_t tlen = strlen(prompt);
     if (chat) {
         json_t *msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", prompt);
@@ -143,72 +162,73 @@ int cli_run(int argc, char **argv)
         err_set("run: the prompt is empty");
         goto done;
     }
-    if (engine_init(&e, &m, ids.n + (int32_t)max_tokens + 1, 1, 256, 0) != 0)
+    const int32_t ctx = ids.n + (int32_t)max_tokens + kp.n_nodes + 2, keep = kp.mode == SPEC_OFF ? 0 : kp.n_nodes + 1;
+    if (engine_init(&e, &m, ctx, 1, 256, keep) != 0)
         goto done;
     up = 1;
+    if (d_loaded && engine_init(&de, &dm, ctx, 1, 256, 256) != 0)
+        goto done;
+    d_up = d_loaded;
     if (sampler_init(&s, &sp, m.cfg.vocab_size) != 0)
         goto done;
-    int32_t cap = ids.n + (int32_t)max_tokens + 1;
-    int32_t *hist = malloc(sizeof(int32_t) * (size_t)cap), pos[256], sq[256], par[256];
-    uint8_t want[256];
+    hist = malloc(sizeof(int32_t) * (size_t)(ctx + 1));
     logits = malloc(sizeof(float) * (size_t)m.cfg.vocab_size);
     if (!hist || !logits) {
-        free(hist);
         err_set("run: out of memory");
         goto done;
     }
+    if (spec_init(&k, &e, engine_seq_new(&e), d_up ? &de : NULL, d_up ? engine_seq_new(&de) : -1, &kp, ctx) != 0 ||
+        spec_prefill(&k, ids.ids, ids.n, logits) != 0)
+        goto done;
     memcpy(hist, ids.ids, sizeof(int32_t) * (size_t)ids.n);
-    int32_t seq = engine_seq_new(&e), n_hist = ids.n;
-    for (int32_t done = 0; done < ids.n;) {
-        int32_t n = ids.n - done < 256 ? ids.n - done : 256;
-        for (int32_t i = 0; i < n; i++) {
-            pos[i] = done + i;
-            sq[i] = seq;
-            par[i] = i - 1;
-            want[i] = done + i == ids.n - 1;
-        }
-        struct batch b = {n, ids.ids + done, pos, sq, par, want};
-        if (engine_forward(&e, &b, logits, NULL) < 0 || engine_commit_all(&e) != 0) {
-            free(hist);
-            goto done;
-        }
-        done += n;
-    }
+    int32_t n_hist = ids.n, n_new = 1;
+    hist[n_hist] = sampler_sample(&s, logits, hist, n_hist);
     struct tok_stream ts = {0};
     char out[4096];
-    for (int64_t g = 0; g < max_tokens; g++) {
-        int32_t t = sampler_sample(&s, logits, hist, n_hist);
-        if (is_eos(&m.cfg, t))
+    for (int64_t g = 0; g < max_tokens;) {
+        /* hist[n_hist .. n_hist+n_new) are new tokens: print them up to an end of sequence */
+        int stop = 0;
+        for (int32_t j = 0; j < n_new && g < max_tokens && !stop; j++, g++) {
+            int32_t t = hist[n_hist];
+            if ((stop = is_eos(&m.cfg, t)))
+                break;
+            n_hist++;
+            int32_t nb = tok_stream_push(tok, &ts, t, true, out, sizeof out);
+            if (nb > 0) {
+                fwrite(out, 1, (size_t)nb, stdout);
+                fflush(stdout);
+            }
+        }
+        if (stop || g >= max_tokens)
             break;
-        hist[n_hist++] = t;
-        int32_t k = tok_stream_push(tok, &ts, t, true, out, sizeof out);
-        if (k > 0) {
-            fwrite(out, 1, (size_t)k, stdout);
-            fflush(stdout);
-        }
-        int32_t p = n_hist - 1, par1 = -1;
-        uint8_t one = 1;
-        struct batch b = {1, &t, &p, &seq, &par1, &one};
-        if (engine_forward(&e, &b, logits, NULL) < 0 || engine_commit_all(&e) != 0) {
-            free(hist);
+        /* hist[n_hist-1] is pending: one step writes the next tokens after it */
+        n_new = spec_step(&k, &s, hist, n_hist, hist + n_hist, (int32_t)(max_tokens - g));
+        if (n_new < 1)
             goto done;
-        }
     }
-    int32_t k = tok_stream_flush(&ts, out, sizeof out);
-    fwrite(out, 1, (size_t)k, stdout);
+    int32_t nb = tok_stream_flush(&ts, out, sizeof out);
+    fwrite(out, 1, (size_t)nb, stdout);
     putchar('\n');
-    free(hist);
+    if (kp.mode != SPEC_OFF && k.st.steps > 0)
+        fprintf(stderr, "kapitsa: KFlash: %lld tokens in %lld target passes (%.2f per pass)\n",
+                (long long)k.st.tokens, (long long)k.st.steps, (double)k.st.tokens / (double)k.st.steps);
     rc = 0;
 done:
     if (rc)
         fprintf(stderr, "kapitsa: %s\n", err_msg());
+    spec_free(&k);
     sampler_free(&s);
     free(logits);
+    free(hist);
     free(text);
     free(owned);
     tok_ids_free(&ids);
+    if (d_up)
+        engine_free(&de);
     if (up)
         engine_free(&e);
+    if (d_loaded)
+        model_free(&dm);
     if (loaded)
         model_free(&m);
     chat_template_free(ct);

@@ -34,24 +34,24 @@ int spec_init(struct spec *s, struct engine *tgt, int32_t tseq, struct engine *d
 {
     memset(s, 0, sizeof *s);
     const int32_t V = tgt->m->cfg.vocab_size;
-    if (dft->m->cfg.vocab_size != V)
+    if (dft && dft->m->cfg.vocab_size != V)
         return err_set("spec: the draft's vocabulary (%d) differs from the target's (%d)", dft->m->cfg.vocab_size, V);
     if (p->n_nodes < 0 || p->n_nodes > SPEC_MAX_NODES || p->depth < 0 || p->depth > SPEC_MAX_DEPTH ||
         p->top_k < 1 || p->top_k > 16 || p->ngram_min < 1)
         return err_set("spec: tree of %d nodes, depth %d, %d children: out of range (nodes <= %d, depth <= %d)",
                        p->n_nodes, p->depth, p->top_k, SPEC_MAX_NODES, SPEC_MAX_DEPTH);
-    if (tgt->max_tokens < p->n_nodes + 1 || dft->max_tokens < p->n_nodes + 1)
+    if (tgt->max_tokens < p->n_nodes + 1 || (dft && dft->max_tokens < p->n_nodes + 1))
         return err_set("spec: the engines take batches of %d and %d tokens, a tree needs %d", tgt->max_tokens,
-                       dft->max_tokens, p->n_nodes + 1);
+                       dft ? dft->max_tokens : 0, p->n_nodes + 1);
     s->tgt = tgt;
     s->dft = dft;
     s->tseq = tseq;
     s->dseq = dseq;
-    s->d_len = dft->kv.len[dseq];
+    s->d_len = dft ? dft->kv.len[dseq] : 0;
     s->p = *p;
     s->vocab = V;
     s->cap_ctx = n_ctx;
-    const size_t nb = (size_t)(dft->max_tokens > tgt->max_tokens ? dft->max_tokens : tgt->max_tokens);
+    const size_t nb = (size_t)(dft && dft->max_tokens > tgt->max_tokens ? dft->max_tokens : tgt->max_tokens);
     s->cap_heap = SPEC_MAX_NODES * p->top_k + 1;
     s->tok = malloc(nb * sizeof(int32_t));
     s->pos = malloc(nb * sizeof(int32_t));
@@ -76,7 +76,7 @@ void spec_reset(struct spec *s, int32_t tseq, int32_t dseq)
 {
     s->tseq = tseq;
     s->dseq = dseq;
-    s->d_len = s->dft->kv.len[dseq];
+    s->d_len = s->dft ? s->dft->kv.len[dseq] : 0;
 }
 
 void spec_free(struct spec *s)
@@ -191,6 +191,8 @@ static int32_t build_tree(struct spec *s, const int32_t *hist, int32_t n_hist, i
         return 0;
     if (p->ngram)
         add_ngram_chain(s, hist, n_hist, max_depth);
+    if (!s->dft)
+        return 0; /* prompt lookup alone */
     const int32_t budget = p->n_nodes, top_k = p->mode == SPEC_CHAIN ? 1 : p->top_k;
     const int32_t depth = p->mode == SPEC_CHAIN ? p->n_nodes : p->depth;
     const int32_t width = p->mode == SPEC_CHAIN ? 1 : (budget + depth - 1) / depth;
@@ -250,7 +252,7 @@ int32_t spec_step(struct spec *s, struct sampler *sm, const int32_t *hist, int32
     if (n_hist < 1 || max_out < 1 || n_hist + max_out > s->cap_ctx)
         return err_set("spec: step past the context (%d + %d of %d)", n_hist, max_out, s->cap_ctx);
     /* a draft lagging by more than a batch catches up on its own first */
-    while (n_hist - 1 - s->d_len + s->p.n_nodes + 1 > s->dft->max_tokens) {
+    while (s->dft && n_hist - 1 - s->d_len + s->p.n_nodes + 1 > s->dft->max_tokens) {
         int32_t n = n_hist - 1 - s->d_len;
         if (n > s->dft->max_tokens)
             n = s->dft->max_tokens;
@@ -379,7 +381,7 @@ int spec_prefill(struct spec *s, const int32_t *toks, int32_t n, float *logits)
 {
     struct engine *es[2] = {s->tgt, s->dft};
     const int32_t seqs[2] = {s->tseq, s->dseq};
-    for (int e = 0; e < 2; e++) {
+    for (int e = 0; e < (s->dft ? 2 : 1); e++) {
         const int32_t len0 = es[e]->kv.len[seqs[e]];
         for (int32_t done = len0; done < n;) {
             int32_t k = n - done < es[e]->max_tokens ? n - done : es[e]->max_tokens;

@@ -20,6 +20,8 @@
  * made with n_keep >= the node budget (each node's recurrent state comes from
  * its parent's).
  *
+ * Without a draft engine (dft NULL) the tree is the prompt-lookup chain alone.
+ *
  * Ownership: struct spec borrows the engines and the sampler; its buffers are
  * sized at spec_init and nothing allocates during a step. */
 #ifndef KP_SPEC_H
@@ -94,7 +96,7 @@ struct spec {
     int32_t n_heap, cap_heap;
 };
 
-/* tseq/dseq: sequences of tgt/dft holding the same committed tokens (the
+/* tseq/dseq: sequences of tgt/dft (dft may be NULL) holding the same committed tokens (the
  * draft's may be a prefix of the target's: it catches up). -1 with err_set()
  * for a vocabulary mismatch, bad parameters or no memory. */
 int spec_init(struct spec *s, struct engine *tgt, int32_t tseq, struct engine *dft, int32_t dseq,

@@ -1,0 +1,57 @@
+/* spec_opts: the speculative-decoding flags run, serve and bench share:
+ * --draft DIR, --spec off|chain|tree|lookup, --spec-tree N,D. */
+#include "../base/err.h"
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int cli_spec_flag(int argc, char **argv, int *i, struct cli_spec *o)
+{
+    const char *v;
+    int f;
+    if ((f = cli_flag(argc, argv, i, "--draft", &o->draft)) != 0)
+        return f;
+    if ((f = cli_flag(argc, argv, i, "--spec", &v)) != 0) {
+        if (f < 0)
+            return -1;
+        static const char *const names[] = {"off", "chain", "tree", "lookup"};
+        for (int k = 0; k < 4; k++)
+            if (strcmp(v, names[k]) == 0) {
+                o->mode = k;
+                o->mode_given = 1;
+                return 1;
+            }
+        fprintf(stderr, "kapitsa: --spec takes off, chain, tree or lookup\n");
+        return -1;
+    }
+    if ((f = cli_flag(argc, argv, i, "--spec-tree", &v)) != 0) {
+        int n, d;
+        if (f < 0 || sscanf(v, "%d,%d", &n, &d) != 2 || n < 1 || d < 1 || n > SPEC_MAX_NODES || d > SPEC_MAX_DEPTH) {
+            fprintf(stderr, "kapitsa: --spec-tree needs N,D with N <= %d, D <= %d\n", SPEC_MAX_NODES, SPEC_MAX_DEPTH);
+            return -1;
+        }
+        o->n_nodes = n;
+        o->depth = d;
+        return 1;
+    }
+    return 0;
+}
+
+int cli_spec_params(const struct cli_spec *o, struct spec_params *p, const char **draft)
+{
+    *p = spec_defaults();
+    if (o->n_nodes) {
+        p->n_nodes = o->n_nodes;
+        p->depth = o->depth;
+    }
+    int mode = o->mode_given ? o->mode : o->draft ? 2 : 0;
+    *draft = mode == 1 || mode == 2 ? o->draft : NULL;
+    if ((mode == 1 || mode == 2) && !o->draft)
+        return err_set("--spec %s needs --draft DIR (a small model with the same tokenizer)",
+                       mode == 1 ? "chain" : "tree");
+    p->mode = mode == 0 ? SPEC_OFF : mode == 1 ? SPEC_CHAIN : SPEC_TREE;
+    if (mode == 1)
+        p->ngram = false;
+    return 0;
+}
