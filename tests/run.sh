@@ -19,6 +19,7 @@ run bash tests/cli.sh build/kapitsa
 run bash tests/cli.sh build/asan/kapitsa --quick
 run bash tests/fuzz.sh 10
 run bash tests/server.sh "$PWD/build/kapitsa"
+run bash tests/server.sh "$PWD/build/kapitsa" "--draft $PWD/models/kapitsa-tiny-draft"
 run bash tests/server.sh "$PWD/build/asan/kapitsa"
 passed=$(grep -E '^[a-z]+: [0-9]+ passed, [0-9]+ failed$' "$log" | awk '{s += $2} END {print s + 0}')
 failed=$(grep -E '^[a-z]+: [0-9]+ passed, [0-9]+ failed$' "$log" | awk '{s += $4} END {print s + 0}')

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The HTTP server through the official OpenAI SDK (tests/server, node's test
 # runner); installs the SDK from npm on first use. Ends with "server: N passed, N failed".
+# usage: tests/server.sh [KAPITSA_BINARY] ["EXTRA SERVE FLAGS"]
 set -u
 cd "$(dirname "$0")/server"
 if [ ! -d node_modules/openai ]; then
@@ -8,7 +9,7 @@ if [ ! -d node_modules/openai ]; then
 fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-KAPITSA_BIN=${1:-} timeout 600 node --test --test-concurrency=1 . >"$out" 2>&1
+KAPITSA_BIN=${1:-} KAPITSA_SERVE_ARGS=${2:-} timeout 600 node --test --test-concurrency=1 . >"$out" 2>&1
 rc=$?
 grep -E "^(not )?ok " "$out"
 [ "$rc" = 0 ] || grep -vE "^(ok|#)" "$out" | head -60

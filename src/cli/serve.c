@@ -10,11 +10,17 @@
 
 int cli_serve(int argc, char **argv)
 {
-    struct server_opts o = {"127.0.0.1", 11435, NULL, NULL, NULL, 8192, 4, 0};
+    struct server_opts o = {"127.0.0.1", 11435, NULL, NULL, NULL, 8192, 4, 0, NULL, {0}};
+    struct cli_spec so = {0};
     const char *v;
     for (int i = 0; i < argc; i++) {
         int f;
         int64_t n;
+        if ((f = cli_spec_flag(argc, argv, &i, &so)) != 0) {
+            if (f < 0)
+                return 2;
+            continue;
+        }
         if ((f = cli_flag(argc, argv, &i, "--model", &o.model_dir)) || (f = cli_flag(argc, argv, &i, "--host", &o.host)) ||
             (f = cli_flag(argc, argv, &i, "--api-key", &o.api_key)) ||
             (f = cli_flag(argc, argv, &i, "--name", &o.model_name))) {
@@ -34,7 +40,7 @@ int cli_serve(int argc, char **argv)
             dst = &o.threads, hi = 1024;
         if (f <= 0 || (n = cli_int(v)) < lo || n > hi) {
             fprintf(stderr, "usage: kapitsa serve [--model DIR] [--host ADDR] [--port N] [--api-key KEY] [--name NAME]\n"
-                            "                     [--ctx TOKENS] [--parallel N] [--threads N]\n"
+                            "                     [--ctx TOKENS] [--parallel N] [--threads N] " CLI_SPEC_USAGE "\n"
                             "  defaults: models/kapitsa-tiny, 127.0.0.1:11435, 8192 tokens of KV cache, 4 sequences\n");
             return 2;
         }
@@ -42,6 +48,10 @@ int cli_serve(int argc, char **argv)
             *dst = (int32_t)n;
         else
             o.port = (uint16_t)n;
+    }
+    if (cli_spec_params(&so, &o.spec, &o.draft_dir) != 0) {
+        fprintf(stderr, "kapitsa: %s\n", err_msg());
+        return 2;
     }
     if (!o.model_dir)
         o.model_dir = cli_default_model();

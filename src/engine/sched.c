@@ -42,6 +42,11 @@ struct sched {
     uint64_t clock;
     struct sched_stats stats; /* under mu */
     bool stop;
+    /* KFlash (spec_on): the draft's engine and the speculation state */
+    bool spec_on;
+    struct model *dm;
+    struct engine de;
+    struct spec k;
     /* step buffers [max_batch] */
     int32_t *tok, *pos, *seq, *par, *owner;
     uint8_t *want;
@@ -56,6 +61,7 @@ struct sched_req *sched_req_new(const int32_t *prompt, int32_t n, const struct s
         err_set("sched: out of memory");
         return NULL;
     }
+    r->dseq = -1;
     r->prompt = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
     r->hist = malloc(sizeof(int32_t) * (size_t)(n + max_tokens + 1));
     r->cap_out = max_tokens > 0 ? max_tokens : 1;
@@ -206,6 +212,9 @@ static void req_finish(struct sched *s, struct sched_req *r, enum sched_finish f
     fprintf(stderr, "kapitsa: request %s: %d prompt tokens (%d cached), %d out; prefill %.3f s (%.0f tok/s), decode %.1f tok/s\n",
             how[f], r->n_prompt, r->n_cached, r->n_out, pre, pre > 0 ? (r->n_prompt - r->n_cached) / pre : 0.0,
             dec > 0 && r->n_out > 1 ? (r->n_out - 1) / dec : 0.0);
+    if (r->dseq >= 0 && s->dm)
+        engine_seq_free(&s->de, r->dseq);
+    r->dseq = -1;
     if (r->seq >= 0) {
         if (f == SCHED_STOP || f == SCHED_LENGTH)
             cache_keep(s, r);
@@ -237,6 +246,62 @@ static void sched_make_room(struct sched *s, int32_t n_tokens, int32_t n_seqs)
     struct cached *c;
     while (kv_cache_n_free(&s->e.kv) < need && (c = cache_lru(s)))
         cache_evict(s, c);
+}
+
+/* A sampled token for the request in slot a: an end of sequence or the token
+ * limit finishes it. Returns false when it finished. */
+static bool sched_emit(struct sched *s, int32_t a, int32_t t)
+{
+    struct sched_req *r = s->active[a];
+    if (is_eos(&s->m->cfg, t)) {
+        s->active[a] = NULL;
+        req_finish(s, r, SCHED_STOP, NULL);
+        return false;
+    }
+    int32_t len = r->n_prompt + r->n_out;
+    r->hist[len] = t;
+    if (r->n_out == 0)
+        r->t_first = now_s();
+    pthread_mutex_lock(&r->mu);
+    r->out[r->n_out++] = t;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    if (r->n_out >= r->max_tokens) {
+        s->active[a] = NULL;
+        req_finish(s, r, SCHED_LENGTH, NULL);
+        return false;
+    }
+    return true;
+}
+
+/* KFlash for the one request decoding alone (slot a): one verify pass, then
+ * the tokens it produced, in order, as if sampled one by one. */
+static void sched_spec_step(struct sched *s, int32_t a)
+{
+    struct sched_req *r = s->active[a];
+    if (s->dm && r->dseq < 0 && (r->dseq = engine_seq_new(&s->de)) < 0) {
+        s->active[a] = NULL;
+        req_finish(s, r, SCHED_ERROR, err_msg());
+        return;
+    }
+    spec_reset(&s->k, r->seq, r->dseq);
+    const int32_t len = r->n_prompt + r->n_out, left = r->max_tokens - r->n_out;
+    sched_make_room(s, s->k.p.n_nodes + 1, 1);
+    int64_t passes = s->k.st.steps;
+    int32_t k = spec_step(&s->k, &r->sampler, r->hist, len, r->hist + len, left);
+    if (k < 1) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", err_msg());
+        s->active[a] = NULL;
+        req_finish(s, r, SCHED_ERROR, msg);
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->stats.spec_passes += s->k.st.steps - passes;
+    s->stats.spec_tokens += k;
+    pthread_mutex_unlock(&s->mu);
+    for (int32_t i = 0; i < k && sched_emit(s, a, r->hist[len + i]); i++)
+        ;
 }
 
 /* One step over every active request; false when there was nothing to do. */
@@ -288,6 +353,12 @@ static bool sched_step(struct sched *s)
     }
     if (n == 0)
         return false;
+    /* one request decoding alone: speculate instead */
+    if (s->spec_on && n == 1 && s->par[0] == -1 && s->active[s->owner[0]]->n_fed == s->active[s->owner[0]]->n_prompt &&
+        s->active[s->owner[0]]->n_out > 0) {
+        sched_spec_step(s, s->owner[0]);
+        return true;
+    }
     int32_t n_seqs = 0;
     for (int32_t a = 0; a < s->n_seq_max; a++)
         n_seqs += s->active[a] != NULL;
@@ -315,23 +386,7 @@ static bool sched_step(struct sched *s)
             continue;
         struct sched_req *r = s->active[s->owner[i]];
         int32_t len = r->n_prompt + r->n_out;
-        int32_t t = sampler_sample(&r->sampler, s->logits + (int64_t)j++ * V, r->hist, len);
-        if (is_eos(&s->m->cfg, t)) {
-            s->active[s->owner[i]] = NULL;
-            req_finish(s, r, SCHED_STOP, NULL);
-            continue;
-        }
-        r->hist[len] = t;
-        if (r->n_out == 0)
-            r->t_first = now_s();
-        pthread_mutex_lock(&r->mu);
-        r->out[r->n_out++] = t;
-        pthread_cond_broadcast(&r->cv);
-        pthread_mutex_unlock(&r->mu);
-        if (r->n_out >= r->max_tokens) {
-            s->active[s->owner[i]] = NULL;
-            req_finish(s, r, SCHED_LENGTH, NULL);
-        }
+        sched_emit(s, s->owner[i], sampler_sample(&r->sampler, s->logits + (int64_t)j++ * V, r->hist, len));
     }
     return true;
 }
@@ -420,7 +475,8 @@ static void *sched_main(void *arg)
     return NULL;
 }
 
-struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_batch)
+struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_batch, struct model *draft,
+                        const struct spec_params *sp)
 {
     struct sched *s = calloc(1, sizeof *s);
     if (!s) {
@@ -433,7 +489,17 @@ struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32
     s->n_ctx = n_ctx;
     for (int i = 0; i < SCHED_CACHE_SLOTS; i++)
         s->cache[i].seq = -1;
-    if (engine_init(&s->e, m, n_ctx, n_seq_max + SCHED_CACHE_SLOTS, max_batch, 0) != 0) {
+    s->spec_on = sp && sp->mode != SPEC_OFF;
+    s->dm = s->spec_on ? draft : NULL;
+    if (engine_init(&s->e, m, n_ctx, n_seq_max + SCHED_CACHE_SLOTS, max_batch, s->spec_on ? sp->n_nodes + 1 : 0) != 0) {
+        free(s);
+        return NULL;
+    }
+    if (s->spec_on && ((s->dm && engine_init(&s->de, s->dm, n_ctx, n_seq_max, 256, 256) != 0) ||
+                       spec_init(&s->k, &s->e, -1, s->dm ? &s->de : NULL, -1, sp, n_ctx) != 0)) {
+        if (s->de.m)
+            engine_free(&s->de);
+        engine_free(&s->e);
         free(s);
         return NULL;
     }
@@ -480,6 +546,11 @@ void sched_free(struct sched *s)
     for (int i = 0; i < SCHED_CACHE_SLOTS; i++)
         if (s->cache[i].seq >= 0)
             cache_evict(s, &s->cache[i]);
+    if (s->spec_on) {
+        spec_free(&s->k);
+        if (s->dm)
+            engine_free(&s->de);
+    }
     engine_free(&s->e);
     free(s->active);
     free(s->tok);

@@ -21,6 +21,7 @@
 
 #include "engine.h"
 #include "sampler.h"
+#include "spec.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -48,14 +49,19 @@ struct sched_req {
     /* engine side */
     int32_t seq, n_fed;      /* prompt tokens already in the cache */
     bool ckpt_due;           /* recurrent models: keep a checkpoint after this step */
+    int32_t dseq;            /* its sequence in the draft engine (KFlash), -1 until it speculates */
     int32_t *hist;           /* prompt + output, for penalties */
     struct sched_req *next;
 };
 
 struct sched;
 
-/* Starts the engine thread over model m. NULL with err_set() on failure. */
-struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_batch);
+/* Starts the engine thread over model m. draft (may be NULL) and sp (NULL or
+ * mode SPEC_OFF: no speculation) enable KFlash: while one request is decoding
+ * alone, each step is a speculative step for it (several requests at once
+ * decode in plain batched steps). NULL with err_set() on failure. */
+struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_batch, struct model *draft,
+                        const struct spec_params *sp);
 void sched_free(struct sched *s);
 
 /* A request for prompt[0..n) (copied); sampler params and limits given. NULL on
@@ -69,6 +75,7 @@ int sched_submit(struct sched *s, struct sched_req *r);
 /* Counters since start, for /metrics. */
 struct sched_stats {
     int64_t requests, prompt_tokens, cached_tokens, generated_tokens, cancelled, failed;
+    int64_t spec_passes, spec_tokens; /* KFlash: target verify passes and the tokens they produced */
     int32_t active, queued;
     double prefill_seconds, decode_seconds;
 };

@@ -47,7 +47,7 @@ int spec_init(struct spec *s, struct engine *tgt, int32_t tseq, struct engine *d
     s->dft = dft;
     s->tseq = tseq;
     s->dseq = dseq;
-    s->d_len = dft ? dft->kv.len[dseq] : 0;
+    s->d_len = dft && dseq >= 0 ? dft->kv.len[dseq] : 0;
     s->p = *p;
     s->vocab = V;
     s->cap_ctx = n_ctx;
@@ -76,7 +76,7 @@ void spec_reset(struct spec *s, int32_t tseq, int32_t dseq)
 {
     s->tseq = tseq;
     s->dseq = dseq;
-    s->d_len = s->dft ? s->dft->kv.len[dseq] : 0;
+    s->d_len = s->dft && dseq >= 0 ? s->dft->kv.len[dseq] : 0;
 }
 
 void spec_free(struct spec *s)

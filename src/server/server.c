@@ -89,13 +89,17 @@ static enum MHD_Result metrics(struct app *a, struct MHD_Connection *c)
                      "# TYPE kapitsa_prefill_seconds_total counter\nkapitsa_prefill_seconds_total %.6f\n"
                      "# HELP kapitsa_decode_seconds_total Time from first to last token, summed.\n"
                      "# TYPE kapitsa_decode_seconds_total counter\nkapitsa_decode_seconds_total %.6f\n"
+                     "# HELP kapitsa_spec_passes_total KFlash target verify passes.\n"
+                     "# TYPE kapitsa_spec_passes_total counter\nkapitsa_spec_passes_total %lld\n"
+                     "# HELP kapitsa_spec_tokens_total Tokens those passes produced.\n"
+                     "# TYPE kapitsa_spec_tokens_total counter\nkapitsa_spec_tokens_total %lld\n"
                      "# HELP kapitsa_requests_active Requests being generated.\n# TYPE kapitsa_requests_active gauge\n"
                      "kapitsa_requests_active %d\n"
                      "# HELP kapitsa_requests_queued Requests waiting for a sequence slot.\n"
                      "# TYPE kapitsa_requests_queued gauge\nkapitsa_requests_queued %d\n",
                      (long long)st.requests, (long long)st.cancelled, (long long)st.failed, (long long)st.prompt_tokens,
                      (long long)st.cached_tokens, (long long)st.generated_tokens, st.prefill_seconds, st.decode_seconds,
-                     st.active, st.queued);
+                     (long long)st.spec_passes, (long long)st.spec_tokens, st.active, st.queued);
     if (n < 0)
         return MHD_NO;
     struct MHD_Response *r = MHD_create_response_from_buffer((size_t)n, text, MHD_RESPMEM_MUST_FREE);
@@ -202,7 +206,8 @@ int server_run(const struct server_opts *o)
     struct app a = {0};
     struct backend *be = cpu_backend_init(o->threads, NULL);
     struct MHD_Daemon *d = NULL;
-    int rc = -1, loaded = 0;
+    int rc = -1, loaded = 0, d_loaded = 0;
+    struct model draft;
     if (!be)
         return -1;
     a.api_key = o->api_key && *o->api_key ? o->api_key : NULL;
@@ -212,7 +217,10 @@ int server_run(const struct server_opts *o)
     loaded = 1;
     if (!(a.tok = tok_load(o->model_dir)) || !(a.tpl = chat_template_load(o->model_dir, NULL)))
         goto done;
-    if (!(a.sched = sched_new(&a.model, o->n_ctx, o->n_seq, 512)))
+    if (o->draft_dir && model_load(&draft, o->draft_dir, be, NULL) != 0)
+        goto done;
+    d_loaded = o->draft_dir != NULL;
+    if (!(a.sched = sched_new(&a.model, o->n_ctx, o->n_seq, 512, d_loaded ? &draft : NULL, &o->spec)))
         goto done;
     struct sockaddr_in addr = {0};
     addr.sin_family = AF_INET;
@@ -254,6 +262,8 @@ done:
     sched_free(a.sched);
     chat_template_free(a.tpl);
     tok_free(a.tok);
+    if (d_loaded)
+        model_free(&draft);
     if (loaded)
         model_free(&a.model);
     be->ops->free(be);

@@ -11,6 +11,8 @@
 #ifndef KP_SERVER_H
 #define KP_SERVER_H
 
+#include "../engine/spec.h"
+
 #include <stdint.h>
 
 struct server_opts {
@@ -22,6 +24,8 @@ struct server_opts {
     int32_t n_ctx;        /* KV cache tokens over all sequences */
     int32_t n_seq;        /* concurrent sequences */
     int32_t threads;
+    const char *draft_dir;  /* KFlash draft model, or NULL */
+    struct spec_params spec; /* mode SPEC_OFF: plain decoding */
 };
 
 /* Serves until SIGINT/SIGTERM. 0 on a clean stop, -1 with err_set() on failure to start. */

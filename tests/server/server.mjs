@@ -4,11 +4,13 @@ import { setTimeout as sleep } from "node:timers/promises";
 
 export const ROOT = new URL("../..", import.meta.url).pathname;
 const BIN = process.env.KAPITSA_BIN || `${ROOT}/build/kapitsa`; // the ASan build works too
+// KAPITSA_SERVE_ARGS: extra serve flags for every server (tests/run.sh runs the suite once with KFlash on)
+const EXTRA = (process.env.KAPITSA_SERVE_ARGS || "").split(" ").filter(Boolean);
 const procs = [];
 
 export async function startServer(extra = []) {
   const port = 20000 + Math.floor(Math.random() * 20000);
-  const proc = spawn(BIN, ["serve", "--port", String(port), "--ctx", "4096", ...(extra.includes("--parallel") ? [] : ["--parallel", "4"]), ...extra], {
+  const proc = spawn(BIN, ["serve", "--port", String(port), "--ctx", "4096", ...(extra.includes("--parallel") ? [] : ["--parallel", "4"]), ...EXTRA, ...extra], {
     cwd: ROOT,
     stdio: ["ignore", "inherit", "pipe"],
   });

@@ -84,7 +84,7 @@ void test_sched_hybrid(void)
         greedy_ref(&m, p2, 120, G, w2);
         greedy_ref(&m, p3, 70, G, w3);
 
-        struct sched *s = sched_new(&m, 2048, 2, 64);
+        struct sched *s = sched_new(&m, 2048, 2, 64, NULL, NULL);
         CHECK(s != NULL, "%s", err_msg());
         CHECK(finish(submit(s, p1, 80, G, V), w1, G, "first turn") == 0, "nothing to reuse yet");
         int32_t c2 = finish(submit(s, p2, 120, G, V), w2, G, "second turn");
@@ -99,4 +99,44 @@ void test_sched_hybrid(void)
         model_free(&m);
         be->ops->free(be);
     }
+}
+
+/* KFlash in the engine thread: a request decoding alone speculates (with a
+ * draft model, or prompt lookup alone), two at once decode plainly; every
+ * output equals plain greedy decoding. Hybrid target, plain draft. */
+void test_sched_spec(void)
+{
+    char dir[512], ddir[512];
+    snprintf(dir, sizeof dir, "%s/qwen3_5", test_fixtures());
+    snprintf(ddir, sizeof ddir, "%s/qwen3", test_fixtures());
+    struct backend *be = cpu_backend_init(2, NULL);
+    struct model m, d;
+    CHECK(model_load(&m, dir, be, NULL) == 0 && model_load(&d, ddir, be, NULL) == 0, "%s", err_msg());
+    const int32_t V = m.cfg.vocab_size, G = 40;
+    int32_t p1[60], p2[50], w1[40], w2[40];
+    for (int i = 0; i < 60; i++) /* repeats itself: prompt lookup finds continuations */
+        p1[i] = 2 + (i % 23) * 17 % (V - 2);
+    for (int i = 0; i < 50; i++)
+        p2[i] = 2 + (i * 41 + 9) % (V - 2);
+    greedy_ref(&m, p1, 60, G, w1);
+    greedy_ref(&m, p2, 50, G, w2);
+    for (int with_draft = 0; with_draft < 2; with_draft++) {
+        struct spec_params sp = spec_defaults();
+        sp.n_nodes = 12;
+        sp.depth = 6;
+        struct sched *s = sched_new(&m, 4096, 2, 64, with_draft ? &d : NULL, &sp);
+        CHECK(s != NULL, "%s", err_msg());
+        finish(submit(s, p1, 60, G, V), w1, G, with_draft ? "alone, draft" : "alone, lookup");
+        struct sched_req *ra = submit(s, p1, 60, G, V), *rb = submit(s, p2, 50, G, V);
+        finish(ra, w1, G, "together a");
+        finish(rb, w2, G, "together b");
+        struct sched_stats st;
+        sched_get_stats(s, &st);
+        CHECK(st.spec_passes > 0 && st.spec_tokens >= st.spec_passes, "%s: %lld passes, %lld tokens",
+              with_draft ? "draft" : "lookup", (long long)st.spec_passes, (long long)st.spec_tokens);
+        sched_free(s);
+    }
+    model_free(&d);
+    model_free(&m);
+    be->ops->free(be);
 }
