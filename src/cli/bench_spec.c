@@ -1,7 +1,8 @@
 /* kapitsa bench --draft: KFlash side by side with plain decoding on one prompt.
- * Greedy generation of the same tokens four ways (plain; a draft chain of k;
- * the KFlash tree; the tree with prompt lookup), each checked identical to
- * plain; reports target passes per token and wall-clock speed. */
+ * Greedy generation of the same tokens five ways (plain; a draft chain of k;
+ * the KFlash tree; the tree with prompt lookup; the same tuned to the machine),
+ * each checked identical to plain; reports target passes per token and
+ * wall-clock speed. */
 #define _POSIX_C_SOURCE 200809L
 #include "../backend/cpu/cpu.h"
 #include "../base/err.h"
@@ -44,6 +45,7 @@ struct run_result {
     double seconds, t_draft, t_verify;
     int64_t passes, ngram;
     int identical;
+    int32_t tuned_n, tuned_d;
 };
 
 /* Generates n_gen tokens after prompt with the given speculation (mode OFF:
@@ -80,6 +82,7 @@ static int run_one(struct engine *te, struct engine *de, const struct spec_param
     r->t_draft = s.st.t_draft;
     r->t_verify = s.st.t_verify;
     r->ngram = s.st.ngram_accepted;
+    spec_tuned_shape(&s, &r->tuned_n, &r->tuned_d);
     memcpy(out, hist + n, sizeof(int32_t) * (size_t)n_gen);
     rc = 0;
 done_spec:
@@ -129,15 +132,17 @@ int bench_spec(const char *target, const char *draft, const char *prompt_file, i
         err_set("bench: out of memory");
         goto done;
     }
-    struct spec_params sp[4];
-    for (int i = 0; i < 4; i++)
+    struct spec_params sp[5];
+    for (int i = 0; i < 5; i++)
         sp[i] = spec_defaults();
     sp[0].mode = SPEC_OFF;
     sp[1].mode = SPEC_CHAIN, sp[1].n_nodes = chain_k, sp[1].ngram = false;
     sp[2].n_nodes = tree_n, sp[2].depth = tree_d, sp[2].ngram = false;
     sp[3].n_nodes = tree_n, sp[3].depth = tree_d;
-    struct run_result r[4] = {{.name = "plain"}, {.name = "chain"}, {.name = "tree"}, {.name = "tree+ngram"}};
-    for (int i = 0; i < 4; i++) {
+    sp[4].n_nodes = tree_n, sp[4].depth = tree_d, sp[4].tune = true;
+    struct run_result r[5] = {{.name = "plain"}, {.name = "chain"}, {.name = "tree"}, {.name = "tree+ngram"},
+                              {.name = "tuned"}};
+    for (int i = 0; i < 5; i++) {
         if (run_one(&te, &de, &sp[i], ids.ids, ids.n, n_gen, i ? got : want, &r[i], ctx) != 0)
             goto done;
         r[i].identical = i == 0 || memcmp(got, want, sizeof(int32_t) * (size_t)n_gen) == 0;
@@ -145,7 +150,7 @@ int bench_spec(const char *target, const char *draft, const char *prompt_file, i
     if (json) {
         printf("{\"target\":\"%s\",\"draft\":\"%s\",\"prompt_tokens\":%d,\"gen\":%d,\"runs\":[", target, draft, ids.n,
                n_gen);
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 5; i++)
             printf("%s{\"spec\":\"%s\",\"passes\":%lld,\"tokens_per_pass\":%.3f,\"seconds\":%.4f,\"speedup\":%.3f,"
                    "\"draft_s\":%.4f,\"verify_s\":%.4f,\"ngram_accepted\":%lld,\"identical\":%s}",
                    i ? "," : "", r[i].name, (long long)r[i].passes, (double)n_gen / (double)r[i].passes, r[i].seconds,
@@ -156,12 +161,14 @@ int bench_spec(const char *target, const char *draft, const char *prompt_file, i
         printf("target %s, draft %s; prompt %d tokens, %d generated greedily\n", target, draft, ids.n, n_gen);
         printf("%-11s %8s %12s %9s %9s %9s %8s %s\n", "spec", "passes", "tokens/pass", "seconds", "draft s",
                "verify s", "speedup", "output");
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 5; i++)
             printf("%-11s %8lld %12.2f %9.3f %9.3f %9.3f %7.2fx %s\n", r[i].name, (long long)r[i].passes,
                    (double)n_gen / (double)r[i].passes, r[i].seconds, r[i].t_draft, r[i].t_verify,
                    r[0].seconds / r[i].seconds, r[i].identical ? "identical" : "DIFFERS");
     }
-    rc = r[1].identical && r[2].identical && r[3].identical ? 0 : 1;
+    if (!json)
+        printf("tuned: the tree shape it settled on: %d nodes, depth %d\n", r[4].tuned_n, r[4].tuned_d);
+    rc = r[1].identical && r[2].identical && r[3].identical && r[4].identical ? 0 : 1;
     if (rc)
         err_set("bench: speculative output differs from plain decoding");
 done:

@@ -51,6 +51,7 @@ int cli_spec_params(const struct cli_spec *o, struct spec_params *p, const char 
         return err_set("--spec %s needs --draft DIR (a small model with the same tokenizer)",
                        mode == 1 ? "chain" : "tree");
     p->mode = mode == 0 ? SPEC_OFF : mode == 1 ? SPEC_CHAIN : SPEC_TREE;
+    p->tune = mode == 2 && !o->n_nodes; /* a fixed --spec-tree is not tuned */
     if (mode == 1)
         p->ngram = false;
     return 0;

@@ -51,6 +51,15 @@ int spec_init(struct spec *s, struct engine *tgt, int32_t tseq, struct engine *d
     s->p = *p;
     s->vocab = V;
     s->cap_ctx = n_ctx;
+    /* tuner shapes: chain-like to bushy, within the budget the engines were sized for */
+    static const int32_t shapes[SPEC_TUNE_SHAPES][2] = {{3, 3}, {6, 3}, {8, 4}, {12, 6}, {16, 6}, {24, 8}};
+    for (int i = 0; i < SPEC_TUNE_SHAPES; i++)
+        if (shapes[i][0] <= p->n_nodes) {
+            s->tu.nodes[s->tu.n_shape] = shapes[i][0];
+            s->tu.depth[s->tu.n_shape++] = shapes[i][1] < p->depth ? shapes[i][1] : p->depth;
+        }
+    if (s->tu.n_shape == 0)
+        s->p.tune = false;
     const size_t nb = (size_t)(dft && dft->max_tokens > tgt->max_tokens ? dft->max_tokens : tgt->max_tokens);
     s->cap_heap = SPEC_MAX_NODES * p->top_k + 1;
     s->tok = malloc(nb * sizeof(int32_t));
@@ -246,9 +255,59 @@ static int32_t build_tree(struct spec *s, const int32_t *hist, int32_t n_hist, i
     return C;
 }
 
+void spec_tuned_shape(const struct spec *s, int32_t *nodes, int32_t *depth)
+{
+    const struct spec_tuner *t = &s->tu;
+    int32_t b = 0;
+    for (int32_t i = 1; i < t->n_shape; i++)
+        if (t->tok_s[i] > t->tok_s[b])
+            b = i;
+    *nodes = s->p.tune ? t->nodes[b] : s->p.n_nodes;
+    *depth = s->p.tune ? t->depth[b] : s->p.depth;
+}
+
+/* Picks the shape for the next step: each tried 4 times first, then the best,
+ * with every 32nd step on the least-tried other shape. */
+static void tune_pick(struct spec *s)
+{
+    struct spec_tuner *t = &s->tu;
+    int32_t pick = -1;
+    for (int32_t i = 0; i < t->n_shape && pick < 0; i++)
+        if (t->tries[i] < 4)
+            pick = i;
+    if (pick < 0) {
+        pick = 0;
+        for (int32_t i = 1; i < t->n_shape; i++)
+            if (t->tok_s[i] > t->tok_s[pick])
+                pick = i;
+        if (t->step % 32 == 31) {
+            int32_t other = -1;
+            for (int32_t i = 0; i < t->n_shape; i++)
+                if (i != pick && (other < 0 || t->tries[i] < t->tries[other]))
+                    other = i;
+            pick = other >= 0 ? other : pick;
+        }
+    }
+    t->cur = pick;
+    s->p.n_nodes = t->nodes[pick];
+    s->p.depth = t->depth[pick];
+}
+
+static void tune_record(struct spec *s, int32_t k, double seconds)
+{
+    struct spec_tuner *t = &s->tu;
+    const double v = seconds > 0 ? k / seconds : 0;
+    t->tok_s[t->cur] = t->tries[t->cur] ? 0.8 * t->tok_s[t->cur] + 0.2 * v : v;
+    t->tries[t->cur]++;
+    t->step++;
+}
+
 int32_t spec_step(struct spec *s, struct sampler *sm, const int32_t *hist, int32_t n_hist, int32_t *out,
                   int32_t max_out)
 {
+    const double t_step = now_s();
+    if (s->p.tune && s->p.mode == SPEC_TREE)
+        tune_pick(s);
     if (n_hist < 1 || max_out < 1 || n_hist + max_out > s->cap_ctx)
         return err_set("spec: step past the context (%d + %d of %d)", n_hist, max_out, s->cap_ctx);
     /* a draft lagging by more than a batch catches up on its own first */
@@ -374,6 +433,8 @@ int32_t spec_step(struct spec *s, struct sampler *sm, const int32_t *hist, int32
             return -1;
         s->d_len += m;
     }
+    if (s->p.tune && s->p.mode == SPEC_TREE)
+        tune_record(s, k, now_s() - t_step);
     return k;
 }
 

@@ -45,6 +45,9 @@ struct spec_params {
     int32_t top_k;       /* children considered per expanded node */
     bool ngram;          /* merge the prompt-lookup chain into the tree */
     int32_t ngram_min;   /* shortest suffix that must match earlier in the context */
+    /* Tune the tree to the machine: choose among shapes up to n_nodes / depth
+     * by measured tokens per second (see spec_tuner). */
+    bool tune;
     /* For the tests only: multiply every acceptance probability by this (1 =
      * the exact rule), so that the distribution test is seen to fail. */
     double accept_bias;
@@ -59,6 +62,20 @@ struct spec_stats {
     int64_t accepted[SPEC_MAX_DEPTH + 1]; /* steps that accepted at least d+1 nodes */
     int64_t ngram_accepted;          /* accepted nodes that came from prompt lookup */
     double t_draft, t_verify;        /* seconds in draft and target forwards */
+};
+
+/* The tuner: tree shapes tried in turn, then the fastest used, with an
+ * occasional step on another so that changing acceptance is noticed. Speed is
+ * measured (draft + verify + acceptance time per produced token), so it
+ * accounts for this machine's verify-time curve T(n) and draft step time. */
+#define SPEC_TUNE_SHAPES 6
+struct spec_tuner {
+    int32_t n_shape;
+    int32_t nodes[SPEC_TUNE_SHAPES], depth[SPEC_TUNE_SHAPES];
+    double tok_s[SPEC_TUNE_SHAPES];  /* moving average of tokens per second, 0 = not measured */
+    int32_t tries[SPEC_TUNE_SHAPES];
+    int32_t cur;
+    int64_t step;
 };
 
 struct spec_node {
@@ -79,6 +96,7 @@ struct spec {
     int32_t d_len;                    /* tokens the draft has committed */
     struct spec_params p;
     struct spec_stats st;
+    struct spec_tuner tu;
     int32_t vocab;
     int32_t n_node;
     struct spec_node node[SPEC_MAX_NODES + 1];  /* [0] is the root (the pending token) */
@@ -102,6 +120,8 @@ struct spec {
 int spec_init(struct spec *s, struct engine *tgt, int32_t tseq, struct engine *dft, int32_t dseq,
               const struct spec_params *p, int32_t n_ctx);
 void spec_free(struct spec *s);
+/* The shape the tuner would use now (nodes, depth), e.g. to report it. */
+void spec_tuned_shape(const struct spec *s, int32_t *nodes, int32_t *depth);
 /* Points the spec at another pair of sequences (same engines). */
 void spec_reset(struct spec *s, int32_t tseq, int32_t dseq);
 
