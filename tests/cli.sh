@@ -132,6 +132,15 @@ for spec in "--spec lookup" "--draft $m/kapitsa-tiny-draft" "--draft $m/kapitsa-
         bad "run $spec: differs from plain decoding"; diff "$tmp/plain.txt" "$tmp/spec.txt" | head -5
     fi
 done
+# kapitsa chat: several turns (the sequence kept between them), the same with KFlash
+turns='Write a function that adds two numbers.\nNow one that subtracts.\n/reset\nhello\n'
+printf "$turns" | "$bin" chat --model "$m/kapitsa-tiny" --max-tokens 24 > "$tmp/chat1.txt" 2>"$tmp/chat1.err"
+printf "$turns" | "$bin" chat --model "$m/kapitsa-tiny" --max-tokens 24 --draft "$m/kapitsa-tiny-draft" > "$tmp/chat2.txt" 2>"$tmp/chat2.err"
+if [ "$(grep -c '' "$tmp/chat1.txt")" -ge 3 ] && cmp -s "$tmp/chat1.txt" "$tmp/chat2.txt"; then
+    ok "chat: three turns, the same with KFlash"
+else
+    bad "chat: plain and KFlash conversations differ"; cat "$tmp/chat1.err" "$tmp/chat2.err" | head -5
+fi
 expect "run --spec tree without a draft" 2 "needs --draft" -- "$bin" run --spec tree "x"
 expect "run --spec with a bad name" 2 "--spec takes" -- "$bin" run --spec fast "x"
 expect "bench --draft: four ways, identical" 0 '"spec":"tree+ngram"' '"identical":true' -- \

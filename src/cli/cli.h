@@ -17,6 +17,7 @@ int cli_run(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_launch(int argc, char **argv);
 int cli_eval(int argc, char **argv);
+int cli_chat(int argc, char **argv);
 /* kapitsa bench --draft (bench_spec.c): plain, chain of chain_k, tree of tree_n
  * nodes / depth tree_d, tree + prompt lookup, side by side. */
 int bench_spec(const char *target, const char *draft, const char *prompt_file, int32_t n_gen, int32_t threads,

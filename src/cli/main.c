@@ -15,6 +15,7 @@ static void usage(FILE *f)
                "  check DIR     compare a checkpoint with its reference logits (DIR/golden.safetensors)\n"
                "  synth         write a random-weight checkpoint with the shapes of a real model\n"
                "  bench         measure prefill and decode speed of a checkpoint\n"
+               "  chat          a conversation on the terminal (one user message per line)\n"
                "  eval          held-out loss of a model, and a draft's agreement with it, over token ids\n"
                "  tokenize      text to token ids (--model DIR with tokenizer.json)\n"
                "  detokenize    token ids to text\n"
@@ -59,6 +60,8 @@ int main(int argc, char **argv)
         return cli_bench(argc - 2, argv + 2);
     if (strcmp(cmd, "eval") == 0)
         return cli_eval(argc - 2, argv + 2);
+    if (strcmp(cmd, "chat") == 0)
+        return cli_chat(argc - 2, argv + 2);
     if (strcmp(cmd, "tokenize") == 0)
         return cli_tokenize(argc - 2, argv + 2);
     if (strcmp(cmd, "detokenize") == 0)

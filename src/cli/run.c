@@ -10,6 +10,7 @@
 #include "../engine/spec.h"
 #include "../tokenizer/tokenizer.h"
 #include "cli.h"
+#include "generate.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -45,14 +46,6 @@ static void run_usage(FILE *f)
                "  PROMPT '-' reads stdin; --chat wraps it as a user turn in the model's chat template.\n"
                "  With --draft, KFlash speculative decoding (same output as without); --spec lookup\n"
                "  drafts from the prompt itself, without a draft model.\n");
-}
-
-static int is_eos(const struct model_config *c, int32_t t)
-{
-    for (int32_t i = 0; i < c->n_eos; i++)
-        if (c->eos_id[i] == t)
-            return 1;
-    return 0;
 }
 
 int cli_run(int argc, char **argv)
@@ -132,14 +125,10 @@ int cli_run(int argc, char **argv)
     struct tokenizer *tok = tok_load(dir);
     struct chat_template *ct = chat && tok ? chat_template_load(dir, NULL) : NULL;
     struct model m, dm;
-    struct engine e, de;
-    struct spec k = {0};
-    struct sampler s = {0};
+    struct cli_gen g = {0};
     struct tok_ids ids = {0};
     char *text = NULL;
-    float *logits = NULL;
-    int32_t *hist = NULL;
-    int rc = 1, loaded = 0, up = 0, d_loaded = 0, d_up = 0;
+    int rc = 1, loaded = 0, d_loaded = 0, up = 0;
     if (!be || !tok || (chat && !ct) || model_load(&m, dir, be, NULL) != 0)
         goto done;
     loaded = 1;
@@ -162,71 +151,24 @@ int cli_run(int argc, char **argv)
         err_set("run: the prompt is empty");
         goto done;
     }
-    const int32_t ctx = ids.n + (int32_t)max_tokens + kp.n_nodes + 2, keep = kp.mode == SPEC_OFF ? 0 : kp.n_nodes + 1;
-    if (engine_init(&e, &m, ctx, 1, 256, keep) != 0)
+    if (cli_gen_init(&g, &m, d_loaded ? &dm : NULL, tok, &sp, &kp, ids.n + (int32_t)max_tokens + 1) != 0)
         goto done;
     up = 1;
-    if (d_loaded && engine_init(&de, &dm, ctx, 1, 256, 256) != 0)
+    if (cli_gen_turn(&g, ids.ids, ids.n, max_tokens, stdout, NULL) != 0)
         goto done;
-    d_up = d_loaded;
-    if (sampler_init(&s, &sp, m.cfg.vocab_size) != 0)
-        goto done;
-    hist = malloc(sizeof(int32_t) * (size_t)(ctx + 1));
-    logits = malloc(sizeof(float) * (size_t)m.cfg.vocab_size);
-    if (!hist || !logits) {
-        err_set("run: out of memory");
-        goto done;
-    }
-    if (spec_init(&k, &e, engine_seq_new(&e), d_up ? &de : NULL, d_up ? engine_seq_new(&de) : -1, &kp, ctx) != 0 ||
-        spec_prefill(&k, ids.ids, ids.n, logits) != 0)
-        goto done;
-    memcpy(hist, ids.ids, sizeof(int32_t) * (size_t)ids.n);
-    int32_t n_hist = ids.n, n_new = 1;
-    hist[n_hist] = sampler_sample(&s, logits, hist, n_hist);
-    struct tok_stream ts = {0};
-    char out[4096];
-    for (int64_t g = 0; g < max_tokens;) {
-        /* hist[n_hist .. n_hist+n_new) are new tokens: print them up to an end of sequence */
-        int stop = 0;
-        for (int32_t j = 0; j < n_new && g < max_tokens && !stop; j++, g++) {
-            int32_t t = hist[n_hist];
-            if ((stop = is_eos(&m.cfg, t)))
-                break;
-            n_hist++;
-            int32_t nb = tok_stream_push(tok, &ts, t, true, out, sizeof out);
-            if (nb > 0) {
-                fwrite(out, 1, (size_t)nb, stdout);
-                fflush(stdout);
-            }
-        }
-        if (stop || g >= max_tokens)
-            break;
-        /* hist[n_hist-1] is pending: one step writes the next tokens after it */
-        n_new = spec_step(&k, &s, hist, n_hist, hist + n_hist, (int32_t)(max_tokens - g));
-        if (n_new < 1)
-            goto done;
-    }
-    int32_t nb = tok_stream_flush(&ts, out, sizeof out);
-    fwrite(out, 1, (size_t)nb, stdout);
     putchar('\n');
-    if (kp.mode != SPEC_OFF && k.st.steps > 0)
+    if (kp.mode != SPEC_OFF && g.k.st.steps > 0)
         fprintf(stderr, "kapitsa: KFlash: %lld tokens in %lld target passes (%.2f per pass)\n",
-                (long long)k.st.tokens, (long long)k.st.steps, (double)k.st.tokens / (double)k.st.steps);
+                (long long)g.k.st.tokens, (long long)g.k.st.steps, (double)g.k.st.tokens / (double)g.k.st.steps);
     rc = 0;
 done:
     if (rc)
         fprintf(stderr, "kapitsa: %s\n", err_msg());
-    spec_free(&k);
-    sampler_free(&s);
-    free(logits);
-    free(hist);
+    if (up)
+        cli_gen_free(&g);
     free(text);
     free(owned);
     tok_ids_free(&ids);
-    if (d_up)
-        engine_free(&de);
-    if (up)
-        engine_free(&e);
     if (d_loaded)
         model_free(&dm);
     if (loaded)
