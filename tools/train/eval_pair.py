@@ -2,7 +2,7 @@
 engine) on the same tokens: rebuilds the held-out token stream of train.py from
 data_listing.txt.gz (same files, same order, checked by sha256), writes it as
 held.i32 (little-endian int32), and prints, for models/kapitsa-tiny and its draft:
-the loss over the first N tokens in windows of 512 (each window on its own), the
+the loss of each over the first N tokens in windows of 512 (each window on its own), the
 draft's top-1 agreement on those positions, and the mean accepted length of a
 5-token greedy draft chain at 200 evenly spread positions (64 tokens of context).
 
@@ -41,18 +41,20 @@ dft = AutoModelForCausalLM.from_pretrained("models/kapitsa-tiny-draft", dtype=to
 res = {"tokens_in_split": len(ids)}
 with torch.no_grad():
     x_all = held[: N + 1].long().to(dev)
-    total = count = match = 0
+    total = dtotal = count = match = 0
     s = 0
     while s + SEQ + 1 <= x_all.numel():
         x = x_all[s: s + SEQ + 1][None]
         lt = tgt(x[:, :-1]).logits.float()
         ld = dft(x[:, :-1]).logits.float()
         total += F.cross_entropy(lt[0], x[0, 1:], reduction="sum").item()
+        dtotal += F.cross_entropy(ld[0], x[0, 1:], reduction="sum").item()
         match += (lt.argmax(-1) == ld.argmax(-1)).sum().item()
         count += SEQ
         s += SEQ
     res.update(tokens=count, heldout_loss=round(total / count, 4), heldout_ppl=round(math.exp(total / count), 2),
-               draft_top1_match=round(match / count, 4))
+               draft_top1_match=round(match / count, 4), draft_heldout_loss=round(dtotal / count, 4),
+               draft_heldout_ppl=round(math.exp(dtotal / count), 2))
     step = (len(ids) - 64 - 600) // 200
     acc = 0
     for i in range(200):
