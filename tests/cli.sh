@@ -9,6 +9,7 @@ quick=${2:-}
 here=$(cd "$(dirname "$0")" && pwd)
 fx=${KAPITSA_FIXTURES:-$here/fixtures}
 tmp=$(mktemp -d)
+export KAPITSA_CACHE="$tmp/cache" # the KFlash tuning cache, kept out of $HOME
 trap 'rm -rf "$tmp"' EXIT
 export ASAN_OPTIONS=exitcode=99:detect_leaks=1
 export UBSAN_OPTIONS=halt_on_error=1:exitcode=98:print_stacktrace=1
@@ -140,6 +141,11 @@ if [ "$(grep -c '' "$tmp/chat1.txt")" -ge 3 ] && cmp -s "$tmp/chat1.txt" "$tmp/c
     ok "chat: three turns, the same with KFlash"
 else
     bad "chat: plain and KFlash conversations differ"; cat "$tmp/chat1.err" "$tmp/chat2.err" | head -5
+fi
+if grep -q "kapitsa-tiny-draft" "$tmp/cache/kflash.tsv" 2>/dev/null; then
+    ok "the tuned tree shape is cached per machine and model pair"
+else
+    bad "no tuning cache written to $tmp/cache/kflash.tsv"
 fi
 expect "run --spec tree without a draft" 2 "needs --draft" -- "$bin" run --spec tree "x"
 expect "run --spec with a bad name" 2 "--spec takes" -- "$bin" run --spec fast "x"

@@ -86,6 +86,9 @@ int cli_chat(int argc, char **argv)
     if (cli_gen_init(&g, &m, d_loaded ? &dm : NULL, tok, &sp, &kp, (int32_t)n_ctx) != 0)
         goto done;
     up = 1;
+    char tkey[9000];
+    cli_spec_key(tkey, sizeof tkey, dir, draft_dir, (int32_t)threads);
+    cli_spec_tune_load(&g.k, tkey);
     if (system)
         json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", system));
     const size_t n_fixed = json_array_size(msgs);
@@ -123,6 +126,7 @@ int cli_chat(int argc, char **argv)
         json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "assistant", "content", reply));
         free(reply);
     }
+    cli_spec_tune_save(&g.k, tkey);
     rc = 0;
 done:
     if (rc)

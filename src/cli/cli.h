@@ -5,6 +5,7 @@
 
 #include "../engine/spec.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 int cli_check(int argc, char **argv);
@@ -41,6 +42,12 @@ struct cli_spec {
 int cli_spec_flag(int argc, char **argv, int *i, struct cli_spec *o);
 /* The spec parameters and the draft folder to load (NULL: none). -1 with err_set(). */
 int cli_spec_params(const struct cli_spec *o, struct spec_params *p, const char **draft);
+/* The tuner's choice kept between runs, per key (models, threads, host): loaded
+ * into a spec before its first step, saved after. No-ops without tuning. */
+void cli_spec_tune_load(struct spec *s, const char *key);
+void cli_spec_tune_save(const struct spec *s, const char *key);
+/* The key: host name, the two folders' real paths, the thread count. */
+void cli_spec_key(char *key, size_t n, const char *model, const char *draft, int32_t threads);
 /* Parses a positive integer; -1 on error. */
 int64_t cli_int(const char *s);
 

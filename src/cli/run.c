@@ -154,9 +154,13 @@ int cli_run(int argc, char **argv)
     if (cli_gen_init(&g, &m, d_loaded ? &dm : NULL, tok, &sp, &kp, ids.n + (int32_t)max_tokens + 1) != 0)
         goto done;
     up = 1;
+    char tkey[9000];
+    cli_spec_key(tkey, sizeof tkey, dir, draft_dir, (int32_t)threads);
+    cli_spec_tune_load(&g.k, tkey);
     if (cli_gen_turn(&g, ids.ids, ids.n, max_tokens, stdout, NULL) != 0)
         goto done;
     putchar('\n');
+    cli_spec_tune_save(&g.k, tkey);
     if (kp.mode != SPEC_OFF && g.k.st.steps > 0)
         fprintf(stderr, "kapitsa: KFlash: %lld tokens in %lld target passes (%.2f per pass)\n",
                 (long long)g.k.st.tokens, (long long)g.k.st.steps, (double)g.k.st.tokens / (double)g.k.st.steps);
