@@ -5,6 +5,7 @@
 #include "../base/err.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -120,6 +121,23 @@ int gen_sampling(json_t *b, float max_temperature, struct sampler_params *sp, ch
         sp->presence_penalty = (float)json_number_value(v);
     if ((v = json_object_get(b, "frequency_penalty")) && json_is_number(v))
         sp->frequency_penalty = (float)json_number_value(v);
+    if ((v = json_object_get(b, "logit_bias")) && !json_is_null(v)) {
+        /* OpenAI: {"token id": bias in [-100, 100]}; -100 bans a token */
+        if (!json_is_object(v) || json_object_size(v) > SAMPLER_MAX_BIAS)
+            return snprintf(err, n_err, "logit_bias must be an object of at most %d token ids", SAMPLER_MAX_BIAS), -1;
+        const char *key;
+        json_t *x;
+        json_object_foreach(v, key, x) {
+            char *end;
+            long id = strtol(key, &end, 10);
+            if (!*key || *end || id < 0 || id > INT32_MAX || !json_is_number(x) || json_number_value(x) < -100 ||
+                json_number_value(x) > 100)
+                return snprintf(err, n_err, "logit_bias: '%s' must be a token id mapped to a number in [-100, 100]",
+                                key), -1;
+            sp->bias_id[sp->n_bias] = (int32_t)id;
+            sp->bias[sp->n_bias++] = json_number_value(x) <= -100 ? -INFINITY : (float)json_number_value(x);
+        }
+    }
     if ((v = json_object_get(b, "seed")) && json_is_integer(v))
         sp->seed = (uint64_t)json_integer_value(v);
     else

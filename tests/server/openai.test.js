@@ -73,6 +73,8 @@ test("bad requests get errors in the API's shape and the server keeps serving", 
   await assert.rejects(client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "x" }], temperature: 7 }), (e) => e.status === 400 && /temperature/.test(e.message));
   await assert.rejects(client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "x" }], max_tokens: 100000 }), (e) => e.status === 400 && /context/.test(e.message));
   await assert.rejects(client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "x" }], n: 3 }), (e) => e.status === 400);
+  await assert.rejects(client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "x" }], logit_bias: { "999999": 1 } }), (e) => e.status === 400 && /vocabulary/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "x" }], logit_bias: { "7": 500 } }), (e) => e.status === 400 && /logit_bias/.test(e.message));
   const raw = await fetch(`${srv.base}/v1/chat/completions`, { method: "POST", body: "{not json" });
   assert.equal(raw.status, 400);
   assert.equal((await raw.json()).error.type, "invalid_request_error");
@@ -223,7 +225,9 @@ test("raw edge cases: bad bytes, wrong types, unknown fields, a body over the li
 test("past the queue bound requests get 429 (Anthropic: 529) and the server keeps serving", async () => {
   const s = await startServer(["--parallel", "1"]);
   const c = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "x", maxRetries: 0 });
-  const one = () => c.chat.completions.create({ model: "m", messages: [{ role: "user", content: "write a long story" }], max_tokens: 400 })
+  // the end-of-sequence ids banned, so that every request runs its 400 tokens and the queue fills
+  const one = () => c.chat.completions.create({ model: "m", messages: [{ role: "user", content: "write a long story" }], max_tokens: 400,
+    logit_bias: { "151643": -100, "151645": -100 } })
     .then(() => 200, (e) => e.status);
   const statuses = await Promise.all(Array.from({ length: 40 }, one));
   assert.ok(statuses.includes(429), statuses.join(","));
@@ -231,4 +235,11 @@ test("past the queue bound requests get 429 (Anthropic: 529) and the server keep
   const ok = await c.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }], max_tokens: 2 });
   assert.equal(ok.choices.length, 1);
   s.proc.kill("SIGTERM");
+});
+
+test("logit_bias: a boosted token takes over greedy output (bans are in the queue-bound test)", async () => {
+  const r = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "Write a Python function." }],
+    max_tokens: 12, temperature: 0, logit_bias: { "13": 100 } }); // token 13 is "."
+  assert.match(r.choices[0].message.content, /^\.+$/);
+  assert.equal(r.usage.completion_tokens, 12);
 });
