@@ -41,6 +41,16 @@ static inline struct tensor tensor_rows(const struct tensor *t, int64_t row0, in
     return v;
 }
 
+/* A view of columns [col0, col0+n) of every row of t (an F32 activation). */
+static inline struct tensor tensor_cols(const struct tensor *t, int64_t col0, int64_t n)
+{
+    struct tensor v = *t;
+    v.data = (char *)t->data + (size_t)col0 * dtype_size(t->type);
+    v.n_cols = n;
+    v.owned = false;
+    return v;
+}
+
 /* The tokens of one forward as the ops see them. Host arrays, valid until the
  * forward returns. Visibility: token i attends to positions [0, n_kv[i]) of its
  * sequence's cache, except that a position p >= mask_from[i] is visible only if

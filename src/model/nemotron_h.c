@@ -111,15 +111,6 @@ int nemotron_h_bind(struct model *m)
     return 0;
 }
 
-static struct tensor cols(const struct tensor *t, int64_t c0, int64_t n)
-{
-    struct tensor v = *t;
-    v.data = (float *)t->data + c0;
-    v.n_cols = n;
-    v.owned = false;
-    return v;
-}
-
 /* Mamba2 mixer; h in, h out. p1 holds [z | xBC | dt]; p2 [conv out | y]. */
 static void mamba2(const struct model *m, struct model_scratch *s, struct kv_tensors *kv, int32_t l, struct tensor *h,
                    int32_t n)
@@ -131,13 +122,13 @@ static void mamba2(const struct model *m, struct model_scratch *s, struct kv_ten
     const int64_t nh = c->ssm_n_head, inner = nh * c->ssm_head_dim, cd = c->rec_conv_dim;
     const int64_t gn = (int64_t)c->ssm_n_group * c->ssm_state;
     struct tensor p1 = tensor_rows(&s->p1, 0, n), p2 = tensor_rows(&s->p2, 0, n);
-    struct tensor proj = cols(&p1, 0, inner + cd + nh);
+    struct tensor proj = tensor_cols(&p1, 0, inner + cd + nh);
     op->matmul(be, &proj, h, &L->in_proj);
-    struct tensor z = cols(&p1, 0, inner), xbc = cols(&p1, inner, cd), dt = cols(&p1, inner + cd, nh);
-    struct tensor conv = cols(&p2, 0, cd), y = cols(&p2, cd, inner);
+    struct tensor z = tensor_cols(&p1, 0, inner), xbc = tensor_cols(&p1, inner, cd), dt = tensor_cols(&p1, inner + cd, nh);
+    struct tensor conv = tensor_cols(&p2, 0, cd), y = tensor_cols(&p2, cd, inner);
     const int32_t r = m->rec_layer[l];
     op->conv1d(be, &conv, &xbc, &L->conv_w, c->ssm_conv_bias ? &L->conv_b : NULL, &kv->conv[r]);
-    struct tensor x = cols(&conv, 0, inner), B = cols(&conv, inner, gn), C = cols(&conv, inner + gn, gn);
+    struct tensor x = tensor_cols(&conv, 0, inner), B = tensor_cols(&conv, inner, gn), C = tensor_cols(&conv, inner + gn, gn);
     const struct ssd_params sp = {
         .n_head = c->ssm_n_head, .head_dim = c->ssm_head_dim, .n_group = c->ssm_n_group, .d_state = c->ssm_state,
         .chunk = c->ssm_chunk, .dt_min = c->ssm_dt_min, .dt_lo = c->ssm_dt_lo, .dt_hi = c->ssm_dt_hi,

@@ -153,9 +153,8 @@ static void gated_attention(const struct model *m, struct model_scratch *s, stru
         raw.n_cols = qg.n_cols = 2 * qd;
         op->matmul(be, &raw, h, &L->q);
         op->permute_cols(be, &qg, &raw, &m->perm_qg);
-        q = qg;
-        q.n_cols = gate.n_cols = qd;
-        gate.data = (float *)qg.data + qd;
+        q = tensor_cols(&qg, 0, qd);
+        gate = tensor_cols(&qg, qd, qd);
     } else {
         op->matmul(be, &q, h, &L->q);
     }
@@ -173,16 +172,6 @@ static void gated_attention(const struct model *m, struct model_scratch *s, stru
     op->matmul(be, h, &att, &L->o);
 }
 
-/* Columns [c0, c0+n) of t. */
-static struct tensor cols(const struct tensor *t, int64_t c0, int64_t n)
-{
-    struct tensor v = *t;
-    v.data = (float *)t->data + c0;
-    v.n_cols = n;
-    v.owned = false;
-    return v;
-}
-
 /* Gated DeltaNet; h in, h out. p1 holds [qkv (conv_dim) | z | b | a]; p2 the
  * conv output and then the core output. */
 static void gated_deltanet(const struct model *m, struct model_scratch *s, struct kv_tensors *kv, int32_t l,
@@ -195,11 +184,11 @@ static void gated_deltanet(const struct model *m, struct model_scratch *s, struc
     const int64_t Hk = c->lin_n_k_head, Hv = c->lin_n_v_head, dk = c->lin_k_dim, dv = c->lin_v_dim;
     const int64_t cd = c->rec_conv_dim, vd = Hv * dv;
     struct tensor p1 = tensor_rows(&s->p1, 0, n), p2 = tensor_rows(&s->p2, 0, n);
-    struct tensor qkv = cols(&p1, 0, cd), z = cols(&p1, cd, vd), b = cols(&p1, cd + vd, Hv),
-                  a = cols(&p1, cd + vd + Hv, Hv);
+    struct tensor qkv = tensor_cols(&p1, 0, cd), z = tensor_cols(&p1, cd, vd), b = tensor_cols(&p1, cd + vd, Hv),
+                  a = tensor_cols(&p1, cd + vd + Hv, Hv);
     if (c->delta_qkvz_fused) {
-        struct tensor raw = cols(&p2, 0, cd + vd), raw_ba = cols(&p2, cd + vd, 2 * Hv);
-        struct tensor qkvz = cols(&p1, 0, cd + vd), ba = cols(&p1, cd + vd, 2 * Hv);
+        struct tensor raw = tensor_cols(&p2, 0, cd + vd), raw_ba = tensor_cols(&p2, cd + vd, 2 * Hv);
+        struct tensor qkvz = tensor_cols(&p1, 0, cd + vd), ba = tensor_cols(&p1, cd + vd, 2 * Hv);
         op->matmul(be, &raw, h, &L->in_proj);
         op->matmul(be, &raw_ba, h, &L->in_b);
         op->permute_cols(be, &qkvz, &raw, &m->perm_qkvz);
@@ -211,9 +200,9 @@ static void gated_deltanet(const struct model *m, struct model_scratch *s, struc
         op->matmul(be, &a, h, &L->in_a);
     }
     const int32_t r = m->rec_layer[l];
-    struct tensor conv = cols(&p2, 0, cd), core = cols(&p2, cd, vd);
+    struct tensor conv = tensor_cols(&p2, 0, cd), core = tensor_cols(&p2, cd, vd);
     op->conv1d(be, &conv, &qkv, &L->conv_w, NULL, &kv->conv[r]);
-    struct tensor q = cols(&conv, 0, Hk * dk), k = cols(&conv, Hk * dk, Hk * dk), v = cols(&conv, 2 * Hk * dk, vd);
+    struct tensor q = tensor_cols(&conv, 0, Hk * dk), k = tensor_cols(&conv, Hk * dk, Hk * dk), v = tensor_cols(&conv, 2 * Hk * dk, vd);
     op->delta_rule(be, &core, &q, &k, &v, &a, &b, &L->A_log, &L->dt_bias, &kv->ssm[r], (int32_t)Hk, (int32_t)Hv,
                    (int32_t)dk, (int32_t)dv);
     op->rmsnorm_gated(be, &core, &core, &z, &L->mix_norm, c->rms_eps, dv, false);
