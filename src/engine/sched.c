@@ -138,19 +138,23 @@ static struct cached *cache_lru(struct sched *s)
     return best;
 }
 
+/* A free cache entry, evicting the least recently used one if none is. */
+static struct cached *cache_slot(struct sched *s)
+{
+    for (int i = 0; i < SCHED_CACHE_SLOTS; i++)
+        if (s->cache[i].seq < 0)
+            return &s->cache[i];
+    struct cached *slot = cache_lru(s);
+    cache_evict(s, slot);
+    return slot;
+}
+
 /* Keeps a finished sequence (all of its tokens but the last sampled, which was
  * never fed) for prefix reuse, evicting the least recently used entry. */
 static void cache_keep(struct sched *s, struct sched_req *r)
 {
     int32_t n = s->e.kv.len[r->seq];
-    struct cached *slot = NULL;
-    for (int i = 0; i < SCHED_CACHE_SLOTS && !slot; i++)
-        if (s->cache[i].seq < 0)
-            slot = &s->cache[i];
-    if (!slot) {
-        slot = cache_lru(s);
-        cache_evict(s, slot);
-    }
+    struct cached *slot = cache_slot(s);
     slot->toks = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
     if (!slot->toks || n < 1) {
         free(slot->toks);
@@ -172,14 +176,7 @@ static void cache_keep(struct sched *s, struct sched_req *r)
  * which must still feed its last token for logits. */
 static void cache_checkpoint(struct sched *s, struct sched_req *r)
 {
-    struct cached *slot = NULL;
-    for (int i = 0; i < SCHED_CACHE_SLOTS && !slot; i++)
-        if (s->cache[i].seq < 0)
-            slot = &s->cache[i];
-    if (!slot) {
-        slot = cache_lru(s);
-        cache_evict(s, slot);
-    }
+    struct cached *slot = cache_slot(s);
     const int32_t n = r->n_prompt - 1;
     slot->toks = malloc(sizeof(int32_t) * (size_t)n);
     slot->seq = slot->toks ? engine_seq_fork(&s->e, r->seq) : -1;
