@@ -5,6 +5,25 @@ CFLAGS  += -std=c11 -Wall -Wextra -pthread -MMD -MP
 LDLIBS  := -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lm -lpthread
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
+# The cuda backend: built when nvcc is found (CUDA=0 turns it off, CUDA=1 insists).
+# cudart is linked statically, cuBLAS from the toolkit's lib64 (rpath), so the
+# binary runs on machines without a GPU, on the cpu backend.
+NVCC    ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+CUDA    ?= $(if $(NVCC),1,0)
+ifeq ($(CUDA),1)
+ifeq ($(NVCC),)
+$(error CUDA=1 but nvcc was not found; put it on the PATH or set NVCC)
+endif
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CU_SRC    := $(wildcard src/backend/cuda/*.cu)
+CU_OBJ    := $(CU_SRC:%.cu=build/%.o)
+CUDA_DEF  := -DKAPITSA_CUDA
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++
+NVFLAGS   ?= -O3 -g -lineinfo
+NVFLAGS   += -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+             -Xcompiler -Wall,-Wextra -MMD -MP
+endif
+
 SRC     := $(wildcard src/base/*.c src/model/*.c src/backend/*.c src/backend/cpu/*.c src/engine/*.c src/tokenizer/*.c src/chat/*.c src/server/*.c)
 CLI     := $(wildcard src/cli/*.c)
 TESTS   := $(wildcard tests/unit/*.c)
@@ -27,17 +46,21 @@ all: build/kapitsa
 
 build/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(call isa,$<) -c $< -o $@
+	$(CC) $(CFLAGS) $(CUDA_DEF) $(call isa,$<) -c $< -o $@
+
+build/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 build/asan/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -O1 $(SAN) $(call isa,$<) -c $< -o $@
 
-build/kapitsa: $(OBJ) $(CLI_OBJ)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+build/kapitsa: $(OBJ) $(CU_OBJ) $(CLI_OBJ)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
 
-build/test_unit: $(OBJ) $(TEST_OBJ)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+build/test_unit: $(OBJ) $(CU_OBJ) $(TEST_OBJ)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
 
 build/asan/kapitsa: $(SOBJ) $(SCLI_OBJ)
 	$(CC) $(CFLAGS) $(SAN) $^ -o $@ $(LDLIBS)
@@ -69,7 +92,7 @@ help:
 clean:
 	rm -rf build
 
--include $(OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SOBJ:.o=.d) $(STEST_OBJ:.o=.d) $(SCLI_OBJ:.o=.d)
+-include $(CU_OBJ:.o=.d) $(OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SOBJ:.o=.d) $(STEST_OBJ:.o=.d) $(SCLI_OBJ:.o=.d)
 
 # libFuzzer targets (clang): build/fuzz/fuzz_{tokenizer,jinja,parser}
 FUZZ_SAN := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1

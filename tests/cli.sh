@@ -11,6 +11,7 @@ fx=${KAPITSA_FIXTURES:-$here/fixtures}
 tmp=$(mktemp -d)
 export KAPITSA_CACHE="$tmp/cache" # the KFlash tuning cache, kept out of $HOME
 trap 'rm -rf "$tmp"' EXIT
+export KAPITSA_DEVICE=cpu # the cpu unless a test names --device
 export ASAN_OPTIONS=exitcode=99:detect_leaks=1
 export UBSAN_OPTIONS=halt_on_error=1:exitcode=98:print_stacktrace=1
 pass=0
@@ -44,6 +45,22 @@ for arch in qwen3 qwen3_moe qwen3_yarn_sharded qwen3_f16_linear qwen3_moe_mixed;
     expect "check $arch in chunks" 0 "in chunks" -- "$bin" check "$fx/$arch" --chunks 13,1,64 --threads 1
 done
 expect "check with fp32 rope reports the mismatch" 1 "MISMATCH" -- "$bin" check "$fx/qwen3" --rope-f32
+
+# the cuda backend, when this build has it and the machine a GPU: every fixture,
+# whole and in chunks, against the same goldens (tolerance 1e-3: the GPU scans
+# each sequence token by token where the reference prefills in chunks, which
+# over the 1000-token hybrid fixtures differs by up to 2.5e-4)
+if "$bin" run --device cuda --max-tokens 1 x >/dev/null 2>&1; then
+    for arch in qwen3 qwen3_moe qwen3_yarn_sharded qwen3_f16_linear qwen3_moe_mixed qwen3_next qwen3_5 qwen3_5_moe \
+        nemotron_h nemotron_h_moe qwen3_5_wrapper qwen3_next_mixed nemotron_h_groups; do
+        expect "cuda: check $arch" 0 "ok" "ids identical ok" -- "$bin" check "$fx/$arch" --device cuda --tol 1e-3
+        expect "cuda: check $arch in chunks" 0 "in chunks" "ids identical ok" -- \
+            "$bin" check "$fx/$arch" --device cuda --chunks 13,1,70,5 --tol 1e-3
+    done
+else
+    echo "# no CUDA device: cuda checks skipped"
+fi
+expect "an unknown device" 1 "unknown device 'tpu'" -- "$bin" check "$fx/qwen3" --device tpu
 
 # hybrids: prefill chunks smaller than, equal to and not multiples of the scan
 # chunks (64 for the gated delta rule, 32 in the Mamba2 fixtures), 1 and 2 threads

@@ -126,7 +126,7 @@ struct backend_ops {
     void (*release)(struct backend *be, struct tensor *t);
     /* Make a host tensor (mmapped checkpoint data) usable by the ops. */
     int (*weight)(struct backend *be, struct tensor *dst, const struct tensor *host);
-    /* Copy rows [row0, row0+n) of an F32 tensor to host memory. */
+    /* Copy rows [row0, row0+n) of an F32 (or I32: same size) tensor to host memory. */
     void (*read)(struct backend *be, const struct tensor *t, int64_t row0, int64_t n, float *dst);
     /* Copy host rows into rows [row0, row0+n) of a tensor (host data in its dtype). */
     void (*write)(struct backend *be, struct tensor *t, int64_t row0, int64_t n, const void *src);

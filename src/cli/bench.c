@@ -2,7 +2,8 @@
  * beside the memory-bandwidth roofline of decode (weight bytes read per token
  * over the read bandwidth measured here, with the same threads). */
 #define _GNU_SOURCE
-#include "../backend/cpu/cpu.h"
+#include "../backend/cpu/kern.h"
+#include "../backend/device.h"
 #include "../base/err.h"
 #include "../base/pool.h"
 #include "../engine/engine.h"
@@ -83,11 +84,34 @@ static double decode_bytes(const struct model *m)
     return total;
 }
 
+/* FLOPs of a prefill of n tokens that keeps one row's logits: two per weight
+ * element of the decoder (experts at their active share) per token, and the
+ * causal attention products (q.k and p.v over n(n+1)/2 pairs per head). */
+static double prefill_flops(const struct model *m, int64_t n)
+{
+    const struct model_config *c = &m->cfg;
+    double w = 0;
+    for (int32_t i = 0; i < m->st.n_tensors; i++) {
+        const struct st_tensor *t = &m->st.tensors[i];
+        if (t->n_dim != 2 || strncmp(t->name, c->prefix, strlen(c->prefix)) != 0 || t->data == m->embed.data)
+            continue;
+        double e = (double)t->n_bytes / (double)dtype_size(t->type);
+        if (strstr(t->name, ".experts."))
+            e *= (double)c->n_expert_used / c->n_expert;
+        w += e;
+    }
+    const double att = 4.0 * (double)c->n_head * c->head_dim * c->n_attn_layer * (double)n * (double)(n + 1) / 2;
+    return 2.0 * w * (double)n + att;
+}
+
 static void bench_usage(FILE *f)
 {
-    fprintf(f, "usage: kapitsa bench --model DIR [--threads N] [--prompt N] [--gen M] [--batch B] [--json]\n"
+    fprintf(f, "usage: kapitsa bench --model DIR [--threads N] [--device D] [--prompt N] [--gen M] [--batch B]\n"
+               "                     [--peak-gbs G] [--peak-tflops T] [--json]\n"
                "  prefill N random tokens (default 512) in batches of B (default 512), then decode M tokens\n"
-               "  (default 64) greedily; prints tok/s and the decode bandwidth roofline\n"
+               "  (default 64) greedily; prints tok/s and the rooflines: decode, weight bytes per token over\n"
+               "  the read bandwidth (measured on the cpu; on a GPU G, default 4800 GB/s, the H200's HBM\n"
+               "  peak); prefill on a GPU, its FLOPs over T (default 790, bf16 tensor cores of an H200)\n"
                "       kapitsa bench --model DIR --draft DIR --prompt-file FILE [--gen M] [--threads N]\n"
                "                     [--chain K] [--spec-tree N,D] [--json]\n"
                "  KFlash side by side: greedy generation after the file's text, plain, with a draft chain of\n"
@@ -163,10 +187,11 @@ done:
 
 int cli_bench(int argc, char **argv)
 {
-    const char *dir = NULL, *v, *tok_dir = NULL, *corpus = NULL, *draft = NULL, *prompt_file = NULL;
+    const char *dir = NULL, *v, *tok_dir = NULL, *corpus = NULL, *draft = NULL, *prompt_file = NULL, *device = NULL;
     int64_t threads = 0, n_prompt = 512, n_gen = 64, n_batch = 512, chain_k = 4;
     int tree_n = 24, tree_d = 8;
     int json = 0;
+    double peak_gbs = 4800, peak_tflops = 790;
     for (int i = 0; i < argc; i++) {
         int f;
         int64_t *dst = NULL;
@@ -182,9 +207,20 @@ int cli_bench(int argc, char **argv)
             (f = cli_flag(argc, argv, &i, "--tokenizer", &tok_dir)) != 0 ||
             (f = cli_flag(argc, argv, &i, "--corpus", &corpus)) != 0 ||
             (f = cli_flag(argc, argv, &i, "--draft", &draft)) != 0 ||
-            (f = cli_flag(argc, argv, &i, "--prompt-file", &prompt_file)) != 0) {
+            (f = cli_flag(argc, argv, &i, "--prompt-file", &prompt_file)) != 0 ||
+            (f = cli_flag(argc, argv, &i, "--device", &device)) != 0) {
             if (f < 0)
                 return 2;
+            continue;
+        }
+        if ((f = cli_flag(argc, argv, &i, "--peak-gbs", &v)) != 0 ||
+            (f = cli_flag(argc, argv, &i, "--peak-tflops", &v)) != 0) {
+            double d;
+            if (f < 0 || sscanf(v, "%lf", &d) != 1 || !(d > 0)) {
+                bench_usage(stderr);
+                return 2;
+            }
+            *(strcmp(argv[i - 1], "--peak-gbs") == 0 ? &peak_gbs : &peak_tflops) = d;
             continue;
         }
         if ((f = cli_flag(argc, argv, &i, "--spec-tree", &v)) != 0) {
@@ -218,14 +254,14 @@ int cli_bench(int argc, char **argv)
             bench_usage(stderr);
             return 2;
         }
-        return bench_spec(dir, draft, prompt_file, (int32_t)n_gen, (int32_t)threads, (int32_t)chain_k, tree_n, tree_d,
+        return bench_spec(dir, draft, prompt_file, (int32_t)n_gen, (int32_t)threads, device, (int32_t)chain_k, tree_n, tree_d,
                           json);
     }
     if (!dir) {
         bench_usage(stderr);
         return 2;
     }
-    struct backend *be = cpu_backend_init((int32_t)threads, NULL);
+    struct backend *be = device_open(device, (int32_t)threads, false);
     struct model m;
     struct engine e;
     float *logits = NULL;
@@ -279,23 +315,31 @@ int cli_bench(int argc, char **argv)
             goto done;
     }
     double t_decode = now_s() - t0;
+    const bool gpu = strcmp(be->ops->name, "cpu") != 0;
     int32_t nth = threads > 0 ? (int32_t)threads : 0;
     if (nth == 0)
         nth = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
-    double bw = measure_bandwidth(nth), bytes = decode_bytes(&m);
+    double bw = gpu ? peak_gbs * 1e9 : measure_bandwidth(nth), bytes = decode_bytes(&m);
     double pf = (double)n_prompt / t_prefill, dc = (double)n_gen / t_decode, roof = bw / bytes;
+    double pflops = prefill_flops(&m, n_prompt) / t_prefill / 1e12;
     if (json)
-        printf("{\"model\":\"%s\",\"threads\":%d,\"prompt\":%lld,\"gen\":%lld,\"prefill_tok_s\":%.2f,"
-               "\"decode_tok_s\":%.2f,\"decode_bytes_per_token\":%.0f,\"read_bandwidth_gb_s\":%.2f,"
-               "\"decode_roofline_tok_s\":%.2f,\"decode_of_roofline\":%.3f}\n",
-               dir, nth, (long long)n_prompt, (long long)n_gen, pf, dc, bytes, bw / 1e9, roof, dc / roof);
-    else
-        printf("model    %s (%s, %d threads)\n"
-               "prefill  %6lld tokens  %9.2f tok/s\n"
-               "decode   %6lld tokens  %9.2f tok/s\n"
-               "roofline %.1f MB of weights per token at %.2f GB/s read = %.2f tok/s; decode reaches %.0f%%\n",
-               dir, m.cfg.model_type, nth, (long long)n_prompt, pf, (long long)n_gen, dc, bytes / 1e6, bw / 1e9,
-               roof, 100 * dc / roof);
+        printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"prompt\":%lld,\"gen\":%lld,"
+               "\"prefill_tok_s\":%.2f,\"prefill_tflops\":%.2f,\"decode_tok_s\":%.2f,"
+               "\"decode_bytes_per_token\":%.0f,\"read_bandwidth_gb_s\":%.2f,\"decode_roofline_tok_s\":%.2f,"
+               "\"decode_of_roofline\":%.3f,\"prefill_of_peak\":%.3f}\n",
+               dir, be->ops->name, nth, (long long)n_prompt, (long long)n_gen, pf, pflops, dc, bytes, bw / 1e9,
+               roof, dc / roof, gpu ? pflops / peak_tflops : 0.0);
+    else {
+        printf("model    %s (%s, %s", dir, m.cfg.model_type, be->ops->name);
+        if (!gpu)
+            printf(", %d threads", nth);
+        printf(")\nprefill  %6lld tokens  %9.2f tok/s  %.1f TFLOP/s", (long long)n_prompt, pf, pflops);
+        if (gpu)
+            printf(" = %.0f%% of %.0f TFLOP/s", 100 * pflops / peak_tflops, peak_tflops);
+        printf("\ndecode   %6lld tokens  %9.2f tok/s\n"
+               "roofline %.1f MB of weights per token at %.2f GB/s %s = %.2f tok/s; decode reaches %.0f%%\n",
+               (long long)n_gen, dc, bytes / 1e6, bw / 1e9, gpu ? "peak" : "read", roof, 100 * dc / roof);
+    }
     rc = 0;
 done:
     if (rc != 0)

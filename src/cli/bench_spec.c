@@ -4,7 +4,7 @@
  * each checked identical to plain; reports target passes per token and
  * wall-clock speed. */
 #define _POSIX_C_SOURCE 200809L
-#include "../backend/cpu/cpu.h"
+#include "../backend/device.h"
 #include "../base/err.h"
 #include "../engine/spec.h"
 #include "../tokenizer/tokenizer.h"
@@ -98,9 +98,10 @@ done:
 }
 
 int bench_spec(const char *target, const char *draft, const char *prompt_file, int32_t n_gen, int32_t threads,
+               const char *device,
                int32_t chain_k, int32_t tree_n, int32_t tree_d, int json)
 {
-    struct backend *be = cpu_backend_init(threads, NULL);
+    struct backend *be = device_open(device, threads, false);
     struct model tm, dm;
     struct engine te, de;
     struct tokenizer *tok = NULL;

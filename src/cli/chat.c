@@ -4,7 +4,7 @@
  * only what the template added (the previous reply and the new message).
  * Without --model it talks to the embedded default. */
 #define _GNU_SOURCE
-#include "../backend/cpu/cpu.h"
+#include "../backend/device.h"
 #include "../base/err.h"
 #include "../chat/template.h"
 #include "cli.h"
@@ -18,13 +18,13 @@
 static void chat_usage(FILE *f)
 {
     fprintf(f, "usage: kapitsa chat [--model DIR] [--system TEXT] [--max-tokens N] [--temp T] [--seed S]\n"
-               "                    [--ctx TOKENS] [--threads N] " CLI_SPEC_USAGE "\n"
+               "                    [--ctx TOKENS] [--threads N] [--device D] " CLI_SPEC_USAGE "\n"
                "  reads one user message per line from stdin (/reset starts over, /exit or end of input ends)\n");
 }
 
 int cli_chat(int argc, char **argv)
 {
-    const char *dir = NULL, *system = NULL, *v;
+    const char *dir = NULL, *system = NULL, *device = NULL, *v;
     int64_t max_tokens = 256, threads = 0, n_ctx = 8192;
     struct sampler_params sp = sampler_defaults();
     struct cli_spec so = {0};
@@ -32,7 +32,8 @@ int cli_chat(int argc, char **argv)
         int f;
         double d;
         if ((f = cli_spec_flag(argc, argv, &i, &so)) != 0 || (f = cli_flag(argc, argv, &i, "--model", &dir)) != 0 ||
-            (f = cli_flag(argc, argv, &i, "--system", &system)) != 0) {
+            (f = cli_flag(argc, argv, &i, "--system", &system)) != 0 ||
+            (f = cli_flag(argc, argv, &i, "--device", &device)) != 0) {
             if (f < 0)
                 return chat_usage(stderr), 2;
         } else if (strcmp(argv[i], "--help") == 0) {
@@ -68,7 +69,7 @@ int cli_chat(int argc, char **argv)
     }
     if (!dir)
         dir = cli_default_model();
-    struct backend *be = cpu_backend_init((int32_t)threads, NULL);
+    struct backend *be = device_open(device, (int32_t)threads, false);
     struct tokenizer *tok = tok_load(dir);
     struct chat_template *ct = tok ? chat_template_load(dir, NULL) : NULL;
     struct model m, dm;

@@ -1,5 +1,5 @@
 /* kapitsa check DIR: validates a checkpoint against its reference (src/engine/check.h). */
-#include "../backend/cpu/cpu.h"
+#include "../backend/device.h"
 #include "../base/err.h"
 #include "../engine/check.h"
 #include "cli.h"
@@ -41,6 +41,8 @@ int cli_check(int argc, char **argv)
     struct check_opts o = {0};
     const char *dir = NULL, *v;
     int64_t threads = 0;
+    const char *device = NULL;
+    bool fast = false;
     double tol = 2e-4;
     for (int i = 0; i < argc; i++) {
         int f;
@@ -50,6 +52,15 @@ int cli_check(int argc, char **argv)
         }
         if (strcmp(argv[i], "--rope-f32") == 0) {
             o.rope_freq_f32 = true;
+            continue;
+        }
+        if (strcmp(argv[i], "--fast") == 0) {
+            fast = true;
+            continue;
+        }
+        if ((f = cli_flag(argc, argv, &i, "--device", &device)) != 0) {
+            if (f < 0)
+                return 2;
             continue;
         }
         if ((f = cli_flag(argc, argv, &i, "--golden", &v)) != 0) {
@@ -82,7 +93,7 @@ int cli_check(int argc, char **argv)
         check_usage(stderr);
         return 2;
     }
-    struct backend *be = cpu_backend_init((int32_t)threads, NULL);
+    struct backend *be = device_open(device, (int32_t)threads, !fast);
     if (!be) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return 1;

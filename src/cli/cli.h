@@ -22,6 +22,7 @@ int cli_chat(int argc, char **argv);
 /* kapitsa bench --draft (bench_spec.c): plain, chain of chain_k, tree of tree_n
  * nodes / depth tree_d, tree + prompt lookup, side by side. */
 int bench_spec(const char *target, const char *draft, const char *prompt_file, int32_t n_gen, int32_t threads,
+               const char *device,
                int32_t chain_k, int32_t tree_n, int32_t tree_d, int json);
 /* The embedded default model folder (KAPITSA_MODEL, ./models/kapitsa-tiny, or beside the binary). */
 const char *cli_default_model(void);

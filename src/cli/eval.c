@@ -7,7 +7,7 @@
  *   accepted of 5: at 200 evenly spread positions p, both models continue
  *         ids[p-64..p) greedily for 5 tokens; the length of the common prefix. */
 #define _POSIX_C_SOURCE 200809L
-#include "../backend/cpu/cpu.h"
+#include "../backend/device.h"
 #include "../base/err.h"
 #include "../engine/engine.h"
 #include "../engine/sampler.h"
@@ -70,10 +70,12 @@ int cli_eval(int argc, char **argv)
 {
     const char *dir = NULL, *draft = NULL, *ids_path = NULL, *v;
     int64_t n_tok = 16384, threads = 0;
+    const char *device = NULL;
     for (int i = 0; i < argc; i++) {
         int f;
         if ((f = cli_flag(argc, argv, &i, "--model", &dir)) || (f = cli_flag(argc, argv, &i, "--draft", &draft)) ||
-            (f = cli_flag(argc, argv, &i, "--ids", &ids_path))) {
+            (f = cli_flag(argc, argv, &i, "--ids", &ids_path)) ||
+            (f = cli_flag(argc, argv, &i, "--device", &device))) {
             if (f < 0)
                 return 2;
             continue;
@@ -85,6 +87,7 @@ int cli_eval(int argc, char **argv)
             dst = &threads;
         if (f <= 0 || (*dst = cli_int(v)) < 1) {
             fprintf(stderr, "usage: kapitsa eval --model DIR [--draft DIR] --ids FILE [--tokens N] [--threads N]\n"
+                            "       [--device cpu|cuda|auto]\n"
                             "  FILE: little-endian int32 token ids (tools/train/eval_pair.py writes the held-out\n"
                             "  split); prints the loss over the first N tokens (default 16384) in windows of 512,\n"
                             "  and with a draft its top-1 agreement and mean accepted length of 5-token chains\n");
@@ -106,7 +109,7 @@ int cli_eval(int argc, char **argv)
     int32_t *ids = malloc((size_t)(n_all > 0 ? n_all : 1) * sizeof(int32_t));
     const size_t got = ids ? fread(ids, sizeof(int32_t), (size_t)n_all, f) : 0;
     fclose(f);
-    struct backend *be = cpu_backend_init((int32_t)threads, NULL);
+    struct backend *be = device_open(device, (int32_t)threads, false);
     struct model m, dm;
     struct engine e, de;
     float *lg = NULL, *dlg = NULL;

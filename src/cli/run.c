@@ -2,7 +2,7 @@
  * stream the text to stdout. Without --model it runs the embedded default,
  * models/kapitsa-tiny (KAPITSA_MODEL overrides). */
 #define _GNU_SOURCE
-#include "../backend/cpu/cpu.h"
+#include "../backend/device.h"
 #include "../base/err.h"
 #include "../chat/template.h"
 #include "../engine/engine.h"
@@ -42,7 +42,7 @@ const char *cli_default_model(void)
 static void run_usage(FILE *f)
 {
     fprintf(f, "usage: kapitsa run [--model DIR] [--chat] [--max-tokens N] [--temp T] [--top-p P] [--top-k K]\n"
-               "                   [--seed S] [--threads N] " CLI_SPEC_USAGE " PROMPT\n"
+               "                   [--seed S] [--threads N] [--device D] " CLI_SPEC_USAGE " PROMPT\n"
                "  PROMPT '-' reads stdin; --chat wraps it as a user turn in the model's chat template.\n"
                "  With --draft, KFlash speculative decoding (same output as without); --spec lookup\n"
                "  drafts from the prompt itself, without a draft model.\n");
@@ -50,7 +50,7 @@ static void run_usage(FILE *f)
 
 int cli_run(int argc, char **argv)
 {
-    const char *dir = NULL, *prompt = NULL, *v;
+    const char *dir = NULL, *prompt = NULL, *device = NULL, *v;
     int chat = 0;
     int64_t max_tokens = 128, threads = 0;
     struct sampler_params sp = sampler_defaults();
@@ -66,7 +66,8 @@ int cli_run(int argc, char **argv)
         } else if (strcmp(argv[i], "--help") == 0) {
             run_usage(stdout);
             return 0;
-        } else if ((f = cli_flag(argc, argv, &i, "--model", &dir)) != 0) {
+        } else if ((f = cli_flag(argc, argv, &i, "--model", &dir)) != 0 ||
+                   (f = cli_flag(argc, argv, &i, "--device", &device)) != 0) {
             if (f < 0)
                 return 2;
         } else if ((f = cli_flag(argc, argv, &i, "--max-tokens", &v)) != 0) {
@@ -121,7 +122,7 @@ int cli_run(int argc, char **argv)
         free(owned);
         return 2;
     }
-    struct backend *be = cpu_backend_init((int32_t)threads, NULL);
+    struct backend *be = device_open(device, (int32_t)threads, false);
     struct tokenizer *tok = tok_load(dir);
     struct chat_template *ct = chat && tok ? chat_template_load(dir, NULL) : NULL;
     struct model m, dm;

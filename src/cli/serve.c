@@ -10,7 +10,7 @@
 
 int cli_serve(int argc, char **argv)
 {
-    struct server_opts o = {"127.0.0.1", 11435, NULL, NULL, NULL, 8192, 4, 0, NULL, {0}};
+    struct server_opts o = {.host = "127.0.0.1", .port = 11435, .n_ctx = 8192, .n_seq = 4};
     struct cli_spec so = {0};
     const char *v;
     for (int i = 0; i < argc; i++) {
@@ -23,7 +23,8 @@ int cli_serve(int argc, char **argv)
         }
         if ((f = cli_flag(argc, argv, &i, "--model", &o.model_dir)) || (f = cli_flag(argc, argv, &i, "--host", &o.host)) ||
             (f = cli_flag(argc, argv, &i, "--api-key", &o.api_key)) ||
-            (f = cli_flag(argc, argv, &i, "--name", &o.model_name))) {
+            (f = cli_flag(argc, argv, &i, "--name", &o.model_name)) ||
+            (f = cli_flag(argc, argv, &i, "--device", &o.device))) {
             if (f < 0)
                 return 2;
             continue;
@@ -40,7 +41,8 @@ int cli_serve(int argc, char **argv)
             dst = &o.threads, hi = 1024;
         if (f <= 0 || (n = cli_int(v)) < lo || n > hi) {
             fprintf(stderr, "usage: kapitsa serve [--model DIR] [--host ADDR] [--port N] [--api-key KEY] [--name NAME]\n"
-                            "                     [--ctx TOKENS] [--parallel N] [--threads N] " CLI_SPEC_USAGE "\n"
+                            "                     [--ctx TOKENS] [--parallel N] [--threads N] [--device D]\n"
+                            "                     " CLI_SPEC_USAGE "\n"
                             "  defaults: models/kapitsa-tiny, 127.0.0.1:11435, 8192 tokens of KV cache, 4 sequences\n");
             return 2;
         }

@@ -5,7 +5,7 @@
 #define _GNU_SOURCE
 #include "server.h"
 
-#include "../backend/cpu/cpu.h"
+#include "../backend/device.h"
 #include "../base/err.h"
 #include "app.h"
 
@@ -204,7 +204,7 @@ static void on_signal(int sig)
 int server_run(const struct server_opts *o)
 {
     struct app a = {0};
-    struct backend *be = cpu_backend_init(o->threads, NULL);
+    struct backend *be = device_open(o->device, o->threads, false);
     struct MHD_Daemon *d = NULL;
     int rc = -1, loaded = 0, d_loaded = 0;
     struct model draft;

@@ -24,6 +24,7 @@ struct server_opts {
     int32_t n_ctx;        /* KV cache tokens over all sequences */
     int32_t n_seq;        /* concurrent sequences */
     int32_t threads;
+    const char *device;   /* cpu, cuda[:N], auto (NULL: auto) */
     const char *draft_dir;  /* KFlash draft model, or NULL */
     struct spec_params spec; /* mode SPEC_OFF: plain decoding */
 };

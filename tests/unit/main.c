@@ -3,6 +3,8 @@
  * argv[1]) and ends with "unit: N passed, N failed". */
 #include "test.h"
 
+#include "../../src/backend/device.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +18,12 @@ int test_failures;
     X(test_ops_rmsnorm_rope)                                                                                   \
     X(test_ops_attention_paged_tree)                                                                           \
     X(test_ops_moe)                                                                                            \
+    X(test_cuda_matmul)                                                                                        \
+    X(test_cuda_attention)                                                                                     \
+    X(test_cuda_rowwise)                                                                                       \
+    X(test_cuda_moe)                                                                                           \
+    X(test_cuda_recurrent)                                                                                     \
+    X(test_cuda_tree_invariance)                                                                               \
     X(test_safetensors_roundtrip)                                                                              \
     X(test_safetensors_broken)                                                                                 \
     X(test_safetensors_sharded)                                                                                \
@@ -63,6 +71,12 @@ const char *test_fixtures(void)
 {
     const char *d = getenv("KAPITSA_FIXTURES");
     return d && *d ? d : "tests/fixtures";
+}
+
+struct backend *test_backend(void)
+{
+    const char *d = getenv("KAPITSA_TEST_DEVICE");
+    return device_open(d && *d ? d : "cpu", 2, true);
 }
 
 const char *test_tmpdir(void)

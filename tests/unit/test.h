@@ -19,6 +19,9 @@ extern int test_failures; /* failures in the current test */
 
 /* Directory of the committed fixtures (tests/fixtures), from KAPITSA_FIXTURES or the default. */
 const char *test_fixtures(void);
+/* The backend model-level tests run on: KAPITSA_TEST_DEVICE (cpu, cuda; default
+ * cpu), two cpu threads, precise GPU products. NULL with err_set() if unusable. */
+struct backend *test_backend(void);
 /* A fresh temporary directory for this test run (removed by tests/run.sh). */
 const char *test_tmpdir(void);
 

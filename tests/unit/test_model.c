@@ -107,7 +107,7 @@ static int fx_open(struct fx *f, const char *arch)
 {
     char path[600];
     memset(f, 0, sizeof *f);
-    f->be = cpu_backend_init(2, NULL);
+    f->be = test_backend();
     struct model_opts mo = {.rope_freq_stored_dtype = true};
     snprintf(path, sizeof path, "%s/golden.safetensors", fixture(arch));
     if (model_load(&f->m, fixture(arch), f->be, &mo) != 0 || st_open_file(&f->g, path) != 0 ||
@@ -404,8 +404,10 @@ void test_model_hybrid_state(void)
         for (int32_t i = 40; i < N; i++)
             CHECK(feed(&g, t, g.ids + i, 1, i, NULL) == 0, "%s", err_msg());
         CHECK(f.e.kv.len[s] == N && g.e.kv.len[t] == N, "%s: lengths %d %d", hy[a], f.e.kv.len[s], g.e.kv.len[t]);
-        float d = state_rel_diff(&f, s, &g, t);
-        CHECK(d <= 1e-5f, "%s: state after one prefill vs 40 + decode: relative difference %g", hy[a], d);
+        /* on the cpu the chunked scans against the recurrent step; on a GPU the
+         * prefill's split-bf16 products (~2^-17 each) add their rounding */
+        float d = state_rel_diff(&f, s, &g, t), lim = strcmp(f.be->ops->name, "cpu") == 0 ? 1e-5f : 5e-5f;
+        CHECK(d <= lim, "%s: state after one prefill vs 40 + decode: relative difference %g", hy[a], d);
 
         /* snapshot at N, diverge, restore, continue: as if never diverged */
         float *ref = malloc(sizeof(float) * 30 * (size_t)V), *out = malloc(sizeof(float) * 30 * (size_t)V);

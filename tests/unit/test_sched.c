@@ -66,7 +66,7 @@ void test_sched_hybrid(void)
     for (int a = 0; a < 2; a++) {
         char dir[512];
         snprintf(dir, sizeof dir, "%s/%s", test_fixtures(), archs[a]);
-        struct backend *be = cpu_backend_init(2, NULL);
+        struct backend *be = test_backend();
         struct model m;
         CHECK(model_load(&m, dir, be, NULL) == 0, "%s", err_msg());
         const int32_t V = m.cfg.vocab_size, G = 12;
@@ -109,7 +109,7 @@ void test_sched_spec(void)
     char dir[512], ddir[512];
     snprintf(dir, sizeof dir, "%s/qwen3_5", test_fixtures());
     snprintf(ddir, sizeof ddir, "%s/qwen3", test_fixtures());
-    struct backend *be = cpu_backend_init(2, NULL);
+    struct backend *be = test_backend();
     struct model m, d;
     CHECK(model_load(&m, dir, be, NULL) == 0 && model_load(&d, ddir, be, NULL) == 0, "%s", err_msg());
     const int32_t V = m.cfg.vocab_size, G = 40;

@@ -48,8 +48,9 @@ static int cpu_weight(struct backend *be, struct tensor *dst, const struct tenso
 static void cpu_read(struct backend *be, const struct tensor *t, int64_t row0, int64_t n, float *dst)
 {
     (void)be;
+    assert(t->type == DT_F32 || t->type == DT_I32);
     for (int64_t r = 0; r < n; r++)
-        memcpy(dst + r * t->n_cols, f32_row(t, row0 + r), (size_t)t->n_cols * sizeof(float));
+        memcpy(dst + r * t->n_cols, (const float *)t->data + (row0 + r) * t->row_stride, (size_t)t->n_cols * sizeof(float));
 }
 
 static void cpu_write(struct backend *be, struct tensor *t, int64_t row0, int64_t n, const void *src)

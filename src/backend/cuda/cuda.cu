@@ -1,0 +1,403 @@
+/* cuda: backend_ops on an NVIDIA GPU: memory, the batch upload, the op table
+ * (see cuda.h for the numerics, cuda_impl.h for how failures travel). The ops
+ * themselves are in matmul.cu, attention.cu, ops.cu, moe.cu and recurrent.cu. */
+#include "cuda_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cuda_fail(struct cuda_backend *c, cudaError_t e, const char *what, const char *file, int line)
+{
+    if (e == cudaSuccess)
+        return 0;
+    if (c && !c->failed) {
+        c->failed = true;
+        err_set("cuda: %s: %s (%s:%d)", what, cudaGetErrorString(e), file, line);
+    } else if (!c) {
+        err_set("cuda: %s: %s", what, cudaGetErrorString(e));
+    }
+    return -1;
+}
+
+void *cuda_scratch(struct cuda_backend *c, int which, size_t bytes)
+{
+    if (bytes <= c->scr_cap[which])
+        return c->scr[which];
+    /* the stream may still use the old buffer */
+    if (CUDA_CHECK(c, cudaStreamSynchronize(c->stream)) != 0)
+        return NULL;
+    cudaFree(c->scr[which]);
+    c->scr[which] = NULL;
+    c->scr_cap[which] = 0;
+    bytes = (bytes + 0xfffff) & ~(size_t)0xfffff;
+    if (CUDA_CHECK(c, cudaMalloc(&c->scr[which], bytes)) != 0)
+        return NULL;
+    c->scr_cap[which] = bytes;
+    return c->scr[which];
+}
+
+int32_t cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+int cuda_device_query(int32_t dev, struct cuda_device_info *info)
+{
+    struct cudaDeviceProp p;
+    memset(info, 0, sizeof *info);
+    if (cuda_fail(NULL, cudaGetDeviceProperties(&p, dev), "cudaGetDeviceProperties", __FILE__, __LINE__) != 0)
+        return -1;
+    snprintf(info->name, sizeof info->name, "%s", p.name);
+    info->major = p.major;
+    info->minor = p.minor;
+    info->n_sm = p.multiProcessorCount;
+    int drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    info->driver = drv;
+    info->runtime = rt;
+    int cur = 0;
+    cudaGetDevice(&cur);
+    if (cudaSetDevice(dev) == cudaSuccess)
+        cudaMemGetInfo(&info->free, &info->total);
+    cudaSetDevice(cur);
+    return 0;
+}
+
+/* ---- memory ---- */
+
+static int cu_alloc(struct backend *be, struct tensor *t, enum dtype type, int64_t n_rows, int64_t n_cols)
+{
+    struct cuda_backend *c = cuda_of(be);
+    size_t bytes = (size_t)(n_rows * n_cols) * dtype_size(type);
+    void *p = NULL;
+    memset(t, 0, sizeof *t);
+    if (c->failed)
+        return -1;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        return err_set("cuda: cannot allocate %.1f MiB of device memory (%.1f of %.1f GiB free)",
+                       (double)bytes / (1 << 20), (double)fr / (1 << 30), (double)tot / (1 << 30));
+    }
+    if (CUDA_CHECK(c, cudaMemsetAsync(p, 0, bytes, c->stream)) != 0) {
+        cudaFree(p);
+        return -1;
+    }
+    *t = (struct tensor){type, n_rows, n_cols, n_cols, p, true};
+    return 0;
+}
+
+static void cu_release(struct backend *be, struct tensor *t)
+{
+    (void)be;
+    if (t->owned)
+        cudaFree(t->data);
+    memset(t, 0, sizeof *t);
+}
+
+static int cu_weight(struct backend *be, struct tensor *dst, const struct tensor *host)
+{
+    struct cuda_backend *c = cuda_of(be);
+    if (cu_alloc(be, dst, host->type, host->n_rows, host->n_cols) != 0)
+        return -1;
+    size_t es = dtype_size(host->type);
+    if (CUDA_CHECK(c, cudaMemcpy2DAsync(dst->data, (size_t)dst->row_stride * es, host->data,
+                                        (size_t)host->row_stride * es, (size_t)host->n_cols * es,
+                                        (size_t)host->n_rows, cudaMemcpyHostToDevice, c->stream)) != 0 ||
+        CUDA_CHECK(c, cudaStreamSynchronize(c->stream)) != 0) {
+        cu_release(be, dst);
+        return -1;
+    }
+    return 0;
+}
+
+static void cu_read(struct backend *be, const struct tensor *t, int64_t row0, int64_t n, float *dst)
+{
+    struct cuda_backend *c = cuda_of(be);
+    assert(t->type == DT_F32 || t->type == DT_I32);
+    if (!c->failed)
+        CUDA_CHECK(c, cudaMemcpy2DAsync(dst, (size_t)t->n_cols * 4, (const float *)t->data + row0 * t->row_stride, (size_t)t->row_stride * 4,
+                                        (size_t)t->n_cols * 4, (size_t)n, cudaMemcpyDeviceToHost, c->stream));
+    if (!c->failed)
+        CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
+    if (c->failed)
+        memset(dst, 0, (size_t)(n * t->n_cols) * sizeof(float));
+}
+
+static void cu_write(struct backend *be, struct tensor *t, int64_t row0, int64_t n, const void *src)
+{
+    struct cuda_backend *c = cuda_of(be);
+    size_t es = dtype_size(t->type);
+    if (c->failed)
+        return;
+    if (CUDA_CHECK(c, cudaMemcpy2DAsync((char *)t->data + (size_t)(row0 * t->row_stride) * es,
+                                        (size_t)t->row_stride * es, src, (size_t)t->n_cols * es,
+                                        (size_t)t->n_cols * es, (size_t)n, cudaMemcpyHostToDevice, c->stream)) == 0)
+        CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
+}
+
+#define COPY_PAIRS 128
+struct copy_pairs {
+    int32_t src[COPY_PAIRS], dst[COPY_PAIRS];
+};
+
+/* In order, one row after another: the caller's contract allows a later copy
+ * to overwrite a row an earlier one read, as memmove in a loop would. */
+__global__ void k_copy_rows(char *base, size_t row_bytes, size_t words, struct copy_pairs p, int32_t n)
+{
+    for (int32_t i = 0; i < n; i++) {
+        const uint32_t *s = (const uint32_t *)(base + (size_t)p.src[i] * row_bytes);
+        uint32_t *d = (uint32_t *)(base + (size_t)p.dst[i] * row_bytes);
+        uint32_t v[8];
+        for (size_t w0 = 0; w0 < words; w0 += 8 * blockDim.x) {
+            for (int u = 0; u < 8; u++) {
+                size_t w = w0 + u * blockDim.x + threadIdx.x;
+                v[u] = w < words ? s[w] : 0;
+            }
+            __syncthreads();
+            for (int u = 0; u < 8; u++) {
+                size_t w = w0 + u * blockDim.x + threadIdx.x;
+                if (w < words)
+                    d[w] = v[u];
+            }
+        }
+        __syncthreads();
+    }
+}
+
+static void cu_copy_rows(struct backend *be, struct tensor *t, const int32_t *src, const int32_t *dst, int32_t n)
+{
+    struct cuda_backend *c = cuda_of(be);
+    size_t es = dtype_size(t->type), row_bytes = (size_t)t->row_stride * es;
+    assert(((size_t)t->n_cols * es) % 4 == 0 && row_bytes % 4 == 0);
+    if (c->failed)
+        return;
+    for (int32_t i0 = 0; i0 < n; i0 += COPY_PAIRS) {
+        struct copy_pairs p;
+        int32_t m = n - i0 < COPY_PAIRS ? n - i0 : COPY_PAIRS;
+        memcpy(p.src, src + i0, (size_t)m * sizeof(int32_t));
+        memcpy(p.dst, dst + i0, (size_t)m * sizeof(int32_t));
+        k_copy_rows<<<1, 256, 0, c->stream>>>((char *)t->data, row_bytes, (size_t)t->n_cols * es / 4, p, m);
+        if (CUDA_LAUNCHED(c) != 0)
+            return;
+    }
+}
+
+/* ---- the batch ---- */
+
+/* Rows of each sequence in batch order; sequences in order of first row. */
+static int32_t group_rows(const struct attn_batch *b, int32_t *start, int32_t *rows)
+{
+    int32_t g = 0, k = 0;
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        int first = 1;
+        for (int32_t r = 0; r < i && first; r++)
+            first = b->seq_row[r] != b->seq_row[i];
+        if (!first)
+            continue;
+        start[g++] = k;
+        for (int32_t r = i; r < b->n_tokens; r++)
+            if (b->seq_row[r] == b->seq_row[i])
+                rows[k++] = r;
+    }
+    start[g] = k;
+    return g;
+}
+
+static int cu_set_batch(struct backend *be, const struct attn_batch *b)
+{
+    struct cuda_backend *c = cuda_of(be);
+    const int32_t n = b->n_tokens;
+    if (c->failed)
+        return -1;
+    c->b = *b;
+    /* visible positions past mask_from, for attention over compacted keys */
+    int32_t vis_stride = 0;
+    if (b->mask && b->n_kv)
+        for (int32_t i = 0; i < n; i++)
+            if (b->n_kv[i] - b->mask_from[i] > vis_stride)
+                vis_stride = b->n_kv[i] - b->mask_from[i];
+    const size_t n_tab = b->seq_row ? (size_t)b->n_seq_rows * b->max_blocks : 0;
+    const size_t n_int = (size_t)n * 14 + 1 + n_tab + (size_t)n * vis_stride + (size_t)b->n_out + 64;
+    const size_t bytes = n_int * sizeof(int32_t);
+    if (bytes > c->up_cap) {
+        if (CUDA_CHECK(c, cudaEventSynchronize(c->up_done)) != 0)
+            return -1;
+        cudaFreeHost(c->up_host);
+        cudaFree(c->up_dev);
+        c->up_host = c->up_dev = NULL;
+        c->up_cap = 0;
+        size_t cap = bytes * 2;
+        if (CUDA_CHECK(c, cudaMallocHost(&c->up_host, cap)) != 0 || CUDA_CHECK(c, cudaMalloc(&c->up_dev, cap)) != 0)
+            return -1;
+        c->up_cap = cap;
+    }
+    if (CUDA_CHECK(c, cudaEventSynchronize(c->up_done)) != 0) /* the last upload has left the buffer */
+        return -1;
+    int32_t *h = (int32_t *)c->up_host, *d = (int32_t *)c->up_dev;
+    size_t off = 0;
+#define PUT(field, src, count)                                                                                 \
+    do {                                                                                                       \
+        c->d.field = d + off;                                                                                  \
+        if (src)                                                                                               \
+            memcpy(h + off, src, (size_t)(count) * sizeof(int32_t));                                          \
+        else                                                                                                   \
+            memset(h + off, 0xff, (size_t)(count) * sizeof(int32_t));                                         \
+        off += (size_t)(count);                                                                                \
+    } while (0)
+    PUT(token, b->token, n);
+    PUT(pos, b->pos, n);
+    PUT(slot, b->slot, n);
+    PUT(seq_row, b->seq_row, n);
+    PUT(n_kv, b->n_kv, n);
+    PUT(mask_from, b->mask_from, n);
+    PUT(parent, b->parent, n);
+    PUT(state_in, b->state_in, n);
+    PUT(state_out, b->state_out, n);
+    PUT(out_rows, b->out_rows, b->n_out);
+    PUT(block_table, b->block_table, n_tab);
+#undef PUT
+    /* n_vis and vis */
+    c->d.n_vis = d + off;
+    int32_t *nv = h + off;
+    off += (size_t)n;
+    c->d.vis = d + off;
+    c->d.vis_stride = vis_stride;
+    int32_t *vis = h + off;
+    off += (size_t)n * vis_stride;
+    c->max_vis = 0;
+    for (int32_t i = 0; b->n_kv && i < n; i++) {
+        int32_t cnt = b->n_kv[i];
+        if (b->mask) {
+            const uint8_t *m = b->mask + (size_t)i * b->mask_stride;
+            cnt = b->mask_from[i];
+            for (int32_t p = b->mask_from[i]; p < b->n_kv[i]; p++)
+                if (m[p - b->mask_from[i]])
+                    vis[(size_t)i * vis_stride + cnt++ - b->mask_from[i]] = p;
+        }
+        nv[i] = cnt;
+        if (cnt > c->max_vis)
+            c->max_vis = cnt;
+    }
+    /* sequence groups */
+    c->d.grp_start = d + off;
+    int32_t *gs = h + off;
+    off += (size_t)n + 1;
+    c->d.grp_rows = d + off;
+    int32_t *gr = h + off;
+    off += (size_t)n;
+    c->d.n_grp = b->seq_row ? group_rows(b, gs, gr) : 0;
+    assert(off <= n_int);
+    if (CUDA_CHECK(c, cudaMemcpyAsync(c->up_dev, c->up_host, off * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                      c->stream)) != 0 ||
+        CUDA_CHECK(c, cudaEventRecord(c->up_done, c->stream)) != 0)
+        return -1;
+    return 0;
+}
+
+/* ---- lifetime ---- */
+
+static void cu_free(struct backend *be)
+{
+    struct cuda_backend *c = cuda_of(be);
+    cudaStreamSynchronize(c->stream);
+    for (int i = 0; i < 4; i++)
+        cudaFree(c->scr[i]);
+    cudaFree(c->counters);
+    cudaFree(c->up_dev);
+    cudaFreeHost(c->up_host);
+    cudaEventDestroy(c->up_done);
+    cublasDestroy(c->blas);
+    cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+static const struct backend_ops cuda_ops = {
+    .name = "cuda",
+    .free = cu_free,
+    .alloc = cu_alloc,
+    .release = cu_release,
+    .weight = cu_weight,
+    .read = cu_read,
+    .write = cu_write,
+    .copy_rows = cu_copy_rows,
+    .set_batch = cu_set_batch,
+    .embed = cuda_embed,
+    .matmul = cuda_matmul,
+    .rmsnorm = cuda_rmsnorm,
+    .rope = cuda_rope,
+    .kv_store = cuda_kv_store,
+    .attention = cuda_attention,
+    .swiglu = cuda_swiglu,
+    .add = cuda_add,
+    .get_out_rows = cuda_get_out_rows,
+    .moe_route = cuda_moe_route,
+    .moe_ffn = cuda_moe_ffn,
+    .sigmoid_mul = cuda_sigmoid_mul,
+    .relu2 = cuda_relu2,
+    .permute_cols = cuda_permute_cols,
+    .rmsnorm_gated = cuda_rmsnorm_gated,
+    .conv1d = cuda_conv1d,
+    .delta_rule = cuda_delta_rule,
+    .ssd = cuda_ssd,
+};
+
+struct backend *cuda_backend_init(int32_t dev, bool precise)
+{
+    int32_t n_dev = cuda_device_count();
+    if (n_dev == 0) {
+        err_set("cuda: no CUDA device found (no GPU, or no driver)");
+        return NULL;
+    }
+    if (dev < 0 || dev >= n_dev) {
+        err_set("cuda: device %d does not exist (%d found)", dev, n_dev);
+        return NULL;
+    }
+    struct cuda_backend *c = (struct cuda_backend *)calloc(1, sizeof *c);
+    if (!c) {
+        err_set("cuda: out of memory");
+        return NULL;
+    }
+    c->base.ops = &cuda_ops;
+    c->dev = dev;
+    c->precise = precise;
+    struct cudaDeviceProp p;
+    if (CUDA_CHECK(c, cudaSetDevice(dev)) != 0 || CUDA_CHECK(c, cudaGetDeviceProperties(&p, dev)) != 0)
+        goto fail;
+    if (p.major < 8) {
+        err_set("cuda: %s has compute capability %d.%d; kapitsa needs 8.0 or newer (bf16 tensor cores)", p.name,
+                p.major, p.minor);
+        goto fail;
+    }
+    c->n_sm = p.multiProcessorCount;
+    if (CUDA_CHECK(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != 0 ||
+        CUDA_CHECK(c, cudaEventCreateWithFlags(&c->up_done, cudaEventDisableTiming)) != 0 ||
+        CUDA_CHECK(c, cudaEventRecord(c->up_done, c->stream)) != 0 ||
+        CUDA_CHECK(c, cudaMalloc(&c->counters, CUDA_MAX_COUNTERS * sizeof(unsigned))) != 0 ||
+        CUDA_CHECK(c, cudaMemset(c->counters, 0, CUDA_MAX_COUNTERS * sizeof(unsigned))) != 0)
+        goto fail;
+    if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) {
+        err_set("cuda: cublasCreate failed");
+        goto fail;
+    }
+    cublasSetStream(c->blas, c->stream);
+    cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
+    return &c->base;
+fail:
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    if (c->up_done)
+        cudaEventDestroy(c->up_done);
+    cudaFree(c->counters);
+    free(c);
+    return NULL;
+}

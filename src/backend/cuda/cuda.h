@@ -1,0 +1,51 @@
+/* cuda: the NVIDIA GPU backend (backend.h's ops in CUDA C, cuBLAS for the
+ * large matrix products). Built when nvcc is found (or `make CUDA=1`); a
+ * binary built with it still runs on machines without a GPU, on the cpu backend.
+ *
+ * Tensors live in device memory: weights are uploaded once at load in their
+ * stored dtype, activations and the KV/state caches are fp32 device tensors.
+ * The ops are queued on one stream; read() waits for them.
+ *
+ * Numerics. Products of up to CUDA_SMALL_N tokens (decoding, speculative
+ * trees, small batches) use one tensor-core kernel that splits each fp32
+ * activation into two bf16 halves, so they match fp32 arithmetic to ~1e-5 and
+ * give every token the same bits whatever else is in the batch: a tree
+ * verified in one pass reproduces plain decoding exactly. Larger products
+ * (prefill) run on cuBLAS with bf16 activations, or with the same split
+ * (twice the work) when precise is set, as `kapitsa check` asks. */
+#ifndef KP_CUDA_H
+#define KP_CUDA_H
+
+#include "../backend.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CUDA_SMALL_N 64
+
+struct cuda_device_info {
+    char name[256];
+    int32_t major, minor;   /* compute capability */
+    size_t total, free;     /* device memory, bytes */
+    int32_t n_sm;
+    int32_t driver, runtime; /* versions as 1000*major + 10*minor */
+};
+
+/* Number of usable CUDA devices (0 when there is no driver or no GPU). */
+int32_t cuda_device_count(void);
+/* Facts about device `dev`; -1 with err_set() if it cannot be queried. */
+int cuda_device_query(int32_t dev, struct cuda_device_info *info);
+/* A backend on device `dev`; precise: prefill products with split-bf16
+ * activations too (see above). NULL with err_set() on failure. */
+struct backend *cuda_backend_init(int32_t dev, bool precise);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

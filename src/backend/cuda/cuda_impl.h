@@ -1,0 +1,143 @@
+/* cuda_impl: what the cuda backend's source files share: the backend state,
+ * the batch as uploaded to the device, CUDA_CHECK, and each file's ops.
+ *
+ * Errors: a failed CUDA call inside an op cannot be returned through the op
+ * table (ops return void), so it is recorded in the backend (first error
+ * kept, message via err_set) and every later op is skipped; read() then
+ * returns zeros and the caller's next checked call (set_batch, alloc) fails
+ * with the message. The CLI and the server turn that into an error, never a
+ * hang. */
+#ifndef KP_CUDA_IMPL_H
+#define KP_CUDA_IMPL_H
+
+#include "cuda.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "../../base/err.h"
+}
+
+#include <assert.h>
+
+struct cuda_backend;
+/* Records the first failure; 0 if the call succeeded. */
+int cuda_fail(struct cuda_backend *c, cudaError_t e, const char *what, const char *file, int line);
+#define CUDA_CHECK(c, call) cuda_fail((c), (call), #call, __FILE__, __LINE__)
+#define CUDA_LAUNCHED(c) cuda_fail((c), cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+
+/* The batch on the device (see struct attn_batch); all [n_tokens] unless noted. */
+struct dev_batch {
+    int32_t *token, *pos, *slot, *seq_row, *n_kv, *mask_from, *out_rows, *parent, *state_in, *state_out;
+    int32_t *block_table; /* [n_seq_rows][max_blocks] */
+    /* attention: the number of visible positions, and the visible positions
+     * at or past mask_from in order ([n_tokens][vis_stride]; mask only) */
+    int32_t *n_vis, *vis;
+    int32_t vis_stride;
+    /* rows grouped by sequence, batch order kept (recurrent ops) */
+    int32_t n_grp;
+    int32_t *grp_start; /* [n_grp+1] */
+    int32_t *grp_rows;
+};
+
+struct cuda_backend {
+    struct backend base;
+    int32_t dev, n_sm;
+    bool precise;
+    bool failed;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    struct attn_batch b; /* host copy; pointers valid during the forward */
+    struct dev_batch d;
+    int32_t max_vis;      /* largest n_vis of the batch */
+    /* batch upload: one pinned host buffer and one device buffer */
+    void *up_host, *up_dev;
+    size_t up_cap;
+    cudaEvent_t up_done;
+    /* grow-only device scratch (split-K partials, cuBLAS operands, attention
+     * partials, recurrent inputs); sized by the first forward of the largest batch */
+    void *scr[4];
+    size_t scr_cap[4];
+    unsigned *counters; /* [CUDA_MAX_COUNTERS] split-K arrival counters, zero between uses */
+};
+
+#define CUDA_MAX_COUNTERS 8192
+enum { SCR_MATMUL, SCR_BLAS, SCR_ATTN, SCR_REC };
+
+static inline struct cuda_backend *cuda_of(struct backend *be) { return (struct cuda_backend *)be; }
+
+/* At least `bytes` of scratch `which`; NULL (failure recorded) if out of memory. */
+void *cuda_scratch(struct cuda_backend *c, int which, size_t bytes);
+
+static inline float *f32_at(const struct tensor *t, int64_t r) { return (float *)t->data + r * t->row_stride; }
+
+/* ops by file */
+void cuda_matmul(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w);
+void cuda_attention(struct backend *be, struct tensor *out, const struct tensor *q, const struct tensor *kc,
+                    const struct tensor *vc, int32_t n_head, int32_t n_kv_head, int32_t head_dim, float scale);
+
+void cuda_embed(struct backend *be, struct tensor *out, const struct tensor *table);
+void cuda_rmsnorm(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w, float eps);
+void cuda_rope(struct backend *be, struct tensor *x, int32_t n_head, int32_t head_dim, int32_t rope_dim,
+               const struct tensor *inv_freq, float scale);
+void cuda_kv_store(struct backend *be, struct tensor *kc, struct tensor *vc, const struct tensor *k,
+                   const struct tensor *v);
+void cuda_swiglu(struct backend *be, struct tensor *out, const struct tensor *gate, const struct tensor *up);
+void cuda_add(struct backend *be, struct tensor *x, const struct tensor *y);
+void cuda_get_out_rows(struct backend *be, struct tensor *out, const struct tensor *x);
+void cuda_sigmoid_mul(struct backend *be, struct tensor *x, const struct tensor *g);
+void cuda_relu2(struct backend *be, struct tensor *x);
+void cuda_permute_cols(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *map);
+void cuda_rmsnorm_gated(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *z,
+                        const struct tensor *w, float eps, int64_t group, bool gate_first);
+/* out[i] = y[i] scaled by w[i] added into out rows rows[i] (MoE combine), i < n */
+void cuda_scatter_add(struct cuda_backend *c, struct tensor *out, const struct tensor *y, const int32_t *rows,
+                      const float *w, int32_t n);
+void cuda_gather_rows(struct cuda_backend *c, struct tensor *out, const struct tensor *x, const int32_t *rows,
+                      int32_t n);
+
+void cuda_moe_route(struct backend *be, struct tensor *ids, struct tensor *weights, const struct tensor *logits,
+                    const struct moe_routing *r);
+void cuda_moe_ffn(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
+                  const struct tensor *weights, const struct moe_experts *ex, struct tensor *ws);
+
+void cuda_conv1d(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w,
+                 const struct tensor *bias, struct tensor *state);
+void cuda_delta_rule(struct backend *be, struct tensor *out, const struct tensor *q, const struct tensor *k,
+                     const struct tensor *v, const struct tensor *a, const struct tensor *b,
+                     const struct tensor *A_log, const struct tensor *dt_bias, struct tensor *state,
+                     int32_t n_k_head, int32_t n_v_head, int32_t k_dim, int32_t v_dim);
+void cuda_ssd(struct backend *be, struct tensor *y, const struct tensor *x, const struct tensor *B,
+              const struct tensor *C, const struct tensor *dt, const struct tensor *A_log, const struct tensor *D,
+              const struct tensor *dt_bias, struct tensor *state, const struct ssd_params *p);
+
+/* Element i of a small weight vector (any stored dtype) on the device. */
+static __device__ __forceinline__ float dev_weight(const void *w, enum dtype t, int64_t i)
+{
+    switch (t) {
+    case DT_BF16: return __bfloat162float(((const __nv_bfloat16 *)w)[i]);
+    case DT_F16: return __half2float(((const __half *)w)[i]);
+    default: return ((const float *)w)[i];
+    }
+}
+
+static __device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+static inline unsigned cdiv(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
+
+#endif

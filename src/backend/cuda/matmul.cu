@@ -1,0 +1,239 @@
+/* matmul: out[n][M] = x[n][K] . W[M][K]^T with fp32 activations and weights
+ * in their stored dtype (see cuda.h for the numerics).
+ *
+ * Up to CUDA_SMALL_N tokens, bf16 weights: k_mmv, a weight-streaming kernel on
+ * the tensor cores (mma m16n8k16, tokens as the 16-row operand, 8 weight rows
+ * per warp). Each activation x is split into hi = bf16(x), lo = bf16(x - hi);
+ * the weight times both halves, accumulated in fp32, is x*w to ~2^-17. A
+ * lane loads 8 consecutive weights of a row (16 bytes) and the activations at
+ * the same k; which of the mma's k slots they occupy does not matter to a dot
+ * product as long as both operands agree. Activations are staged per k-chunk
+ * in shared memory for the block's 8 warps. When the rows alone give too few
+ * blocks, K is split across blocks and the last block to finish adds the
+ * partial sums in split order, so the result never depends on timing, and the
+ * split depends on M and K only, so never on the batch either.
+ *
+ * Larger bf16 products go to cuBLAS (activations rounded to bf16, or split
+ * into two products when precise); other dtypes to a plain fp32 kernel. */
+#include "cuda_impl.h"
+
+#define MMV_WARPS 8
+#define MMV_ROWS (MMV_WARPS * 8)
+#define MMV_KC 128
+#define MMV_PITCH (MMV_KC + 32) /* bf16 per staged row: token rows 64 bytes apart mod 128, no bank conflicts */
+
+static __device__ __forceinline__ void mma_bf16(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* 16 bytes of weights, read once: not kept in L1. */
+static __device__ __forceinline__ uint4 ld_stream(const void *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__global__ void __launch_bounds__(MMV_WARPS * 32) k_mmv(const float *__restrict__ x, int64_t xs, int32_t n, int32_t nt,
+                                                          const uint16_t *__restrict__ w, int64_t ws, int32_t K,
+                                                          int32_t M, float *__restrict__ out, int64_t os,
+                                                          float *part, unsigned *count, int32_t kslice,
+                                                          int32_t n_split)
+{
+    extern __shared__ uint4 smem_raw[];
+    __nv_bfloat16 *sh = (__nv_bfloat16 *)smem_raw; /* [16*nt][MMV_PITCH] */
+    __nv_bfloat16 *sl = sh + 16 * nt * MMV_PITCH;
+    __shared__ int is_last;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
+    const int r0 = blockIdx.x * MMV_ROWS + warp * 8, row = r0 + g;
+    const bool row_ok = row < M;
+    const uint16_t *wr = w + (int64_t)(row_ok ? row : 0) * ws;
+    const int k_beg = blockIdx.y * kslice, k_end = min(K, k_beg + kslice);
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    const int rows_st = 16 * nt;
+    for (int kc = k_beg; kc < k_end; kc += MMV_KC) {
+        uint4 wv[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int k = kc + j * 32 + cq * 8;
+            wv[j] = row_ok && k < k_end ? ld_stream(wr + k) : make_uint4(0, 0, 0, 0);
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < rows_st * MMV_KC; e += blockDim.x) {
+            const int t = e / MMV_KC, k = e % MMV_KC;
+            const float v = t < n && kc + k < k_end ? x[(int64_t)t * xs + kc + k] : 0.0f;
+            const __nv_bfloat16 hi = __float2bfloat16_rn(v);
+            sh[t * MMV_PITCH + k] = hi;
+            sl[t * MMV_PITCH + k] = __float2bfloat16_rn(v - __bfloat162float(hi));
+        }
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++) {
+                if (mt >= nt)
+                    break;
+                const int o0 = (mt * 16 + g) * MMV_PITCH + j * 32 + cq * 8, o1 = o0 + 8 * MMV_PITCH;
+                const uint4 h0 = *(const uint4 *)(sh + o0), h1 = *(const uint4 *)(sh + o1);
+                const uint4 l0 = *(const uint4 *)(sl + o0), l1 = *(const uint4 *)(sl + o1);
+                mma_bf16(acc[mt], h0.x, h1.x, h0.y, h1.y, wv[j].x, wv[j].y);
+                mma_bf16(acc[mt], h0.z, h1.z, h0.w, h1.w, wv[j].z, wv[j].w);
+                mma_bf16(acc[mt], l0.x, l1.x, l0.y, l1.y, wv[j].x, wv[j].y);
+                mma_bf16(acc[mt], l0.z, l1.z, l0.w, l1.w, wv[j].z, wv[j].w);
+            }
+        }
+    }
+    /* acc[mt]: tokens mt*16+g (0,1) and +8 (2,3); rows r0+2cq (0,2) and +1 (1,3) */
+    const int oc = r0 + 2 * cq;
+    float *dst = n_split == 1 ? out : part + (int64_t)blockIdx.y * n * M;
+    const int64_t ds = n_split == 1 ? os : M;
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++) {
+        if (mt >= nt)
+            break;
+        const int t0 = mt * 16 + g, t1 = t0 + 8;
+        if (t0 < n && oc < M)
+            dst[(int64_t)t0 * ds + oc] = acc[mt][0];
+        if (t0 < n && oc + 1 < M)
+            dst[(int64_t)t0 * ds + oc + 1] = acc[mt][1];
+        if (t1 < n && oc < M)
+            dst[(int64_t)t1 * ds + oc] = acc[mt][2];
+        if (t1 < n && oc + 1 < M)
+            dst[(int64_t)t1 * ds + oc + 1] = acc[mt][3];
+    }
+    if (n_split == 1)
+        return;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        is_last = atomicAdd(&count[blockIdx.x], 1u) == (unsigned)n_split - 1;
+    __syncthreads();
+    if (!is_last)
+        return;
+    __threadfence();
+    const int rb = blockIdx.x * MMV_ROWS;
+    for (int e = threadIdx.x; e < n * MMV_ROWS; e += blockDim.x) {
+        const int t = e / MMV_ROWS, r = rb + e % MMV_ROWS;
+        if (r >= M)
+            continue;
+        float s = 0.0f;
+        for (int sp = 0; sp < n_split; sp++)
+            s += __ldcg(part + ((int64_t)sp * n + t) * M + r);
+        out[(int64_t)t * os + r] = s;
+    }
+    if (threadIdx.x == 0)
+        count[blockIdx.x] = 0;
+}
+
+/* Plain fp32 product for f16/f32 weights (and shapes k_mmv cannot take):
+ * one output per thread over 16x16 tiles, k in steps of 32 through shared memory. */
+__global__ void k_mm_simt(const float *__restrict__ x, int64_t xs, int32_t n, const void *__restrict__ w,
+                          enum dtype wt, int64_t ws, int32_t K, int32_t M, float *__restrict__ out, int64_t os)
+{
+    __shared__ float xt[16][33], wt_[16][33];
+    const int tr = threadIdx.x % 16, tt = threadIdx.x / 16;
+    const int r = blockIdx.x * 16 + tr, t = blockIdx.y * 16 + tt;
+    float acc = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += 32) {
+        for (int e = threadIdx.x; e < 16 * 32; e += blockDim.x) {
+            const int i = e / 32, k = k0 + e % 32;
+            const int ti = blockIdx.y * 16 + i, ri = blockIdx.x * 16 + i;
+            xt[i][e % 32] = ti < n && k < K ? x[(int64_t)ti * xs + k] : 0.0f;
+            wt_[i][e % 32] = ri < M && k < K ? dev_weight(w, wt, (int64_t)ri * ws + k) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll 8
+        for (int k = 0; k < 32; k++)
+            acc += xt[tt][k] * wt_[tr][k];
+        __syncthreads();
+    }
+    if (r < M && t < n)
+        out[(int64_t)t * os + r] = acc;
+}
+
+/* x -> hi (and lo = x - hi when lo is not NULL) as dense bf16 [n][K]. */
+__global__ void k_split_bf16(const float *__restrict__ x, int64_t xs, int32_t n, int32_t K, __nv_bfloat16 *hi,
+                             __nv_bfloat16 *lo)
+{
+    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (int64_t)n * K)
+        return;
+    const float v = x[(e / K) * xs + e % K];
+    const __nv_bfloat16 h = __float2bfloat16_rn(v);
+    hi[e] = h;
+    if (lo)
+        lo[e] = __float2bfloat16_rn(v - __bfloat162float(h));
+}
+
+static void mm_blas(struct cuda_backend *c, struct tensor *out, const struct tensor *x, const struct tensor *w)
+{
+    const int64_t n = x->n_rows, K = x->n_cols, M = w->n_rows;
+    const size_t half = (size_t)(n * K);
+    __nv_bfloat16 *hi = (__nv_bfloat16 *)cuda_scratch(c, SCR_BLAS, half * 2 * (c->precise ? 2 : 1));
+    if (!hi)
+        return;
+    __nv_bfloat16 *lo = c->precise ? hi + half : NULL;
+    k_split_bf16<<<cdiv((int64_t)half, 256), 256, 0, c->stream>>>((const float *)x->data, x->row_stride,
+                                                                    (int32_t)n, (int32_t)K, hi, lo);
+    if (CUDA_LAUNCHED(c) != 0)
+        return;
+    const float one = 1.0f, zero = 0.0f;
+    for (int pass = 0; pass < (lo ? 2 : 1); pass++) {
+        cublasStatus_t st = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)M, (int)n, (int)K, &one, w->data,
+                                         CUDA_R_16BF, (int)w->row_stride, pass ? lo : hi, CUDA_R_16BF, (int)K,
+                                         pass ? &one : &zero, out->data, CUDA_R_32F, (int)out->row_stride,
+                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS && !c->failed) {
+            c->failed = true;
+            err_set("cuda: cublasGemmEx [%lld x %lld] x [%lld x %lld]^T failed (status %d)", (long long)n,
+                    (long long)K, (long long)M, (long long)K, (int)st);
+            return;
+        }
+    }
+}
+
+void cuda_matmul(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w)
+{
+    struct cuda_backend *c = cuda_of(be);
+    const int32_t n = (int32_t)x->n_rows, K = (int32_t)x->n_cols, M = (int32_t)w->n_rows;
+    assert(x->n_cols == w->n_cols && out->n_rows == x->n_rows && out->n_cols == w->n_rows);
+    if (c->failed || n == 0)
+        return;
+    const bool tc = w->type == DT_BF16 && K % 8 == 0 && w->row_stride % 8 == 0 && ((uintptr_t)w->data & 15) == 0;
+    if (tc && n <= CUDA_SMALL_N) {
+        const int32_t nt = (n + 15) / 16, bx = (int32_t)cdiv(M, MMV_ROWS);
+        int32_t n_split = 1, kslice = K;
+        if (bx < 3 * c->n_sm && bx <= CUDA_MAX_COUNTERS) {
+            int32_t want = (int32_t)cdiv(3 * c->n_sm, bx);
+            kslice = (int32_t)cdiv(cdiv(K, want), MMV_KC) * MMV_KC;
+            n_split = (int32_t)cdiv(K, kslice);
+        }
+        float *part = NULL;
+        if (n_split > 1 && !(part = (float *)cuda_scratch(c, SCR_MATMUL, (size_t)n_split * n * M * sizeof(float))))
+            return;
+        const size_t smem = (size_t)2 * 16 * nt * MMV_PITCH * sizeof(__nv_bfloat16);
+        k_mmv<<<dim3(bx, n_split), MMV_WARPS * 32, smem, c->stream>>>(
+            (const float *)x->data, x->row_stride, n, nt, (const uint16_t *)w->data, w->row_stride, K, M,
+            (float *)out->data, out->row_stride, part, c->counters, kslice, n_split);
+        CUDA_LAUNCHED(c);
+        return;
+    }
+    if (tc) {
+        mm_blas(c, out, x, w);
+        return;
+    }
+    k_mm_simt<<<dim3(cdiv(M, 16), cdiv(n, 16)), 256, 0, c->stream>>>((const float *)x->data, x->row_stride, n,
+                                                                      w->data, w->type, w->row_stride, K, M,
+                                                                      (float *)out->data, out->row_stride);
+    CUDA_LAUNCHED(c);
+}

@@ -1,0 +1,272 @@
+/* ops: the row-wise and elementwise ops of the cuda backend (embed, norms,
+ * rope, cache stores, activations, gathers), each the cpu backend's loop with
+ * one thread per element or one warp per normalised group. Transcendentals
+ * are the accurate expf/cosf/sinf, not the fast intrinsics, so that results
+ * stay within float rounding of the cpu backend's. */
+#include "cuda_impl.h"
+
+#include <math.h>
+
+#define EW_THREADS 256
+
+/* rows x cols elements of a 2-D grid: blockIdx.y = row, x over columns */
+static inline dim3 ew_grid(int64_t rows, int64_t cols) { return dim3(cdiv(cols, EW_THREADS), (unsigned)rows); }
+
+__global__ void k_embed(float *out, int64_t os, const void *table, enum dtype tt, int64_t ts, const int32_t *token,
+                        int64_t cols)
+{
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
+    if (c < cols)
+        out[r * os + c] = dev_weight(table, tt, (int64_t)token[r] * ts + c);
+}
+
+void cuda_embed(struct backend *be, struct tensor *out, const struct tensor *table)
+{
+    struct cuda_backend *c = cuda_of(be);
+    if (c->failed || c->b.n_tokens == 0)
+        return;
+    k_embed<<<ew_grid(c->b.n_tokens, table->n_cols), EW_THREADS, 0, c->stream>>>(
+        (float *)out->data, out->row_stride, table->data, table->type, table->row_stride, c->d.token, table->n_cols);
+    CUDA_LAUNCHED(c);
+}
+
+/* one warp per (row, group of d columns) */
+__global__ void k_rmsnorm(float *out, int64_t os, const float *x, int64_t xs, const void *w, enum dtype wt, int64_t d,
+                          int64_t groups, int64_t n_items, float eps)
+{
+    const int64_t item = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x & 31;
+    if (item >= n_items)
+        return;
+    const int64_t r = item / groups, g0 = (item % groups) * d;
+    const float *xr = x + r * xs + g0;
+    float ss = 0.0f;
+    for (int64_t c = lane; c < d; c += 32)
+        ss += xr[c] * xr[c];
+    const float inv = 1.0f / sqrtf(warp_sum(ss) / (float)d + eps);
+    float *o = out + r * os + g0;
+    for (int64_t c = lane; c < d; c += 32)
+        o[c] = dev_weight(w, wt, c) * (xr[c] * inv);
+}
+
+void cuda_rmsnorm(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w, float eps)
+{
+    struct cuda_backend *c = cuda_of(be);
+    const int64_t d = w->n_cols, groups = x->n_cols / d, items = x->n_rows * groups;
+    assert(x->n_cols % d == 0 && out->n_cols == x->n_cols);
+    if (c->failed || items == 0)
+        return;
+    k_rmsnorm<<<cdiv(items * 32, EW_THREADS), EW_THREADS, 0, c->stream>>>(
+        (float *)out->data, out->row_stride, (const float *)x->data, x->row_stride, w->data, w->type, d, groups,
+        items, eps);
+    CUDA_LAUNCHED(c);
+}
+
+/* grid: y = token, x over (head, d < half) */
+__global__ void k_rope(float *x, int64_t xs, int32_t n_head, int32_t hd, int32_t half, const float *inv_freq,
+                       float scale, const int32_t *pos)
+{
+    const int e = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+    if (e >= n_head * half)
+        return;
+    const int h = e / half, d = e % half;
+    const float a = (float)pos[i] * inv_freq[d];
+    const float cs = cosf(a) * scale, sn = sinf(a) * scale;
+    float *v = x + (int64_t)i * xs + (int64_t)h * hd;
+    const float x1 = v[d], x2 = v[d + half];
+    v[d] = x1 * cs - x2 * sn;
+    v[d + half] = x2 * cs + x1 * sn;
+}
+
+void cuda_rope(struct backend *be, struct tensor *x, int32_t n_head, int32_t head_dim, int32_t rope_dim,
+               const struct tensor *inv_freq, float scale)
+{
+    struct cuda_backend *c = cuda_of(be);
+    const int32_t half = rope_dim / 2;
+    if (c->failed || c->b.n_tokens == 0)
+        return;
+    k_rope<<<dim3(cdiv((int64_t)n_head * half, EW_THREADS), (unsigned)c->b.n_tokens), EW_THREADS, 0, c->stream>>>(
+        (float *)x->data, x->row_stride, n_head, head_dim, half, (const float *)inv_freq->data, scale, c->d.pos);
+    CUDA_LAUNCHED(c);
+}
+
+__global__ void k_kv_store(float *kc, float *vc, int64_t cs, const float *k, int64_t ks, const float *v, int64_t vs,
+                           const int32_t *slot, int64_t cols)
+{
+    const int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+    if (col >= cols)
+        return;
+    kc[(int64_t)slot[i] * cs + col] = k[i * ks + col];
+    vc[(int64_t)slot[i] * cs + col] = v[i * vs + col];
+}
+
+void cuda_kv_store(struct backend *be, struct tensor *kc, struct tensor *vc, const struct tensor *k,
+                   const struct tensor *v)
+{
+    struct cuda_backend *c = cuda_of(be);
+    assert(kc->row_stride == vc->row_stride);
+    if (c->failed || c->b.n_tokens == 0)
+        return;
+    k_kv_store<<<ew_grid(c->b.n_tokens, k->n_cols), EW_THREADS, 0, c->stream>>>(
+        (float *)kc->data, (float *)vc->data, kc->row_stride, (const float *)k->data, k->row_stride,
+        (const float *)v->data, v->row_stride, c->d.slot, k->n_cols);
+    CUDA_LAUNCHED(c);
+}
+
+enum ew_op { EW_SWIGLU, EW_ADD, EW_RELU2, EW_SIGMUL, EW_SIGMUL_COL };
+
+/* out = op(a, b) elementwise over rows x cols */
+__global__ void k_ew(enum ew_op op, float *out, int64_t os, const float *a, int64_t as, const float *b, int64_t bs,
+                     int64_t cols)
+{
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
+    if (c >= cols)
+        return;
+    const float x = a[r * as + c];
+    float y;
+    switch (op) {
+    case EW_SWIGLU: y = x / (1.0f + expf(-x)) * b[r * bs + c]; break;
+    case EW_ADD: y = x + b[r * bs + c]; break;
+    case EW_RELU2: y = x > 0.0f ? x * x : 0.0f; break;
+    case EW_SIGMUL: y = x * (1.0f / (1.0f + expf(-b[r * bs + c]))); break;
+    default: y = x * (1.0f / (1.0f + expf(-b[r * bs]))); break;
+    }
+    out[r * os + c] = y;
+}
+
+static void ew(struct cuda_backend *c, enum ew_op op, struct tensor *out, const struct tensor *a,
+               const struct tensor *b)
+{
+    if (c->failed || out->n_rows == 0)
+        return;
+    k_ew<<<ew_grid(out->n_rows, out->n_cols), EW_THREADS, 0, c->stream>>>(
+        op, (float *)out->data, out->row_stride, (const float *)a->data, a->row_stride,
+        b ? (const float *)b->data : NULL, b ? b->row_stride : 0, out->n_cols);
+    CUDA_LAUNCHED(c);
+}
+
+void cuda_swiglu(struct backend *be, struct tensor *out, const struct tensor *gate, const struct tensor *up)
+{
+    ew(cuda_of(be), EW_SWIGLU, out, gate, up);
+}
+
+void cuda_add(struct backend *be, struct tensor *x, const struct tensor *y) { ew(cuda_of(be), EW_ADD, x, x, y); }
+
+void cuda_relu2(struct backend *be, struct tensor *x) { ew(cuda_of(be), EW_RELU2, x, x, NULL); }
+
+void cuda_sigmoid_mul(struct backend *be, struct tensor *x, const struct tensor *g)
+{
+    assert(g->n_rows == x->n_rows && (g->n_cols == x->n_cols || g->n_cols == 1));
+    ew(cuda_of(be), g->n_cols == 1 ? EW_SIGMUL_COL : EW_SIGMUL, x, x, g);
+}
+
+/* out[j] = x[rows[j]] */
+__global__ void k_gather(float *out, int64_t os, const float *x, int64_t xs, const int32_t *rows, int64_t cols)
+{
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y;
+    if (c < cols)
+        out[j * os + c] = x[(int64_t)rows[j] * xs + c];
+}
+
+void cuda_get_out_rows(struct backend *be, struct tensor *out, const struct tensor *x)
+{
+    struct cuda_backend *c = cuda_of(be);
+    if (c->failed || c->b.n_out == 0)
+        return;
+    k_gather<<<ew_grid(c->b.n_out, x->n_cols), EW_THREADS, 0, c->stream>>>(
+        (float *)out->data, out->row_stride, (const float *)x->data, x->row_stride, c->d.out_rows, x->n_cols);
+    CUDA_LAUNCHED(c);
+}
+
+void cuda_gather_rows(struct cuda_backend *c, struct tensor *out, const struct tensor *x, const int32_t *rows,
+                      int32_t n)
+{
+    if (c->failed || n == 0)
+        return;
+    k_gather<<<ew_grid(n, x->n_cols), EW_THREADS, 0, c->stream>>>((float *)out->data, out->row_stride,
+                                                                    (const float *)x->data, x->row_stride, rows,
+                                                                    x->n_cols);
+    CUDA_LAUNCHED(c);
+}
+
+/* out[rows[j]] += w[j] * y[j], one row j after another so that a row routed to
+ * several of the batch's entries adds them in order */
+__global__ void k_scatter_add(float *out, int64_t os, const float *y, int64_t ys, const int32_t *rows,
+                              const float *w, int32_t n, int64_t cols)
+{
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols)
+        return;
+    for (int32_t j = 0; j < n; j++)
+        out[(int64_t)rows[j] * os + c] += w[j] * y[(int64_t)j * ys + c];
+}
+
+void cuda_scatter_add(struct cuda_backend *c, struct tensor *out, const struct tensor *y, const int32_t *rows,
+                      const float *w, int32_t n)
+{
+    if (c->failed || n == 0)
+        return;
+    k_scatter_add<<<cdiv(y->n_cols, EW_THREADS), EW_THREADS, 0, c->stream>>>(
+        (float *)out->data, out->row_stride, (const float *)y->data, y->row_stride, rows, w, n, y->n_cols);
+    CUDA_LAUNCHED(c);
+}
+
+__global__ void k_permute(float *out, int64_t os, const float *x, int64_t xs, const int32_t *map, int64_t cols)
+{
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
+    if (c < cols)
+        out[r * os + c] = x[r * xs + map[c]];
+}
+
+void cuda_permute_cols(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *map)
+{
+    struct cuda_backend *c = cuda_of(be);
+    assert(map->type == DT_I32 && map->n_cols == out->n_cols && out->data != x->data);
+    if (c->failed || x->n_rows == 0)
+        return;
+    k_permute<<<ew_grid(x->n_rows, out->n_cols), EW_THREADS, 0, c->stream>>>(
+        (float *)out->data, out->row_stride, (const float *)x->data, x->row_stride, (const int32_t *)map->data,
+        out->n_cols);
+    CUDA_LAUNCHED(c);
+}
+
+static __device__ __forceinline__ float silu(float z) { return z / (1.0f + expf(-z)); }
+
+/* one warp per (row, group) */
+__global__ void k_rmsnorm_gated(float *out, int64_t os, const float *x, int64_t xs, const float *z, int64_t zs,
+                                const void *w, enum dtype wt, bool w_full, int64_t group, int64_t groups,
+                                int64_t n_items, float eps, bool gate_first)
+{
+    const int64_t item = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x & 31;
+    if (item >= n_items)
+        return;
+    const int64_t r = item / groups, g0 = (item % groups) * group, w0 = w_full ? g0 : 0;
+    const float *a = x + r * xs + g0, *zr = z + r * zs + g0;
+    float ss = 0.0f;
+    for (int64_t c = lane; c < group; c += 32) {
+        const float t = gate_first ? a[c] * silu(zr[c]) : a[c];
+        ss += t * t;
+    }
+    const float inv = 1.0f / sqrtf(warp_sum(ss) / (float)group + eps);
+    float *o = out + r * os + g0;
+    for (int64_t c = lane; c < group; c += 32) {
+        const float t = gate_first ? a[c] * silu(zr[c]) : a[c];
+        const float v = dev_weight(w, wt, w0 + c) * (t * inv);
+        o[c] = gate_first ? v : v * silu(zr[c]);
+    }
+}
+
+void cuda_rmsnorm_gated(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *z,
+                        const struct tensor *w, float eps, int64_t group, bool gate_first)
+{
+    struct cuda_backend *c = cuda_of(be);
+    assert(x->n_cols % group == 0 && (w->n_cols == group || w->n_cols == x->n_cols));
+    const int64_t groups = x->n_cols / group, items = x->n_rows * groups;
+    if (c->failed || items == 0)
+        return;
+    k_rmsnorm_gated<<<cdiv(items * 32, EW_THREADS), EW_THREADS, 0, c->stream>>>(
+        (float *)out->data, out->row_stride, (const float *)x->data, x->row_stride, (const float *)z->data,
+        z->row_stride, w->data, w->type, w->n_cols != group, group, groups, items, eps, gate_first);
+    CUDA_LAUNCHED(c);
+}

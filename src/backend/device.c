@@ -1,0 +1,56 @@
+/* device: backend selection (see device.h). */
+#include "device.h"
+
+#include "../base/err.h"
+#include "cpu/cpu.h"
+#ifdef KAPITSA_CUDA
+#include "cuda/cuda.h"
+#endif
+
+#include <stdlib.h>
+#include <string.h>
+
+bool device_has_cuda(void)
+{
+#ifdef KAPITSA_CUDA
+    return true;
+#else
+    return false;
+#endif
+}
+
+struct backend *device_open(const char *name, int32_t n_threads, bool precise)
+{
+    if (!name || !*name)
+        name = getenv("KAPITSA_DEVICE");
+    if (!name || !*name)
+        name = "auto";
+    if (strcmp(name, "cpu") == 0)
+        return cpu_backend_init(n_threads, NULL);
+    const bool is_auto = strcmp(name, "auto") == 0;
+    if (!is_auto && strncmp(name, "cuda", 4) != 0) {
+        err_set("device: unknown device '%s' (cpu, cuda, cuda:N or auto)", name);
+        return NULL;
+    }
+#ifdef KAPITSA_CUDA
+    int32_t dev = 0;
+    if (!is_auto && name[4]) {
+        char *end;
+        long v = name[4] == ':' ? strtol(name + 5, &end, 10) : -1;
+        if (v < 0 || name[5] == 0 || *end) {
+            err_set("device: '%s' is not cuda or cuda:N", name);
+            return NULL;
+        }
+        dev = (int32_t)v;
+    }
+    if (!is_auto || cuda_device_count() > 0)
+        return cuda_backend_init(dev, precise);
+#else
+    (void)precise;
+    if (!is_auto) {
+        err_set("device: this kapitsa was built without CUDA (rebuild with nvcc on the PATH, or make CUDA=1)");
+        return NULL;
+    }
+#endif
+    return cpu_backend_init(n_threads, NULL);
+}

@@ -1,0 +1,504 @@
+/* Tests of the cuda backend against the cpu backend, op by op on random
+ * shapes (normalised error: max |cuda - cpu| / max |cpu|), and at the model
+ * level: a token verified inside a tree gets bitwise the logits it gets when
+ * decoded alone. Without the cuda backend or a GPU each test says so and
+ * passes; tests/cli.sh runs `kapitsa check --device cuda` on every fixture
+ * when a GPU is present. */
+#include "test.h"
+
+#ifdef KAPITSA_CUDA
+#include "../../src/backend/cpu/cpu.h"
+#include "../../src/backend/cuda/cuda.h"
+#include "../../src/base/err.h"
+#include "../../src/engine/engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float rndf(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) * 0x1.0p-53 * 2 - 1);
+}
+
+struct both {
+    struct backend *cpu, *gpu;
+};
+
+static int both_open(struct both *b, bool precise)
+{
+    b->cpu = b->gpu = NULL;
+    if (cuda_device_count() == 0) {
+        printf("  skipped: no CUDA device\n");
+        return -1;
+    }
+    b->cpu = cpu_backend_init(2, NULL);
+    b->gpu = cuda_backend_init(0, precise);
+    CHECK(b->gpu != NULL, "%s", err_msg());
+    return b->gpu ? 0 : -1;
+}
+
+static void both_close(struct both *b)
+{
+    if (b->cpu)
+        b->cpu->ops->free(b->cpu);
+    if (b->gpu)
+        b->gpu->ops->free(b->gpu);
+}
+
+/* a tensor on each backend holding the same host data */
+struct pair {
+    struct tensor c, g;
+    void *host;
+};
+
+static void pair_make(struct both *b, struct pair *p, enum dtype t, int64_t rows, int64_t cols, float scale)
+{
+    size_t n = (size_t)(rows * cols), es = dtype_size(t);
+    p->host = malloc(n * es);
+    for (size_t i = 0; i < n; i++) {
+        float v = rndf() * scale;
+        if (t == DT_F32)
+            ((float *)p->host)[i] = v;
+        else if (t == DT_BF16)
+            ((uint16_t *)p->host)[i] = f32_to_bf16(v);
+        else if (t == DT_F16)
+            ((uint16_t *)p->host)[i] = f32_to_f16(v);
+        else
+            ((int32_t *)p->host)[i] = 0;
+    }
+    b->cpu->ops->alloc(b->cpu, &p->c, t, rows, cols);
+    b->cpu->ops->write(b->cpu, &p->c, 0, rows, p->host);
+    CHECK(b->gpu->ops->alloc(b->gpu, &p->g, t, rows, cols) == 0, "%s", err_msg());
+    b->gpu->ops->write(b->gpu, &p->g, 0, rows, p->host);
+}
+
+static void pair_free(struct both *b, struct pair *p)
+{
+    b->cpu->ops->release(b->cpu, &p->c);
+    b->gpu->ops->release(b->gpu, &p->g);
+    free(p->host);
+}
+
+/* max |gpu - cpu| / max |cpu| over an F32 pair */
+static double pair_err(struct both *b, const struct pair *p)
+{
+    const int64_t n = p->c.n_rows * p->c.n_cols;
+    float *x = malloc((size_t)n * sizeof(float)), *y = malloc((size_t)n * sizeof(float));
+    b->cpu->ops->read(b->cpu, &p->c, 0, p->c.n_rows, x);
+    b->gpu->ops->read(b->gpu, &p->g, 0, p->g.n_rows, y);
+    double mx = 0, d = 0;
+    for (int64_t i = 0; i < n; i++) {
+        mx = fmax(mx, fabs(x[i]));
+        d = fmax(d, fabs((double)x[i] - y[i]));
+        if (isnan(y[i]) != isnan(x[i]))
+            d = INFINITY;
+    }
+    free(x);
+    free(y);
+    return mx > 0 ? d / mx : d;
+}
+
+static void set_batch_both(struct both *b, const struct attn_batch *ab)
+{
+    CHECK(b->cpu->ops->set_batch(b->cpu, ab) == 0, "cpu set_batch");
+    CHECK(b->gpu->ops->set_batch(b->gpu, ab) == 0, "%s", err_msg());
+}
+
+void test_cuda_matmul(void)
+{
+    struct both b;
+    if (both_open(&b, true) != 0)
+        return both_close(&b);
+    const struct {
+        int32_t n, K, M;
+        enum dtype t;
+    } cases[] = {
+        {1, 64, 40, DT_BF16},    {3, 256, 300, DT_BF16},  {17, 1024, 777, DT_BF16}, {64, 512, 4096, DT_BF16},
+        {1, 4096, 4096, DT_BF16}, {65, 512, 1000, DT_BF16}, {200, 96, 64, DT_BF16},  {7, 100, 50, DT_BF16},
+        {5, 64, 96, DT_F16},     {70, 64, 33, DT_F16},    {9, 48, 20, DT_F32},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct pair x, w, o;
+        pair_make(&b, &x, DT_F32, cases[i].n, cases[i].K, 1.0f);
+        pair_make(&b, &w, cases[i].t, cases[i].M, cases[i].K, 0.5f);
+        pair_make(&b, &o, DT_F32, cases[i].n, cases[i].M, 0.0f);
+        b.cpu->ops->matmul(b.cpu, &o.c, &x.c, &w.c);
+        b.gpu->ops->matmul(b.gpu, &o.g, &x.g, &w.g);
+        double e = pair_err(&b, &o);
+        CHECK(e < 2e-5, "matmul n=%d K=%d M=%d %s: err %.3g", cases[i].n, cases[i].K, cases[i].M,
+              dtype_name(cases[i].t), e);
+        pair_free(&b, &x);
+        pair_free(&b, &w);
+        pair_free(&b, &o);
+    }
+    /* batch invariance: a row's result does not depend on the other rows (split-K engaged: few rows of blocks) */
+    struct pair x, w, o1, o2;
+    const int32_t K = 2048, M = 1536, n = 37, r = 20;
+    pair_make(&b, &x, DT_F32, n, K, 1.0f);
+    pair_make(&b, &w, DT_BF16, M, K, 0.5f);
+    pair_make(&b, &o1, DT_F32, 1, M, 0.0f);
+    pair_make(&b, &o2, DT_F32, n, M, 0.0f);
+    struct tensor xr = tensor_rows(&x.g, r, 1);
+    b.gpu->ops->matmul(b.gpu, &o1.g, &xr, &w.g);
+    b.gpu->ops->matmul(b.gpu, &o2.g, &x.g, &w.g);
+    float *y1 = malloc((size_t)M * 4), *y2 = malloc((size_t)M * 4);
+    b.gpu->ops->read(b.gpu, &o1.g, 0, 1, y1);
+    b.gpu->ops->read(b.gpu, &o2.g, r, 1, y2);
+    CHECK(memcmp(y1, y2, (size_t)M * 4) == 0, "matmul: row %d alone differs from the same row in a batch of %d", r, n);
+    free(y1);
+    free(y2);
+    pair_free(&b, &x);
+    pair_free(&b, &w);
+    pair_free(&b, &o1);
+    pair_free(&b, &o2);
+    both_close(&b);
+    /* fast mode: bf16 activations in large products, within bf16 rounding */
+    if (both_open(&b, false) != 0)
+        return both_close(&b);
+    pair_make(&b, &x, DT_F32, 300, 512, 1.0f);
+    pair_make(&b, &w, DT_BF16, 256, 512, 0.5f);
+    pair_make(&b, &o1, DT_F32, 300, 256, 0.0f);
+    b.cpu->ops->matmul(b.cpu, &o1.c, &x.c, &w.c);
+    b.gpu->ops->matmul(b.gpu, &o1.g, &x.g, &w.g);
+    double e = pair_err(&b, &o1);
+    CHECK(e < 1e-2 && e > 0, "fast matmul: err %.3g", e);
+    pair_free(&b, &x);
+    pair_free(&b, &w);
+    pair_free(&b, &o1);
+    both_close(&b);
+}
+
+/* Two sequences in scattered cache blocks: seq 0 has len0 cached tokens and a
+ * tree of 5 batch tokens, seq 1 has 3 cached and a chain of 2. */
+static void attention_case(struct both *b, int32_t len0, int32_t n_head, int32_t n_kv, int32_t hd)
+{
+    const int32_t bs = 16, n = 7, max_blocks = (len0 + 8) / bs + 1, n_blocks = max_blocks + 2;
+    struct pair kc, vc, q, k, v, out;
+    pair_make(b, &kc, DT_F32, (int64_t)n_blocks * bs, n_kv * hd, 1.0f);
+    pair_make(b, &vc, DT_F32, (int64_t)n_blocks * bs, n_kv * hd, 1.0f);
+    pair_make(b, &q, DT_F32, n, n_head * hd, 2.0f);
+    pair_make(b, &k, DT_F32, n, n_kv * hd, 2.0f);
+    pair_make(b, &v, DT_F32, n, n_kv * hd, 1.0f);
+    pair_make(b, &out, DT_F32, n, n_head * hd, 0.0f);
+    int32_t *table = calloc((size_t)2 * max_blocks, sizeof(int32_t));
+    for (int32_t i = 0; i < max_blocks; i++)
+        table[i] = max_blocks - 1 - i; /* reversed */
+    table[max_blocks] = max_blocks;
+    int32_t len[2] = {len0, 3}, seq[7] = {0, 0, 0, 1, 0, 0, 1}, idx[7] = {0, 1, 2, 0, 3, 4, 1};
+    int32_t parent[7] = {-1, 0, 0, -1, 1, 2, 3};
+    int32_t slot[7], n_kvv[7], mfrom[7], pos[7];
+    uint8_t mask[7][7] = {{0}};
+    for (int32_t i = 0; i < n; i++) {
+        int32_t p = len[seq[i]] + idx[i];
+        slot[i] = table[seq[i] * max_blocks + p / bs] * bs + p % bs;
+        n_kvv[i] = p + 1;
+        mfrom[i] = len[seq[i]];
+        pos[i] = p;
+        for (int32_t a = i; a >= 0; a = parent[a])
+            mask[i][idx[a]] = 1;
+    }
+    struct attn_batch ab = {.n_tokens = n, .pos = pos, .slot = slot, .seq_row = seq, .n_kv = n_kvv,
+                            .mask_from = mfrom, .mask = &mask[0][0], .mask_stride = 7, .block_table = table,
+                            .n_seq_rows = 2, .max_blocks = max_blocks, .block_size = bs, .parent = parent};
+    set_batch_both(b, &ab);
+    b->cpu->ops->kv_store(b->cpu, &kc.c, &vc.c, &k.c, &v.c);
+    b->gpu->ops->kv_store(b->gpu, &kc.g, &vc.g, &k.g, &v.g);
+    b->cpu->ops->attention(b->cpu, &out.c, &q.c, &kc.c, &vc.c, n_head, n_kv, hd, 0.25f);
+    b->gpu->ops->attention(b->gpu, &out.g, &q.g, &kc.g, &vc.g, n_head, n_kv, hd, 0.25f);
+    double e = pair_err(b, &out), ek = pair_err(b, &kc);
+    CHECK(e < 1e-5 && ek == 0, "attention len %d heads %d/%d hd %d: err %.3g, cache %.3g", len0, n_head, n_kv, hd, e,
+          ek);
+    free(table);
+    struct pair *all[] = {&kc, &vc, &q, &k, &v, &out};
+    for (int i = 0; i < 6; i++)
+        pair_free(b, all[i]);
+}
+
+void test_cuda_attention(void)
+{
+    struct both b;
+    if (both_open(&b, true) != 0)
+        return both_close(&b);
+    attention_case(&b, 9, 6, 2, 20);
+    attention_case(&b, 300, 8, 2, 32);
+    attention_case(&b, 5000, 32, 8, 128); /* several splits */
+    attention_case(&b, 700, 16, 1, 256);
+    attention_case(&b, 100, 40, 8, 16);
+    both_close(&b);
+}
+
+void test_cuda_rowwise(void)
+{
+    struct both b;
+    if (both_open(&b, true) != 0)
+        return both_close(&b);
+    const int32_t n = 6, heads = 4, hd = 48, H = heads * hd;
+    struct pair x, y, o, w, wh, f, tab, mp, z, g1;
+    pair_make(&b, &x, DT_F32, n, H, 3.0f);
+    pair_make(&b, &y, DT_F32, n, H, 3.0f);
+    pair_make(&b, &o, DT_F32, n, H, 0.0f);
+    pair_make(&b, &w, DT_BF16, 1, H, 1.0f);
+    pair_make(&b, &wh, DT_F32, 1, hd, 1.0f);
+    pair_make(&b, &z, DT_F32, n, H, 3.0f);
+    pair_make(&b, &g1, DT_F32, n, 1, 3.0f);
+    pair_make(&b, &tab, DT_BF16, 50, H, 1.0f);
+    float inv[16];
+    for (int i = 0; i < 16; i++)
+        inv[i] = powf(10000.0f, -(float)i / 16);
+    pair_make(&b, &f, DT_F32, 1, 16, 0.0f);
+    b.cpu->ops->write(b.cpu, &f.c, 0, 1, inv);
+    b.gpu->ops->write(b.gpu, &f.g, 0, 1, inv);
+    int32_t map[192];
+    for (int i = 0; i < H; i++)
+        map[i] = (i * 7 + 3) % H;
+    pair_make(&b, &mp, DT_I32, 1, H, 0.0f);
+    b.cpu->ops->write(b.cpu, &mp.c, 0, 1, map);
+    b.gpu->ops->write(b.gpu, &mp.g, 0, 1, map);
+    int32_t tok[6] = {3, 49, 0, 7, 7, 21}, pos[6] = {0, 1, 5, 999, 40000, 12}, out_rows[3] = {5, 0, 3};
+    struct attn_batch ab = {.n_tokens = n, .token = tok, .pos = pos, .n_out = 3, .out_rows = out_rows};
+    set_batch_both(&b, &ab);
+#define BOTH(call_c, call_g, what)                                                                             \
+    do {                                                                                                       \
+        call_c;                                                                                                \
+        call_g;                                                                                                \
+        double e_ = pair_err(&b, &o);                                                                          \
+        CHECK(e_ < 2e-6, "%s: err %.3g", what, e_);                                                          \
+    } while (0)
+    BOTH(b.cpu->ops->embed(b.cpu, &o.c, &tab.c), b.gpu->ops->embed(b.gpu, &o.g, &tab.g), "embed");
+    BOTH(b.cpu->ops->rmsnorm(b.cpu, &o.c, &x.c, &w.c, 1e-6f), b.gpu->ops->rmsnorm(b.gpu, &o.g, &x.g, &w.g, 1e-6f),
+         "rmsnorm");
+    BOTH(b.cpu->ops->rmsnorm(b.cpu, &o.c, &x.c, &wh.c, 1e-6f), b.gpu->ops->rmsnorm(b.gpu, &o.g, &x.g, &wh.g, 1e-6f),
+         "rmsnorm per head");
+    BOTH(b.cpu->ops->rope(b.cpu, &o.c, heads, hd, 32, &f.c, 1.0f),
+         b.gpu->ops->rope(b.gpu, &o.g, heads, hd, 32, &f.g, 1.0f), "rope");
+    BOTH(b.cpu->ops->swiglu(b.cpu, &o.c, &x.c, &y.c), b.gpu->ops->swiglu(b.gpu, &o.g, &x.g, &y.g), "swiglu");
+    BOTH(b.cpu->ops->add(b.cpu, &o.c, &y.c), b.gpu->ops->add(b.gpu, &o.g, &y.g), "add");
+    BOTH(b.cpu->ops->relu2(b.cpu, &o.c), b.gpu->ops->relu2(b.gpu, &o.g), "relu2");
+    BOTH(b.cpu->ops->sigmoid_mul(b.cpu, &o.c, &z.c), b.gpu->ops->sigmoid_mul(b.gpu, &o.g, &z.g), "sigmoid_mul");
+    BOTH(b.cpu->ops->sigmoid_mul(b.cpu, &o.c, &g1.c), b.gpu->ops->sigmoid_mul(b.gpu, &o.g, &g1.g),
+         "sigmoid_mul by column");
+    BOTH(b.cpu->ops->permute_cols(b.cpu, &o.c, &x.c, &mp.c), b.gpu->ops->permute_cols(b.gpu, &o.g, &x.g, &mp.g),
+         "permute_cols");
+    BOTH(b.cpu->ops->rmsnorm_gated(b.cpu, &o.c, &x.c, &z.c, &wh.c, 1e-6f, hd, false),
+         b.gpu->ops->rmsnorm_gated(b.gpu, &o.g, &x.g, &z.g, &wh.g, 1e-6f, hd, false), "rmsnorm_gated");
+    BOTH(b.cpu->ops->rmsnorm_gated(b.cpu, &o.c, &x.c, &z.c, &w.c, 1e-6f, 64, true),
+         b.gpu->ops->rmsnorm_gated(b.gpu, &o.g, &x.g, &z.g, &w.g, 1e-6f, 64, true), "rmsnorm_gated, gate first");
+    struct tensor oc = tensor_rows(&o.c, 0, 3), og = tensor_rows(&o.g, 0, 3);
+    BOTH(b.cpu->ops->get_out_rows(b.cpu, &oc, &x.c), b.gpu->ops->get_out_rows(b.gpu, &og, &x.g), "get_out_rows");
+    int32_t src[3] = {0, 4, 2}, dst[3] = {1, 0, 4};
+    BOTH(b.cpu->ops->copy_rows(b.cpu, &o.c, src, dst, 3), b.gpu->ops->copy_rows(b.gpu, &o.g, src, dst, 3),
+         "copy_rows");
+#undef BOTH
+    struct pair *all[] = {&x, &y, &o, &w, &wh, &f, &tab, &mp, &z, &g1};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        pair_free(&b, all[i]);
+    both_close(&b);
+}
+
+void test_cuda_moe(void)
+{
+    struct both b;
+    if (both_open(&b, true) != 0)
+        return both_close(&b);
+    const int32_t n = 9, E = 16, k = 4, hid = 64, inter = 40;
+    struct pair lg, bias, x, out, ws, ids, wts;
+    struct pair gate[16], up[16], down[16];
+    pair_make(&b, &lg, DT_F32, n, E, 2.0f);
+    pair_make(&b, &bias, DT_F32, 1, E, 0.5f);
+    pair_make(&b, &x, DT_F32, n, hid, 1.0f);
+    pair_make(&b, &out, DT_F32, n, hid, 0.0f);
+    pair_make(&b, &ws, DT_F32, n, hid + 2 * inter, 0.0f);
+    pair_make(&b, &ids, DT_I32, n, k, 0.0f);
+    pair_make(&b, &wts, DT_F32, n, k, 0.0f);
+    struct tensor gc[16], gg[16], uc[16], ug[16], dc[16], dg[16];
+    for (int e = 0; e < E; e++) {
+        pair_make(&b, &gate[e], DT_BF16, inter, hid, 0.3f);
+        pair_make(&b, &up[e], DT_BF16, inter, hid, 0.3f);
+        pair_make(&b, &down[e], DT_BF16, hid, inter, 0.3f);
+        gc[e] = gate[e].c, gg[e] = gate[e].g, uc[e] = up[e].c, ug[e] = up[e].g, dc[e] = down[e].c, dg[e] = down[e].g;
+    }
+    for (int mode = 0; mode < 3; mode++) {
+        struct moe_routing rt = {.k = k, .sigmoid = mode > 0, .norm = mode != 1, .n_group = mode == 2 ? 4 : 1,
+                                 .topk_group = mode == 2 ? 2 : 1, .scale = mode == 2 ? 2.5f : 1.0f};
+        rt.bias = mode == 2 ? &bias.c : NULL;
+        b.cpu->ops->moe_route(b.cpu, &ids.c, &wts.c, &lg.c, &rt);
+        rt.bias = mode == 2 ? &bias.g : NULL;
+        b.gpu->ops->moe_route(b.gpu, &ids.g, &wts.g, &lg.g, &rt);
+        int32_t ic[36], ig[36];
+        b.cpu->ops->read(b.cpu, &ids.c, 0, n, (float *)ic);
+        b.gpu->ops->read(b.gpu, &ids.g, 0, n, (float *)ig);
+        CHECK(memcmp(ic, ig, sizeof ic) == 0, "moe_route mode %d: ids differ", mode);
+        double e = pair_err(&b, &wts);
+        CHECK(e < 1e-6, "moe_route mode %d: weights err %.3g", mode, e);
+        struct moe_experts xc = {E, mode == 1 ? NULL : gc, uc, dc}, xg = {E, mode == 1 ? NULL : gg, ug, dg};
+        b.cpu->ops->moe_ffn(b.cpu, &out.c, &x.c, &ids.c, &wts.c, &xc, &ws.c);
+        b.gpu->ops->moe_ffn(b.gpu, &out.g, &x.g, &ids.g, &wts.g, &xg, &ws.g);
+        e = pair_err(&b, &out);
+        CHECK(e < 2e-5, "moe_ffn mode %d: err %.3g", mode, e);
+    }
+    for (int e = 0; e < E; e++) {
+        pair_free(&b, &gate[e]);
+        pair_free(&b, &up[e]);
+        pair_free(&b, &down[e]);
+    }
+    struct pair *all[] = {&lg, &bias, &x, &out, &ws, &ids, &wts};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        pair_free(&b, all[i]);
+    both_close(&b);
+}
+
+/* A batch of two sequences: seq 0 a tree of 6 rows from slot 1, seq 1 a chain
+ * of 40 rows from slot 2 (the cpu takes its chunked form there). Kept states:
+ * every tree row, and the chain's last. */
+void test_cuda_recurrent(void)
+{
+    struct both b;
+    if (both_open(&b, true) != 0)
+        return both_close(&b);
+    enum { N = 46 };
+    int32_t seq[N], parent[N], sin_[N], sout[N];
+    const int32_t tree_parent[6] = {-1, 0, 0, 1, 3, 2};
+    for (int32_t i = 0; i < N; i++) {
+        seq[i] = i < 6 ? 0 : 1;
+        parent[i] = i < 6 ? tree_parent[i] : (i == 6 ? -1 : i - 1);
+        sin_[i] = i < 6 ? 1 : 2;
+        sout[i] = i < 6 ? 3 + i : (i == N - 1 ? 9 : -1);
+    }
+    struct attn_batch ab = {.n_tokens = N, .seq_row = seq, .parent = parent, .state_in = sin_, .state_out = sout};
+    set_batch_both(&b, &ab);
+    const int32_t C = 96, K = 4;
+    struct pair x, o, w, bias, st;
+    pair_make(&b, &x, DT_F32, N, C, 1.0f);
+    pair_make(&b, &o, DT_F32, N, C, 0.0f);
+    pair_make(&b, &w, DT_BF16, C, K, 0.5f);
+    pair_make(&b, &bias, DT_BF16, 1, C, 0.5f);
+    pair_make(&b, &st, DT_F32, 10, (K - 1) * C, 1.0f);
+    b.cpu->ops->conv1d(b.cpu, &o.c, &x.c, &w.c, &bias.c, &st.c);
+    b.gpu->ops->conv1d(b.gpu, &o.g, &x.g, &w.g, &bias.g, &st.g);
+    double e = pair_err(&b, &o), es = pair_err(&b, &st);
+    CHECK(e < 1e-6 && es < 1e-6, "conv1d: err %.3g, states %.3g", e, es);
+    pair_free(&b, &o);
+    pair_free(&b, &st);
+    /* gated delta rule: 2 key heads, 4 value heads, dk 32, dv 24 */
+    const int32_t Hk = 2, Hv = 4, dk = 32, dv = 24;
+    struct pair q, kk, v, a, bb, Al, dtb;
+    pair_make(&b, &q, DT_F32, N, Hk * dk, 1.0f);
+    pair_make(&b, &kk, DT_F32, N, Hk * dk, 1.0f);
+    pair_make(&b, &v, DT_F32, N, Hv * dv, 1.0f);
+    pair_make(&b, &a, DT_F32, N, Hv, 1.0f);
+    pair_make(&b, &bb, DT_F32, N, Hv, 2.0f);
+    pair_make(&b, &Al, DT_F32, 1, Hv, 1.0f);
+    pair_make(&b, &dtb, DT_F32, 1, Hv, 1.0f);
+    pair_make(&b, &o, DT_F32, N, Hv * dv, 0.0f);
+    pair_make(&b, &st, DT_F32, 10, Hv * dk * dv, 0.3f);
+    b.cpu->ops->delta_rule(b.cpu, &o.c, &q.c, &kk.c, &v.c, &a.c, &bb.c, &Al.c, &dtb.c, &st.c, Hk, Hv, dk, dv);
+    b.gpu->ops->delta_rule(b.gpu, &o.g, &q.g, &kk.g, &v.g, &a.g, &bb.g, &Al.g, &dtb.g, &st.g, Hk, Hv, dk, dv);
+    e = pair_err(&b, &o);
+    es = pair_err(&b, &st);
+    CHECK(e < 1e-5 && es < 1e-5, "delta_rule: err %.3g, states %.3g", e, es);
+    struct pair *dl[] = {&q, &kk, &v, &a, &bb, &Al, &dtb, &o, &st};
+    for (size_t i = 0; i < sizeof dl / sizeof dl[0]; i++)
+        pair_free(&b, dl[i]);
+    /* Mamba2: 8 heads of 16 in 2 groups, state 32, chunk 16 */
+    struct ssd_params sp = {.n_head = 8, .head_dim = 16, .n_group = 2, .d_state = 32, .chunk = 16,
+                            .dt_min = 0.0f, .dt_lo = 0.001f, .dt_hi = 100.0f};
+    struct pair y, xs, B, Cc, dt, D;
+    pair_make(&b, &xs, DT_F32, N, 8 * 16, 1.0f);
+    pair_make(&b, &B, DT_F32, N, 2 * 32, 1.0f);
+    pair_make(&b, &Cc, DT_F32, N, 2 * 32, 1.0f);
+    pair_make(&b, &dt, DT_F32, N, 8, 1.0f);
+    pair_make(&b, &Al, DT_F32, 1, 8, 1.0f);
+    pair_make(&b, &D, DT_F32, 1, 8, 1.0f);
+    pair_make(&b, &dtb, DT_F32, 1, 8, 1.0f);
+    pair_make(&b, &y, DT_F32, N, 8 * 16, 0.0f);
+    pair_make(&b, &st, DT_F32, 10, 8 * 16 * 32, 0.3f);
+    b.cpu->ops->ssd(b.cpu, &y.c, &xs.c, &B.c, &Cc.c, &dt.c, &Al.c, &D.c, &dtb.c, &st.c, &sp);
+    b.gpu->ops->ssd(b.gpu, &y.g, &xs.g, &B.g, &Cc.g, &dt.g, &Al.g, &D.g, &dtb.g, &st.g, &sp);
+    e = pair_err(&b, &y);
+    es = pair_err(&b, &st);
+    CHECK(e < 1e-5 && es < 1e-5, "ssd: err %.3g, states %.3g", e, es);
+    struct pair *sl[] = {&y, &xs, &B, &Cc, &dt, &Al, &D, &dtb, &st, &x, &w, &bias};
+    for (size_t i = 0; i < sizeof sl / sizeof sl[0]; i++)
+        pair_free(&b, sl[i]);
+    both_close(&b);
+}
+
+/* A token verified inside a tree gets bitwise the logits it gets decoded alone. */
+void test_cuda_tree_invariance(void)
+{
+    if (cuda_device_count() == 0) {
+        printf("  skipped: no CUDA device\n");
+        return;
+    }
+    const char *archs[] = {"qwen3", "qwen3_moe", "qwen3_5", "nemotron_h"};
+    for (int a = 0; a < 4; a++) {
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/%s", test_fixtures(), archs[a]);
+        struct backend *be = cuda_backend_init(0, true);
+        struct model m;
+        struct engine e;
+        CHECK(be && model_load(&m, dir, be, NULL) == 0 && engine_init(&e, &m, 512, 4, 64, 64) == 0, "%s: %s",
+              archs[a], err_msg());
+        const int32_t V = m.cfg.vocab_size, L = 30;
+        int32_t prompt[30], pos[30], sq[30], par[30];
+        uint8_t want[30];
+        int32_t s0 = engine_seq_new(&e);
+        for (int32_t i = 0; i < L; i++) {
+            prompt[i] = (i * 31 + 7) % V;
+            pos[i] = i;
+            sq[i] = s0;
+            par[i] = i - 1;
+            want[i] = i == L - 1;
+        }
+        float *lg = malloc((size_t)V * 8 * sizeof(float)), *alone = malloc((size_t)V * 3 * sizeof(float));
+        struct batch pb = {L, prompt, pos, sq, par, want};
+        CHECK(engine_forward(&e, &pb, lg, NULL) == 1 && engine_commit_all(&e) == 0, "prefill");
+        int32_t s1 = engine_seq_fork(&e, s0);
+        /* alone: three tokens decoded one by one on the fork */
+        const int32_t t[3] = {5, 9, 2};
+        for (int32_t j = 0; j < 3; j++) {
+            int32_t p = L + j, pa = -1, sj = s1;
+            uint8_t one = 1;
+            struct batch db = {1, &t[j], &p, &sj, &pa, &one};
+            CHECK(engine_forward(&e, &db, alone + (size_t)j * V, NULL) == 1 && engine_commit_all(&e) == 0, "decode");
+        }
+        /* tree on s0: 5 -> {9 -> {2, 4}, 3 -> 8}, 7 */
+        const int32_t tt[7] = {5, 3, 9, 8, 2, 4, 7}, tp[7] = {-1, 0, 0, 1, 2, 2, -1};
+        const int32_t tpos[7] = {L, L + 1, L + 1, L + 2, L + 2, L + 2, L};
+        int32_t tsq[7];
+        uint8_t tw[7] = {1, 1, 1, 1, 1, 1, 1};
+        for (int i = 0; i < 7; i++)
+            tsq[i] = s0;
+        int32_t tpar[7];
+        memcpy(tpar, tp, sizeof tpar);
+        tpar[6] = -1;
+        struct batch tb = {7, tt, tpos, tsq, tpar, tw};
+        CHECK(engine_forward(&e, &tb, lg, NULL) == 7, "tree: %s", err_msg());
+        CHECK(memcmp(lg, alone, (size_t)V * 4) == 0, "%s: root differs from decoding alone", archs[a]);
+        CHECK(memcmp(lg + (size_t)2 * V, alone + V, (size_t)V * 4) == 0, "%s: depth 1 differs", archs[a]);
+        CHECK(memcmp(lg + (size_t)4 * V, alone + (size_t)2 * V, (size_t)V * 4) == 0, "%s: depth 2 differs",
+              archs[a]);
+        free(lg);
+        free(alone);
+        engine_free(&e);
+        model_free(&m);
+        be->ops->free(be);
+    }
+}
+
+#else
+
+static void no_cuda(void) { printf("  skipped: built without CUDA\n"); }
+void test_cuda_matmul(void) { no_cuda(); }
+void test_cuda_attention(void) { no_cuda(); }
+void test_cuda_rowwise(void) { no_cuda(); }
+void test_cuda_moe(void) { no_cuda(); }
+void test_cuda_recurrent(void) { no_cuda(); }
+void test_cuda_tree_invariance(void) { no_cuda(); }
+
+#endif
