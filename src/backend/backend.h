@@ -133,6 +133,9 @@ struct backend_ops {
     /* Copy cache rows src[i] -> dst[i] in each tensor (copy-on-write, tree commit). */
     void (*copy_rows)(struct backend *be, struct tensor *t, const int32_t *src, const int32_t *dst, int32_t n);
 
+    /* Waits until every queued op has finished (a no-op where ops are synchronous). */
+    void (*sync)(struct backend *be);
+
     /* the batch */
     int (*set_batch)(struct backend *be, const struct attn_batch *b);
 

@@ -3,6 +3,7 @@
 
 #include "../base/err.h"
 #include "cpu/cpu.h"
+#include "profile.h"
 #ifdef KAPITSA_CUDA
 #include "cuda/cuda.h"
 #endif
@@ -19,7 +20,7 @@ bool device_has_cuda(void)
 #endif
 }
 
-struct backend *device_open(const char *name, int32_t n_threads, bool precise)
+static struct backend *open_named(const char *name, int32_t n_threads, bool precise)
 {
     if (!name || !*name)
         name = getenv("KAPITSA_DEVICE");
@@ -53,4 +54,11 @@ struct backend *device_open(const char *name, int32_t n_threads, bool precise)
     }
 #endif
     return cpu_backend_init(n_threads, NULL);
+}
+
+struct backend *device_open(const char *name, int32_t n_threads, bool precise)
+{
+    struct backend *be = open_named(name, n_threads, precise);
+    const char *prof = getenv("KAPITSA_PROFILE");
+    return be && prof && *prof && *prof != '0' ? profile_wrap(be) : be;
 }

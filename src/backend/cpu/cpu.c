@@ -70,6 +70,8 @@ static void cpu_copy_rows(struct backend *be, struct tensor *t, const int32_t *s
                 (char *)t->data + (size_t)src[i] * t->row_stride * es, rb);
 }
 
+static void cpu_sync(struct backend *be) { (void)be; }
+
 static int cpu_set_batch(struct backend *be, const struct attn_batch *b)
 {
     cpu_of(be)->b = *b;
@@ -498,6 +500,7 @@ static const struct backend_ops cpu_ops = {
     .read = cpu_read,
     .write = cpu_write,
     .copy_rows = cpu_copy_rows,
+    .sync = cpu_sync,
     .set_batch = cpu_set_batch,
     .embed = cpu_embed,
     .matmul = cpu_matmul,

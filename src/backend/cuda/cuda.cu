@@ -192,6 +192,13 @@ static void cu_copy_rows(struct backend *be, struct tensor *t, const int32_t *sr
     }
 }
 
+static void cu_sync(struct backend *be)
+{
+    struct cuda_backend *c = cuda_of(be);
+    if (!c->failed)
+        CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
+}
+
 /* ---- the batch ---- */
 
 /* Rows of each sequence in batch order; sequences in order of first row. */
@@ -330,6 +337,7 @@ static const struct backend_ops cuda_ops = {
     .read = cu_read,
     .write = cu_write,
     .copy_rows = cu_copy_rows,
+    .sync = cu_sync,
     .set_batch = cu_set_batch,
     .embed = cuda_embed,
     .matmul = cuda_matmul,

@@ -1,0 +1,215 @@
+/* profile: op timing around another backend (see profile.h). */
+#define _GNU_SOURCE
+#include "profile.h"
+
+#include "../base/err.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+enum {
+    P_MATMUL, P_ATTENTION, P_RMSNORM, P_ROPE, P_KV_STORE, P_EMBED, P_SWIGLU, P_ADD, P_OUT_ROWS, P_MOE_ROUTE,
+    P_MOE_FFN, P_SIGMUL, P_RELU2, P_PERMUTE, P_NORM_GATED, P_CONV1D, P_DELTA, P_SSD, P_SET_BATCH, P_READ,
+    P_COPY_ROWS, P_N
+};
+static const char *const names[P_N] = {
+    "matmul", "attention", "rmsnorm", "rope", "kv_store", "embed", "swiglu", "add", "get_out_rows", "moe_route",
+    "moe_ffn", "sigmoid_mul", "relu2", "permute_cols", "rmsnorm_gated", "conv1d", "delta_rule", "ssd", "set_batch",
+    "read", "copy_rows",
+};
+
+struct prof {
+    struct backend base;
+    struct backend *in;
+    struct backend_ops ops;
+    double t[P_N];
+    int64_t n[P_N];
+};
+
+static struct prof *prof_of(struct backend *be) { return (struct prof *)be; }
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double begin(struct prof *p)
+{
+    p->in->ops->sync(p->in);
+    return now();
+}
+
+static void end(struct prof *p, int op, double t0)
+{
+    p->in->ops->sync(p->in);
+    p->t[op] += now() - t0;
+    p->n[op]++;
+}
+
+#define TIMED(op, call)                                                                                        \
+    do {                                                                                                       \
+        struct prof *p = prof_of(be);                                                                          \
+        struct backend *in = p->in;                                                                            \
+        double t0 = begin(p);                                                                                  \
+        in->ops->call;                                                                                         \
+        end(p, op, t0);                                                                                        \
+    } while (0)
+
+static void p_free(struct backend *be)
+{
+    struct prof *p = prof_of(be);
+    double total = 0;
+    for (int i = 0; i < P_N; i++)
+        total += p->t[i];
+    fprintf(stderr, "profile (%s): op, calls, total ms, us per call, share\n", p->in->ops->name);
+    for (int i = 0; i < P_N; i++)
+        if (p->n[i])
+            fprintf(stderr, "  %-14s %8lld %10.2f %10.2f %5.1f%%\n", names[i], (long long)p->n[i], 1e3 * p->t[i],
+                    1e6 * p->t[i] / (double)p->n[i], total > 0 ? 100 * p->t[i] / total : 0.0);
+    p->in->ops->free(p->in);
+    free(p);
+}
+
+static int p_alloc(struct backend *be, struct tensor *t, enum dtype type, int64_t r, int64_t c)
+{
+    struct backend *in = prof_of(be)->in;
+    return in->ops->alloc(in, t, type, r, c);
+}
+static void p_release(struct backend *be, struct tensor *t)
+{
+    struct backend *in = prof_of(be)->in;
+    in->ops->release(in, t);
+}
+static int p_weight(struct backend *be, struct tensor *dst, const struct tensor *host)
+{
+    struct backend *in = prof_of(be)->in;
+    return in->ops->weight(in, dst, host);
+}
+static void p_read(struct backend *be, const struct tensor *t, int64_t r0, int64_t n, float *dst)
+{
+    TIMED(P_READ, read(in, t, r0, n, dst));
+}
+static void p_write(struct backend *be, struct tensor *t, int64_t r0, int64_t n, const void *src)
+{
+    struct backend *in = prof_of(be)->in;
+    in->ops->write(in, t, r0, n, src);
+}
+static void p_copy_rows(struct backend *be, struct tensor *t, const int32_t *s, const int32_t *d, int32_t n)
+{
+    TIMED(P_COPY_ROWS, copy_rows(in, t, s, d, n));
+}
+static void p_sync(struct backend *be)
+{
+    struct backend *in = prof_of(be)->in;
+    in->ops->sync(in);
+}
+static int p_set_batch(struct backend *be, const struct attn_batch *b)
+{
+    struct prof *p = prof_of(be);
+    double t0 = begin(p);
+    int rc = p->in->ops->set_batch(p->in, b);
+    end(p, P_SET_BATCH, t0);
+    return rc;
+}
+static void p_embed(struct backend *be, struct tensor *out, const struct tensor *table)
+{
+    TIMED(P_EMBED, embed(in, out, table));
+}
+static void p_matmul(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w)
+{
+    TIMED(P_MATMUL, matmul(in, out, x, w));
+}
+static void p_rmsnorm(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w, float eps)
+{
+    TIMED(P_RMSNORM, rmsnorm(in, out, x, w, eps));
+}
+static void p_rope(struct backend *be, struct tensor *x, int32_t nh, int32_t hd, int32_t rd, const struct tensor *f,
+                   float scale)
+{
+    TIMED(P_ROPE, rope(in, x, nh, hd, rd, f, scale));
+}
+static void p_kv_store(struct backend *be, struct tensor *kc, struct tensor *vc, const struct tensor *k,
+                       const struct tensor *v)
+{
+    TIMED(P_KV_STORE, kv_store(in, kc, vc, k, v));
+}
+static void p_attention(struct backend *be, struct tensor *out, const struct tensor *q, const struct tensor *kc,
+                        const struct tensor *vc, int32_t nh, int32_t nkv, int32_t hd, float scale)
+{
+    TIMED(P_ATTENTION, attention(in, out, q, kc, vc, nh, nkv, hd, scale));
+}
+static void p_swiglu(struct backend *be, struct tensor *out, const struct tensor *g, const struct tensor *u)
+{
+    TIMED(P_SWIGLU, swiglu(in, out, g, u));
+}
+static void p_add(struct backend *be, struct tensor *x, const struct tensor *y) { TIMED(P_ADD, add(in, x, y)); }
+static void p_out_rows(struct backend *be, struct tensor *out, const struct tensor *x)
+{
+    TIMED(P_OUT_ROWS, get_out_rows(in, out, x));
+}
+static void p_moe_route(struct backend *be, struct tensor *ids, struct tensor *w, const struct tensor *lg,
+                        const struct moe_routing *r)
+{
+    TIMED(P_MOE_ROUTE, moe_route(in, ids, w, lg, r));
+}
+static void p_moe_ffn(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
+                      const struct tensor *w, const struct moe_experts *ex, struct tensor *ws)
+{
+    TIMED(P_MOE_FFN, moe_ffn(in, out, x, ids, w, ex, ws));
+}
+static void p_sigmoid_mul(struct backend *be, struct tensor *x, const struct tensor *g)
+{
+    TIMED(P_SIGMUL, sigmoid_mul(in, x, g));
+}
+static void p_relu2(struct backend *be, struct tensor *x) { TIMED(P_RELU2, relu2(in, x)); }
+static void p_permute(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *map)
+{
+    TIMED(P_PERMUTE, permute_cols(in, out, x, map));
+}
+static void p_norm_gated(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *z,
+                         const struct tensor *w, float eps, int64_t group, bool gate_first)
+{
+    TIMED(P_NORM_GATED, rmsnorm_gated(in, out, x, z, w, eps, group, gate_first));
+}
+static void p_conv1d(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w,
+                     const struct tensor *bias, struct tensor *state)
+{
+    TIMED(P_CONV1D, conv1d(in, out, x, w, bias, state));
+}
+static void p_delta(struct backend *be, struct tensor *out, const struct tensor *q, const struct tensor *k,
+                    const struct tensor *v, const struct tensor *a, const struct tensor *b, const struct tensor *A_log,
+                    const struct tensor *dt_bias, struct tensor *state, int32_t hk, int32_t hv, int32_t dk, int32_t dv)
+{
+    TIMED(P_DELTA, delta_rule(in, out, q, k, v, a, b, A_log, dt_bias, state, hk, hv, dk, dv));
+}
+static void p_ssd(struct backend *be, struct tensor *y, const struct tensor *x, const struct tensor *B,
+                  const struct tensor *C, const struct tensor *dt, const struct tensor *A_log, const struct tensor *D,
+                  const struct tensor *dt_bias, struct tensor *state, const struct ssd_params *sp)
+{
+    TIMED(P_SSD, ssd(in, y, x, B, C, dt, A_log, D, dt_bias, state, sp));
+}
+
+struct backend *profile_wrap(struct backend *inner)
+{
+    struct prof *p = calloc(1, sizeof *p);
+    if (!p) {
+        inner->ops->free(inner);
+        err_set("profile: out of memory");
+        return NULL;
+    }
+    p->in = inner;
+    p->ops = (struct backend_ops){
+        .name = inner->ops->name, .free = p_free, .alloc = p_alloc, .release = p_release, .weight = p_weight,
+        .read = p_read, .write = p_write, .copy_rows = p_copy_rows, .sync = p_sync, .set_batch = p_set_batch,
+        .embed = p_embed, .matmul = p_matmul, .rmsnorm = p_rmsnorm, .rope = p_rope, .kv_store = p_kv_store,
+        .attention = p_attention, .swiglu = p_swiglu, .add = p_add, .get_out_rows = p_out_rows,
+        .moe_route = p_moe_route, .moe_ffn = p_moe_ffn, .sigmoid_mul = p_sigmoid_mul, .relu2 = p_relu2,
+        .permute_cols = p_permute, .rmsnorm_gated = p_norm_gated, .conv1d = p_conv1d, .delta_rule = p_delta,
+        .ssd = p_ssd,
+    };
+    p->base.ops = &p->ops;
+    return &p->base;
+}
