@@ -82,6 +82,11 @@ struct attn_batch {
     const int32_t *parent;      /* [n_tokens] earlier token of the same sequence, or -1 */
     const int32_t *state_in;    /* [n_tokens] recurrent state slot (read when parent is -1) */
     const int32_t *state_out;   /* [n_tokens] slot receiving the state after the token, or -1 */
+    /* What runs this batch (the engine's model), or NULL. A forward that
+     * names its owner ends with forward_end, and the same owner and batch
+     * shape always queue the same ops, so a GPU backend may record them once
+     * and replay them as one graph. */
+    const void *owner;
 };
 
 /* Routed experts of one MoE layer: SwiGLU MLPs, or, with gate NULL,
@@ -135,6 +140,8 @@ struct backend_ops {
 
     /* Waits until every queued op has finished (a no-op where ops are synchronous). */
     void (*sync)(struct backend *be);
+    /* The forward begun by set_batch (with an owner) has queued its last op. */
+    void (*forward_end)(struct backend *be);
 
     /* the batch */
     int (*set_batch)(struct backend *be, const struct attn_batch *b);

@@ -106,6 +106,11 @@ static void p_sync(struct backend *be)
     struct backend *in = prof_of(be)->in;
     in->ops->sync(in);
 }
+static void p_forward_end(struct backend *be)
+{
+    struct backend *in = prof_of(be)->in;
+    in->ops->forward_end(in);
+}
 static int p_set_batch(struct backend *be, const struct attn_batch *b)
 {
     struct prof *p = prof_of(be);
@@ -203,7 +208,7 @@ struct backend *profile_wrap(struct backend *inner)
     p->in = inner;
     p->ops = (struct backend_ops){
         .name = inner->ops->name, .free = p_free, .alloc = p_alloc, .release = p_release, .weight = p_weight,
-        .read = p_read, .write = p_write, .copy_rows = p_copy_rows, .sync = p_sync, .set_batch = p_set_batch,
+        .read = p_read, .write = p_write, .copy_rows = p_copy_rows, .sync = p_sync, .forward_end = p_forward_end, .set_batch = p_set_batch,
         .embed = p_embed, .matmul = p_matmul, .rmsnorm = p_rmsnorm, .rope = p_rope, .kv_store = p_kv_store,
         .attention = p_attention, .swiglu = p_swiglu, .add = p_add, .get_out_rows = p_out_rows,
         .moe_route = p_moe_route, .moe_ffn = p_moe_ffn, .sigmoid_mul = p_sigmoid_mul, .relu2 = p_relu2,

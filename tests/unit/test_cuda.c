@@ -294,6 +294,17 @@ void test_cuda_rowwise(void)
     BOTH(b.cpu->ops->copy_rows(b.cpu, &o.c, src, dst, 3), b.gpu->ops->copy_rows(b.gpu, &o.g, src, dst, 3),
          "copy_rows");
 #undef BOTH
+    struct pair wx, wo, ww; /* a whole hidden state per row: the block-per-row form */
+    pair_make(&b, &wx, DT_F32, 3, 4096, 3.0f);
+    pair_make(&b, &wo, DT_F32, 3, 4096, 0.0f);
+    pair_make(&b, &ww, DT_BF16, 1, 4096, 1.0f);
+    b.cpu->ops->rmsnorm(b.cpu, &wo.c, &wx.c, &ww.c, 1e-6f);
+    b.gpu->ops->rmsnorm(b.gpu, &wo.g, &wx.g, &ww.g, 1e-6f);
+    double ew = pair_err(&b, &wo);
+    CHECK(ew < 2e-6, "rmsnorm 4096: err %.3g", ew);
+    pair_free(&b, &wx);
+    pair_free(&b, &wo);
+    pair_free(&b, &ww);
     struct pair *all[] = {&x, &y, &o, &w, &wh, &f, &tab, &mp, &z, &g1};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         pair_free(&b, all[i]);

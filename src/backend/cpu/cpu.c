@@ -71,6 +71,7 @@ static void cpu_copy_rows(struct backend *be, struct tensor *t, const int32_t *s
 }
 
 static void cpu_sync(struct backend *be) { (void)be; }
+static void cpu_forward_end(struct backend *be) { (void)be; }
 
 static int cpu_set_batch(struct backend *be, const struct attn_batch *b)
 {
@@ -501,6 +502,7 @@ static const struct backend_ops cpu_ops = {
     .write = cpu_write,
     .copy_rows = cpu_copy_rows,
     .sync = cpu_sync,
+    .forward_end = cpu_forward_end,
     .set_batch = cpu_set_batch,
     .embed = cpu_embed,
     .matmul = cpu_matmul,

@@ -20,10 +20,106 @@ int cuda_fail(struct cuda_backend *c, cudaError_t e, const char *what, const cha
     return -1;
 }
 
+/* ---- graphs of small forwards (see cuda_impl.h) ---- */
+
+static void graph_clear(struct cuda_backend *c)
+{
+    for (int i = 0; i < CUDA_MAX_GRAPHS; i++)
+        if (c->graphs[i].exec) {
+            cudaGraphExecDestroy(c->graphs[i].exec);
+            c->graphs[i].exec = NULL;
+        }
+    c->clean_key = 0;
+}
+
+/* A host wait inside a recorded forward: the ops recorded so far never ran. */
+static void graph_abort(struct cuda_backend *c)
+{
+    cudaGraph_t g = NULL;
+    cudaStreamEndCapture(c->stream, &g);
+    if (g)
+        cudaGraphDestroy(g);
+    cudaGetLastError();
+    c->capturing = false;
+    c->graphs_off = true;
+    if (!c->failed) {
+        c->failed = true;
+        err_set("cuda: a recorded forward waited on the host (graphs are now off; retry the request)");
+    }
+}
+
+void cuda_host_wait(struct cuda_backend *c)
+{
+    c->dirty = true;
+    if (c->capturing)
+        graph_abort(c);
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((const unsigned char *)p)[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static void graph_begin(struct cuda_backend *c, const struct attn_batch *b)
+{
+    c->in_forward = b->owner && b->n_tokens <= CUDA_SMALL_N && !c->graphs_off && !c->failed;
+    c->dirty = false;
+    if (!c->in_forward)
+        return;
+    const struct {
+        const void *owner;
+        struct dev_batch d;
+        int32_t n, n_out, tiles;
+    } k = {b->owner, c->d, b->n_tokens, b->n_out, (c->max_vis + 31) / 32};
+    c->key = fnv(0xcbf29ce484222325ull, &k, sizeof k);
+    for (int i = 0; i < CUDA_MAX_GRAPHS; i++)
+        if (c->graphs[i].exec && c->graphs[i].key == c->key) {
+            c->graphs[i].used = ++c->tick;
+            c->replaying = CUDA_CHECK(c, cudaGraphLaunch(c->graphs[i].exec, c->stream)) == 0;
+            return;
+        }
+    if (c->key == c->clean_key)
+        c->capturing = CUDA_CHECK(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal)) == 0;
+}
+
+static void cu_forward_end(struct backend *be)
+{
+    struct cuda_backend *c = cuda_of(be);
+    if (!c->in_forward)
+        return;
+    if (c->capturing) {
+        cudaGraph_t g = NULL;
+        cudaGraphExec_t exec = NULL;
+        c->capturing = false;
+        if (CUDA_CHECK(c, cudaStreamEndCapture(c->stream, &g)) == 0 &&
+            CUDA_CHECK(c, cudaGraphInstantiate(&exec, g, 0)) == 0) {
+            int lru = 0;
+            for (int i = 1; i < CUDA_MAX_GRAPHS; i++)
+                if (c->graphs[i].used < c->graphs[lru].used)
+                    lru = i;
+            if (c->graphs[lru].exec)
+                cudaGraphExecDestroy(c->graphs[lru].exec);
+            c->graphs[lru].key = c->key;
+            c->graphs[lru].exec = exec;
+            c->graphs[lru].used = ++c->tick;
+            CUDA_CHECK(c, cudaGraphLaunch(exec, c->stream));
+        }
+        if (g)
+            cudaGraphDestroy(g);
+    } else if (!c->replaying && !c->dirty) {
+        c->clean_key = c->key;
+    }
+    c->replaying = c->in_forward = false;
+}
+
 void *cuda_scratch(struct cuda_backend *c, int which, size_t bytes)
 {
     if (bytes <= c->scr_cap[which])
         return c->scr[which];
+    cuda_host_wait(c);
+    graph_clear(c); /* recorded kernels point at the old buffer */
     /* the stream may still use the old buffer */
     if (CUDA_CHECK(c, cudaStreamSynchronize(c->stream)) != 0)
         return NULL;
@@ -123,6 +219,8 @@ static int cu_weight(struct backend *be, struct tensor *dst, const struct tensor
 static void cu_read(struct backend *be, const struct tensor *t, int64_t row0, int64_t n, float *dst)
 {
     struct cuda_backend *c = cuda_of(be);
+    if (c->in_forward)
+        cuda_host_wait(c);
     assert(t->type == DT_F32 || t->type == DT_I32);
     if (!c->failed)
         CUDA_CHECK(c, cudaMemcpy2DAsync(dst, (size_t)t->n_cols * 4, (const float *)t->data + row0 * t->row_stride, (size_t)t->row_stride * 4,
@@ -136,6 +234,8 @@ static void cu_read(struct backend *be, const struct tensor *t, int64_t row0, in
 static void cu_write(struct backend *be, struct tensor *t, int64_t row0, int64_t n, const void *src)
 {
     struct cuda_backend *c = cuda_of(be);
+    if (c->in_forward)
+        cuda_host_wait(c);
     size_t es = dtype_size(t->type);
     if (c->failed)
         return;
@@ -179,6 +279,8 @@ static void cu_copy_rows(struct backend *be, struct tensor *t, const int32_t *sr
     struct cuda_backend *c = cuda_of(be);
     size_t es = dtype_size(t->type), row_bytes = (size_t)t->row_stride * es;
     assert(((size_t)t->n_cols * es) % 4 == 0 && row_bytes % 4 == 0);
+    if (c->in_forward)
+        cuda_host_wait(c);
     if (c->failed)
         return;
     for (int32_t i0 = 0; i0 < n; i0 += COPY_PAIRS) {
@@ -195,6 +297,8 @@ static void cu_copy_rows(struct backend *be, struct tensor *t, const int32_t *sr
 static void cu_sync(struct backend *be)
 {
     struct cuda_backend *c = cuda_of(be);
+    if (c->in_forward)
+        cuda_host_wait(c);
     if (!c->failed)
         CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
 }
@@ -224,6 +328,7 @@ static int cu_set_batch(struct backend *be, const struct attn_batch *b)
 {
     struct cuda_backend *c = cuda_of(be);
     const int32_t n = b->n_tokens;
+    cu_forward_end(be); /* a forward without forward_end (no owner) ends here */
     if (c->failed)
         return -1;
     c->b = *b;
@@ -239,6 +344,7 @@ static int cu_set_batch(struct backend *be, const struct attn_batch *b)
     if (bytes > c->up_cap) {
         if (CUDA_CHECK(c, cudaEventSynchronize(c->up_done)) != 0)
             return -1;
+        graph_clear(c); /* recorded kernels point at the old buffer */
         cudaFreeHost(c->up_host);
         cudaFree(c->up_dev);
         c->up_host = c->up_dev = NULL;
@@ -308,7 +414,8 @@ static int cu_set_batch(struct backend *be, const struct attn_batch *b)
                                       c->stream)) != 0 ||
         CUDA_CHECK(c, cudaEventRecord(c->up_done, c->stream)) != 0)
         return -1;
-    return 0;
+    graph_begin(c, b);
+    return c->failed ? -1 : 0;
 }
 
 /* ---- lifetime ---- */
@@ -317,6 +424,7 @@ static void cu_free(struct backend *be)
 {
     struct cuda_backend *c = cuda_of(be);
     cudaStreamSynchronize(c->stream);
+    graph_clear(c);
     for (int i = 0; i < 4; i++)
         cudaFree(c->scr[i]);
     cudaFree(c->counters);
@@ -338,6 +446,7 @@ static const struct backend_ops cuda_ops = {
     .write = cu_write,
     .copy_rows = cu_copy_rows,
     .sync = cu_sync,
+    .forward_end = cu_forward_end,
     .set_batch = cu_set_batch,
     .embed = cuda_embed,
     .matmul = cuda_matmul,
@@ -398,9 +507,13 @@ struct backend *cuda_backend_init(int32_t dev, bool precise)
         goto fail;
     }
     cublasSetStream(c->blas, c->stream);
+    if (cuda_matmul_init(c) != 0)
+        goto fail;
     cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
     return &c->base;
 fail:
+    if (c->blas)
+        cublasDestroy(c->blas);
     if (c->stream)
         cudaStreamDestroy(c->stream);
     if (c->up_done)

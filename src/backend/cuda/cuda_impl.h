@@ -29,6 +29,8 @@ int cuda_fail(struct cuda_backend *c, cudaError_t e, const char *what, const cha
 #define CUDA_CHECK(c, call) cuda_fail((c), (call), #call, __FILE__, __LINE__)
 #define CUDA_LAUNCHED(c) cuda_fail((c), cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
+#define CUDA_MAX_GRAPHS 32
+
 /* The batch on the device (see struct attn_batch); all [n_tokens] unless noted. */
 struct dev_batch {
     int32_t *token, *pos, *slot, *seq_row, *n_kv, *mask_from, *out_rows, *parent, *state_in, *state_out;
@@ -46,6 +48,7 @@ struct dev_batch {
 struct cuda_backend {
     struct backend base;
     int32_t dev, n_sm;
+    int32_t mmv_per_sm; /* resident k_mmv blocks per SM */
     bool precise;
     bool failed;
     cudaStream_t stream;
@@ -62,12 +65,29 @@ struct cuda_backend {
     void *scr[4];
     size_t scr_cap[4];
     unsigned *counters; /* [CUDA_MAX_COUNTERS] split-K arrival counters, zero between uses */
+    /* CUDA graphs of small forwards (decoding, trees): a forward whose key
+     * (owner, the device batch record, logits rows, key tiles) ran once
+     * eagerly touching nothing but the stream is captured the next time and
+     * replayed after that; ops between set_batch and forward_end then return
+     * at once. Anything that waits on the host (MoE routing copies, scratch
+     * growth, reads) makes a forward ineligible. */
+    struct cuda_graph {
+        uint64_t key;
+        cudaGraphExec_t exec;
+        uint64_t used;
+    } graphs[CUDA_MAX_GRAPHS];
+    uint64_t key, clean_key, tick;
+    bool in_forward, dirty, capturing, replaying, graphs_off;
 };
 
 #define CUDA_MAX_COUNTERS 8192
 enum { SCR_MATMUL, SCR_BLAS, SCR_ATTN, SCR_REC };
 
 static inline struct cuda_backend *cuda_of(struct backend *be) { return (struct cuda_backend *)be; }
+/* An op does nothing after a failure, or while a recorded graph stands in for the forward. */
+static inline bool cuda_op_skip(const struct cuda_backend *c) { return c->failed || c->replaying; }
+/* Something in this forward waits on the host: it cannot be recorded. */
+void cuda_host_wait(struct cuda_backend *c);
 
 /* At least `bytes` of scratch `which`; NULL (failure recorded) if out of memory. */
 void *cuda_scratch(struct cuda_backend *c, int which, size_t bytes);
@@ -75,6 +95,7 @@ void *cuda_scratch(struct cuda_backend *c, int which, size_t bytes);
 static inline float *f32_at(const struct tensor *t, int64_t r) { return (float *)t->data + r * t->row_stride; }
 
 /* ops by file */
+int cuda_matmul_init(struct cuda_backend *c);
 void cuda_matmul(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w);
 void cuda_attention(struct backend *be, struct tensor *out, const struct tensor *q, const struct tensor *kc,
                     const struct tensor *vc, int32_t n_head, int32_t n_kv_head, int32_t head_dim, float scale);

@@ -19,8 +19,10 @@
 
 #define MMV_WARPS 8
 #define MMV_ROWS (MMV_WARPS * 8)
-#define MMV_KC 128
-#define MMV_PITCH (MMV_KC + 32) /* bf16 per staged row: token rows 64 bytes apart mod 128, no bank conflicts */
+#define MMV_KC 128      /* K is split across blocks in multiples of this */
+#define MMV_STAGE_BYTES (40 * 1024) /* shared memory for staged activations */
+#define MMV_UNROLL 8    /* k32 blocks of weights loaded together per lane */
+#define MMV_PAD 32      /* bf16 past each staged row: token rows 64 bytes apart mod 128, no bank conflicts */
 
 static __device__ __forceinline__ void mma_bf16(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                                 uint32_t b0, uint32_t b1)
@@ -41,55 +43,81 @@ static __device__ __forceinline__ uint4 ld_stream(const void *p)
     return v;
 }
 
+/* ks: k staged at a time (a multiple of 32; the whole slice when it fits) */
 __global__ void __launch_bounds__(MMV_WARPS * 32) k_mmv(const float *__restrict__ x, int64_t xs, int32_t n, int32_t nt,
                                                           const uint16_t *__restrict__ w, int64_t ws, int32_t K,
                                                           int32_t M, float *__restrict__ out, int64_t os,
                                                           float *part, unsigned *count, int32_t kslice,
-                                                          int32_t n_split)
+                                                          int32_t n_split, int32_t ks)
 {
     extern __shared__ uint4 smem_raw[];
-    __nv_bfloat16 *sh = (__nv_bfloat16 *)smem_raw; /* [16*nt][MMV_PITCH] */
-    __nv_bfloat16 *sl = sh + 16 * nt * MMV_PITCH;
+    const int pitch = ks + MMV_PAD;
+    __nv_bfloat16 *sh = (__nv_bfloat16 *)smem_raw; /* [16*nt][pitch] */
+    __nv_bfloat16 *sl = sh + 16 * nt * pitch;
     __shared__ int is_last;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
     const int r0 = blockIdx.x * MMV_ROWS + warp * 8, row = r0 + g;
     const bool row_ok = row < M;
-    const uint16_t *wr = w + (int64_t)(row_ok ? row : 0) * ws;
+    const uint16_t *wr = w + (int64_t)(row_ok ? row : 0) * ws + cq * 8;
     const int k_beg = blockIdx.y * kslice, k_end = min(K, k_beg + kslice);
     float acc[4][4];
 #pragma unroll
     for (int i = 0; i < 4; i++)
         acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-    const int rows_st = 16 * nt;
-    for (int kc = k_beg; kc < k_end; kc += MMV_KC) {
-        uint4 wv[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int k = kc + j * 32 + cq * 8;
-            wv[j] = row_ok && k < k_end ? ld_stream(wr + k) : make_uint4(0, 0, 0, 0);
-        }
+    /* rows past the batch stay zero */
+    for (int e = threadIdx.x; e < (16 * nt - n) * pitch; e += blockDim.x) {
+        sh[n * pitch + e] = __float2bfloat16_rn(0.0f);
+        sl[n * pitch + e] = __float2bfloat16_rn(0.0f);
+    }
+    for (int kc = k_beg; kc < k_end; kc += ks) {
+        const int len = min(ks, k_end - kc), n_blk = (len + 31) / 32;
         __syncthreads();
-        for (int e = threadIdx.x; e < rows_st * MMV_KC; e += blockDim.x) {
-            const int t = e / MMV_KC, k = e % MMV_KC;
-            const float v = t < n && kc + k < k_end ? x[(int64_t)t * xs + kc + k] : 0.0f;
-            const __nv_bfloat16 hi = __float2bfloat16_rn(v);
-            sh[t * MMV_PITCH + k] = hi;
-            sl[t * MMV_PITCH + k] = __float2bfloat16_rn(v - __bfloat162float(hi));
-        }
-        __syncthreads();
+        for (int e0 = threadIdx.x; e0 < n * len; e0 += 4 * blockDim.x) {
+            float v[4];
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
+            for (int u = 0; u < 4; u++) {
+                const int e = e0 + u * blockDim.x;
+                v[u] = e < n * len ? x[(int64_t)(e / len) * xs + kc + e % len] : 0.0f;
+            }
 #pragma unroll
-            for (int mt = 0; mt < 4; mt++) {
-                if (mt >= nt)
+            for (int u = 0; u < 4; u++) {
+                const int e = e0 + u * blockDim.x;
+                if (e >= n * len)
                     break;
-                const int o0 = (mt * 16 + g) * MMV_PITCH + j * 32 + cq * 8, o1 = o0 + 8 * MMV_PITCH;
-                const uint4 h0 = *(const uint4 *)(sh + o0), h1 = *(const uint4 *)(sh + o1);
-                const uint4 l0 = *(const uint4 *)(sl + o0), l1 = *(const uint4 *)(sl + o1);
-                mma_bf16(acc[mt], h0.x, h1.x, h0.y, h1.y, wv[j].x, wv[j].y);
-                mma_bf16(acc[mt], h0.z, h1.z, h0.w, h1.w, wv[j].z, wv[j].w);
-                mma_bf16(acc[mt], l0.x, l1.x, l0.y, l1.y, wv[j].x, wv[j].y);
-                mma_bf16(acc[mt], l0.z, l1.z, l0.w, l1.w, wv[j].z, wv[j].w);
+                const __nv_bfloat16 hi = __float2bfloat16_rn(v[u]);
+                sh[(e / len) * pitch + e % len] = hi;
+                sl[(e / len) * pitch + e % len] = __float2bfloat16_rn(v[u] - __bfloat162float(hi));
+            }
+        }
+        /* a partial last block of 32 reads zeros past the slice */
+        for (int e = threadIdx.x; e < 16 * nt * (n_blk * 32 - len); e += blockDim.x) {
+            const int t = e / (n_blk * 32 - len), k = len + e % (n_blk * 32 - len);
+            sh[t * pitch + k] = sl[t * pitch + k] = __float2bfloat16_rn(0.0f);
+        }
+        __syncthreads();
+        for (int j0 = 0; j0 < n_blk; j0 += MMV_UNROLL) {
+            uint4 wv[MMV_UNROLL];
+#pragma unroll
+            for (int u = 0; u < MMV_UNROLL; u++) {
+                const int k = kc + (j0 + u) * 32;
+                wv[u] = j0 + u < n_blk && row_ok && k + cq * 8 < k_end ? ld_stream(wr + k) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < MMV_UNROLL; u++) {
+                if (j0 + u >= n_blk)
+                    break;
+#pragma unroll
+                for (int mt = 0; mt < 4; mt++) {
+                    if (mt >= nt)
+                        break;
+                    const int o0 = (mt * 16 + g) * pitch + (j0 + u) * 32 + cq * 8, o1 = o0 + 8 * pitch;
+                    const uint4 h0 = *(const uint4 *)(sh + o0), h1 = *(const uint4 *)(sh + o1);
+                    const uint4 l0 = *(const uint4 *)(sl + o0), l1 = *(const uint4 *)(sl + o1);
+                    mma_bf16(acc[mt], h0.x, h1.x, h0.y, h1.y, wv[u].x, wv[u].y);
+                    mma_bf16(acc[mt], h0.z, h1.z, h0.w, h1.w, wv[u].z, wv[u].w);
+                    mma_bf16(acc[mt], l0.x, l1.x, l0.y, l1.y, wv[u].x, wv[u].y);
+                    mma_bf16(acc[mt], l0.z, l1.z, l0.w, l1.w, wv[u].z, wv[u].w);
+                }
             }
         }
     }
@@ -202,29 +230,48 @@ static void mm_blas(struct cuda_backend *c, struct tensor *out, const struct ten
     }
 }
 
+int cuda_matmul_init(struct cuda_backend *c)
+{
+    int per_sm = 0;
+    if (CUDA_CHECK(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mmv, MMV_WARPS * 32,
+                                                                    MMV_STAGE_BYTES + 2048)) != 0)
+        return -1;
+    c->mmv_per_sm = per_sm > 0 ? per_sm : 1;
+    return 0;
+}
+
 void cuda_matmul(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w)
 {
     struct cuda_backend *c = cuda_of(be);
     const int32_t n = (int32_t)x->n_rows, K = (int32_t)x->n_cols, M = (int32_t)w->n_rows;
     assert(x->n_cols == w->n_cols && out->n_rows == x->n_rows && out->n_cols == w->n_rows);
-    if (c->failed || n == 0)
+    if (cuda_op_skip(c) || n == 0)
         return;
     const bool tc = w->type == DT_BF16 && K % 8 == 0 && w->row_stride % 8 == 0 && ((uintptr_t)w->data & 15) == 0;
     if (tc && n <= CUDA_SMALL_N) {
         const int32_t nt = (n + 15) / 16, bx = (int32_t)cdiv(M, MMV_ROWS);
+        /* split K so that the blocks fill the GPU in one wave (a second, partial
+         * wave of these long blocks would cost as much as the first); the
+         * resident count is the kernel's, the same for every batch size */
         int32_t n_split = 1, kslice = K;
-        if (bx < 3 * c->n_sm && bx <= CUDA_MAX_COUNTERS) {
-            int32_t want = (int32_t)cdiv(3 * c->n_sm, bx);
+        const int32_t resident = c->mmv_per_sm * c->n_sm;
+        if (bx < resident && bx <= CUDA_MAX_COUNTERS) {
+            int32_t want = resident / bx;
             kslice = (int32_t)cdiv(cdiv(K, want), MMV_KC) * MMV_KC;
             n_split = (int32_t)cdiv(K, kslice);
         }
         float *part = NULL;
         if (n_split > 1 && !(part = (float *)cuda_scratch(c, SCR_MATMUL, (size_t)n_split * n * M * sizeof(float))))
             return;
-        const size_t smem = (size_t)2 * 16 * nt * MMV_PITCH * sizeof(__nv_bfloat16);
+        /* stage as much of the slice as fits: fewer block-wide waits, same arithmetic */
+        int32_t ks = MMV_STAGE_BYTES / (16 * nt * 4) - MMV_PAD;
+        ks = ks / 64 * 64; /* keeps staged rows 64 bytes apart mod 128 */
+        if (ks > kslice)
+            ks = (int32_t)cdiv(kslice, 64) * 64;
+        const size_t smem = (size_t)2 * 16 * nt * (ks + MMV_PAD) * sizeof(__nv_bfloat16);
         k_mmv<<<dim3(bx, n_split), MMV_WARPS * 32, smem, c->stream>>>(
             (const float *)x->data, x->row_stride, n, nt, (const uint16_t *)w->data, w->row_stride, K, M,
-            (float *)out->data, out->row_stride, part, c->counters, kslice, n_split);
+            (float *)out->data, out->row_stride, part, c->counters, kslice, n_split, ks);
         CUDA_LAUNCHED(c);
         return;
     }

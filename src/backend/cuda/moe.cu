@@ -107,7 +107,7 @@ void cuda_moe_route(struct backend *be, struct tensor *ids, struct tensor *weigh
 {
     struct cuda_backend *c = cuda_of(be);
     assert(logits->n_cols <= MOE_MAX_EXPERT && logits->n_cols % rt->n_group == 0);
-    if (c->failed || logits->n_rows == 0)
+    if (cuda_op_skip(c) || logits->n_rows == 0)
         return;
     struct route_args a = {
         (int32_t *)ids->data, ids->row_stride, (float *)weights->data, weights->row_stride,
@@ -126,8 +126,9 @@ void cuda_moe_ffn(struct backend *be, struct tensor *out, const struct tensor *x
     const int64_t n = x->n_rows, hidden = x->n_cols, inter = ex->up[0].n_rows;
     const int32_t k = (int32_t)ids->n_cols, E = ex->n_expert;
     assert(ws->n_rows >= n && ws->n_cols >= hidden + 2 * inter);
-    if (c->failed || n == 0)
+    if (cuda_op_skip(c) || n == 0)
         return;
+    cuda_host_wait(c);
     /* host: ids and weights back, then each expert's token list and weights */
     const size_t nk = (size_t)(n * k);
     int32_t *hid = (int32_t *)malloc(nk * sizeof(int32_t) * 2 + (size_t)(E + 1) * sizeof(int32_t) +

@@ -23,7 +23,7 @@ __global__ void k_embed(float *out, int64_t os, const void *table, enum dtype tt
 void cuda_embed(struct backend *be, struct tensor *out, const struct tensor *table)
 {
     struct cuda_backend *c = cuda_of(be);
-    if (c->failed || c->b.n_tokens == 0)
+    if (cuda_op_skip(c) || c->b.n_tokens == 0)
         return;
     k_embed<<<ew_grid(c->b.n_tokens, table->n_cols), EW_THREADS, 0, c->stream>>>(
         (float *)out->data, out->row_stride, table->data, table->type, table->row_stride, c->d.token, table->n_cols);
@@ -49,13 +49,43 @@ __global__ void k_rmsnorm(float *out, int64_t os, const float *x, int64_t xs, co
         o[c] = dev_weight(w, wt, c) * (xr[c] * inv);
 }
 
+/* one block per (row, group) for wide groups (a whole hidden state) */
+__global__ void k_rmsnorm_wide(float *out, int64_t os, const float *x, int64_t xs, const void *w, enum dtype wt,
+                               int64_t d, int64_t groups, float eps)
+{
+    __shared__ float part[32];
+    const int64_t r = blockIdx.x / groups, g0 = (blockIdx.x % groups) * d;
+    const float *xr = x + r * xs + g0;
+    float ss = 0.0f;
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+        ss += xr[c] * xr[c];
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    float tot = 0.0f;
+    for (unsigned k = 0; k < blockDim.x >> 5; k++)
+        tot += part[k];
+    const float inv = 1.0f / sqrtf(tot / (float)d + eps);
+    float *o = out + r * os + g0;
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+        o[c] = dev_weight(w, wt, c) * (xr[c] * inv);
+}
+
 void cuda_rmsnorm(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w, float eps)
 {
     struct cuda_backend *c = cuda_of(be);
     const int64_t d = w->n_cols, groups = x->n_cols / d, items = x->n_rows * groups;
     assert(x->n_cols % d == 0 && out->n_cols == x->n_cols);
-    if (c->failed || items == 0)
+    if (cuda_op_skip(c) || items == 0)
         return;
+    if (d >= 1024) {
+        k_rmsnorm_wide<<<(unsigned)items, 512, 0, c->stream>>>((float *)out->data, out->row_stride,
+                                                             (const float *)x->data, x->row_stride, w->data,
+                                                             w->type, d, groups, eps);
+        CUDA_LAUNCHED(c);
+        return;
+    }
     k_rmsnorm<<<cdiv(items * 32, EW_THREADS), EW_THREADS, 0, c->stream>>>(
         (float *)out->data, out->row_stride, (const float *)x->data, x->row_stride, w->data, w->type, d, groups,
         items, eps);
@@ -83,7 +113,7 @@ void cuda_rope(struct backend *be, struct tensor *x, int32_t n_head, int32_t hea
 {
     struct cuda_backend *c = cuda_of(be);
     const int32_t half = rope_dim / 2;
-    if (c->failed || c->b.n_tokens == 0)
+    if (cuda_op_skip(c) || c->b.n_tokens == 0)
         return;
     k_rope<<<dim3(cdiv((int64_t)n_head * half, EW_THREADS), (unsigned)c->b.n_tokens), EW_THREADS, 0, c->stream>>>(
         (float *)x->data, x->row_stride, n_head, head_dim, half, (const float *)inv_freq->data, scale, c->d.pos);
@@ -105,7 +135,7 @@ void cuda_kv_store(struct backend *be, struct tensor *kc, struct tensor *vc, con
 {
     struct cuda_backend *c = cuda_of(be);
     assert(kc->row_stride == vc->row_stride);
-    if (c->failed || c->b.n_tokens == 0)
+    if (cuda_op_skip(c) || c->b.n_tokens == 0)
         return;
     k_kv_store<<<ew_grid(c->b.n_tokens, k->n_cols), EW_THREADS, 0, c->stream>>>(
         (float *)kc->data, (float *)vc->data, kc->row_stride, (const float *)k->data, k->row_stride,
@@ -137,7 +167,7 @@ __global__ void k_ew(enum ew_op op, float *out, int64_t os, const float *a, int6
 static void ew(struct cuda_backend *c, enum ew_op op, struct tensor *out, const struct tensor *a,
                const struct tensor *b)
 {
-    if (c->failed || out->n_rows == 0)
+    if (cuda_op_skip(c) || out->n_rows == 0)
         return;
     k_ew<<<ew_grid(out->n_rows, out->n_cols), EW_THREADS, 0, c->stream>>>(
         op, (float *)out->data, out->row_stride, (const float *)a->data, a->row_stride,
@@ -171,7 +201,7 @@ __global__ void k_gather(float *out, int64_t os, const float *x, int64_t xs, con
 void cuda_get_out_rows(struct backend *be, struct tensor *out, const struct tensor *x)
 {
     struct cuda_backend *c = cuda_of(be);
-    if (c->failed || c->b.n_out == 0)
+    if (cuda_op_skip(c) || c->b.n_out == 0)
         return;
     k_gather<<<ew_grid(c->b.n_out, x->n_cols), EW_THREADS, 0, c->stream>>>(
         (float *)out->data, out->row_stride, (const float *)x->data, x->row_stride, c->d.out_rows, x->n_cols);
@@ -181,7 +211,7 @@ void cuda_get_out_rows(struct backend *be, struct tensor *out, const struct tens
 void cuda_gather_rows(struct cuda_backend *c, struct tensor *out, const struct tensor *x, const int32_t *rows,
                       int32_t n)
 {
-    if (c->failed || n == 0)
+    if (cuda_op_skip(c) || n == 0)
         return;
     k_gather<<<ew_grid(n, x->n_cols), EW_THREADS, 0, c->stream>>>((float *)out->data, out->row_stride,
                                                                     (const float *)x->data, x->row_stride, rows,
@@ -204,7 +234,7 @@ __global__ void k_scatter_add(float *out, int64_t os, const float *y, int64_t ys
 void cuda_scatter_add(struct cuda_backend *c, struct tensor *out, const struct tensor *y, const int32_t *rows,
                       const float *w, int32_t n)
 {
-    if (c->failed || n == 0)
+    if (cuda_op_skip(c) || n == 0)
         return;
     k_scatter_add<<<cdiv(y->n_cols, EW_THREADS), EW_THREADS, 0, c->stream>>>(
         (float *)out->data, out->row_stride, (const float *)y->data, y->row_stride, rows, w, n, y->n_cols);
@@ -222,7 +252,7 @@ void cuda_permute_cols(struct backend *be, struct tensor *out, const struct tens
 {
     struct cuda_backend *c = cuda_of(be);
     assert(map->type == DT_I32 && map->n_cols == out->n_cols && out->data != x->data);
-    if (c->failed || x->n_rows == 0)
+    if (cuda_op_skip(c) || x->n_rows == 0)
         return;
     k_permute<<<ew_grid(x->n_rows, out->n_cols), EW_THREADS, 0, c->stream>>>(
         (float *)out->data, out->row_stride, (const float *)x->data, x->row_stride, (const int32_t *)map->data,
@@ -263,7 +293,7 @@ void cuda_rmsnorm_gated(struct backend *be, struct tensor *out, const struct ten
     struct cuda_backend *c = cuda_of(be);
     assert(x->n_cols % group == 0 && (w->n_cols == group || w->n_cols == x->n_cols));
     const int64_t groups = x->n_cols / group, items = x->n_rows * groups;
-    if (c->failed || items == 0)
+    if (cuda_op_skip(c) || items == 0)
         return;
     k_rmsnorm_gated<<<cdiv(items * 32, EW_THREADS), EW_THREADS, 0, c->stream>>>(
         (float *)out->data, out->row_stride, (const float *)x->data, x->row_stride, (const float *)z->data,

@@ -66,7 +66,7 @@ void cuda_conv1d(struct backend *be, struct tensor *out, const struct tensor *x,
     const int32_t K = (int32_t)w->n_cols, n = c->b.n_tokens;
     assert(K >= 2 && K <= 16 && w->n_rows == x->n_cols && state->n_cols == (K - 1) * x->n_cols);
     assert(out->data != x->data);
-    if (c->failed || n == 0)
+    if (cuda_op_skip(c) || n == 0)
         return;
     const bool hb = bias && bias->data;
     struct conv_args a = {(float *)out->data, out->row_stride, (const float *)x->data, x->row_stride, w->data,
@@ -179,7 +179,7 @@ void cuda_delta_rule(struct backend *be, struct tensor *out, const struct tensor
     const size_t smem = ((size_t)k_dim * v_dim + 2 * (size_t)k_dim) * sizeof(float);
     assert(n_v_head % n_k_head == 0 && v_dim <= 1024 && smem <= 200 * 1024);
     assert(state->n_cols == (int64_t)n_v_head * k_dim * v_dim);
-    if (c->failed || n == 0)
+    if (cuda_op_skip(c) || n == 0)
         return;
     float *scr = (float *)cuda_scratch(c, SCR_REC, ((size_t)2 * n * n_k_head * k_dim + (size_t)2 * n * n_v_head) *
                                                        sizeof(float));
@@ -291,7 +291,7 @@ void cuda_ssd(struct backend *be, struct tensor *y, const struct tensor *x, cons
     const size_t smem = ((size_t)p->head_dim * p->d_state + p->head_dim + 2 * (size_t)p->d_state) * sizeof(float);
     assert(p->n_head % p->n_group == 0 && smem <= 200 * 1024);
     assert(state->n_cols == (int64_t)p->n_head * p->head_dim * p->d_state);
-    if (c->failed || n == 0)
+    if (cuda_op_skip(c) || n == 0)
         return;
     float *scr = (float *)cuda_scratch(c, SCR_REC, (size_t)n * p->n_head * sizeof(float));
     if (!scr)
