@@ -487,6 +487,8 @@ struct backend *cuda_backend_init(int32_t dev, bool precise)
     c->base.ops = &cuda_ops;
     c->dev = dev;
     c->precise = precise;
+    const char *graphs = getenv("KAPITSA_CUDA_GRAPHS");
+    c->graphs_off = graphs && strcmp(graphs, "0") == 0;
     struct cudaDeviceProp p;
     if (CUDA_CHECK(c, cudaSetDevice(dev)) != 0 || CUDA_CHECK(c, cudaGetDeviceProperties(&p, dev)) != 0)
         goto fail;

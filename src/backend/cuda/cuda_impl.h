@@ -70,7 +70,8 @@ struct cuda_backend {
      * eagerly touching nothing but the stream is captured the next time and
      * replayed after that; ops between set_batch and forward_end then return
      * at once. Anything that waits on the host (MoE routing copies, scratch
-     * growth, reads) makes a forward ineligible. */
+     * growth, reads) makes a forward ineligible. KAPITSA_CUDA_GRAPHS=0 turns
+     * graphs off. */
     struct cuda_graph {
         uint64_t key;
         cudaGraphExec_t exec;

@@ -20,7 +20,7 @@
 #define MMV_WARPS 8
 #define MMV_ROWS (MMV_WARPS * 8)
 #define MMV_KC 128      /* K is split across blocks in multiples of this */
-#define MMV_STAGE_BYTES (40 * 1024) /* shared memory for staged activations */
+#define MMV_STAGE_BYTES (64 * 1024) /* shared memory for staged activations */
 #define MMV_UNROLL 8    /* k32 blocks of weights loaded together per lane */
 #define MMV_PAD 32      /* bf16 past each staged row: token rows 64 bytes apart mod 128, no bank conflicts */
 
@@ -41,6 +41,40 @@ static __device__ __forceinline__ uint4 ld_stream(const void *p)
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
     return v;
+}
+
+static __device__ __forceinline__ void mmv_load(uint4 *wv, const uint16_t *wr, int kc, int j0, int n_blk, bool row_ok,
+                                                int cq, int k_end)
+{
+#pragma unroll
+    for (int u = 0; u < MMV_UNROLL; u++) {
+        const int k = kc + (j0 + u) * 32;
+        wv[u] = j0 + u < n_blk && row_ok && k + cq * 8 < k_end ? ld_stream(wr + k) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+/* the k32 blocks j0.. of the staged activations times the loaded weights */
+static __device__ __forceinline__ void mmv_mma(float (*acc)[4], const uint4 *wv, const __nv_bfloat16 *sh,
+                                               const __nv_bfloat16 *sl, int pitch, int j0, int n_blk, int nt, int g,
+                                               int cq)
+{
+#pragma unroll
+    for (int u = 0; u < MMV_UNROLL; u++) {
+        if (j0 + u >= n_blk)
+            break;
+#pragma unroll
+        for (int mt = 0; mt < 4; mt++) {
+            if (mt >= nt)
+                break;
+            const int o0 = (mt * 16 + g) * pitch + (j0 + u) * 32 + cq * 8, o1 = o0 + 8 * pitch;
+            const uint4 h0 = *(const uint4 *)(sh + o0), h1 = *(const uint4 *)(sh + o1);
+            const uint4 l0 = *(const uint4 *)(sl + o0), l1 = *(const uint4 *)(sl + o1);
+            mma_bf16(acc[mt], h0.x, h1.x, h0.y, h1.y, wv[u].x, wv[u].y);
+            mma_bf16(acc[mt], h0.z, h1.z, h0.w, h1.w, wv[u].z, wv[u].w);
+            mma_bf16(acc[mt], l0.x, l1.x, l0.y, l1.y, wv[u].x, wv[u].y);
+            mma_bf16(acc[mt], l0.z, l1.z, l0.w, l1.w, wv[u].z, wv[u].w);
+        }
+    }
 }
 
 /* ks: k staged at a time (a multiple of 32; the whole slice when it fits) */
@@ -95,30 +129,15 @@ __global__ void __launch_bounds__(MMV_WARPS * 32) k_mmv(const float *__restrict_
             sh[t * pitch + k] = sl[t * pitch + k] = __float2bfloat16_rn(0.0f);
         }
         __syncthreads();
-        for (int j0 = 0; j0 < n_blk; j0 += MMV_UNROLL) {
-            uint4 wv[MMV_UNROLL];
-#pragma unroll
-            for (int u = 0; u < MMV_UNROLL; u++) {
-                const int k = kc + (j0 + u) * 32;
-                wv[u] = j0 + u < n_blk && row_ok && k + cq * 8 < k_end ? ld_stream(wr + k) : make_uint4(0, 0, 0, 0);
-            }
-#pragma unroll
-            for (int u = 0; u < MMV_UNROLL; u++) {
-                if (j0 + u >= n_blk)
-                    break;
-#pragma unroll
-                for (int mt = 0; mt < 4; mt++) {
-                    if (mt >= nt)
-                        break;
-                    const int o0 = (mt * 16 + g) * pitch + (j0 + u) * 32 + cq * 8, o1 = o0 + 8 * pitch;
-                    const uint4 h0 = *(const uint4 *)(sh + o0), h1 = *(const uint4 *)(sh + o1);
-                    const uint4 l0 = *(const uint4 *)(sl + o0), l1 = *(const uint4 *)(sl + o1);
-                    mma_bf16(acc[mt], h0.x, h1.x, h0.y, h1.y, wv[u].x, wv[u].y);
-                    mma_bf16(acc[mt], h0.z, h1.z, h0.w, h1.w, wv[u].z, wv[u].w);
-                    mma_bf16(acc[mt], l0.x, l1.x, l0.y, l1.y, wv[u].x, wv[u].y);
-                    mma_bf16(acc[mt], l0.z, l1.z, l0.w, l1.w, wv[u].z, wv[u].w);
-                }
-            }
+        /* two groups of weight loads in flight: the next group is requested
+         * before the current one is multiplied */
+        uint4 wa[MMV_UNROLL], wb[MMV_UNROLL];
+        mmv_load(wa, wr, kc, 0, n_blk, row_ok, cq, k_end);
+        for (int j0 = 0; j0 < n_blk; j0 += 2 * MMV_UNROLL) {
+            mmv_load(wb, wr, kc, j0 + MMV_UNROLL, n_blk, row_ok, cq, k_end);
+            mmv_mma(acc, wa, sh, sl, pitch, j0, n_blk, nt, g, cq);
+            mmv_load(wa, wr, kc, j0 + 2 * MMV_UNROLL, n_blk, row_ok, cq, k_end);
+            mmv_mma(acc, wb, sh, sl, pitch, j0 + MMV_UNROLL, n_blk, nt, g, cq);
         }
     }
     /* acc[mt]: tokens mt*16+g (0,1) and +8 (2,3); rows r0+2cq (0,2) and +1 (1,3) */
@@ -233,8 +252,9 @@ static void mm_blas(struct cuda_backend *c, struct tensor *out, const struct ten
 int cuda_matmul_init(struct cuda_backend *c)
 {
     int per_sm = 0;
-    if (CUDA_CHECK(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mmv, MMV_WARPS * 32,
-                                                                    MMV_STAGE_BYTES + 2048)) != 0)
+    const int smem = MMV_STAGE_BYTES + 4 * 16 * MMV_PAD * 2 * 2; /* the largest a launch asks for */
+    if (CUDA_CHECK(c, cudaFuncSetAttribute(k_mmv, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != 0 ||
+        CUDA_CHECK(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mmv, MMV_WARPS * 32, smem)) != 0)
         return -1;
     c->mmv_per_sm = per_sm > 0 ? per_sm : 1;
     return 0;
