@@ -82,10 +82,11 @@ struct attn_batch {
     const int32_t *parent;      /* [n_tokens] earlier token of the same sequence, or -1 */
     const int32_t *state_in;    /* [n_tokens] recurrent state slot (read when parent is -1) */
     const int32_t *state_out;   /* [n_tokens] slot receiving the state after the token, or -1 */
-    /* What runs this batch (the engine's model), or NULL. A forward that
-     * names its owner ends with forward_end, and the same owner and batch
-     * shape always queue the same ops, so a GPU backend may record them once
-     * and replay them as one graph. */
+    /* What runs this batch (the engine: its model, caches and scratch), or
+     * NULL. A forward that names its owner ends with forward_end, and the same
+     * owner and batch shape always queue the same ops on the same tensors, so
+     * a GPU backend may record them once and replay them as one graph (until
+     * a tensor is released). */
     const void *owner;
 };
 

@@ -245,7 +245,7 @@ int32_t engine_forward(struct engine *e, const struct batch *b, float *logits, c
         .n_kv = e->n_kv, .mask_from = e->mask_from, .mask = need_mask ? e->mask : NULL,
         .mask_stride = e->max_tokens, .block_table = kv->table, .n_seq_rows = kv->n_seq_max,
         .max_blocks = kv->max_blocks, .block_size = kv->block_size, .n_out = n_out, .out_rows = e->out_rows,
-        .parent = b->parent, .state_in = e->state_in, .state_out = e->state_out, .owner = e->m,
+        .parent = b->parent, .state_in = e->state_in, .state_out = e->state_out, .owner = e,
     };
     if (e->be->ops->set_batch(e->be, &ab) != 0)
         return -1;

@@ -24,6 +24,11 @@ int cuda_fail(struct cuda_backend *c, cudaError_t e, const char *what, const cha
 
 static void graph_clear(struct cuda_backend *c)
 {
+    bool any = false;
+    for (int i = 0; i < CUDA_MAX_GRAPHS; i++)
+        any |= c->graphs[i].exec != NULL;
+    if (any && !c->capturing)
+        cudaStreamSynchronize(c->stream); /* none may still be running */
     for (int i = 0; i < CUDA_MAX_GRAPHS; i++)
         if (c->graphs[i].exec) {
             cudaGraphExecDestroy(c->graphs[i].exec);
@@ -194,7 +199,7 @@ static int cu_alloc(struct backend *be, struct tensor *t, enum dtype type, int64
 
 static void cu_release(struct backend *be, struct tensor *t)
 {
-    (void)be;
+    graph_clear(cuda_of(be)); /* a recorded forward may use this tensor */
     if (t->owned)
         cudaFree(t->data);
     memset(t, 0, sizeof *t);

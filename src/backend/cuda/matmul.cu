@@ -53,11 +53,13 @@ static __device__ __forceinline__ void mmv_load(uint4 *wv, const uint16_t *wr, i
     }
 }
 
-/* the k32 blocks j0.. of the staged activations times the loaded weights */
+/* the k32 blocks j0.. of the staged activations times the loaded weights;
+ * tokens past the batch (n) are zeros, never staged */
 static __device__ __forceinline__ void mmv_mma(float (*acc)[4], const uint4 *wv, const __nv_bfloat16 *sh,
                                                const __nv_bfloat16 *sl, int pitch, int j0, int n_blk, int nt, int g,
-                                               int cq)
+                                               int cq, int n)
 {
+    const uint4 z = make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int u = 0; u < MMV_UNROLL; u++) {
         if (j0 + u >= n_blk)
@@ -66,9 +68,9 @@ static __device__ __forceinline__ void mmv_mma(float (*acc)[4], const uint4 *wv,
         for (int mt = 0; mt < 4; mt++) {
             if (mt >= nt)
                 break;
-            const int o0 = (mt * 16 + g) * pitch + (j0 + u) * 32 + cq * 8, o1 = o0 + 8 * pitch;
-            const uint4 h0 = *(const uint4 *)(sh + o0), h1 = *(const uint4 *)(sh + o1);
-            const uint4 l0 = *(const uint4 *)(sl + o0), l1 = *(const uint4 *)(sl + o1);
+            const int t0 = mt * 16 + g, o0 = t0 * pitch + (j0 + u) * 32 + cq * 8, o1 = o0 + 8 * pitch;
+            const uint4 h0 = t0 < n ? *(const uint4 *)(sh + o0) : z, h1 = t0 + 8 < n ? *(const uint4 *)(sh + o1) : z;
+            const uint4 l0 = t0 < n ? *(const uint4 *)(sl + o0) : z, l1 = t0 + 8 < n ? *(const uint4 *)(sl + o1) : z;
             mma_bf16(acc[mt], h0.x, h1.x, h0.y, h1.y, wv[u].x, wv[u].y);
             mma_bf16(acc[mt], h0.z, h1.z, h0.w, h1.w, wv[u].z, wv[u].w);
             mma_bf16(acc[mt], l0.x, l1.x, l0.y, l1.y, wv[u].x, wv[u].y);
@@ -98,13 +100,13 @@ __global__ void __launch_bounds__(MMV_WARPS * 32) k_mmv(const float *__restrict_
 #pragma unroll
     for (int i = 0; i < 4; i++)
         acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-    /* rows past the batch stay zero */
-    for (int e = threadIdx.x; e < (16 * nt - n) * pitch; e += blockDim.x) {
-        sh[n * pitch + e] = __float2bfloat16_rn(0.0f);
-        sl[n * pitch + e] = __float2bfloat16_rn(0.0f);
-    }
+    /* the first weights are requested before the activations are staged */
+    uint4 wa[MMV_UNROLL], wb[MMV_UNROLL];
+    mmv_load(wa, wr, k_beg, 0, (min(ks, k_end - k_beg) + 31) / 32, row_ok, cq, k_end);
     for (int kc = k_beg; kc < k_end; kc += ks) {
         const int len = min(ks, k_end - kc), n_blk = (len + 31) / 32;
+        if (kc > k_beg)
+            mmv_load(wa, wr, kc, 0, n_blk, row_ok, cq, k_end);
         __syncthreads();
         for (int e0 = threadIdx.x; e0 < n * len; e0 += 4 * blockDim.x) {
             float v[4];
@@ -124,20 +126,19 @@ __global__ void __launch_bounds__(MMV_WARPS * 32) k_mmv(const float *__restrict_
             }
         }
         /* a partial last block of 32 reads zeros past the slice */
-        for (int e = threadIdx.x; e < 16 * nt * (n_blk * 32 - len); e += blockDim.x) {
+        for (int e = threadIdx.x; e < n * (n_blk * 32 - len); e += blockDim.x) {
             const int t = e / (n_blk * 32 - len), k = len + e % (n_blk * 32 - len);
             sh[t * pitch + k] = sl[t * pitch + k] = __float2bfloat16_rn(0.0f);
         }
         __syncthreads();
         /* two groups of weight loads in flight: the next group is requested
          * before the current one is multiplied */
-        uint4 wa[MMV_UNROLL], wb[MMV_UNROLL];
-        mmv_load(wa, wr, kc, 0, n_blk, row_ok, cq, k_end);
         for (int j0 = 0; j0 < n_blk; j0 += 2 * MMV_UNROLL) {
             mmv_load(wb, wr, kc, j0 + MMV_UNROLL, n_blk, row_ok, cq, k_end);
-            mmv_mma(acc, wa, sh, sl, pitch, j0, n_blk, nt, g, cq);
-            mmv_load(wa, wr, kc, j0 + 2 * MMV_UNROLL, n_blk, row_ok, cq, k_end);
-            mmv_mma(acc, wb, sh, sl, pitch, j0 + MMV_UNROLL, n_blk, nt, g, cq);
+            mmv_mma(acc, wa, sh, sl, pitch, j0, n_blk, nt, g, cq, n);
+            if (j0 + 2 * MMV_UNROLL < n_blk)
+                mmv_load(wa, wr, kc, j0 + 2 * MMV_UNROLL, n_blk, row_ok, cq, k_end);
+            mmv_mma(acc, wb, sh, sl, pitch, j0 + MMV_UNROLL, n_blk, nt, g, cq, n);
         }
     }
     /* acc[mt]: tokens mt*16+g (0,1) and +8 (2,3); rows r0+2cq (0,2) and +1 (1,3) */

@@ -1,0 +1,15 @@
+mkdir -p /tmp/jx && for f in .debs/*.deb; do dpkg -x $f /tmp/jx; done; rm -f /tmp/jx/usr/lib/x86_64-linux-gnu/libgnutls*
+export C_INCLUDE_PATH=/tmp/jx/usr/include LIBRARY_PATH=/tmp/jx/usr/lib/x86_64-linux-gnu LD_LIBRARY_PATH=/tmp/jx/usr/lib/x86_64-linux-gnu
+make -j16 build/kapitsa build/test_unit > $OUT/build.txt 2>&1 || { tail -30 $OUT/build.txt; exit 1; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+build/test_unit cuda 2>&1 | grep -v "^ok"
+KAPITSA_TEST_DEVICE=cuda timeout 200 build/test_unit model 2>&1 | grep -E "check failed|unit:"
+KAPITSA_TEST_DEVICE=cuda timeout 200 build/test_unit s 2>&1 | grep -E "check failed|verify passes|unit:"
+bash tests/cli.sh build/kapitsa --quick > $OUT/cli.txt 2>&1; grep -E "not ok|passed" $OUT/cli.txt | tail -5
+build/kapitsa synth --preset qwen3-8b --out /tmp/q8 > /dev/null
+build/kapitsa bench --model /tmp/q8 --device cuda --prompt 512 --gen 128 2>&1 | tee $OUT/bench_q8.txt
+build/kapitsa bench --model /tmp/q8 --device cuda --prompt 4096 --batch 4096 --gen 8 2>&1 | tee -a $OUT/bench_q8.txt | head -2
+for n in 1 2 4 8 16 32 64; do echo "T($n) $(build/kapitsa bench --model /tmp/q8 --device cuda --prompt $((n*32)) --batch $n --gen 1 2>&1 | grep prefill)"; done | tee $OUT/tn.txt
+build/kapitsa bench --model models/kapitsa-tiny --draft models/kapitsa-tiny-draft --prompt-file tools/bench_tasks/edit.txt --gen 200 --device cuda 2>&1 | tail -8 | tee $OUT/spec_b.txt
+build/kapitsa bench --model models/kapitsa-tiny --draft models/kapitsa-tiny-draft --prompt-file tools/bench_tasks/complete.txt --gen 200 --device cuda 2>&1 | tail -8 | tee $OUT/spec_a.txt
+rm -rf /tmp/q8; for p in qwen3.5-0.8b nemotron-nano-9b-v2; do timeout 150 build/kapitsa synth --preset $p --out /tmp/$p > /dev/null && build/kapitsa bench --model /tmp/$p --device cuda --prompt 512 --gen 64 2>&1 | tee -a $OUT/bench_hy.txt; rm -rf /tmp/$p; done
