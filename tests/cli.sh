@@ -61,6 +61,8 @@ else
     echo "# no CUDA device: cuda checks skipped"
 fi
 expect "an unknown device" 1 "unknown device 'tpu'" -- "$bin" check "$fx/qwen3" --device tpu
+expect "KAPITSA_PROFILE times each op" 0 "profile (cpu)" "matmul" "attention" -- \
+    env KAPITSA_PROFILE=1 "$bin" run --model "$here/../models/kapitsa-tiny" --max-tokens 3 hello
 
 # hybrids: prefill chunks smaller than, equal to and not multiples of the scan
 # chunks (64 for the gated delta rule, 32 in the Mamba2 fixtures), 1 and 2 threads

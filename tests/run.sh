@@ -14,6 +14,10 @@ run() {
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
 }
 run build/test_unit
+# with a GPU: the model, scheduler and KFlash tests again on the cuda backend
+if build/kapitsa run --device cuda --max-tokens 1 x >/dev/null 2>&1; then
+    for t in test_model test_sched test_spec; do KAPITSA_TEST_DEVICE=cuda run build/test_unit $t; done
+fi
 run build/asan/test_unit
 run bash tests/cli.sh build/kapitsa
 run bash tests/cli.sh build/asan/kapitsa --quick
