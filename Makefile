@@ -2,7 +2,7 @@
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -Wall -Wextra -pthread -MMD -MP
-LDLIBS  := -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lm -lpthread
+LDLIBS  := -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lcurl -lcrypto -lm -lpthread
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 # The cuda backend: built when nvcc is found (CUDA=0 turns it off, CUDA=1 insists).
@@ -24,7 +24,7 @@ NVFLAGS   += -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=comput
              -Xcompiler -Wall,-Wextra -MMD -MP
 endif
 
-SRC     := $(wildcard src/base/*.c src/model/*.c src/backend/*.c src/backend/cpu/*.c src/engine/*.c src/tokenizer/*.c src/chat/*.c src/server/*.c)
+SRC     := $(wildcard src/base/*.c src/model/*.c src/backend/*.c src/backend/cpu/*.c src/engine/*.c src/tokenizer/*.c src/chat/*.c src/server/*.c src/hub/*.c)
 CLI     := $(wildcard src/cli/*.c)
 TESTS   := $(wildcard tests/unit/*.c)
 

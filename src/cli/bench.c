@@ -250,6 +250,10 @@ int cli_bench(int argc, char **argv)
     if (tok_dir && corpus)
         return bench_tokenizer(tok_dir, corpus);
     if (dir && draft) {
+        if (!(dir = cli_model_dir(dir)) || !(draft = cli_model_dir(draft))) {
+            fprintf(stderr, "kapitsa: %s\n", err_msg());
+            return 1;
+        }
         if (!prompt_file || chain_k > SPEC_MAX_NODES) {
             bench_usage(stderr);
             return 2;
@@ -260,6 +264,10 @@ int cli_bench(int argc, char **argv)
     if (!dir) {
         bench_usage(stderr);
         return 2;
+    }
+    if (!(dir = cli_model_dir(dir))) {
+        fprintf(stderr, "kapitsa: %s\n", err_msg());
+        return 1;
     }
     struct backend *be = device_open(device, (int32_t)threads, false);
     struct model m;

@@ -69,6 +69,10 @@ int cli_chat(int argc, char **argv)
     }
     if (!dir)
         dir = cli_default_model();
+    if (!(dir = cli_model_dir(dir))) {
+        fprintf(stderr, "kapitsa: %s\n", err_msg());
+        return 1;
+    }
     struct backend *be = device_open(device, (int32_t)threads, false);
     struct tokenizer *tok = tok_load(dir);
     struct chat_template *ct = tok ? chat_template_load(dir, NULL) : NULL;

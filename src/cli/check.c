@@ -93,6 +93,10 @@ int cli_check(int argc, char **argv)
         check_usage(stderr);
         return 2;
     }
+    if (!(dir = cli_model_dir(dir))) {
+        fprintf(stderr, "kapitsa: %s\n", err_msg());
+        return 1;
+    }
     struct backend *be = device_open(device, (int32_t)threads, !fast);
     if (!be) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());

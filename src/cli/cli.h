@@ -19,6 +19,10 @@ int cli_serve(int argc, char **argv);
 int cli_launch(int argc, char **argv);
 int cli_eval(int argc, char **argv);
 int cli_chat(int argc, char **argv);
+int cli_pull(int argc, char **argv);
+int cli_list(int argc, char **argv);
+int cli_rm(int argc, char **argv);
+int cli_doctor(int argc, char **argv);
 /* kapitsa bench --draft (bench_spec.c): plain, chain of chain_k, tree of tree_n
  * nodes / depth tree_d, tree + prompt lookup, side by side. */
 int bench_spec(const char *target, const char *draft, const char *prompt_file, int32_t n_gen, int32_t threads,
@@ -49,6 +53,10 @@ void cli_spec_tune_load(struct spec *s, const char *key);
 void cli_spec_tune_save(const struct spec *s, const char *key);
 /* The key: host name, the two folders' real paths, the thread count. */
 void cli_spec_key(char *key, size_t n, const char *model, const char *draft, int32_t threads);
+/* A model reference (a folder, a catalog name, or a hub id in the Hugging Face
+ * cache) to its folder; the string lives until exit. NULL with err_set() when
+ * it cannot be found (the message says how to pull it). */
+const char *cli_model_dir(const char *ref);
 /* Parses a positive integer; -1 on error. */
 int64_t cli_int(const char *s);
 

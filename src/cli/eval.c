@@ -98,6 +98,10 @@ int cli_eval(int argc, char **argv)
         fprintf(stderr, "kapitsa eval: --model and --ids are required (--help)\n");
         return 2;
     }
+    if (!(dir = cli_model_dir(dir)) || (draft && !(draft = cli_model_dir(draft)))) {
+        fprintf(stderr, "kapitsa: %s\n", err_msg());
+        return 1;
+    }
     FILE *f = fopen(ids_path, "rb");
     if (!f) {
         fprintf(stderr, "kapitsa: cannot open %s\n", ids_path);

@@ -1,6 +1,8 @@
 /* kapitsa: command-line entry point; dispatches to the subcommands in src/cli. */
 #include "cli.h"
 
+#include "../hub/cache.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,9 @@ static void usage(FILE *f)
                "  serve         the OpenAI/Anthropic-compatible HTTP API (default model: models/kapitsa-tiny)\n"
                "  launch AGENT  run a coding agent (claude) against the local server\n"
                "  run PROMPT    generate text (default model: models/kapitsa-tiny)\n"
+               "  pull MODEL    download a model (catalog name or ORG/NAME) into the Hugging Face cache\n"
+               "  list          the model catalog and what is downloaded; rm MODEL removes one\n"
+               "  doctor        this machine: CPU, memory, GPUs, disk, which models fit, agent CLIs\n"
                "  check DIR     compare a checkpoint with its reference logits (DIR/golden.safetensors)\n"
                "  synth         write a random-weight checkpoint with the shapes of a real model\n"
                "  bench         measure prefill and decode speed of a checkpoint\n"
@@ -34,6 +39,14 @@ int cli_flag(int argc, char **argv, int *i, const char *name, const char **val)
     }
     *val = argv[++*i];
     return 1;
+}
+
+const char *cli_model_dir(const char *ref)
+{
+    static char dirs[4][4608];
+    static int next;
+    char *out = dirs[next++ % 4];
+    return hub_model_dir(ref, out, sizeof dirs[0]) == 0 ? out : NULL;
 }
 
 int64_t cli_int(const char *s)
@@ -72,6 +85,14 @@ int main(int argc, char **argv)
         return cli_serve(argc - 2, argv + 2);
     if (strcmp(cmd, "run") == 0)
         return cli_run(argc - 2, argv + 2);
+    if (strcmp(cmd, "pull") == 0)
+        return cli_pull(argc - 2, argv + 2);
+    if (strcmp(cmd, "list") == 0)
+        return cli_list(argc - 2, argv + 2);
+    if (strcmp(cmd, "rm") == 0)
+        return cli_rm(argc - 2, argv + 2);
+    if (strcmp(cmd, "doctor") == 0)
+        return cli_doctor(argc - 2, argv + 2);
     if (strcmp(cmd, "render") == 0)
         return cli_render(argc - 2, argv + 2);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {

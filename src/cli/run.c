@@ -104,6 +104,10 @@ int cli_run(int argc, char **argv)
     }
     if (!dir)
         dir = cli_default_model();
+    if (!(dir = cli_model_dir(dir))) {
+        fprintf(stderr, "kapitsa: %s\n", err_msg());
+        return 1;
+    }
     char *owned = NULL;
     if (strcmp(prompt, "-") == 0) {
         size_t cap = 1 << 16, n = 0;

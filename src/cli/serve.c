@@ -57,6 +57,10 @@ int cli_serve(int argc, char **argv)
     }
     if (!o.model_dir)
         o.model_dir = cli_default_model();
+    if (!(o.model_dir = cli_model_dir(o.model_dir))) {
+        fprintf(stderr, "kapitsa: %s\n", err_msg());
+        return 1;
+    }
     if (!o.model_name) {
         const char *s = strrchr(o.model_dir, '/');
         o.model_name = s && s[1] ? s + 1 : o.model_dir;

@@ -52,6 +52,8 @@ int cli_spec_params(const struct cli_spec *o, struct spec_params *p, const char 
     }
     int mode = o->mode_given ? o->mode : o->draft ? 2 : 0;
     *draft = mode == 1 || mode == 2 ? o->draft : NULL;
+    if (*draft && !(*draft = cli_model_dir(*draft)))
+        return -1;
     if ((mode == 1 || mode == 2) && !o->draft)
         return err_set("--spec %s needs --draft DIR (a small model with the same tokenizer)",
                        mode == 1 ? "chain" : "tree");

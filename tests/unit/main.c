@@ -25,6 +25,8 @@ int test_failures;
     X(test_cuda_recurrent)                                                                                     \
     X(test_cuda_tree_invariance)                                                                               \
     X(test_safetensors_roundtrip)                                                                              \
+    X(test_catalog_entries)                                                                                    \
+    X(test_catalog_fit)                                                                                        \
     X(test_safetensors_broken)                                                                                 \
     X(test_safetensors_sharded)                                                                                \
     X(test_config_layouts)                                                                                     \

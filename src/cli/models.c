@@ -1,0 +1,162 @@
+/* kapitsa pull / list / rm: models by catalog name or hub id, in the Hugging
+ * Face cache (src/hub). */
+#define _GNU_SOURCE
+#include "../base/err.h"
+#include "../hub/cache.h"
+#include "../hub/catalog.h"
+#include "../hub/pull.h"
+#include "cli.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void pull_usage(FILE *f)
+{
+    fprintf(f, "usage: kapitsa pull MODEL [--revision R] [--parallel N] [--endpoint URL] [--with-draft]\n"
+               "  MODEL: a catalog name (kapitsa list) or a hub id ORG/NAME. Downloads the safetensors,\n"
+               "  configs and tokenizer into the Hugging Face cache ($HF_HOME/hub), checked by sha256;\n"
+               "  an interrupted pull resumes. HF_ENDPOINT and HF_TOKEN are honoured. --with-draft also\n"
+               "  pulls the catalog's recommended draft model.\n");
+}
+
+static int pull_one(const char *ref, const char *revision, const struct hub_pull_opts *o, const struct catalog *c)
+{
+    const struct catalog_model *m = catalog_find(c, ref);
+    const char *repo = m ? m->repo : ref, *rev = revision ? revision : m ? m->revision : "main";
+    char dir[4608];
+    if (o->progress)
+        fprintf(o->progress, "pull: %s (%s) from %s\n", repo, rev,
+                o->endpoint ? o->endpoint : getenv("HF_ENDPOINT") ? getenv("HF_ENDPOINT") : "https://huggingface.co");
+    if (hub_pull(repo, rev, o, dir, sizeof dir) != 0)
+        return -1;
+    printf("%s\n", dir);
+    return 0;
+}
+
+int cli_pull(int argc, char **argv)
+{
+    const char *ref = NULL, *revision = NULL, *v;
+    struct hub_pull_opts o = {.progress = stderr, .bar = isatty(2) != 0};
+    int with_draft = 0;
+    for (int i = 0; i < argc; i++) {
+        int f;
+        if (strcmp(argv[i], "--help") == 0)
+            return pull_usage(stdout), 0;
+        if (strcmp(argv[i], "--with-draft") == 0) {
+            with_draft = 1;
+            continue;
+        }
+        if ((f = cli_flag(argc, argv, &i, "--revision", &revision)) != 0 ||
+            (f = cli_flag(argc, argv, &i, "--endpoint", &o.endpoint)) != 0) {
+            if (f < 0)
+                return 2;
+        } else if ((f = cli_flag(argc, argv, &i, "--parallel", &v)) != 0) {
+            if (f < 0 || cli_int(v) < 1 || cli_int(v) > 16)
+                return pull_usage(stderr), 2;
+            o.n_parallel = (int32_t)cli_int(v);
+        } else if (argv[i][0] == '-' || ref) {
+            return pull_usage(stderr), 2;
+        } else {
+            ref = argv[i];
+        }
+    }
+    if (!ref)
+        return pull_usage(stderr), 2;
+    struct catalog c = {0};
+    if (catalog_load(&c, NULL) != 0)
+        fprintf(stderr, "kapitsa: %s (catalog names unavailable)\n", err_msg());
+    int rc = pull_one(ref, revision, &o, &c);
+    const struct catalog_model *m = catalog_find(&c, ref);
+    if (rc == 0 && with_draft && m && m->draft)
+        rc = pull_one(m->draft, NULL, &o, &c);
+    else if (rc == 0 && m && m->draft)
+        fprintf(stderr, "pull: the recommended draft for KFlash is %s (kapitsa pull %s)\n", m->draft, m->draft);
+    if (rc != 0)
+        fprintf(stderr, "kapitsa: %s\n", err_msg());
+    catalog_free(&c);
+    return rc ? 1 : 0;
+}
+
+/* Cached repos (models--ORG--NAME) that the catalog does not list. */
+static void list_others(const struct catalog *c)
+{
+    char cache[4096];
+    hub_cache_dir(cache, sizeof cache);
+    DIR *d = opendir(cache);
+    struct dirent *e;
+    int header = 0;
+    while (d && (e = readdir(d))) {
+        if (strncmp(e->d_name, "models--", 8) != 0)
+            continue;
+        char repo[300];
+        const char *rest = e->d_name + 8, *sep = strstr(rest, "--");
+        if (!sep)
+            continue;
+        snprintf(repo, sizeof repo, "%.*s/%s", (int)(sep - rest), rest, sep + 2);
+        if (catalog_find(c, repo))
+            continue;
+        if (!header)
+            printf("\nother models in %s:\n", cache);
+        header = 1;
+        printf("  %-40s %8.1f GB on disk\n", repo, (double)hub_repo_bytes(repo) / 1e9);
+    }
+    if (d)
+        closedir(d);
+}
+
+int cli_list(int argc, char **argv)
+{
+    (void)argv;
+    if (argc > 0) {
+        fprintf(stderr, "usage: kapitsa list   (the catalog, and what is in the Hugging Face cache)\n");
+        return 2;
+    }
+    struct catalog c;
+    if (catalog_load(&c, NULL) != 0) {
+        fprintf(stderr, "kapitsa: %s\n", err_msg());
+        return 1;
+    }
+    printf("%-26s %-44s %8s %9s %8s  %-13s %s\n", "name", "hub id", "params", "bf16", "context", "draft",
+           "installed");
+    for (int32_t i = 0; i < c.n; i++) {
+        const struct catalog_model *m = &c.m[i];
+        char dir[4608], inst[64] = "-";
+        if (hub_snapshot_dir(m->repo, m->revision, dir, sizeof dir) == 0)
+            snprintf(inst, sizeof inst, "yes, %.1f GB", (double)hub_repo_bytes(m->repo) / 1e9);
+        printf("%-26s %-44s %7.2fB %7.1f GB %8lld  %-13s %s\n", m->name, m->repo, (double)m->params / 1e9,
+               (double)m->bytes / 1e9, (long long)m->context, m->draft ? m->draft : "-", inst);
+    }
+    err_clear();
+    list_others(&c);
+    catalog_free(&c);
+    return 0;
+}
+
+int cli_rm(int argc, char **argv)
+{
+    if (argc != 1 || argv[0][0] == '-') {
+        fprintf(stderr, "usage: kapitsa rm MODEL   (a catalog name or hub id; removes it from the cache)\n");
+        return 2;
+    }
+    struct catalog c = {0};
+    const char *repo = argv[0];
+    char buf[256];
+    if (catalog_load(&c, NULL) == 0) {
+        const struct catalog_model *m = catalog_find(&c, argv[0]);
+        if (m) {
+            snprintf(buf, sizeof buf, "%s", m->repo);
+            repo = buf;
+        }
+        catalog_free(&c);
+    }
+    int64_t bytes = hub_repo_bytes(repo);
+    if (hub_repo_remove(repo) != 0) {
+        fprintf(stderr, "kapitsa: %s\n", err_msg());
+        return 1;
+    }
+    printf("removed %s (%.1f GB)\n", repo, (double)bytes / 1e9);
+    return 0;
+}

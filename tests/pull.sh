@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# kapitsa pull / list / rm against a local server that speaks the Hugging Face
+# hub protocol (tests/hub_server.py): the cache layout huggingface_hub writes,
+# resume after a dropped connection, a corrupted file refused, a gated model,
+# unknown repos and revisions, a file size limit (a full disk), two pulls of
+# one model at once, and model references resolving through the cache.
+# usage: tests/pull.sh KAPITSA_BINARY
+set -u
+bin=$1
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+export ASAN_OPTIONS=exitcode=99:detect_leaks=1
+export UBSAN_OPTIONS=halt_on_error=1:exitcode=98:print_stacktrace=1
+export KAPITSA_DEVICE=cpu KAPITSA_CATALOG="$here/../models/catalog.json"
+python3 "$here/hub_server.py" "$here/../models/kapitsa-tiny" "$tmp/port" "$tmp/log" &
+srv=$!
+trap 'kill $srv 2>/dev/null; rm -rf "$tmp"' EXIT
+for _ in $(seq 50); do [ -f "$tmp/port" ] && break; sleep 0.1; done
+export HF_ENDPOINT="http://127.0.0.1:$(cat "$tmp/port")" HF_HOME="$tmp/hf"
+unset HF_TOKEN HF_HUB_CACHE
+pass=0
+fail=0
+ok() { echo "ok - $1"; pass=$((pass + 1)); }
+bad() { echo "not ok - $1"; fail=$((fail + 1)); }
+expect() { # NAME STATUS SUBSTRING... -- COMMAND...
+    local name=$1 want=$2
+    shift 2
+    local subs=()
+    while [ "$1" != "--" ]; do subs+=("$1"); shift; done
+    shift
+    "$@" >"$tmp/out" 2>&1
+    local got=$?
+    if [ "$got" != "$want" ]; then bad "$name (exit $got, wanted $want)"; sed 's/^/    /' "$tmp/out" | tail -8; return; fi
+    for s in "${subs[@]}"; do
+        grep -qF -- "$s" "$tmp/out" || { bad "$name (output lacks '$s')"; sed 's/^/    /' "$tmp/out" | tail -8; return; }
+    done
+    ok "$name"
+}
+# the layout huggingface_hub writes: blobs named by sha256 (LFS) or git blob sha1,
+# snapshot entries relative symlinks into blobs, refs/main holding the commit
+layout() { # REPO_DIR
+    python3 - "$1" "$here/../models/kapitsa-tiny" <<'PY'
+import hashlib, os, sys
+repo, src = sys.argv[1], sys.argv[2]
+commit = open(os.path.join(repo, "refs", "main")).read()
+assert len(commit) == 40 and "\n" not in commit, commit
+snap = os.path.join(repo, "snapshots", commit)
+names = sorted(os.listdir(snap))
+assert names == sorted(os.listdir(src)) if "README.md" not in os.listdir(src) else names == sorted(n for n in os.listdir(src) if n != "README.md"), names
+for n in names:
+    p = os.path.join(snap, n)
+    t = os.readlink(p)
+    assert t.startswith("../../blobs/"), t
+    data = open(p, "rb").read()
+    assert data == open(os.path.join(src, n), "rb").read(), n
+    want = hashlib.sha256(data).hexdigest() if n.endswith(".safetensors") else \
+        hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    assert os.path.basename(t) == want, (n, t)
+assert not [b for b in os.listdir(os.path.join(repo, "blobs")) if b.endswith(".incomplete")]
+print("layout ok")
+PY
+}
+repo_dir="$HF_HOME/hub/models--kapitsa--tiny"
+
+expect "pull a model" 0 "snapshots/" -- "$bin" pull kapitsa/tiny
+expect "the cache layout of huggingface_hub" 0 "layout ok" -- layout "$repo_dir"
+"$bin" run --model "$here/../models/kapitsa-tiny" --max-tokens 12 "def add(a, b):" >"$tmp/want" 2>/dev/null
+expect "run from the cache by hub id gives the same text" 0 "$(cat "$tmp/want")" -- \
+    "$bin" run --model kapitsa/tiny --max-tokens 12 "def add(a, b):"
+n_before=$(wc -l <"$tmp/log")
+expect "a second pull downloads nothing" 0 "snapshots/" -- "$bin" pull kapitsa/tiny
+[ "$(wc -l <"$tmp/log")" = "$n_before" ] && ok "no blob fetched again" || bad "no blob fetched again"
+
+expect "a dropped connection is resumed" 0 "snapshots/" -- "$bin" pull kapitsa/flaky --parallel 1
+grep -qE '^kapitsa/flaky model-0000[12]-of-00002.safetensors bytes=[1-9][0-9]*-$' "$tmp/log" &&
+    ok "the retry asked for the rest with Range" || { bad "the retry asked for the rest with Range"; cat "$tmp/log"; }
+expect "the flaky pull's files are intact" 0 "layout ok" -- layout "$HF_HOME/hub/models--kapitsa--flaky"
+
+expect "a corrupted file is refused" 1 "sha256 mismatch" "nothing installed" -- "$bin" pull kapitsa/corrupt
+if ls "$HF_HOME/hub/models--kapitsa--corrupt/blobs" | grep -v -E '^[0-9a-f]{40}$' | grep -q .; then
+    bad "no corrupt blob installed"; ls "$HF_HOME/hub/models--kapitsa--corrupt/blobs"
+else ok "no corrupt blob installed"; fi
+[ ! -e "$HF_HOME/hub/models--kapitsa--corrupt/refs/main" ] && ok "no ref for the failed pull" || bad "no ref for the failed pull"
+
+expect "a gated model without a token" 1 "gated or private" "HF_TOKEN" -- "$bin" pull kapitsa/gated
+expect "a gated model with a wrong token" 1 "no access" -- env HF_TOKEN=bad "$bin" pull kapitsa/gated
+expect "a gated model with the token" 0 "snapshots/" -- env HF_TOKEN=good-token "$bin" pull kapitsa/gated
+expect "an unknown revision" 1 "has no revision 'v9'" -- "$bin" pull kapitsa/tiny --revision v9
+expect "an unknown repo" 1 "no model kapitsa/none" -- "$bin" pull kapitsa/none
+expect "a malformed revision" 1 "is not a revision" -- "$bin" pull kapitsa/tiny --revision '../x'
+expect "no hub" 1 "Couldn't connect" -- env HF_ENDPOINT=http://127.0.0.1:1 "$bin" pull kapitsa/tiny
+
+# a file size limit stands in for a full disk: the pull fails, nothing looks
+# complete, and a later pull resumes from the partial file
+export HF_HOME="$tmp/hf2"
+expect "a full disk" 1 "disk full or file size limit" -- bash -c "ulimit -f 4096; exec \"$bin\" pull kapitsa/tiny --parallel 1"
+shopt -s nullglob
+big=("$HF_HOME"/hub/models--kapitsa--tiny/blobs/*.incomplete)
+[ ${#big[@]} -ge 1 ] && ok "the partial download is kept as .incomplete" || bad "the partial download is kept as .incomplete"
+[ ! -e "$HF_HOME/hub/models--kapitsa--tiny/refs/main" ] && ok "no ref after the full disk" || bad "no ref after the full disk"
+: >"$tmp/log"
+expect "the pull resumes once there is space" 0 "snapshots/" -- "$bin" pull kapitsa/tiny
+grep -q 'bytes=[1-9]' "$tmp/log" && ok "it resumed with Range" || bad "it resumed with Range"
+expect "the resumed files are intact" 0 "layout ok" -- layout "$HF_HOME/hub/models--kapitsa--tiny"
+
+export HF_HOME="$tmp/hf3"
+"$bin" pull kapitsa/tiny >"$tmp/a" 2>&1 &
+a=$!
+"$bin" pull kapitsa/tiny >"$tmp/b" 2>&1
+rb=$?
+wait $a
+ra=$?
+[ "$ra" = 0 ] && [ "$rb" = 0 ] && ok "two pulls at once both succeed" || { bad "two pulls at once both succeed ($ra, $rb)"; cat "$tmp/a" "$tmp/b"; }
+expect "after two pulls at once the files are intact" 0 "layout ok" -- layout "$HF_HOME/hub/models--kapitsa--tiny"
+
+expect "list shows the cached model" 0 "kapitsa/tiny" "qwen3-8b" -- "$bin" list
+expect "rm removes it" 0 "removed kapitsa/tiny" -- "$bin" rm kapitsa/tiny
+expect "a removed model is not found" 1 "not downloaded; run: kapitsa pull kapitsa/tiny" -- \
+    "$bin" run --model kapitsa/tiny hi
+expect "rm of a model not in the cache" 1 "not in the cache" -- "$bin" rm kapitsa/tiny
+expect "a catalog name that is not downloaded" 1 "kapitsa pull Qwen/Qwen3-0.6B" -- "$bin" run --model qwen3-0.6b hi
+expect "doctor" 0 "memory" "what fits" "agents" -- "$bin" doctor
+
+echo "pull: $pass passed, $fail failed"
+[ "$fail" = 0 ]
