@@ -23,6 +23,7 @@ run bash tests/cli.sh build/kapitsa
 run bash tests/cli.sh build/asan/kapitsa --quick
 run bash tests/pull.sh build/kapitsa
 run bash tests/pull.sh build/asan/kapitsa
+run bash tests/compare.sh build/kapitsa
 run bash tests/fuzz.sh 10
 run bash tests/server.sh "$PWD/build/kapitsa"
 run bash tests/server.sh "$PWD/build/kapitsa" "--draft $PWD/models/kapitsa-tiny-draft"

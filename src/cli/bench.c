@@ -117,6 +117,7 @@ static void bench_usage(FILE *f)
                "  KFlash side by side: greedy generation after the file's text, plain, with a draft chain of\n"
                "  K (default 4), the KFlash tree of N nodes / depth D (default 24,8), and the tree with prompt\n"
                "  lookup; prints target passes per token and the speedup, and checks all four agree\n"
+               "       kapitsa bench compare --against URL [--against URL ...]   (see bench compare --help)\n"
                "       kapitsa bench --tokenizer DIR --corpus FILE.jsonl\n"
                "  encodes every {\"text\", \"ids\"} line on one thread (best of 3 passes), checks the ids\n"
                "  and prints the encoding speed in MB/s\n");
@@ -187,6 +188,8 @@ done:
 
 int cli_bench(int argc, char **argv)
 {
+    if (argc > 0 && strcmp(argv[0], "compare") == 0)
+        return bench_compare(argc - 1, argv + 1);
     const char *dir = NULL, *v, *tok_dir = NULL, *corpus = NULL, *draft = NULL, *prompt_file = NULL, *device = NULL;
     int64_t threads = 0, n_prompt = 512, n_gen = 64, n_batch = 512, chain_k = 4;
     int tree_n = 24, tree_d = 8;

@@ -28,6 +28,8 @@ int cli_doctor(int argc, char **argv);
 int bench_spec(const char *target, const char *draft, const char *prompt_file, int32_t n_gen, int32_t threads,
                const char *device,
                int32_t chain_k, int32_t tree_n, int32_t tree_d, int json);
+/* kapitsa bench compare (compare.c): the same OpenAI workload against several servers. */
+int bench_compare(int argc, char **argv);
 /* The embedded default model folder (KAPITSA_MODEL, ./models/kapitsa-tiny, or beside the binary). */
 const char *cli_default_model(void);
 

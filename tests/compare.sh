@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# kapitsa bench compare against two local servers (plain and KFlash): the
+# table, the JSON, the SVG chart, and a clear error for a server that is not there.
+# usage: tests/compare.sh KAPITSA_BINARY
+set -u
+bin=$1
+tmp=$(mktemp -d)
+export KAPITSA_DEVICE=cpu
+here=$(cd "$(dirname "$0")" && pwd)
+p1=$((20000 + RANDOM % 20000)); p2=$((p1 + 1))
+"$bin" serve --model "$here/../models/kapitsa-tiny" --port $p1 >"$tmp/s1" 2>&1 &
+s1=$!
+"$bin" serve --model "$here/../models/kapitsa-tiny" --draft "$here/../models/kapitsa-tiny-draft" --port $p2 >"$tmp/s2" 2>&1 &
+s2=$!
+trap 'kill $s1 $s2 2>/dev/null; rm -rf "$tmp"' EXIT
+for _ in $(seq 100); do
+    curl -sf "http://127.0.0.1:$p1/health" >/dev/null && curl -sf "http://127.0.0.1:$p2/health" >/dev/null && break
+    sleep 0.1
+done
+pass=0
+fail=0
+check() { if eval "$2"; then echo "ok - $1"; pass=$((pass + 1)); else echo "not ok - $1"; fail=$((fail + 1)); fi; }
+a=http://127.0.0.1:$p1/v1 b=http://127.0.0.1:$p2/v1
+"$bin" bench compare --against $a --against $b/ --prompts 16,64 --gen 24 --reps 3 --svg "$tmp/c.svg" >"$tmp/out" 2>&1
+rc=$?
+check "compare runs against two servers" '[ $rc = 0 ]'
+check "a row per server and prompt length" '[ $(grep -cE "^http://127.0.0.1:($p1|$p2)/v1 +(16|64) " "$tmp/out") = 4 ]'
+check "decode speeds are positive" 'awk "/^http/ { if (\$9 <= 0 || \$7 < \$5) bad = 1 } END { exit bad }" "$tmp/out"'
+check "the chart names both servers" 'grep -q "<svg" "$tmp/c.svg" && grep -q ":$p1/v1<" "$tmp/c.svg" && grep -q ":$p2/v1<" "$tmp/c.svg"'
+"$bin" bench compare --against $a --prompts 8 --gen 8 --reps 2 --json >"$tmp/j" 2>&1
+check "--json" 'python3 -c "import json,sys; r=json.load(open(sys.argv[1]))[0]; assert r[\"completion_tokens\"] >= 1 and r[\"ttft_s\"][0] <= r[\"ttft_s\"][2]" "$tmp/j"'
+"$bin" bench compare --against http://127.0.0.1:1/v1 >"$tmp/e" 2>&1
+check "a server that is not there" '[ $? = 1 ] && grep -q "Couldn.t connect" "$tmp/e"'
+"$bin" bench compare --prompts 8 >"$tmp/e" 2>&1
+check "no --against is a usage error" '[ $? = 2 ]'
+[ "$fail" = 0 ] || { cat "$tmp/out"; }
+echo "compare: $pass passed, $fail failed"
+[ "$fail" = 0 ]
