@@ -2,7 +2,7 @@
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -Wall -Wextra -pthread -MMD -MP
-LDLIBS  := -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lcurl -lcrypto -lm -lpthread
+LDLIBS  := -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lcurl -lcrypto -ledit -lm -lpthread
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 # The cuda backend: built when nvcc is found (CUDA=0 turns it off, CUDA=1 insists).

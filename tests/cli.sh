@@ -166,6 +166,17 @@ if grep -q "kapitsa-tiny-draft" "$tmp/cache/kflash.tsv" 2>/dev/null; then
 else
     bad "no tuning cache written to $tmp/cache/kflash.tsv"
 fi
+# a message over several lines (a trailing backslash, or a block between lines of three quotes)
+# is one turn: /stats counts its prompt tokens, the same either way
+printf 'one\\\ntwo\n/stats\n/reset\n\"\"\"\none\ntwo\n\"\"\"\n/stats\n' |
+    "$bin" chat --model "$m/kapitsa-tiny" --max-tokens 4 >/dev/null 2>"$tmp/chat3.err"
+n1=$(grep -o 'last turn: [0-9]* prompt' "$tmp/chat3.err" | sed -n 1p)
+n2=$(grep -o 'last turn: [0-9]* prompt' "$tmp/chat3.err" | sed -n 2p)
+if [ -n "$n1" ] && [ "$n1" = "$n2" ] && grep -q "4 generated" "$tmp/chat3.err"; then
+    ok "chat: multi-line messages and /stats"
+else
+    bad "chat: multi-line messages and /stats ($n1 / $n2)"; head -5 "$tmp/chat3.err"
+fi
 expect "run --spec tree without a draft" 2 "needs --draft" -- "$bin" run --spec tree "x"
 expect "run --spec with a bad name" 2 "--spec takes" -- "$bin" run --spec fast "x"
 expect "bench --draft: four ways, identical" 0 '"spec":"tree+ngram"' '"identical":true' -- \

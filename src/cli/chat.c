@@ -10,21 +10,79 @@
 #include "cli.h"
 #include "generate.h"
 
+#include <editline/readline.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void chat_usage(FILE *f)
 {
     fprintf(f, "usage: kapitsa chat [--model DIR] [--system TEXT] [--max-tokens N] [--temp T] [--seed S]\n"
                "                    [--ctx TOKENS] [--threads N] [--device D] " CLI_SPEC_USAGE "\n"
-               "  reads one user message per line from stdin (/reset starts over, /exit or end of input ends)\n");
+               "                    [--think]\n"
+               "  one user message per line (a line ending in \\ continues it; so do lines between two\n"
+               "  lines of \"\"\"); on a terminal with line editing and history (~/.cache/kapitsa/chat_history).\n"
+               "  /reset starts over, /stats shows the last turn's numbers, /exit or end of input ends.\n"
+               "  --think lets the model reason first (shown dimmed on a terminal).\n");
+}
+
+/* Input lines: readline (libedit) on a terminal, with history; getline otherwise. */
+struct input {
+    bool tty;
+    char hist[4096];
+    char *line;
+    size_t cap;
+};
+
+static char *input_line(struct input *in, const char *prompt)
+{
+    if (in->tty) {
+        free(in->line);
+        in->line = readline(prompt);
+        return in->line;
+    }
+    fputs(prompt, stderr);
+    ssize_t n = getline(&in->line, &in->cap, stdin);
+    if (n < 0)
+        return NULL;
+    while (n > 0 && (in->line[n - 1] == '\n' || in->line[n - 1] == '\r'))
+        in->line[--n] = 0;
+    return in->line;
+}
+
+/* One message: a line, lines joined while they end in a backslash, or the
+ * lines between two lines of three double quotes. NULL at the end of input. */
+static char *read_message(struct input *in)
+{
+    char *l = input_line(in, "> ");
+    if (!l)
+        return NULL;
+    const bool block = strcmp(l, "\"\"\"") == 0;
+    char *msg = strdup(block ? "" : l);
+    size_t len = strlen(msg);
+    while (msg && (block || (len && msg[len - 1] == '\\'))) {
+        if (!block)
+            msg[len - 1] = '\n'; /* the backslash becomes the line break */
+        if (!(l = input_line(in, ". ")) || (block && strcmp(l, "\"\"\"") == 0))
+            break;
+        char *m2 = realloc(msg, len + strlen(l) + 2);
+        if (!m2)
+            break;
+        msg = m2;
+        len += (size_t)sprintf(msg + len, block && len ? "\n%s" : "%s", l);
+    }
+    if (in->tty && msg && *msg)
+        add_history(msg);
+    return msg;
 }
 
 int cli_chat(int argc, char **argv)
 {
     const char *dir = NULL, *system = NULL, *device = NULL, *v;
+    int think = 0;
     int64_t max_tokens = 256, threads = 0, n_ctx = 8192;
     struct sampler_params sp = sampler_defaults();
     struct cli_spec so = {0};
@@ -39,6 +97,8 @@ int cli_chat(int argc, char **argv)
         } else if (strcmp(argv[i], "--help") == 0) {
             chat_usage(stdout);
             return 0;
+        } else if (strcmp(argv[i], "--think") == 0) {
+            think = 1;
         } else if ((f = cli_flag(argc, argv, &i, "--temp", &v)) != 0) {
             if (f < 0 || sscanf(v, "%lf", &d) != 1 || d < 0)
                 return chat_usage(stderr), 2;
@@ -78,9 +138,23 @@ int cli_chat(int argc, char **argv)
     struct chat_template *ct = tok ? chat_template_load(dir, NULL) : NULL;
     struct model m, dm;
     struct cli_gen g = {0};
-    json_t *msgs = json_array(), *kw = json_pack("{s:b}", "enable_thinking", 0);
+    json_t *msgs = json_array(), *kw = json_pack("{s:b}", "enable_thinking", think);
     char *line = NULL;
-    size_t cap = 0;
+    struct input in = {.tty = isatty(0) && isatty(2)};
+    if (in.tty) {
+        const char *c = getenv("KAPITSA_CACHE"), *home = getenv("HOME");
+        if (c && *c)
+            snprintf(in.hist, sizeof in.hist, "%s/chat_history", c);
+        else if (home && *home)
+            snprintf(in.hist, sizeof in.hist, "%s/.cache/kapitsa/chat_history", home);
+        if (in.hist[0]) {
+            char d[4096];
+            snprintf(d, sizeof d, "%s", in.hist);
+            *strrchr(d, '/') = 0;
+            mkdir(d, 0755);
+            read_history(in.hist);
+        }
+    }
     int rc = 1, loaded = 0, d_loaded = 0, up = 0;
     if (!be || !tok || !ct || model_load(&m, dir, be, NULL) != 0)
         goto done;
@@ -91,6 +165,7 @@ int cli_chat(int argc, char **argv)
     if (cli_gen_init(&g, &m, d_loaded ? &dm : NULL, tok, &sp, &kp, (int32_t)n_ctx) != 0)
         goto done;
     up = 1;
+    g.dim_reasoning = isatty(1) != 0;
     char tkey[9000];
     cli_spec_key(tkey, sizeof tkey, dir, draft_dir, (int32_t)threads);
     cli_spec_tune_load(&g.k, tkey);
@@ -98,14 +173,23 @@ int cli_chat(int argc, char **argv)
         json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", system));
     const size_t n_fixed = json_array_size(msgs);
     for (;;) {
-        fputs("> ", stderr);
-        ssize_t n = getline(&line, &cap, stdin);
-        if (n < 0)
+        free(line);
+        if (!(line = read_message(&in)))
             break;
-        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-            line[--n] = 0;
+        const size_t n = strlen(line);
         if (strcmp(line, "/exit") == 0)
             break;
+        if (strcmp(line, "/stats") == 0) {
+            const struct cli_gen_stats *st = &g.last;
+            fprintf(stderr, "last turn: %d prompt tokens (%d reused from the cache), %d generated; prefill %.3f s, "
+                            "decode %.3f s (%.1f tok/s)",
+                    st->n_prompt, st->n_cached, st->n_gen, st->t_prefill, st->t_decode,
+                    st->t_decode > 0 ? st->n_gen / st->t_decode : 0.0);
+            if (st->spec_steps > 0 && g.k.p.mode != SPEC_OFF)
+                fprintf(stderr, "; KFlash %.2f tokens per target pass", (double)st->spec_tokens / st->spec_steps);
+            fputc('\n', stderr);
+            continue;
+        }
         if (strcmp(line, "/reset") == 0) {
             while (json_array_size(msgs) > n_fixed)
                 json_array_remove(msgs, json_array_size(msgs) - 1);
@@ -132,11 +216,15 @@ int cli_chat(int argc, char **argv)
         free(reply);
     }
     cli_spec_tune_save(&g.k, tkey);
+    if (in.tty && in.hist[0])
+        write_history(in.hist);
     rc = 0;
 done:
     if (rc)
         fprintf(stderr, "kapitsa: %s\n", err_msg());
     free(line);
+    if (!in.tty)
+        free(in.line);
     json_decref(msgs);
     json_decref(kw);
     if (up)

@@ -1,10 +1,12 @@
 /* generate: the command line's generation loop (see generate.h). */
+#define _GNU_SOURCE
 #include "generate.h"
 
 #include "../base/err.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int is_eos(const struct model_config *c, int32_t t)
 {
@@ -82,6 +84,29 @@ static int32_t seq_cut(struct engine *e, int32_t seq, int32_t len)
     return engine_seq_new(e);
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Writes decoded text, dimming the reasoning block on a terminal (the think
+ * tags are single added tokens, so each arrives whole in one piece). */
+static void emit(struct cli_gen *g, FILE *out, const char *s, size_t k)
+{
+    if (g->dim_reasoning && !g->in_think && memmem(s, k, "<think>", 7)) {
+        fputs("\033[2m", out);
+        g->in_think = true;
+    }
+    fwrite(s, 1, k, out);
+    if (g->dim_reasoning && g->in_think && memmem(s, k, "</think>", 8)) {
+        fputs("\033[0m", out);
+        g->in_think = false;
+    }
+    fflush(out);
+}
+
 int cli_gen_turn(struct cli_gen *g, const int32_t *ids, int32_t n, int64_t max_tokens, FILE *out, char **reply)
 {
     if (n < 1 || (int64_t)n + max_tokens + 1 > g->ctx - g->k.p.n_nodes - 2)
@@ -95,6 +120,9 @@ int cli_gen_turn(struct cli_gen *g, const int32_t *ids, int32_t n, int64_t max_t
     if (ts < 0 || (g->has_draft && ds < 0))
         return -1;
     spec_reset(&g->k, ts, ds);
+    const double t0 = now_s();
+    const int64_t tok0 = g->k.st.tokens, steps0 = g->k.st.steps;
+    g->last = (struct cli_gen_stats){.n_prompt = n, .n_cached = c};
     float *logits = malloc(sizeof(float) * (size_t)g->m->cfg.vocab_size);
     size_t cap = 256, len = 0;
     char *text = reply ? malloc(cap) : NULL, buf[4096];
@@ -107,10 +135,13 @@ int cli_gen_turn(struct cli_gen *g, const int32_t *ids, int32_t n, int64_t max_t
         goto done;
     memcpy(g->hist, ids, sizeof(int32_t) * (size_t)n);
     g->n_hist = n;
+    const double t1 = now_s();
+    g->last.t_prefill = t1 - t0;
     int32_t n_new = 1;
     g->hist[n] = sampler_sample(&g->s, logits, g->hist, n);
     struct tok_stream st = {0};
-    for (int64_t made = 0;;) {
+    int64_t made = 0;
+    for (;;) {
         /* hist[n_hist .. n_hist+n_new) are new: print them up to an end of sequence */
         int stop = 0;
         for (int32_t j = 0; j < n_new && made < max_tokens && !stop; j++, made++) {
@@ -120,8 +151,7 @@ int cli_gen_turn(struct cli_gen *g, const int32_t *ids, int32_t n, int64_t max_t
             g->n_hist++;
             int32_t k = tok_stream_push(g->tok, &st, t, true, buf, sizeof buf);
             if (k > 0) {
-                fwrite(buf, 1, (size_t)k, out);
-                fflush(out);
+                emit(g, out, buf, (size_t)k);
                 if (append(&text, &len, &cap, buf, (size_t)k) != 0)
                     goto done;
             }
@@ -133,8 +163,16 @@ int cli_gen_turn(struct cli_gen *g, const int32_t *ids, int32_t n, int64_t max_t
         if (n_new < 1)
             goto done;
     }
+    g->last.n_gen = (int32_t)made;
     int32_t k = tok_stream_flush(&st, buf, sizeof buf);
-    fwrite(buf, 1, (size_t)k, out);
+    emit(g, out, buf, (size_t)k);
+    if (g->in_think) { /* the turn ended inside its reasoning */
+        fputs("\033[0m", out);
+        g->in_think = false;
+    }
+    g->last.t_decode = now_s() - t1;
+    g->last.spec_tokens = g->k.st.tokens - tok0;
+    g->last.spec_steps = g->k.st.steps - steps0;
     if (append(&text, &len, &cap, buf, (size_t)k) != 0)
         goto done;
     /* the sequence holds the tokens fed; the last printed one was never fed */

@@ -21,6 +21,13 @@ struct cli_gen {
     struct sampler s;
     int32_t *hist; /* [ctx] the sequence's tokens (prompts and replies) */
     int32_t n_hist, ctx;
+    bool dim_reasoning; /* print <think>...</think> dimmed (ANSI), for a terminal */
+    bool in_think;
+    struct cli_gen_stats {
+        int32_t n_prompt, n_cached, n_gen;
+        double t_prefill, t_decode;
+        int64_t spec_tokens, spec_steps; /* KFlash, over the turn */
+    } last; /* the last turn */
 };
 
 /* dm may be NULL (no draft). ctx: tokens over all turns. -1 with err_set(). */

@@ -74,6 +74,8 @@ int hub_model_dir(const char *ref, char *out, size_t n)
         snprintf(out, n, "%s", ref);
         return 0;
     }
+    if (ref[0] == '/' || ref[0] == '.' || ref[0] == '~')
+        return err_set("hub: %s: No such file or directory (not a model folder)", ref);
     struct catalog c;
     const char *repo = ref, *rev = "main";
     char rbuf[256], vbuf[128];
