@@ -181,6 +181,8 @@ expect "run --spec tree without a draft" 2 "needs --draft" -- "$bin" run --spec 
 expect "run --spec with a bad name" 2 "--spec takes" -- "$bin" run --spec fast "x"
 expect "bench --draft: four ways, identical" 0 '"spec":"tree+ngram"' '"identical":true' -- \
     "$bin" bench --model "$m/kapitsa-tiny" --draft "$m/kapitsa-tiny-draft" --prompt-file "$here/../tools/bench_tasks/edit.txt" --gen 48 --json
+expect "bench at several prompt lengths: a row each with the time to first token" 0 '"prompt":16' '"prompt":48' '"ttft_ms"' -- \
+    "$bin" bench --model "$m/kapitsa-tiny" --prompt 16,48 --gen 4 --json
 expect "bench --draft with another vocabulary" 1 "vocabulary" -- \
     "$bin" bench --model "$m/kapitsa-tiny" --draft "$fx/qwen3" --prompt-file "$here/../tools/bench_tasks/edit.txt" --gen 8
 expect "bad flag" 2 "--chunks needs sizes" -- "$bin" check "$fx/qwen3" --chunks 0

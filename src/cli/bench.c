@@ -106,9 +106,10 @@ static double prefill_flops(const struct model *m, int64_t n)
 
 static void bench_usage(FILE *f)
 {
-    fprintf(f, "usage: kapitsa bench --model DIR [--threads N] [--device D] [--prompt N] [--gen M] [--batch B]\n"
+    fprintf(f, "usage: kapitsa bench --model DIR [--threads N] [--device D] [--prompt N[,N...]] [--gen M] [--batch B]\n"
                "                     [--peak-gbs G] [--peak-tflops T] [--json]\n"
                "  prefill N random tokens (default 512) in batches of B (default 512), then decode M tokens\n"
+               "  (several lengths: a row each, with the time to the first token)\n"
                "  (default 64) greedily; prints tok/s and the rooflines: decode, weight bytes per token over\n"
                "  the read bandwidth (measured on the cpu; on a GPU G, default 4800 GB/s, the H200's HBM\n"
                "  peak); prefill on a GPU, its FLOPs over T (default 790, bf16 tensor cores of an H200)\n"
@@ -192,6 +193,8 @@ int cli_bench(int argc, char **argv)
         return bench_compare(argc - 1, argv + 1);
     const char *dir = NULL, *v, *tok_dir = NULL, *corpus = NULL, *draft = NULL, *prompt_file = NULL, *device = NULL;
     int64_t threads = 0, n_prompt = 512, n_gen = 64, n_batch = 512, chain_k = 4;
+    int64_t lens[8] = {512};
+    int32_t n_lens = 1;
     int tree_n = 24, tree_d = 8;
     int json = 0;
     double peak_gbs = 4800, peak_tflops = 790;
@@ -235,10 +238,23 @@ int cli_bench(int argc, char **argv)
             }
             continue;
         }
+        if ((f = cli_flag(argc, argv, &i, "--prompt", &v)) != 0) {
+            n_lens = 0;
+            for (const char *p = v; f > 0 && *p;) {
+                char *end;
+                long x = strtol(p, &end, 10);
+                if (end == p || x < 1 || x > 1000000 || n_lens == 8 || (*end && *end != ','))
+                    return bench_usage(stderr), 2;
+                lens[n_lens++] = x;
+                p = *end ? end + 1 : end;
+            }
+            if (f < 0 || n_lens == 0)
+                return bench_usage(stderr), 2;
+            n_prompt = lens[n_lens - 1];
+            continue;
+        }
         if ((f = cli_flag(argc, argv, &i, "--threads", &v)) != 0)
             dst = &threads;
-        else if ((f = cli_flag(argc, argv, &i, "--prompt", &v)) != 0)
-            dst = &n_prompt;
         else if ((f = cli_flag(argc, argv, &i, "--gen", &v)) != 0)
             dst = &n_gen;
         else if ((f = cli_flag(argc, argv, &i, "--batch", &v)) != 0)
@@ -282,6 +298,8 @@ int cli_bench(int argc, char **argv)
     if (!be || model_load(&m, dir, be, NULL) != 0)
         goto done;
     loaded = 1;
+    for (int32_t l = 0; l < n_lens; l++)
+        n_prompt = lens[l] > n_prompt ? lens[l] : n_prompt;
     if (engine_init(&e, &m, (int32_t)(n_prompt + n_gen + 1), 1, (int32_t)n_batch, 0) != 0)
         goto done;
     up = 1;
@@ -301,32 +319,58 @@ int cli_bench(int argc, char **argv)
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         tok[i] = (int32_t)((s >> 33) % (uint64_t)V);
     }
-    int32_t seq = engine_seq_new(&e);
-    double t0 = now_s();
-    for (int64_t done = 0; done < n_prompt;) {
-        int32_t n = (int32_t)(n_prompt - done < n_batch ? n_prompt - done : n_batch);
-        for (int32_t i = 0; i < n; i++) {
-            pos[i] = (int32_t)(done + i);
-            seqv[i] = seq;
-            par[i] = i - 1;
-            want[i] = done + i == n_prompt - 1;
-        }
-        struct batch b = {n, tok + done, pos, seqv, par, want};
-        if (engine_forward(&e, &b, logits, NULL) < 0 || engine_commit_all(&e) != 0)
-            goto done;
-        done += n;
-    }
-    double t_prefill = now_s() - t0;
-    t0 = now_s();
-    for (int64_t g = 0; g < n_gen; g++) {
-        int32_t next = sampler_argmax(logits, V), p = (int32_t)(n_prompt + g), parent = -1;
-        uint8_t one = 1;
-        struct batch b = {1, &next, &p, &seq, &parent, &one};
-        if (engine_forward(&e, &b, logits, NULL) < 0 || engine_commit_all(&e) != 0)
-            goto done;
-    }
-    double t_decode = now_s() - t0;
+    double t_prefill = 0, t_decode = 0;
     const bool gpu = strcmp(be->ops->name, "cpu") != 0;
+    if (n_lens > 1 && !json)
+        printf("model    %s (%s, %s)\n%8s %14s %14s %16s %14s\n", dir, m.cfg.model_type, be->ops->name, "prompt",
+               "prefill tok/s", "TFLOP/s", "first token ms", "decode tok/s");
+    if (n_lens > 1 && json)
+        printf("[");
+    for (int32_t l = 0; l < n_lens; l++) {
+        n_prompt = lens[l];
+        int32_t seq = engine_seq_new(&e);
+        double t0 = now_s();
+        for (int64_t done = 0; done < n_prompt;) {
+            int32_t n = (int32_t)(n_prompt - done < n_batch ? n_prompt - done : n_batch);
+            for (int32_t i = 0; i < n; i++) {
+                pos[i] = (int32_t)(done + i);
+                seqv[i] = seq;
+                par[i] = i - 1;
+                want[i] = done + i == n_prompt - 1;
+            }
+            struct batch b = {n, tok + done, pos, seqv, par, want};
+            if (engine_forward(&e, &b, logits, NULL) < 0 || engine_commit_all(&e) != 0)
+                goto done;
+            done += n;
+        }
+        t_prefill = now_s() - t0; /* the first token's logits are ready: time to first token */
+        t0 = now_s();
+        for (int64_t g = 0; g < n_gen; g++) {
+            int32_t next = sampler_argmax(logits, V), p = (int32_t)(n_prompt + g), parent = -1;
+            uint8_t one = 1;
+            struct batch b = {1, &next, &p, &seq, &parent, &one};
+            if (engine_forward(&e, &b, logits, NULL) < 0 || engine_commit_all(&e) != 0)
+                goto done;
+        }
+        t_decode = now_s() - t0;
+        engine_seq_free(&e, seq);
+        if (n_lens == 1)
+            break;
+        const double pf = (double)n_prompt / t_prefill, tf = prefill_flops(&m, n_prompt) / t_prefill / 1e12;
+        if (json)
+            printf("%s{\"prompt\":%lld,\"prefill_tok_s\":%.2f,\"prefill_tflops\":%.2f,\"ttft_ms\":%.2f,"
+                   "\"decode_tok_s\":%.2f}",
+                   l ? "," : "", (long long)n_prompt, pf, tf, 1e3 * t_prefill, (double)n_gen / t_decode);
+        else
+            printf("%8lld %14.2f %14.2f %16.2f %14.2f\n", (long long)n_prompt, pf, tf, 1e3 * t_prefill,
+                   (double)n_gen / t_decode);
+    }
+    if (n_lens > 1) {
+        if (json)
+            printf("]\n");
+        rc = 0;
+        goto done;
+    }
     int32_t nth = threads > 0 ? (int32_t)threads : 0;
     if (nth == 0)
         nth = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
