@@ -33,6 +33,8 @@ check "--json" 'python3 -c "import json,sys; r=json.load(open(sys.argv[1]))[0]; 
 check "a server that is not there" '[ $? = 1 ] && grep -q "Couldn.t connect" "$tmp/e"'
 "$bin" bench compare --prompts 8 >"$tmp/e" 2>&1
 check "no --against is a usage error" '[ $? = 2 ]'
+curl -s "http://127.0.0.1:$p1/v1/completions" -d '{"prompt": "hi", "max_tokens": 60, "ignore_eos": true, "temperature": 0}' >"$tmp/ie"
+check "ignore_eos generates max_tokens" 'grep -q "\"completion_tokens\":60" "$tmp/ie"'
 [ "$fail" = 0 ] || { cat "$tmp/out"; }
 echo "compare: $pass passed, $fail failed"
 [ "$fail" = 0 ]

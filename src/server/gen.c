@@ -203,7 +203,12 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
         g->stop[g->n_stop++] = strdup(json_string_value(sv));
     }
     json_decref(stops);
-    g->req = sched_req_new(ids.ids, ids.n, &o->sp, max_tokens, a->model.cfg.vocab_size);
+    struct sampler_params sp = o->sp;
+    for (int32_t i = 0; o->ignore_eos && i < a->model.cfg.n_eos && sp.n_bias < SAMPLER_MAX_BIAS; i++) {
+        sp.bias_id[sp.n_bias] = a->model.cfg.eos_id[i];
+        sp.bias[sp.n_bias++] = -INFINITY; /* never sampled, so never an end */
+    }
+    g->req = sched_req_new(ids.ids, ids.n, &sp, max_tokens, a->model.cfg.vocab_size);
     tok_ids_free(&ids);
     int rc = 0;
     if (o->raw_prompt) {

@@ -22,6 +22,8 @@ struct gen_opts {
     int32_t max_tokens;      /* 0: up to the context, at most 4096 */
     bool clamp;              /* max_tokens past the context shrinks to fit (else it is an error) */
     json_t *stop;            /* stop strings: a string or a list (OpenAI stop, Anthropic stop_sequences), or NULL */
+    bool ignore_eos;         /* generate max_tokens even past end-of-sequence tokens (vLLM's and
+                                llama-server's extension; benchmarks use it) */
     chat_event_fn fn;
     void *ctx;
 };

@@ -206,6 +206,7 @@ static enum MHD_Result oai_run(struct app *a, struct MHD_Connection *c, struct o
     json_t *stop = json_object_get(body, "stop");
     go->stop = json_is_null(stop) ? NULL : stop;
     bool busy = false;
+    go->ignore_eos = json_is_true(json_object_get(body, "ignore_eos"));
     if (read_params(body, &go->sp, &go->max_tokens, perr, sizeof perr) != 0 ||
         !(g->gen = gen_start(a, go, perr, sizeof perr, &busy))) {
         oai_free(g);

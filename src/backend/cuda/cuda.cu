@@ -186,7 +186,9 @@ static int cu_alloc(struct backend *be, struct tensor *t, enum dtype type, int64
         cudaGetLastError();
         size_t fr = 0, tot = 0;
         cudaMemGetInfo(&fr, &tot);
-        return err_set("cuda: cannot allocate %.1f MiB of device memory (%.1f of %.1f GiB free)",
+        return err_set("cuda: cannot allocate %.1f MiB of device memory (%.1f of %.1f GiB free): the model and its "
+                       "cache do not fit this GPU; `kapitsa doctor` lists what fits, or use --ctx with less or "
+                       "--device cpu",
                        (double)bytes / (1 << 20), (double)fr / (1 << 30), (double)tot / (1 << 30));
     }
     if (CUDA_CHECK(c, cudaMemsetAsync(p, 0, bytes, c->stream)) != 0) {
