@@ -14,31 +14,7 @@ trap 'rm -rf "$tmp"' EXIT
 export KAPITSA_DEVICE=cpu # the cpu unless a test names --device
 export ASAN_OPTIONS=exitcode=99:detect_leaks=1
 export UBSAN_OPTIONS=halt_on_error=1:exitcode=98:print_stacktrace=1
-pass=0
-fail=0
-
-ok() { echo "ok - $1"; pass=$((pass + 1)); }
-bad() { echo "not ok - $1"; fail=$((fail + 1)); }
-
-# expect NAME STATUS SUBSTRING... -- COMMAND...
-expect() {
-    local name=$1 want=$2
-    shift 2
-    local subs=()
-    while [ "$1" != "--" ]; do subs+=("$1"); shift; done
-    shift
-    "$@" >"$tmp/out" 2>&1
-    local got=$?
-    if [ "$got" != "$want" ]; then
-        bad "$name (exit $got, wanted $want)"; sed 's/^/    /' "$tmp/out" | head -20; return
-    fi
-    for s in "${subs[@]}"; do
-        if ! grep -qF -- "$s" "$tmp/out"; then
-            bad "$name (output lacks '$s')"; sed 's/^/    /' "$tmp/out" | head -20; return
-        fi
-    done
-    ok "$name"
-}
+. "$here/lib.sh"
 
 for arch in qwen3 qwen3_moe qwen3_yarn_sharded qwen3_f16_linear qwen3_moe_mixed; do
     expect "check $arch" 0 "ok" "ids identical ok" -- "$bin" check "$fx/$arch"

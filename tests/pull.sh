@@ -18,24 +18,7 @@ trap 'kill $srv 2>/dev/null; rm -rf "$tmp"' EXIT
 for _ in $(seq 50); do [ -f "$tmp/port" ] && break; sleep 0.1; done
 export HF_ENDPOINT="http://127.0.0.1:$(cat "$tmp/port")" HF_HOME="$tmp/hf"
 unset HF_TOKEN HF_HUB_CACHE
-pass=0
-fail=0
-ok() { echo "ok - $1"; pass=$((pass + 1)); }
-bad() { echo "not ok - $1"; fail=$((fail + 1)); }
-expect() { # NAME STATUS SUBSTRING... -- COMMAND...
-    local name=$1 want=$2
-    shift 2
-    local subs=()
-    while [ "$1" != "--" ]; do subs+=("$1"); shift; done
-    shift
-    "$@" >"$tmp/out" 2>&1
-    local got=$?
-    if [ "$got" != "$want" ]; then bad "$name (exit $got, wanted $want)"; sed 's/^/    /' "$tmp/out" | tail -8; return; fi
-    for s in "${subs[@]}"; do
-        grep -qF -- "$s" "$tmp/out" || { bad "$name (output lacks '$s')"; sed 's/^/    /' "$tmp/out" | tail -8; return; }
-    done
-    ok "$name"
-}
+. "$here/lib.sh"
 # the layout huggingface_hub writes: blobs named by sha256 (LFS) or git blob sha1,
 # snapshot entries relative symlinks into blobs, refs/main holding the commit
 layout() { # REPO_DIR
