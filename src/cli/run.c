@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "../backend/device.h"
 #include "../base/err.h"
+#include "../base/path.h"
 #include "../chat/template.h"
 #include "../engine/engine.h"
 #include "../engine/sampler.h"
@@ -26,17 +27,8 @@ const char *cli_default_model(void)
         return env;
     if (access("models/kapitsa-tiny/config.json", R_OK) == 0)
         return "models/kapitsa-tiny";
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = 0;
-        char *slash = strrchr(exe, '/');
-        if (slash)
-            *slash = 0;
-        snprintf(path, sizeof path, "%s/../models/kapitsa-tiny", exe);
-        return path;
-    }
-    return "models/kapitsa-tiny";
+    path_beside_exe("models/kapitsa-tiny", path, sizeof path);
+    return path;
 }
 
 static void run_usage(FILE *f)

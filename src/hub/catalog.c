@@ -3,6 +3,7 @@
 #include "catalog.h"
 
 #include "../base/err.h"
+#include "../base/path.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -25,17 +26,8 @@ static const char *default_path(char *buf, size_t n)
         return env;
     if (access("models/catalog.json", R_OK) == 0)
         return "models/catalog.json";
-    char exe[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len > 0) {
-        exe[len] = 0;
-        char *slash = strrchr(exe, '/');
-        if (slash)
-            *slash = 0;
-        snprintf(buf, n, "%s/../models/catalog.json", exe);
-        return buf;
-    }
-    return "models/catalog.json";
+    path_beside_exe("models/catalog.json", buf, n);
+    return buf;
 }
 
 int catalog_load(struct catalog *c, const char *path)
