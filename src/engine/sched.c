@@ -4,6 +4,7 @@
 #include "../base/err.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -62,6 +63,7 @@ struct sched_req *sched_req_new(const int32_t *prompt, int32_t n, const struct s
         return NULL;
     }
     r->dseq = -1;
+    r->n_top = -1;
     r->prompt = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
     r->hist = malloc(sizeof(int32_t) * (size_t)(n + max_tokens + 1));
     r->cap_out = max_tokens > 0 ? max_tokens : 1;
@@ -99,7 +101,55 @@ void sched_req_release(struct sched_req *r)
     free(r->prompt);
     free(r->hist);
     free(r->out);
+    free(r->lp);
+    free(r->top_id);
+    free(r->top_lp);
     free(r);
+}
+
+int sched_req_logprobs(struct sched_req *r, int32_t n_top)
+{
+    if (n_top < 0 || n_top > SCHED_MAX_TOP)
+        return err_set("sched: top log-probabilities must be 0 to %d", SCHED_MAX_TOP);
+    const size_t n = (size_t)r->cap_out;
+    r->lp = malloc(sizeof(float) * n);
+    r->top_id = malloc(sizeof(int32_t) * n * (size_t)(n_top ? n_top : 1));
+    r->top_lp = malloc(sizeof(float) * n * (size_t)(n_top ? n_top : 1));
+    if (!r->lp || !r->top_id || !r->top_lp)
+        return err_set("sched: out of memory");
+    r->n_top = n_top;
+    return 0;
+}
+
+/* Log-probabilities of the token about to be output (index n_out) and its
+ * alternatives, from the raw logits row. */
+static void logprobs_fill(struct sched_req *r, const float *row, int32_t V, int32_t t)
+{
+    float mx = -INFINITY;
+    for (int32_t v = 0; v < V; v++)
+        mx = row[v] > mx ? row[v] : mx;
+    double sum = 0;
+    for (int32_t v = 0; v < V; v++)
+        sum += exp((double)(row[v] - mx));
+    const float lse = mx + (float)log(sum);
+    const int32_t i = r->n_out, k = r->n_top;
+    int32_t *id = r->top_id + (size_t)i * (size_t)k;
+    float *lp = r->top_lp + (size_t)i * (size_t)k;
+    for (int32_t j = 0; j < k; j++) /* insertion into the k best (ties: lower id first) */
+        id[j] = -1;
+    for (int32_t v = 0; v < V && k > 0; v++) {
+        if (id[k - 1] >= 0 && row[v] <= row[id[k - 1]])
+            continue;
+        int32_t j = k - 1;
+        while (j > 0 && (id[j - 1] < 0 || row[v] > row[id[j - 1]])) {
+            id[j] = id[j - 1];
+            j--;
+        }
+        id[j] = v;
+    }
+    for (int32_t j = 0; j < k; j++)
+        lp[j] = row[id[j]] - lse;
+    r->lp[i] = row[t] - lse;
 }
 
 int32_t sched_req_wait(struct sched_req *r, int32_t seen)
@@ -352,7 +402,7 @@ static bool sched_step(struct sched *s)
         return false;
     /* one request decoding alone: speculate instead */
     if (s->spec_on && n == 1 && s->par[0] == -1 && s->active[s->owner[0]]->n_fed == s->active[s->owner[0]]->n_prompt &&
-        s->active[s->owner[0]]->n_out > 0) {
+        s->active[s->owner[0]]->n_out > 0 && s->active[s->owner[0]]->n_top < 0) {
         sched_spec_step(s, s->owner[0]);
         return true;
     }
@@ -383,7 +433,11 @@ static bool sched_step(struct sched *s)
             continue;
         struct sched_req *r = s->active[s->owner[i]];
         int32_t len = r->n_prompt + r->n_out;
-        sched_emit(s, s->owner[i], sampler_sample(&r->sampler, s->logits + (int64_t)j++ * V, r->hist, len));
+        const float *row = s->logits + (int64_t)j++ * V;
+        const int32_t t = sampler_sample(&r->sampler, row, r->hist, len);
+        if (r->n_top >= 0 && r->n_out < r->cap_out)
+            logprobs_fill(r, row, V, t);
+        sched_emit(s, s->owner[i], t);
     }
     return true;
 }

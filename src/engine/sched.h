@@ -40,6 +40,13 @@ struct sched_req {
     pthread_cond_t cv;
     int32_t *out;            /* [n_out] generated tokens (eos excluded) */
     int32_t n_out, cap_out;
+    /* log-probabilities (sched_req_logprobs): of each output token under the
+     * model (log-softmax of its logits, before sampling's adjustments), and the
+     * n_top most likely alternatives, best first; -1: not asked for */
+    int32_t n_top;
+    float *lp;               /* [cap_out] */
+    int32_t *top_id;         /* [cap_out][n_top] */
+    float *top_lp;           /* [cap_out][n_top] */
     enum sched_finish finish;
     bool cancel;
     char error[256];
@@ -68,6 +75,11 @@ void sched_free(struct sched *s);
  * a bad sampler parameter (err_set). */
 struct sched_req *sched_req_new(const int32_t *prompt, int32_t n, const struct sampler_params *sp, int32_t max_tokens,
                                 int32_t n_vocab);
+/* Asks for log-probabilities with n_top (0..SCHED_MAX_TOP) alternatives per
+ * token, before sched_submit. Such a request decodes without speculation (a
+ * speculative step's tokens come without their own logits pass). -1 with err_set(). */
+#define SCHED_MAX_TOP 20
+int sched_req_logprobs(struct sched_req *r, int32_t n_top);
 /* -1 with err_set() when the request cannot fit the context; -2 when the queue
  * is full (the server is overloaded: try again later). */
 int sched_submit(struct sched *s, struct sched_req *r);

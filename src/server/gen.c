@@ -209,6 +209,12 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
         sp.bias[sp.n_bias++] = -INFINITY; /* never sampled, so never an end */
     }
     g->req = sched_req_new(ids.ids, ids.n, &sp, max_tokens, a->model.cfg.vocab_size);
+    if (g->req && o->logprobs >= 0 && sched_req_logprobs(g->req, o->logprobs) != 0) {
+        snprintf(err, n_err, "%s", err_msg());
+        tok_ids_free(&ids);
+        gen_free(g);
+        return NULL;
+    }
     tok_ids_free(&ids);
     int rc = 0;
     if (o->raw_prompt) {
@@ -271,6 +277,60 @@ int32_t gen_n_output(const struct gen *g)
     pthread_mutex_unlock(&g->req->mu);
     return n;
 }
+int32_t gen_n_seen(const struct gen *g) { return g->seen; }
+
+/* The token's text (lossy UTF-8 for a piece of a character) and its bytes. */
+static json_t *token_json(const struct tokenizer *t, int32_t id, json_t **bytes)
+{
+    size_t len = 0;
+    char *s = tok_decode(t, &id, 1, false, &len);
+    json_t *str = json_stringn(s ? s : "", s ? len : 0);
+    if (bytes) {
+        *bytes = json_array();
+        for (size_t i = 0; s && i < len; i++)
+            json_array_append_new(*bytes, json_integer((unsigned char)s[i]));
+    }
+    free(s);
+    return str;
+}
+
+int32_t gen_logprobs(struct gen *g, int32_t from, int32_t to, bool legacy, json_t *arr, int64_t *offset)
+{
+    const struct sched_req *r = g->req;
+    const struct tokenizer *tk = g->app->tok;
+    pthread_mutex_lock(&g->req->mu);
+    if (to > r->n_out)
+        to = r->n_out;
+    pthread_mutex_unlock(&g->req->mu);
+    for (int32_t i = from; i < to && r->n_top >= 0; i++) {
+        const int32_t *tid = r->top_id + (size_t)i * (size_t)r->n_top;
+        const float *tlp = r->top_lp + (size_t)i * (size_t)r->n_top;
+        if (legacy) {
+            json_t *tok = token_json(tk, r->out[i], NULL), *top = json_object();
+            *offset += (int64_t)json_string_length(tok);
+            json_array_append_new(json_object_get(arr, "text_offset"), json_integer(*offset - (int64_t)json_string_length(tok)));
+            json_array_append_new(json_object_get(arr, "tokens"), tok);
+            json_array_append_new(json_object_get(arr, "token_logprobs"), json_real(r->lp[i]));
+            for (int32_t j = 0; j < r->n_top; j++) {
+                json_t *alt = token_json(tk, tid[j], NULL);
+                json_object_set_new(top, json_string_value(alt), json_real(tlp[j]));
+                json_decref(alt);
+            }
+            json_array_append_new(json_object_get(arr, "top_logprobs"), top);
+            continue;
+        }
+        json_t *bytes, *top = json_array();
+        json_t *tok = token_json(tk, r->out[i], &bytes);
+        for (int32_t j = 0; j < r->n_top; j++) {
+            json_t *ab, *alt = token_json(tk, tid[j], &ab);
+            json_array_append_new(top, json_pack("{s:o,s:f,s:o}", "token", alt, "logprob", (double)tlp[j], "bytes", ab));
+        }
+        json_array_append_new(arr, json_pack("{s:o,s:f,s:o,s:o}", "token", tok, "logprob", (double)r->lp[i], "bytes",
+                                             bytes, "top_logprobs", top));
+    }
+    return to > from ? to : from;
+}
+
 int32_t gen_n_tool_calls(const struct gen *g) { return g->parser ? chat_parser_n_tool_calls(g->parser) : 0; }
 
 void gen_free(struct gen *g)

@@ -22,6 +22,7 @@ struct gen_opts {
     int32_t max_tokens;      /* 0: up to the context, at most 4096 */
     bool clamp;              /* max_tokens past the context shrinks to fit (else it is an error) */
     json_t *stop;            /* stop strings: a string or a list (OpenAI stop, Anthropic stop_sequences), or NULL */
+    int32_t logprobs;        /* top alternatives per token with log-probabilities, or -1: none */
     bool ignore_eos;         /* generate max_tokens even past end-of-sequence tokens (vLLM's and
                                 llama-server's extension; benchmarks use it) */
     chat_event_fn fn;
@@ -51,6 +52,14 @@ int32_t gen_n_prompt(const struct gen *g);
 /* Prompt tokens whose K/V came from an earlier conversation (prefix reuse). */
 int32_t gen_n_cached(const struct gen *g);
 int32_t gen_n_output(const struct gen *g);
+/* Output tokens taken so far (those the events delivered came from). */
+int32_t gen_n_seen(const struct gen *g);
+/* Log-probabilities of output tokens [from, to) (logprobs >= 0 in the options):
+ * chat: OpenAI entries {token, logprob, bytes, top_logprobs} appended to arr;
+ * legacy (completions): arr is an object whose tokens / token_logprobs /
+ * top_logprobs / text_offset lists grow, text_offset counting from *offset. */
+/* Returns the end actually reached (to, or fewer if not yet generated). */
+int32_t gen_logprobs(struct gen *g, int32_t from, int32_t to, bool legacy, json_t *arr, int64_t *offset);
 int32_t gen_n_tool_calls(const struct gen *g);
 void gen_free(struct gen *g);
 

@@ -33,6 +33,10 @@ struct oai {
     char *content, *reasoning;
     size_t n_content, n_reasoning;
     struct sse out;
+    /* log-probabilities asked for: entries go out with the chunk that follows their token */
+    bool logprobs;
+    int32_t lp_sent;
+    int64_t lp_offset;
 };
 
 static void append(char **p, size_t *n, const char *s, size_t k)
@@ -48,20 +52,40 @@ static void append(char **p, size_t *n, const char *s, size_t k)
 
 static void sse(struct oai *g, json_t *obj) { sse_event(&g->out, NULL, obj); }
 
+/* The logprobs field for output tokens [lp_sent, to): null when not asked for. */
+static json_t *lp_json(struct oai *g, int32_t to)
+{
+    if (!g->logprobs)
+        return json_null();
+    json_t *o;
+    if (g->completion) {
+        o = json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
+        to = gen_logprobs(g->gen, g->lp_sent, to, true, o, &g->lp_offset);
+    } else {
+        json_t *content = json_array();
+        to = gen_logprobs(g->gen, g->lp_sent, to, false, content, NULL);
+        o = json_pack("{s:o,s:n}", "content", content, "refusal");
+    }
+    g->lp_sent = to;
+    return o;
+}
+
 static json_t *chunk(struct oai *g, json_t *delta, const char *finish)
 {
+    /* while events flow, the token being fed is gen_n_seen(); at the end all are out */
+    const int32_t to = finish ? gen_n_output(g->gen) : gen_n_seen(g->gen) + 1;
     if (g->completion) { /* a text_completion chunk: the delta's text is the choice's text */
         json_t *t = json_object_get(delta, "content");
-        json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:O,s:n,s:o}]}", "id", g->id, "object", "text_completion",
+        json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:O,s:o,s:o}]}", "id", g->id, "object", "text_completion",
                               "created", (json_int_t)g->created, "model", g->app->model_name, "choices", "index", 0,
-                              "text", t ? t : json_string(""), "logprobs", "finish_reason",
+                              "text", t ? t : json_string(""), "logprobs", lp_json(g, to), "finish_reason",
                               finish ? json_string(finish) : json_null());
         json_decref(delta);
         return c;
     }
-    return json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:o}]}", "id", g->id, "object", "chat.completion.chunk", "created",
-                     (json_int_t)g->created, "model", g->app->model_name, "choices", "index", 0, "delta", delta,
-                     "finish_reason", finish ? json_string(finish) : json_null());
+    return json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:o,s:o}]}", "id", g->id, "object", "chat.completion.chunk",
+                     "created", (json_int_t)g->created, "model", g->app->model_name, "choices", "index", 0, "delta",
+                     delta, "logprobs", lp_json(g, to), "finish_reason", finish ? json_string(finish) : json_null());
 }
 
 static void on_event(void *ctx, const struct chat_event *ev)
@@ -207,6 +231,24 @@ static enum MHD_Result oai_run(struct app *a, struct MHD_Connection *c, struct o
     go->stop = json_is_null(stop) ? NULL : stop;
     bool busy = false;
     go->ignore_eos = json_is_true(json_object_get(body, "ignore_eos"));
+    go->logprobs = -1;
+    json_t *lp = json_object_get(body, "logprobs"), *top = json_object_get(body, "top_logprobs");
+    if (g->completion && lp && !json_is_null(lp)) { /* completions: logprobs is the number of alternatives */
+        if (!json_is_integer(lp) || json_integer_value(lp) < 0 || json_integer_value(lp) > 5) {
+            oai_free(g);
+            return http_openai_error(c, 400, "invalid_request_error", "logprobs must be an integer from 0 to 5");
+        }
+        go->logprobs = (int32_t)json_integer_value(lp);
+    } else if (!g->completion && (json_is_true(lp) || (top && !json_is_null(top)))) {
+        if (!json_is_true(lp) || (top && !json_is_null(top) && (!json_is_integer(top) || json_integer_value(top) < 0 ||
+                                                                json_integer_value(top) > 20))) {
+            oai_free(g);
+            return http_openai_error(c, 400, "invalid_request_error",
+                                     "top_logprobs must be an integer from 0 to 20, with logprobs: true");
+        }
+        go->logprobs = top && !json_is_null(top) ? (int32_t)json_integer_value(top) : 0;
+    }
+    g->logprobs = go->logprobs >= 0;
     if (read_params(body, &go->sp, &go->max_tokens, perr, sizeof perr) != 0 ||
         !(g->gen = gen_start(a, go, perr, sizeof perr, &busy))) {
         oai_free(g);
@@ -227,19 +269,20 @@ static enum MHD_Result oai_run(struct app *a, struct MHD_Connection *c, struct o
     }
     json_t *resp;
     if (g->completion) {
-        resp = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:s%,s:n,s:s}],s:o}", "id", g->id, "object", "text_completion",
+        resp = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:s%,s:o,s:s}],s:o}", "id", g->id, "object", "text_completion",
                          "created", (json_int_t)g->created, "model", a->model_name, "choices", "index", 0, "text",
-                         g->content ? g->content : "", g->n_content, "logprobs", "finish_reason", finish_reason(g),
-                         "usage", usage(g));
+                         g->content ? g->content : "", g->n_content, "logprobs", lp_json(g, gen_n_output(g->gen)),
+                         "finish_reason", finish_reason(g), "usage", usage(g));
     } else {
         json_t *msg = json_pack("{s:s,s:s%}", "role", "assistant", "content", g->content ? g->content : "", g->n_content);
         if (g->n_reasoning)
             json_object_set_new(msg, "reasoning_content", json_stringn(g->reasoning, g->n_reasoning));
         if (json_array_size(g->tool_calls))
             json_object_set(msg, "tool_calls", g->tool_calls);
-        resp = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:s,s:n}],s:o}", "id", g->id, "object", "chat.completion",
+        resp = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:s,s:o}],s:o}", "id", g->id, "object", "chat.completion",
                          "created", (json_int_t)g->created, "model", a->model_name, "choices", "index", 0, "message",
-                         msg, "finish_reason", finish_reason(g), "logprobs", "usage", usage(g));
+                         msg, "finish_reason", finish_reason(g), "logprobs", lp_json(g, gen_n_output(g->gen)), "usage",
+                         usage(g));
     }
     oai_free(g);
     return http_json(c, MHD_HTTP_OK, resp);

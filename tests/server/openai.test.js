@@ -243,3 +243,29 @@ test("logit_bias: a boosted token takes over greedy output (bans are in the queu
   assert.match(r.choices[0].message.content, /^\.+$/);
   assert.equal(r.usage.completion_tokens, 12);
 });
+
+test("logprobs: one entry per generated token, alternatives best first, the same when streamed", async () => {
+  const req = { model: "m", messages: [{ role: "user", content: "Write a Python function." }], max_tokens: 12,
+    temperature: 0, logprobs: true, top_logprobs: 3, chat_template_kwargs: { enable_thinking: false } };
+  const r = await client.chat.completions.create(req);
+  const lp = r.choices[0].logprobs.content;
+  assert.equal(lp.length, r.usage.completion_tokens);
+  for (const e of lp) {
+    assert.ok(e.logprob <= 0 && e.top_logprobs.length === 3);
+    for (let j = 1; j < 3; j++) assert.ok(e.top_logprobs[j - 1].logprob >= e.top_logprobs[j].logprob);
+    assert.equal(e.token, e.top_logprobs[0].token); // greedy takes the most likely token
+    assert.ok(Math.abs(e.logprob - e.top_logprobs[0].logprob) < 1e-6);
+  }
+  assert.equal(lp.map((e) => e.token).join(""), r.choices[0].message.content);
+  const stream = await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+  const streamed = [];
+  for await (const ch of stream) if (ch.choices[0]?.logprobs?.content) streamed.push(...ch.choices[0].logprobs.content);
+  assert.deepEqual(streamed.map((e) => [e.token, e.logprob]), lp.map((e) => [e.token, e.logprob]));
+  const c = await client.completions.create({ model: "m", prompt: "def add(a, b):", max_tokens: 6, temperature: 0, logprobs: 2 });
+  const l = c.choices[0].logprobs;
+  assert.equal(l.tokens.length, c.usage.completion_tokens);
+  assert.equal(l.tokens.join(""), c.choices[0].text);
+  assert.deepEqual(l.text_offset, l.tokens.map((_, i) => l.tokens.slice(0, i).join("").length));
+  await assert.rejects(client.chat.completions.create({ ...req, top_logprobs: 21 }), (e) => e.status === 400 && /top_logprobs/.test(e.message));
+  await assert.rejects(client.completions.create({ model: "m", prompt: "x", logprobs: 9 }), (e) => e.status === 400 && /logprobs/.test(e.message));
+});
