@@ -315,7 +315,9 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
     if (!json_is_integer(mt) || json_integer_value(mt) < 1 || json_integer_value(mt) > (1 << 24))
         return http_anthropic_error(c, 400, "invalid_request_error", "max_tokens: a positive integer is required");
     struct gen_opts go = {0};
-    if (gen_sampling(body, 1.0f, &go.sp, err, sizeof err) != 0)
+    bool use_tools;
+    if (gen_sampling(body, 1.0f, &go.sp, err, sizeof err) != 0 ||
+        gen_tool_choice(json_object_get(body, "tool_choice"), true, &use_tools, err, sizeof err) != 0)
         return http_anthropic_error(c, 400, "invalid_request_error", "%s", err);
     go.max_tokens = (int32_t)json_integer_value(mt);
     go.clamp = true; /* agents ask for more than a local context holds (Claude Code: 32000) */
@@ -328,7 +330,7 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
     s->stream = json_is_true(json_object_get(body, "stream"));
     s->content = json_array();
     snprintf(s->id, sizeof s->id, "msg_%08lx%08lx", (unsigned long)random(), (unsigned long)random());
-    json_t *msgs = to_chat(body, err, sizeof err), *tools = to_tools(json_object_get(body, "tools"));
+    json_t *msgs = to_chat(body, err, sizeof err), *tools = use_tools ? to_tools(json_object_get(body, "tools")) : NULL;
     json_t *kw = thinking_kwargs(body);
     go.messages = msgs;
     go.tools = tools;

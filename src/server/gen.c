@@ -145,6 +145,26 @@ int gen_sampling(json_t *b, float max_temperature, struct sampler_params *sp, ch
     return 0;
 }
 
+int gen_tool_choice(json_t *tc, bool anthropic, bool *use_tools, char *err, size_t n_err)
+{
+    *use_tools = true;
+    if (!tc || json_is_null(tc))
+        return 0;
+    const char *kind = anthropic ? json_string_value(json_object_get(tc, "type")) : json_string_value(tc);
+    if (kind && strcmp(kind, "auto") == 0)
+        return 0;
+    if (kind && strcmp(kind, "none") == 0) {
+        *use_tools = false;
+        return 0;
+    }
+    if (kind || json_is_object(tc))
+        return snprintf(err, n_err, "tool_choice %s is not supported: this server cannot force a tool call; use %s",
+                        kind ? kind : "naming a function", anthropic ? "{\"type\": \"auto\"} or {\"type\": \"none\"}"
+                                                                     : "\"auto\" or \"none\""),
+               -1;
+    return snprintf(err, n_err, "tool_choice must be %s", anthropic ? "an object with a type" : "a string or an object"), -1;
+}
+
 int32_t gen_count_tokens(struct app *a, json_t *messages, json_t *tools, json_t *kwargs, char *err, size_t n_err)
 {
     struct tok_ids ids = {0};

@@ -36,6 +36,11 @@ struct gen;
  * (temperature 1, a random seed). -1 with a message in err on a bad value. */
 int gen_sampling(json_t *body, float max_temperature, struct sampler_params *sp, char *err, size_t n_err);
 
+/* tool_choice: OpenAI's "auto" / "none" (null: auto), or Anthropic's
+ * {"type": "auto" | "none"}. *use_tools false for none. Forcing a call
+ * ("required", "any", a named tool) is refused: -1 with a message in err. */
+int gen_tool_choice(json_t *tc, bool anthropic, bool *use_tools, char *err, size_t n_err);
+
 #define GEN_MAX_STOP 8
 
 /* NULL with a message in err and *overloaded set when the queue was full (else a

@@ -299,7 +299,11 @@ enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *bod
         return http_openai_error(c, 400, "invalid_request_error", "messages[%zu] needs a string 'role'", i);
     if (tools && !json_is_null(tools) && !json_is_array(tools))
         return http_openai_error(c, 400, "invalid_request_error", "'tools' must be an array");
-    if (json_is_null(tools) || (json_is_array(tools) && json_array_size(tools) == 0))
+    bool use_tools;
+    char terr[256];
+    if (gen_tool_choice(json_object_get(body, "tool_choice"), false, &use_tools, terr, sizeof terr) != 0)
+        return http_openai_error(c, 400, "invalid_request_error", "%s", terr);
+    if (!use_tools || json_is_null(tools) || (json_is_array(tools) && json_array_size(tools) == 0))
         tools = NULL;
     struct oai *g = calloc(1, sizeof *g);
     if (!g)

@@ -101,3 +101,17 @@ test("stop_sequences end the message and are reported", async () => {
   assert.equal(m.stop_sequence, stop);
   assert.equal(m.content.filter((b) => b.type === "text").map((b) => b.text).join(""), full.slice(0, full.indexOf(stop)));
 });
+
+test("tool_choice: none drops the tools from the prompt; any and a named tool are refused", async () => {
+  const tools = [{ name: "get_weather", description: "Weather of a city",
+    input_schema: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } }];
+  const base = { model: "m", max_tokens: 4, temperature: 0, messages: [{ role: "user", content: "Weather in Paris?" }] };
+  const none = await client.messages.create({ ...base, tools, tool_choice: { type: "none" } });
+  const bare = await client.messages.create(base);
+  const auto = await client.messages.create({ ...base, tools, tool_choice: { type: "auto" } });
+  assert.equal(none.usage.input_tokens, bare.usage.input_tokens);
+  assert.ok(auto.usage.input_tokens > bare.usage.input_tokens + 20);
+  for (const tc of [{ type: "any" }, { type: "tool", name: "get_weather" }])
+    await assert.rejects(client.messages.create({ ...base, tools, tool_choice: tc }),
+      (e) => e.status === 400 && e.error?.error?.type === "invalid_request_error" && /tool_choice/.test(e.message));
+});

@@ -269,3 +269,21 @@ test("logprobs: one entry per generated token, alternatives best first, the same
   await assert.rejects(client.chat.completions.create({ ...req, top_logprobs: 21 }), (e) => e.status === 400 && /top_logprobs/.test(e.message));
   await assert.rejects(client.completions.create({ model: "m", prompt: "x", logprobs: 9 }), (e) => e.status === 400 && /logprobs/.test(e.message));
 });
+
+test("tool_choice: none renders the prompt without the tools; forcing a call is refused", async () => {
+  const tools = [{ type: "function", function: { name: "get_weather", description: "Weather of a city",
+    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }];
+  const base = { model: "m", messages: [{ role: "user", content: "Weather in Paris?" }], max_tokens: 2, temperature: 0 };
+  const auto = await client.chat.completions.create({ ...base, tools, tool_choice: "auto" });
+  const none = await client.chat.completions.create({ ...base, tools, tool_choice: "none" });
+  const bare = await client.chat.completions.create(base);
+  assert.equal(none.usage.prompt_tokens, bare.usage.prompt_tokens);
+  assert.ok(auto.usage.prompt_tokens > none.usage.prompt_tokens + 20);
+  await assert.rejects(client.chat.completions.create({ ...base, tools, tool_choice: "required" }), (e) => e.status === 400 && /tool_choice/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ ...base, tools, tool_choice: { type: "function", function: { name: "get_weather" } } }),
+    (e) => e.status === 400 && /tool_choice/.test(e.message));
+  const r = await client.responses.create({ model: "m", input: "Weather in Paris?", tools: [{ type: "function", name: "get_weather",
+    parameters: { type: "object", properties: {} } }], tool_choice: "none", max_output_tokens: 16 });
+  assert.ok(["completed", "incomplete"].includes(r.status) && !r.output.some((o) => o.type === "function_call"));
+  await assert.rejects(client.responses.create({ model: "m", input: "x", tool_choice: "required" }), (e) => e.status === 400);
+});
