@@ -20,7 +20,7 @@
 
 static void chat_usage(FILE *f)
 {
-    fprintf(f, "usage: kapitsa chat [--model DIR] [--system TEXT] [--max-tokens N] [--temp T] [--seed S]\n"
+    fprintf(f, "usage: kapitsa chat [--model DIR] [--system TEXT] [--max-tokens N] [--temperature T] [--seed S]\n"
                "                    [--ctx TOKENS] [--threads N] [--device D] " CLI_SPEC_USAGE "\n"
                "                    [--think]\n"
                "  one user message per line (a line ending in \\ continues it; so do lines between two\n"
@@ -99,7 +99,8 @@ int cli_chat(int argc, char **argv)
             return 0;
         } else if (strcmp(argv[i], "--think") == 0) {
             think = 1;
-        } else if ((f = cli_flag(argc, argv, &i, "--temp", &v)) != 0) {
+        } else if ((f = cli_flag(argc, argv, &i, "--temp", &v)) != 0 ||
+                   (f = cli_flag(argc, argv, &i, "--temperature", &v)) != 0) {
             if (f < 0 || sscanf(v, "%lf", &d) != 1 || d < 0)
                 return chat_usage(stderr), 2;
             sp.temperature = (float)d;

@@ -33,7 +33,7 @@ const char *cli_default_model(void)
 
 static void run_usage(FILE *f)
 {
-    fprintf(f, "usage: kapitsa run [--model DIR] [--chat] [--max-tokens N] [--temp T] [--top-p P] [--top-k K]\n"
+    fprintf(f, "usage: kapitsa run [--model DIR] [--chat] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K]\n"
                "                   [--seed S] [--threads N] [--device D] " CLI_SPEC_USAGE " PROMPT\n"
                "  PROMPT '-' reads stdin; --chat wraps it as a user turn in the model's chat template.\n"
                "  With --draft, KFlash speculative decoding (same output as without); --spec lookup\n"
@@ -76,10 +76,12 @@ int cli_run(int argc, char **argv)
             if (f < 0 || cli_int(v) < 0)
                 return run_usage(stderr), 2;
             sp.top_k = (int32_t)cli_int(v);
-        } else if ((f = cli_flag(argc, argv, &i, "--temp", &v)) != 0 || (f = cli_flag(argc, argv, &i, "--top-p", &v)) != 0) {
+        } else if ((f = cli_flag(argc, argv, &i, "--temp", &v)) != 0 ||
+                   (f = cli_flag(argc, argv, &i, "--temperature", &v)) != 0 ||
+                   (f = cli_flag(argc, argv, &i, "--top-p", &v)) != 0) {
             if (f < 0 || sscanf(v, "%lf", &d) != 1)
                 return run_usage(stderr), 2;
-            if (strcmp(argv[i - 1], "--temp") == 0)
+            if (strcmp(argv[i - 1], "--top-p") != 0)
                 sp.temperature = (float)d;
             else
                 sp.top_p = (float)d;

@@ -295,7 +295,10 @@ enum MHD_Result anthropic_count_tokens(struct app *a, struct MHD_Connection *c, 
     char err[512];
     if (!json_is_array(json_object_get(body, "messages")))
         return http_anthropic_error(c, 400, "invalid_request_error", "messages: a list is required");
-    json_t *msgs = to_chat(body, err, sizeof err), *tools = to_tools(json_object_get(body, "tools"));
+    bool use_tools;
+    if (gen_tool_choice(json_object_get(body, "tool_choice"), true, &use_tools, err, sizeof err) != 0)
+        return http_anthropic_error(c, 400, "invalid_request_error", "%s", err);
+    json_t *msgs = to_chat(body, err, sizeof err), *tools = use_tools ? to_tools(json_object_get(body, "tools")) : NULL;
     json_t *kw = thinking_kwargs(body);
     int32_t n = msgs ? gen_count_tokens(a, msgs, tools, kw, err, sizeof err) : -1;
     json_decref(msgs);
