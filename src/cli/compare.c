@@ -101,6 +101,24 @@ static size_t on_bytes(char *data, size_t sz, size_t nm, void *ctx)
     return len;
 }
 
+static size_t whole(char *data, size_t sz, size_t nm, void *ctx)
+{
+    struct stream *s = ctx;
+    size_t len = sz * nm;
+    if (s->n + len + 1 > s->cap) {
+        size_t cap = (s->n + len + 1) * 2;
+        char *p = cap < (16u << 20) ? realloc(s->line, cap) : NULL;
+        if (!p)
+            return 0;
+        s->line = p;
+        s->cap = cap;
+    }
+    memcpy(s->line + s->n, data, len);
+    s->n += len;
+    s->line[s->n] = 0;
+    return len;
+}
+
 /* The first model the server lists (GET URL/models), for servers that need a name. */
 static int first_model(const char *url, char *out, size_t n)
 {
@@ -110,26 +128,22 @@ static int first_model(const char *url, char *out, size_t n)
     CURL *c = curl_easy_init();
     curl_easy_setopt(c, CURLOPT_URL, u);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_bytes);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, whole);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
     CURLcode cc = curl_easy_perform(c);
     curl_easy_cleanup(c);
     int rc = -1;
+    json_t *j = cc == CURLE_OK && s.line ? json_loads(s.line, 0, NULL) : NULL;
+    const char *id = json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id"));
     if (cc != CURLE_OK) {
         err_set("compare: %s: %s", u, curl_easy_strerror(cc));
+    } else if (id) {
+        snprintf(out, n, "%s", id);
+        rc = 0;
     } else {
-        s.line = s.line ? s.line : strdup("");
-        s.line[s.n] = 0;
-        json_t *j = json_loads(s.line, 0, NULL);
-        const char *id = json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id"));
-        if (id) {
-            snprintf(out, n, "%s", id);
-            rc = 0;
-        } else {
-            err_set("compare: %s lists no model (is it an OpenAI-compatible /v1 base URL?)", u);
-        }
-        json_decref(j);
+        err_set("compare: %s lists no model (is it an OpenAI-compatible /v1 base URL?)", u);
     }
+    json_decref(j);
     free(s.line);
     return rc;
 }

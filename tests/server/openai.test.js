@@ -260,7 +260,10 @@ test("logprobs: one entry per generated token, alternatives best first, the same
   const stream = await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
   const streamed = [];
   for await (const ch of stream) if (ch.choices[0]?.logprobs?.content) streamed.push(...ch.choices[0].logprobs.content);
-  assert.deepEqual(streamed.map((e) => [e.token, e.logprob]), lp.map((e) => [e.token, e.logprob]));
+  // the same tokens; the numbers to float rounding (the second request reuses the cached
+  // prompt, whose rows were computed in another batch shape)
+  assert.deepEqual(streamed.map((e) => e.token), lp.map((e) => e.token));
+  streamed.forEach((e, i) => assert.ok(Math.abs(e.logprob - lp[i].logprob) < 1e-4, `${e.logprob} vs ${lp[i].logprob}`));
   const c = await client.completions.create({ model: "m", prompt: "def add(a, b):", max_tokens: 6, temperature: 0, logprobs: 2 });
   const l = c.choices[0].logprobs;
   assert.equal(l.tokens.length, c.usage.completion_tokens);
