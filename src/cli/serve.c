@@ -21,6 +21,13 @@ int cli_serve(int argc, char **argv)
                 return 2;
             continue;
         }
+        if ((f = cli_flag(argc, argv, &i, "--keepalive", &v)) != 0) {
+            if (f < 0 || sscanf(v, "%lf", &o.keepalive_s) != 1 || !(o.keepalive_s > 0) || o.keepalive_s > 3600) {
+                fprintf(stderr, "kapitsa serve: --keepalive needs seconds (> 0, at most 3600)\n");
+                return 2;
+            }
+            continue;
+        }
         if ((f = cli_flag(argc, argv, &i, "--model", &o.model_dir)) || (f = cli_flag(argc, argv, &i, "--host", &o.host)) ||
             (f = cli_flag(argc, argv, &i, "--api-key", &o.api_key)) ||
             (f = cli_flag(argc, argv, &i, "--name", &o.model_name)) ||
@@ -42,6 +49,7 @@ int cli_serve(int argc, char **argv)
         if (f <= 0 || (n = cli_int(v)) < lo || n > hi) {
             fprintf(stderr, "usage: kapitsa serve [--model DIR] [--host ADDR] [--port N] [--api-key KEY] [--name NAME]\n"
                             "                     [--ctx TOKENS] [--parallel N] [--threads N] [--device D]\n"
+                            "                     [--keepalive SECONDS]\n"
                             "                     " CLI_SPEC_USAGE "\n"
                             "  defaults: models/kapitsa-tiny, 127.0.0.1:11435, 8192 tokens of KV cache, 4 sequences\n");
             return 2;

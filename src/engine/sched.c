@@ -152,6 +152,22 @@ static void logprobs_fill(struct sched_req *r, const float *row, int32_t V, int3
     r->lp[i] = row[t] - lse;
 }
 
+int32_t sched_req_wait_for(struct sched_req *r, int32_t seen, double seconds)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until); /* the condition variable's clock */
+    const double t = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + seconds;
+    until.tv_sec = (time_t)t;
+    until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
+    pthread_mutex_lock(&r->mu);
+    int rc = 0;
+    while (r->n_out <= seen && r->finish == SCHED_RUNNING && rc == 0)
+        rc = pthread_cond_timedwait(&r->cv, &r->mu, &until);
+    int32_t n = r->n_out;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
 int32_t sched_req_wait(struct sched_req *r, int32_t seen)
 {
     pthread_mutex_lock(&r->mu);

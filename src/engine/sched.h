@@ -95,6 +95,8 @@ void sched_get_stats(struct sched *s, struct sched_stats *st);
 /* Blocks until the request has more than `seen` tokens or has finished; returns
  * the token count now (tokens [seen, n) can be read from r->out under r->mu). */
 int32_t sched_req_wait(struct sched_req *r, int32_t seen);
+/* The same, giving up after `seconds` (then it returns seen if nothing came). */
+int32_t sched_req_wait_for(struct sched_req *r, int32_t seen, double seconds);
 void sched_req_cancel(struct sched_req *r);
 void sched_req_release(struct sched_req *r);
 int32_t sched_n_ctx(const struct sched *s);

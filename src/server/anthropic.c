@@ -277,7 +277,8 @@ static ssize_t ant_reader(void *cls, uint64_t pos, char *out, size_t max)
             s->done = true;
             continue;
         }
-        gen_pump(s->gen);
+        if (!gen_pump_for(s->gen, s->app->keepalive_s))
+            put(s, "ping", json_pack("{s:s}", "type", "ping")); /* Anthropic's keep-alive event */
     }
     return (ssize_t)k;
 }

@@ -17,6 +17,7 @@ struct app {
     struct sched *sched;
     const char *model_name;
     const char *api_key;
+    double keepalive_s; /* idle seconds before a stream sends a keep-alive */
 };
 
 /* Queues a JSON response; takes the reference to body. */

@@ -252,11 +252,8 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
     return g;
 }
 
-void gen_pump(struct gen *g)
+static void pump(struct gen *g, int32_t n)
 {
-    if (g->finished)
-        return;
-    int32_t n = sched_req_wait(g->req, g->seen);
     char buf[4096];
     for (; g->seen < n && g->hit < 0; g->seen++) {
         int32_t k = tok_stream_push(g->app->tok, &g->ts, g->req->out[g->seen], true, buf, sizeof buf);
@@ -275,6 +272,26 @@ void gen_pump(struct gen *g)
     if (g->parser)
         chat_parser_finish(g->parser);
     g->finished = true;
+}
+
+void gen_pump(struct gen *g)
+{
+    if (!g->finished)
+        pump(g, sched_req_wait(g->req, g->seen));
+}
+
+bool gen_pump_for(struct gen *g, double seconds)
+{
+    if (g->finished)
+        return true;
+    int32_t n = sched_req_wait_for(g->req, g->seen, seconds);
+    pthread_mutex_lock(&g->req->mu);
+    const bool over = g->req->finish != SCHED_RUNNING;
+    pthread_mutex_unlock(&g->req->mu);
+    if (n == g->seen && !over)
+        return false;
+    pump(g, n);
+    return true;
 }
 
 bool gen_finished(const struct gen *g) { return g->finished; }

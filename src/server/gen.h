@@ -48,6 +48,10 @@ int gen_tool_choice(json_t *tc, bool anthropic, bool *use_tools, char *err, size
 struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t n_err, bool *overloaded);
 /* Blocks for the next tokens and delivers their events; after the last, flushes. */
 void gen_pump(struct gen *g);
+/* gen_pump waiting at most `seconds`: false when nothing came (a stream then
+ * sends a keep-alive, so that proxies and clients see it is alive during a long
+ * prefill). */
+bool gen_pump_for(struct gen *g, double seconds);
 bool gen_finished(const struct gen *g);
 /* SCHED_STOP also when a stop string ended the output (gen_stop_string tells which). */
 enum sched_finish gen_finish(const struct gen *g);

@@ -188,7 +188,8 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *out, size_t max)
             g->sent_done = true;
             continue;
         }
-        gen_pump(g->gen);
+        if (!gen_pump_for(g->gen, g->app->keepalive_s))
+            sse_raw(&g->out, ": keep-alive\n\n"); /* an SSE comment: clients skip it */
     }
     return (ssize_t)k;
 }

@@ -300,7 +300,8 @@ static ssize_t resp_reader(void *cls, uint64_t pos, char *out, size_t max)
             r->done = true;
             continue;
         }
-        gen_pump(r->gen);
+        if (!gen_pump_for(r->gen, r->app->keepalive_s))
+            sse_raw(&r->out, ": keep-alive\n\n"); /* an SSE comment: clients skip it */
     }
     return (ssize_t)k;
 }

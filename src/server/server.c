@@ -212,6 +212,7 @@ int server_run(const struct server_opts *o)
         return -1;
     a.api_key = o->api_key && *o->api_key ? o->api_key : NULL;
     a.model_name = o->model_name;
+    a.keepalive_s = o->keepalive_s > 0 ? o->keepalive_s : 10.0;
     if (model_load(&a.model, o->model_dir, be, NULL) != 0)
         goto done;
     loaded = 1;

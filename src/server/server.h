@@ -25,6 +25,7 @@ struct server_opts {
     int32_t n_seq;        /* concurrent sequences */
     int32_t threads;
     const char *device;   /* cpu, cuda[:N], auto (NULL: auto) */
+    double keepalive_s;   /* a streaming response idle this long sends a keep-alive; <= 0: 10 */
     const char *draft_dir;  /* KFlash draft model, or NULL */
     struct spec_params spec; /* mode SPEC_OFF: plain decoding */
 };
