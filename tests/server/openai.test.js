@@ -293,20 +293,21 @@ test("tool_choice: none renders the prompt without the tools; forcing a call is 
 
 test("keep-alives flow while a long prompt is prefilled, in each API's form", async () => {
   const s = await startServer(["--keepalive", "0.01"]);
-  const long = "def f(x):\n    return x + 1\n".repeat(180);
+  // a different first line each, so that no request reuses another's cached prompt
+  const long = (api) => `# ${api}\n` + "def f(x):\n    return x + 1\n".repeat(180);
   const read = async (path, body) => {
     const r = await fetch(`${s.base}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
     assert.equal(r.status, 200);
     return await r.text();
   };
-  const oai = await read("/v1/chat/completions", { messages: [{ role: "user", content: long }], max_tokens: 4, stream: true });
+  const oai = await read("/v1/chat/completions", { messages: [{ role: "user", content: long("openai") }], max_tokens: 4, stream: true });
   const firstText = oai.indexOf('"content":"', oai.indexOf('"content":""') + 12);
   assert.ok(oai.slice(0, firstText > 0 ? firstText : oai.length).includes(": keep-alive\n\n"), oai.slice(0, 400));
   assert.ok(oai.trimEnd().endsWith("data: [DONE]"));
-  const ant = await read("/v1/messages", { model: "m", max_tokens: 4, stream: true, messages: [{ role: "user", content: long }] });
+  const ant = await read("/v1/messages", { model: "m", max_tokens: 4, stream: true, messages: [{ role: "user", content: long("anthropic") }] });
   assert.ok((ant.match(/event: ping\n/g) || []).length >= 2, ant.slice(0, 400));
   assert.ok(ant.includes("event: message_stop"));
-  const resp = await read("/v1/responses", { model: "m", input: long, max_output_tokens: 4, stream: true });
+  const resp = await read("/v1/responses", { model: "m", input: long("responses"), max_output_tokens: 4, stream: true });
   assert.ok(resp.includes(": keep-alive\n\n") && /response\.(completed|incomplete)/.test(resp));
   s.proc.kill("SIGTERM");
 });
