@@ -93,8 +93,6 @@ void cuda_host_wait(struct cuda_backend *c);
 /* At least `bytes` of scratch `which`; NULL (failure recorded) if out of memory. */
 void *cuda_scratch(struct cuda_backend *c, int which, size_t bytes);
 
-static inline float *f32_at(const struct tensor *t, int64_t r) { return (float *)t->data + r * t->row_stride; }
-
 /* ops by file */
 int cuda_matmul_init(struct cuda_backend *c);
 void cuda_matmul(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w);
