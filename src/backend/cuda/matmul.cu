@@ -2,26 +2,27 @@
  * in their stored dtype (see cuda.h for the numerics).
  *
  * Up to CUDA_SMALL_N tokens, bf16 weights: k_mmv, a weight-streaming kernel on
- * the tensor cores (mma m16n8k16, tokens as the 16-row operand, 8 weight rows
- * per warp). Each activation x is split into hi = bf16(x), lo = bf16(x - hi);
- * the weight times both halves, accumulated in fp32, is x*w to ~2^-17. A
- * lane loads 8 consecutive weights of a row (16 bytes) and the activations at
- * the same k; which of the mma's k slots they occupy does not matter to a dot
- * product as long as both operands agree. Activations are staged per k-chunk
- * in shared memory for the block's 8 warps. When the rows alone give too few
- * blocks, K is split across blocks and the last block to finish adds the
- * partial sums in split order, so the result never depends on timing, and the
- * split depends on M and K only, so never on the batch either.
+ * the tensor cores (mma m16n8k16, 16 weight rows per warp as the row operand,
+ * tokens in tiles of 8 as the column operand). Each activation x is split into
+ * hi = bf16(x), lo = bf16(x - hi); the weight times both halves, accumulated
+ * in fp32, is x*w to ~2^-17. A lane loads 8 consecutive weights of two rows
+ * (16 bytes each) and the activations at the same k; which of the mma's k
+ * slots they occupy does not matter to a dot product as long as both operands
+ * agree. Activations are staged per k-chunk in shared memory for the block's
+ * 8 warps. K is split across blocks so that the grid comes close to whole
+ * waves; the last block to finish adds the partial sums in split order, so
+ * the result never depends on timing, and the split depends on M and K only,
+ * so never on the batch either.
  *
  * Larger bf16 products go to cuBLAS (activations rounded to bf16, or split
  * into two products when precise); other dtypes to a plain fp32 kernel. */
 #include "cuda_impl.h"
 
 #define MMV_WARPS 8
-#define MMV_ROWS (MMV_WARPS * 8)
+#define MMV_ROWS (MMV_WARPS * 16)
 #define MMV_KC 128      /* K is split across blocks in multiples of this */
 #define MMV_STAGE_BYTES (64 * 1024) /* shared memory for staged activations */
-#define MMV_UNROLL 8    /* k32 blocks of weights loaded together per lane */
+#define MMV_UNROLL 4    /* k32 blocks of weights loaded together per lane */
 #define MMV_PAD 32      /* bf16 past each staged row: token rows 64 bytes apart mod 128, no bank conflicts */
 
 static __device__ __forceinline__ void mma_bf16(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -43,121 +44,128 @@ static __device__ __forceinline__ uint4 ld_stream(const void *p)
     return v;
 }
 
-static __device__ __forceinline__ void mmv_load(uint4 *wv, const uint16_t *wr, int kc, int j0, int n_blk, bool row_ok,
-                                                int cq, int k_end)
+/* the lane's 16 bytes of rows g and g+8 for k32 blocks j0.. */
+static __device__ __forceinline__ void mmv_load(uint4 (*wv)[2], const uint16_t *w0, const uint16_t *w1, int kc,
+                                                int j0, int n_blk, bool ok0, bool ok1, int cq, int k_end)
 {
+    const uint4 z = make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int u = 0; u < MMV_UNROLL; u++) {
         const int k = kc + (j0 + u) * 32;
-        wv[u] = j0 + u < n_blk && row_ok && k + cq * 8 < k_end ? ld_stream(wr + k) : make_uint4(0, 0, 0, 0);
+        const bool in = j0 + u < n_blk && k + cq * 8 < k_end;
+        wv[u][0] = in && ok0 ? ld_stream(w0 + k) : z;
+        wv[u][1] = in && ok1 ? ld_stream(w1 + k) : z;
     }
 }
 
-/* the k32 blocks j0.. of the staged activations times the loaded weights;
- * tokens past the batch (n) are zeros, never staged */
-static __device__ __forceinline__ void mmv_mma(float (*acc)[4], const uint4 *wv, const __nv_bfloat16 *sh,
-                                               const __nv_bfloat16 *sl, int pitch, int j0, int n_blk, int nt, int g,
-                                               int cq, int n)
+/* the k32 blocks j0.. of the loaded weights times the staged activations,
+ * token tile b holding tokens 8b..8b+7; tokens past the batch (n) are zeros,
+ * never staged. Per k32 block and tile: the mma's k slots {2cq, 2cq+1,
+ * 2cq+8, 2cq+9} hold k = 8cq+0..3 in the first product and 8cq+4..7 in the
+ * second, for weights and activations alike. */
+static __device__ __forceinline__ void mmv_mma(float (*acc)[4], const uint4 (*wv)[2], const __nv_bfloat16 *sh,
+                                               const __nv_bfloat16 *sl, int pitch, int koff, int j0, int n_blk,
+                                               int nb, int g, int cq, int n)
 {
     const uint4 z = make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int u = 0; u < MMV_UNROLL; u++) {
         if (j0 + u >= n_blk)
             break;
+        const uint4 a = wv[u][0], b = wv[u][1];
 #pragma unroll
-        for (int mt = 0; mt < 4; mt++) {
-            if (mt >= nt)
+        for (int tb = 0; tb < 8; tb++) {
+            if (tb >= nb)
                 break;
-            const int t0 = mt * 16 + g, o0 = t0 * pitch + (j0 + u) * 32 + cq * 8, o1 = o0 + 8 * pitch;
-            const uint4 h0 = t0 < n ? *(const uint4 *)(sh + o0) : z, h1 = t0 + 8 < n ? *(const uint4 *)(sh + o1) : z;
-            const uint4 l0 = t0 < n ? *(const uint4 *)(sl + o0) : z, l1 = t0 + 8 < n ? *(const uint4 *)(sl + o1) : z;
-            mma_bf16(acc[mt], h0.x, h1.x, h0.y, h1.y, wv[u].x, wv[u].y);
-            mma_bf16(acc[mt], h0.z, h1.z, h0.w, h1.w, wv[u].z, wv[u].w);
-            mma_bf16(acc[mt], l0.x, l1.x, l0.y, l1.y, wv[u].x, wv[u].y);
-            mma_bf16(acc[mt], l0.z, l1.z, l0.w, l1.w, wv[u].z, wv[u].w);
+            const int t = tb * 8 + g, o = t * pitch + koff + (j0 + u) * 32 + cq * 8;
+            const uint4 h = t < n ? *(const uint4 *)(sh + o) : z, l = t < n ? *(const uint4 *)(sl + o) : z;
+            mma_bf16(acc[tb], a.x, b.x, a.y, b.y, h.x, h.y);
+            mma_bf16(acc[tb], a.z, b.z, a.w, b.w, h.z, h.w);
+            mma_bf16(acc[tb], a.x, b.x, a.y, b.y, l.x, l.y);
+            mma_bf16(acc[tb], a.z, b.z, a.w, b.w, l.z, l.w);
         }
     }
 }
 
-/* ks: k staged at a time (a multiple of 32; the whole slice when it fits) */
-__global__ void __launch_bounds__(MMV_WARPS * 32) k_mmv(const float *__restrict__ x, int64_t xs, int32_t n, int32_t nt,
-                                                          const uint16_t *__restrict__ w, int64_t ws, int32_t K,
-                                                          int32_t M, float *__restrict__ out, int64_t os,
-                                                          float *part, unsigned *count, int32_t kslice,
-                                                          int32_t n_split, int32_t ks)
+/* Weights are the mma's 16-row operand (16 rows per warp, a lane reading 16
+ * bytes of two rows per k32 block), tokens the 8-column one, so a token
+ * costs a quarter of the tensor-core work and activation reads it would as
+ * the row operand. ks: k staged at a time (a multiple of 64; the whole slice
+ * when it fits). */
+__global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const float *__restrict__ x, int64_t xs, int32_t n,
+                                                             int32_t nb, const uint16_t *__restrict__ w, int64_t ws,
+                                                             int32_t K, int32_t M, float *__restrict__ out,
+                                                             int64_t os, float *part, unsigned *count,
+                                                             int32_t kslice, int32_t n_split, int32_t ks)
 {
     extern __shared__ uint4 smem_raw[];
     const int pitch = ks + MMV_PAD;
-    __nv_bfloat16 *sh = (__nv_bfloat16 *)smem_raw; /* [16*nt][pitch] */
-    __nv_bfloat16 *sl = sh + 16 * nt * pitch;
+    __nv_bfloat16 *sh = (__nv_bfloat16 *)smem_raw; /* [8*nb][pitch] */
+    __nv_bfloat16 *sl = sh + 8 * nb * pitch;
     __shared__ int is_last;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
-    const int r0 = blockIdx.x * MMV_ROWS + warp * 8, row = r0 + g;
-    const bool row_ok = row < M;
-    const uint16_t *wr = w + (int64_t)(row_ok ? row : 0) * ws + cq * 8;
+    const int r0 = blockIdx.x * MMV_ROWS + warp * 16;
+    const bool ok0 = r0 + g < M, ok1 = r0 + g + 8 < M;
+    const uint16_t *w0 = w + (int64_t)(ok0 ? r0 + g : 0) * ws + cq * 8;
+    const uint16_t *w1 = w + (int64_t)(ok1 ? r0 + g + 8 : 0) * ws + cq * 8;
     const int k_beg = blockIdx.y * kslice, k_end = min(K, k_beg + kslice);
-    float acc[4][4];
+    float acc[8][4];
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 8; i++)
         acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
     /* the first weights are requested before the activations are staged */
-    uint4 wa[MMV_UNROLL], wb[MMV_UNROLL];
-    mmv_load(wa, wr, k_beg, 0, (min(ks, k_end - k_beg) + 31) / 32, row_ok, cq, k_end);
+    uint4 wa[MMV_UNROLL][2], wb[MMV_UNROLL][2];
+    mmv_load(wa, w0, w1, k_beg, 0, (min(ks, k_end - k_beg) + 31) / 32, ok0, ok1, cq, k_end);
     for (int kc = k_beg; kc < k_end; kc += ks) {
-        const int len = min(ks, k_end - kc), n_blk = (len + 31) / 32;
+        const int len = min(ks, k_end - kc), n_blk = (len + 31) / 32, len4 = len / 4;
         if (kc > k_beg)
-            mmv_load(wa, wr, kc, 0, n_blk, row_ok, cq, k_end);
+            mmv_load(wa, w0, w1, kc, 0, n_blk, ok0, ok1, cq, k_end);
         __syncthreads();
-        for (int e0 = threadIdx.x; e0 < n * len; e0 += 4 * blockDim.x) {
-            float v[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int e = e0 + u * blockDim.x;
-                v[u] = e < n * len ? x[(int64_t)(e / len) * xs + kc + e % len] : 0.0f;
-            }
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int e = e0 + u * blockDim.x;
-                if (e >= n * len)
-                    break;
-                const __nv_bfloat16 hi = __float2bfloat16_rn(v[u]);
-                sh[(e / len) * pitch + e % len] = hi;
-                sl[(e / len) * pitch + e % len] = __float2bfloat16_rn(v[u] - __bfloat162float(hi));
-            }
+        for (int e = threadIdx.x; e < n * len4; e += blockDim.x) {
+            const int t = e / len4, c = (e - t * len4) * 4;
+            const float4 v = *(const float4 *)(x + (int64_t)t * xs + kc + c);
+            const __nv_bfloat162 h01 = __floats2bfloat162_rn(v.x, v.y), h23 = __floats2bfloat162_rn(v.z, v.w);
+            const float2 f01 = __bfloat1622float2(h01), f23 = __bfloat1622float2(h23);
+            __nv_bfloat162 *ph = (__nv_bfloat162 *)(sh + t * pitch + c), *pl = (__nv_bfloat162 *)(sl + t * pitch + c);
+            ph[0] = h01;
+            ph[1] = h23;
+            pl[0] = __floats2bfloat162_rn(v.x - f01.x, v.y - f01.y);
+            pl[1] = __floats2bfloat162_rn(v.z - f23.x, v.w - f23.y);
         }
         /* a partial last block of 32 reads zeros past the slice */
-        for (int e = threadIdx.x; e < n * (n_blk * 32 - len); e += blockDim.x) {
-            const int t = e / (n_blk * 32 - len), k = len + e % (n_blk * 32 - len);
+        const int n_pad = n_blk * 32 - len;
+        for (int e = threadIdx.x; e < n * n_pad; e += blockDim.x) {
+            const int t = e / n_pad, k = len + e % n_pad;
             sh[t * pitch + k] = sl[t * pitch + k] = __float2bfloat16_rn(0.0f);
         }
         __syncthreads();
         /* two groups of weight loads in flight: the next group is requested
          * before the current one is multiplied */
         for (int j0 = 0; j0 < n_blk; j0 += 2 * MMV_UNROLL) {
-            mmv_load(wb, wr, kc, j0 + MMV_UNROLL, n_blk, row_ok, cq, k_end);
-            mmv_mma(acc, wa, sh, sl, pitch, j0, n_blk, nt, g, cq, n);
+            mmv_load(wb, w0, w1, kc, j0 + MMV_UNROLL, n_blk, ok0, ok1, cq, k_end);
+            mmv_mma(acc, wa, sh, sl, pitch, 0, j0, n_blk, nb, g, cq, n);
             if (j0 + 2 * MMV_UNROLL < n_blk)
-                mmv_load(wa, wr, kc, j0 + 2 * MMV_UNROLL, n_blk, row_ok, cq, k_end);
-            mmv_mma(acc, wb, sh, sl, pitch, j0 + MMV_UNROLL, n_blk, nt, g, cq, n);
+                mmv_load(wa, w0, w1, kc, j0 + 2 * MMV_UNROLL, n_blk, ok0, ok1, cq, k_end);
+            mmv_mma(acc, wb, sh, sl, pitch, 0, j0 + MMV_UNROLL, n_blk, nb, g, cq, n);
         }
     }
-    /* acc[mt]: tokens mt*16+g (0,1) and +8 (2,3); rows r0+2cq (0,2) and +1 (1,3) */
-    const int oc = r0 + 2 * cq;
+    /* acc[tb]: rows r0+g (0,1) and +8 (2,3); tokens 8tb+2cq (0,2) and +1 (1,3) */
     float *dst = n_split == 1 ? out : part + (int64_t)blockIdx.y * n * M;
     const int64_t ds = n_split == 1 ? os : M;
+    const int ra = r0 + g, rb = ra + 8;
 #pragma unroll
-    for (int mt = 0; mt < 4; mt++) {
-        if (mt >= nt)
+    for (int tb = 0; tb < 8; tb++) {
+        if (tb >= nb)
             break;
-        const int t0 = mt * 16 + g, t1 = t0 + 8;
-        if (t0 < n && oc < M)
-            dst[(int64_t)t0 * ds + oc] = acc[mt][0];
-        if (t0 < n && oc + 1 < M)
-            dst[(int64_t)t0 * ds + oc + 1] = acc[mt][1];
-        if (t1 < n && oc < M)
-            dst[(int64_t)t1 * ds + oc] = acc[mt][2];
-        if (t1 < n && oc + 1 < M)
-            dst[(int64_t)t1 * ds + oc + 1] = acc[mt][3];
+        const int t0 = tb * 8 + 2 * cq, t1 = t0 + 1;
+        if (t0 < n && ok0)
+            dst[(int64_t)t0 * ds + ra] = acc[tb][0];
+        if (t1 < n && ok0)
+            dst[(int64_t)t1 * ds + ra] = acc[tb][1];
+        if (t0 < n && ok1)
+            dst[(int64_t)t0 * ds + rb] = acc[tb][2];
+        if (t1 < n && ok1)
+            dst[(int64_t)t1 * ds + rb] = acc[tb][3];
     }
     if (n_split == 1)
         return;
@@ -169,9 +177,9 @@ __global__ void __launch_bounds__(MMV_WARPS * 32) k_mmv(const float *__restrict_
     if (!is_last)
         return;
     __threadfence();
-    const int rb = blockIdx.x * MMV_ROWS;
+    const int rb0 = blockIdx.x * MMV_ROWS;
     for (int e = threadIdx.x; e < n * MMV_ROWS; e += blockDim.x) {
-        const int t = e / MMV_ROWS, r = rb + e % MMV_ROWS;
+        const int t = e / MMV_ROWS, r = rb0 + e % MMV_ROWS;
         if (r >= M)
             continue;
         float s = 0.0f;
@@ -253,7 +261,7 @@ static void mm_blas(struct cuda_backend *c, struct tensor *out, const struct ten
 int cuda_matmul_init(struct cuda_backend *c)
 {
     int per_sm = 0;
-    const int smem = MMV_STAGE_BYTES + 4 * 16 * MMV_PAD * 2 * 2; /* the largest a launch asks for */
+    const int smem = MMV_STAGE_BYTES + 8 * 8 * MMV_PAD * 2 * 2; /* the largest a launch asks for */
     if (CUDA_CHECK(c, cudaFuncSetAttribute(k_mmv, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != 0 ||
         CUDA_CHECK(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mmv, MMV_WARPS * 32, smem)) != 0)
         return -1;
@@ -268,30 +276,40 @@ void cuda_matmul(struct backend *be, struct tensor *out, const struct tensor *x,
     assert(x->n_cols == w->n_cols && out->n_rows == x->n_rows && out->n_cols == w->n_rows);
     if (cuda_op_skip(c) || n == 0)
         return;
-    const bool tc = w->type == DT_BF16 && K % 8 == 0 && w->row_stride % 8 == 0 && ((uintptr_t)w->data & 15) == 0;
+    /* the small-batch kernel reads activations 16 bytes at a time */
+    const bool tc = w->type == DT_BF16 && K % 8 == 0 && w->row_stride % 8 == 0 && ((uintptr_t)w->data & 15) == 0 &&
+                    x->row_stride % 4 == 0 && ((uintptr_t)x->data & 15) == 0;
     if (tc && n <= CUDA_SMALL_N) {
-        const int32_t nt = (n + 15) / 16, bx = (int32_t)cdiv(M, MMV_ROWS);
-        /* split K so that the blocks fill the GPU in one wave (a second, partial
-         * wave of these long blocks would cost as much as the first); the
-         * resident count is the kernel's, the same for every batch size */
+        const int32_t nb = (n + 7) / 8, bx = (int32_t)cdiv(M, MMV_ROWS);
+        /* split K so that the blocks come close to whole waves (a partial last
+         * wave of these long blocks costs as much as a full one); the resident
+         * count is the kernel's, so the split never depends on the batch */
         int32_t n_split = 1, kslice = K;
         const int32_t resident = c->mmv_per_sm * c->n_sm;
-        if (bx < resident && bx <= CUDA_MAX_COUNTERS) {
-            int32_t want = resident / bx;
-            kslice = (int32_t)cdiv(cdiv(K, want), MMV_KC) * MMV_KC;
-            n_split = (int32_t)cdiv(K, kslice);
+        if (bx <= CUDA_MAX_COUNTERS) {
+            double best = 0.0;
+            for (int32_t want = 1; want <= 32 && (int64_t)want * MMV_KC <= K && best < 0.9; want++) {
+                const int32_t sl = (int32_t)cdiv(cdiv(K, want), MMV_KC) * MMV_KC, ns = (int32_t)cdiv(K, sl);
+                const int64_t blocks = (int64_t)bx * ns;
+                const double fill = (double)blocks / (double)((int64_t)cdiv(blocks, resident) * resident);
+                if (fill > best + 0.02) {
+                    best = fill;
+                    n_split = ns;
+                    kslice = sl;
+                }
+            }
         }
         float *part = NULL;
         if (n_split > 1 && !(part = (float *)cuda_scratch(c, SCR_MATMUL, (size_t)n_split * n * M * sizeof(float))))
             return;
         /* stage as much of the slice as fits: fewer block-wide waits, same arithmetic */
-        int32_t ks = MMV_STAGE_BYTES / (16 * nt * 4) - MMV_PAD;
+        int32_t ks = MMV_STAGE_BYTES / (8 * nb * 4) - MMV_PAD;
         ks = ks / 64 * 64; /* keeps staged rows 64 bytes apart mod 128 */
         if (ks > kslice)
             ks = (int32_t)cdiv(kslice, 64) * 64;
-        const size_t smem = (size_t)2 * 16 * nt * (ks + MMV_PAD) * sizeof(__nv_bfloat16);
+        const size_t smem = (size_t)2 * 8 * nb * (ks + MMV_PAD) * sizeof(__nv_bfloat16);
         k_mmv<<<dim3(bx, n_split), MMV_WARPS * 32, smem, c->stream>>>(
-            (const float *)x->data, x->row_stride, n, nt, (const uint16_t *)w->data, w->row_stride, K, M,
+            (const float *)x->data, x->row_stride, n, nb, (const uint16_t *)w->data, w->row_stride, K, M,
             (float *)out->data, out->row_stride, part, c->counters, kslice, n_split, ks);
         CUDA_LAUNCHED(c);
         return;
