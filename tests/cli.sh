@@ -159,6 +159,10 @@ expect "bench --draft: four ways, identical" 0 '"spec":"tree+ngram"' '"identical
     "$bin" bench --model "$m/kapitsa-tiny" --draft "$m/kapitsa-tiny-draft" --prompt-file "$here/../tools/bench_tasks/edit.txt" --gen 48 --json
 expect "bench at several prompt lengths: a row each with the time to first token" 0 '"prompt":16' '"prompt":48' '"ttft_ms"' -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16,48 --gen 4 --json
+expect "bench --seqs: sequences decoding together" 0 '"seqs":3' '"decode_tok_s_total"' -- \
+    "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --gen 4 --seqs 3 --json
+expect "bench --seqs with several prompt lengths is refused" 2 "usage" -- \
+    "$bin" bench --model "$m/kapitsa-tiny" --prompt 16,48 --seqs 3
 expect "bench --draft with another vocabulary" 1 "vocabulary" -- \
     "$bin" bench --model "$m/kapitsa-tiny" --draft "$fx/qwen3" --prompt-file "$here/../tools/bench_tasks/edit.txt" --gen 8
 expect "bad flag" 2 "--chunks needs sizes" -- "$bin" check "$fx/qwen3" --chunks 0

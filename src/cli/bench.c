@@ -107,10 +107,11 @@ static double prefill_flops(const struct model *m, int64_t n)
 static void bench_usage(FILE *f)
 {
     fprintf(f, "usage: kapitsa bench --model DIR [--threads N] [--device D] [--prompt N[,N...]] [--gen M] [--batch B]\n"
-               "                     [--peak-gbs G] [--peak-tflops T] [--json]\n"
+               "                     [--seqs S] [--peak-gbs G] [--peak-tflops T] [--json]\n"
                "  prefill N random tokens (default 512) in batches of B (default 512), then decode M tokens\n"
                "  (several lengths: a row each, with the time to the first token)\n"
-               "  (default 64) greedily; prints tok/s and the rooflines: decode, weight bytes per token over\n"
+               "  (default 64) greedily, S sequences at once (default 1, at most 64; each its own copy of the\n"
+               "  prompt, one forward per step); prints tok/s and the rooflines: decode, weight bytes per token over\n"
                "  the read bandwidth (measured on the cpu; on a GPU G, default 4800 GB/s, the H200's HBM\n"
                "  peak); prefill on a GPU, its FLOPs over T (default 790, bf16 tensor cores of an H200)\n"
                "       kapitsa bench --model DIR --draft DIR --prompt-file FILE [--gen M] [--threads N]\n"
@@ -187,12 +188,38 @@ done:
     return rc;
 }
 
+#define BENCH_MAX_SEQS 64
+
+/* A new sequence holding tok[0..n) (prefilled in batches of n_batch); the
+ * last token's logits in logits. The sequence id, or -1. */
+static int32_t bench_prefill(struct engine *e, const int32_t *tok, int64_t n, int32_t n_batch, int32_t *pos,
+                             int32_t *seqv, int32_t *par, uint8_t *want, float *logits)
+{
+    const int32_t seq = engine_seq_new(e);
+    if (seq < 0)
+        return -1;
+    for (int64_t done = 0; done < n;) {
+        const int32_t k = (int32_t)(n - done < n_batch ? n - done : n_batch);
+        for (int32_t i = 0; i < k; i++) {
+            pos[i] = (int32_t)(done + i);
+            seqv[i] = seq;
+            par[i] = i - 1;
+            want[i] = done + i == n - 1;
+        }
+        struct batch b = {k, tok + done, pos, seqv, par, want};
+        if (engine_forward(e, &b, logits, NULL) < 0 || engine_commit_all(e) != 0)
+            return -1;
+        done += k;
+    }
+    return seq;
+}
+
 int cli_bench(int argc, char **argv)
 {
     if (argc > 0 && strcmp(argv[0], "compare") == 0)
         return bench_compare(argc - 1, argv + 1);
     const char *dir = NULL, *v, *tok_dir = NULL, *corpus = NULL, *draft = NULL, *prompt_file = NULL, *device = NULL;
-    int64_t threads = 0, n_prompt = 512, n_gen = 64, n_batch = 512, chain_k = 4;
+    int64_t threads = 0, n_prompt = 512, n_gen = 64, n_batch = 512, chain_k = 4, n_seqs = 1;
     int64_t lens[8] = {512};
     int32_t n_lens = 1;
     int tree_n = 24, tree_d = 8;
@@ -261,6 +288,8 @@ int cli_bench(int argc, char **argv)
             dst = &n_batch;
         else if ((f = cli_flag(argc, argv, &i, "--chain", &v)) != 0)
             dst = &chain_k;
+        else if ((f = cli_flag(argc, argv, &i, "--seqs", &v)) != 0)
+            dst = &n_seqs;
         if (f <= 0 || (*dst = cli_int(v)) < 1 || *dst > 1000000) {
             bench_usage(stderr);
             return 2;
@@ -280,7 +309,7 @@ int cli_bench(int argc, char **argv)
         return bench_spec(dir, draft, prompt_file, (int32_t)n_gen, (int32_t)threads, device, (int32_t)chain_k, tree_n, tree_d,
                           json);
     }
-    if (!dir) {
+    if (!dir || n_seqs > BENCH_MAX_SEQS || (n_seqs > 1 && n_lens > 1)) {
         bench_usage(stderr);
         return 2;
     }
@@ -300,11 +329,15 @@ int cli_bench(int argc, char **argv)
     loaded = 1;
     for (int32_t l = 0; l < n_lens; l++)
         n_prompt = lens[l] > n_prompt ? lens[l] : n_prompt;
-    if (engine_init(&e, &m, (int32_t)(n_prompt + n_gen + 1), 1, (int32_t)n_batch, 0) != 0)
+    const int32_t S = (int32_t)n_seqs;
+    int32_t seqs[BENCH_MAX_SEQS], next[BENCH_MAX_SEQS], npos[BENCH_MAX_SEQS], npar[BENCH_MAX_SEQS];
+    uint8_t nwant[BENCH_MAX_SEQS];
+    /* each sequence rounded up to whole cache blocks (16 tokens) */
+    if (engine_init(&e, &m, (int32_t)(S * (n_prompt + n_gen + 16)), S, (int32_t)(n_batch > S ? n_batch : S), 0) != 0)
         goto done;
     up = 1;
     const int32_t V = m.cfg.vocab_size;
-    logits = malloc((size_t)V * sizeof(float));
+    logits = malloc((size_t)S * V * sizeof(float));
     tok = malloc((size_t)n_prompt * sizeof(int32_t));
     pos = malloc((size_t)n_batch * sizeof(int32_t));
     seqv = malloc((size_t)n_batch * sizeof(int32_t));
@@ -328,32 +361,30 @@ int cli_bench(int argc, char **argv)
         printf("[");
     for (int32_t l = 0; l < n_lens; l++) {
         n_prompt = lens[l];
-        int32_t seq = engine_seq_new(&e);
         double t0 = now_s();
-        for (int64_t done = 0; done < n_prompt;) {
-            int32_t n = (int32_t)(n_prompt - done < n_batch ? n_prompt - done : n_batch);
-            for (int32_t i = 0; i < n; i++) {
-                pos[i] = (int32_t)(done + i);
-                seqv[i] = seq;
-                par[i] = i - 1;
-                want[i] = done + i == n_prompt - 1;
-            }
-            struct batch b = {n, tok + done, pos, seqv, par, want};
-            if (engine_forward(&e, &b, logits, NULL) < 0 || engine_commit_all(&e) != 0)
-                goto done;
-            done += n;
-        }
+        if ((seqs[0] = bench_prefill(&e, tok, n_prompt, (int32_t)n_batch, pos, seqv, par, want, logits)) < 0)
+            goto done;
         t_prefill = now_s() - t0; /* the first token's logits are ready: time to first token */
+        /* more sequences decoding together: each its own copy of the prompt */
+        for (int32_t k = 1; k < S; k++)
+            if ((seqs[k] = bench_prefill(&e, tok, n_prompt, (int32_t)n_batch, pos, seqv, par, want,
+                                         logits + (size_t)k * V)) < 0)
+                goto done;
         t0 = now_s();
         for (int64_t g = 0; g < n_gen; g++) {
-            int32_t next = sampler_argmax(logits, V), p = (int32_t)(n_prompt + g), parent = -1;
-            uint8_t one = 1;
-            struct batch b = {1, &next, &p, &seq, &parent, &one};
+            for (int32_t k = 0; k < S; k++) {
+                next[k] = sampler_argmax(logits + (size_t)k * V, V);
+                npos[k] = (int32_t)(n_prompt + g);
+                npar[k] = -1;
+                nwant[k] = 1;
+            }
+            struct batch b = {S, next, npos, seqs, npar, nwant};
             if (engine_forward(&e, &b, logits, NULL) < 0 || engine_commit_all(&e) != 0)
                 goto done;
         }
         t_decode = now_s() - t0;
-        engine_seq_free(&e, seq);
+        for (int32_t k = 0; k < S; k++)
+            engine_seq_free(&e, seqs[k]);
         if (n_lens == 1)
             break;
         const double pf = (double)n_prompt / t_prefill, tf = prefill_flops(&m, n_prompt) / t_prefill / 1e12;
@@ -375,15 +406,16 @@ int cli_bench(int argc, char **argv)
     if (nth == 0)
         nth = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
     double bw = gpu ? peak_gbs * 1e9 : measure_bandwidth(nth), bytes = decode_bytes(&m);
+    /* dc: tokens per second of each sequence; the weights are read once per step for all */
     double pf = (double)n_prompt / t_prefill, dc = (double)n_gen / t_decode, roof = bw / bytes;
     double pflops = prefill_flops(&m, n_prompt) / t_prefill / 1e12;
     if (json)
         printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"prompt\":%lld,\"gen\":%lld,"
                "\"prefill_tok_s\":%.2f,\"prefill_tflops\":%.2f,\"decode_tok_s\":%.2f,"
                "\"decode_bytes_per_token\":%.0f,\"read_bandwidth_gb_s\":%.2f,\"decode_roofline_tok_s\":%.2f,"
-               "\"decode_of_roofline\":%.3f,\"prefill_of_peak\":%.3f}\n",
+               "\"decode_of_roofline\":%.3f,\"prefill_of_peak\":%.3f,\"seqs\":%d,\"decode_tok_s_total\":%.2f}\n",
                dir, be->ops->name, nth, (long long)n_prompt, (long long)n_gen, pf, pflops, dc, bytes, bw / 1e9,
-               roof, dc / roof, gpu ? pflops / peak_tflops : 0.0);
+               roof, dc / roof, gpu ? pflops / peak_tflops : 0.0, S, S * dc);
     else {
         printf("model    %s (%s, %s", dir, m.cfg.model_type, be->ops->name);
         if (!gpu)
@@ -391,9 +423,14 @@ int cli_bench(int argc, char **argv)
         printf(")\nprefill  %6lld tokens  %9.2f tok/s  %.1f TFLOP/s", (long long)n_prompt, pf, pflops);
         if (gpu)
             printf(" = %.0f%% of %.0f TFLOP/s", 100 * pflops / peak_tflops, peak_tflops);
-        printf("\ndecode   %6lld tokens  %9.2f tok/s\n"
+        if (S > 1)
+            printf("\ndecode   %6lld tokens  %9.2f tok/s per sequence, %d sequences at once: %.2f tok/s in all",
+                   (long long)n_gen, dc, S, S * dc);
+        else
+            printf("\ndecode   %6lld tokens  %9.2f tok/s", (long long)n_gen, dc);
+        printf("\n"
                "roofline %.1f MB of weights per token at %.2f GB/s %s = %.2f tok/s; decode reaches %.0f%%\n",
-               (long long)n_gen, dc, bytes / 1e6, bw / 1e9, gpu ? "peak" : "read", roof, 100 * dc / roof);
+               bytes / 1e6, bw / 1e9, gpu ? "peak" : "read", roof, 100 * dc / roof);
     }
     rc = 0;
 done:

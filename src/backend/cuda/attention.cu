@@ -14,8 +14,10 @@
  * and heads, and the warp keeps a running max per head (flash-attention
  * style). Up to CUDA_SMALL_N tokens T is 1 and the keys are split into
  * fixed-length ranges across blocks (parallel over long contexts), merged in
- * order by k_att_merge; a prefill batch takes T = 8 consecutive rows of one
- * sequence per block, all keys, sharing each staged tile. */
+ * order by k_att_merge. Prefill batches whose rows come in runs of 64 of
+ * one sequence, head dims 32/64/128, go to k_flash on the tensor cores;
+ * other prefill batches take T = 8 consecutive rows of one sequence per
+ * block, all keys, sharing each staged tile. */
 #include "cuda_impl.h"
 
 #include <math.h>
@@ -209,6 +211,203 @@ __global__ void k_att_merge(struct att_args a)
     a.out[(int64_t)i * a.os + (int64_t)h * hd + d] = sum > 0.0f ? o / sum : 0.0f;
 }
 
+/* Prefill on the tensor cores (flash attention): a block takes 64 consecutive
+ * rows of one sequence (16 per warp) and one query head, and walks the keys
+ * in tiles of FA_KT staged in shared memory as bf16 (V transposed), with a
+ * running max per row and fp32 accumulation. Precise (SPLIT): every operand
+ * is a bf16 pair hi + lo and each product three (qh.kh + qh.kl + ql.kh, to
+ * ~2^-17), fp32-level results at tensor-core speed; otherwise one product of
+ * the bf16 values, like the prefill matmuls' bf16 activations. */
+#define FA_KT 64
+#define FA_WARPS 4
+#define FA_ROWS (FA_WARPS * 16)
+
+template <int HD, bool SPLIT>
+__global__ void __launch_bounds__(FA_WARPS * 32) k_flash(struct att_args a)
+{
+    constexpr int KP = HD + 8, VP = FA_KT + 8, NK = HD / 16, ND = HD / 8, NJ = FA_KT / 8;
+    extern __shared__ uint4 smem_raw[];
+    __nv_bfloat16 *kh = (__nv_bfloat16 *)smem_raw, *kl = kh + FA_KT * KP; /* [FA_KT][KP] */
+    __nv_bfloat16 *vh = kl + FA_KT * KP, *vl = vh + HD * VP;             /* [HD][VP] */
+    __shared__ int32_t rows[FA_KT];
+    __shared__ int32_t v_end;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
+    const int32_t i0 = blockIdx.x * FA_ROWS, h = blockIdx.y, kvh = h / (a.n_head / a.n_kv_head);
+    const int32_t ra = i0 + warp * 16 + g, rb = ra + 8;
+    const int32_t va = ra < a.n ? a.b.n_vis[ra] : 0, vb = rb < a.n ? a.b.n_vis[rb] : 0;
+    const int32_t w_end = __reduce_max_sync(0xffffffffu, max(va, vb));
+    if (threadIdx.x == 0)
+        v_end = 0;
+    __syncthreads();
+    if (lane == 0)
+        atomicMax(&v_end, w_end);
+    uint32_t qh[NK][4], ql[NK][4];
+    {
+        const float *qa = a.q + (int64_t)min(ra, a.n - 1) * a.qs + (int64_t)h * HD + 2 * cq;
+        const float *qb = a.q + (int64_t)min(rb, a.n - 1) * a.qs + (int64_t)h * HD + 2 * cq;
+#pragma unroll
+        for (int kt = 0; kt < NK; kt++) {
+            const float2 x0 = *(const float2 *)(qa + kt * 16), x1 = *(const float2 *)(qb + kt * 16);
+            const float2 x2 = *(const float2 *)(qa + kt * 16 + 8), x3 = *(const float2 *)(qb + kt * 16 + 8);
+            split_bf16x2(x0.x, x0.y, &qh[kt][0], &ql[kt][0]);
+            split_bf16x2(x1.x, x1.y, &qh[kt][1], &ql[kt][1]);
+            split_bf16x2(x2.x, x2.y, &qh[kt][2], &ql[kt][2]);
+            split_bf16x2(x3.x, x3.y, &qh[kt][3], &ql[kt][3]);
+        }
+    }
+    float o[ND][4];
+#pragma unroll
+    for (int j = 0; j < ND; j++)
+        o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
+    const int64_t koff = (int64_t)kvh * HD;
+    __syncthreads();
+    const int32_t end = v_end;
+    for (int32_t tile = 0; tile < end; tile += FA_KT) {
+        __syncthreads();
+        if (threadIdx.x < FA_KT)
+            rows[threadIdx.x] = tile + threadIdx.x < end ? att_row(&a, i0, tile + threadIdx.x) : -1;
+        __syncthreads();
+        /* K row-major (a key's 16 bytes per thread), V transposed (keys across threads) */
+        for (int e = threadIdx.x; e < FA_KT * HD / 4; e += blockDim.x) {
+            const int key = e / (HD / 4), d = (e % (HD / 4)) * 4, r = rows[key];
+            const float4 kv = r >= 0 ? *(const float4 *)(a.kc + (int64_t)r * a.ks + koff + d) : make_float4(0, 0, 0, 0);
+            uint32_t h0, l0, h1, l1;
+            split_bf16x2(kv.x, kv.y, &h0, &l0);
+            split_bf16x2(kv.z, kv.w, &h1, &l1);
+            *(uint2 *)(kh + key * KP + d) = make_uint2(h0, h1);
+            if (SPLIT)
+                *(uint2 *)(kl + key * KP + d) = make_uint2(l0, l1);
+        }
+        for (int e = threadIdx.x; e < FA_KT * HD / 4; e += blockDim.x) {
+            const int key = e % FA_KT, d = (e / FA_KT) * 4, r = rows[key];
+            const float4 vv = r >= 0 ? *(const float4 *)(a.vc + (int64_t)r * a.ks + koff + d) : make_float4(0, 0, 0, 0);
+            const float f[4] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const __nv_bfloat16 hi = __float2bfloat16_rn(f[u]);
+                vh[(d + u) * VP + key] = hi;
+                if (SPLIT)
+                    vl[(d + u) * VP + key] = __float2bfloat16_rn(f[u] - __bfloat162float(hi));
+            }
+        }
+        __syncthreads();
+        if (tile >= w_end)
+            continue;
+        float s[NJ][4];
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+        for (int kt = 0; kt < NK; kt++) {
+#pragma unroll
+            for (int j = 0; j < NJ; j++) {
+                const int off = (8 * j + g) * KP + kt * 16 + 2 * cq;
+                const uint32_t bh0 = *(const uint32_t *)(kh + off), bh1 = *(const uint32_t *)(kh + off + 8);
+                if (SPLIT) {
+                    const uint32_t bl0 = *(const uint32_t *)(kl + off), bl1 = *(const uint32_t *)(kl + off + 8);
+                    mma_bf16(s[j], ql[kt][0], ql[kt][1], ql[kt][2], ql[kt][3], bh0, bh1);
+                    mma_bf16(s[j], qh[kt][0], qh[kt][1], qh[kt][2], qh[kt][3], bl0, bl1);
+                }
+                mma_bf16(s[j], qh[kt][0], qh[kt][1], qh[kt][2], qh[kt][3], bh0, bh1);
+            }
+        }
+        /* scale, causal mask, running max per row (a row's 4 lanes agree) */
+        float xa = ma, xb = mb;
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int32_t key = tile + 8 * j + 2 * cq + c;
+                s[j][c] = key < va ? s[j][c] * a.scale : -INFINITY;
+                s[j][2 + c] = key < vb ? s[j][2 + c] * a.scale : -INFINITY;
+                xa = fmaxf(xa, s[j][c]);
+                xb = fmaxf(xb, s[j][2 + c]);
+            }
+        xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));
+        xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));
+        xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));
+        xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
+        const float ca = xa == -INFINITY ? 1.0f : expf(ma - xa), cb = xb == -INFINITY ? 1.0f : expf(mb - xb);
+        ma = xa;
+        mb = xb;
+        la *= ca;
+        lb *= cb;
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                s[j][c] = xa == -INFINITY ? 0.0f : expf(s[j][c] - xa);
+                s[j][2 + c] = xb == -INFINITY ? 0.0f : expf(s[j][2 + c] - xb);
+                la += s[j][c];
+                lb += s[j][2 + c];
+            }
+#pragma unroll
+        for (int j = 0; j < ND; j++) {
+            o[j][0] *= ca;
+            o[j][1] *= ca;
+            o[j][2] *= cb;
+            o[j][3] *= cb;
+        }
+        /* the scores' accumulator layout is the next product's row operand:
+         * key tiles 2kk and 2kk+1 make the 16 keys of step kk */
+#pragma unroll
+        for (int kk = 0; kk < FA_KT / 16; kk++) {
+            uint32_t ph[4], pl[4];
+            split_bf16x2(s[2 * kk][0], s[2 * kk][1], &ph[0], &pl[0]);
+            split_bf16x2(s[2 * kk][2], s[2 * kk][3], &ph[1], &pl[1]);
+            split_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1], &ph[2], &pl[2]);
+            split_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3], &ph[3], &pl[3]);
+#pragma unroll
+            for (int j = 0; j < ND; j++) {
+                const int off = (8 * j + g) * VP + kk * 16 + 2 * cq;
+                const uint32_t bh0 = *(const uint32_t *)(vh + off), bh1 = *(const uint32_t *)(vh + off + 8);
+                if (SPLIT) {
+                    const uint32_t bl0 = *(const uint32_t *)(vl + off), bl1 = *(const uint32_t *)(vl + off + 8);
+                    mma_bf16(o[j], pl[0], pl[1], pl[2], pl[3], bh0, bh1);
+                    mma_bf16(o[j], ph[0], ph[1], ph[2], ph[3], bl0, bl1);
+                }
+                mma_bf16(o[j], ph[0], ph[1], ph[2], ph[3], bh0, bh1);
+            }
+        }
+    }
+    la += __shfl_xor_sync(0xffffffffu, la, 1);
+    la += __shfl_xor_sync(0xffffffffu, la, 2);
+    lb += __shfl_xor_sync(0xffffffffu, lb, 1);
+    lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+    const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
+#pragma unroll
+    for (int j = 0; j < ND; j++) {
+        const int d = h * HD + 8 * j + 2 * cq;
+        if (ra < a.n)
+            *(float2 *)(a.out + (int64_t)ra * a.os + d) = make_float2(o[j][0] * ia, o[j][1] * ia);
+        if (rb < a.n)
+            *(float2 *)(a.out + (int64_t)rb * a.os + d) = make_float2(o[j][2] * ib, o[j][3] * ib);
+    }
+}
+
+template <int HD, bool SPLIT>
+static void flash_run(struct cuda_backend *c, const struct att_args *a)
+{
+    const int smem = (2 * FA_KT * (HD + 8) + 2 * HD * (FA_KT + 8)) * (int)sizeof(__nv_bfloat16);
+    if (CUDA_CHECK(c, cudaFuncSetAttribute(k_flash<HD, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) !=
+        0)
+        return;
+    k_flash<HD, SPLIT><<<dim3(cdiv(a->n, FA_ROWS), (unsigned)a->n_head), FA_WARPS * 32, smem, c->stream>>>(*a);
+    CUDA_LAUNCHED(c);
+}
+
+/* precise (kapitsa check): the split products; otherwise bf16 q, k, p and v
+ * with fp32 accumulation, as the prefill matmuls take bf16 activations */
+template <int HD>
+static void flash_launch(struct cuda_backend *c, const struct att_args *a)
+{
+    if (c->precise)
+        flash_run<HD, true>(c, a);
+    else
+        flash_run<HD, false>(c, a);
+}
+
 /* Whether the batch's rows come in runs of T consecutive rows of one
  * sequence without a mask (prefill chunks), so a block may share key tiles. */
 static bool att_tileable(const struct attn_batch *b, int32_t T)
@@ -267,8 +466,22 @@ void cuda_attention(struct backend *be, struct tensor *out, const struct tensor 
                                        (size_t)n * n_head * a.n_split * (head_dim + 2) * sizeof(float));
         if (!a.part)
             return;
-    } else if (att_tileable(&c->b, ATT_PREFILL_T)) {
-        a.T = ATT_PREFILL_T;
+    } else {
+        /* the flash kernel reads q and writes out in pairs, K and V 16 bytes at a time */
+        const bool pairs = q->row_stride % 2 == 0 && out->row_stride % 2 == 0 && ((uintptr_t)q->data & 7) == 0 &&
+                           ((uintptr_t)out->data & 7) == 0;
+        if (a.vec4 && pairs && att_tileable(&c->b, FA_ROWS) &&
+            (head_dim == 32 || head_dim == 64 || head_dim == 128)) {
+            if (head_dim == 32)
+                flash_launch<32>(c, &a);
+            else if (head_dim == 64)
+                flash_launch<64>(c, &a);
+            else
+                flash_launch<128>(c, &a);
+            return;
+        }
+        if (att_tileable(&c->b, ATT_PREFILL_T))
+            a.T = ATT_PREFILL_T;
     }
     const size_t smem = ((size_t)ATT_TILE * (head_dim + 1) + (size_t)ATT_TILE * head_dim +
                          (size_t)a.T * a.gc * head_dim) * sizeof(float);
