@@ -1,14 +1,21 @@
+#!/usr/bin/env bash
+# The H200 figures of BENCHMARKS.md, in one run on the device machine (the
+# repository root as working directory, the .debs folder carried, $OUT set).
 mkdir -p /tmp/jx && for f in .debs/*.deb; do dpkg -x $f /tmp/jx; done; tar xzf .debs/extra.tgz -C /tmp/jx; rm -f /tmp/jx/usr/lib/x86_64-linux-gnu/libgnutls*
 export C_INCLUDE_PATH=/tmp/jx/usr/include:/tmp/jx/usr/include/x86_64-linux-gnu LIBRARY_PATH=/tmp/jx/usr/lib/x86_64-linux-gnu LD_LIBRARY_PATH=/tmp/jx/usr/lib/x86_64-linux-gnu
 make -j16 build/kapitsa build/test_unit > $OUT/build.txt 2>&1 || { tail -30 $OUT/build.txt; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+(build/kapitsa synth --preset qwen3-8b --out /tmp/q8 > /dev/null) &
 build/test_unit cuda 2>&1 | grep -v "^ok"
 KAPITSA_TEST_DEVICE=cuda timeout 200 build/test_unit model 2>&1 | grep -E "check failed|unit:"
 KAPITSA_TEST_DEVICE=cuda timeout 200 build/test_unit s 2>&1 | grep -E "check failed|verify passes|unit:"
 bash tests/cli.sh build/kapitsa --quick > $OUT/cli.txt 2>&1; grep -E "not ok|passed" $OUT/cli.txt | tail -5
-build/kapitsa synth --preset qwen3-8b --out /tmp/q8 > /dev/null
+wait
 build/kapitsa bench --model /tmp/q8 --device cuda --prompt 512 --gen 128 2>&1 | tee $OUT/bench_q8.txt
 build/kapitsa bench --model /tmp/q8 --device cuda --prompt 4096 --batch 4096 --gen 8 2>&1 | tee -a $OUT/bench_q8.txt | head -2
+build/kapitsa bench --model /tmp/q8 --device cuda --prompt 512 --gen 64 --seqs 4 2>&1 | tee -a $OUT/bench_q8.txt
+build/kapitsa bench --model /tmp/q8 --device cuda --prompt 512,2048,4096 --batch 4096 --gen 32 2>&1 | tee $OUT/ttft.txt
+build/kapitsa bench --model /tmp/q8 --device cuda --prompt 25000 --batch 4096 --gen 8 2>&1 | tee -a $OUT/ttft.txt
 for n in 1 2 4 8 16 32 64; do echo "T($n) $(build/kapitsa bench --model /tmp/q8 --device cuda --prompt $((n*32)) --batch $n --gen 1 2>&1 | grep prefill)"; done | tee $OUT/tn.txt
 build/kapitsa bench --model models/kapitsa-tiny --draft models/kapitsa-tiny-draft --prompt-file tools/bench_tasks/edit.txt --gen 200 --device cuda 2>&1 | tail -8 | tee $OUT/spec_b.txt
 build/kapitsa bench --model models/kapitsa-tiny --draft models/kapitsa-tiny-draft --prompt-file tools/bench_tasks/complete.txt --gen 200 --device cuda 2>&1 | tail -8 | tee $OUT/spec_a.txt
