@@ -33,7 +33,7 @@ ISA_avx2   := -mavx2 -mfma -mf16c
 ISA_avx512 := -mavx512f -mavx512bw -mfma -mf16c
 isa = $(if $(findstring kern_avx512,$1),-O3 $(ISA_avx512),$(if $(findstring kern_avx2,$1),-O3 $(ISA_avx2)))
 
-FUZZERS  := build/fuzz/fuzz_tokenizer build/fuzz/fuzz_jinja build/fuzz/fuzz_parser
+FUZZERS  := build/fuzz/fuzz_tokenizer build/fuzz/fuzz_jinja build/fuzz/fuzz_parser build/fuzz/fuzz_json_guard
 OBJ      := $(SRC:%.c=build/%.o)
 CLI_OBJ  := $(CLI:%.c=build/%.o)
 TEST_OBJ := $(TESTS:%.c=build/%.o)
@@ -76,7 +76,7 @@ test: build/kapitsa build/test_unit build/asan/kapitsa build/asan/test_unit $(FU
 serve: build/kapitsa
 	build/kapitsa serve
 
-## test-agents: Claude Code (from npm) through kapitsa launch on the default model (slow: minutes)
+## test-agents: Claude Code, Codex, opencode and pi (from npm) through kapitsa launch on the default model (slow: minutes)
 test-agents: build/kapitsa
 	@bash tests/agents.sh
 
@@ -94,9 +94,12 @@ clean:
 
 -include $(CU_OBJ:.o=.d) $(OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SOBJ:.o=.d) $(STEST_OBJ:.o=.d) $(SCLI_OBJ:.o=.d)
 
-# libFuzzer targets (clang): build/fuzz/fuzz_{tokenizer,jinja,parser}
+# libFuzzer targets (clang): build/fuzz/fuzz_{tokenizer,jinja,parser,json_guard}
 FUZZ_SAN := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1
 FUZZ_DEPS := $(wildcard src/base/*.c src/tokenizer/*.c src/chat/*.c)
+build/fuzz/fuzz_json_guard: tests/fuzz/fuzz_json_guard.c src/engine/json_guard.c src/engine/sampler.c src/base/err.c
+	@mkdir -p build/fuzz
+	clang -std=c11 -Wall -Wextra $(FUZZ_SAN) $^ -o $@ $(LDLIBS)
 build/fuzz/%: tests/fuzz/%.c $(FUZZ_DEPS)
 	@mkdir -p build/fuzz
 	clang -std=c11 -Wall -Wextra $(FUZZ_SAN) $< $(FUZZ_DEPS) -o $@ $(LDLIBS)
@@ -104,6 +107,6 @@ build/fuzz/%: tests/fuzz/%.c $(FUZZ_DEPS)
 ## fuzz: build the libFuzzer targets; FUZZ_TIME=600 make fuzz-run runs each that many seconds
 fuzz: $(FUZZERS)
 fuzz-run: $(FUZZERS)
-	@for f in tokenizer jinja parser; do mkdir -p build/fuzz/corpus-$$f; \
+	@for f in tokenizer jinja parser json_guard; do mkdir -p build/fuzz/corpus-$$f; \
 	  build/fuzz/fuzz_$$f -max_total_time=$${FUZZ_TIME:-10} -timeout=10 -rss_limit_mb=2048 \
 	    build/fuzz/corpus-$$f tests/fuzz/corpus/$$f || exit 1; done

@@ -165,6 +165,35 @@ expect "bench --seqs with several prompt lengths is refused" 2 "usage" -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16,48 --seqs 3
 expect "bench --draft with another vocabulary" 1 "vocabulary" -- \
     "$bin" bench --model "$m/kapitsa-tiny" --draft "$fx/qwen3" --prompt-file "$here/../tools/bench_tasks/edit.txt" --gen 8
+# launch: stand-in agents (the real ones run in make test-agents) print what
+# kapitsa launch gave them: the configuration each reads, pointing at the
+# server it started, whose model id it asked for; the config home is gone after
+fake="$tmp/agents"
+mkdir -p "$fake" "$tmp/lhome"
+printf '#!/bin/sh\necho "home=$PI_CODING_AGENT_DIR args=$*"; cat "$PI_CODING_AGENT_DIR/models.json" "$PI_CODING_AGENT_DIR/settings.json"\ncurl -sf -H "x-api-key: $KAPITSA_API_KEY" http://127.0.0.1:$LPORT/v1/models\n' > "$fake/pi"
+printf '#!/bin/sh\necho "home=$CODEX_HOME key=$KAPITSA_API_KEY"; cat "$CODEX_HOME/config.toml"\nexit 3\n' > "$fake/codex"
+printf '#!/bin/sh\necho "home=$(dirname "$OPENCODE_CONFIG")"; cat "$OPENCODE_CONFIG"\n' > "$fake/opencode"
+printf '#!/bin/sh\necho "home=$CLAUDE_CONFIG_DIR url=$ANTHROPIC_BASE_URL model=$ANTHROPIC_MODEL attribution=$CLAUDE_CODE_ATTRIBUTION_HEADER"\n' > "$fake/claude"
+chmod +x "$fake"/*
+export LPORT=$((30000 + RANDOM % 20000))
+expect "launch pi: models.json and settings.json for the served model" 0 '"id": "kapitsa-tiny"' \
+    '"contextWindow": 65536' '"defaultModel": "kapitsa-tiny"' 'args=-p hi there' '"max_model_len":65536' -- \
+    env HOME="$tmp/lhome" PATH="$fake:$PATH" "$bin" launch pi --port $LPORT -- -p "hi there"
+home=$(sed -n 's/^home=\([^ ]*\).*/\1/p' "$tmp/out")
+if [ -n "$home" ] && [ ! -e "$home" ] && [ -z "$(ls -A "$tmp/lhome")" ]; then ok "launch removes its config home and writes nothing in HOME"
+else bad "launch leaves $home behind or writes in HOME"; fi
+expect "launch codex: a Responses provider in CODEX_HOME, the agent's exit status passed on" 3 \
+    'model = "kapitsa-tiny"' "base_url = \"http://127.0.0.1:$LPORT/v1\"" 'wire_api = "responses"' 'key=local' -- \
+    env PATH="$fake:$PATH" "$bin" launch codex --port $LPORT
+expect "launch opencode: an openai-compatible provider through OPENCODE_CONFIG" 0 \
+    '"model": "kapitsa/kapitsa-tiny"' "\"baseURL\": \"http://127.0.0.1:$LPORT/v1\"" '"context": 65536' -- \
+    env PATH="$fake:$PATH" "$bin" launch opencode --port $LPORT
+expect "launch claude: the Anthropic base URL, the model, no attribution line" 0 \
+    "url=http://127.0.0.1:$LPORT model=kapitsa-tiny attribution=0" -- \
+    env PATH="$fake:$PATH" "$bin" launch claude --port $LPORT
+expect "launch: an agent that is not installed" 127 "npm i -g @mariozechner/pi-coding-agent" -- \
+    env PATH="/usr/bin:/bin" "$bin" launch pi --port $LPORT
+expect "launch: an unknown agent" 2 "unknown agent" -- "$bin" launch vim
 expect "bad flag" 2 "--chunks needs sizes" -- "$bin" check "$fx/qwen3" --chunks 0
 expect "unknown command" 2 "unknown command" -- "$bin" frobnicate
 

@@ -121,6 +121,12 @@ int sched_req_logprobs(struct sched_req *r, int32_t n_top)
     return 0;
 }
 
+void sched_req_json(struct sched_req *r, const struct vocab_bytes *vb)
+{
+    r->vb = vb;
+    json_guard_init(&r->guard);
+}
+
 /* Log-probabilities of the token about to be output (index n_out) and its
  * alternatives, from the raw logits row. */
 static void logprobs_fill(struct sched_req *r, const float *row, int32_t V, int32_t t)
@@ -329,6 +335,11 @@ static bool sched_emit(struct sched *s, int32_t a, int32_t t)
     r->out[r->n_out++] = t;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
+    if (r->vb && json_guard_done(&r->guard)) { /* the object is complete: nothing may follow */
+        s->active[a] = NULL;
+        req_finish(s, r, SCHED_STOP, NULL);
+        return false;
+    }
     if (r->n_out >= r->max_tokens) {
         s->active[a] = NULL;
         req_finish(s, r, SCHED_LENGTH, NULL);
@@ -418,7 +429,7 @@ static bool sched_step(struct sched *s)
         return false;
     /* one request decoding alone: speculate instead */
     if (s->spec_on && n == 1 && s->par[0] == -1 && s->active[s->owner[0]]->n_fed == s->active[s->owner[0]]->n_prompt &&
-        s->active[s->owner[0]]->n_out > 0 && s->active[s->owner[0]]->n_top < 0) {
+        s->active[s->owner[0]]->n_out > 0 && s->active[s->owner[0]]->n_top < 0 && !s->active[s->owner[0]]->vb) {
         sched_spec_step(s, s->owner[0]);
         return true;
     }
@@ -450,7 +461,13 @@ static bool sched_step(struct sched *s)
         struct sched_req *r = s->active[s->owner[i]];
         int32_t len = r->n_prompt + r->n_out;
         const float *row = s->logits + (int64_t)j++ * V;
-        const int32_t t = sampler_sample(&r->sampler, row, r->hist, len);
+        const int32_t t = r->vb ? json_guard_sample(&r->guard, r->vb, &r->sampler, row, r->hist, len)
+                                : sampler_sample(&r->sampler, row, r->hist, len);
+        if (t < 0) { /* the guard found no token that continues the JSON */
+            s->active[s->owner[i]] = NULL;
+            req_finish(s, r, SCHED_ERROR, "no token of the vocabulary can continue the JSON output");
+            continue;
+        }
         if (r->n_top >= 0 && r->n_out < r->cap_out)
             logprobs_fill(r, row, V, t);
         sched_emit(s, s->owner[i], t);

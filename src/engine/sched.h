@@ -20,6 +20,7 @@
 #define KP_SCHED_H
 
 #include "engine.h"
+#include "json_guard.h"
 #include "sampler.h"
 #include "spec.h"
 
@@ -47,6 +48,10 @@ struct sched_req {
     float *lp;               /* [cap_out] */
     int32_t *top_id;         /* [cap_out][n_top] */
     float *top_lp;           /* [cap_out][n_top] */
+    /* constrained output (sched_req_json): the vocabulary's bytes (NULL: free
+     * text) and the guard over what was generated so far */
+    const struct vocab_bytes *vb;
+    struct json_guard guard;
     enum sched_finish finish;
     bool cancel;
     char error[256];
@@ -80,6 +85,10 @@ struct sched_req *sched_req_new(const int32_t *prompt, int32_t n, const struct s
  * speculative step's tokens come without their own logits pass). -1 with err_set(). */
 #define SCHED_MAX_TOP 20
 int sched_req_logprobs(struct sched_req *r, int32_t n_top);
+/* Constrains the output to one JSON object (json_guard), before sched_submit;
+ * it stops when the object is complete. vb must outlive the request. Such a
+ * request decodes without speculation. */
+void sched_req_json(struct sched_req *r, const struct vocab_bytes *vb);
 /* -1 with err_set() when the request cannot fit the context; -2 when the queue
  * is full (the server is overloaded: try again later). */
 int sched_submit(struct sched *s, struct sched_req *r);

@@ -15,6 +15,7 @@ struct app {
     struct tokenizer *tok;
     struct chat_template *tpl;
     struct sched *sched;
+    struct vocab_bytes vb; /* each token's bytes, for constrained (JSON) output */
     const char *model_name;
     const char *api_key;
     double keepalive_s; /* idle seconds before a stream sends a keep-alive */

@@ -165,6 +165,27 @@ int gen_tool_choice(json_t *tc, bool anthropic, bool *use_tools, char *err, size
     return snprintf(err, n_err, "tool_choice must be %s", anthropic ? "an object with a type" : "a string or an object"), -1;
 }
 
+int gen_response_format(json_t *rf, bool *json, char *err, size_t n_err)
+{
+    *json = false;
+    if (!rf || json_is_null(rf))
+        return 0;
+    const char *type = json_string_value(json_object_get(rf, "type"));
+    if (!type)
+        return snprintf(err, n_err, "response_format must be an object with a string 'type'"), -1;
+    if (strcmp(type, "text") == 0)
+        return 0;
+    if (strcmp(type, "json_object") == 0) {
+        *json = true;
+        return 0;
+    }
+    if (strcmp(type, "json_schema") == 0)
+        return snprintf(err, n_err, "response_format json_schema is not supported: this server can constrain the "
+                                    "output to a JSON object (json_object) but does not enforce a schema"),
+               -1;
+    return snprintf(err, n_err, "response_format type '%s' is not one of text, json_object", type), -1;
+}
+
 int32_t gen_count_tokens(struct app *a, json_t *messages, json_t *tools, json_t *kwargs, char *err, size_t n_err)
 {
     struct tok_ids ids = {0};
@@ -185,9 +206,21 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
             tok_ids_free(&ids);
             return NULL;
         }
-    } else if (build_prompt(a, o->messages, o->tools, o->kwargs, &ids, &in_reasoning, err, n_err) != 0) {
-        tok_ids_free(&ids);
-        return NULL;
+    } else {
+        /* JSON output: the model answers at once, without a reasoning block first */
+        json_t *kw = o->kwargs ? json_incref(o->kwargs) : NULL;
+        if (o->json && !json_object_get(kw, "enable_thinking")) {
+            json_t *k2 = kw ? json_copy(kw) : json_object();
+            json_object_set_new(k2, "enable_thinking", json_false());
+            json_decref(kw);
+            kw = k2;
+        }
+        int brc = build_prompt(a, o->messages, o->tools, kw, &ids, &in_reasoning, err, n_err);
+        json_decref(kw);
+        if (brc != 0) {
+            tok_ids_free(&ids);
+            return NULL;
+        }
     }
     int32_t n_ctx = sched_n_ctx(a->sched), max_tokens = o->max_tokens;
     if (max_tokens == 0)
@@ -235,6 +268,8 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
         gen_free(g);
         return NULL;
     }
+    if (g->req && o->json)
+        sched_req_json(g->req, &a->vb);
     tok_ids_free(&ids);
     int rc = 0;
     if (o->raw_prompt) {

@@ -25,6 +25,8 @@ struct gen_opts {
     int32_t logprobs;        /* top alternatives per token with log-probabilities, or -1: none */
     bool ignore_eos;         /* generate max_tokens even past end-of-sequence tokens (vLLM's and
                                 llama-server's extension; benchmarks use it) */
+    bool json;               /* response_format json_object: the output is one JSON object
+                                (constrained decoding; thinking off unless kwargs say otherwise) */
     chat_event_fn fn;
     void *ctx;
 };
@@ -40,6 +42,11 @@ int gen_sampling(json_t *body, float max_temperature, struct sampler_params *sp,
  * {"type": "auto" | "none"}. *use_tools false for none. Forcing a call
  * ("required", "any", a named tool) is refused: -1 with a message in err. */
 int gen_tool_choice(json_t *tc, bool anthropic, bool *use_tools, char *err, size_t n_err);
+
+/* response_format (chat completions) or text.format (Responses): {"type":
+ * "text"} or absent, or "json_object" (*json true); "json_schema" is refused
+ * (only the JSON syntax is enforced, not a schema): -1 with a message in err. */
+int gen_response_format(json_t *rf, bool *json, char *err, size_t n_err);
 
 #define GEN_MAX_STOP 8
 

@@ -12,12 +12,14 @@
 
 enum MHD_Result openai_models(struct app *a, struct MHD_Connection *c)
 {
-    /* fields of both APIs' model objects, so either SDK can list it */
+    /* fields of both APIs' model objects, so either SDK can list it, and the
+     * context length as vLLM names it, for agents configured from it */
     return http_json(c, MHD_HTTP_OK,
-                     json_pack("{s:s,s:[{s:s,s:s,s:i,s:s,s:s,s:s,s:s}],s:b,s:s,s:s}", "object", "list", "data", "id",
+                     json_pack("{s:s,s:[{s:s,s:s,s:i,s:s,s:s,s:s,s:s,s:i}],s:b,s:s,s:s}", "object", "list", "data", "id",
                                a->model_name, "object", "model", "created", 0, "owned_by", "kapitsa", "type", "model",
-                               "display_name", a->model_name, "created_at", "1970-01-01T00:00:00Z", "has_more", 0,
-                               "first_id", a->model_name, "last_id", a->model_name));
+                               "display_name", a->model_name, "created_at", "1970-01-01T00:00:00Z", "max_model_len",
+                               (json_int_t)sched_n_ctx(a->sched), "has_more", 0, "first_id", a->model_name, "last_id",
+                               a->model_name));
 }
 
 /* One response's state, shared by the non-streaming and streaming paths. */
@@ -302,7 +304,9 @@ enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *bod
         return http_openai_error(c, 400, "invalid_request_error", "'tools' must be an array");
     bool use_tools;
     char terr[256];
-    if (gen_tool_choice(json_object_get(body, "tool_choice"), false, &use_tools, terr, sizeof terr) != 0)
+    bool json;
+    if (gen_tool_choice(json_object_get(body, "tool_choice"), false, &use_tools, terr, sizeof terr) != 0 ||
+        gen_response_format(json_object_get(body, "response_format"), &json, terr, sizeof terr) != 0)
         return http_openai_error(c, 400, "invalid_request_error", "%s", terr);
     if (!use_tools || json_is_null(tools) || (json_is_array(tools) && json_array_size(tools) == 0))
         tools = NULL;
@@ -310,7 +314,7 @@ enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *bod
     if (!g)
         return MHD_NO;
     json_t *kw = json_object_get(body, "chat_template_kwargs");
-    struct gen_opts go = {.messages = msgs, .tools = tools, .kwargs = json_is_object(kw) ? kw : NULL};
+    struct gen_opts go = {.messages = msgs, .tools = tools, .kwargs = json_is_object(kw) ? kw : NULL, .json = json};
     return oai_run(a, c, g, &go, body);
 }
 

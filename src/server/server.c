@@ -46,6 +46,7 @@ enum MHD_Result http_openai_error(struct MHD_Connection *c, unsigned status, con
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "kapitsa: error %u %s: %s\n", status, type, msg); /* the request log line of a refusal */
     return http_json(c, status, json_pack("{s:{s:s,s:s,s:n,s:n}}", "error", "message", msg, "type", type, "param",
                                           "code"));
 }
@@ -153,6 +154,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return fail(c, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error", "request body larger than %u bytes",
                     SERVER_MAX_BODY);
     bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+    if ((get || strcmp(method, "HEAD") == 0) && strcmp(url, "/") == 0) /* clients probe the base URL (Claude Code: HEAD /) */
+        return http_json(c, MHD_HTTP_OK, json_pack("{s:s,s:s}", "status", "ok", "model", a->model_name));
     if (get && strcmp(url, "/v1/models") == 0)
         return openai_models(a, c);
     if (get && strcmp(url, "/metrics") == 0)
@@ -201,6 +204,32 @@ static void on_signal(int sig)
     stop_flag = 1;
 }
 
+/* Every model token's bytes (ids past the tokenizer's vocabulary: none, special). */
+static int vocab_build(struct vocab_bytes *vb, const struct tokenizer *t, int32_t n_vocab)
+{
+    size_t total = 0;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        const char *p = tok_piece(t, i);
+        total += p ? strlen(p) : 0;
+    }
+    vb->n_vocab = n_vocab;
+    vb->data = malloc(total + 1);
+    vb->off = malloc(sizeof(uint32_t) * ((size_t)n_vocab + 1));
+    vb->special = calloc((size_t)n_vocab, 1);
+    if (!vb->data || !vb->off || !vb->special)
+        return err_set("server: out of memory");
+    uint32_t o = 0;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        vb->off[i] = o;
+        const char *p = tok_piece(t, i);
+        const int32_t n = p ? tok_bytes(t, i, vb->data + o, total + 1 - o) : 0;
+        vb->special[i] = !p || tok_is_special(t, i);
+        o += n > 0 ? (uint32_t)n : 0;
+    }
+    vb->off[n_vocab] = o;
+    return 0;
+}
+
 int server_run(const struct server_opts *o)
 {
     struct app a = {0};
@@ -216,7 +245,8 @@ int server_run(const struct server_opts *o)
     if (model_load(&a.model, o->model_dir, be, NULL) != 0)
         goto done;
     loaded = 1;
-    if (!(a.tok = tok_load(o->model_dir)) || !(a.tpl = chat_template_load(o->model_dir, NULL)))
+    if (!(a.tok = tok_load(o->model_dir)) || !(a.tpl = chat_template_load(o->model_dir, NULL)) ||
+        vocab_build(&a.vb, a.tok, a.model.cfg.vocab_size) != 0)
         goto done;
     if (o->draft_dir && model_load(&draft, o->draft_dir, be, NULL) != 0)
         goto done;
@@ -247,10 +277,11 @@ int server_run(const struct server_opts *o)
             "  Claude Code:   ANTHROPIC_BASE_URL=http://%s:%u ANTHROPIC_AUTH_TOKEN=%s ANTHROPIC_MODEL=%s claude\n"
             "  Codex:         codex -c model_provider=kapitsa -c 'model_providers.kapitsa={name=\"kapitsa\","
             "base_url=\"http://%s:%u/v1\",wire_api=\"responses\"}' -m %s\n"
-            "  opencode, pi:  an OpenAI-compatible provider at http://%s:%u/v1, model %s\n",
+            "  opencode, pi:  an OpenAI-compatible provider at http://%s:%u/v1, model %s\n"
+            "  or configured for you: kapitsa launch claude|codex|opencode|pi --port %u\n",
             a.model_name, o->host, (unsigned)o->port, o->host, (unsigned)o->port, o->host, (unsigned)o->port, o->host,
             (unsigned)o->port, a.api_key ? "<the --api-key value>" : "local", a.model_name, o->host, (unsigned)o->port, a.model_name,
-            o->host, (unsigned)o->port, a.model_name);
+            o->host, (unsigned)o->port, a.model_name, (unsigned)o->port);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGPIPE, SIG_IGN);
@@ -263,6 +294,7 @@ done:
     sched_free(a.sched);
     chat_template_free(a.tpl);
     tok_free(a.tok);
+    vocab_bytes_free(&a.vb);
     if (d_loaded)
         model_free(&draft);
     if (loaded)

@@ -732,6 +732,13 @@ static size_t token_bytes(const struct tokenizer *t, int32_t id, char *dst)
     return o;
 }
 
+int32_t tok_bytes(const struct tokenizer *t, int32_t id, char *dst, size_t cap)
+{
+    if (id < 0 || id >= t->n_vocab || !t->piece[id] || t->piece_len[id] > cap)
+        return -1;
+    return (int32_t)token_bytes(t, id, dst);
+}
+
 char *tok_decode(const struct tokenizer *t, const int32_t *ids, int32_t n, bool skip_special, size_t *len)
 {
     size_t raw_n = 0;

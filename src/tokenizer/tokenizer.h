@@ -43,6 +43,10 @@ char *tok_decode(const struct tokenizer *t, const int32_t *ids, int32_t n, bool 
 int32_t tok_n_vocab(const struct tokenizer *t);
 /* The token's string as the vocabulary spells it (byte-level form). NULL if out of range. */
 const char *tok_piece(const struct tokenizer *t, int32_t id);
+/* The token's raw bytes (the byte-level form undone, no UTF-8 repair: a token
+ * may hold part of a character) into dst; their count, or -1 for a bad id or
+ * when cap is too small (cap >= strlen(tok_piece) is always enough). */
+int32_t tok_bytes(const struct tokenizer *t, int32_t id, char *dst, size_t cap);
 /* Id of a token given by its vocabulary string (e.g. "<|im_end|>"), or -1. */
 int32_t tok_find(const struct tokenizer *t, const char *piece);
 bool tok_is_special(const struct tokenizer *t, int32_t id);

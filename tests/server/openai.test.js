@@ -16,6 +16,7 @@ after(stopServers);
 test("models.list names the served model", async () => {
   const list = await client.models.list();
   assert.equal(list.data[0].id, "kapitsa-tiny");
+  assert.ok(list.data[0].max_model_len >= 4096, "the context length, as vLLM reports it");
 });
 
 test("a chat completion returns text, a finish reason and usage", async () => {
@@ -121,6 +122,8 @@ test("with --api-key every endpoint but /health needs the key", async () => {
   const xkey = await fetch(`${s.base}/v1/models`, { headers: { "x-api-key": "s3cret" } });
   assert.equal(xkey.status, 200);
   assert.equal((await fetch(`${s.base}/health`)).status, 200);
+  assert.equal((await fetch(`${s.base}/`, { method: "HEAD" })).status, 401);
+  assert.equal((await fetch(`${s.base}/`, { method: "HEAD", headers: { authorization: "Bearer s3cret" } })).status, 200);
   s.proc.kill("SIGTERM");
 });
 
@@ -289,6 +292,35 @@ test("tool_choice: none renders the prompt without the tools; forcing a call is 
     parameters: { type: "object", properties: {} } }], tool_choice: "none", max_output_tokens: 16 });
   assert.ok(["completed", "incomplete"].includes(r.status) && !r.output.some((o) => o.type === "function_call"));
   await assert.rejects(client.responses.create({ model: "m", input: "x", tool_choice: "required" }), (e) => e.status === 400);
+});
+
+test("response_format json_object: the output is JSON, cut only by max_tokens; json_schema is refused", async () => {
+  const base = { model: "m", messages: [{ role: "user", content: "Describe a cat as JSON." }], max_tokens: 120,
+    temperature: 1, response_format: { type: "json_object" } };
+  for (const seed of [1, 2, 3, 4]) {
+    const r = await client.chat.completions.create({ ...base, seed });
+    const text = r.choices[0].message.content;
+    assert.ok(text.startsWith("{"), `seed ${seed}: ${JSON.stringify(text)}`);
+    if (r.choices[0].finish_reason === "stop") {
+      const v = JSON.parse(text);
+      assert.ok(v && typeof v === "object" && !Array.isArray(v));
+    } else assert.equal(r.choices[0].finish_reason, "length");
+    let streamed = "";
+    for await (const ch of await client.chat.completions.create({ ...base, seed, stream: true }))
+      streamed += ch.choices[0]?.delta?.content ?? "";
+    assert.equal(streamed, text, "the same seed streamed");
+  }
+  const greedy = await client.chat.completions.create({ ...base, temperature: 0, max_tokens: 40 });
+  assert.ok(greedy.choices[0].message.content.startsWith("{"));
+  const plain = await client.chat.completions.create({ ...base, response_format: { type: "text" }, max_tokens: 4 });
+  assert.ok(plain.choices[0].message.content !== undefined);
+  await assert.rejects(client.chat.completions.create({ ...base, response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } } }),
+    (e) => e.status === 400 && /json_schema/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ ...base, response_format: { type: "xml" } }), (e) => e.status === 400);
+  await assert.rejects(client.chat.completions.create({ ...base, response_format: "json" }), (e) => e.status === 400);
+  const rr = await client.responses.create({ model: "m", input: "Describe a cat as JSON.", text: { format: { type: "json_object" } },
+    max_output_tokens: 60, temperature: 0 });
+  assert.ok(rr.output_text.startsWith("{"), JSON.stringify(rr.output_text));
 });
 
 test("keep-alives flow while a long prompt is prefilled, in each API's form", async () => {
