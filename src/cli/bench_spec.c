@@ -46,12 +46,15 @@ struct run_result {
     int64_t passes, ngram;
     int identical;
     int32_t tuned_n, tuned_d;
+    bool tuned_lookup;
 };
 
 /* Generates n_gen tokens after prompt with the given speculation (mode OFF:
- * plain one-token steps through the same code). */
+ * plain one-token steps through the same code). tu (tuned runs, may be NULL):
+ * the tuner's statistics to start from when it has any (as a server's later
+ * requests start from its cached tuning), and where to leave them after. */
 static int run_one(struct engine *te, struct engine *de, const struct spec_params *sp, const int32_t *prompt,
-                   int32_t n, int32_t n_gen, int32_t *out, struct run_result *r, int32_t ctx)
+                   int32_t n, int32_t n_gen, int32_t *out, struct run_result *r, int32_t ctx, struct spec_tuner *tu)
 {
     const int32_t V = te->m->cfg.vocab_size;
     float *lg = malloc(sizeof(float) * (size_t)V);
@@ -65,6 +68,8 @@ static int run_one(struct engine *te, struct engine *de, const struct spec_param
         goto done;
     if (spec_init(&s, te, ts, de, ds, sp, ctx) != 0)
         goto done_sm;
+    if (tu && tu->step > 0)
+        s.tu = *tu;
     if (spec_prefill(&s, prompt, n, lg) != 0)
         goto done_spec;
     memcpy(hist, prompt, sizeof(int32_t) * (size_t)n);
@@ -82,7 +87,9 @@ static int run_one(struct engine *te, struct engine *de, const struct spec_param
     r->t_draft = s.st.t_draft;
     r->t_verify = s.st.t_verify;
     r->ngram = s.st.ngram_accepted;
-    spec_tuned_shape(&s, &r->tuned_n, &r->tuned_d);
+    spec_tuned_shape(&s, &r->tuned_n, &r->tuned_d, &r->tuned_lookup);
+    if (tu)
+        *tu = s.tu;
     memcpy(out, hist + n, sizeof(int32_t) * (size_t)n_gen);
     rc = 0;
 done_spec:
@@ -133,25 +140,30 @@ int bench_spec(const char *target, const char *draft, const char *prompt_file, i
         err_set("bench: out of memory");
         goto done;
     }
-    struct spec_params sp[5];
-    for (int i = 0; i < 5; i++)
+    enum { N_RUNS = 6 };
+    struct spec_params sp[N_RUNS];
+    for (int i = 0; i < N_RUNS; i++)
         sp[i] = spec_defaults();
     sp[0].mode = SPEC_OFF;
     sp[1].mode = SPEC_CHAIN, sp[1].n_nodes = chain_k, sp[1].ngram = false;
     sp[2].n_nodes = tree_n, sp[2].depth = tree_d, sp[2].ngram = false;
     sp[3].n_nodes = tree_n, sp[3].depth = tree_d;
     sp[4].n_nodes = tree_n, sp[4].depth = tree_d, sp[4].tune = true;
-    struct run_result r[5] = {{.name = "plain"}, {.name = "chain"}, {.name = "tree"}, {.name = "tree+ngram"},
-                              {.name = "tuned"}};
-    for (int i = 0; i < 5; i++) {
-        if (run_one(&te, &de, &sp[i], ids.ids, ids.n, n_gen, i ? got : want, &r[i], ctx) != 0)
+    sp[5] = sp[4];
+    /* tuned: from nothing (every shape is tried first); warm: again, starting
+     * from what the first tuned run learnt */
+    struct run_result r[N_RUNS] = {{.name = "plain"},      {.name = "chain"}, {.name = "tree"},
+                                   {.name = "tree+ngram"}, {.name = "tuned"}, {.name = "tuned-warm"}};
+    struct spec_tuner tu = {0};
+    for (int i = 0; i < N_RUNS; i++) {
+        if (run_one(&te, &de, &sp[i], ids.ids, ids.n, n_gen, i ? got : want, &r[i], ctx, i >= 4 ? &tu : NULL) != 0)
             goto done;
         r[i].identical = i == 0 || memcmp(got, want, sizeof(int32_t) * (size_t)n_gen) == 0;
     }
     if (json) {
         printf("{\"target\":\"%s\",\"draft\":\"%s\",\"prompt_tokens\":%d,\"gen\":%d,\"runs\":[", target, draft, ids.n,
                n_gen);
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < N_RUNS; i++)
             printf("%s{\"spec\":\"%s\",\"passes\":%lld,\"tokens_per_pass\":%.3f,\"seconds\":%.4f,\"speedup\":%.3f,"
                    "\"draft_s\":%.4f,\"verify_s\":%.4f,\"ngram_accepted\":%lld,\"identical\":%s}",
                    i ? "," : "", r[i].name, (long long)r[i].passes, (double)n_gen / (double)r[i].passes, r[i].seconds,
@@ -162,14 +174,15 @@ int bench_spec(const char *target, const char *draft, const char *prompt_file, i
         printf("target %s, draft %s; prompt %d tokens, %d generated greedily\n", target, draft, ids.n, n_gen);
         printf("%-11s %8s %12s %9s %9s %9s %8s %s\n", "spec", "passes", "tokens/pass", "seconds", "draft s",
                "verify s", "speedup", "output");
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < N_RUNS; i++)
             printf("%-11s %8lld %12.2f %9.3f %9.3f %9.3f %7.2fx %s\n", r[i].name, (long long)r[i].passes,
                    (double)n_gen / (double)r[i].passes, r[i].seconds, r[i].t_draft, r[i].t_verify,
                    r[0].seconds / r[i].seconds, r[i].identical ? "identical" : "DIFFERS");
     }
     if (!json)
-        printf("tuned: the tree shape it settled on: %d nodes, depth %d\n", r[4].tuned_n, r[4].tuned_d);
-    rc = r[1].identical && r[2].identical && r[3].identical && r[4].identical ? 0 : 1;
+        printf("tuned: the tree shape it settled on: %d nodes, depth %d%s\n", r[5].tuned_n, r[5].tuned_d,
+               r[5].tuned_lookup ? ", the draft skipped when prompt lookup proposes 4+ tokens" : "");
+    rc = r[1].identical && r[2].identical && r[3].identical && r[4].identical && r[5].identical ? 0 : 1;
     if (rc)
         err_set("bench: speculative output differs from plain decoding");
 done:

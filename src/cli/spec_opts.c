@@ -115,7 +115,7 @@ void cli_spec_tune_save(const struct spec *s, const char *key)
     int32_t nodes, depth;
     if (!s->p.tune || s->tu.step < 8 || tune_path(path, sizeof path) != 0)
         return;
-    spec_tuned_shape(s, &nodes, &depth);
+    spec_tuned_shape(s, &nodes, &depth, NULL);
     double best = 0;
     for (int32_t i = 0; i < s->tu.n_shape; i++)
         if (s->tu.nodes[i] == nodes && s->tu.depth[i] == depth)

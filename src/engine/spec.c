@@ -51,11 +51,15 @@ int spec_init(struct spec *s, struct engine *tgt, int32_t tseq, struct engine *d
     s->p = *p;
     s->vocab = V;
     s->cap_ctx = n_ctx;
-    /* tuner shapes: chain-like to bushy, within the budget the engines were sized for */
-    static const int32_t shapes[SPEC_TUNE_SHAPES][2] = {{3, 3}, {6, 3}, {8, 4}, {12, 6}, {16, 6}, {24, 8}};
+    /* tuner shapes: chain-like to bushy, within the budget the engines were
+     * sized for; the last skips the draft when prompt lookup proposes enough
+     * (only with lookup on) */
+    static const int32_t shapes[SPEC_TUNE_SHAPES][3] = {{3, 3, 0},  {6, 3, 0},  {8, 4, 0}, {12, 6, 0},
+                                                        {16, 6, 0}, {24, 8, 0}, {16, 4, 1}};
     for (int i = 0; i < SPEC_TUNE_SHAPES; i++)
-        if (shapes[i][0] <= p->n_nodes) {
+        if (shapes[i][0] <= p->n_nodes && (!shapes[i][2] || (p->ngram && dft))) {
             s->tu.nodes[s->tu.n_shape] = shapes[i][0];
+            s->tu.lookup_first[s->tu.n_shape] = shapes[i][2];
             s->tu.depth[s->tu.n_shape++] = shapes[i][1] < p->depth ? shapes[i][1] : p->depth;
         }
     if (s->tu.n_shape == 0)
@@ -200,7 +204,7 @@ static int32_t build_tree(struct spec *s, const int32_t *hist, int32_t n_hist, i
         return 0;
     if (p->ngram)
         add_ngram_chain(s, hist, n_hist, max_depth);
-    if (!s->dft)
+    if (!s->dft || (p->lookup_first && s->n_node - 1 >= SPEC_LOOKUP_MIN))
         return 0; /* prompt lookup alone */
     const int32_t budget = p->n_nodes, top_k = p->mode == SPEC_CHAIN ? 1 : p->top_k;
     const int32_t depth = p->mode == SPEC_CHAIN ? p->n_nodes : p->depth;
@@ -255,7 +259,7 @@ static int32_t build_tree(struct spec *s, const int32_t *hist, int32_t n_hist, i
     return C;
 }
 
-void spec_tuned_shape(const struct spec *s, int32_t *nodes, int32_t *depth)
+void spec_tuned_shape(const struct spec *s, int32_t *nodes, int32_t *depth, bool *lookup_first)
 {
     const struct spec_tuner *t = &s->tu;
     int32_t b = 0;
@@ -264,6 +268,8 @@ void spec_tuned_shape(const struct spec *s, int32_t *nodes, int32_t *depth)
             b = i;
     *nodes = s->p.tune ? t->nodes[b] : s->p.n_nodes;
     *depth = s->p.tune ? t->depth[b] : s->p.depth;
+    if (lookup_first)
+        *lookup_first = s->p.tune ? t->lookup_first[b] : s->p.lookup_first;
 }
 
 /* Picks the shape for the next step: each tried 4 times first, then the best,
@@ -291,6 +297,7 @@ static void tune_pick(struct spec *s)
     t->cur = pick;
     s->p.n_nodes = t->nodes[pick];
     s->p.depth = t->depth[pick];
+    s->p.lookup_first = t->lookup_first[pick];
 }
 
 static void tune_record(struct spec *s, int32_t k, double seconds)

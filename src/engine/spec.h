@@ -48,6 +48,10 @@ struct spec_params {
     /* Tune the tree to the machine: choose among shapes up to n_nodes / depth
      * by measured tokens per second (see spec_tuner). */
     bool tune;
+    /* Skip the draft in a step whose prompt lookup already proposes at least
+     * SPEC_LOOKUP_MIN tokens (an edit repeating its input): the chain alone is
+     * verified (one of the tuner's shapes). */
+    bool lookup_first;
     /* For the tests only: multiply every acceptance probability by this (1 =
      * the exact rule), so that the distribution test is seen to fail. */
     double accept_bias;
@@ -68,10 +72,12 @@ struct spec_stats {
  * occasional step on another so that changing acceptance is noticed. Speed is
  * measured (draft + verify + acceptance time per produced token), so it
  * accounts for this machine's verify-time curve T(n) and draft step time. */
-#define SPEC_TUNE_SHAPES 6
+#define SPEC_TUNE_SHAPES 7
+#define SPEC_LOOKUP_MIN 4
 struct spec_tuner {
     int32_t n_shape;
     int32_t nodes[SPEC_TUNE_SHAPES], depth[SPEC_TUNE_SHAPES];
+    bool lookup_first[SPEC_TUNE_SHAPES];
     double tok_s[SPEC_TUNE_SHAPES];  /* moving average of tokens per second, 0 = not measured */
     int32_t tries[SPEC_TUNE_SHAPES];
     int32_t cur;
@@ -120,8 +126,9 @@ struct spec {
 int spec_init(struct spec *s, struct engine *tgt, int32_t tseq, struct engine *dft, int32_t dseq,
               const struct spec_params *p, int32_t n_ctx);
 void spec_free(struct spec *s);
-/* The shape the tuner would use now (nodes, depth), e.g. to report it. */
-void spec_tuned_shape(const struct spec *s, int32_t *nodes, int32_t *depth);
+/* The shape the tuner would use now (nodes, depth, and whether it skips the
+ * draft when prompt lookup proposes enough; lookup_first may be NULL), e.g. to report it. */
+void spec_tuned_shape(const struct spec *s, int32_t *nodes, int32_t *depth, bool *lookup_first);
 /* Points the spec at another pair of sequences (same engines). */
 void spec_reset(struct spec *s, int32_t tseq, int32_t dseq);
 
