@@ -26,7 +26,8 @@ tmp=$(mktemp -d)
 trap 'kill $srv 2>/dev/null; rm -rf "$log" "$tmp"' EXIT
 build/kapitsa serve --port $port --ctx 65536 2>"$log" &
 srv=$!
-until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do sleep 0.2; done
+for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.2; done
+curl -sf "http://127.0.0.1:$port/health" >/dev/null || { cat "$log"; echo "agents: 0 passed, 1 failed (server)"; exit 1; }
 pass=0
 fail=0
 # run NAME TIMEOUT AGENT ARGS...: one agent run through kapitsa launch
