@@ -565,55 +565,6 @@ void test_cuda_tree_invariance(void)
 
 static void no_cuda(void) { printf("  skipped: built without CUDA\n"); }
 void test_cuda_matmul(void) { no_cuda(); }
-/* A prefill batch: seq 0 has len0 cached tokens and n0 new rows, seq 1 none
- * cached and n1 new rows, no mask. Runs of 64 rows of one sequence go to the
- * tensor-core kernel, others to the CUDA-core one. */
-static void prefill_case(struct both *b, int32_t len0, int32_t n0, int32_t n1, int32_t n_head, int32_t n_kv,
-                         int32_t hd, double tol)
-{
-    const int32_t bs = 16, n = n0 + n1, max_blocks = (len0 + n0) / bs + 1, n_blocks = 2 * max_blocks;
-    struct pair kc, vc, q, k, v, out;
-    pair_make(b, &kc, DT_F32, (int64_t)n_blocks * bs, n_kv * hd, 1.0f);
-    pair_make(b, &vc, DT_F32, (int64_t)n_blocks * bs, n_kv * hd, 1.0f);
-    pair_make(b, &q, DT_F32, n, n_head * hd, 2.0f);
-    pair_make(b, &k, DT_F32, n, n_kv * hd, 2.0f);
-    pair_make(b, &v, DT_F32, n, n_kv * hd, 1.0f);
-    pair_make(b, &out, DT_F32, n, n_head * hd, 0.0f);
-    int32_t *table = calloc((size_t)2 * max_blocks, sizeof(int32_t));
-    int32_t *pos = calloc((size_t)n, sizeof(int32_t)), *slot = calloc((size_t)n, sizeof(int32_t));
-    int32_t *seq = calloc((size_t)n, sizeof(int32_t)), *n_kvv = calloc((size_t)n, sizeof(int32_t));
-    for (int32_t i = 0; i < 2 * max_blocks; i++)
-        table[i] = (i * 7 + 3) % n_blocks; /* scattered: 7 is prime to n_blocks unless it divides it */
-    if (n_blocks % 7 == 0)
-        for (int32_t i = 0; i < 2 * max_blocks; i++)
-            table[i] = 2 * max_blocks - 1 - i;
-    for (int32_t i = 0; i < n; i++) {
-        seq[i] = i >= n0;
-        pos[i] = seq[i] ? i - n0 : len0 + i;
-        slot[i] = table[seq[i] * max_blocks + pos[i] / bs] * bs + pos[i] % bs;
-        n_kvv[i] = pos[i] + 1;
-    }
-    struct attn_batch ab = {.n_tokens = n, .pos = pos, .slot = slot, .seq_row = seq, .n_kv = n_kvv,
-                            .mask_from = n_kvv, .block_table = table, .n_seq_rows = 2, .max_blocks = max_blocks,
-                            .block_size = bs};
-    set_batch_both(b, &ab);
-    b->cpu->ops->kv_store(b->cpu, &kc.c, &vc.c, &k.c, &v.c);
-    b->gpu->ops->kv_store(b->gpu, &kc.g, &vc.g, &k.g, &v.g);
-    b->cpu->ops->attention(b->cpu, &out.c, &q.c, &kc.c, &vc.c, n_head, n_kv, hd, 0.125f);
-    b->gpu->ops->attention(b->gpu, &out.g, &q.g, &kc.g, &vc.g, n_head, n_kv, hd, 0.125f);
-    double e = pair_err(b, &out);
-    CHECK(e < tol, "prefill attention cached %d rows %d+%d heads %d/%d hd %d: err %.3g (bound %.3g)", len0, n0, n1,
-          n_head, n_kv, hd, e, tol);
-    free(table);
-    free(pos);
-    free(slot);
-    free(seq);
-    free(n_kvv);
-    struct pair *all[] = {&kc, &vc, &q, &k, &v, &out};
-    for (int i = 0; i < 6; i++)
-        pair_free(b, all[i]);
-}
-
 void test_cuda_attention(void) { no_cuda(); }
 void test_cuda_rowwise(void) { no_cuda(); }
 void test_cuda_moe(void) { no_cuda(); }
