@@ -220,8 +220,8 @@ static void attention_case(struct both *b, int32_t len0, int32_t n_head, int32_t
 }
 
 /* A prefill batch: seq 0 has len0 cached tokens and n0 new rows, seq 1 none
- * cached and n1 new rows, no mask. Runs of 64 rows of one sequence go to the
- * tensor-core kernel, others to the CUDA-core one. */
+ * cached and n1 new rows, no mask. Runs of rows of one sequence (16 to 64, by
+ * the head group) go to the tensor-core kernel, others to the CUDA-core one. */
 static void prefill_case(struct both *b, int32_t len0, int32_t n0, int32_t n1, int32_t n_head, int32_t n_kv,
                          int32_t hd, double tol)
 {
@@ -281,7 +281,10 @@ void test_cuda_attention(void)
     prefill_case(&b, 300, 128, 101, 32, 8, 128, 2e-5); /* tensor cores, split operands */
     prefill_case(&b, 0, 192, 64, 8, 2, 64, 2e-5);
     prefill_case(&b, 40, 64, 70, 4, 2, 32, 2e-5);
-    prefill_case(&b, 17, 100, 80, 8, 2, 128, 2e-5);    /* runs of 64 broken: CUDA cores */
+    prefill_case(&b, 5, 96, 37, 6, 2, 64, 2e-5);       /* groups of 3 heads */
+    prefill_case(&b, 0, 128, 20, 4, 4, 32, 2e-5);      /* no grouping: 64 rows a block */
+    prefill_case(&b, 64, 96, 33, 16, 2, 128, 2e-5);    /* groups of 8: 16 rows a block */
+    prefill_case(&b, 17, 100, 80, 8, 2, 128, 2e-5);    /* runs of 32 broken: CUDA cores */
     both_close(&b);
     /* fast mode: bf16 operands on the tensor cores, within bf16 rounding */
     if (both_open(&b, false) != 0)

@@ -14,8 +14,9 @@
  * and heads, and the warp keeps a running max per head (flash-attention
  * style). Up to CUDA_SMALL_N tokens T is 1 and the keys are split into
  * fixed-length ranges across blocks (parallel over long contexts), merged in
- * order by k_att_merge. Prefill batches whose rows come in runs of 64 of
- * one sequence, head dims 32/64/128, go to k_flash on the tensor cores;
+ * order by k_att_merge. Prefill batches whose rows come in runs of 16-64
+ * (by the head group's size) of one sequence, head dims 32/64/128, go to
+ * k_flash on the tensor cores;
  * other prefill batches take T = 8 consecutive rows of one sequence per
  * block, all keys, sharing each staged tile. */
 #include "cuda_impl.h"
@@ -37,6 +38,7 @@ struct att_args {
     int64_t os;
     float *part; /* [n][n_head][n_split][hd+2]: acc, max, sum; NULL: write normalised output */
     int32_t n, n_head, n_kv_head, hd, gc, n_split, split_len, T;
+    int32_t fa_hb, fa_rb; /* k_flash: query heads of one kv head, and 16-row groups, per block */
     float scale;
     bool vec4; /* rows and heads 16-byte aligned */
     struct dev_batch b;
@@ -211,19 +213,19 @@ __global__ void k_att_merge(struct att_args a)
     a.out[(int64_t)i * a.os + (int64_t)h * hd + d] = sum > 0.0f ? o / sum : 0.0f;
 }
 
-/* Prefill on the tensor cores (flash attention): a block takes 64 consecutive
- * rows of one sequence (16 per warp) and one query head, and walks the keys
- * in tiles of FA_KT staged in shared memory as bf16 (V transposed), with a
- * running max per row and fp32 accumulation. Precise (SPLIT): every operand
+/* Prefill on the tensor cores (flash attention): a block takes fa_rb groups of
+ * 16 consecutive rows of one sequence times fa_hb query heads sharing one kv
+ * head (a warp each, up to 8), and walks the keys in tiles of FA_KT staged in
+ * shared memory as bf16 (V transposed) once for all of them, with a running
+ * max per row and fp32 accumulation. Precise (SPLIT): every operand
  * is a bf16 pair hi + lo and each product three (qh.kh + qh.kl + ql.kh, to
  * ~2^-17), fp32-level results at tensor-core speed; otherwise one product of
  * the bf16 values, like the prefill matmuls' bf16 activations. */
 #define FA_KT 64
-#define FA_WARPS 4
-#define FA_ROWS (FA_WARPS * 16)
+#define FA_MAX_WARPS 8
 
 template <int HD, bool SPLIT>
-__global__ void __launch_bounds__(FA_WARPS * 32) k_flash(struct att_args a)
+__global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
 {
     constexpr int KP = HD + 8, VP = FA_KT + 8, NK = HD / 16, ND = HD / 8, NJ = FA_KT / 8;
     extern __shared__ uint4 smem_raw[];
@@ -232,8 +234,10 @@ __global__ void __launch_bounds__(FA_WARPS * 32) k_flash(struct att_args a)
     __shared__ int32_t rows[FA_KT];
     __shared__ int32_t v_end;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
-    const int32_t i0 = blockIdx.x * FA_ROWS, h = blockIdx.y, kvh = h / (a.n_head / a.n_kv_head);
-    const int32_t ra = i0 + warp * 16 + g, rb = ra + 8;
+    const int32_t G = a.n_head / a.n_kv_head, groups = G / a.fa_hb;
+    const int32_t kvh = blockIdx.y / groups, h = kvh * G + (blockIdx.y % groups) * a.fa_hb + warp % a.fa_hb;
+    const int32_t i0 = blockIdx.x * 16 * a.fa_rb;
+    const int32_t ra = i0 + warp / a.fa_hb * 16 + g, rb = ra + 8;
     const int32_t va = ra < a.n ? a.b.n_vis[ra] : 0, vb = rb < a.n ? a.b.n_vis[rb] : 0;
     const int32_t w_end = __reduce_max_sync(0xffffffffu, max(va, vb));
     if (threadIdx.x == 0)
@@ -393,7 +397,9 @@ static void flash_run(struct cuda_backend *c, const struct att_args *a)
     if (CUDA_CHECK(c, cudaFuncSetAttribute(k_flash<HD, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) !=
         0)
         return;
-    k_flash<HD, SPLIT><<<dim3(cdiv(a->n, FA_ROWS), (unsigned)a->n_head), FA_WARPS * 32, smem, c->stream>>>(*a);
+    const unsigned groups = (unsigned)(a->n_head / a->n_kv_head / a->fa_hb);
+    k_flash<HD, SPLIT><<<dim3(cdiv(a->n, 16 * a->fa_rb), (unsigned)a->n_kv_head * groups),
+                         (unsigned)(a->fa_hb * a->fa_rb * 32), smem, c->stream>>>(*a);
     CUDA_LAUNCHED(c);
 }
 
@@ -470,7 +476,14 @@ void cuda_attention(struct backend *be, struct tensor *out, const struct tensor 
         /* the flash kernel reads q and writes out in pairs, K and V 16 bytes at a time */
         const bool pairs = q->row_stride % 2 == 0 && out->row_stride % 2 == 0 && ((uintptr_t)q->data & 7) == 0 &&
                            ((uintptr_t)out->data & 7) == 0;
-        if (a.vec4 && pairs && att_tileable(&c->b, FA_ROWS) &&
+        /* heads per block: the largest divisor of the group up to 8; then row
+         * groups up to 4 while the block stays within 8 warps */
+        a.fa_hb = 1;
+        for (int32_t d = 1; d <= FA_MAX_WARPS; d++)
+            if (G % d == 0)
+                a.fa_hb = d;
+        a.fa_rb = FA_MAX_WARPS / a.fa_hb < 4 ? FA_MAX_WARPS / a.fa_hb : 4;
+        if (a.vec4 && pairs && att_tileable(&c->b, 16 * a.fa_rb) &&
             (head_dim == 32 || head_dim == 64 || head_dim == 128)) {
             if (head_dim == 32)
                 flash_launch<32>(c, &a);
