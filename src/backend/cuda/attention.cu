@@ -217,7 +217,8 @@ __global__ void k_att_merge(struct att_args a)
  * 16 consecutive rows of one sequence times fa_hb query heads sharing one kv
  * head (a warp each, up to 8), and walks the keys in tiles of FA_KT staged in
  * shared memory as bf16 (V transposed) once for all of them, with a running
- * max per row and fp32 accumulation. Precise (SPLIT): every operand
+ * max per row and fp32 accumulation; the next tile is copied in (cp.async)
+ * while the current one is multiplied. Precise (SPLIT): every operand
  * is a bf16 pair hi + lo and each product three (qh.kh + qh.kl + ql.kh, to
  * ~2^-17), fp32-level results at tensor-core speed; otherwise one product of
  * the bf16 values, like the prefill matmuls' bf16 activations. */
@@ -227,9 +228,10 @@ __global__ void k_att_merge(struct att_args a)
 template <int HD, bool SPLIT>
 __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
 {
-    constexpr int KP = HD + 8, VP = FA_KT + 8, NK = HD / 16, ND = HD / 8, NJ = FA_KT / 8;
+    constexpr int KP = HD + 8, VP = FA_KT + 8, RP = HD + 4, NK = HD / 16, ND = HD / 8, NJ = FA_KT / 8;
     extern __shared__ uint4 smem_raw[];
-    __nv_bfloat16 *kh = (__nv_bfloat16 *)smem_raw, *kl = kh + FA_KT * KP; /* [FA_KT][KP] */
+    float *rk = (float *)smem_raw, *rv = rk + FA_KT * RP;                /* the next tile as stored: [FA_KT][RP] */
+    __nv_bfloat16 *kh = (__nv_bfloat16 *)(rv + FA_KT * RP), *kl = kh + FA_KT * KP; /* [FA_KT][KP] */
     __nv_bfloat16 *vh = kl + FA_KT * KP, *vl = vh + HD * VP;             /* [HD][VP] */
     __shared__ int32_t rows[FA_KT];
     __shared__ int32_t v_end;
@@ -267,15 +269,29 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
     const int64_t koff = (int64_t)kvh * HD;
     __syncthreads();
     const int32_t end = v_end;
-    for (int32_t tile = 0; tile < end; tile += FA_KT) {
-        __syncthreads();
+    /* tile t's K and V are copied as stored into rk/rv while tile t-1 is
+     * multiplied, then converted to bf16 at the top of t's iteration */
+    auto fetch = [&](int32_t tile) {
         if (threadIdx.x < FA_KT)
             rows[threadIdx.x] = tile + threadIdx.x < end ? att_row(&a, i0, tile + threadIdx.x) : -1;
         __syncthreads();
-        /* K row-major (a key's 16 bytes per thread), V transposed (keys across threads) */
         for (int e = threadIdx.x; e < FA_KT * HD / 4; e += blockDim.x) {
             const int key = e / (HD / 4), d = (e % (HD / 4)) * 4, r = rows[key];
-            const float4 kv = r >= 0 ? *(const float4 *)(a.kc + (int64_t)r * a.ks + koff + d) : make_float4(0, 0, 0, 0);
+            const int64_t off = (int64_t)(r >= 0 ? r : 0) * a.ks + koff + d;
+            cp_async16(rk + key * RP + d, a.kc + off, r >= 0 ? 16 : 0);
+            cp_async16(rv + key * RP + d, a.vc + off, r >= 0 ? 16 : 0);
+        }
+        cp_async_commit();
+    };
+    if (end > 0)
+        fetch(0);
+    for (int32_t tile = 0; tile < end; tile += FA_KT) {
+        cp_async_wait_all();
+        __syncthreads(); /* the copy is in; every warp is done with the last tile's bf16 */
+        /* K row-major (a key's 16 bytes per thread), V transposed (keys across threads) */
+        for (int e = threadIdx.x; e < FA_KT * HD / 4; e += blockDim.x) {
+            const int key = e / (HD / 4), d = (e % (HD / 4)) * 4;
+            const float4 kv = *(const float4 *)(rk + key * RP + d);
             uint32_t h0, l0, h1, l1;
             split_bf16x2(kv.x, kv.y, &h0, &l0);
             split_bf16x2(kv.z, kv.w, &h1, &l1);
@@ -284,8 +300,8 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
                 *(uint2 *)(kl + key * KP + d) = make_uint2(l0, l1);
         }
         for (int e = threadIdx.x; e < FA_KT * HD / 4; e += blockDim.x) {
-            const int key = e % FA_KT, d = (e / FA_KT) * 4, r = rows[key];
-            const float4 vv = r >= 0 ? *(const float4 *)(a.vc + (int64_t)r * a.ks + koff + d) : make_float4(0, 0, 0, 0);
+            const int key = e % FA_KT, d = (e / FA_KT) * 4;
+            const float4 vv = *(const float4 *)(rv + key * RP + d);
             const float f[4] = {vv.x, vv.y, vv.z, vv.w};
 #pragma unroll
             for (int u = 0; u < 4; u++) {
@@ -295,7 +311,9 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
                     vl[(d + u) * VP + key] = __float2bfloat16_rn(f[u] - __bfloat162float(hi));
             }
         }
-        __syncthreads();
+        __syncthreads(); /* bf16 tile ready, rk/rv free */
+        if (tile + FA_KT < end)
+            fetch(tile + FA_KT);
         if (tile >= w_end)
             continue;
         float s[NJ][4];
@@ -393,7 +411,8 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
 template <int HD, bool SPLIT>
 static void flash_run(struct cuda_backend *c, const struct att_args *a)
 {
-    const int smem = (2 * FA_KT * (HD + 8) + 2 * HD * (FA_KT + 8)) * (int)sizeof(__nv_bfloat16);
+    const int smem = (2 * FA_KT * (HD + 8) + 2 * HD * (FA_KT + 8)) * (int)sizeof(__nv_bfloat16) +
+                     2 * FA_KT * (HD + 4) * (int)sizeof(float);
     if (CUDA_CHECK(c, cudaFuncSetAttribute(k_flash<HD, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) !=
         0)
         return;

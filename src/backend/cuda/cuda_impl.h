@@ -168,6 +168,16 @@ static __device__ __forceinline__ void mma_bf16(float *c, uint32_t a0, uint32_t 
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+/* 16 bytes global -> shared without passing through registers (cp.async);
+ * src_bytes 0 writes zeros. Completion: cp_async_commit, cp_async_wait_all. */
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes));
+}
+static __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+static __device__ __forceinline__ void cp_async_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" ::); }
+
 /* (x, y) as a bf16 pair hi and the rounding left over, lo: hi + lo is x, y to ~2^-17 */
 static __device__ __forceinline__ void split_bf16x2(float x, float y, uint32_t *hi, uint32_t *lo)
 {
