@@ -251,6 +251,28 @@ test("raw edge cases: bad bytes, wrong types, unknown fields, a body over the li
   assert.match(m, /# TYPE kapitsa_requests_active gauge/);
 });
 
+test("clients that send half a request and stall do not hold up the others", async () => {
+  const net = await import("node:net");
+  const { port } = new URL(srv.base);
+  const open = () => new Promise((resolve) => {
+    const sock = net.connect(Number(port), "127.0.0.1", () => resolve(sock));
+    sock.on("error", () => {});
+  });
+  // ten connections: half a body after a full header, or half a header
+  const stalled = [];
+  for (let i = 0; i < 10; i++) {
+    const sock = await open();
+    sock.write(i % 2 ? "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"messages\":[{\"ro"
+                     : "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConte");
+    stalled.push(sock);
+  }
+  const r = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }], max_tokens: 4, temperature: 0 });
+  assert.equal(r.choices.length, 1);
+  for (const sock of stalled) sock.destroy();
+  const again = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }], max_tokens: 4, temperature: 0 });
+  assert.equal(again.choices[0].message.content, r.choices[0].message.content);
+});
+
 test("past the queue bound requests get 429 (Anthropic: 529) and the server keeps serving", async () => {
   const s = await startServer(["--parallel", "1"]);
   const c = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "x", maxRetries: 0 });
