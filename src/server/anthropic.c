@@ -5,6 +5,7 @@
  * input_json_delta), message_delta with stop_reason and usage, message_stop. */
 #define _GNU_SOURCE
 #include "../base/err.h"
+#include "convert.h"
 #include "gen.h"
 #include "sse.h"
 
@@ -25,100 +26,6 @@ enum MHD_Result http_anthropic_error(struct MHD_Connection *c, unsigned status, 
 }
 
 /* Anthropic messages (+ system) as the OpenAI-shaped list the templates take. */
-static json_t *to_chat(json_t *body, char *err, size_t n_err)
-{
-    json_t *out = json_array(), *sys = json_object_get(body, "system"), *msgs = json_object_get(body, "messages");
-    if (sys && !json_is_null(sys))
-        json_array_append_new(out, json_pack("{s:s,s:o}", "role", "system", "content", chat_content_text(sys)));
-    size_t i, j;
-    json_t *m, *b;
-    json_array_foreach(msgs, i, m) {
-        const char *role = json_string_value(json_object_get(m, "role"));
-        json_t *content = json_object_get(m, "content");
-        /* Claude Code also sends system turns among the messages */
-        if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system")) ||
-            !(json_is_string(content) || json_is_array(content))) {
-            snprintf(err, n_err, "messages.%zu: role must be user, assistant or system and content a string or a list of blocks", i);
-            json_decref(out);
-            return NULL;
-        }
-        if (json_is_string(content) || !strcmp(role, "system")) {
-            json_array_append_new(out, json_pack("{s:s,s:o}", "role", role, "content", chat_content_text(content)));
-            continue;
-        }
-        bool user = role[0] == 'u';
-        json_t *text = json_string(""), *thinking = NULL, *calls = json_array();
-        json_array_foreach(content, j, b) {
-            const char *type = json_string_value(json_object_get(b, "type"));
-            if (!type)
-                type = "";
-            if (!strcmp(type, "text")) {
-                json_t *t = json_object_get(b, "text");
-                size_t n0 = json_string_length(text), n1 = json_string_length(t);
-                char *cat = malloc(n0 + n1 + 1);
-                if (cat) {
-                    memcpy(cat, json_string_value(text), n0);
-                    memcpy(cat + n0, json_is_string(t) ? json_string_value(t) : "", n1);
-                    json_decref(text);
-                    text = json_stringn(cat, n0 + n1);
-                    free(cat);
-                }
-            } else if (!strcmp(type, "tool_result") && user) {
-                json_array_append_new(out, json_pack("{s:s,s:O,s:o}", "role", "tool", "tool_call_id",
-                                                     json_object_get(b, "tool_use_id"), "content",
-                                                     chat_content_text(json_object_get(b, "content"))));
-            } else if (!strcmp(type, "tool_use") && !user) {
-                json_t *input = json_object_get(b, "input");
-                json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", json_object_get(b, "id"), "type",
-                                                       "function", "function", "name", json_object_get(b, "name"),
-                                                       "arguments", input ? input : json_object()));
-            } else if (!strcmp(type, "thinking") && !user) {
-                thinking = json_incref(json_object_get(b, "thinking"));
-            } else if (!strcmp(type, "image") || !strcmp(type, "document")) {
-                snprintf(err, n_err, "messages.%zu: %s blocks are not supported by this model", i, type);
-                json_decref(text);
-                json_decref(thinking);
-                json_decref(calls);
-                json_decref(out);
-                return NULL;
-            }
-        }
-        if (user && json_string_length(text) == 0) { /* only tool results */
-            json_decref(text);
-            json_decref(calls);
-            continue;
-        }
-        json_t *msg = json_pack("{s:s,s:o}", "role", role, "content", text);
-        if (json_is_string(thinking))
-            json_object_set(msg, "reasoning_content", thinking);
-        if (json_array_size(calls))
-            json_object_set(msg, "tool_calls", calls);
-        json_decref(thinking);
-        json_decref(calls);
-        json_array_append_new(out, msg);
-    }
-    return out;
-}
-
-static json_t *to_tools(json_t *tools)
-{
-    if (!json_is_array(tools) || json_array_size(tools) == 0)
-        return NULL;
-    json_t *out = json_array(), *t;
-    size_t i;
-    json_array_foreach(tools, i, t) {
-        if (!json_is_string(json_object_get(t, "name")))
-            continue; /* server tools (web search, ...) have no schema for the model */
-        json_t *fn = json_pack("{s:O}", "name", json_object_get(t, "name"));
-        if (json_object_get(t, "description"))
-            json_object_set(fn, "description", json_object_get(t, "description"));
-        json_t *schema = json_object_get(t, "input_schema");
-        json_object_set_new(fn, "parameters", schema ? json_incref(schema) : json_pack("{s:s}", "type", "object"));
-        json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
-    }
-    return out;
-}
-
 /* ---- one response ---- */
 
 enum blk { B_NONE, B_TEXT, B_THINKING, B_TOOL };
@@ -300,7 +207,7 @@ enum MHD_Result anthropic_count_tokens(struct app *a, struct MHD_Connection *c, 
     bool use_tools;
     if (gen_tool_choice(json_object_get(body, "tool_choice"), true, &use_tools, err, sizeof err) != 0)
         return http_anthropic_error(c, 400, "invalid_request_error", "%s", err);
-    json_t *msgs = to_chat(body, err, sizeof err), *tools = use_tools ? to_tools(json_object_get(body, "tools")) : NULL;
+    json_t *msgs = convert_anthropic_messages(body, err, sizeof err), *tools = use_tools ? convert_anthropic_tools(json_object_get(body, "tools")) : NULL;
     json_t *kw = thinking_kwargs(body);
     int32_t n = msgs ? gen_count_tokens(a, msgs, tools, kw, err, sizeof err) : -1;
     json_decref(msgs);
@@ -335,7 +242,7 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
     s->stream = json_is_true(json_object_get(body, "stream"));
     s->content = json_array();
     snprintf(s->id, sizeof s->id, "msg_%08lx%08lx", (unsigned long)random(), (unsigned long)random());
-    json_t *msgs = to_chat(body, err, sizeof err), *tools = use_tools ? to_tools(json_object_get(body, "tools")) : NULL;
+    json_t *msgs = convert_anthropic_messages(body, err, sizeof err), *tools = use_tools ? convert_anthropic_tools(json_object_get(body, "tools")) : NULL;
     json_t *kw = thinking_kwargs(body);
     go.messages = msgs;
     go.tools = tools;

@@ -7,6 +7,7 @@
  * function_call_arguments.delta/.done, output_item.done, response.completed. */
 #define _GNU_SOURCE
 #include "../base/err.h"
+#include "convert.h"
 #include "gen.h"
 #include "sse.h"
 
@@ -14,102 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* input items -> OpenAI chat messages; consecutive function calls join one assistant turn */
-static json_t *to_chat(json_t *body, char *err, size_t n_err)
-{
-    json_t *out = json_array(), *input = json_object_get(body, "input"), *ins = json_object_get(body, "instructions");
-    if (json_is_string(ins))
-        json_array_append_new(out, json_pack("{s:s,s:O}", "role", "system", "content", ins));
-    if (json_is_string(input)) {
-        json_array_append_new(out, json_pack("{s:s,s:O}", "role", "user", "content", input));
-        return out;
-    }
-    if (!json_is_array(input)) {
-        snprintf(err, n_err, "input must be a string or a list of items");
-        json_decref(out);
-        return NULL;
-    }
-    json_t *assistant = NULL; /* the assistant turn being assembled */
-    size_t i;
-    json_t *it;
-    json_array_foreach(input, i, it) {
-        const char *type = json_string_value(json_object_get(it, "type"));
-        const char *role = json_string_value(json_object_get(it, "role"));
-        if (!type || !strcmp(type, "message")) {
-            if (!role) {
-                snprintf(err, n_err, "input[%zu]: a message needs a role", i);
-                json_decref(out);
-                return NULL;
-            }
-            json_t *text = chat_content_text(json_object_get(it, "content"));
-            if (!strcmp(role, "assistant")) {
-                if (!assistant) {
-                    assistant = json_pack("{s:s,s:s}", "role", "assistant", "content", "");
-                    json_array_append_new(out, assistant);
-                }
-                json_object_set_new(assistant, "content", text);
-            } else {
-                assistant = NULL;
-                json_array_append_new(out, json_pack("{s:s,s:o}", "role", strcmp(role, "developer") ? role : "system",
-                                                     "content", text));
-            }
-        } else if (!strcmp(type, "function_call")) {
-            if (!assistant) {
-                assistant = json_pack("{s:s,s:s}", "role", "assistant", "content", "");
-                json_array_append_new(out, assistant);
-            }
-            json_t *calls = json_object_get(assistant, "tool_calls");
-            if (!calls) {
-                calls = json_array();
-                json_object_set_new(assistant, "tool_calls", calls);
-            }
-            json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", json_object_get(it, "call_id"), "type",
-                                                   "function", "function", "name", json_object_get(it, "name"),
-                                                   "arguments", json_object_get(it, "arguments")));
-        } else if (!strcmp(type, "function_call_output")) {
-            assistant = NULL;
-            json_array_append_new(out, json_pack("{s:s,s:O,s:o}", "role", "tool", "tool_call_id",
-                                                 json_object_get(it, "call_id"), "content",
-                                                 chat_content_text(json_object_get(it, "output"))));
-        } else if (!strcmp(type, "reasoning")) {
-            if (!assistant) {
-                assistant = json_pack("{s:s,s:s}", "role", "assistant", "content", "");
-                json_array_append_new(out, assistant);
-            }
-            json_t *c = json_object_get(it, "content");
-            json_object_set_new(assistant, "reasoning_content",
-                                chat_content_text(json_array_size(c) ? c : json_object_get(it, "summary")));
-        } /* other item types (web search calls, ...) carry nothing for this model */
-    }
-    return out;
-}
-
-static json_t *to_tools(json_t *tools)
-{
-    if (!json_is_array(tools))
-        return NULL;
-    json_t *out = json_array(), *t;
-    size_t i;
-    json_array_foreach(tools, i, t) {
-        const char *type = json_string_value(json_object_get(t, "type"));
-        if (!type || strcmp(type, "function") || !json_is_string(json_object_get(t, "name")))
-            continue; /* built-in tool types are ignored, not rejected */
-        json_t *fn = json_pack("{s:O}", "name", json_object_get(t, "name"));
-        if (json_object_get(t, "description"))
-            json_object_set(fn, "description", json_object_get(t, "description"));
-        json_t *p = json_object_get(t, "parameters");
-        json_object_set_new(fn, "parameters", p ? json_incref(p) : json_pack("{s:s}", "type", "object"));
-        json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
-    }
-    if (json_array_size(out) == 0) {
-        json_decref(out);
-        return NULL;
-    }
-    return out;
-}
-
-/* ---- one response ---- */
 
 enum item { I_NONE, I_MESSAGE, I_REASONING, I_CALL };
 
@@ -327,10 +232,10 @@ enum MHD_Result openai_responses(struct app *a, struct MHD_Connection *c, json_t
             return http_openai_error(c, 400, "invalid_request_error", "max_output_tokens must be a positive integer");
         go.max_tokens = (int32_t)json_integer_value(v);
     }
-    json_t *msgs = to_chat(body, err, sizeof err);
+    json_t *msgs = convert_responses_input(body, err, sizeof err);
     if (!msgs)
         return http_openai_error(c, 400, "invalid_request_error", "%s", err);
-    json_t *tools = use_tools ? to_tools(json_object_get(body, "tools")) : NULL;
+    json_t *tools = use_tools ? convert_responses_tools(json_object_get(body, "tools")) : NULL;
     json_t *effort = json_object_get(json_object_get(body, "reasoning"), "effort");
     json_t *kw = json_is_string(effort) ? json_pack("{s:b}", "enable_thinking", strcmp(json_string_value(effort), "minimal") != 0) : NULL;
     struct resp *r = calloc(1, sizeof *r);
