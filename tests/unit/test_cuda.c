@@ -173,18 +173,38 @@ void test_cuda_matmul(void)
     both_close(&b);
 }
 
+/* kv_store and attention on both backends over the batch ab, with random q,
+ * k, v and caches of cache_rows rows: the output's normalised difference, and
+ * the caches' in *cache_err. */
+static double att_compare(struct both *b, const struct attn_batch *ab, int64_t cache_rows, int32_t n_head,
+                          int32_t n_kv, int32_t hd, float scale, double *cache_err)
+{
+    const int32_t n = ab->n_tokens;
+    struct pair kc, vc, q, k, v, out;
+    pair_make(b, &kc, DT_F32, cache_rows, n_kv * hd, 1.0f);
+    pair_make(b, &vc, DT_F32, cache_rows, n_kv * hd, 1.0f);
+    pair_make(b, &q, DT_F32, n, n_head * hd, 2.0f);
+    pair_make(b, &k, DT_F32, n, n_kv * hd, 2.0f);
+    pair_make(b, &v, DT_F32, n, n_kv * hd, 1.0f);
+    pair_make(b, &out, DT_F32, n, n_head * hd, 0.0f);
+    set_batch_both(b, ab);
+    b->cpu->ops->kv_store(b->cpu, &kc.c, &vc.c, &k.c, &v.c);
+    b->gpu->ops->kv_store(b->gpu, &kc.g, &vc.g, &k.g, &v.g);
+    b->cpu->ops->attention(b->cpu, &out.c, &q.c, &kc.c, &vc.c, n_head, n_kv, hd, scale);
+    b->gpu->ops->attention(b->gpu, &out.g, &q.g, &kc.g, &vc.g, n_head, n_kv, hd, scale);
+    const double e = pair_err(b, &out);
+    *cache_err = pair_err(b, &kc);
+    struct pair *all[] = {&kc, &vc, &q, &k, &v, &out};
+    for (int i = 0; i < 6; i++)
+        pair_free(b, all[i]);
+    return e;
+}
+
 /* Two sequences in scattered cache blocks: seq 0 has len0 cached tokens and a
  * tree of 5 batch tokens, seq 1 has 3 cached and a chain of 2. */
 static void attention_case(struct both *b, int32_t len0, int32_t n_head, int32_t n_kv, int32_t hd)
 {
     const int32_t bs = 16, n = 7, max_blocks = (len0 + 8) / bs + 1, n_blocks = max_blocks + 2;
-    struct pair kc, vc, q, k, v, out;
-    pair_make(b, &kc, DT_F32, (int64_t)n_blocks * bs, n_kv * hd, 1.0f);
-    pair_make(b, &vc, DT_F32, (int64_t)n_blocks * bs, n_kv * hd, 1.0f);
-    pair_make(b, &q, DT_F32, n, n_head * hd, 2.0f);
-    pair_make(b, &k, DT_F32, n, n_kv * hd, 2.0f);
-    pair_make(b, &v, DT_F32, n, n_kv * hd, 1.0f);
-    pair_make(b, &out, DT_F32, n, n_head * hd, 0.0f);
     int32_t *table = calloc((size_t)2 * max_blocks, sizeof(int32_t));
     for (int32_t i = 0; i < max_blocks; i++)
         table[i] = max_blocks - 1 - i; /* reversed */
@@ -205,18 +225,11 @@ static void attention_case(struct both *b, int32_t len0, int32_t n_head, int32_t
     struct attn_batch ab = {.n_tokens = n, .pos = pos, .slot = slot, .seq_row = seq, .n_kv = n_kvv,
                             .mask_from = mfrom, .mask = &mask[0][0], .mask_stride = 7, .block_table = table,
                             .n_seq_rows = 2, .max_blocks = max_blocks, .block_size = bs, .parent = parent};
-    set_batch_both(b, &ab);
-    b->cpu->ops->kv_store(b->cpu, &kc.c, &vc.c, &k.c, &v.c);
-    b->gpu->ops->kv_store(b->gpu, &kc.g, &vc.g, &k.g, &v.g);
-    b->cpu->ops->attention(b->cpu, &out.c, &q.c, &kc.c, &vc.c, n_head, n_kv, hd, 0.25f);
-    b->gpu->ops->attention(b->gpu, &out.g, &q.g, &kc.g, &vc.g, n_head, n_kv, hd, 0.25f);
-    double e = pair_err(b, &out), ek = pair_err(b, &kc);
+    double ek;
+    const double e = att_compare(b, &ab, (int64_t)n_blocks * bs, n_head, n_kv, hd, 0.25f, &ek);
     CHECK(e < 1e-5 && ek == 0, "attention len %d heads %d/%d hd %d: err %.3g, cache %.3g", len0, n_head, n_kv, hd, e,
           ek);
     free(table);
-    struct pair *all[] = {&kc, &vc, &q, &k, &v, &out};
-    for (int i = 0; i < 6; i++)
-        pair_free(b, all[i]);
 }
 
 /* A prefill batch: seq 0 has len0 cached tokens and n0 new rows, seq 1 none
@@ -226,13 +239,6 @@ static void prefill_case(struct both *b, int32_t len0, int32_t n0, int32_t n1, i
                          int32_t hd, double tol)
 {
     const int32_t bs = 16, n = n0 + n1, max_blocks = (len0 + n0) / bs + 1, n_blocks = 2 * max_blocks;
-    struct pair kc, vc, q, k, v, out;
-    pair_make(b, &kc, DT_F32, (int64_t)n_blocks * bs, n_kv * hd, 1.0f);
-    pair_make(b, &vc, DT_F32, (int64_t)n_blocks * bs, n_kv * hd, 1.0f);
-    pair_make(b, &q, DT_F32, n, n_head * hd, 2.0f);
-    pair_make(b, &k, DT_F32, n, n_kv * hd, 2.0f);
-    pair_make(b, &v, DT_F32, n, n_kv * hd, 1.0f);
-    pair_make(b, &out, DT_F32, n, n_head * hd, 0.0f);
     int32_t *table = calloc((size_t)2 * max_blocks, sizeof(int32_t));
     int32_t *pos = calloc((size_t)n, sizeof(int32_t)), *slot = calloc((size_t)n, sizeof(int32_t));
     int32_t *seq = calloc((size_t)n, sizeof(int32_t)), *n_kvv = calloc((size_t)n, sizeof(int32_t));
@@ -250,22 +256,15 @@ static void prefill_case(struct both *b, int32_t len0, int32_t n0, int32_t n1, i
     struct attn_batch ab = {.n_tokens = n, .pos = pos, .slot = slot, .seq_row = seq, .n_kv = n_kvv,
                             .mask_from = n_kvv, .block_table = table, .n_seq_rows = 2, .max_blocks = max_blocks,
                             .block_size = bs};
-    set_batch_both(b, &ab);
-    b->cpu->ops->kv_store(b->cpu, &kc.c, &vc.c, &k.c, &v.c);
-    b->gpu->ops->kv_store(b->gpu, &kc.g, &vc.g, &k.g, &v.g);
-    b->cpu->ops->attention(b->cpu, &out.c, &q.c, &kc.c, &vc.c, n_head, n_kv, hd, 0.125f);
-    b->gpu->ops->attention(b->gpu, &out.g, &q.g, &kc.g, &vc.g, n_head, n_kv, hd, 0.125f);
-    double e = pair_err(b, &out);
-    CHECK(e < tol, "prefill attention cached %d rows %d+%d heads %d/%d hd %d: err %.3g (bound %.3g)", len0, n0, n1,
-          n_head, n_kv, hd, e, tol);
+    double ek;
+    const double e = att_compare(b, &ab, (int64_t)n_blocks * bs, n_head, n_kv, hd, 0.125f, &ek);
+    CHECK(e < tol && ek == 0, "prefill attention cached %d rows %d+%d heads %d/%d hd %d: err %.3g (bound %.3g), cache %.3g",
+          len0, n0, n1, n_head, n_kv, hd, e, tol, ek);
     free(table);
     free(pos);
     free(slot);
     free(seq);
     free(n_kvv);
-    struct pair *all[] = {&kc, &vc, &q, &k, &v, &out};
-    for (int i = 0; i < 6; i++)
-        pair_free(b, all[i]);
 }
 
 void test_cuda_attention(void)
