@@ -427,9 +427,11 @@ static bool sched_step(struct sched *s)
     }
     if (n == 0)
         return false;
-    /* one request decoding alone: speculate instead */
-    if (s->spec_on && n == 1 && s->par[0] == -1 && s->active[s->owner[0]]->n_fed == s->active[s->owner[0]]->n_prompt &&
-        s->active[s->owner[0]]->n_out > 0 && s->active[s->owner[0]]->n_top < 0 && !s->active[s->owner[0]]->vb) {
+    /* one request decoding alone: speculate instead (not when it wants
+     * log-probabilities or constrained output, which a speculative step lacks) */
+    const struct sched_req *lone = s->active[s->owner[0]];
+    if (s->spec_on && n == 1 && s->par[0] == -1 && lone->n_fed == lone->n_prompt && lone->n_out > 0 &&
+        lone->n_top < 0 && !lone->vb) {
         sched_spec_step(s, s->owner[0]);
         return true;
     }
