@@ -9,7 +9,7 @@ if [ ! -d node_modules/openai ]; then
 fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-KAPITSA_BIN=${1:-} KAPITSA_SERVE_ARGS=${2:-} timeout 600 node --test --test-concurrency=1 . >"$out" 2>&1
+KAPITSA_BIN=${1:-} KAPITSA_SERVE_ARGS=${2:-} timeout 1500 node --test --test-concurrency=1 . >"$out" 2>&1
 rc=$?
 grep -E "^(not )?ok " "$out"
 [ "$rc" = 0 ] || grep -vE "^(ok|#)" "$out" | head -60
