@@ -120,9 +120,13 @@ test("16 clients streaming over 4 conversations at once, seeded: each answer equ
 });
 
 test("a client that disconnects mid-stream does not stop the server", async () => {
+  const cancelled = async () =>
+    Number((await (await fetch(`${srv.base}/metrics`)).text()).match(/^kapitsa_requests_cancelled_total (\d+)$/m)[1]);
+  const before = await cancelled();
   const ac = new AbortController();
+  // greedy: this prompt runs to max_tokens on the tiny model, so only the abort can end it
   const stream = await client.chat.completions.create(
-    { model: "m", messages: [{ role: "user", content: "write a long story" }], max_tokens: 2000, stream: true },
+    { model: "m", messages: [{ role: "user", content: "write a long story" }], max_tokens: 2000, temperature: 0, stream: true },
     { signal: ac.signal },
   );
   let n = 0;
@@ -131,8 +135,15 @@ test("a client that disconnects mid-stream does not stop the server", async () =
   } catch (e) {
     assert.ok(e.name === "APIUserAbortError" || e.name === "AbortError", e.name);
   }
-  assert.equal(n, 3);
-  // the abandoned request is dropped: the next one is not queued behind 2000 tokens
+  // the SDK ends the loop quietly on abort, after the chunks already received (several per read under KFlash)
+  assert.ok(n >= 3 && n < 200, `${n} chunks`);
+  let seen = before;
+  for (let i = 0; i < 100 && seen === before; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    seen = await cancelled();
+  }
+  assert.equal(seen, before + 1, "the server noticed the disconnect and dropped the request");
+  // the next request is not queued behind 2000 tokens
   const t0 = Date.now();
   const r = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }], max_tokens: 3 });
   assert.equal(r.choices.length, 1);
