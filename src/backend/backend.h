@@ -121,6 +121,30 @@ struct ssd_params {
     float dt_lo, dt_hi;
 };
 
+/* What a fused product does around its multiply (see matmul_fused). */
+enum mm_pre {
+    MM_PRE_NONE,    /* x as it is */
+    MM_PRE_RMSNORM, /* RMSNorm of each row of x: norm * x / sqrt(mean(x^2) + eps) */
+    MM_PRE_SWIGLU,  /* silu(x) * up */
+    MM_PRE_RELU2,   /* max(x, 0)^2 */
+};
+
+struct mm_fused {
+    enum mm_pre pre;
+    const struct tensor *norm; /* MM_PRE_RMSNORM: [k] */
+    float eps;
+    const struct tensor *up;   /* MM_PRE_SWIGLU: [n][k] */
+    bool accumulate;           /* out += the product (else out = it) */
+    /* Scratch the caller owns, for backends that run the pieces one by one:
+     * pre_buf [n][k] may receive pre(x) (it may be x or up themselves, the
+     * input ops being elementwise), acc_buf [n][max m] a product before it is
+     * added. Neither is read afterwards. */
+    struct tensor *pre_buf;
+    struct tensor *acc_buf;
+};
+
+#define MM_MAX_W 3
+
 struct backend;
 
 struct backend_ops {
@@ -151,6 +175,12 @@ struct backend_ops {
     void (*embed)(struct backend *be, struct tensor *out /* [n][hidden] */, const struct tensor *table /* [vocab][hidden] */);
     void (*matmul)(struct backend *be, struct tensor *out /* [n][m] */, const struct tensor *x /* [n][k] */,
                    const struct tensor *w /* [m][k] */);
+    /* out[i] (+)= pre(x) . w[i]^T for i < n_w <= MM_MAX_W, one input shared by
+     * up to three weights [m_i][k] (q/k/v, gate/up): the neighbours of a
+     * product that a GPU backend folds into one launch. Same numbers as the
+     * separate ops, to float rounding. */
+    void (*matmul_fused)(struct backend *be, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,
+                         const struct tensor *x /* [n][k] */, const struct mm_fused *f);
     /* RMSNorm of every w->n_cols-wide group of x (so [n][heads*hd] with w [hd] is per-head). */
     void (*rmsnorm)(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w, float eps);
     /* Rotary embedding, rotate-half layout, on the first rope_dim dims of each head. */

@@ -9,28 +9,37 @@ void layers_trace(const struct model *m, const struct model_trace *trace, int32_
         m->be->ops->read(m->be, x, 0, n, trace->hidden[i]);
 }
 
-/* down(act(x)) with the given weights; g and u are scratch [n][inter]. */
-static void mlp(const struct model *m, struct tensor *g, struct tensor *u, const struct tensor *x,
-                const struct tensor *wg, const struct tensor *wu, const struct tensor *wd, struct tensor *out)
+/* out (+)= down(act(pre(x))): gate and up in one product, with x's RMSNorm
+ * folded in when norm is given (into the h scratch where a backend runs
+ * the pieces apart), the activation folded into down's input. */
+static void mlp(const struct model *m, struct model_scratch *s, int32_t n, const struct tensor *x,
+                const struct tensor *norm, const struct tensor *wg, const struct tensor *wu, const struct tensor *wd,
+                struct tensor *out, bool accumulate)
 {
     struct backend *be = m->be;
-    struct tensor gi = *g, ui = *u;
-    gi.n_cols = ui.n_cols = wu->n_rows;
-    be->ops->matmul(be, &ui, x, wu);
+    struct tensor g = tensor_rows(&s->g, 0, n), u = tensor_rows(&s->u, 0, n);
+    struct tensor h = tensor_rows(&s->h, 0, n), acc = tensor_rows(&s->ffn, 0, n);
+    g.n_cols = u.n_cols = wu->n_rows;
+    const struct mm_fused in = {
+        .pre = norm ? MM_PRE_RMSNORM : MM_PRE_NONE, .norm = norm, .eps = m->cfg.rms_eps, .pre_buf = &h};
+    struct mm_fused act = {.accumulate = accumulate, .acc_buf = &acc, .pre_buf = &u};
+    const struct tensor *down_in = &u;
     if (m->cfg.relu2) {
-        be->ops->relu2(be, &ui);
+        be->ops->matmul_fused(be, 1, (struct tensor *const[]){&u}, (const struct tensor *const[]){wu}, x, &in);
+        act.pre = MM_PRE_RELU2;
     } else {
-        be->ops->matmul(be, &gi, x, wg);
-        be->ops->swiglu(be, &ui, &gi, &ui);
+        be->ops->matmul_fused(be, 2, (struct tensor *const[]){&g, &u}, (const struct tensor *const[]){wg, wu}, x, &in);
+        act.pre = MM_PRE_SWIGLU;
+        act.up = &u;
+        down_in = &g;
     }
-    be->ops->matmul(be, out, &ui, wd);
+    be->ops->matmul_fused(be, 1, (struct tensor *const[]){out}, (const struct tensor *const[]){wd}, down_in, &act);
 }
 
-void layers_mlp(const struct model *m, struct model_scratch *s, const struct layer_weights *L, const struct tensor *h,
-                struct tensor *out, int32_t n)
+void layers_mlp(const struct model *m, struct model_scratch *s, const struct layer_weights *L, const struct tensor *norm,
+                struct tensor *x, int32_t n)
 {
-    struct tensor g = tensor_rows(&s->g, 0, n), u = tensor_rows(&s->u, 0, n);
-    mlp(m, &g, &u, h, &L->gate, &L->up, &L->down, out);
+    mlp(m, s, n, x, norm, &L->gate, &L->up, &L->down, x, true);
 }
 
 void layers_moe(const struct model *m, struct model_scratch *s, const struct layer_weights *L, const struct tensor *h,
@@ -50,8 +59,8 @@ void layers_moe(const struct model *m, struct model_scratch *s, const struct lay
     be->ops->moe_ffn(be, out, h, &ids, &w, &L->experts, &s->moe_ws);
     if (c->shared_intermediate_size == 0)
         return;
-    struct tensor g = tensor_rows(&s->g, 0, n), u = tensor_rows(&s->u, 0, n), sh = tensor_rows(&s->ffn2, 0, n);
-    mlp(m, &g, &u, h, &L->sh_gate, &L->sh_up, &L->sh_down, &sh);
+    struct tensor sh = tensor_rows(&s->ffn2, 0, n);
+    mlp(m, s, n, h, NULL, &L->sh_gate, &L->sh_up, &L->sh_down, &sh, false);
     if (c->shared_gate) {
         struct tensor mix = tensor_rows(&s->sh_mix, 0, n);
         be->ops->matmul(be, &mix, h, &L->sh_mix);

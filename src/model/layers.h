@@ -9,10 +9,12 @@
 
 /* trace->hidden[i] <- x (n rows), when asked for. */
 void layers_trace(const struct model *m, const struct model_trace *trace, int32_t i, const struct tensor *x, int32_t n);
-/* out = down(act(h)) of the layer's dense MLP (SwiGLU, or relu^2 for nemotron_h). */
-void layers_mlp(const struct model *m, struct model_scratch *s, const struct layer_weights *L, const struct tensor *h,
-                struct tensor *out, int32_t n);
-/* out = routed experts of h (+ the shared expert, gated by sigmoid(h . w) on qwen). */
+/* x += down(act(RMSNorm(x) * norm)), the layer's dense MLP (SwiGLU, or relu^2
+ * for nemotron_h) with its norm and residual; uses the h, g, u, ffn scratch. */
+void layers_mlp(const struct model *m, struct model_scratch *s, const struct layer_weights *L, const struct tensor *norm,
+                struct tensor *x, int32_t n);
+/* out = routed experts of h (+ the shared expert, gated by sigmoid(h . w) on qwen);
+ * uses the g, u, ffn2 scratch (and h: h itself may be it). */
 void layers_moe(const struct model *m, struct model_scratch *s, const struct layer_weights *L, const struct tensor *h,
                 struct tensor *out, int32_t n);
 /* Final norm of x into the trace slot n_layer, then the logits of the batch's output rows. */

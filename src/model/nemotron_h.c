@@ -168,20 +168,22 @@ void nemotron_h_forward(const struct model *m, struct model_scratch *s, struct k
     layers_trace(m, trace, 0, &x, n_tokens);
     for (int32_t l = 0; l < c->n_layer; l++) {
         const struct layer_weights *L = &m->layers[l];
-        op->rmsnorm(be, &h, &x, &L->attn_norm, c->rms_eps);
-        switch (c->layer_mixer[l]) {
-        case MIX_MAMBA: mamba2(m, s, kv, l, &h, n_tokens); break;
-        case MIX_ATTN: attention(m, s, kv, l, &h, n_tokens); break;
-        default:
-            if (c->layer_ffn[l] == FFN_MOE)
+        const bool moe = c->layer_ffn[l] == FFN_MOE;
+        if (c->layer_mixer[l] != MIX_MAMBA && c->layer_mixer[l] != MIX_ATTN && !moe) {
+            layers_mlp(m, s, L, &L->attn_norm, &x, n_tokens);
+        } else {
+            op->rmsnorm(be, &h, &x, &L->attn_norm, c->rms_eps);
+            switch (c->layer_mixer[l]) {
+            case MIX_MAMBA: mamba2(m, s, kv, l, &h, n_tokens); break;
+            case MIX_ATTN: attention(m, s, kv, l, &h, n_tokens); break;
+            default:
                 layers_moe(m, s, L, &h, &ffn, n_tokens);
-            else
-                layers_mlp(m, s, L, &h, &ffn, n_tokens);
-            h = ffn;
-            break;
+                h = ffn;
+                break;
+            }
+            op->add(be, &x, &h);
+            h = tensor_rows(&s->h, 0, n_tokens);
         }
-        op->add(be, &x, &h);
-        h = tensor_rows(&s->h, 0, n_tokens);
         if (l + 1 < c->n_layer)
             layers_trace(m, trace, l + 1, &x, n_tokens);
     }

@@ -155,10 +155,9 @@ void qwen3_forward(const struct model *m, struct model_scratch *s, struct kv_ten
     layers_trace(m, trace, 0, &x, n_tokens);
     for (int32_t l = 0; l < c->n_layer; l++) {
         const struct layer_weights *L = &m->layers[l];
-        op->rmsnorm(be, &h, &x, &L->attn_norm, c->rms_eps);
-        op->matmul(be, &q, &h, &L->q);
-        op->matmul(be, &k, &h, &L->k);
-        op->matmul(be, &v, &h, &L->v);
+        const struct mm_fused in = {.pre = MM_PRE_RMSNORM, .norm = &L->attn_norm, .eps = c->rms_eps, .pre_buf = &h};
+        op->matmul_fused(be, 3, (struct tensor *const[]){&q, &k, &v},
+                         (const struct tensor *const[]){&L->q, &L->k, &L->v}, &x, &in);
         op->rmsnorm(be, &q, &q, &L->q_norm, c->rms_eps);
         op->rmsnorm(be, &k, &k, &L->k_norm, c->rms_eps);
         op->rope(be, &q, c->n_head, c->head_dim, c->rope_dim, &m->inv_freq, c->rope_attn_factor);
@@ -166,15 +165,16 @@ void qwen3_forward(const struct model *m, struct model_scratch *s, struct kv_ten
         struct tensor *kc = &kv->k[m->kv_layer[l]], *vc = &kv->v[m->kv_layer[l]];
         op->kv_store(be, kc, vc, &k, &v);
         op->attention(be, &att, &q, kc, vc, c->n_head, c->n_kv_head, c->head_dim, scale);
-        op->matmul(be, &h, &att, &L->o);
-        op->add(be, &x, &h);
+        const struct mm_fused residual = {.accumulate = true, .acc_buf = &h};
+        op->matmul_fused(be, 1, (struct tensor *const[]){&x}, (const struct tensor *const[]){&L->o}, &att, &residual);
 
-        op->rmsnorm(be, &h, &x, &L->ffn_norm, c->rms_eps);
-        if (c->layer_ffn[l] == FFN_MOE)
+        if (c->layer_ffn[l] == FFN_MOE) {
+            op->rmsnorm(be, &h, &x, &L->ffn_norm, c->rms_eps);
             layers_moe(m, s, L, &h, &ffn, n_tokens);
-        else
-            layers_mlp(m, s, L, &h, &ffn, n_tokens);
-        op->add(be, &x, &ffn);
+            op->add(be, &x, &ffn);
+        } else {
+            layers_mlp(m, s, L, &L->ffn_norm, &x, n_tokens);
+        }
         if (l + 1 < c->n_layer)
             layers_trace(m, trace, l + 1, &x, n_tokens);
     }

@@ -227,12 +227,13 @@ void qwen3_next_forward(const struct model *m, struct model_scratch *s, struct k
         else
             gated_deltanet(m, s, kv, l, &h, n_tokens);
         op->add(be, &x, &h);
-        op->rmsnorm(be, &h, &x, &L->ffn_norm, c->rms_eps);
-        if (c->layer_ffn[l] == FFN_MOE)
+        if (c->layer_ffn[l] == FFN_MOE) {
+            op->rmsnorm(be, &h, &x, &L->ffn_norm, c->rms_eps);
             layers_moe(m, s, L, &h, &ffn, n_tokens);
-        else
-            layers_mlp(m, s, L, &h, &ffn, n_tokens);
-        op->add(be, &x, &ffn);
+            op->add(be, &x, &ffn);
+        } else {
+            layers_mlp(m, s, L, &L->ffn_norm, &x, n_tokens);
+        }
         if (l + 1 < c->n_layer)
             layers_trace(m, trace, l + 1, &x, n_tokens);
     }

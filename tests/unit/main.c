@@ -19,6 +19,7 @@ int test_failures;
     X(test_ops_attention_paged_tree)                                                                           \
     X(test_ops_moe)                                                                                            \
     X(test_cuda_matmul)                                                                                        \
+    X(test_cuda_matmul_fused)                                                                                  \
     X(test_cuda_attention)                                                                                     \
     X(test_cuda_rowwise)                                                                                       \
     X(test_cuda_moe)                                                                                           \

@@ -173,6 +173,76 @@ void test_cuda_matmul(void)
     both_close(&b);
 }
 
+/* matmul_fused: every input op, with and without the residual add, one to
+ * three weights, in one launch (n <= 64) and as separate pieces (n > 64);
+ * then a row's fused result alone equals it inside a batch, bitwise. */
+void test_cuda_matmul_fused(void)
+{
+    struct both b;
+    if (both_open(&b, true) != 0)
+        return both_close(&b);
+    const int32_t ns[] = {1, 13, 64, 100}, Ms[MM_MAX_W] = {512, 128, 300};
+    const int32_t K = 1024;
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+        for (int pre = MM_PRE_NONE; pre <= MM_PRE_RELU2; pre++)
+            for (int accumulate = 0; accumulate < 2; accumulate++) {
+                const int32_t n = ns[ni], n_w = 1 + (pre + accumulate) % MM_MAX_W;
+                struct pair x, up, norm, pb, ab, w[MM_MAX_W], o[MM_MAX_W];
+                pair_make(&b, &x, DT_F32, n, K, 2.0f);
+                pair_make(&b, &up, DT_F32, n, K, 1.0f);
+                pair_make(&b, &norm, DT_BF16, 1, K, 1.0f);
+                pair_make(&b, &pb, DT_F32, n, K, 0.0f);
+                pair_make(&b, &ab, DT_F32, n, Ms[0], 0.0f);
+                struct tensor *oc[MM_MAX_W], *og[MM_MAX_W];
+                const struct tensor *wc[MM_MAX_W], *wg[MM_MAX_W];
+                for (int32_t i = 0; i < n_w; i++) {
+                    pair_make(&b, &w[i], DT_BF16, Ms[i], K, 0.5f);
+                    pair_make(&b, &o[i], DT_F32, n, Ms[i], 1.0f);
+                    oc[i] = &o[i].c, og[i] = &o[i].g, wc[i] = &w[i].c, wg[i] = &w[i].g;
+                }
+                struct mm_fused fc = {(enum mm_pre)pre, &norm.c, 1e-6f, &up.c, accumulate, &pb.c, &ab.c};
+                struct mm_fused fg = {(enum mm_pre)pre, &norm.g, 1e-6f, &up.g, accumulate, &pb.g, &ab.g};
+                b.cpu->ops->matmul_fused(b.cpu, n_w, oc, wc, &x.c, &fc);
+                b.gpu->ops->matmul_fused(b.gpu, n_w, og, wg, &x.g, &fg);
+                for (int32_t i = 0; i < n_w; i++) {
+                    double e = pair_err(&b, &o[i]);
+                    CHECK(e < 2e-5, "matmul_fused n=%d pre=%d accumulate=%d weight %d of %d: err %.3g", n, pre,
+                          accumulate, i, n_w, e);
+                    pair_free(&b, &w[i]);
+                    pair_free(&b, &o[i]);
+                }
+                pair_free(&b, &x);
+                pair_free(&b, &up);
+                pair_free(&b, &norm);
+                pair_free(&b, &pb);
+                pair_free(&b, &ab);
+            }
+    struct pair x, norm, w, o1, o2;
+    const int32_t n = 21, r = 9;
+    pair_make(&b, &x, DT_F32, n, K, 1.0f);
+    pair_make(&b, &norm, DT_BF16, 1, K, 1.0f);
+    pair_make(&b, &w, DT_BF16, Ms[0], K, 0.5f);
+    pair_make(&b, &o1, DT_F32, 1, Ms[0], 0.0f);
+    pair_make(&b, &o2, DT_F32, n, Ms[0], 0.0f);
+    const struct mm_fused f = {MM_PRE_RMSNORM, &norm.g, 1e-6f, NULL, false, NULL, NULL};
+    struct tensor xr = tensor_rows(&x.g, r, 1), *o1g = &o1.g, *o2g = &o2.g;
+    const struct tensor *wg = &w.g;
+    b.gpu->ops->matmul_fused(b.gpu, 1, &o1g, &wg, &xr, &f);
+    b.gpu->ops->matmul_fused(b.gpu, 1, &o2g, &wg, &x.g, &f);
+    float *y1 = malloc((size_t)Ms[0] * 4), *y2 = malloc((size_t)Ms[0] * 4);
+    b.gpu->ops->read(b.gpu, &o1.g, 0, 1, y1);
+    b.gpu->ops->read(b.gpu, &o2.g, r, 1, y2);
+    CHECK(memcmp(y1, y2, (size_t)Ms[0] * 4) == 0, "matmul_fused: row %d alone differs from it in a batch of %d", r, n);
+    free(y1);
+    free(y2);
+    pair_free(&b, &x);
+    pair_free(&b, &norm);
+    pair_free(&b, &w);
+    pair_free(&b, &o1);
+    pair_free(&b, &o2);
+    both_close(&b);
+}
+
 /* kv_store and attention on both backends over the batch ab, with random q,
  * k, v and caches of cache_rows rows: the output's normalised difference, and
  * the caches' in *cache_err. */
@@ -567,6 +637,7 @@ void test_cuda_tree_invariance(void)
 
 static void no_cuda(void) { printf("  skipped: built without CUDA\n"); }
 void test_cuda_matmul(void) { no_cuda(); }
+void test_cuda_matmul_fused(void) { no_cuda(); }
 void test_cuda_attention(void) { no_cuda(); }
 void test_cuda_rowwise(void) { no_cuda(); }
 void test_cuda_moe(void) { no_cuda(); }

@@ -457,6 +457,7 @@ static const struct backend_ops cuda_ops = {
     .set_batch = cu_set_batch,
     .embed = cuda_embed,
     .matmul = cuda_matmul,
+    .matmul_fused = cuda_matmul_fused,
     .rmsnorm = cuda_rmsnorm,
     .rope = cuda_rope,
     .kv_store = cuda_kv_store,
@@ -505,6 +506,7 @@ struct backend *cuda_backend_init(int32_t dev, bool precise)
         goto fail;
     }
     c->n_sm = p.multiProcessorCount;
+    c->pdl = p.major >= 9 && !(getenv("KAPITSA_CUDA_PDL") && strcmp(getenv("KAPITSA_CUDA_PDL"), "0") == 0);
     if (CUDA_CHECK(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != 0 ||
         CUDA_CHECK(c, cudaEventCreateWithFlags(&c->up_done, cudaEventDisableTiming)) != 0 ||
         CUDA_CHECK(c, cudaEventRecord(c->up_done, c->stream)) != 0 ||

@@ -51,6 +51,7 @@ struct cuda_backend {
     int32_t mmv_per_sm; /* resident k_mmv blocks per SM */
     bool precise;
     bool failed;
+    bool pdl; /* k_mmv launched as a programmatic dependent (sm_90+; KAPITSA_CUDA_PDL=0: off) */
     cudaStream_t stream;
     cublasHandle_t blas;
     struct attn_batch b; /* host copy; pointers valid during the forward */
@@ -96,6 +97,8 @@ void *cuda_scratch(struct cuda_backend *c, int which, size_t bytes);
 /* ops by file */
 int cuda_matmul_init(struct cuda_backend *c);
 void cuda_matmul(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w);
+void cuda_matmul_fused(struct backend *be, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,
+                       const struct tensor *x, const struct mm_fused *f);
 void cuda_attention(struct backend *be, struct tensor *out, const struct tensor *q, const struct tensor *kc,
                     const struct tensor *vc, int32_t n_head, int32_t n_kv_head, int32_t head_dim, float scale);
 

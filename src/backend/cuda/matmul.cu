@@ -14,6 +14,13 @@
  * the result never depends on timing, and the split depends on M and K only,
  * so never on the batch either.
  *
+ * matmul_fused folds a product's neighbours into the same launch: up to three
+ * weights sharing the input (q/k/v, gate/up) are one grid, the input's
+ * RMSNorm, SwiGLU or relu^2 is applied while it is staged (each block sums
+ * the squares of the whole row itself), and the product may be added to the
+ * output (the residual). The kernel is launched as a programmatic dependent
+ * of the one before it, so its first weight loads overlap that kernel's end.
+ *
  * Larger bf16 products go to cuBLAS (activations rounded to bf16, or split
  * into two products when precise); other dtypes to a plain fp32 kernel. */
 #include "cuda_impl.h"
@@ -78,43 +85,124 @@ static __device__ __forceinline__ void mmv_mma(float (*acc)[4], const uint4 (*wv
     }
 }
 
+/* One k_mmv launch: up to MM_MAX_W weights sharing the input (blocks
+ * [bx_end[i-1], bx_end[i]) compute weight i), what is applied to the input
+ * while it is staged, and whether the product is added to out. */
+struct mmv_args {
+    const float *x;
+    int64_t xs;
+    int32_t n, nb, K;
+    int32_t n_w;
+    const uint16_t *w[MM_MAX_W];
+    int64_t ws[MM_MAX_W];
+    int32_t M[MM_MAX_W];
+    int32_t bx_end[MM_MAX_W];
+    float *out[MM_MAX_W];
+    int64_t os[MM_MAX_W];
+    float *part[MM_MAX_W]; /* [n_split][n][M[i]] split-K partial sums */
+    unsigned *count;
+    int32_t kslice, n_split, ks;
+    enum mm_pre pre;
+    const void *norm; /* MM_PRE_RMSNORM: [K] */
+    enum dtype norm_t;
+    float eps;
+    const float *up; /* MM_PRE_SWIGLU: [n][K] */
+    int64_t us;
+    bool accumulate;
+};
+
+/* pre(x) of 4 consecutive inputs k..k+3 of token t, as the plain ops compute it */
+static __device__ __forceinline__ float4 mmv_pre(const mmv_args &a, float4 v, int t, int k, const float *rstd)
+{
+    switch (a.pre) {
+    case MM_PRE_RMSNORM: {
+        const float r = rstd[t];
+        v.x = dev_weight(a.norm, a.norm_t, k) * (v.x * r);
+        v.y = dev_weight(a.norm, a.norm_t, k + 1) * (v.y * r);
+        v.z = dev_weight(a.norm, a.norm_t, k + 2) * (v.z * r);
+        v.w = dev_weight(a.norm, a.norm_t, k + 3) * (v.w * r);
+        break;
+    }
+    case MM_PRE_SWIGLU: {
+        const float4 u = *(const float4 *)(a.up + (int64_t)t * a.us + k);
+        v.x = v.x / (1.0f + expf(-v.x)) * u.x;
+        v.y = v.y / (1.0f + expf(-v.y)) * u.y;
+        v.z = v.z / (1.0f + expf(-v.z)) * u.z;
+        v.w = v.w / (1.0f + expf(-v.w)) * u.w;
+        break;
+    }
+    case MM_PRE_RELU2:
+        v.x = v.x > 0.0f ? v.x * v.x : 0.0f;
+        v.y = v.y > 0.0f ? v.y * v.y : 0.0f;
+        v.z = v.z > 0.0f ? v.z * v.z : 0.0f;
+        v.w = v.w > 0.0f ? v.w * v.w : 0.0f;
+        break;
+    default: break;
+    }
+    return v;
+}
+
+/* Programmatic dependent launch: a kernel launched with it may start while
+ * the previous one finishes; it waits here before touching anything that
+ * kernel writes (a no-op when launched plainly). */
+static __device__ __forceinline__ void grid_dep_wait(void) { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+static __device__ __forceinline__ void grid_dep_launch(void) { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
+
 /* Weights are the mma's 16-row operand (16 rows per warp, a lane reading 16
  * bytes of two rows per k32 block), tokens the 8-column one, so a token
  * costs a quarter of the tensor-core work and activation reads it would as
  * the row operand. ks: k staged at a time (a multiple of 64; the whole slice
- * when it fits). */
-__global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const float *__restrict__ x, int64_t xs, int32_t n,
-                                                             int32_t nb, const uint16_t *__restrict__ w, int64_t ws,
-                                                             int32_t K, int32_t M, float *__restrict__ out,
-                                                             int64_t os, float *part, unsigned *count,
-                                                             int32_t kslice, int32_t n_split, int32_t ks)
+ * when it fits). Launched as a dependent of the previous kernel: the first
+ * weights are requested (and the next kernel allowed to start doing the
+ * same) before waiting for the inputs. */
+__global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant__ mmv_args a)
 {
     extern __shared__ uint4 smem_raw[];
-    const int pitch = ks + MMV_PAD;
+    const int nb = a.nb, n = a.n, K = a.K;
+    const int pitch = a.ks + MMV_PAD;
     __nv_bfloat16 *sh = (__nv_bfloat16 *)smem_raw; /* [8*nb][pitch] */
     __nv_bfloat16 *sl = sh + 8 * nb * pitch;
     __shared__ int is_last;
+    __shared__ float rstd[CUDA_SMALL_N];
+    int wi = 0;
+    while (wi + 1 < a.n_w && (int32_t)blockIdx.x >= a.bx_end[wi])
+        wi++;
+    const int blk = blockIdx.x - (wi ? a.bx_end[wi - 1] : 0), M = a.M[wi];
+    const int64_t ws = a.ws[wi];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
-    const int r0 = blockIdx.x * MMV_ROWS + warp * 16;
+    const int r0 = blk * MMV_ROWS + warp * 16;
     const bool ok0 = r0 + g < M, ok1 = r0 + g + 8 < M;
-    const uint16_t *w0 = w + (int64_t)(ok0 ? r0 + g : 0) * ws + cq * 8;
-    const uint16_t *w1 = w + (int64_t)(ok1 ? r0 + g + 8 : 0) * ws + cq * 8;
-    const int k_beg = blockIdx.y * kslice, k_end = min(K, k_beg + kslice);
+    const uint16_t *w0 = a.w[wi] + (int64_t)(ok0 ? r0 + g : 0) * ws + cq * 8;
+    const uint16_t *w1 = a.w[wi] + (int64_t)(ok1 ? r0 + g + 8 : 0) * ws + cq * 8;
+    const int k_beg = blockIdx.y * a.kslice, k_end = min(K, k_beg + a.kslice);
     float acc[8][4];
 #pragma unroll
     for (int i = 0; i < 8; i++)
         acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-    /* the first weights are requested before the activations are staged */
     uint4 wa[MMV_UNROLL][2], wb[MMV_UNROLL][2];
-    mmv_load(wa, w0, w1, k_beg, 0, (min(ks, k_end - k_beg) + 31) / 32, ok0, ok1, cq, k_end);
-    for (int kc = k_beg; kc < k_end; kc += ks) {
-        const int len = min(ks, k_end - kc), n_blk = (len + 31) / 32, len4 = len / 4;
+    grid_dep_launch();
+    mmv_load(wa, w0, w1, k_beg, 0, (min(a.ks, k_end - k_beg) + 31) / 32, ok0, ok1, cq, k_end);
+    grid_dep_wait();
+    if (a.pre == MM_PRE_RMSNORM) /* over the whole row, whatever the slice: the same in every block */
+        for (int t = warp; t < n; t += MMV_WARPS) {
+            const float *xr = a.x + (int64_t)t * a.xs;
+            float ss = 0.0f;
+            for (int k = lane * 4; k < K; k += 128) {
+                const float4 v = *(const float4 *)(xr + k);
+                ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+            }
+            ss = warp_sum(ss);
+            if (lane == 0)
+                rstd[t] = 1.0f / sqrtf(ss / (float)K + a.eps);
+        }
+    for (int kc = k_beg; kc < k_end; kc += a.ks) {
+        const int len = min(a.ks, k_end - kc), n_blk = (len + 31) / 32, len4 = len / 4;
         if (kc > k_beg)
             mmv_load(wa, w0, w1, kc, 0, n_blk, ok0, ok1, cq, k_end);
         __syncthreads();
         for (int e = threadIdx.x; e < n * len4; e += blockDim.x) {
             const int t = e / len4, c = (e - t * len4) * 4;
-            const float4 v = *(const float4 *)(x + (int64_t)t * xs + kc + c);
+            const float4 v = mmv_pre(a, *(const float4 *)(a.x + (int64_t)t * a.xs + kc + c), t, kc + c, rstd);
             const __nv_bfloat162 h01 = __floats2bfloat162_rn(v.x, v.y), h23 = __floats2bfloat162_rn(v.z, v.w);
             const float2 f01 = __bfloat1622float2(h01), f23 = __bfloat1622float2(h23);
             __nv_bfloat162 *ph = (__nv_bfloat162 *)(sh + t * pitch + c), *pl = (__nv_bfloat162 *)(sl + t * pitch + c);
@@ -141,8 +229,12 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const float *__restri
         }
     }
     /* acc[tb]: rows r0+g (0,1) and +8 (2,3); tokens 8tb+2cq (0,2) and +1 (1,3) */
-    float *dst = n_split == 1 ? out : part + (int64_t)blockIdx.y * n * M;
-    const int64_t ds = n_split == 1 ? os : M;
+    float *out = a.out[wi];
+    const int64_t os = a.os[wi];
+    const bool direct = a.n_split == 1;
+    float *dst = direct ? out : a.part[wi] + (int64_t)blockIdx.y * n * M;
+    const int64_t ds = direct ? os : M;
+    const bool add = direct && a.accumulate;
     const int ra = r0 + g, rb = ra + 8;
 #pragma unroll
     for (int tb = 0; tb < 8; tb++) {
@@ -150,36 +242,37 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const float *__restri
             break;
         const int t0 = tb * 8 + 2 * cq, t1 = t0 + 1;
         if (t0 < n && ok0)
-            dst[(int64_t)t0 * ds + ra] = acc[tb][0];
+            dst[(int64_t)t0 * ds + ra] = acc[tb][0] + (add ? dst[(int64_t)t0 * ds + ra] : 0.0f);
         if (t1 < n && ok0)
-            dst[(int64_t)t1 * ds + ra] = acc[tb][1];
+            dst[(int64_t)t1 * ds + ra] = acc[tb][1] + (add ? dst[(int64_t)t1 * ds + ra] : 0.0f);
         if (t0 < n && ok1)
-            dst[(int64_t)t0 * ds + rb] = acc[tb][2];
+            dst[(int64_t)t0 * ds + rb] = acc[tb][2] + (add ? dst[(int64_t)t0 * ds + rb] : 0.0f);
         if (t1 < n && ok1)
-            dst[(int64_t)t1 * ds + rb] = acc[tb][3];
+            dst[(int64_t)t1 * ds + rb] = acc[tb][3] + (add ? dst[(int64_t)t1 * ds + rb] : 0.0f);
     }
-    if (n_split == 1)
+    if (direct)
         return;
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0)
-        is_last = atomicAdd(&count[blockIdx.x], 1u) == (unsigned)n_split - 1;
+        is_last = atomicAdd(&a.count[blockIdx.x], 1u) == (unsigned)a.n_split - 1;
     __syncthreads();
     if (!is_last)
         return;
     __threadfence();
-    const int rb0 = blockIdx.x * MMV_ROWS;
+    const int rb0 = blk * MMV_ROWS;
     for (int e = threadIdx.x; e < n * MMV_ROWS; e += blockDim.x) {
         const int t = e / MMV_ROWS, r = rb0 + e % MMV_ROWS;
         if (r >= M)
             continue;
         float s = 0.0f;
-        for (int sp = 0; sp < n_split; sp++)
-            s += __ldcg(part + ((int64_t)sp * n + t) * M + r);
-        out[(int64_t)t * os + r] = s;
+        for (int sp = 0; sp < a.n_split; sp++)
+            s += __ldcg(a.part[wi] + ((int64_t)sp * n + t) * M + r);
+        float *o = out + (int64_t)t * os + r;
+        *o = a.accumulate ? *o + s : s;
     }
     if (threadIdx.x == 0)
-        count[blockIdx.x] = 0;
+        a.count[blockIdx.x] = 0;
 }
 
 /* Plain fp32 product for f16/f32 weights (and shapes k_mmv cannot take):
@@ -260,57 +353,163 @@ int cuda_matmul_init(struct cuda_backend *c)
     return 0;
 }
 
-void cuda_matmul(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w)
+/* the small-batch kernel reads weights and activations 16 bytes at a time */
+static bool mmv_fits(const struct tensor *x, const struct tensor *w)
 {
-    struct cuda_backend *c = cuda_of(be);
-    const int32_t n = (int32_t)x->n_rows, K = (int32_t)x->n_cols, M = (int32_t)w->n_rows;
-    assert(x->n_cols == w->n_cols && out->n_rows == x->n_rows && out->n_cols == w->n_rows);
-    if (cuda_op_skip(c) || n == 0)
-        return;
-    /* the small-batch kernel reads activations 16 bytes at a time */
-    const bool tc = w->type == DT_BF16 && K % 8 == 0 && w->row_stride % 8 == 0 && ((uintptr_t)w->data & 15) == 0 &&
-                    x->row_stride % 4 == 0 && ((uintptr_t)x->data & 15) == 0;
-    if (tc && n <= CUDA_SMALL_N) {
-        const int32_t nb = (n + 7) / 8, bx = (int32_t)cdiv(M, MMV_ROWS);
-        /* split K so that the blocks come close to whole waves (a partial last
-         * wave of these long blocks costs as much as a full one); the resident
-         * count is the kernel's, so the split never depends on the batch */
-        int32_t n_split = 1, kslice = K;
-        const int32_t resident = c->mmv_per_sm * c->n_sm;
-        if (bx <= CUDA_MAX_COUNTERS) {
-            double best = 0.0;
-            for (int32_t want = 1; want <= 32 && (int64_t)want * MMV_KC <= K && best < 0.9; want++) {
-                const int32_t sl = (int32_t)cdiv(cdiv(K, want), MMV_KC) * MMV_KC, ns = (int32_t)cdiv(K, sl);
-                const int64_t blocks = (int64_t)bx * ns;
-                const double fill = (double)blocks / (double)((int64_t)cdiv(blocks, resident) * resident);
-                if (fill > best + 0.02) {
-                    best = fill;
-                    n_split = ns;
-                    kslice = sl;
-                }
+    return w->type == DT_BF16 && x->n_cols % 8 == 0 && w->row_stride % 8 == 0 && ((uintptr_t)w->data & 15) == 0 &&
+           x->row_stride % 4 == 0 && ((uintptr_t)x->data & 15) == 0;
+}
+
+static void mmv_launch(struct cuda_backend *c, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,
+                       const struct tensor *x, const struct mm_fused *f)
+{
+    const int32_t n = (int32_t)x->n_rows, K = (int32_t)x->n_cols;
+    mmv_args a = {};
+    a.x = (const float *)x->data;
+    a.xs = x->row_stride;
+    a.n = n;
+    a.nb = (n + 7) / 8;
+    a.K = K;
+    a.n_w = n_w;
+    int32_t bx = 0;
+    int64_t m_sum = 0;
+    for (int32_t i = 0; i < n_w; i++) {
+        a.w[i] = (const uint16_t *)w[i]->data;
+        a.ws[i] = w[i]->row_stride;
+        a.M[i] = (int32_t)w[i]->n_rows;
+        a.out[i] = (float *)out[i]->data;
+        a.os[i] = out[i]->row_stride;
+        bx += (int32_t)cdiv(a.M[i], MMV_ROWS);
+        a.bx_end[i] = bx;
+        m_sum += a.M[i];
+    }
+    /* split K so that the blocks come close to whole waves (a partial last
+     * wave of these long blocks costs as much as a full one); the resident
+     * count is the kernel's, so the split never depends on the batch */
+    a.n_split = 1;
+    a.kslice = K;
+    const int32_t resident = c->mmv_per_sm * c->n_sm;
+    if (bx <= CUDA_MAX_COUNTERS) {
+        double best = 0.0;
+        for (int32_t want = 1; want <= 32 && (int64_t)want * MMV_KC <= K && best < 0.9; want++) {
+            const int32_t sl = (int32_t)cdiv(cdiv(K, want), MMV_KC) * MMV_KC, ns = (int32_t)cdiv(K, sl);
+            const int64_t blocks = (int64_t)bx * ns;
+            const double fill = (double)blocks / (double)((int64_t)cdiv(blocks, resident) * resident);
+            if (fill > best + 0.02) {
+                best = fill;
+                a.n_split = ns;
+                a.kslice = sl;
             }
         }
-        float *part = NULL;
-        if (n_split > 1 && !(part = (float *)cuda_scratch(c, SCR_MATMUL, (size_t)n_split * n * M * sizeof(float))))
+    }
+    if (a.n_split > 1) {
+        float *part = (float *)cuda_scratch(c, SCR_MATMUL, (size_t)a.n_split * n * m_sum * sizeof(float));
+        if (!part)
             return;
-        /* stage as much of the slice as fits: fewer block-wide waits, same arithmetic */
-        int32_t ks = MMV_STAGE_BYTES / (8 * nb * 4) - MMV_PAD;
-        ks = ks / 64 * 64; /* keeps staged rows 64 bytes apart mod 128 */
-        if (ks > kslice)
-            ks = (int32_t)cdiv(kslice, 64) * 64;
-        const size_t smem = (size_t)2 * 8 * nb * (ks + MMV_PAD) * sizeof(__nv_bfloat16);
-        k_mmv<<<dim3(bx, n_split), MMV_WARPS * 32, smem, c->stream>>>(
-            (const float *)x->data, x->row_stride, n, nb, (const uint16_t *)w->data, w->row_stride, K, M,
-            (float *)out->data, out->row_stride, part, c->counters, kslice, n_split, ks);
-        CUDA_LAUNCHED(c);
-        return;
+        for (int32_t i = 0; i < n_w; i++) {
+            a.part[i] = part;
+            part += (int64_t)a.n_split * n * a.M[i];
+        }
     }
-    if (tc) {
+    a.count = c->counters;
+    /* stage as much of the slice as fits: fewer block-wide waits, same arithmetic */
+    int32_t ks = MMV_STAGE_BYTES / (8 * a.nb * 4) - MMV_PAD;
+    ks = ks / 64 * 64; /* keeps staged rows 64 bytes apart mod 128 */
+    if (ks > a.kslice)
+        ks = (int32_t)cdiv(a.kslice, 64) * 64;
+    a.ks = ks;
+    a.pre = f->pre;
+    if (f->pre == MM_PRE_RMSNORM) {
+        a.norm = f->norm->data;
+        a.norm_t = f->norm->type;
+        a.eps = f->eps;
+    } else if (f->pre == MM_PRE_SWIGLU) {
+        a.up = (const float *)f->up->data;
+        a.us = f->up->row_stride;
+    }
+    a.accumulate = f->accumulate;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(bx, a.n_split);
+    cfg.blockDim = dim3(MMV_WARPS * 32);
+    cfg.dynamicSmemBytes = (size_t)2 * 8 * a.nb * (ks + MMV_PAD) * sizeof(__nv_bfloat16);
+    cfg.stream = c->stream;
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &at;
+    cfg.numAttrs = c->pdl ? 1 : 0;
+    CUDA_CHECK(c, cudaLaunchKernelEx(&cfg, k_mmv, a));
+}
+
+/* out = x . w^T, one weight, whatever its dtype and the batch size */
+static void mm_one(struct cuda_backend *c, struct tensor *out, const struct tensor *x, const struct tensor *w)
+{
+    const int32_t n = (int32_t)x->n_rows, K = (int32_t)x->n_cols, M = (int32_t)w->n_rows;
+    if (mmv_fits(x, w) && n <= CUDA_SMALL_N) {
+        const struct mm_fused plain = {MM_PRE_NONE, NULL, 0.0f, NULL, false, NULL, NULL};
+        mmv_launch(c, 1, &out, &w, x, &plain);
+    } else if (mmv_fits(x, w)) {
         mm_blas(c, out, x, w);
+    } else {
+        k_mm_simt<<<dim3(cdiv(M, 16), cdiv(n, 16)), 256, 0, c->stream>>>((const float *)x->data, x->row_stride, n,
+                                                                          w->data, w->type, w->row_stride, K, M,
+                                                                          (float *)out->data, out->row_stride);
+        CUDA_LAUNCHED(c);
+    }
+}
+
+void cuda_matmul_fused(struct backend *be, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,
+                       const struct tensor *x, const struct mm_fused *f)
+{
+    struct cuda_backend *c = cuda_of(be);
+    const int64_t n = x->n_rows;
+    assert(n_w >= 1 && n_w <= MM_MAX_W);
+    for (int32_t i = 0; i < n_w; i++)
+        assert(x->n_cols == w[i]->n_cols && out[i]->n_rows == n && out[i]->n_cols == w[i]->n_rows);
+    if (cuda_op_skip(c) || n == 0)
+        return;
+    bool one_launch = n <= CUDA_SMALL_N;
+    for (int32_t i = 0; i < n_w; i++)
+        one_launch = one_launch && mmv_fits(x, w[i]);
+    if (f->pre == MM_PRE_SWIGLU)
+        one_launch = one_launch && f->up->row_stride % 4 == 0 && ((uintptr_t)f->up->data & 15) == 0;
+    if (one_launch) {
+        mmv_launch(c, n_w, out, w, x, f);
         return;
     }
-    k_mm_simt<<<dim3(cdiv(M, 16), cdiv(n, 16)), 256, 0, c->stream>>>((const float *)x->data, x->row_stride, n,
-                                                                      w->data, w->type, w->row_stride, K, M,
-                                                                      (float *)out->data, out->row_stride);
-    CUDA_LAUNCHED(c);
+    /* prefill and odd shapes: the pieces one by one, through the caller's scratch */
+    const struct tensor *in = x;
+    struct tensor *pb = f->pre_buf;
+    switch (f->pre) {
+    case MM_PRE_RMSNORM: cuda_rmsnorm(be, pb, x, f->norm, f->eps); break;
+    case MM_PRE_SWIGLU: cuda_swiglu(be, pb, x, f->up); break;
+    case MM_PRE_RELU2:
+        if (pb->data != x->data &&
+            CUDA_CHECK(c, cudaMemcpy2DAsync(pb->data, (size_t)pb->row_stride * sizeof(float), x->data,
+                                            (size_t)x->row_stride * sizeof(float),
+                                            (size_t)x->n_cols * sizeof(float), (size_t)n, cudaMemcpyDeviceToDevice,
+                                            c->stream)) != 0)
+            return;
+        cuda_relu2(be, pb);
+        break;
+    default: break;
+    }
+    if (f->pre != MM_PRE_NONE)
+        in = pb;
+    for (int32_t i = 0; i < n_w; i++) {
+        if (!f->accumulate) {
+            mm_one(c, out[i], in, w[i]);
+            continue;
+        }
+        struct tensor t = tensor_cols(f->acc_buf, 0, w[i]->n_rows);
+        t.n_rows = n;
+        mm_one(c, &t, in, w[i]);
+        cuda_add(be, out[i], &t);
+    }
+}
+
+void cuda_matmul(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w)
+{
+    const struct mm_fused plain = {MM_PRE_NONE, NULL, 0.0f, NULL, false, NULL, NULL};
+    cuda_matmul_fused(be, 1, &out, &w, x, &plain);
 }
