@@ -9,12 +9,12 @@
 #include <time.h>
 
 enum {
-    P_MATMUL, P_ATTENTION, P_RMSNORM, P_ROPE, P_KV_STORE, P_EMBED, P_SWIGLU, P_ADD, P_OUT_ROWS, P_MOE_ROUTE,
+    P_MATMUL, P_MATMUL_FUSED, P_ATTENTION, P_RMSNORM, P_ROPE, P_KV_STORE, P_EMBED, P_SWIGLU, P_ADD, P_OUT_ROWS, P_MOE_ROUTE,
     P_MOE_FFN, P_SIGMUL, P_RELU2, P_PERMUTE, P_NORM_GATED, P_CONV1D, P_DELTA, P_SSD, P_SET_BATCH, P_READ,
     P_COPY_ROWS, P_N
 };
 static const char *const names[P_N] = {
-    "matmul", "attention", "rmsnorm", "rope", "kv_store", "embed", "swiglu", "add", "get_out_rows", "moe_route",
+    "matmul", "matmul_fused", "attention", "rmsnorm", "rope", "kv_store", "embed", "swiglu", "add", "get_out_rows", "moe_route",
     "moe_ffn", "sigmoid_mul", "relu2", "permute_cols", "rmsnorm_gated", "conv1d", "delta_rule", "ssd", "set_batch",
     "read", "copy_rows",
 };
@@ -127,6 +127,11 @@ static void p_matmul(struct backend *be, struct tensor *out, const struct tensor
 {
     TIMED(P_MATMUL, matmul(in, out, x, w));
 }
+static void p_matmul_fused(struct backend *be, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,
+                           const struct tensor *x, const struct mm_fused *f)
+{
+    TIMED(P_MATMUL_FUSED, matmul_fused(in, n_w, out, w, x, f));
+}
 static void p_rmsnorm(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w, float eps)
 {
     TIMED(P_RMSNORM, rmsnorm(in, out, x, w, eps));
@@ -209,7 +214,7 @@ struct backend *profile_wrap(struct backend *inner)
     p->ops = (struct backend_ops){
         .name = inner->ops->name, .free = p_free, .alloc = p_alloc, .release = p_release, .weight = p_weight,
         .read = p_read, .write = p_write, .copy_rows = p_copy_rows, .sync = p_sync, .forward_end = p_forward_end, .set_batch = p_set_batch,
-        .embed = p_embed, .matmul = p_matmul, .rmsnorm = p_rmsnorm, .rope = p_rope, .kv_store = p_kv_store,
+        .embed = p_embed, .matmul = p_matmul, .matmul_fused = p_matmul_fused, .rmsnorm = p_rmsnorm, .rope = p_rope, .kv_store = p_kv_store,
         .attention = p_attention, .swiglu = p_swiglu, .add = p_add, .get_out_rows = p_out_rows,
         .moe_route = p_moe_route, .moe_ffn = p_moe_ffn, .sigmoid_mul = p_sigmoid_mul, .relu2 = p_relu2,
         .permute_cols = p_permute, .rmsnorm_gated = p_norm_gated, .conv1d = p_conv1d, .delta_rule = p_delta,
