@@ -47,7 +47,9 @@ struct sched {
     bool spec_on;
     struct model *dm;
     struct engine de;
-    struct spec k;
+    struct spec k;     /* owns the buffers and the tuner */
+    struct spec *lane; /* [n_seq_max]: each slot's tree, k's buffers */
+    int32_t *lane_row; /* [n_seq_max]: a slot's first logit row in the verify pass, -1: none */
     /* step buffers [max_batch] */
     int32_t *tok, *pos, *seq, *par, *owner;
     uint8_t *want;
@@ -348,34 +350,84 @@ static bool sched_emit(struct sched *s, int32_t a, int32_t t)
     return true;
 }
 
-/* KFlash for the one request decoding alone (slot a): one verify pass, then
- * the tokens it produced, in order, as if sampled one by one. */
-static void sched_spec_step(struct sched *s, int32_t a)
+static void sched_fail(struct sched *s, int32_t a, const char *msg)
 {
     struct sched_req *r = s->active[a];
-    if (s->dm && r->dseq < 0 && (r->dseq = engine_seq_new(&s->de)) < 0) {
-        s->active[a] = NULL;
-        req_finish(s, r, SCHED_ERROR, err_msg());
-        return;
+    s->active[a] = NULL;
+    req_finish(s, r, SCHED_ERROR, msg);
+}
+
+/* KFlash for the decoding requests in slots act[0..n_act): each proposes its
+ * tree (the draft's forwards one request at a time), every tree is verified
+ * in one target forward, then each request's tokens are emitted in order, as
+ * if sampled one by one. The trees share the batch (and, on a recurrent
+ * model, the states the engine keeps for tree rows): each gets an equal part. */
+static void sched_spec_step(struct sched *s, const int32_t *act, int32_t n_act)
+{
+    char msg[256];
+    int32_t cap = s->max_batch / n_act - 1;
+    if (engine_is_recurrent(&s->e) && s->e.n_keep / n_act < cap)
+        cap = s->e.n_keep / n_act;
+    if (cap > s->k.max_nodes)
+        cap = s->k.max_nodes;
+    sched_make_room(s, n_act * (cap + 1), n_act);
+    int32_t n = 0, n_want = 0, n_live = 0;
+    for (int32_t i = 0; i < n_act; i++) {
+        const int32_t a = act[i];
+        struct sched_req *r = s->active[a];
+        struct spec *l = &s->lane[a];
+        s->lane_row[a] = -1;
+        if (s->dm && r->dseq < 0 && (r->dseq = engine_seq_new(&s->de)) < 0) {
+            sched_fail(s, a, err_msg());
+            continue;
+        }
+        spec_reset(l, r->seq, r->dseq);
+        const int32_t len = r->n_prompt + r->n_out;
+        const int32_t rows = spec_propose(l, r->hist, len, r->max_tokens - r->n_out, cap);
+        if (rows < 0) {
+            snprintf(msg, sizeof msg, "%s", err_msg());
+            sched_fail(s, a, msg);
+            continue;
+        }
+        s->lane_row[a] = n_want;
+        n_live++;
+        n_want += spec_fill(l, len, n, s->tok, s->pos, s->seq, s->par, s->want);
+        n += rows;
     }
-    spec_reset(&s->k, r->seq, r->dseq);
-    const int32_t len = r->n_prompt + r->n_out, left = r->max_tokens - r->n_out;
-    sched_make_room(s, s->k.p.n_nodes + 1, 1);
-    int64_t passes = s->k.st.steps;
-    int32_t k = spec_step(&s->k, &r->sampler, r->hist, len, r->hist + len, left);
-    if (k < 1) {
-        char msg[256];
+    if (n_live == 0)
+        return;
+    struct batch b = {n, s->tok, s->pos, s->seq, s->par, s->want};
+    if (engine_forward(&s->e, &b, s->logits, NULL) < 0) {
         snprintf(msg, sizeof msg, "%s", err_msg());
-        s->active[a] = NULL;
-        req_finish(s, r, SCHED_ERROR, msg);
+        for (int32_t i = 0; i < n_act; i++)
+            if (s->lane_row[act[i]] >= 0)
+                sched_fail(s, act[i], msg);
         return;
     }
     pthread_mutex_lock(&s->mu);
-    s->stats.spec_passes += s->k.st.steps - passes;
-    s->stats.spec_tokens += k;
+    s->stats.spec_forwards++;
     pthread_mutex_unlock(&s->mu);
-    for (int32_t i = 0; i < k && sched_emit(s, a, r->hist[len + i]); i++)
-        ;
+    const size_t V = (size_t)s->m->cfg.vocab_size;
+    for (int32_t i = 0; i < n_act; i++) {
+        const int32_t a = act[i];
+        if (s->lane_row[a] < 0)
+            continue;
+        struct sched_req *r = s->active[a];
+        const int32_t len = r->n_prompt + r->n_out;
+        const int32_t k = spec_accept(&s->lane[a], &r->sampler, r->hist, len, r->hist + len,
+                                      s->logits + (size_t)s->lane_row[a] * V);
+        if (k < 1) {
+            snprintf(msg, sizeof msg, "%s", err_msg());
+            sched_fail(s, a, msg);
+            continue;
+        }
+        pthread_mutex_lock(&s->mu);
+        s->stats.spec_passes++;
+        s->stats.spec_tokens += k;
+        pthread_mutex_unlock(&s->mu);
+        for (int32_t j = 0; j < k && sched_emit(s, a, r->hist[len + j]); j++)
+            ;
+    }
 }
 
 /* One step over every active request; false when there was nothing to do. */
@@ -427,12 +479,15 @@ static bool sched_step(struct sched *s)
     }
     if (n == 0)
         return false;
-    /* one request decoding alone: speculate instead (not when it wants
+    /* every request decoding: they speculate instead (not when one wants
      * log-probabilities or constrained output, which a speculative step lacks) */
-    const struct sched_req *lone = s->active[s->owner[0]];
-    if (s->spec_on && n == 1 && s->par[0] == -1 && lone->n_fed == lone->n_prompt && lone->n_out > 0 &&
-        lone->n_top < 0 && !lone->vb) {
-        sched_spec_step(s, s->owner[0]);
+    bool spec = s->spec_on;
+    for (int32_t i = 0; i < n && spec; i++) {
+        const struct sched_req *r = s->active[s->owner[i]];
+        spec = s->par[i] == -1 && r->n_out > 0 && r->n_top < 0 && !r->vb;
+    }
+    if (spec) {
+        sched_spec_step(s, s->owner, n);
         return true;
     }
     int32_t n_seqs = 0;
@@ -581,13 +636,19 @@ struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32
         free(s);
         return NULL;
     }
-    if (s->spec_on && ((s->dm && engine_init(&s->de, s->dm, n_ctx, n_seq_max, 256, 256) != 0) ||
-                       spec_init(&s->k, &s->e, -1, s->dm ? &s->de : NULL, -1, sp, n_ctx) != 0)) {
-        if (s->de.m)
-            engine_free(&s->de);
-        engine_free(&s->e);
-        free(s);
-        return NULL;
+    if (s->spec_on) {
+        if (s->dm && engine_init(&s->de, s->dm, n_ctx, n_seq_max, 256, 256) != 0)
+            goto fail_engine;
+        if (spec_init(&s->k, &s->e, -1, s->dm ? &s->de : NULL, -1, sp, n_ctx) != 0)
+            goto fail_draft;
+        s->lane = calloc((size_t)n_seq_max, sizeof *s->lane);
+        s->lane_row = calloc((size_t)n_seq_max, sizeof *s->lane_row);
+        if (!s->lane || !s->lane_row) {
+            err_set("sched: out of memory");
+            goto fail_spec;
+        }
+        for (int32_t a = 0; a < n_seq_max; a++)
+            spec_init_lane(&s->lane[a], &s->k, -1, -1);
     }
     size_t n = (size_t)max_batch;
     s->active = calloc((size_t)n_seq_max, sizeof *s->active);
@@ -608,9 +669,20 @@ struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32
         return NULL;
     }
     return s;
+fail_spec:
+    free(s->lane);
+    free(s->lane_row);
+    spec_free(&s->k);
+fail_draft:
+    if (s->de.m)
+        engine_free(&s->de);
+fail_engine:
+    engine_free(&s->e);
+    free(s);
+    return NULL;
 }
 
-void sched_free(struct sched *s)
+void sched_stop(struct sched *s)
 {
     if (!s)
         return;
@@ -622,17 +694,34 @@ void sched_free(struct sched *s)
     if (running)
         pthread_join(s->thread, NULL);
     for (int32_t a = 0; s->active && a < s->n_seq_max; a++)
-        if (s->active[a])
+        if (s->active[a]) {
             req_finish(s, s->active[a], SCHED_CANCELLED, "server shutting down");
-    while (s->queue) {
-        struct sched_req *r = s->queue;
-        s->queue = r->next;
+            s->active[a] = NULL;
+        }
+    pthread_mutex_lock(&s->mu);
+    struct sched_req *q = s->queue;
+    s->queue = NULL;
+    pthread_mutex_unlock(&s->mu);
+    while (q) {
+        struct sched_req *r = q;
+        q = r->next;
         req_finish(s, r, SCHED_CANCELLED, "server shutting down");
     }
+}
+
+void sched_free(struct sched *s)
+{
+    if (!s)
+        return;
+    sched_stop(s);
     for (int i = 0; i < SCHED_CACHE_SLOTS; i++)
         if (s->cache[i].seq >= 0)
             cache_evict(s, &s->cache[i]);
     if (s->spec_on) {
+        for (int32_t a = 0; s->lane && a < s->n_seq_max; a++)
+            spec_free(&s->lane[a]);
+        free(s->lane);
+        free(s->lane_row);
         spec_free(&s->k);
         if (s->dm)
             engine_free(&s->de);
@@ -671,6 +760,10 @@ int sched_submit(struct sched *s, struct sched_req *r)
         return err_set("sched: %d prompt tokens + %d to generate exceed the context of %d tokens", r->n_prompt,
                        r->max_tokens, s->n_ctx);
     pthread_mutex_lock(&s->mu);
+    if (s->stop) {
+        pthread_mutex_unlock(&s->mu);
+        return err_set("sched: the server is shutting down");
+    }
     int32_t queued = 0;
     struct sched_req **tail = &s->queue;
     while (*tail) {

@@ -69,11 +69,17 @@ struct sched_req {
 struct sched;
 
 /* Starts the engine thread over model m. draft (may be NULL) and sp (NULL or
- * mode SPEC_OFF: no speculation) enable KFlash: while one request is decoding
- * alone, each step is a speculative step for it (several requests at once
- * decode in plain batched steps). NULL with err_set() on failure. */
+ * mode SPEC_OFF: no speculation) enable KFlash: while every active request is
+ * decoding (none prefilling, none asking for log-probabilities or JSON), each
+ * step is a speculative step for all of them: a tree each, verified together
+ * in one target forward (the batch, and a hybrid's kept states, split evenly).
+ * NULL with err_set() on failure. */
 struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_batch, struct model *draft,
                         const struct spec_params *sp);
+/* Stops the engine thread: every active and queued request finishes as
+ * cancelled ("server shutting down") and later submissions are refused; what
+ * waits on them returns. sched_free stops first if this was not called. */
+void sched_stop(struct sched *s);
 void sched_free(struct sched *s);
 
 /* A request for prompt[0..n) (copied); sampler params and limits given. NULL on
@@ -96,7 +102,8 @@ int sched_submit(struct sched *s, struct sched_req *r);
 /* Counters since start, for /metrics. */
 struct sched_stats {
     int64_t requests, prompt_tokens, cached_tokens, generated_tokens, cancelled, failed;
-    int64_t spec_passes, spec_tokens; /* KFlash: target verify passes and the tokens they produced */
+    int64_t spec_passes, spec_tokens; /* KFlash: verify passes (one per request per step), their tokens */
+    int64_t spec_forwards;            /* the target forwards that ran those passes (several requests each) */
     int32_t active, queued;
     double prefill_seconds, decode_seconds;
 };

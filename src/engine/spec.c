@@ -49,6 +49,9 @@ int spec_init(struct spec *s, struct engine *tgt, int32_t tseq, struct engine *d
     s->dseq = dseq;
     s->d_len = dft && dseq >= 0 ? dft->kv.len[dseq] : 0;
     s->p = *p;
+    s->tun = &s->tu;
+    s->dfw = &s->dfw_count;
+    s->max_nodes = p->n_nodes;
     s->vocab = V;
     s->cap_ctx = n_ctx;
     /* tuner shapes: chain-like to bushy, within the budget the engines were
@@ -85,6 +88,16 @@ int spec_init(struct spec *s, struct engine *tgt, int32_t tseq, struct engine *d
     return 0;
 }
 
+void spec_init_lane(struct spec *lane, struct spec *main, int32_t tseq, int32_t dseq)
+{
+    *lane = *main;
+    lane->tun = main->tun;
+    lane->dfw = main->dfw;
+    lane->lane = true;
+    lane->st = (struct spec_stats){0};
+    spec_reset(lane, tseq, dseq);
+}
+
 void spec_reset(struct spec *s, int32_t tseq, int32_t dseq)
 {
     s->tseq = tseq;
@@ -94,6 +107,10 @@ void spec_reset(struct spec *s, int32_t tseq, int32_t dseq)
 
 void spec_free(struct spec *s)
 {
+    if (s->lane) {
+        memset(s, 0, sizeof *s);
+        return;
+    }
     free(s->tok);
     free(s->pos);
     free(s->seq);
@@ -133,7 +150,7 @@ static void add_ngram_chain(struct spec *s, const int32_t *hist, int32_t n_hist,
             if (memcmp(hist + j, suf, sizeof(int32_t) * (size_t)g) != 0)
                 continue;
             int32_t parent = 0;
-            for (int32_t t = j + g; t < n_hist && s->node[parent].depth < max_depth && s->n_node <= s->p.n_nodes; t++)
+            for (int32_t t = j + g; t < n_hist && s->node[parent].depth < max_depth && s->n_node <= s->cap; t++)
                 parent = add_node(s, hist[t], parent, 0.0f, true);
             return;
         }
@@ -188,6 +205,7 @@ static int32_t draft_forward(struct spec *s, const int32_t *hist, int32_t n_hist
     struct batch b = {n, s->tok, s->pos, s->seq, s->par, s->want};
     double t0 = now_s();
     int32_t r = engine_forward(s->dft, &b, s->dlogits, NULL);
+    s->dfw_mine = ++*s->dfw;
     s->st.t_draft += now_s() - t0;
     return r < 0 ? -1 : C;
 }
@@ -200,14 +218,14 @@ static int32_t build_tree(struct spec *s, const int32_t *hist, int32_t n_hist, i
     s->n_node = 0;
     s->n_heap = 0;
     add_node(s, hist[n_hist - 1], -1, 0.0f, false);
-    if (p->mode == SPEC_OFF || max_depth == 0 || p->n_nodes == 0)
+    if (p->mode == SPEC_OFF || max_depth == 0 || s->cap == 0)
         return 0;
     if (p->ngram)
         add_ngram_chain(s, hist, n_hist, max_depth);
     if (!s->dft || (p->lookup_first && s->n_node - 1 >= SPEC_LOOKUP_MIN))
         return 0; /* prompt lookup alone */
-    const int32_t budget = p->n_nodes, top_k = p->mode == SPEC_CHAIN ? 1 : p->top_k;
-    const int32_t depth = p->mode == SPEC_CHAIN ? p->n_nodes : p->depth;
+    const int32_t budget = s->cap, top_k = p->mode == SPEC_CHAIN ? 1 : p->top_k;
+    const int32_t depth = p->mode == SPEC_CHAIN ? budget : p->depth;
     const int32_t width = p->mode == SPEC_CHAIN ? 1 : (budget + depth - 1) / depth;
     uint8_t expand[SPEC_MAX_NODES + 1] = {1};
     int32_t n_expand = 1, C = 0;
@@ -261,7 +279,7 @@ static int32_t build_tree(struct spec *s, const int32_t *hist, int32_t n_hist, i
 
 void spec_tuned_shape(const struct spec *s, int32_t *nodes, int32_t *depth, bool *lookup_first)
 {
-    const struct spec_tuner *t = &s->tu;
+    const struct spec_tuner *t = s->tun;
     int32_t b = 0;
     for (int32_t i = 1; i < t->n_shape; i++)
         if (t->tok_s[i] > t->tok_s[b])
@@ -276,7 +294,7 @@ void spec_tuned_shape(const struct spec *s, int32_t *nodes, int32_t *depth, bool
  * with every 32nd step on the least-tried other shape. */
 static void tune_pick(struct spec *s)
 {
-    struct spec_tuner *t = &s->tu;
+    struct spec_tuner *t = s->tun;
     int32_t pick = -1;
     for (int32_t i = 0; i < t->n_shape && pick < 0; i++)
         if (t->tries[i] < 4)
@@ -294,7 +312,7 @@ static void tune_pick(struct spec *s)
             pick = other >= 0 ? other : pick;
         }
     }
-    t->cur = pick;
+    s->tcur = pick;
     s->p.n_nodes = t->nodes[pick];
     s->p.depth = t->depth[pick];
     s->p.lookup_first = t->lookup_first[pick];
@@ -302,23 +320,26 @@ static void tune_pick(struct spec *s)
 
 static void tune_record(struct spec *s, int32_t k, double seconds)
 {
-    struct spec_tuner *t = &s->tu;
+    struct spec_tuner *t = s->tun;
+    const int32_t c = s->tcur;
     const double v = seconds > 0 ? k / seconds : 0;
-    t->tok_s[t->cur] = t->tries[t->cur] ? 0.8 * t->tok_s[t->cur] + 0.2 * v : v;
-    t->tries[t->cur]++;
+    t->tok_s[c] = t->tries[c] ? 0.8 * t->tok_s[c] + 0.2 * v : v;
+    t->tries[c]++;
     t->step++;
 }
 
-int32_t spec_step(struct spec *s, struct sampler *sm, const int32_t *hist, int32_t n_hist, int32_t *out,
-                  int32_t max_out)
+int32_t spec_propose(struct spec *s, const int32_t *hist, int32_t n_hist, int32_t max_out, int32_t cap)
 {
-    const double t_step = now_s();
+    s->t_step = now_s();
     if (s->p.tune && s->p.mode == SPEC_TREE)
         tune_pick(s);
+    s->cap = cap < s->p.n_nodes ? cap : s->p.n_nodes;
+    if (s->cap < 0)
+        s->cap = 0;
     if (n_hist < 1 || max_out < 1 || n_hist + max_out > s->cap_ctx)
         return err_set("spec: step past the context (%d + %d of %d)", n_hist, max_out, s->cap_ctx);
     /* a draft lagging by more than a batch catches up on its own first */
-    while (s->dft && n_hist - 1 - s->d_len + s->p.n_nodes + 1 > s->dft->max_tokens) {
+    while (s->dft && n_hist - 1 - s->d_len + s->cap + 1 > s->dft->max_tokens) {
         int32_t n = n_hist - 1 - s->d_len;
         if (n > s->dft->max_tokens)
             n = s->dft->max_tokens;
@@ -331,26 +352,31 @@ int32_t spec_step(struct spec *s, struct sampler *sm, const int32_t *hist, int32
         struct batch b = {n, hist + s->d_len, s->pos, s->seq, s->par, s->want};
         if (engine_forward(s->dft, &b, NULL, NULL) < 0 || engine_commit_all(s->dft) != 0)
             return -1;
+        ++*s->dfw;
         s->d_len += n;
     }
-    const int32_t C = build_tree(s, hist, n_hist, max_out - 1);
-    if (C < 0)
-        return -1;
-    /* verify every node in one target forward */
+    s->n_catchup = build_tree(s, hist, n_hist, max_out - 1);
+    return s->n_catchup < 0 ? -1 : s->n_node;
+}
+
+int32_t spec_fill(struct spec *s, int32_t n_hist, int32_t row0, int32_t *tok, int32_t *pos, int32_t *seq,
+                  int32_t *par, uint8_t *want)
+{
+    s->row0 = row0;
     for (int32_t i = 0; i < s->n_node; i++) {
-        s->tok[i] = s->node[i].token;
-        s->pos[i] = n_hist - 1 + s->node[i].depth;
-        s->seq[i] = s->tseq;
-        s->par[i] = s->node[i].parent;
-        s->want[i] = 0;
+        tok[row0 + i] = s->node[i].token;
+        pos[row0 + i] = n_hist - 1 + s->node[i].depth;
+        seq[row0 + i] = s->tseq;
+        par[row0 + i] = s->node[i].parent < 0 ? -1 : row0 + s->node[i].parent;
+        want[row0 + i] = 0;
         s->lrow[i] = -1;
     }
     /* logits in the verify pass for the path the walk most likely takes (from
      * the root, each node's most probable child, prompt-lookup nodes first);
      * other nodes get theirs on demand if the walk reaches them */
-    int32_t n_pred = 0;
+    s->n_pred = 0;
     for (int32_t v = 0; v >= 0;) {
-        s->want[v] = 1;
+        want[row0 + v] = 1;
         int32_t best = -1;
         for (int32_t c = v + 1; c < s->n_node; c++)
             if (s->node[c].parent == v && (best < 0 || s->node[c].logq > s->node[best].logq))
@@ -358,20 +384,23 @@ int32_t spec_step(struct spec *s, struct sampler *sm, const int32_t *hist, int32
         v = best;
     }
     for (int32_t i = 0; i < s->n_node; i++)
-        if (s->want[i])
-            s->lrow[i] = n_pred++;
-    struct batch b = {s->n_node, s->tok, s->pos, s->seq, s->par, s->want};
-    double t0 = now_s();
-    if (engine_forward(s->tgt, &b, s->tlogits, NULL) < 0)
-        return -1;
+        if (want[row0 + i])
+            s->lrow[i] = s->n_pred++;
+    return s->n_pred;
+}
 
+int32_t spec_accept(struct spec *s, struct sampler *sm, const int32_t *hist, int32_t n_hist, int32_t *out,
+                    const float *logits)
+{
+    const double t0 = now_s();
     /* acceptance from the root */
     memcpy(s->path, hist, sizeof(int32_t) * (size_t)n_hist);
     int32_t plen = n_hist, v = 0, k = 0, n_path = 1;
     s->rows[0] = 0;
+    float *spare = s->tlogits + (size_t)(s->max_nodes + 1) * (size_t)s->vocab;
     for (;;) {
-        float *lg = s->tlogits + (size_t)(s->lrow[v] >= 0 ? s->lrow[v] : n_pred) * (size_t)s->vocab;
-        if (s->lrow[v] < 0 && engine_row_logits(s->tgt, v, lg) != 0)
+        const float *lg = s->lrow[v] >= 0 ? logits + (size_t)s->lrow[v] * (size_t)s->vocab : spare;
+        if (s->lrow[v] < 0 && engine_row_logits(s->tgt, s->row0 + v, spare) != 0)
             return -1;
         const int32_t n = sampler_dist(sm, lg, s->path, plen);
         double sum = 0;
@@ -427,12 +456,16 @@ int32_t spec_step(struct spec *s, struct sampler *sm, const int32_t *hist, int32
     s->st.tokens += k;
     for (int32_t d = 0; d < k - 1 && d <= SPEC_MAX_DEPTH; d++)
         s->st.accepted[d]++;
-    if (engine_commit(s->tgt, s->tseq, s->rows, n_path) != 0)
+    int32_t trows[SPEC_MAX_NODES + 1];
+    for (int32_t i = 0; i < n_path; i++)
+        trows[i] = s->row0 + s->rows[i];
+    if (engine_commit(s->tgt, s->tseq, trows, n_path) != 0)
         return -1;
-    /* the draft keeps its catch-up rows and the accepted nodes it has seen */
-    if (s->n_node > 1 && s->node[0].drow >= 0) {
+    /* the draft keeps its catch-up rows and the accepted nodes it has seen,
+     * if its last forward was this step's (otherwise it catches up next time) */
+    if (s->n_node > 1 && s->node[0].drow >= 0 && s->dfw_mine == *s->dfw) {
         int32_t m = 0;
-        for (int32_t i = 0; i < C; i++)
+        for (int32_t i = 0; i < s->n_catchup; i++)
             s->rows[n_path + m++] = i;
         for (int32_t i = 0; i < n_path && s->node[s->rows[i]].drow >= 0; i++)
             s->rows[n_path + m++] = s->node[s->rows[i]].drow;
@@ -441,8 +474,22 @@ int32_t spec_step(struct spec *s, struct sampler *sm, const int32_t *hist, int32
         s->d_len += m;
     }
     if (s->p.tune && s->p.mode == SPEC_TREE)
-        tune_record(s, k, now_s() - t_step);
+        tune_record(s, k, now_s() - s->t_step);
     return k;
+}
+
+int32_t spec_step(struct spec *s, struct sampler *sm, const int32_t *hist, int32_t n_hist, int32_t *out,
+                  int32_t max_out)
+{
+    if (spec_propose(s, hist, n_hist, max_out, s->max_nodes) < 0)
+        return -1;
+    spec_fill(s, n_hist, 0, s->tok, s->pos, s->seq, s->par, s->want);
+    struct batch b = {s->n_node, s->tok, s->pos, s->seq, s->par, s->want};
+    const double t0 = now_s();
+    if (engine_forward(s->tgt, &b, s->tlogits, NULL) < 0)
+        return -1;
+    s->st.t_verify += now_s() - t0;
+    return spec_accept(s, sm, hist, n_hist, out, s->tlogits);
 }
 
 int spec_prefill(struct spec *s, const int32_t *toks, int32_t n, float *logits)

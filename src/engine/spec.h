@@ -80,7 +80,6 @@ struct spec_tuner {
     bool lookup_first[SPEC_TUNE_SHAPES];
     double tok_s[SPEC_TUNE_SHAPES];  /* moving average of tokens per second, 0 = not measured */
     int32_t tries[SPEC_TUNE_SHAPES];
-    int32_t cur;
     int64_t step;
 };
 
@@ -103,9 +102,21 @@ struct spec {
     struct spec_params p;
     struct spec_stats st;
     struct spec_tuner tu;
+    struct spec_tuner *tun;           /* the tuner in use: &tu, or its main spec's for a lane */
+    int32_t tcur;                     /* the tuner shape of this step */
     int32_t vocab;
+    int32_t max_nodes;                /* the node budget the buffers were sized for */
     int32_t n_node;
     struct spec_node node[SPEC_MAX_NODES + 1];  /* [0] is the root (the pending token) */
+    /* the step in progress (spec_propose .. spec_accept) */
+    int32_t cap;                      /* node budget of this step (<= p.n_nodes) */
+    int32_t n_catchup;                /* catch-up rows of the last draft forward */
+    int32_t row0, n_pred;             /* first verify row in the target batch; logit rows wanted */
+    double t_step;
+    /* draft forwards of this spec and its lanes, counted: a step commits its
+     * draft rows only if its forward was the draft's last */
+    uint64_t dfw_count, *dfw, dfw_mine;
+    bool lane;                        /* buffers borrowed from a main spec */
     /* per-forward buffers */
     int32_t *tok, *pos, *seq, *par;   /* [max batch] */
     uint8_t *want;
@@ -132,6 +143,12 @@ void spec_tuned_shape(const struct spec *s, int32_t *nodes, int32_t *depth, bool
 /* Points the spec at another pair of sequences (same engines). */
 void spec_reset(struct spec *s, int32_t tseq, int32_t dseq);
 
+/* A lane of main for another pair of sequences: its own tree and step, main's
+ * engines, parameters, tuner and buffers (lanes and main are used one at a
+ * time in each phase: propose in turn, one shared verify forward, accept in
+ * turn). Valid while main is; spec_free releases nothing of main's. */
+void spec_init_lane(struct spec *lane, struct spec *main, int32_t tseq, int32_t dseq);
+
 /* Feeds toks[len..n) to both engines (len: what each sequence holds already);
  * logits (host, [vocab]) receives the target's logits after the last token. */
 int spec_prefill(struct spec *s, const int32_t *toks, int32_t n, float *logits);
@@ -143,5 +160,19 @@ int spec_prefill(struct spec *s, const int32_t *toks, int32_t n, float *logits);
  * max_out), or -1 with err_set(). */
 int32_t spec_step(struct spec *s, struct sampler *sm, const int32_t *hist, int32_t n_hist, int32_t *out,
                   int32_t max_out);
+
+/* spec_step in three phases, so that several sequences' trees are verified in
+ * one target forward. Propose: the draft's tree for hist (at most cap nodes
+ * below the root); returns the node count (batch rows it needs), or -1.
+ * Fill: the tree as batch rows row0.. of the arrays (each [>= row0 + nodes];
+ * parents point into the batch); returns how many of them want logits.
+ * Accept: after the target's forward, logits holding those rows in order;
+ * writes the tokens to out (at most the max_out given to propose), commits
+ * the accepted path and returns their number k as spec_step does, or -1. */
+int32_t spec_propose(struct spec *s, const int32_t *hist, int32_t n_hist, int32_t max_out, int32_t cap);
+int32_t spec_fill(struct spec *s, int32_t n_hist, int32_t row0, int32_t *tok, int32_t *pos, int32_t *seq,
+                  int32_t *par, uint8_t *want);
+int32_t spec_accept(struct spec *s, struct sampler *sm, const int32_t *hist, int32_t n_hist, int32_t *out,
+                    const float *logits);
 
 #endif

@@ -90,17 +90,19 @@ static enum MHD_Result metrics(struct app *a, struct MHD_Connection *c)
                      "# TYPE kapitsa_prefill_seconds_total counter\nkapitsa_prefill_seconds_total %.6f\n"
                      "# HELP kapitsa_decode_seconds_total Time from first to last token, summed.\n"
                      "# TYPE kapitsa_decode_seconds_total counter\nkapitsa_decode_seconds_total %.6f\n"
-                     "# HELP kapitsa_spec_passes_total KFlash target verify passes.\n"
+                     "# HELP kapitsa_spec_passes_total KFlash verify passes, one per request per step.\n"
                      "# TYPE kapitsa_spec_passes_total counter\nkapitsa_spec_passes_total %lld\n"
                      "# HELP kapitsa_spec_tokens_total Tokens those passes produced.\n"
                      "# TYPE kapitsa_spec_tokens_total counter\nkapitsa_spec_tokens_total %lld\n"
+                     "# HELP kapitsa_spec_forwards_total Target forwards running them (requests verified together).\n"
+                     "# TYPE kapitsa_spec_forwards_total counter\nkapitsa_spec_forwards_total %lld\n"
                      "# HELP kapitsa_requests_active Requests being generated.\n# TYPE kapitsa_requests_active gauge\n"
                      "kapitsa_requests_active %d\n"
                      "# HELP kapitsa_requests_queued Requests waiting for a sequence slot.\n"
                      "# TYPE kapitsa_requests_queued gauge\nkapitsa_requests_queued %d\n",
                      (long long)st.requests, (long long)st.cancelled, (long long)st.failed, (long long)st.prompt_tokens,
                      (long long)st.cached_tokens, (long long)st.generated_tokens, st.prefill_seconds, st.decode_seconds,
-                     (long long)st.spec_passes, (long long)st.spec_tokens, st.active, st.queued);
+                     (long long)st.spec_passes, (long long)st.spec_tokens, (long long)st.spec_forwards, st.active, st.queued);
     if (n < 0)
         return MHD_NO;
     struct MHD_Response *r = MHD_create_response_from_buffer((size_t)n, text, MHD_RESPMEM_MUST_FREE);
@@ -289,6 +291,9 @@ int server_run(const struct server_opts *o)
         pause();
     rc = 0;
 done:
+    /* in-flight requests end first (as cancelled), so that the connections'
+     * threads return and the daemon stops without generating them out */
+    sched_stop(a.sched);
     if (d)
         MHD_stop_daemon(d);
     sched_free(a.sched);

@@ -94,9 +94,13 @@ test("concurrent requests each get their own complete answer", async () => {
 });
 
 test("16 clients streaming over 4 conversations at once, seeded: each answer equals the same request alone", async () => {
-  // with a draft model a request decoding alone speculates and one in a crowd does not:
-  // sampled outputs then agree in distribution only, so that suite checks greedy answers
+  // with a draft model whether a step speculates depends on what else runs (not while
+  // another request prefills), and a speculative step draws a sampled token from the same
+  // distribution by other random numbers: that suite checks greedy answers, and that the
+  // crowd's trees were verified together
   const sampled = !(process.env.KAPITSA_SERVE_ARGS || "").includes("--draft");
+  const metric = async (name) =>
+    Number((await (await fetch(`${srv.base}/metrics`)).text()).match(new RegExp(`^${name} (\\d+)$`, "m"))[1]);
   const convs = ["a list in Python", "a C struct", "a shell loop", "a SQL query"].map((topic) => [
     { role: "system", content: "You write code." },
     { role: "user", content: `Show me ${topic}.` },
@@ -114,9 +118,15 @@ test("16 clients streaming over 4 conversations at once, seeded: each answer equ
   };
   const alone = [];
   for (const r of reqs) alone.push(await run(r));
+  const [passes0, forwards0] = [await metric("kapitsa_spec_passes_total"), await metric("kapitsa_spec_forwards_total")];
   const together = await Promise.all(reqs.map(run));
   together.forEach((t, i) => assert.equal(t, alone[i], `client ${i}`));
   if (sampled) assert.ok(new Set(alone).size > 4, "different seeds give different answers");
+  else {
+    const passes = (await metric("kapitsa_spec_passes_total")) - passes0;
+    const forwards = (await metric("kapitsa_spec_forwards_total")) - forwards0;
+    assert.ok(forwards > 0 && passes > forwards, `${passes} verify passes in ${forwards} forwards`);
+  }
 });
 
 test("a client that disconnects mid-stream does not stop the server", async () => {
@@ -287,8 +297,8 @@ test("clients that send half a request and stall do not hold up the others", asy
 test("past the queue bound requests get 429 (Anthropic: 529) and the server keeps serving", async () => {
   const s = await startServer(["--parallel", "1"]);
   const c = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "x", maxRetries: 0 });
-  // the end-of-sequence ids banned, so that every request runs its 400 tokens and the queue fills
-  const one = () => c.chat.completions.create({ model: "m", messages: [{ role: "user", content: "write a long story" }], max_tokens: 400,
+  // the end-of-sequence ids banned, so that every request runs its 120 tokens and the queue fills
+  const one = () => c.chat.completions.create({ model: "m", messages: [{ role: "user", content: "write a long story" }], max_tokens: 120,
     logit_bias: { "151643": -100, "151645": -100 } })
     .then(() => 200, (e) => e.status);
   const statuses = await Promise.all(Array.from({ length: 40 }, one));
@@ -297,6 +307,27 @@ test("past the queue bound requests get 429 (Anthropic: 529) and the server keep
   const ok = await c.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }], max_tokens: 2 });
   assert.equal(ok.choices.length, 1);
   s.proc.kill("SIGTERM");
+});
+
+test("SIGTERM with requests generating and queued: they end at once and the server exits", async () => {
+  const s = await startServer(["--parallel", "1"]);
+  const c = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "x", maxRetries: 0 });
+  const long = { model: "m", messages: [{ role: "user", content: "write a long story" }], max_tokens: 2000, temperature: 0 };
+  const stream = await c.chat.completions.create({ ...long, stream: true });
+  const queued = [1, 2].map(() => c.chat.completions.create(long).then(() => "done", () => "ended"));
+  const it = stream[Symbol.asyncIterator]();
+  await it.next(); // generating
+  const t0 = Date.now();
+  const exited = new Promise((resolve) => s.proc.on("exit", (code) => resolve(code)));
+  s.proc.kill("SIGTERM");
+  assert.equal(await exited, 0);
+  assert.ok(Date.now() - t0 < 10000, `exit took ${Date.now() - t0} ms`);
+  assert.deepEqual(await Promise.all(queued), ["ended", "ended"]);
+  let n = 0;
+  try {
+    for (let r = await it.next(); !r.done; r = await it.next()) n++;
+  } catch {}
+  assert.ok(n < 1990, `the stream ran on for ${n} chunks`);
 });
 
 test("logit_bias: a boosted token takes over greedy output (bans are in the queue-bound test)", async () => {

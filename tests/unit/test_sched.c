@@ -102,8 +102,9 @@ void test_sched_hybrid(void)
 }
 
 /* KFlash in the engine thread: a request decoding alone speculates (with a
- * draft model, or prompt lookup alone), two at once decode plainly; every
- * output equals plain greedy decoding. Hybrid target, plain draft. */
+ * draft model, or prompt lookup alone), and so do two at once, their trees
+ * verified in shared target forwards; every output equals plain greedy
+ * decoding. Hybrid target (the trees share its kept states), plain draft. */
 void test_sched_spec(void)
 {
     char dir[512], ddir[512];
@@ -127,13 +128,22 @@ void test_sched_spec(void)
         struct sched *s = sched_new(&m, 4096, 2, 64, with_draft ? &d : NULL, &sp);
         CHECK(s != NULL, "%s", err_msg());
         finish(submit(s, p1, 60, G, V), w1, G, with_draft ? "alone, draft" : "alone, lookup");
+        struct sched_stats st0, st;
+        sched_get_stats(s, &st0);
+        CHECK(st0.spec_passes > 0 && st0.spec_forwards == st0.spec_passes && st0.spec_tokens >= st0.spec_passes,
+              "alone: %lld passes in %lld forwards, %lld tokens", (long long)st0.spec_passes,
+              (long long)st0.spec_forwards, (long long)st0.spec_tokens);
         struct sched_req *ra = submit(s, p1, 60, G, V), *rb = submit(s, p2, 50, G, V);
         finish(ra, w1, G, "together a");
         finish(rb, w2, G, "together b");
-        struct sched_stats st;
         sched_get_stats(s, &st);
-        CHECK(st.spec_passes > 0 && st.spec_tokens >= st.spec_passes, "%s: %lld passes, %lld tokens",
-              with_draft ? "draft" : "lookup", (long long)st.spec_passes, (long long)st.spec_tokens);
+        const int64_t passes = st.spec_passes - st0.spec_passes, fwd = st.spec_forwards - st0.spec_forwards;
+        const int64_t toks = st.spec_tokens - st0.spec_tokens;
+        /* all but each request's first token (and a step or two around the admissions)
+         * speculated, both trees in one forward until the first request ends */
+        CHECK(toks >= 2 * G - 6 && passes - fwd >= 3,
+              "%s, together: %lld tokens from %lld passes in %lld forwards", with_draft ? "draft" : "lookup",
+              (long long)toks, (long long)passes, (long long)fwd);
         sched_free(s);
     }
     model_free(&d);
