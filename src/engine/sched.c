@@ -50,6 +50,9 @@ struct sched {
     struct spec k;     /* owns the buffers and the tuner */
     struct spec *lane; /* [n_seq_max]: each slot's tree, k's buffers */
     int32_t *lane_row; /* [n_seq_max]: a slot's first logit row in the verify pass, -1: none */
+    /* [n_seq_max]: the tuner of steps with i+1 requests speculating (what pays
+     * alone, a wide tree, may not with four at once) */
+    struct spec_tuner *tuner;
     /* step buffers [max_batch] */
     int32_t *tok, *pos, *seq, *par, *owner;
     uint8_t *want;
@@ -376,6 +379,7 @@ static void sched_spec_step(struct sched *s, const int32_t *act, int32_t n_act)
         const int32_t a = act[i];
         struct sched_req *r = s->active[a];
         struct spec *l = &s->lane[a];
+        l->tun = &s->tuner[n_act - 1];
         s->lane_row[a] = -1;
         if (s->dm && r->dseq < 0 && (r->dseq = engine_seq_new(&s->de)) < 0) {
             sched_fail(s, a, err_msg());
@@ -643,12 +647,15 @@ struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32
             goto fail_draft;
         s->lane = calloc((size_t)n_seq_max, sizeof *s->lane);
         s->lane_row = calloc((size_t)n_seq_max, sizeof *s->lane_row);
-        if (!s->lane || !s->lane_row) {
+        s->tuner = calloc((size_t)n_seq_max, sizeof *s->tuner);
+        if (!s->lane || !s->lane_row || !s->tuner) {
             err_set("sched: out of memory");
             goto fail_spec;
         }
-        for (int32_t a = 0; a < n_seq_max; a++)
+        for (int32_t a = 0; a < n_seq_max; a++) {
             spec_init_lane(&s->lane[a], &s->k, -1, -1);
+            s->tuner[a] = s->k.tu;
+        }
     }
     size_t n = (size_t)max_batch;
     s->active = calloc((size_t)n_seq_max, sizeof *s->active);
@@ -672,6 +679,7 @@ struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32
 fail_spec:
     free(s->lane);
     free(s->lane_row);
+    free(s->tuner);
     spec_free(&s->k);
 fail_draft:
     if (s->de.m)
@@ -722,6 +730,7 @@ void sched_free(struct sched *s)
             spec_free(&s->lane[a]);
         free(s->lane);
         free(s->lane_row);
+        free(s->tuner);
         spec_free(&s->k);
         if (s->dm)
             engine_free(&s->de);

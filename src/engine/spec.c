@@ -54,11 +54,12 @@ int spec_init(struct spec *s, struct engine *tgt, int32_t tseq, struct engine *d
     s->max_nodes = p->n_nodes;
     s->vocab = V;
     s->cap_ctx = n_ctx;
-    /* tuner shapes: chain-like to bushy, within the budget the engines were
-     * sized for; the last skips the draft when prompt lookup proposes enough
-     * (only with lookup on) */
-    static const int32_t shapes[SPEC_TUNE_SHAPES][3] = {{3, 3, 0},  {6, 3, 0},  {8, 4, 0}, {12, 6, 0},
-                                                        {16, 6, 0}, {24, 8, 0}, {16, 4, 1}};
+    /* tuner shapes: none (a plain step: where speculation does not pay, as
+     * for several requests at once on a few cores), then chain-like to bushy,
+     * within the budget the engines were sized for; the last skips the draft
+     * when prompt lookup proposes enough (only with lookup on) */
+    static const int32_t shapes[SPEC_TUNE_SHAPES][3] = {{0, 0, 0},  {3, 3, 0},  {6, 3, 0},  {8, 4, 0},
+                                                        {12, 6, 0}, {16, 6, 0}, {24, 8, 0}, {16, 4, 1}};
     for (int i = 0; i < SPEC_TUNE_SHAPES; i++)
         if (shapes[i][0] <= p->n_nodes && (!shapes[i][2] || (p->ngram && dft))) {
             s->tu.nodes[s->tu.n_shape] = shapes[i][0];

@@ -68,11 +68,12 @@ struct spec_stats {
     double t_draft, t_verify;        /* seconds in draft and target forwards */
 };
 
-/* The tuner: tree shapes tried in turn, then the fastest used, with an
- * occasional step on another so that changing acceptance is noticed. Speed is
- * measured (draft + verify + acceptance time per produced token), so it
- * accounts for this machine's verify-time curve T(n) and draft step time. */
-#define SPEC_TUNE_SHAPES 7
+/* The tuner: tree shapes (and none: a plain step) tried in turn, then the
+ * fastest used, with an occasional step on another so that changing
+ * acceptance is noticed. Speed is measured (draft + verify + acceptance time
+ * per produced token), so it accounts for this machine's verify-time curve
+ * T(n) and draft step time. */
+#define SPEC_TUNE_SHAPES 8
 #define SPEC_LOOKUP_MIN 4
 struct spec_tuner {
     int32_t n_shape;
