@@ -380,6 +380,7 @@ static void sched_spec_step(struct sched *s, const int32_t *act, int32_t n_act)
         struct sched_req *r = s->active[a];
         struct spec *l = &s->lane[a];
         l->tun = &s->tuner[n_act - 1];
+        l->catchup_first = i + 1 < n_act;
         s->lane_row[a] = -1;
         if (s->dm && r->dseq < 0 && (r->dseq = engine_seq_new(&s->de)) < 0) {
             sched_fail(s, a, err_msg());

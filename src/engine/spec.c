@@ -339,8 +339,10 @@ int32_t spec_propose(struct spec *s, const int32_t *hist, int32_t n_hist, int32_
         s->cap = 0;
     if (n_hist < 1 || max_out < 1 || n_hist + max_out > s->cap_ctx)
         return err_set("spec: step past the context (%d + %d of %d)", n_hist, max_out, s->cap_ctx);
-    /* a draft lagging by more than a batch catches up on its own first */
-    while (s->dft && n_hist - 1 - s->d_len + s->cap + 1 > s->dft->max_tokens) {
+    /* a draft lagging by more than a batch (or any, for a lane that will not
+     * commit its tree forward's rows) catches up on its own first */
+    while (s->dft && n_hist - 1 > s->d_len &&
+           (s->catchup_first || n_hist - 1 - s->d_len + s->cap + 1 > s->dft->max_tokens)) {
         int32_t n = n_hist - 1 - s->d_len;
         if (n > s->dft->max_tokens)
             n = s->dft->max_tokens;

@@ -118,6 +118,11 @@ struct spec {
      * draft rows only if its forward was the draft's last */
     uint64_t dfw_count, *dfw, dfw_mine;
     bool lane;                        /* buffers borrowed from a main spec */
+    /* Set by the caller when another lane's draft forward will follow this
+     * one's before it accepts (so it cannot commit its draft rows then): the
+     * draft catches up in a forward of its own first, and lags by one step's
+     * tokens at most. */
+    bool catchup_first;
     /* per-forward buffers */
     int32_t *tok, *pos, *seq, *par;   /* [max batch] */
     uint8_t *want;
