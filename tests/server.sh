@@ -12,7 +12,8 @@ trap 'rm -f "$out"' EXIT
 KAPITSA_BIN=${1:-} KAPITSA_SERVE_ARGS=${2:-} timeout 1500 node --test --test-concurrency=1 . >"$out" 2>&1
 rc=$?
 grep -E "^(not )?ok " "$out"
-[ "$rc" = 0 ] || grep -vE "^(ok|#)" "$out" | head -60
+# a failure: each failing test's report (its error, expected and actual values, stack)
+[ "$rc" = 0 ] || awk '/^not ok /{p=1; print; next} /^ok /{p=0} p' "$out" | head -120
 pass=$(sed -n 's/^# pass //p' "$out")
 fail=$(sed -n 's/^# fail //p' "$out")
 echo "server: ${pass:-0} passed, ${fail:-1} failed"
