@@ -287,8 +287,10 @@ int server_run(const struct server_opts *o)
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGPIPE, SIG_IGN);
+    /* the signal may land on any thread (engine, pool, connections), where
+     * it only sets the flag: pause() here would not return, so poll it */
     while (!stop_flag)
-        pause();
+        usleep(100 * 1000);
     rc = 0;
 done:
     /* in-flight requests end first (as cancelled), so that the connections'
