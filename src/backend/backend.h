@@ -126,7 +126,7 @@ enum mm_pre {
     MM_PRE_NONE,    /* x as it is */
     MM_PRE_RMSNORM, /* RMSNorm of each row of x: norm * x / sqrt(mean(x^2) + eps) */
     MM_PRE_SWIGLU,  /* silu(x) * up */
-    MM_PRE_RELU2,   /* max(x, 0)^2 */
+    MM_PRE_RELU2,   /* max(x, 0)^2, in place: pre_buf is x */
 };
 
 struct mm_fused {
@@ -137,8 +137,8 @@ struct mm_fused {
     bool accumulate;           /* out += the product (else out = it) */
     /* Scratch the caller owns, for backends that run the pieces one by one:
      * pre_buf [n][k] may receive pre(x) (it may be x or up themselves, the
-     * input ops being elementwise), acc_buf [n][max m] a product before it is
-     * added. Neither is read afterwards. */
+     * input ops being elementwise; for MM_PRE_RELU2 it is x), acc_buf
+     * [n][max m] a product before it is added. Neither is read afterwards. */
     struct tensor *pre_buf;
     struct tensor *acc_buf;
 };
@@ -242,5 +242,14 @@ struct backend_ops {
 struct backend {
     const struct backend_ops *ops;
 };
+
+/* matmul_fused as its pieces, the backend's own ops one after another
+ * (rmsnorm / swiglu / relu2 into pre_buf, matmul, add through acc_buf): what
+ * a backend runs where it has nothing fused for the shape. */
+#ifdef __cplusplus
+extern "C" /* the cuda backend calls it */
+#endif
+void backend_matmul_pieces(struct backend *be, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,
+                           const struct tensor *x, const struct mm_fused *f);
 
 #endif

@@ -200,8 +200,9 @@ void test_cuda_matmul_fused(void)
                     pair_make(&b, &o[i], DT_F32, n, Ms[i], 1.0f);
                     oc[i] = &o[i].c, og[i] = &o[i].g, wc[i] = &w[i].c, wg[i] = &w[i].g;
                 }
-                struct mm_fused fc = {(enum mm_pre)pre, &norm.c, 1e-6f, &up.c, accumulate, &pb.c, &ab.c};
-                struct mm_fused fg = {(enum mm_pre)pre, &norm.g, 1e-6f, &up.g, accumulate, &pb.g, &ab.g};
+                const bool in_place = pre == MM_PRE_RELU2; /* relu^2 runs on x itself */
+                struct mm_fused fc = {(enum mm_pre)pre, &norm.c, 1e-6f, &up.c, accumulate, in_place ? &x.c : &pb.c, &ab.c};
+                struct mm_fused fg = {(enum mm_pre)pre, &norm.g, 1e-6f, &up.g, accumulate, in_place ? &x.g : &pb.g, &ab.g};
                 b.cpu->ops->matmul_fused(b.cpu, n_w, oc, wc, &x.c, &fc);
                 b.gpu->ops->matmul_fused(b.gpu, n_w, og, wg, &x.g, &fg);
                 for (int32_t i = 0; i < n_w; i++) {

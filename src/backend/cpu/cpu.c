@@ -390,40 +390,6 @@ static void cpu_relu2(struct backend *be, struct tensor *x)
     }
 }
 
-/* The pieces one after another, through the caller's scratch: on the host
- * there is no launch to save, and the numbers stay those of the plain ops. */
-static void cpu_matmul_fused(struct backend *be, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,
-                             const struct tensor *x, const struct mm_fused *f)
-{
-    assert(n_w >= 1 && n_w <= MM_MAX_W);
-    const struct tensor *in = x;
-    if (f->pre != MM_PRE_NONE) {
-        struct tensor *pb = f->pre_buf;
-        assert(pb && pb->n_rows == x->n_rows && pb->n_cols == x->n_cols);
-        switch (f->pre) {
-        case MM_PRE_RMSNORM: cpu_rmsnorm(be, pb, x, f->norm, f->eps); break;
-        case MM_PRE_SWIGLU: cpu_swiglu(be, pb, x, f->up); break;
-        default:
-            if (pb->data != x->data)
-                for (int64_t r = 0; r < x->n_rows; r++)
-                    memcpy(f32_row(pb, r), f32_row(x, r), (size_t)x->n_cols * sizeof(float));
-            cpu_relu2(be, pb);
-            break;
-        }
-        in = pb;
-    }
-    for (int32_t i = 0; i < n_w; i++) {
-        if (!f->accumulate) {
-            cpu_matmul(be, out[i], in, w[i]);
-            continue;
-        }
-        struct tensor t = tensor_cols(f->acc_buf, 0, w[i]->n_rows);
-        t.n_rows = x->n_rows;
-        cpu_matmul(be, &t, in, w[i]);
-        cpu_add(be, out[i], &t);
-    }
-}
-
 static void cpu_moe_ffn(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
                         const struct tensor *weights, const struct moe_experts *ex, struct tensor *ws)
 {
@@ -540,7 +506,7 @@ static const struct backend_ops cpu_ops = {
     .set_batch = cpu_set_batch,
     .embed = cpu_embed,
     .matmul = cpu_matmul,
-    .matmul_fused = cpu_matmul_fused,
+    .matmul_fused = backend_matmul_pieces, /* on the host there is no launch to save */
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
     .kv_store = cpu_kv_store,

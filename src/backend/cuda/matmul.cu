@@ -477,39 +477,13 @@ void cuda_matmul_fused(struct backend *be, int32_t n_w, struct tensor *const *ou
         mmv_launch(c, n_w, out, w, x, f);
         return;
     }
-    /* prefill and odd shapes: the pieces one by one, through the caller's scratch */
-    const struct tensor *in = x;
-    struct tensor *pb = f->pre_buf;
-    switch (f->pre) {
-    case MM_PRE_RMSNORM: cuda_rmsnorm(be, pb, x, f->norm, f->eps); break;
-    case MM_PRE_SWIGLU: cuda_swiglu(be, pb, x, f->up); break;
-    case MM_PRE_RELU2:
-        if (pb->data != x->data &&
-            CUDA_CHECK(c, cudaMemcpy2DAsync(pb->data, (size_t)pb->row_stride * sizeof(float), x->data,
-                                            (size_t)x->row_stride * sizeof(float),
-                                            (size_t)x->n_cols * sizeof(float), (size_t)n, cudaMemcpyDeviceToDevice,
-                                            c->stream)) != 0)
-            return;
-        cuda_relu2(be, pb);
-        break;
-    default: break;
-    }
-    if (f->pre != MM_PRE_NONE)
-        in = pb;
-    for (int32_t i = 0; i < n_w; i++) {
-        if (!f->accumulate) {
-            mm_one(c, out[i], in, w[i]);
-            continue;
-        }
-        struct tensor t = tensor_cols(f->acc_buf, 0, w[i]->n_rows);
-        t.n_rows = n;
-        mm_one(c, &t, in, w[i]);
-        cuda_add(be, out[i], &t);
-    }
+    backend_matmul_pieces(be, n_w, out, w, x, f); /* prefill and odd shapes */
 }
 
 void cuda_matmul(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w)
 {
-    const struct mm_fused plain = {MM_PRE_NONE, NULL, 0.0f, NULL, false, NULL, NULL};
-    cuda_matmul_fused(be, 1, &out, &w, x, &plain);
+    struct cuda_backend *c = cuda_of(be);
+    assert(x->n_cols == w->n_cols && out->n_rows == x->n_rows && out->n_cols == w->n_rows);
+    if (!cuda_op_skip(c) && x->n_rows > 0)
+        mm_one(c, out, x, w);
 }

@@ -1,0 +1,32 @@
+/* backend: what the backends share beside their op tables (see backend.h):
+ * the fused product run as separate ops. */
+#include "backend.h"
+
+#include <assert.h>
+
+void backend_matmul_pieces(struct backend *be, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,
+                           const struct tensor *x, const struct mm_fused *f)
+{
+    const struct backend_ops *op = be->ops;
+    assert(n_w >= 1 && n_w <= MM_MAX_W);
+    const struct tensor *in = f->pre == MM_PRE_NONE ? x : f->pre_buf;
+    switch (f->pre) {
+    case MM_PRE_RMSNORM: op->rmsnorm(be, f->pre_buf, x, f->norm, f->eps); break;
+    case MM_PRE_SWIGLU: op->swiglu(be, f->pre_buf, x, f->up); break;
+    case MM_PRE_RELU2:
+        assert(f->pre_buf->data == x->data);
+        op->relu2(be, f->pre_buf);
+        break;
+    default: break;
+    }
+    for (int32_t i = 0; i < n_w; i++) {
+        if (!f->accumulate) {
+            op->matmul(be, out[i], in, w[i]);
+            continue;
+        }
+        struct tensor t = tensor_cols(f->acc_buf, 0, w[i]->n_rows);
+        t.n_rows = x->n_rows;
+        op->matmul(be, &t, in, w[i]);
+        op->add(be, out[i], &t);
+    }
+}
