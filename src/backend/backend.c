@@ -1,5 +1,5 @@
 /* backend: what the backends share beside their op tables (see backend.h):
- * the fused product run as separate ops. */
+ * the fused product run as separate ops, top_k of a host row. */
 #include "backend.h"
 
 #include <assert.h>
@@ -29,4 +29,24 @@ void backend_matmul_pieces(struct backend *be, int32_t n_w, struct tensor *const
         op->matmul(be, &t, in, w[i]);
         op->add(be, out[i], &t);
     }
+}
+
+void backend_top_k_row(const float *x, int64_t n, int32_t k, int32_t *ids, float *vals)
+{
+    assert(k >= 1 && k <= TOP_K_MAX && n >= k);
+    int32_t nb = 0;
+    for (int64_t t = 0; t < n; t++) {
+        /* a value equal to the k-th stays out: the lower column came first */
+        if (nb == k && !(x[t] > x[ids[nb - 1]]))
+            continue;
+        int32_t q = nb < k ? nb++ : nb - 1;
+        while (q > 0 && x[ids[q - 1]] < x[t]) {
+            ids[q] = ids[q - 1];
+            q--;
+        }
+        ids[q] = (int32_t)t;
+    }
+    if (vals)
+        for (int32_t q = 0; q < k; q++)
+            vals[q] = x[ids[q]];
 }

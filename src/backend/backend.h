@@ -121,6 +121,8 @@ struct ssd_params {
     float dt_lo, dt_hi;
 };
 
+#define TOP_K_MAX 16 /* the most values top_k returns per row */
+
 /* What a fused product does around its multiply (see matmul_fused). */
 enum mm_pre {
     MM_PRE_NONE,    /* x as it is */
@@ -158,6 +160,11 @@ struct backend_ops {
     int (*weight)(struct backend *be, struct tensor *dst, const struct tensor *host);
     /* Copy rows [row0, row0+n) of an F32 (or I32: same size) tensor to host memory. */
     void (*read)(struct backend *be, const struct tensor *t, int64_t row0, int64_t n, float *dst);
+    /* The k <= TOP_K_MAX largest values of each row of an F32 tensor, largest
+     * first (ties: the lower column first), to host ids [n][k] and vals [n][k]
+     * (vals may be NULL): greedy decoding and draft trees read k numbers per
+     * row instead of the vocabulary. Waits for the queued ops, as read does. */
+    void (*top_k)(struct backend *be, const struct tensor *t, int32_t k, int32_t *ids, float *vals);
     /* Copy host rows into rows [row0, row0+n) of a tensor (host data in its dtype). */
     void (*write)(struct backend *be, struct tensor *t, int64_t row0, int64_t n, const void *src);
     /* Copy cache rows src[i] -> dst[i] in each tensor (copy-on-write, tree commit). */
@@ -251,5 +258,8 @@ extern "C" /* the cuda backend calls it */
 #endif
 void backend_matmul_pieces(struct backend *be, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,
                            const struct tensor *x, const struct mm_fused *f);
+
+/* top_k of one host row x[0..n) (the order top_k defines); vals may be NULL. */
+void backend_top_k_row(const float *x, int64_t n, int32_t k, int32_t *ids, float *vals);
 
 #endif

@@ -11,12 +11,12 @@
 enum {
     P_MATMUL, P_MATMUL_FUSED, P_ATTENTION, P_RMSNORM, P_ROPE, P_KV_STORE, P_EMBED, P_SWIGLU, P_ADD, P_OUT_ROWS, P_MOE_ROUTE,
     P_MOE_FFN, P_SIGMUL, P_RELU2, P_PERMUTE, P_NORM_GATED, P_CONV1D, P_DELTA, P_SSD, P_SET_BATCH, P_READ,
-    P_COPY_ROWS, P_N
+    P_COPY_ROWS, P_TOP_K, P_N
 };
 static const char *const names[P_N] = {
     "matmul", "matmul_fused", "attention", "rmsnorm", "rope", "kv_store", "embed", "swiglu", "add", "get_out_rows", "moe_route",
     "moe_ffn", "sigmoid_mul", "relu2", "permute_cols", "rmsnorm_gated", "conv1d", "delta_rule", "ssd", "set_batch",
-    "read", "copy_rows",
+    "read", "copy_rows", "top_k",
 };
 
 struct prof {
@@ -91,6 +91,10 @@ static int p_weight(struct backend *be, struct tensor *dst, const struct tensor 
 static void p_read(struct backend *be, const struct tensor *t, int64_t r0, int64_t n, float *dst)
 {
     TIMED(P_READ, read(in, t, r0, n, dst));
+}
+static void p_top_k(struct backend *be, const struct tensor *t, int32_t k, int32_t *ids, float *vals)
+{
+    TIMED(P_TOP_K, top_k(in, t, k, ids, vals));
 }
 static void p_write(struct backend *be, struct tensor *t, int64_t r0, int64_t n, const void *src)
 {
@@ -213,7 +217,7 @@ struct backend *profile_wrap(struct backend *inner)
     p->in = inner;
     p->ops = (struct backend_ops){
         .name = inner->ops->name, .free = p_free, .alloc = p_alloc, .release = p_release, .weight = p_weight,
-        .read = p_read, .write = p_write, .copy_rows = p_copy_rows, .sync = p_sync, .forward_end = p_forward_end, .set_batch = p_set_batch,
+        .read = p_read, .top_k = p_top_k, .write = p_write, .copy_rows = p_copy_rows, .sync = p_sync, .forward_end = p_forward_end, .set_batch = p_set_batch,
         .embed = p_embed, .matmul = p_matmul, .matmul_fused = p_matmul_fused, .rmsnorm = p_rmsnorm, .rope = p_rope, .kv_store = p_kv_store,
         .attention = p_attention, .swiglu = p_swiglu, .add = p_add, .get_out_rows = p_out_rows,
         .moe_route = p_moe_route, .moe_ffn = p_moe_ffn, .sigmoid_mul = p_sigmoid_mul, .relu2 = p_relu2,

@@ -371,15 +371,18 @@ int cli_bench(int argc, char **argv)
                                          logits + (size_t)k * V)) < 0)
                 goto done;
         t0 = now_s();
+        for (int32_t k = 0; k < S; k++)
+            next[k] = sampler_argmax(logits + (size_t)k * V, V);
+        /* greedy steps: the next tokens are the argmax ranked on the backend */
         for (int64_t g = 0; g < n_gen; g++) {
             for (int32_t k = 0; k < S; k++) {
-                next[k] = sampler_argmax(logits + (size_t)k * V, V);
                 npos[k] = (int32_t)(n_prompt + g);
                 npar[k] = -1;
                 nwant[k] = 1;
             }
             struct batch b = {S, next, npos, seqs, npar, nwant};
-            if (engine_forward(&e, &b, logits, NULL) < 0 || engine_commit_all(&e) != 0)
+            if (engine_forward(&e, &b, NULL, NULL) < 0 || engine_out_top(&e, 1, next, NULL) != 0 ||
+                engine_commit_all(&e) != 0)
                 goto done;
         }
         t_decode = now_s() - t0;

@@ -17,6 +17,7 @@ int engine_init(struct engine *e, struct model *m, int32_t n_ctx, int32_t n_seq_
     e->be = m->be;
     e->max_tokens = max_tokens;
     e->n_keep = n_keep;
+    e->last_n_out = -1;
     if (max_tokens < 1 || max_tokens > 65536 || n_keep < 0 || n_keep > max_tokens)
         return err_set("engine: batch size %d or kept rows %d out of range", max_tokens, n_keep);
     if (kv_cache_init(&e->kv, m->be, c->n_attn_layer, c->n_kv_head * c->head_dim, n_ctx, n_seq_max, 16) != 0)
@@ -190,6 +191,7 @@ static int engine_check(const struct engine *e, const struct batch *b)
 
 int32_t engine_forward(struct engine *e, const struct batch *b, float *logits, const struct model_trace *trace)
 {
+    e->last_n_out = -1;
     if (engine_check(e, b) != 0)
         return -1;
     engine_drop_pending(e);
@@ -251,16 +253,44 @@ int32_t engine_forward(struct engine *e, const struct batch *b, float *logits, c
         return -1;
     model_forward(e->m, &e->s, &e->kvt, n, n_out, trace);
     e->be->ops->forward_end(e->be);
+    e->last_n_out = n_out;
     if (logits && n_out > 0)
         e->be->ops->read(e->be, &e->s.logits, 0, n_out, logits);
     return n_out;
+}
+
+int engine_out_top(struct engine *e, int32_t k, int32_t *ids, float *vals)
+{
+    if (k < 1 || k > TOP_K_MAX || k > e->m->cfg.vocab_size)
+        return err_set("engine: top %d of the logits: out of range (1..%d)", k, TOP_K_MAX);
+    if (e->last_n_out < 0)
+        return err_set("engine: no output rows of a forward to rank (none ran, or a row was computed since)");
+    if (e->last_n_out > 0) {
+        struct tensor lg = tensor_rows(&e->s.logits, 0, e->last_n_out);
+        e->be->ops->top_k(e->be, &lg, k, ids, vals);
+    }
+    return 0;
 }
 
 int engine_row_logits(struct engine *e, int32_t row, float *out)
 {
     if (row < 0 || row >= e->last_n)
         return err_set("engine: the last forward has no row %d", row);
-    layers_logits_row(e->m, &e->s, row, out);
+    struct tensor lg = layers_logits_row(e->m, &e->s, row);
+    e->last_n_out = -1; /* the scratch's first row is this one's now */
+    e->be->ops->read(e->be, &lg, 0, 1, out);
+    return 0;
+}
+
+int engine_row_top(struct engine *e, int32_t row, int32_t k, int32_t *ids, float *vals)
+{
+    if (row < 0 || row >= e->last_n)
+        return err_set("engine: the last forward has no row %d", row);
+    if (k < 1 || k > TOP_K_MAX || k > e->m->cfg.vocab_size)
+        return err_set("engine: top %d of the logits: out of range (1..%d)", k, TOP_K_MAX);
+    struct tensor lg = layers_logits_row(e->m, &e->s, row);
+    e->last_n_out = -1;
+    e->be->ops->top_k(e->be, &lg, k, ids, vals);
     return 0;
 }
 

@@ -52,7 +52,7 @@ struct engine {
     int32_t *state_in, *state_out; /* recurrent state slots of each row */
     uint8_t *mask; /* [max_tokens][max_tokens] */
     /* the last forward, for engine_commit */
-    int32_t last_n;
+    int32_t last_n, last_n_out;
     int32_t *last_seq, *last_parent, *last_index; /* index: position of the row among its sequence's rows */
 };
 
@@ -82,10 +82,20 @@ bool engine_is_recurrent(const struct engine *e);
  * err_set() for a malformed batch or a full cache (nothing is committed). */
 int32_t engine_forward(struct engine *e, const struct batch *b, float *logits, const struct model_trace *trace);
 
+/* The k largest logits (backend top_k order: larger first, then the lower
+ * id) of each output row of the last forward, for a forward run with no host
+ * logits: greedy decoding and draft trees read k ids (and values, when vals
+ * is not NULL) per row instead of the vocabulary. ids/vals: host [n_out][k],
+ * k <= TOP_K_MAX. -1 with err_set() for a k out of range. */
+int engine_out_top(struct engine *e, int32_t k, int32_t *ids, float *vals);
+
 /* Logits of row `row` of the last forward (host out [vocab]), computed on
  * demand: a tree verification asks only for the nodes its acceptance visits.
- * Valid until the next forward; -1 with err_set() for a row it did not have. */
+ * Valid until the next forward; -1 with err_set() for a row it did not have.
+ * Both this and engine_row_top overwrite the forward's first output row. */
 int engine_row_logits(struct engine *e, int32_t row, float *out);
+/* The same row's top k, as engine_out_top gives them. */
+int engine_row_top(struct engine *e, int32_t row, int32_t k, int32_t *ids, float *vals);
 
 /* Makes rows[0..n) of the last forward (all of sequence seq, each the child of
  * the one before, the first with parent -1) the next n committed tokens of seq. */

@@ -196,6 +196,13 @@ int32_t sampler_dist(struct sampler *s, const float *logits, const int32_t *hist
     return n;
 }
 
+bool sampler_greedy(const struct sampler *s)
+{
+    const struct sampler_params *p = &s->p;
+    return p->temperature == 0 && p->n_bias == 0 && p->repeat_penalty == 1.0f && p->presence_penalty == 0 &&
+           p->frequency_penalty == 0;
+}
+
 int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *history, int32_t n_history)
 {
     const int32_t n = sampler_dist(s, logits, history, n_history);

@@ -10,6 +10,7 @@
 #ifndef KP_SAMPLER_H
 #define KP_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define SAMPLER_MAX_BIAS 300
@@ -51,6 +52,10 @@ int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *hi
 int32_t sampler_dist(struct sampler *s, const float *logits, const int32_t *history, int32_t n_history);
 /* A uniform draw in [0, 1) from the sampler's seeded stream. */
 double sampler_uniform(struct sampler *s);
+/* Whether every sample is the largest raw logit (temperature 0, no bias, no
+ * penalties), so that the caller may rank the logits where they are
+ * (engine_out_top) instead of reading them all. */
+bool sampler_greedy(const struct sampler *s);
 /* Index of the largest logit (lowest index on ties). */
 int32_t sampler_argmax(const float *logits, int32_t n);
 

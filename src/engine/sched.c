@@ -57,6 +57,7 @@ struct sched {
     int32_t *tok, *pos, *seq, *par, *owner;
     uint8_t *want;
     float *logits; /* [max_batch][vocab] */
+    int32_t *top1; /* [max_batch]: each output row's argmax, when every sampler is greedy */
 };
 
 struct sched_req *sched_req_new(const int32_t *prompt, int32_t n, const struct sampler_params *sp, int32_t max_tokens,
@@ -401,8 +402,14 @@ static void sched_spec_step(struct sched *s, const int32_t *act, int32_t n_act)
     }
     if (n_live == 0)
         return;
+    /* every lane greedy: the target's argmax per row is all acceptance needs */
+    bool greedy = true;
+    for (int32_t i = 0; i < n_act; i++)
+        if (s->lane_row[act[i]] >= 0)
+            greedy = greedy && spec_greedy(&s->lane[act[i]], &s->active[act[i]]->sampler);
     struct batch b = {n, s->tok, s->pos, s->seq, s->par, s->want};
-    if (engine_forward(&s->e, &b, s->logits, NULL) < 0) {
+    if (engine_forward(&s->e, &b, greedy ? NULL : s->logits, NULL) < 0 ||
+        (greedy && engine_out_top(&s->e, 1, s->top1, NULL) != 0)) {
         snprintf(msg, sizeof msg, "%s", err_msg());
         for (int32_t i = 0; i < n_act; i++)
             if (s->lane_row[act[i]] >= 0)
@@ -420,7 +427,8 @@ static void sched_spec_step(struct sched *s, const int32_t *act, int32_t n_act)
         struct sched_req *r = s->active[a];
         const int32_t len = r->n_prompt + r->n_out;
         const int32_t k = spec_accept(&s->lane[a], &r->sampler, r->hist, len, r->hist + len,
-                                      s->logits + (size_t)s->lane_row[a] * V);
+                                      greedy ? NULL : s->logits + (size_t)s->lane_row[a] * V,
+                                      greedy ? s->top1 + s->lane_row[a] : NULL);
         if (k < 1) {
             snprintf(msg, sizeof msg, "%s", err_msg());
             sched_fail(s, a, msg);
@@ -499,9 +507,17 @@ static bool sched_step(struct sched *s)
     for (int32_t a = 0; a < s->n_seq_max; a++)
         n_seqs += s->active[a] != NULL;
     sched_make_room(s, n, n_seqs);
+    /* requests that sample greedily with nothing else to report need only
+     * each row's argmax */
+    bool greedy = true;
+    for (int32_t i = 0; i < n && greedy; i++)
+        if (s->want[i]) {
+            const struct sched_req *r = s->active[s->owner[i]];
+            greedy = sampler_greedy(&r->sampler) && !r->vb && r->n_top < 0;
+        }
     struct batch b = {n, s->tok, s->pos, s->seq, s->par, s->want};
-    int32_t n_out = engine_forward(&s->e, &b, s->logits, NULL);
-    if (n_out < 0 || engine_commit_all(&s->e) != 0) {
+    int32_t n_out = engine_forward(&s->e, &b, greedy ? NULL : s->logits, NULL);
+    if (n_out < 0 || (greedy && engine_out_top(&s->e, 1, s->top1, NULL) != 0) || engine_commit_all(&s->e) != 0) {
         char msg[256];
         snprintf(msg, sizeof msg, "%s", err_msg());
         for (int32_t a = 0; a < s->n_seq_max; a++)
@@ -522,9 +538,11 @@ static bool sched_step(struct sched *s)
             continue;
         struct sched_req *r = s->active[s->owner[i]];
         int32_t len = r->n_prompt + r->n_out;
-        const float *row = s->logits + (int64_t)j++ * V;
-        const int32_t t = r->vb ? json_guard_sample(&r->guard, r->vb, &r->sampler, row, r->hist, len)
-                                : sampler_sample(&r->sampler, row, r->hist, len);
+        const float *row = s->logits + (int64_t)j * V;
+        const int32_t t = greedy  ? s->top1[j]
+                          : r->vb ? json_guard_sample(&r->guard, r->vb, &r->sampler, row, r->hist, len)
+                                  : sampler_sample(&r->sampler, row, r->hist, len);
+        j++;
         if (t < 0) { /* the guard found no token that continues the JSON */
             s->active[s->owner[i]] = NULL;
             req_finish(s, r, SCHED_ERROR, "no token of the vocabulary can continue the JSON output");
@@ -667,9 +685,10 @@ struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32
     s->owner = malloc(n * sizeof(int32_t));
     s->want = malloc(n);
     s->logits = malloc(n * (size_t)m->cfg.vocab_size * sizeof(float));
+    s->top1 = malloc(n * sizeof(int32_t));
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    if (!s->active || !s->tok || !s->pos || !s->seq || !s->par || !s->owner || !s->want || !s->logits ||
+    if (!s->active || !s->tok || !s->pos || !s->seq || !s->par || !s->owner || !s->want || !s->logits || !s->top1 ||
         pthread_create(&s->thread, NULL, sched_main, s) != 0) {
         err_set("sched: cannot start the engine thread");
         s->stop = true;
@@ -745,6 +764,7 @@ void sched_free(struct sched *s)
     free(s->owner);
     free(s->want);
     free(s->logits);
+    free(s->top1);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);

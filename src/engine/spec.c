@@ -6,10 +6,10 @@
 #define _POSIX_C_SOURCE 200809L
 #include "spec.h"
 
-#define DRAFT_TOP 16 /* draft candidates per expanded node that enter its normaliser */
 
 #include "../base/err.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +53,7 @@ int spec_init(struct spec *s, struct engine *tgt, int32_t tseq, struct engine *d
     s->dfw = &s->dfw_count;
     s->max_nodes = p->n_nodes;
     s->vocab = V;
+    s->draft_top = V < SPEC_DRAFT_TOP ? V : SPEC_DRAFT_TOP;
     s->cap_ctx = n_ctx;
     /* tuner shapes: none (a plain step: where speculation does not pay, as
      * for several requests at once on a few cores), then chain-like to bushy,
@@ -77,11 +78,13 @@ int spec_init(struct spec *s, struct engine *tgt, int32_t tseq, struct engine *d
     s->rows = malloc(2 * nb * sizeof(int32_t));
     s->want = malloc(nb);
     s->tlogits = malloc((size_t)(p->n_nodes + 2) * (size_t)V * sizeof(float));
-    s->dlogits = malloc((size_t)(p->n_nodes + 1) * (size_t)V * sizeof(float));
+    s->dids = malloc((size_t)(p->n_nodes + 1) * SPEC_DRAFT_TOP * sizeof(int32_t));
+    s->dvals = malloc((size_t)(p->n_nodes + 1) * SPEC_DRAFT_TOP * sizeof(float));
+    s->tids = malloc((size_t)(p->n_nodes + 1) * sizeof(int32_t));
     s->path = malloc((size_t)n_ctx * sizeof(int32_t));
     s->res = calloc((size_t)V, sizeof(double));
     s->heap = malloc((size_t)s->cap_heap * sizeof *s->heap);
-    if (!s->tok || !s->pos || !s->seq || !s->par || !s->rows || !s->want || !s->tlogits || !s->dlogits || !s->path ||
+    if (!s->tok || !s->pos || !s->seq || !s->par || !s->rows || !s->want || !s->tlogits || !s->dids || !s->dvals || !s->tids || !s->path ||
         !s->res || !s->heap) {
         spec_free(s);
         return err_set("spec: out of memory");
@@ -119,7 +122,9 @@ void spec_free(struct spec *s)
     free(s->rows);
     free(s->want);
     free(s->tlogits);
-    free(s->dlogits);
+    free(s->dids);
+    free(s->dvals);
+    free(s->tids);
     free(s->path);
     free(s->res);
     free(s->heap);
@@ -205,7 +210,9 @@ static int32_t draft_forward(struct spec *s, const int32_t *hist, int32_t n_hist
     }
     struct batch b = {n, s->tok, s->pos, s->seq, s->par, s->want};
     double t0 = now_s();
-    int32_t r = engine_forward(s->dft, &b, s->dlogits, NULL);
+    int32_t r = engine_forward(s->dft, &b, NULL, NULL);
+    if (r >= 0 && engine_out_top(s->dft, s->draft_top, s->dids, s->dvals) != 0)
+        r = -1;
     s->dfw_mine = ++*s->dfw;
     s->st.t_draft += now_s() - t0;
     return r < 0 ? -1 : C;
@@ -238,30 +245,20 @@ static int32_t build_tree(struct spec *s, const int32_t *hist, int32_t n_hist, i
         for (int32_t i = 0, j = 0; i < s->n_node; i++) {
             if (!expand[i])
                 continue;
-            const float *lg = s->dlogits + (size_t)j++ * (size_t)s->vocab;
-            /* one pass: the DRAFT_TOP largest logits, in order */
-            int32_t best[DRAFT_TOP];
-            int32_t nb = 0;
-            for (int32_t t = 0; t < s->vocab; t++) {
-                if (nb == DRAFT_TOP && lg[t] <= lg[best[nb - 1]])
-                    continue;
-                int32_t q = nb < DRAFT_TOP ? nb++ : nb - 1;
-                while (q > 0 && lg[best[q - 1]] < lg[t]) {
-                    best[q] = best[q - 1];
-                    q--;
-                }
-                best[q] = t;
-            }
-            /* log-probabilities normalised over those DRAFT_TOP: they only order the
+            /* the draft_top largest logits, in order, ranked where they are */
+            const int32_t *best = s->dids + (size_t)j * (size_t)s->draft_top;
+            const float *val = s->dvals + (size_t)j++ * (size_t)s->draft_top;
+            const int32_t nb = s->draft_top;
+            /* log-probabilities normalised over those: they only order the
              * tree (exactness does not depend on them), and a full softmax over a
              * large vocabulary would cost more than the draft's forward */
             double z = 0;
             for (int32_t q = 0; q < nb; q++)
-                z += exp((double)(lg[best[q]] - lg[best[0]]));
-            const float lz = lg[best[0]] + (float)log(z);
+                z += exp((double)(val[q] - val[0]));
+            const float lz = val[0] + (float)log(z);
             for (int32_t q = 0; q < top_k && q < nb; q++)
                 if (find_child(s, i, best[q]) < 0)
-                    heap_push(s, s->node[i].logq + lg[best[q]] - lz, i, best[q]);
+                    heap_push(s, s->node[i].logq + val[q] - lz, i, best[q]);
             expand[i] = 0;
         }
         n_expand = 0;
@@ -392,14 +389,44 @@ int32_t spec_fill(struct spec *s, int32_t n_hist, int32_t row0, int32_t *tok, in
     return s->n_pred;
 }
 
-int32_t spec_accept(struct spec *s, struct sampler *sm, const int32_t *hist, int32_t n_hist, int32_t *out,
-                    const float *logits)
+bool spec_greedy(const struct spec *s, const struct sampler *sm)
 {
-    const double t0 = now_s();
-    /* acceptance from the root */
+    return sampler_greedy(sm) && s->p.accept_bias == 1.0;
+}
+
+/* Greedy acceptance from the root on the target's argmax per node (what the
+ * walk below does with a one-candidate distribution): follow the child that
+ * equals it; the argmax where none does is the bonus token. */
+static int32_t accept_greedy(struct spec *s, int32_t *out, const int32_t *top1, int32_t *n_path)
+{
+    int32_t v = 0, k = 0;
+    for (;;) {
+        int32_t tok;
+        if (s->lrow[v] >= 0)
+            tok = top1[s->lrow[v]];
+        else if (engine_row_top(s->tgt, s->row0 + v, 1, &tok, NULL) != 0)
+            return -1;
+        out[k++] = tok;
+        int32_t next = -1;
+        for (int32_t c = v + 1; c < s->n_node && next < 0; c++)
+            if (s->node[c].parent == v && s->node[c].token == tok)
+                next = c;
+        if (next < 0)
+            return k;
+        s->st.ngram_accepted += s->node[next].ngram;
+        s->rows[(*n_path)++] = next;
+        v = next;
+    }
+}
+
+/* The lossless multi-candidate walk from the root on the logit rows of the
+ * verify pass (the sampler's distribution per node): returns the tokens
+ * written to out, or -1. */
+static int32_t accept_sampled(struct spec *s, struct sampler *sm, const int32_t *hist, int32_t n_hist, int32_t *out,
+                              const float *logits, int32_t *n_path)
+{
     memcpy(s->path, hist, sizeof(int32_t) * (size_t)n_hist);
-    int32_t plen = n_hist, v = 0, k = 0, n_path = 1;
-    s->rows[0] = 0;
+    int32_t plen = n_hist, v = 0, k = 0;
     float *spare = s->tlogits + (size_t)(s->max_nodes + 1) * (size_t)s->vocab;
     for (;;) {
         const float *lg = s->lrow[v] >= 0 ? logits + (size_t)s->lrow[v] * (size_t)s->vocab : spare;
@@ -451,9 +478,23 @@ int32_t spec_accept(struct spec *s, struct sampler *sm, const int32_t *hist, int
         if (next < 0)
             break;
         s->st.ngram_accepted += s->node[next].ngram;
-        s->rows[n_path++] = next;
+        s->rows[(*n_path)++] = next;
         v = next;
     }
+    return k;
+}
+
+int32_t spec_accept(struct spec *s, struct sampler *sm, const int32_t *hist, int32_t n_hist, int32_t *out,
+                    const float *logits, const int32_t *top1)
+{
+    assert(!logits != !top1);
+    const double t0 = now_s();
+    int32_t n_path = 1;
+    s->rows[0] = 0;
+    const int32_t k = top1 ? accept_greedy(s, out, top1, &n_path)
+                           : accept_sampled(s, sm, hist, n_hist, out, logits, &n_path);
+    if (k < 0)
+        return -1;
     s->st.t_verify += now_s() - t0;
     s->st.steps++;
     s->st.tokens += k;
@@ -489,10 +530,12 @@ int32_t spec_step(struct spec *s, struct sampler *sm, const int32_t *hist, int32
     spec_fill(s, n_hist, 0, s->tok, s->pos, s->seq, s->par, s->want);
     struct batch b = {s->n_node, s->tok, s->pos, s->seq, s->par, s->want};
     const double t0 = now_s();
-    if (engine_forward(s->tgt, &b, s->tlogits, NULL) < 0)
+    const bool greedy = spec_greedy(s, sm);
+    if (engine_forward(s->tgt, &b, greedy ? NULL : s->tlogits, NULL) < 0 ||
+        (greedy && engine_out_top(s->tgt, 1, s->tids, NULL) != 0))
         return -1;
     s->st.t_verify += now_s() - t0;
-    return spec_accept(s, sm, hist, n_hist, out, s->tlogits);
+    return spec_accept(s, sm, hist, n_hist, out, greedy ? NULL : s->tlogits, greedy ? s->tids : NULL);
 }
 
 int spec_prefill(struct spec *s, const int32_t *toks, int32_t n, float *logits)

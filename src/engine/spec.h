@@ -75,6 +75,7 @@ struct spec_stats {
  * T(n) and draft step time. */
 #define SPEC_TUNE_SHAPES 8
 #define SPEC_LOOKUP_MIN 4
+#define SPEC_DRAFT_TOP 16 /* draft candidates per expanded node that enter its normaliser (<= TOP_K_MAX) */
 struct spec_tuner {
     int32_t n_shape;
     int32_t nodes[SPEC_TUNE_SHAPES], depth[SPEC_TUNE_SHAPES];
@@ -106,6 +107,7 @@ struct spec {
     struct spec_tuner *tun;           /* the tuner in use: &tu, or its main spec's for a lane */
     int32_t tcur;                     /* the tuner shape of this step */
     int32_t vocab;
+    int32_t draft_top;                /* SPEC_DRAFT_TOP, or the vocabulary if smaller */
     int32_t max_nodes;                /* the node budget the buffers were sized for */
     int32_t n_node;
     struct spec_node node[SPEC_MAX_NODES + 1];  /* [0] is the root (the pending token) */
@@ -129,7 +131,9 @@ struct spec {
     int32_t *rows;                    /* [2 * max batch] */
     float *tlogits;                   /* [n_nodes+2][vocab]: the verify pass's logit rows, then one on demand */
     int32_t lrow[SPEC_MAX_NODES + 1]; /* each node's row in tlogits, -1 if not computed in the pass */
-    float *dlogits;                   /* [n_nodes+1][vocab] (the expanded nodes' rows) */
+    int32_t *dids;                    /* [n_nodes+1][SPEC_DRAFT_TOP]: the expanded nodes' best draft tokens */
+    float *dvals;                     /* [n_nodes+1][SPEC_DRAFT_TOP]: their logits */
+    int32_t *tids;                    /* [n_nodes+1]: the target's argmax per row (greedy) */
     int32_t *path;                    /* history + path, for penalties [ctx] */
     int32_t cap_ctx;
     double *res;                      /* residual probabilities [vocab] */
@@ -172,13 +176,18 @@ int32_t spec_step(struct spec *s, struct sampler *sm, const int32_t *hist, int32
  * below the root); returns the node count (batch rows it needs), or -1.
  * Fill: the tree as batch rows row0.. of the arrays (each [>= row0 + nodes];
  * parents point into the batch); returns how many of them want logits.
- * Accept: after the target's forward, logits holding those rows in order;
- * writes the tokens to out (at most the max_out given to propose), commits
- * the accepted path and returns their number k as spec_step does, or -1. */
+ * Accept: after the target's forward, logits holding those rows in order,
+ * or (when spec_greedy) top1 their argmax ids instead (engine_out_top, the
+ * other pointer NULL); writes the tokens to out (at most the max_out given to
+ * propose), commits the accepted path and returns their number k as
+ * spec_step does, or -1. */
 int32_t spec_propose(struct spec *s, const int32_t *hist, int32_t n_hist, int32_t max_out, int32_t cap);
 int32_t spec_fill(struct spec *s, int32_t n_hist, int32_t row0, int32_t *tok, int32_t *pos, int32_t *seq,
                   int32_t *par, uint8_t *want);
 int32_t spec_accept(struct spec *s, struct sampler *sm, const int32_t *hist, int32_t n_hist, int32_t *out,
-                    const float *logits);
+                    const float *logits, const int32_t *top1);
+/* Whether acceptance with this sampler needs only the target's argmax per
+ * node (greedy, the unbiased rule), so the verify pass may rank on the device. */
+bool spec_greedy(const struct spec *s, const struct sampler *sm);
 
 #endif

@@ -22,7 +22,8 @@ void layers_logits(const struct model *m, struct model_scratch *s, const struct 
                    const struct model_trace *trace);
 
 /* After a forward: the logits of batch row `row` (its final-norm hidden state is
- * still in the scratch) into host out [vocab]; overwrites the scratch logits. */
-void layers_logits_row(const struct model *m, struct model_scratch *s, int32_t row, float *out);
+ * still in the scratch) into the first row of the scratch logits, returned
+ * (backend memory; valid until the next forward or call). */
+struct tensor layers_logits_row(const struct model *m, struct model_scratch *s, int32_t row);
 
 #endif

@@ -18,6 +18,8 @@ int test_failures;
     X(test_ops_rmsnorm_rope)                                                                                   \
     X(test_ops_attention_paged_tree)                                                                           \
     X(test_ops_moe)                                                                                            \
+    X(test_ops_top_k)                                                                                          \
+    X(test_cuda_top_k)                                                                                         \
     X(test_cuda_matmul)                                                                                        \
     X(test_cuda_matmul_fused)                                                                                  \
     X(test_cuda_attention)                                                                                     \

@@ -572,6 +572,47 @@ void test_cuda_recurrent(void)
 }
 
 /* A token verified inside a tree gets bitwise the logits it gets decoded alone. */
+/* top_k on the device: the same ids and values as the cpu backend's, ties
+ * (the lower column first) and -inf included, for every k */
+void test_cuda_top_k(void)
+{
+    struct both b;
+    if (both_open(&b, true) != 0)
+        return both_close(&b);
+    const int32_t cols[] = {16, 17, 1000, 151936};
+    for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) {
+        const int32_t n = 5, V = cols[c];
+        struct pair p;
+        pair_make(&b, &p, DT_F32, n, V, 4.0f);
+        float *x = p.host;
+        for (int32_t r = 0; r < n; r++) {
+            float *row = x + (int64_t)r * V;
+            row[V - 1] = row[V / 2] = row[2] = 5.0f;
+            row[V / 3] = row[V / 5] = row[V / 7] = 4.5f;
+            row[0] = -INFINITY;
+        }
+        x[(int64_t)(n - 1) * V + V / 2] = INFINITY;
+        b.cpu->ops->write(b.cpu, &p.c, 0, n, x);
+        b.gpu->ops->write(b.gpu, &p.g, 0, n, x);
+        int32_t ic[5 * TOP_K_MAX], ig[5 * TOP_K_MAX];
+        float vc[5 * TOP_K_MAX], vg[5 * TOP_K_MAX];
+        for (int32_t k = 1; k <= TOP_K_MAX; k += 3) {
+            b.cpu->ops->top_k(b.cpu, &p.c, k, ic, vc);
+            b.gpu->ops->top_k(b.gpu, &p.g, k, ig, vg);
+            for (int32_t i = 0; i < n * k; i++)
+                CHECK(ic[i] == ig[i] && memcmp(&vc[i], &vg[i], sizeof(float)) == 0,
+                      "cols %d k %d entry %d: cuda %d (%g), cpu %d (%g)", V, k, i, ig[i], vg[i], ic[i], vc[i]);
+        }
+        /* a view of the middle rows, ids only */
+        struct tensor vcpu = tensor_rows(&p.c, 1, 3), vgpu = tensor_rows(&p.g, 1, 3);
+        b.cpu->ops->top_k(b.cpu, &vcpu, 2, ic, NULL);
+        b.gpu->ops->top_k(b.gpu, &vgpu, 2, ig, NULL);
+        CHECK(memcmp(ic, ig, 6 * sizeof(int32_t)) == 0, "cols %d: row views differ", V);
+        pair_free(&b, &p);
+    }
+    both_close(&b);
+}
+
 void test_cuda_tree_invariance(void)
 {
     if (cuda_device_count() == 0) {
@@ -644,5 +685,6 @@ void test_cuda_rowwise(void) { no_cuda(); }
 void test_cuda_moe(void) { no_cuda(); }
 void test_cuda_recurrent(void) { no_cuda(); }
 void test_cuda_tree_invariance(void) { no_cuda(); }
+void test_cuda_top_k(void) { no_cuda(); }
 
 #endif

@@ -1,6 +1,6 @@
 /* Tests of the cpu backend's ops, with every kernel table, against direct
  * double-precision computations: rmsnorm, rope, paged attention with tree
- * masks, MoE routing and experts. */
+ * masks, MoE routing and experts; top_k against a full sort. */
 #include "../../src/backend/cpu/cpu.h"
 #include "test.h"
 
@@ -227,4 +227,54 @@ void test_ops_moe(void)
             op->release(be, &down[e]);
         }
     }
+}
+
+/* rows with planted ties and -inf: top_k equals a full sort by (value
+ * descending, column ascending) */
+static const float *cmp_row;
+static int cmp_rank(const void *a, const void *b)
+{
+    const int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    if (cmp_row[i] != cmp_row[j])
+        return cmp_row[i] > cmp_row[j] ? -1 : 1;
+    return i < j ? -1 : 1;
+}
+
+void test_ops_top_k(void)
+{
+    struct backend *be = cpu_backend_init(1, NULL);
+    const int32_t cols[] = {16, 17, 1000, 40000};
+    for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) {
+        const int32_t n = 3, V = cols[c];
+        struct tensor t;
+        CHECK(be->ops->alloc(be, &t, DT_F32, n, V) == 0, "alloc");
+        float *x = t.data;
+        for (int64_t i = 0; i < (int64_t)n * V; i++)
+            x[i] = rndf();
+        for (int32_t r = 0; r < n; r++) { /* ties at the top and inside the top 16, and -inf */
+            float *row = x + (int64_t)r * V;
+            row[V - 1] = row[V / 2] = row[3] = 2.0f;
+            row[V / 3] = row[V / 4] = 1.5f;
+            row[1] = -INFINITY;
+        }
+        int32_t *order = malloc(sizeof(int32_t) * (size_t)V), ids[3 * TOP_K_MAX];
+        float vals[3 * TOP_K_MAX];
+        for (int32_t k = 1; k <= TOP_K_MAX; k += 5) {
+            be->ops->top_k(be, &t, k, ids, vals);
+            for (int32_t r = 0; r < n; r++) {
+                for (int32_t i = 0; i < V; i++)
+                    order[i] = i;
+                cmp_row = x + (int64_t)r * V;
+                qsort(order, (size_t)V, sizeof(int32_t), cmp_rank);
+                for (int32_t q = 0; q < k; q++) {
+                    CHECK(ids[r * k + q] == order[q], "cols %d k %d row %d rank %d: %d, want %d", V, k, r, q,
+                          ids[r * k + q], order[q]);
+                    CHECK(vals[r * k + q] == cmp_row[order[q]], "cols %d k %d: value", V, k);
+                }
+            }
+        }
+        free(order);
+        be->ops->release(be, &t);
+    }
+    be->ops->free(be);
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The H200 figures of BENCHMARKS.md, in one run on the device machine (the
 # repository root as working directory, the .debs folder carried, $OUT set).
-mkdir -p /tmp/jx && for f in .debs/*.deb; do dpkg -x $f /tmp/jx; done; tar xzf .debs/extra.tgz -C /tmp/jx; rm -f /tmp/jx/usr/lib/x86_64-linux-gnu/libgnutls*
-export C_INCLUDE_PATH=/tmp/jx/usr/include:/tmp/jx/usr/include/x86_64-linux-gnu LIBRARY_PATH=/tmp/jx/usr/lib/x86_64-linux-gnu LD_LIBRARY_PATH=/tmp/jx/usr/lib/x86_64-linux-gnu
+mkdir -p /tmp/jx && tar xJf .debs/extra.txz -C /tmp/jx
+export C_INCLUDE_PATH=/tmp/jx/usr/include:/tmp/jx/usr/include/x86_64-linux-gnu LIBRARY_PATH=/tmp/jx/usr/lib/x86_64-linux-gnu LD_LIBRARY_PATH=/tmp/jx/usr/lib/x86_64-linux-gnu:/tmp/jx/lib/x86_64-linux-gnu
 make -j16 build/kapitsa build/test_unit > $OUT/build.txt 2>&1 || { tail -30 $OUT/build.txt; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 (build/kapitsa synth --preset qwen3-8b --out /tmp/q8 > /dev/null) &

@@ -53,6 +53,15 @@ static void cpu_read(struct backend *be, const struct tensor *t, int64_t row0, i
         memcpy(dst + r * t->n_cols, (const float *)t->data + (row0 + r) * t->row_stride, (size_t)t->n_cols * sizeof(float));
 }
 
+static void cpu_top_k(struct backend *be, const struct tensor *t, int32_t k, int32_t *ids, float *vals)
+{
+    (void)be;
+    assert(t->type == DT_F32);
+    for (int64_t r = 0; r < t->n_rows; r++)
+        backend_top_k_row((const float *)t->data + r * t->row_stride, t->n_cols, k, ids + r * k,
+                          vals ? vals + r * k : NULL);
+}
+
 static void cpu_write(struct backend *be, struct tensor *t, int64_t row0, int64_t n, const void *src)
 {
     (void)be;
@@ -499,6 +508,7 @@ static const struct backend_ops cpu_ops = {
     .release = cpu_release,
     .weight = cpu_weight,
     .read = cpu_read,
+    .top_k = cpu_top_k,
     .write = cpu_write,
     .copy_rows = cpu_copy_rows,
     .sync = cpu_sync,

@@ -8,17 +8,23 @@
  * decoded alone, so its output is bitwise the same: speculative verification
  * reproduces plain decoding.
  *
- * A block takes T tokens of one kv head (one warp each, at least 4 warps) and a group of gc of
- * its query heads; per tile it stages the 32 keys' K and V rows in shared
- * memory with coalesced loads, each lane scores one key for the warp's token
- * and heads, and the warp keeps a running max per head (flash-attention
- * style). Up to CUDA_SMALL_N tokens T is 1 and the keys are split into
- * fixed-length ranges across blocks (parallel over long contexts), merged in
- * order by k_att_merge. Prefill batches whose rows come in runs of 16-64
- * (by the head group's size) of one sequence, head dims 32/64/128, go to
- * k_flash on the tensor cores;
- * other prefill batches take T = 8 consecutive rows of one sequence per
- * block, all keys, sharing each staged tile. */
+ * Decoding (up to CUDA_SMALL_N tokens: steps, several sequences, trees),
+ * k_att_decode: a block takes one token, one kv head and a group of up to 8
+ * of its query heads (a warp each); per tile it stages the 32 keys' K and V
+ * rows in shared memory with coalesced loads, each lane scores one key
+ * (four partial sums over the head dim), and the warp keeps a running max
+ * (flash-attention style). The keys are split into fixed-length ranges
+ * across blocks (parallel over long contexts), merged in order by
+ * k_att_merge when a token's keys span several; a token within one range is
+ * written directly, as the merge of one range would write it. The split
+ * length depends on the cache size only, so a token's arithmetic never
+ * depends on the batch.
+ *
+ * Prefill batches whose rows come in runs of 16-64 (by the head group's
+ * size) of one sequence, head dims 32/64/128, go to k_flash on the tensor
+ * cores; other runs of 8 rows of one sequence to k_attention (a block takes
+ * the 8 tokens, a warp each, all keys, sharing each staged tile); anything
+ * else to k_att_decode with one range per token. */
 #include "cuda_impl.h"
 
 #include <math.h>
@@ -53,7 +59,7 @@ static __device__ __forceinline__ int32_t att_row(const struct att_args *a, int3
     return table[p / a->block_size] * a->block_size + p % a->block_size;
 }
 
-/* grid: x = token tile * n_kv_head + kv head, y = split, z = group of gc query heads; block: T warps */
+/* grid: x = token tile * n_kv_head + kv head, z = group of gc query heads; block: T warps */
 __global__ void k_attention(struct att_args a)
 {
     extern __shared__ float sm[];
@@ -67,18 +73,10 @@ __global__ void k_attention(struct att_args a)
     const int32_t i = i0 + warp;
     const bool tok_ok = warp < T && i < a.n;
     const int32_t n_vis = tok_ok ? a.b.n_vis[i] : 0;
-    /* the block's key range: a split, or everything its tokens see */
-    int32_t v_beg = 0, v_end;
-    if (a.part) { /* T = 1 */
-        v_beg = blockIdx.y * a.split_len;
-        v_end = min(a.b.n_vis[i0], v_beg + a.split_len);
-    } else {
-        v_end = 0;
-        for (int32_t t = 0; t < T && i0 + t < a.n; t++)
-            v_end = max(v_end, a.b.n_vis[i0 + t]);
-    }
-    if (v_beg >= v_end)
-        return;
+    /* the block's key range: everything its tokens see */
+    int32_t v_end = 0;
+    for (int32_t t = 0; t < T && i0 + t < a.n; t++)
+        v_end = max(v_end, a.b.n_vis[i0 + t]);
     for (int e = threadIdx.x; e < T * gc * hd; e += blockDim.x) {
         const int t = e / (gc * hd), h = e / hd % gc, d = e % hd;
         qs[e] = i0 + t < a.n ? a.q[(int64_t)(i0 + t) * a.qs + (int64_t)(h0 + h) * hd + d] : 0.0f;
@@ -94,7 +92,7 @@ __global__ void k_attention(struct att_args a)
     }
     const int64_t koff = (int64_t)kvh * hd;
     const float *qw = qs + (tok_ok ? warp : 0) * gc * hd;
-    for (int32_t tile = v_beg; tile < v_end; tile += ATT_TILE) {
+    for (int32_t tile = 0; tile < v_end; tile += ATT_TILE) {
         __syncthreads();
         if (threadIdx.x < ATT_TILE)
             rows[threadIdx.x] = tile + threadIdx.x < v_end ? att_row(&a, i0, tile + threadIdx.x) : -1;
@@ -176,21 +174,119 @@ __global__ void k_attention(struct att_args a)
     for (int h = 0; h < ATT_MAX_G; h++) {
         if (h >= gc)
             break;
-        if (a.part) {
-            float *p = a.part + (((int64_t)i * a.n_head + h0 + h) * a.n_split + blockIdx.y) * (hd + 2);
+        const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
 #pragma unroll
-            for (int dd = 0; dd < ATT_MAX_ND; dd++)
-                if (dd < nd && lane + 32 * dd < hd)
-                    p[lane + 32 * dd] = acc[h][dd];
-            if (lane == 0)
-                p[hd] = m[h], p[hd + 1] = l[h];
-        } else {
-            const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+        for (int dd = 0; dd < ATT_MAX_ND; dd++)
+            if (dd < nd && lane + 32 * dd < hd)
+                a.out[(int64_t)i * a.os + (int64_t)(h0 + h) * hd + lane + 32 * dd] = acc[h][dd] * inv;
+    }
+}
+
+/* grid: x = token * n_kv_head + kv head, y = split, z = group of gc query
+ * heads; block: max(gc, 4) warps, warp w computing head w of the group (the
+ * others help stage the tiles). Head dims that are multiples of 4 up to 256,
+ * rows 16-byte aligned (a.vec4). */
+__global__ void k_att_decode(struct att_args a)
+{
+    extern __shared__ float sm[];
+    const int32_t hd = a.hd, kp = hd + 4, h4 = hd / 4, nd = (hd + 31) / 32;
+    float *Ks = sm, *Vs = Ks + ATT_TILE * kp, *qs = Vs + ATT_TILE * hd; /* [32][hd+4], [32][hd], [gc][hd] */
+    __shared__ int32_t rows[ATT_TILE];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int32_t i = blockIdx.x / a.n_kv_head, kvh = blockIdx.x % a.n_kv_head;
+    const int32_t G = a.n_head / a.n_kv_head, h0 = kvh * G + blockIdx.z * a.gc;
+    const int32_t gc = min(a.gc, G - (int32_t)blockIdx.z * a.gc);
+    const int32_t n_vis = a.b.n_vis[i];
+    const int32_t v_beg = blockIdx.y * a.split_len, v_end = min(n_vis, v_beg + a.split_len);
+    if (v_beg >= v_end)
+        return;
+    const bool active = warp < gc;
+    for (int e = threadIdx.x; e < gc * h4; e += blockDim.x)
+        ((float4 *)qs)[e] = *(const float4 *)(a.q + (int64_t)i * a.qs + (int64_t)h0 * hd + 4 * e);
+    float m = -INFINITY, l = 0.0f, acc[ATT_MAX_ND];
 #pragma unroll
-            for (int dd = 0; dd < ATT_MAX_ND; dd++)
-                if (dd < nd && lane + 32 * dd < hd)
-                    a.out[(int64_t)i * a.os + (int64_t)(h0 + h) * hd + lane + 32 * dd] = acc[h][dd] * inv;
+    for (int dd = 0; dd < ATT_MAX_ND; dd++)
+        acc[dd] = 0.0f;
+    const int64_t koff = (int64_t)kvh * hd;
+    const float4 *qw = (const float4 *)(qs + (active ? warp : 0) * hd);
+    for (int32_t tile = v_beg; tile < v_end; tile += ATT_TILE) {
+        __syncthreads();
+        if (threadIdx.x < ATT_TILE)
+            rows[threadIdx.x] = tile + threadIdx.x < v_end ? att_row(&a, i, tile + threadIdx.x) : -1;
+        __syncthreads();
+        /* all of a thread's loads first, then the stores: the loads are in flight together */
+        const int n4 = ATT_TILE * h4;
+        for (int e0 = threadIdx.x; e0 < n4; e0 += 4 * blockDim.x) {
+            float4 kv[4], vv[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int e = e0 + u * blockDim.x, key = e / h4, d = (e % h4) * 4;
+                const int r = e < n4 ? rows[key] : -1;
+                kv[u] = vv[u] = make_float4(0, 0, 0, 0);
+                if (r >= 0) {
+                    kv[u] = *(const float4 *)(a.kc + (int64_t)r * a.ks + koff + d);
+                    vv[u] = *(const float4 *)(a.vc + (int64_t)r * a.ks + koff + d);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int e = e0 + u * blockDim.x, key = e / h4, d = (e % h4) * 4;
+                if (e >= n4)
+                    break;
+                *(float4 *)(Ks + key * kp + d) = kv[u];
+                *(float4 *)(Vs + key * hd + d) = vv[u];
+            }
         }
+        __syncthreads();
+        if (!active)
+            continue;
+        const int n_keys = min(ATT_TILE, v_end - tile);
+        const bool ok = lane < n_keys;
+        /* lane = key: four partial sums over the head dim, added pairwise */
+        const float4 *kr = (const float4 *)(Ks + lane * kp);
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+        for (int d4 = 0; d4 < h4; d4++) {
+            const float4 k = kr[d4], q = qw[d4];
+            s0 = fmaf(q.x, k.x, s0);
+            s1 = fmaf(q.y, k.y, s1);
+            s2 = fmaf(q.z, k.z, s2);
+            s3 = fmaf(q.w, k.w, s3);
+        }
+        const float sc = ok ? ((s0 + s1) + (s2 + s3)) * a.scale : -INFINITY;
+        const float mx = fmaxf(m, warp_max(sc));
+        const float corr = expf(m - mx);
+        const float p = ok ? expf(sc - mx) : 0.0f;
+        l = l * corr + warp_sum(p);
+        m = mx;
+#pragma unroll
+        for (int dd = 0; dd < ATT_MAX_ND; dd++)
+            acc[dd] *= corr;
+#pragma unroll 4
+        for (int j = 0; j < n_keys; j++) {
+            const float pj = __shfl_sync(0xffffffffu, p, j);
+#pragma unroll
+            for (int dd = 0; dd < ATT_MAX_ND; dd++)
+                if (dd < nd && lane + 32 * dd < hd)
+                    acc[dd] = fmaf(pj, Vs[j * hd + lane + 32 * dd], acc[dd]);
+        }
+    }
+    if (!active)
+        return;
+    const int32_t h = h0 + warp;
+    if (a.part) {
+        float *pp = a.part + (((int64_t)i * a.n_head + h) * a.n_split + blockIdx.y) * (hd + 2);
+#pragma unroll
+        for (int dd = 0; dd < ATT_MAX_ND; dd++)
+            if (dd < nd && lane + 32 * dd < hd)
+                pp[lane + 32 * dd] = acc[dd];
+        if (lane == 0)
+            pp[hd] = m, pp[hd + 1] = l;
+    } else {
+        /* as k_att_merge writes a single range (its scale is exp(0) = 1) */
+#pragma unroll
+        for (int dd = 0; dd < ATT_MAX_ND; dd++)
+            if (dd < nd && lane + 32 * dd < hd)
+                a.out[(int64_t)i * a.os + (int64_t)h * hd + lane + 32 * dd] = l > 0.0f ? acc[dd] / l : 0.0f;
     }
 }
 
@@ -453,7 +549,7 @@ void cuda_attention(struct backend *be, struct tensor *out, const struct tensor 
     assert(head_dim <= ATT_MAX_HD && kc->row_stride == vc->row_stride);
     if (cuda_op_skip(c) || n == 0)
         return;
-    struct att_args a;
+    struct att_args a = {};
     a.q = (const float *)q->data;
     a.qs = q->row_stride;
     a.kc = (const float *)kc->data;
@@ -476,22 +572,7 @@ void cuda_attention(struct backend *be, struct tensor *out, const struct tensor 
     gc = gc > ATT_MAX_G ? ATT_MAX_G : gc;
     const int32_t n_gz = (G + gc - 1) / gc;
     a.gc = (G + n_gz - 1) / n_gz; /* even groups */
-    /* splits of a length set by the cache's size, never by the batch */
-    a.split_len = ATT_TILE;
-    while ((int64_t)a.split_len * 256 < kc->n_rows)
-        a.split_len *= 2;
-    a.n_split = 1;
-    a.part = NULL;
-    a.T = 1;
-    if (n <= CUDA_SMALL_N) {
-        a.n_split = (c->max_vis + a.split_len - 1) / a.split_len;
-        if (a.n_split < 1)
-            a.n_split = 1;
-        a.part = (float *)cuda_scratch(c, SCR_ATTN,
-                                       (size_t)n * n_head * a.n_split * (head_dim + 2) * sizeof(float));
-        if (!a.part)
-            return;
-    } else {
+    if (n > CUDA_SMALL_N) {
         /* the flash kernel reads q and writes out in pairs, K and V 16 bytes at a time */
         const bool pairs = q->row_stride % 2 == 0 && out->row_stride % 2 == 0 && ((uintptr_t)q->data & 7) == 0 &&
                            ((uintptr_t)out->data & 7) == 0;
@@ -512,18 +593,46 @@ void cuda_attention(struct backend *be, struct tensor *out, const struct tensor 
                 flash_launch<128>(c, &a);
             return;
         }
-        if (att_tileable(&c->b, ATT_PREFILL_T))
+        if (att_tileable(&c->b, ATT_PREFILL_T)) {
             a.T = ATT_PREFILL_T;
+            const size_t smem = ((size_t)ATT_TILE * (head_dim + 1) + (size_t)ATT_TILE * head_dim +
+                                 (size_t)a.T * a.gc * head_dim) * sizeof(float);
+            if (smem > 48 * 1024 && CUDA_CHECK(c, cudaFuncSetAttribute(k_attention,
+                                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                                       (int)smem)) != 0)
+                return;
+            k_attention<<<dim3(cdiv(n, a.T) * (unsigned)n_kv_head, 1, (unsigned)n_gz), 32 * (unsigned)a.T, smem,
+                          c->stream>>>(a);
+            CUDA_LAUNCHED(c);
+            return;
+        }
     }
-    const size_t smem = ((size_t)ATT_TILE * (head_dim + 1) + (size_t)ATT_TILE * head_dim +
-                         (size_t)a.T * a.gc * head_dim) * sizeof(float);
-    if (smem > 48 * 1024 &&
-        CUDA_CHECK(c, cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != 0)
+    if (!a.vec4 || q->row_stride % 4 != 0 || ((uintptr_t)q->data & 15) != 0) {
+        c->failed = true;
+        err_set("cuda: attention takes head dims that are multiples of 4 (this model's: %d)", (int)head_dim);
         return;
-    const unsigned n_tiles = cdiv(n, a.T);
-    /* at least 4 warps: those without a token help stage the tiles */
-    k_attention<<<dim3(n_tiles * (unsigned)n_kv_head, (unsigned)a.n_split, (unsigned)n_gz),
-                  32 * (unsigned)(a.T < 4 ? 4 : a.T), smem, c->stream>>>(a);
+    }
+    /* splits of a length set by the cache's size, never by the batch (one
+     * range per token for large batches: their partial sums would not fit) */
+    a.split_len = ATT_TILE;
+    while ((int64_t)a.split_len * 256 < kc->n_rows)
+        a.split_len *= 2;
+    if (n > CUDA_SMALL_N)
+        a.split_len = INT32_MAX;
+    a.n_split = c->max_vis > a.split_len ? (c->max_vis + a.split_len - 1) / a.split_len : 1;
+    a.part = NULL;
+    if (a.n_split > 1) {
+        a.part = (float *)cuda_scratch(c, SCR_ATTN, (size_t)n * n_head * a.n_split * (head_dim + 2) * sizeof(float));
+        if (!a.part)
+            return;
+    }
+    const size_t smem =
+        ((size_t)ATT_TILE * (head_dim + 4) + (size_t)ATT_TILE * head_dim + (size_t)a.gc * head_dim) * sizeof(float);
+    if (smem > 48 * 1024 &&
+        CUDA_CHECK(c, cudaFuncSetAttribute(k_att_decode, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != 0)
+        return;
+    k_att_decode<<<dim3((unsigned)(n * n_kv_head), (unsigned)a.n_split, (unsigned)n_gz),
+                   32 * (unsigned)(a.gc < 4 ? 4 : a.gc), smem, c->stream>>>(a);
     if (CUDA_LAUNCHED(c) != 0 || !a.part)
         return;
     k_att_merge<<<(unsigned)(n * n_head), (unsigned)head_dim, 0, c->stream>>>(a);

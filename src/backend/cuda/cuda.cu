@@ -450,6 +450,7 @@ static const struct backend_ops cuda_ops = {
     .release = cu_release,
     .weight = cu_weight,
     .read = cu_read,
+    .top_k = cuda_top_k,
     .write = cu_write,
     .copy_rows = cu_copy_rows,
     .sync = cu_sync,

@@ -45,6 +45,8 @@ struct dev_batch {
     int32_t *grp_rows;
 };
 
+enum { SCR_MATMUL, SCR_BLAS, SCR_ATTN, SCR_REC, SCR_TOPK, SCR_N }; /* scratch buffers (cuda_scratch) */
+
 struct cuda_backend {
     struct backend base;
     int32_t dev, n_sm;
@@ -63,8 +65,8 @@ struct cuda_backend {
     cudaEvent_t up_done;
     /* grow-only device scratch (split-K partials, cuBLAS operands, attention
      * partials, recurrent inputs); sized by the first forward of the largest batch */
-    void *scr[4];
-    size_t scr_cap[4];
+    void *scr[SCR_N];
+    size_t scr_cap[SCR_N];
     unsigned *counters; /* [CUDA_MAX_COUNTERS] split-K arrival counters, zero between uses */
     /* CUDA graphs of small forwards (decoding, trees): a forward whose key
      * (owner, the device batch record, logits rows, key tiles) ran once
@@ -83,7 +85,6 @@ struct cuda_backend {
 };
 
 #define CUDA_MAX_COUNTERS 8192
-enum { SCR_MATMUL, SCR_BLAS, SCR_ATTN, SCR_REC };
 
 static inline struct cuda_backend *cuda_of(struct backend *be) { return (struct cuda_backend *)be; }
 /* An op does nothing after a failure, or while a recorded graph stands in for the forward. */
@@ -111,6 +112,7 @@ void cuda_kv_store(struct backend *be, struct tensor *kc, struct tensor *vc, con
 void cuda_swiglu(struct backend *be, struct tensor *out, const struct tensor *gate, const struct tensor *up);
 void cuda_add(struct backend *be, struct tensor *x, const struct tensor *y);
 void cuda_get_out_rows(struct backend *be, struct tensor *out, const struct tensor *x);
+void cuda_top_k(struct backend *be, const struct tensor *t, int32_t k, int32_t *ids, float *vals);
 void cuda_sigmoid_mul(struct backend *be, struct tensor *x, const struct tensor *g);
 void cuda_relu2(struct backend *be, struct tensor *x);
 void cuda_permute_cols(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *map);
