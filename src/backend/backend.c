@@ -1,5 +1,5 @@
 /* backend: what the backends share beside their op tables (see backend.h):
- * the fused product run as separate ops, top_k of a host row. */
+ * the fused ops run as separate ones, top_k of a host row. */
 #include "backend.h"
 
 #include <assert.h>
@@ -29,6 +29,17 @@ void backend_matmul_pieces(struct backend *be, int32_t n_w, struct tensor *const
         op->matmul(be, &t, in, w[i]);
         op->add(be, out[i], &t);
     }
+}
+
+void backend_attn_prep_pieces(struct backend *be, struct tensor *q, struct tensor *k, const struct tensor *v,
+                              struct tensor *k_cache, struct tensor *v_cache, const struct attn_prep *p)
+{
+    const struct backend_ops *op = be->ops;
+    op->rmsnorm(be, q, q, p->q_norm, p->eps);
+    op->rmsnorm(be, k, k, p->k_norm, p->eps);
+    op->rope(be, q, p->n_head, p->head_dim, p->rope_dim, p->inv_freq, p->rope_scale);
+    op->rope(be, k, p->n_kv_head, p->head_dim, p->rope_dim, p->inv_freq, p->rope_scale);
+    op->kv_store(be, k_cache, v_cache, k, v);
 }
 
 void backend_top_k_row(const float *x, int64_t n, int32_t k, int32_t *ids, float *vals)

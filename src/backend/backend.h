@@ -147,6 +147,15 @@ struct mm_fused {
 
 #define MM_MAX_W 3
 
+/* What a layer's attention does to q and k before reading them (attn_prep). */
+struct attn_prep {
+    const struct tensor *q_norm, *k_norm; /* [head_dim] per-head RMSNorm weights */
+    float eps;
+    int32_t n_head, n_kv_head, head_dim, rope_dim;
+    const struct tensor *inv_freq;        /* [rope_dim/2] f32 */
+    float rope_scale;
+};
+
 struct backend;
 
 struct backend_ops {
@@ -193,6 +202,11 @@ struct backend_ops {
     /* Rotary embedding, rotate-half layout, on the first rope_dim dims of each head. */
     void (*rope)(struct backend *be, struct tensor *x /* [n][n_head*head_dim] */, int32_t n_head, int32_t head_dim,
                  int32_t rope_dim, const struct tensor *inv_freq /* [rope_dim/2] f32 */, float scale);
+    /* q [n][n_head*hd] and k [n][n_kv_head*hd] in place: per-head RMSNorm,
+     * rotary embedding; then k and v into their cache slots: rmsnorm, rope
+     * and kv_store one after another, in one pass where the backend can. */
+    void (*attn_prep)(struct backend *be, struct tensor *q, struct tensor *k, const struct tensor *v,
+                      struct tensor *k_cache, struct tensor *v_cache, const struct attn_prep *p);
     /* K/V of the batch tokens into their cache slots. */
     void (*kv_store)(struct backend *be, struct tensor *k_cache, struct tensor *v_cache, const struct tensor *k,
                      const struct tensor *v);
@@ -258,6 +272,13 @@ extern "C" /* the cuda backend calls it */
 #endif
 void backend_matmul_pieces(struct backend *be, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,
                            const struct tensor *x, const struct mm_fused *f);
+
+/* attn_prep as its pieces (rmsnorm, rope, kv_store), the backend's own ops. */
+#ifdef __cplusplus
+extern "C"
+#endif
+void backend_attn_prep_pieces(struct backend *be, struct tensor *q, struct tensor *k, const struct tensor *v,
+                              struct tensor *k_cache, struct tensor *v_cache, const struct attn_prep *p);
 
 /* top_k of one host row x[0..n) (the order top_k defines); vals may be NULL. */
 void backend_top_k_row(const float *x, int64_t n, int32_t k, int32_t *ids, float *vals);

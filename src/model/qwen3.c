@@ -158,12 +158,10 @@ void qwen3_forward(const struct model *m, struct model_scratch *s, struct kv_ten
         const struct mm_fused in = {.pre = MM_PRE_RMSNORM, .norm = &L->attn_norm, .eps = c->rms_eps, .pre_buf = &h};
         op->matmul_fused(be, 3, (struct tensor *const[]){&q, &k, &v},
                          (const struct tensor *const[]){&L->q, &L->k, &L->v}, &x, &in);
-        op->rmsnorm(be, &q, &q, &L->q_norm, c->rms_eps);
-        op->rmsnorm(be, &k, &k, &L->k_norm, c->rms_eps);
-        op->rope(be, &q, c->n_head, c->head_dim, c->rope_dim, &m->inv_freq, c->rope_attn_factor);
-        op->rope(be, &k, c->n_kv_head, c->head_dim, c->rope_dim, &m->inv_freq, c->rope_attn_factor);
         struct tensor *kc = &kv->k[m->kv_layer[l]], *vc = &kv->v[m->kv_layer[l]];
-        op->kv_store(be, kc, vc, &k, &v);
+        const struct attn_prep prep = {&L->q_norm, &L->k_norm, c->rms_eps, c->n_head, c->n_kv_head, c->head_dim,
+                                         c->rope_dim, &m->inv_freq, c->rope_attn_factor};
+        op->attn_prep(be, &q, &k, &v, kc, vc, &prep);
         op->attention(be, &att, &q, kc, vc, c->n_head, c->n_kv_head, c->head_dim, scale);
         const struct mm_fused residual = {.accumulate = true, .acc_buf = &h};
         op->matmul_fused(be, 1, (struct tensor *const[]){&x}, (const struct tensor *const[]){&L->o}, &att, &residual);

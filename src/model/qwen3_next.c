@@ -160,12 +160,10 @@ static void gated_attention(const struct model *m, struct model_scratch *s, stru
     }
     op->matmul(be, &k, h, &L->k);
     op->matmul(be, &v, h, &L->v);
-    op->rmsnorm(be, &q, &q, &L->q_norm, c->rms_eps);
-    op->rmsnorm(be, &k, &k, &L->k_norm, c->rms_eps);
-    op->rope(be, &q, c->n_head, c->head_dim, c->rope_dim, &m->inv_freq, c->rope_attn_factor);
-    op->rope(be, &k, c->n_kv_head, c->head_dim, c->rope_dim, &m->inv_freq, c->rope_attn_factor);
     struct tensor *kc = &kv->k[m->kv_layer[l]], *vc = &kv->v[m->kv_layer[l]];
-    op->kv_store(be, kc, vc, &k, &v);
+    const struct attn_prep prep = {&L->q_norm, &L->k_norm, c->rms_eps, c->n_head, c->n_kv_head, c->head_dim,
+                                     c->rope_dim, &m->inv_freq, c->rope_attn_factor};
+    op->attn_prep(be, &q, &k, &v, kc, vc, &prep);
     op->attention(be, &att, &q, kc, vc, c->n_head, c->n_kv_head, c->head_dim, 1.0f / sqrtf((float)c->head_dim));
     if (c->attn_out_gate)
         op->sigmoid_mul(be, &att, &gate);

@@ -392,7 +392,8 @@ void test_cuda_rowwise(void)
     b.cpu->ops->write(b.cpu, &mp.c, 0, 1, map);
     b.gpu->ops->write(b.gpu, &mp.g, 0, 1, map);
     int32_t tok[6] = {3, 49, 0, 7, 7, 21}, pos[6] = {0, 1, 5, 999, 40000, 12}, out_rows[3] = {5, 0, 3};
-    struct attn_batch ab = {.n_tokens = n, .token = tok, .pos = pos, .n_out = 3, .out_rows = out_rows};
+    int32_t slot[6] = {4, 0, 9, 2, 7, 11};
+    struct attn_batch ab = {.n_tokens = n, .token = tok, .pos = pos, .slot = slot, .n_out = 3, .out_rows = out_rows};
     set_batch_both(&b, &ab);
 #define BOTH(call_c, call_g, what)                                                                             \
     do {                                                                                                       \
@@ -426,6 +427,43 @@ void test_cuda_rowwise(void)
     BOTH(b.cpu->ops->copy_rows(b.cpu, &o.c, src, dst, 3), b.gpu->ops->copy_rows(b.gpu, &o.g, src, dst, 3),
          "copy_rows");
 #undef BOTH
+    { /* attn_prep (partial rope: 32 of 48 dims): as the cpu's pieces, and bitwise the gpu's own pieces */
+        const int32_t nkv = 2;
+        struct pair q, k, v, kc, vc, qn, kn, q2, k2, kc2, vc2;
+        pair_make(&b, &q, DT_F32, n, H, 3.0f);
+        pair_make(&b, &k, DT_F32, n, nkv * hd, 3.0f);
+        pair_make(&b, &v, DT_F32, n, nkv * hd, 3.0f);
+        pair_make(&b, &kc, DT_F32, 16, nkv * hd, 0.0f);
+        pair_make(&b, &vc, DT_F32, 16, nkv * hd, 0.0f);
+        pair_make(&b, &qn, DT_BF16, 1, hd, 1.0f);
+        pair_make(&b, &kn, DT_BF16, 1, hd, 1.0f);
+        pair_make(&b, &q2, DT_F32, n, H, 0.0f);
+        pair_make(&b, &k2, DT_F32, n, nkv * hd, 0.0f);
+        pair_make(&b, &kc2, DT_F32, 16, nkv * hd, 0.0f);
+        pair_make(&b, &vc2, DT_F32, 16, nkv * hd, 0.0f);
+        b.gpu->ops->write(b.gpu, &q2.g, 0, n, q.host);
+        b.gpu->ops->write(b.gpu, &k2.g, 0, n, k.host);
+        const struct attn_prep pc = {&qn.c, &kn.c, 1e-6f, heads, nkv, hd, 32, &f.c, 0.9f};
+        const struct attn_prep pg = {&qn.g, &kn.g, 1e-6f, heads, nkv, hd, 32, &f.g, 0.9f};
+        b.cpu->ops->attn_prep(b.cpu, &q.c, &k.c, &v.c, &kc.c, &vc.c, &pc);
+        b.gpu->ops->attn_prep(b.gpu, &q.g, &k.g, &v.g, &kc.g, &vc.g, &pg);
+        backend_attn_prep_pieces(b.gpu, &q2.g, &k2.g, &v.g, &kc2.g, &vc2.g, &pg);
+        const struct pair *fused[4] = {&q, &k, &kc, &vc}, *pieces[4] = {&q2, &k2, &kc2, &vc2};
+        for (int t = 0; t < 4; t++) {
+            const double e = pair_err(&b, fused[t]);
+            CHECK(e < 2e-6, "attn_prep output %d: err %.3g", t, e);
+            const int64_t cnt = fused[t]->g.n_rows * fused[t]->g.n_cols;
+            float *y1 = malloc((size_t)cnt * sizeof(float)), *y2 = malloc((size_t)cnt * sizeof(float));
+            b.gpu->ops->read(b.gpu, &fused[t]->g, 0, fused[t]->g.n_rows, y1);
+            b.gpu->ops->read(b.gpu, &pieces[t]->g, 0, pieces[t]->g.n_rows, y2);
+            CHECK(memcmp(y1, y2, (size_t)cnt * sizeof(float)) == 0, "attn_prep output %d: not its pieces' bits", t);
+            free(y1);
+            free(y2);
+        }
+        struct pair *ps[] = {&q, &k, &v, &kc, &vc, &qn, &kn, &q2, &k2, &kc2, &vc2};
+        for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+            pair_free(&b, ps[i]);
+    }
     struct pair wx, wo, ww; /* a whole hidden state per row: the block-per-row form */
     pair_make(&b, &wx, DT_F32, 3, 4096, 3.0f);
     pair_make(&b, &wo, DT_F32, 3, 4096, 0.0f);

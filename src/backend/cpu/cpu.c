@@ -519,6 +519,7 @@ static const struct backend_ops cpu_ops = {
     .matmul_fused = backend_matmul_pieces, /* on the host there is no launch to save */
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
+    .attn_prep = backend_attn_prep_pieces,
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,

@@ -461,6 +461,7 @@ static const struct backend_ops cuda_ops = {
     .matmul_fused = cuda_matmul_fused,
     .rmsnorm = cuda_rmsnorm,
     .rope = cuda_rope,
+    .attn_prep = cuda_attn_prep,
     .kv_store = cuda_kv_store,
     .attention = cuda_attention,
     .swiglu = cuda_swiglu,

@@ -1,5 +1,5 @@
 /* ops: the row-wise and elementwise ops of the cuda backend (embed, norms,
- * rope, cache stores, activations, gathers), each the cpu backend's loop with
+ * rope, cache stores, the three fused as attn_prep, activations, gathers), each the cpu backend's loop with
  * one thread per element or one warp per normalised group. Transcendentals
  * are the accurate expf/cosf/sinf, not the fast intrinsics, so that results
  * stay within float rounding of the cpu backend's. */
@@ -8,6 +8,7 @@
 #include <math.h>
 
 #define EW_THREADS 256
+#define ATT_PREP_MAX_HD 256 /* head dims attn_prep takes in one launch */
 
 /* rows x cols elements of a 2-D grid: blockIdx.y = row, x over columns */
 static inline dim3 ew_grid(int64_t rows, int64_t cols) { return dim3(cdiv(cols, EW_THREADS), (unsigned)rows); }
@@ -140,6 +141,108 @@ void cuda_kv_store(struct backend *be, struct tensor *kc, struct tensor *vc, con
     k_kv_store<<<ew_grid(c->b.n_tokens, k->n_cols), EW_THREADS, 0, c->stream>>>(
         (float *)kc->data, (float *)vc->data, kc->row_stride, (const float *)k->data, k->row_stride,
         (const float *)v->data, v->row_stride, c->d.slot, k->n_cols);
+    CUDA_LAUNCHED(c);
+}
+
+/* attn_prep in one launch: a warp per (token, head) of q, k and v; q and k
+ * heads normalised and rotated in place as k_rmsnorm and k_rope compute them
+ * (the same arithmetic in the same order), k and v heads copied to the cache.
+ * grid: y = token, x over groups of 4 heads (q heads, then k, then v). */
+#define PREP_WARPS 4
+struct prep_args {
+    float *q, *k;
+    const float *v;
+    int64_t qs, ks, vs;
+    float *kc, *vc;
+    int64_t cs;
+    const void *qn, *kn;
+    enum dtype qn_t, kn_t;
+    float eps, scale;
+    int32_t n_head, n_kv_head, hd, half;
+    const float *inv_freq;
+    const int32_t *pos, *slot;
+};
+
+__global__ void __launch_bounds__(PREP_WARPS * 32) k_attn_prep(const __grid_constant__ prep_args a)
+{
+    __shared__ float buf[PREP_WARPS][ATT_PREP_MAX_HD];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, i = blockIdx.y;
+    const int32_t item = blockIdx.x * PREP_WARPS + warp, hd = a.hd;
+    if (item >= a.n_head + 2 * a.n_kv_head)
+        return;
+    if (item >= a.n_head + a.n_kv_head) { /* a v head */
+        const int64_t off = (int64_t)(item - a.n_head - a.n_kv_head) * hd;
+        for (int32_t c = lane; c < hd; c += 32)
+            a.vc[(int64_t)a.slot[i] * a.cs + off + c] = a.v[i * a.vs + off + c];
+        return;
+    }
+    const bool is_q = item < a.n_head;
+    float *x = is_q ? a.q + i * a.qs + (int64_t)item * hd : a.k + i * a.ks + (int64_t)(item - a.n_head) * hd;
+    const void *w = is_q ? a.qn : a.kn;
+    const enum dtype wt = is_q ? a.qn_t : a.kn_t;
+    float *b = buf[warp];
+    float ss = 0.0f;
+    for (int32_t c = lane; c < hd; c += 32)
+        ss += x[c] * x[c];
+    const float inv = 1.0f / sqrtf(warp_sum(ss) / (float)hd + a.eps);
+    for (int32_t c = lane; c < hd; c += 32)
+        b[c] = dev_weight(w, wt, c) * (x[c] * inv);
+    __syncwarp();
+    if (a.half > 0) {
+        const float p = (float)a.pos[i];
+        for (int32_t d = lane; d < a.half; d += 32) {
+            const float ang = p * a.inv_freq[d];
+            const float cs = cosf(ang) * a.scale, sn = sinf(ang) * a.scale;
+            const float x1 = b[d], x2 = b[d + a.half];
+            b[d] = x1 * cs - x2 * sn;
+            b[d + a.half] = x2 * cs + x1 * sn;
+        }
+        __syncwarp();
+    }
+    for (int32_t c = lane; c < hd; c += 32) {
+        x[c] = b[c];
+        if (!is_q)
+            a.kc[(int64_t)a.slot[i] * a.cs + (int64_t)(item - a.n_head) * hd + c] = b[c];
+    }
+}
+
+void cuda_attn_prep(struct backend *be, struct tensor *q, struct tensor *k, const struct tensor *v,
+                    struct tensor *kc, struct tensor *vc, const struct attn_prep *p)
+{
+    struct cuda_backend *c = cuda_of(be);
+    assert(kc->row_stride == vc->row_stride && p->q_norm->n_cols == p->head_dim &&
+           p->k_norm->n_cols == p->head_dim);
+    if (p->head_dim > ATT_PREP_MAX_HD) {
+        backend_attn_prep_pieces(be, q, k, v, kc, vc, p);
+        return;
+    }
+    if (cuda_op_skip(c) || c->b.n_tokens == 0)
+        return;
+    prep_args a = {};
+    a.q = (float *)q->data;
+    a.k = (float *)k->data;
+    a.v = (const float *)v->data;
+    a.qs = q->row_stride;
+    a.ks = k->row_stride;
+    a.vs = v->row_stride;
+    a.kc = (float *)kc->data;
+    a.vc = (float *)vc->data;
+    a.cs = kc->row_stride;
+    a.qn = p->q_norm->data;
+    a.kn = p->k_norm->data;
+    a.qn_t = p->q_norm->type;
+    a.kn_t = p->k_norm->type;
+    a.eps = p->eps;
+    a.scale = p->rope_scale;
+    a.n_head = p->n_head;
+    a.n_kv_head = p->n_kv_head;
+    a.hd = p->head_dim;
+    a.half = p->rope_dim / 2;
+    a.inv_freq = (const float *)p->inv_freq->data;
+    a.pos = c->d.pos;
+    a.slot = c->d.slot;
+    const int32_t items = p->n_head + 2 * p->n_kv_head;
+    k_attn_prep<<<dim3(cdiv(items, PREP_WARPS), (unsigned)c->b.n_tokens), PREP_WARPS * 32, 0, c->stream>>>(a);
     CUDA_LAUNCHED(c);
 }
 
