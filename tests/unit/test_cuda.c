@@ -443,6 +443,8 @@ void test_cuda_rowwise(void)
         pair_make(&b, &vc2, DT_F32, 16, nkv * hd, 0.0f);
         b.gpu->ops->write(b.gpu, &q2.g, 0, n, q.host);
         b.gpu->ops->write(b.gpu, &k2.g, 0, n, k.host);
+        b.gpu->ops->write(b.gpu, &kc2.g, 0, 16, kc.host); /* the same signed zeros where nothing is stored */
+        b.gpu->ops->write(b.gpu, &vc2.g, 0, 16, vc.host);
         const struct attn_prep pc = {&qn.c, &kn.c, 1e-6f, heads, nkv, hd, 32, &f.c, 0.9f};
         const struct attn_prep pg = {&qn.g, &kn.g, 1e-6f, heads, nkv, hd, 32, &f.g, 0.9f};
         b.cpu->ops->attn_prep(b.cpu, &q.c, &k.c, &v.c, &kc.c, &vc.c, &pc);
