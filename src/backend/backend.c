@@ -3,6 +3,7 @@
 #include "backend.h"
 
 #include <assert.h>
+#include <math.h>
 
 void backend_matmul_pieces(struct backend *be, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,
                            const struct tensor *x, const struct mm_fused *f)
@@ -46,16 +47,29 @@ void backend_top_k_row(const float *x, int64_t n, int32_t k, int32_t *ids, float
 {
     assert(k >= 1 && k <= TOP_K_MAX && n >= k);
     int32_t nb = 0;
-    for (int64_t t = 0; t < n; t++) {
-        /* a value equal to the k-th stays out: the lower column came first */
-        if (nb == k && !(x[t] > x[ids[nb - 1]]))
-            continue;
-        int32_t q = nb < k ? nb++ : nb - 1;
-        while (q > 0 && x[ids[q - 1]] < x[t]) {
-            ids[q] = ids[q - 1];
-            q--;
+    float thr = 0.0f; /* the k-th value, once there are k */
+    for (int64_t t0 = 0; t0 < n; t0 += 16) {
+        const int64_t t1 = t0 + 16 < n ? t0 + 16 : n;
+        if (nb == k) { /* most runs of 16 hold nothing above the k-th: one vector max decides */
+            float m = -INFINITY; /* a NaN never rises above it, as below */
+            for (int64_t t = t0; t < t1; t++)
+                m = x[t] > m ? x[t] : m;
+            if (!(m > thr))
+                continue;
         }
-        ids[q] = (int32_t)t;
+        for (int64_t t = t0; t < t1; t++) {
+            /* a value equal to the k-th stays out: the lower column came first */
+            if (nb == k && !(x[t] > thr))
+                continue;
+            int32_t q = nb < k ? nb++ : nb - 1;
+            while (q > 0 && x[ids[q - 1]] < x[t]) {
+                ids[q] = ids[q - 1];
+                q--;
+            }
+            ids[q] = (int32_t)t;
+            if (nb == k)
+                thr = x[ids[k - 1]];
+        }
     }
     if (vals)
         for (int32_t q = 0; q < k; q++)
