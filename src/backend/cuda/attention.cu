@@ -59,6 +59,42 @@ static __device__ __forceinline__ int32_t att_row(const struct att_args *a, int3
     return table[p / a->block_size] * a->block_size + p % a->block_size;
 }
 
+/* Stages a tile's K and V rows (rows[key] < 0: zeros) in shared memory, 16
+ * bytes at a time: all of a thread's loads first, then the stores, so that
+ * the loads are in flight together. K rows kp floats apart (stored 16 bytes
+ * at a time when kp is a multiple of 4), V rows hd apart. Needs a.vec4. */
+static __device__ __forceinline__ void att_stage(const struct att_args &a, const int32_t *rows, int64_t koff, float *Ks,
+                                                 int32_t kp, float *Vs)
+{
+    const int32_t hd = a.hd, h4 = hd / 4, n4 = ATT_TILE * h4;
+    for (int e0 = threadIdx.x; e0 < n4; e0 += 4 * blockDim.x) {
+        float4 kv[4], vv[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int e = e0 + u * blockDim.x, key = e / h4, d = (e % h4) * 4;
+            const int r = e < n4 ? rows[key] : -1;
+            kv[u] = vv[u] = make_float4(0, 0, 0, 0);
+            if (r >= 0) {
+                kv[u] = *(const float4 *)(a.kc + (int64_t)r * a.ks + koff + d);
+                vv[u] = *(const float4 *)(a.vc + (int64_t)r * a.ks + koff + d);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int e = e0 + u * blockDim.x, key = e / h4, d = (e % h4) * 4;
+            if (e >= n4)
+                break;
+            float *kd = Ks + key * kp + d;
+            if (kp % 4 == 0) {
+                *(float4 *)kd = kv[u];
+            } else {
+                kd[0] = kv[u].x, kd[1] = kv[u].y, kd[2] = kv[u].z, kd[3] = kv[u].w;
+            }
+            *(float4 *)(Vs + key * hd + d) = vv[u];
+        }
+    }
+}
+
 /* grid: x = token tile * n_kv_head + kv head, z = group of gc query heads; block: T warps */
 __global__ void k_attention(struct att_args a)
 {
@@ -97,31 +133,8 @@ __global__ void k_attention(struct att_args a)
         if (threadIdx.x < ATT_TILE)
             rows[threadIdx.x] = tile + threadIdx.x < v_end ? att_row(&a, i0, tile + threadIdx.x) : -1;
         __syncthreads();
-        /* all of a thread's loads first, then the stores: the loads are in flight together */
         if (a.vec4) {
-            const int h4 = hd / 4, n4 = ATT_TILE * h4;
-            for (int e0 = threadIdx.x; e0 < n4; e0 += 4 * blockDim.x) {
-                float4 kv[4], vv[4];
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    const int e = e0 + u * blockDim.x, key = e / h4, d = (e % h4) * 4;
-                    const int r = e < n4 ? rows[key] : -1;
-                    kv[u] = vv[u] = make_float4(0, 0, 0, 0);
-                    if (r >= 0) {
-                        kv[u] = *(const float4 *)(a.kc + (int64_t)r * a.ks + koff + d);
-                        vv[u] = *(const float4 *)(a.vc + (int64_t)r * a.ks + koff + d);
-                    }
-                }
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    const int e = e0 + u * blockDim.x, key = e / h4, d = (e % h4) * 4;
-                    if (e >= n4)
-                        break;
-                    float *kd = Ks + key * pitch + d;
-                    kd[0] = kv[u].x, kd[1] = kv[u].y, kd[2] = kv[u].z, kd[3] = kv[u].w;
-                    *(float4 *)(Vs + key * hd + d) = vv[u];
-                }
-            }
+            att_stage(a, rows, koff, Ks, pitch, Vs);
         } else {
             for (int e = threadIdx.x; e < ATT_TILE * hd; e += blockDim.x) {
                 const int key = e / hd, d = e % hd, r = rows[key];
@@ -214,29 +227,7 @@ __global__ void k_att_decode(struct att_args a)
         if (threadIdx.x < ATT_TILE)
             rows[threadIdx.x] = tile + threadIdx.x < v_end ? att_row(&a, i, tile + threadIdx.x) : -1;
         __syncthreads();
-        /* all of a thread's loads first, then the stores: the loads are in flight together */
-        const int n4 = ATT_TILE * h4;
-        for (int e0 = threadIdx.x; e0 < n4; e0 += 4 * blockDim.x) {
-            float4 kv[4], vv[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int e = e0 + u * blockDim.x, key = e / h4, d = (e % h4) * 4;
-                const int r = e < n4 ? rows[key] : -1;
-                kv[u] = vv[u] = make_float4(0, 0, 0, 0);
-                if (r >= 0) {
-                    kv[u] = *(const float4 *)(a.kc + (int64_t)r * a.ks + koff + d);
-                    vv[u] = *(const float4 *)(a.vc + (int64_t)r * a.ks + koff + d);
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int e = e0 + u * blockDim.x, key = e / h4, d = (e % h4) * 4;
-                if (e >= n4)
-                    break;
-                *(float4 *)(Ks + key * kp + d) = kv[u];
-                *(float4 *)(Vs + key * hd + d) = vv[u];
-            }
-        }
+        att_stage(a, rows, koff, Ks, kp, Vs);
         __syncthreads();
         if (!active)
             continue;
