@@ -88,13 +88,21 @@ static int p_weight(struct backend *be, struct tensor *dst, const struct tensor 
     struct backend *in = prof_of(be)->in;
     return in->ops->weight(in, dst, host);
 }
-static void p_read(struct backend *be, const struct tensor *t, int64_t r0, int64_t n, float *dst)
+static int p_read(struct backend *be, const struct tensor *t, int64_t r0, int64_t n, float *dst)
 {
-    TIMED(P_READ, read(in, t, r0, n, dst));
+    struct prof *p = prof_of(be);
+    const double t0 = begin(p);
+    const int rc = p->in->ops->read(p->in, t, r0, n, dst);
+    end(p, P_READ, t0);
+    return rc;
 }
-static void p_top_k(struct backend *be, const struct tensor *t, int32_t k, int32_t *ids, float *vals)
+static int p_top_k(struct backend *be, const struct tensor *t, int32_t k, int32_t *ids, float *vals)
 {
-    TIMED(P_TOP_K, top_k(in, t, k, ids, vals));
+    struct prof *p = prof_of(be);
+    const double t0 = begin(p);
+    const int rc = p->in->ops->top_k(p->in, t, k, ids, vals);
+    end(p, P_TOP_K, t0);
+    return rc;
 }
 static void p_write(struct backend *be, struct tensor *t, int64_t r0, int64_t n, const void *src)
 {

@@ -254,8 +254,9 @@ int32_t engine_forward(struct engine *e, const struct batch *b, float *logits, c
     model_forward(e->m, &e->s, &e->kvt, n, n_out, trace);
     e->be->ops->forward_end(e->be);
     e->last_n_out = n_out;
-    if (logits && n_out > 0)
-        e->be->ops->read(e->be, &e->s.logits, 0, n_out, logits);
+    /* a backend failure in the forward shows here (or at engine_out_top): nothing is committed */
+    if (logits && n_out > 0 && e->be->ops->read(e->be, &e->s.logits, 0, n_out, logits) != 0)
+        return -1;
     return n_out;
 }
 
@@ -265,11 +266,10 @@ int engine_out_top(struct engine *e, int32_t k, int32_t *ids, float *vals)
         return err_set("engine: top %d of the logits: out of range (1..%d)", k, TOP_K_MAX);
     if (e->last_n_out < 0)
         return err_set("engine: no output rows of a forward to rank (none ran, or a row was computed since)");
-    if (e->last_n_out > 0) {
-        struct tensor lg = tensor_rows(&e->s.logits, 0, e->last_n_out);
-        e->be->ops->top_k(e->be, &lg, k, ids, vals);
-    }
-    return 0;
+    if (e->last_n_out == 0)
+        return 0;
+    struct tensor lg = tensor_rows(&e->s.logits, 0, e->last_n_out);
+    return e->be->ops->top_k(e->be, &lg, k, ids, vals);
 }
 
 int engine_row_logits(struct engine *e, int32_t row, float *out)
@@ -278,8 +278,7 @@ int engine_row_logits(struct engine *e, int32_t row, float *out)
         return err_set("engine: the last forward has no row %d", row);
     struct tensor lg = layers_logits_row(e->m, &e->s, row);
     e->last_n_out = -1; /* the scratch's first row is this one's now */
-    e->be->ops->read(e->be, &lg, 0, 1, out);
-    return 0;
+    return e->be->ops->read(e->be, &lg, 0, 1, out);
 }
 
 int engine_row_top(struct engine *e, int32_t row, int32_t k, int32_t *ids, float *vals)
@@ -290,8 +289,7 @@ int engine_row_top(struct engine *e, int32_t row, int32_t k, int32_t *ids, float
         return err_set("engine: top %d of the logits: out of range (1..%d)", k, TOP_K_MAX);
     struct tensor lg = layers_logits_row(e->m, &e->s, row);
     e->last_n_out = -1;
-    e->be->ops->top_k(e->be, &lg, k, ids, vals);
-    return 0;
+    return e->be->ops->top_k(e->be, &lg, k, ids, vals);
 }
 
 int engine_commit(struct engine *e, int32_t seq, const int32_t *rows, int32_t n)

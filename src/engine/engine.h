@@ -79,14 +79,16 @@ bool engine_is_recurrent(const struct engine *e);
 
 /* Runs the batch. logits (host, may be NULL) receives [n_out][vocab] for the
  * rows flagged in b->logits, in batch order. Returns n_out, or -1 with
- * err_set() for a malformed batch or a full cache (nothing is committed). */
+ * err_set() for a malformed batch, a full cache or a backend failure (a GPU
+ * error; nothing is committed). Without logits a failure in the forward shows
+ * at engine_out_top, or at the next forward. */
 int32_t engine_forward(struct engine *e, const struct batch *b, float *logits, const struct model_trace *trace);
 
 /* The k largest logits (backend top_k order: larger first, then the lower
  * id) of each output row of the last forward, for a forward run with no host
  * logits: greedy decoding and draft trees read k ids (and values, when vals
  * is not NULL) per row instead of the vocabulary. ids/vals: host [n_out][k],
- * k <= TOP_K_MAX. -1 with err_set() for a k out of range. */
+ * k <= TOP_K_MAX. -1 with err_set() for a k out of range or a backend failure. */
 int engine_out_top(struct engine *e, int32_t k, int32_t *ids, float *vals);
 
 /* Logits of row `row` of the last forward (host out [vocab]), computed on

@@ -45,21 +45,23 @@ static int cpu_weight(struct backend *be, struct tensor *dst, const struct tenso
     return 0;
 }
 
-static void cpu_read(struct backend *be, const struct tensor *t, int64_t row0, int64_t n, float *dst)
+static int cpu_read(struct backend *be, const struct tensor *t, int64_t row0, int64_t n, float *dst)
 {
     (void)be;
     assert(t->type == DT_F32 || t->type == DT_I32);
     for (int64_t r = 0; r < n; r++)
         memcpy(dst + r * t->n_cols, (const float *)t->data + (row0 + r) * t->row_stride, (size_t)t->n_cols * sizeof(float));
+    return 0;
 }
 
-static void cpu_top_k(struct backend *be, const struct tensor *t, int32_t k, int32_t *ids, float *vals)
+static int cpu_top_k(struct backend *be, const struct tensor *t, int32_t k, int32_t *ids, float *vals)
 {
     (void)be;
     assert(t->type == DT_F32);
     for (int64_t r = 0; r < t->n_rows; r++)
         backend_top_k_row((const float *)t->data + r * t->row_stride, t->n_cols, k, ids + r * k,
                           vals ? vals + r * k : NULL);
+    return 0;
 }
 
 static void cpu_write(struct backend *be, struct tensor *t, int64_t row0, int64_t n, const void *src)

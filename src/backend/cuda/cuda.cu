@@ -223,7 +223,7 @@ static int cu_weight(struct backend *be, struct tensor *dst, const struct tensor
     return 0;
 }
 
-static void cu_read(struct backend *be, const struct tensor *t, int64_t row0, int64_t n, float *dst)
+static int cu_read(struct backend *be, const struct tensor *t, int64_t row0, int64_t n, float *dst)
 {
     struct cuda_backend *c = cuda_of(be);
     if (c->in_forward)
@@ -236,6 +236,7 @@ static void cu_read(struct backend *be, const struct tensor *t, int64_t row0, in
         CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
     if (c->failed)
         memset(dst, 0, (size_t)(n * t->n_cols) * sizeof(float));
+    return c->failed ? -1 : 0;
 }
 
 static void cu_write(struct backend *be, struct tensor *t, int64_t row0, int64_t n, const void *src)

@@ -114,7 +114,7 @@ void cuda_add(struct backend *be, struct tensor *x, const struct tensor *y);
 void cuda_get_out_rows(struct backend *be, struct tensor *out, const struct tensor *x);
 void cuda_attn_prep(struct backend *be, struct tensor *q, struct tensor *k, const struct tensor *v,
                     struct tensor *kc, struct tensor *vc, const struct attn_prep *p);
-void cuda_top_k(struct backend *be, const struct tensor *t, int32_t k, int32_t *ids, float *vals);
+int cuda_top_k(struct backend *be, const struct tensor *t, int32_t k, int32_t *ids, float *vals);
 void cuda_sigmoid_mul(struct backend *be, struct tensor *x, const struct tensor *g);
 void cuda_relu2(struct backend *be, struct tensor *x);
 void cuda_permute_cols(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *map);

@@ -161,7 +161,7 @@ static void top_k_launch(struct cuda_backend *c, const struct tensor *t, int32_t
     CUDA_LAUNCHED(c);
 }
 
-void cuda_top_k(struct backend *be, const struct tensor *t, int32_t k, int32_t *ids, float *vals)
+int cuda_top_k(struct backend *be, const struct tensor *t, int32_t k, int32_t *ids, float *vals)
 {
     struct cuda_backend *c = cuda_of(be);
     if (c->in_forward)
@@ -169,7 +169,7 @@ void cuda_top_k(struct backend *be, const struct tensor *t, int32_t k, int32_t *
     assert(t->type == DT_F32 && k >= 1 && k <= TOP_K_MAX && t->n_cols >= k);
     const int64_t n = t->n_rows, nk = n * k;
     if (n == 0)
-        return;
+        return c->failed ? -1 : 0;
     int32_t n_chunk = (int32_t)cdiv(t->n_cols, TK_CHUNK);
     n_chunk = n_chunk > TK_SPLIT ? TK_SPLIT : n_chunk;
     const int64_t chunk = cdiv(t->n_cols, n_chunk);
@@ -195,4 +195,5 @@ void cuda_top_k(struct backend *be, const struct tensor *t, int32_t k, int32_t *
         if (vals)
             memset(vals, 0, (size_t)nk * sizeof(float));
     }
+    return c->failed ? -1 : 0;
 }
