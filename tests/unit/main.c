@@ -55,6 +55,7 @@ int test_failures;
     X(test_model_two_sequences)                                                                                \
     X(test_model_fork_truncate)                                                                                \
     X(test_model_tree)                                                                                         \
+    X(test_model_out_top)                                                                                      \
     X(test_model_bad_batch)                                                                                    \
     X(test_model_hybrid_state)                                                                                 \
     X(test_model_hybrid_no_keep)                                                                               \

@@ -322,6 +322,68 @@ void test_model_tree(void)
     }
 }
 
+/* whether ids[0..k) are row's k largest values, larger first, the lower id
+ * first among equal values (a brute-force ranking) */
+static bool is_top_k(const float *row, int32_t V, const int32_t *ids, const float *vals, int32_t k)
+{
+    for (int32_t q = 0; q < k; q++) {
+        int32_t best = -1;
+        for (int32_t t = 0; t < V; t++) {
+            bool taken = false;
+            for (int32_t j = 0; j < q && !taken; j++)
+                taken = ids[j] == t;
+            if (!taken && (best < 0 || row[t] > row[best]))
+                best = t;
+        }
+        if (ids[q] != best || vals[q] != row[best])
+            return false;
+    }
+    return true;
+}
+
+/* engine_out_top / engine_row_top: the ranking of a forward's rows left where
+ * the backend computed them is the ranking of the logits engine_forward
+ * returns for the same batch; a row computed on demand replaces them */
+void test_model_out_top(void)
+{
+    for (size_t a = 0; a < N_ENGINE_ARCH; a++) {
+        struct fx f;
+        CHECK(fx_open(&f, archs[a]) == 0, "%s", err_msg());
+        const int32_t V = f.V, P = 29, K = 5;
+        int32_t tok[5] = {11, 22, 33, 44, 55}, par[5] = {-1, 0, 0, 1, -1}, dep[5] = {0, 1, 1, 2, 0}, pos[5], sq[5];
+        uint8_t want[5] = {1, 0, 1, 1, 1};
+        float *out = malloc(sizeof(float) * 5 * (size_t)V), *one = malloc(sizeof(float) * (size_t)V);
+        int32_t ids[5 * K], rid[K];
+        float vals[5 * K], rval[K];
+        for (int run = 0; run < 2; run++) { /* logits read, then ranked in place */
+            const int32_t s = engine_seq_new(&f.e);
+            CHECK(feed(&f, s, f.ids, P, 0, NULL) == 0, "%s", err_msg());
+            for (int i = 0; i < 5; i++) {
+                pos[i] = P + dep[i];
+                sq[i] = s;
+            }
+            struct batch b = {5, tok, pos, sq, par, want};
+            CHECK(engine_forward(&f.e, &b, run == 0 ? out : NULL, NULL) == 4, "%s", err_msg());
+            if (run == 1) {
+                CHECK(engine_out_top(&f.e, K, ids, vals) == 0, "%s", err_msg());
+                for (int r = 0; r < 4; r++)
+                    CHECK(is_top_k(out + (int64_t)r * V, V, ids + r * K, vals + r * K, K), "%s: output row %d",
+                          archs[a], r);
+                CHECK(engine_row_top(&f.e, 1, K, rid, rval) == 0, "%s", err_msg());
+                CHECK(engine_out_top(&f.e, 1, ids, NULL) != 0, "%s: rows replaced by an on-demand row", archs[a]);
+                CHECK(engine_row_logits(&f.e, 1, one) == 0, "%s", err_msg());
+                CHECK(is_top_k(one, V, rid, rval, K), "%s: the on-demand row", archs[a]);
+                CHECK(engine_row_top(&f.e, 9, 1, rid, NULL) != 0 && engine_row_top(&f.e, 0, 0, rid, NULL) != 0,
+                      "%s: a row or k out of range", archs[a]);
+            }
+            engine_seq_free(&f.e, s);
+        }
+        free(out);
+        free(one);
+        fx_close(&f);
+    }
+}
+
 void test_model_bad_batch(void)
 {
     struct fx f;
