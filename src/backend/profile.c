@@ -9,13 +9,13 @@
 #include <time.h>
 
 enum {
-    P_MATMUL, P_MATMUL_FUSED, P_ATTENTION, P_RMSNORM, P_ROPE, P_KV_STORE, P_ATTN_PREP, P_EMBED, P_SWIGLU, P_ADD, P_OUT_ROWS, P_MOE_ROUTE,
-    P_MOE_FFN, P_SIGMUL, P_RELU2, P_PERMUTE, P_NORM_GATED, P_CONV1D, P_DELTA, P_SSD, P_SET_BATCH, P_READ,
+    P_MATMUL, P_MATMUL_FUSED, P_ATTENTION, P_RMSNORM, P_ROPE, P_KV_STORE, P_ATTN_PREP, P_EMBED, P_SWIGLU, P_ADD,
+    P_OUT_ROWS, P_MOE_ROUTE, P_MOE_FFN, P_SIGMUL, P_RELU2, P_PERMUTE, P_NORM_GATED, P_CONV1D, P_DELTA, P_SSD, P_SET_BATCH, P_READ,
     P_COPY_ROWS, P_TOP_K, P_N
 };
 static const char *const names[P_N] = {
-    "matmul", "matmul_fused", "attention", "rmsnorm", "rope", "kv_store", "attn_prep", "embed", "swiglu", "add", "get_out_rows", "moe_route",
-    "moe_ffn", "sigmoid_mul", "relu2", "permute_cols", "rmsnorm_gated", "conv1d", "delta_rule", "ssd", "set_batch",
+    "matmul", "matmul_fused", "attention", "rmsnorm", "rope", "kv_store", "attn_prep", "embed", "swiglu", "add",
+    "get_out_rows", "moe_route", "moe_ffn", "sigmoid_mul", "relu2", "permute_cols", "rmsnorm_gated", "conv1d", "delta_rule", "ssd", "set_batch",
     "read", "copy_rows", "top_k",
 };
 
@@ -230,8 +230,10 @@ struct backend *profile_wrap(struct backend *inner)
     p->in = inner;
     p->ops = (struct backend_ops){
         .name = inner->ops->name, .free = p_free, .alloc = p_alloc, .release = p_release, .weight = p_weight,
-        .read = p_read, .top_k = p_top_k, .write = p_write, .copy_rows = p_copy_rows, .sync = p_sync, .forward_end = p_forward_end, .set_batch = p_set_batch,
-        .embed = p_embed, .matmul = p_matmul, .matmul_fused = p_matmul_fused, .rmsnorm = p_rmsnorm, .rope = p_rope, .kv_store = p_kv_store, .attn_prep = p_attn_prep,
+        .read = p_read, .top_k = p_top_k, .write = p_write, .copy_rows = p_copy_rows, .sync = p_sync,
+        .forward_end = p_forward_end, .set_batch = p_set_batch, .embed = p_embed, .matmul = p_matmul,
+        .matmul_fused = p_matmul_fused, .rmsnorm = p_rmsnorm, .rope = p_rope, .kv_store = p_kv_store,
+        .attn_prep = p_attn_prep,
         .attention = p_attention, .swiglu = p_swiglu, .add = p_add, .get_out_rows = p_out_rows,
         .moe_route = p_moe_route, .moe_ffn = p_moe_ffn, .sigmoid_mul = p_sigmoid_mul, .relu2 = p_relu2,
         .permute_cols = p_permute, .rmsnorm_gated = p_norm_gated, .conv1d = p_conv1d, .delta_rule = p_delta,

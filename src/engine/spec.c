@@ -6,7 +6,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "spec.h"
 
-
 #include "../base/err.h"
 
 #include <assert.h>
@@ -84,8 +83,8 @@ int spec_init(struct spec *s, struct engine *tgt, int32_t tseq, struct engine *d
     s->path = malloc((size_t)n_ctx * sizeof(int32_t));
     s->res = calloc((size_t)V, sizeof(double));
     s->heap = malloc((size_t)s->cap_heap * sizeof *s->heap);
-    if (!s->tok || !s->pos || !s->seq || !s->par || !s->rows || !s->want || !s->tlogits || !s->dids || !s->dvals || !s->tids || !s->path ||
-        !s->res || !s->heap) {
+    if (!s->tok || !s->pos || !s->seq || !s->par || !s->rows || !s->want || !s->tlogits || !s->dids || !s->dvals ||
+        !s->tids || !s->path || !s->res || !s->heap) {
         spec_free(s);
         return err_set("spec: out of memory");
     }
