@@ -260,10 +260,17 @@ int32_t engine_forward(struct engine *e, const struct batch *b, float *logits, c
     return n_out;
 }
 
-int engine_out_top(struct engine *e, int32_t k, int32_t *ids, float *vals)
+static int top_k_check(const struct engine *e, int32_t k)
 {
     if (k < 1 || k > TOP_K_MAX || k > e->m->cfg.vocab_size)
         return err_set("engine: top %d of the logits: out of range (1..%d)", k, TOP_K_MAX);
+    return 0;
+}
+
+int engine_out_top(struct engine *e, int32_t k, int32_t *ids, float *vals)
+{
+    if (top_k_check(e, k) != 0)
+        return -1;
     if (e->last_n_out < 0)
         return err_set("engine: no output rows of a forward to rank (none ran, or a row was computed since)");
     if (e->last_n_out == 0)
@@ -285,8 +292,8 @@ int engine_row_top(struct engine *e, int32_t row, int32_t k, int32_t *ids, float
 {
     if (row < 0 || row >= e->last_n)
         return err_set("engine: the last forward has no row %d", row);
-    if (k < 1 || k > TOP_K_MAX || k > e->m->cfg.vocab_size)
-        return err_set("engine: top %d of the logits: out of range (1..%d)", k, TOP_K_MAX);
+    if (top_k_check(e, k) != 0)
+        return -1;
     struct tensor lg = layers_logits_row(e->m, &e->s, row);
     e->last_n_out = -1;
     return e->be->ops->top_k(e->be, &lg, k, ids, vals);
