@@ -1,6 +1,7 @@
 /* ops: the row-wise and elementwise ops of the cuda backend (embed, norms,
- * rope, cache stores, the three fused as attn_prep, activations, gathers), each the cpu backend's loop with
- * one thread per element or one warp per normalised group. Transcendentals
+ * rope, cache stores, the three fused as attn_prep, activations, gathers),
+ * each the cpu backend's loop with one thread per element or one warp per
+ * normalised group. Transcendentals
  * are the accurate expf/cosf/sinf, not the fast intrinsics, so that results
  * stay within float rounding of the cpu backend's. */
 #include "cuda_impl.h"
@@ -8,7 +9,7 @@
 #include <math.h>
 
 #define EW_THREADS 256
-#define ATT_PREP_MAX_HD 256 /* head dims attn_prep takes in one launch */
+#define ATT_PREP_MAX_HD 256 /* head dims attn_prep takes (attention's limit too) */
 
 /* rows x cols elements of a 2-D grid: blockIdx.y = row, x over columns */
 static inline dim3 ew_grid(int64_t rows, int64_t cols) { return dim3(cdiv(cols, EW_THREADS), (unsigned)rows); }
@@ -211,11 +212,7 @@ void cuda_attn_prep(struct backend *be, struct tensor *q, struct tensor *k, cons
 {
     struct cuda_backend *c = cuda_of(be);
     assert(kc->row_stride == vc->row_stride && p->q_norm->n_cols == p->head_dim &&
-           p->k_norm->n_cols == p->head_dim);
-    if (p->head_dim > ATT_PREP_MAX_HD) {
-        backend_attn_prep_pieces(be, q, k, v, kc, vc, p);
-        return;
-    }
+           p->k_norm->n_cols == p->head_dim && p->head_dim <= ATT_PREP_MAX_HD);
     if (cuda_op_skip(c) || c->b.n_tokens == 0)
         return;
     prep_args a = {};

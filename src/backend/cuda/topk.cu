@@ -71,6 +71,32 @@ template <int K> static __device__ __forceinline__ void tk_warp_merge(float *v, 
     }
 }
 
+/* One warp: the n_lists sorted lists lv/li (each K long, K apart) merged,
+ * the best k written by lane 0 to ids/vals. */
+template <int K>
+static __device__ __forceinline__ void tk_merge_lists(const float *lv, const int32_t *li, int n_lists, int32_t k,
+                                                      int32_t *ids, float *vals)
+{
+    const int lane = threadIdx.x & 31;
+    float v[K];
+    int32_t id[K];
+#pragma unroll
+    for (int j = 0; j < K; j++) {
+        v[j] = lane < n_lists ? lv[lane * K + j] : -INFINITY;
+        id[j] = lane < n_lists ? li[lane * K + j] : INT_MAX;
+    }
+    float ov[K];
+    int32_t oi[K];
+    tk_warp_merge<K>(v, id, ov, oi);
+    if (lane == 0)
+#pragma unroll
+        for (int j = 0; j < K; j++)
+            if (j < k) {
+                ids[j] = oi[j];
+                vals[j] = ov[j];
+            }
+}
+
 /* grid: x = row, y = chunk of `chunk` columns; the block's best k (of K) to
  * ids/vals [row][chunk][k] */
 template <int K>
@@ -79,7 +105,7 @@ __global__ void __launch_bounds__(TK_THREADS) k_top_k(const float *x, int64_t xs
 {
     __shared__ float wv[TK_THREADS / 32][K];
     __shared__ int32_t wi[TK_THREADS / 32][K];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
     const float *row = x + (int64_t)blockIdx.x * xs;
     const int64_t c_end = min(n_cols, ((int64_t)blockIdx.y + 1) * chunk);
     float v[K];
@@ -98,22 +124,8 @@ __global__ void __launch_bounds__(TK_THREADS) k_top_k(const float *x, int64_t xs
     __syncthreads();
     if (warp != 0)
         return;
-#pragma unroll
-    for (int j = 0; j < K; j++) {
-        v[j] = lane < TK_THREADS / 32 ? wv[lane][j] : -INFINITY;
-        id[j] = lane < TK_THREADS / 32 ? wi[lane][j] : INT_MAX;
-    }
-    float ov[K];
-    int32_t oi[K];
-    tk_warp_merge<K>(v, id, ov, oi);
     const int64_t o = ((int64_t)blockIdx.x * gridDim.y + blockIdx.y) * k;
-    if (lane == 0)
-#pragma unroll
-        for (int j = 0; j < K; j++)
-            if (j < k) {
-                ids[o + j] = oi[j];
-                vals[o + j] = ov[j];
-            }
+    tk_merge_lists<K>(&wv[0][0], &wi[0][0], TK_THREADS / 32, k, ids + o, vals + o);
 }
 
 /* grid: row; one warp: the n_chunk lists [row][n_chunk][K] merged, the best k out */
@@ -121,25 +133,8 @@ template <int K>
 __global__ void k_top_k_merge(const int32_t *pids, const float *pvals, int32_t n_chunk, int32_t k, int32_t *ids,
                               float *vals)
 {
-    const int lane = threadIdx.x;
-    const int64_t p = ((int64_t)blockIdx.x * n_chunk + lane) * K;
-    float v[K];
-    int32_t id[K];
-#pragma unroll
-    for (int j = 0; j < K; j++) {
-        v[j] = lane < n_chunk ? pvals[p + j] : -INFINITY;
-        id[j] = lane < n_chunk ? pids[p + j] : INT_MAX;
-    }
-    float ov[K];
-    int32_t oi[K];
-    tk_warp_merge<K>(v, id, ov, oi);
-    if (lane == 0)
-#pragma unroll
-        for (int j = 0; j < K; j++)
-            if (j < k) {
-                ids[(int64_t)blockIdx.x * k + j] = oi[j];
-                vals[(int64_t)blockIdx.x * k + j] = ov[j];
-            }
+    const int64_t p = (int64_t)blockIdx.x * n_chunk * K;
+    tk_merge_lists<K>(pvals + p, pids + p, n_chunk, k, ids + (int64_t)blockIdx.x * k, vals + (int64_t)blockIdx.x * k);
 }
 
 template <int K>
