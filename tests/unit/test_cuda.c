@@ -483,21 +483,24 @@ void test_cuda_rowwise(void)
     both_close(&b);
 }
 
+/* Routing and experts against the cpu: 9 and 64 tokens take the grouped
+ * products over the device-built plan (64: an expert may get every token),
+ * 70 the host-built lists. Every routing mode, SwiGLU and relu^2 experts. */
 void test_cuda_moe(void)
 {
     struct both b;
     if (both_open(&b, true) != 0)
         return both_close(&b);
-    const int32_t n = 9, E = 16, k = 4, hid = 64, inter = 40;
+    const int32_t n_max = 70, E = 16, k = 4, hid = 64, inter = 40;
     struct pair lg, bias, x, out, ws, ids, wts;
     struct pair gate[16], up[16], down[16];
-    pair_make(&b, &lg, DT_F32, n, E, 2.0f);
+    pair_make(&b, &lg, DT_F32, n_max, E, 2.0f);
     pair_make(&b, &bias, DT_F32, 1, E, 0.5f);
-    pair_make(&b, &x, DT_F32, n, hid, 1.0f);
-    pair_make(&b, &out, DT_F32, n, hid, 0.0f);
-    pair_make(&b, &ws, DT_F32, n, hid + 2 * inter, 0.0f);
-    pair_make(&b, &ids, DT_I32, n, k, 0.0f);
-    pair_make(&b, &wts, DT_F32, n, k, 0.0f);
+    pair_make(&b, &x, DT_F32, n_max, hid, 1.0f);
+    pair_make(&b, &out, DT_F32, n_max, hid, 0.0f);
+    pair_make(&b, &ws, DT_F32, n_max, hid + 2 * inter, 0.0f);
+    pair_make(&b, &ids, DT_I32, n_max, k, 0.0f);
+    pair_make(&b, &wts, DT_F32, n_max, k, 0.0f);
     struct tensor gc[16], gg[16], uc[16], ug[16], dc[16], dg[16];
     for (int e = 0; e < E; e++) {
         pair_make(&b, &gate[e], DT_BF16, inter, hid, 0.3f);
@@ -505,25 +508,33 @@ void test_cuda_moe(void)
         pair_make(&b, &down[e], DT_BF16, hid, inter, 0.3f);
         gc[e] = gate[e].c, gg[e] = gate[e].g, uc[e] = up[e].c, ug[e] = up[e].g, dc[e] = down[e].c, dg[e] = down[e].g;
     }
-    for (int mode = 0; mode < 3; mode++) {
-        struct moe_routing rt = {.k = k, .sigmoid = mode > 0, .norm = mode != 1, .n_group = mode == 2 ? 4 : 1,
-                                 .topk_group = mode == 2 ? 2 : 1, .scale = mode == 2 ? 2.5f : 1.0f};
-        rt.bias = mode == 2 ? &bias.c : NULL;
-        b.cpu->ops->moe_route(b.cpu, &ids.c, &wts.c, &lg.c, &rt);
-        rt.bias = mode == 2 ? &bias.g : NULL;
-        b.gpu->ops->moe_route(b.gpu, &ids.g, &wts.g, &lg.g, &rt);
-        int32_t ic[36], ig[36];
-        b.cpu->ops->read(b.cpu, &ids.c, 0, n, (float *)ic);
-        b.gpu->ops->read(b.gpu, &ids.g, 0, n, (float *)ig);
-        CHECK(memcmp(ic, ig, sizeof ic) == 0, "moe_route mode %d: ids differ", mode);
-        double e = pair_err(&b, &wts);
-        CHECK(e < 1e-6, "moe_route mode %d: weights err %.3g", mode, e);
-        struct moe_experts xc = {E, mode == 1 ? NULL : gc, uc, dc}, xg = {E, mode == 1 ? NULL : gg, ug, dg};
-        b.cpu->ops->moe_ffn(b.cpu, &out.c, &x.c, &ids.c, &wts.c, &xc, &ws.c);
-        b.gpu->ops->moe_ffn(b.gpu, &out.g, &x.g, &ids.g, &wts.g, &xg, &ws.g);
-        e = pair_err(&b, &out);
-        CHECK(e < 2e-5, "moe_ffn mode %d: err %.3g", mode, e);
-    }
+    const int32_t ns[] = {9, 64, 70};
+    for (int ni = 0; ni < 3; ni++)
+        for (int mode = 0; mode < 3; mode++) {
+            const int32_t n = ns[ni];
+            struct moe_routing rt = {.k = k, .sigmoid = mode > 0, .norm = mode != 1, .n_group = mode == 2 ? 4 : 1,
+                                     .topk_group = mode == 2 ? 2 : 1, .scale = mode == 2 ? 2.5f : 1.0f};
+            struct tensor lgc = tensor_rows(&lg.c, 0, n), lgg = tensor_rows(&lg.g, 0, n);
+            struct tensor idc = tensor_rows(&ids.c, 0, n), idg = tensor_rows(&ids.g, 0, n);
+            struct tensor wc = tensor_rows(&wts.c, 0, n), wg = tensor_rows(&wts.g, 0, n);
+            struct tensor xc = tensor_rows(&x.c, 0, n), xg = tensor_rows(&x.g, 0, n);
+            struct tensor oc = tensor_rows(&out.c, 0, n), og = tensor_rows(&out.g, 0, n);
+            rt.bias = mode == 2 ? &bias.c : NULL;
+            b.cpu->ops->moe_route(b.cpu, &idc, &wc, &lgc, &rt);
+            rt.bias = mode == 2 ? &bias.g : NULL;
+            b.gpu->ops->moe_route(b.gpu, &idg, &wg, &lgg, &rt);
+            int32_t ic[70 * 4], ig[70 * 4];
+            b.cpu->ops->read(b.cpu, &idc, 0, n, (float *)ic);
+            b.gpu->ops->read(b.gpu, &idg, 0, n, (float *)ig);
+            CHECK(memcmp(ic, ig, (size_t)n * k * sizeof(int32_t)) == 0, "moe_route n %d mode %d: ids differ", n, mode);
+            double e = pair_err(&b, &wts);
+            CHECK(e < 1e-6, "moe_route n %d mode %d: weights err %.3g", n, mode, e);
+            struct moe_experts exc = {E, mode == 1 ? NULL : gc, uc, dc}, exg = {E, mode == 1 ? NULL : gg, ug, dg};
+            b.cpu->ops->moe_ffn(b.cpu, &oc, &xc, &idc, &wc, &exc, &ws.c);
+            b.gpu->ops->moe_ffn(b.gpu, &og, &xg, &idg, &wg, &exg, &ws.g);
+            e = pair_err(&b, &out);
+            CHECK(e < 2e-5, "moe_ffn n %d mode %d: err %.3g", n, mode, e);
+        }
     for (int e = 0; e < E; e++) {
         pair_free(&b, &gate[e]);
         pair_free(&b, &up[e]);

@@ -433,9 +433,10 @@ static void cu_free(struct backend *be)
     struct cuda_backend *c = cuda_of(be);
     cudaStreamSynchronize(c->stream);
     graph_clear(c);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < SCR_N; i++)
         cudaFree(c->scr[i]);
     cudaFree(c->counters);
+    cuda_moe_tables_free(c);
     cudaFree(c->up_dev);
     cudaFreeHost(c->up_host);
     cudaEventDestroy(c->up_done);

@@ -45,7 +45,7 @@ struct dev_batch {
     int32_t *grp_rows;
 };
 
-enum { SCR_MATMUL, SCR_BLAS, SCR_ATTN, SCR_REC, SCR_TOPK, SCR_N }; /* scratch buffers (cuda_scratch) */
+enum { SCR_MATMUL, SCR_BLAS, SCR_ATTN, SCR_REC, SCR_TOPK, SCR_MOE, SCR_N }; /* scratch buffers (cuda_scratch) */
 
 struct cuda_backend {
     struct backend base;
@@ -82,6 +82,8 @@ struct cuda_backend {
     } graphs[CUDA_MAX_GRAPHS];
     uint64_t key, clean_key, tick;
     bool in_forward, dirty, capturing, replaying, graphs_off;
+    struct moe_table *moe_tabs; /* [n_moe_tabs] expert weight tables on the device, one per MoE layer met */
+    int32_t n_moe_tabs;
 };
 
 #define CUDA_MAX_COUNTERS 8192
@@ -126,10 +128,37 @@ void cuda_scatter_add(struct cuda_backend *c, struct tensor *out, const struct t
 void cuda_gather_rows(struct cuda_backend *c, struct tensor *out, const struct tensor *x, const int32_t *rows,
                       int32_t n);
 
+/* The routing plan of a MoE layer on the device (int32, see moe.cu): the
+ * number of active experts, their ids in increasing order, where each one's
+ * rows begin in the compact list (tokens in increasing order per expert),
+ * the token of each compact row, and per token its compact rows and weights
+ * in increasing expert order. */
+#define MOE_PLAN_EXPERT 1
+#define MOE_PLAN_BEG(max_act) (1 + (max_act))
+#define MOE_PLAN_ROWS(max_act) (2 + 2 * (max_act))
+
+/* A product over the experts a plan made active: slot z < n_act multiplies
+ * expert act[z]'s weights by the inputs of its compact rows and writes those
+ * rows of the outputs (os apart). */
+struct mm_group {
+    const int32_t *plan;                /* device, MOE_PLAN_* */
+    int32_t max_act;                    /* slots launched: at most this many experts are active */
+    int32_t n_pos;                      /* compact rows */
+    int32_t n_max;                      /* the most rows one expert can have (<= CUDA_SMALL_N) */
+    int32_t fill_slots;                 /* slots assumed active when splitting K: a constant of the model */
+    bool gather;                        /* input row of compact row p: the plan's token of p (else p) */
+    const uint16_t *const *w[MM_MAX_W]; /* device: each weight's [n_expert] bf16 matrices */
+    int64_t ws;                         /* their row stride */
+    int32_t M[MM_MAX_W];                /* their rows */
+};
+void cuda_matmul_grouped(struct cuda_backend *c, const struct mm_group *g, int32_t n_w, float *const *out, int64_t os,
+                         const float *x, int64_t xs, int32_t K, const struct mm_fused *f);
+
 void cuda_moe_route(struct backend *be, struct tensor *ids, struct tensor *weights, const struct tensor *logits,
                     const struct moe_routing *r);
 void cuda_moe_ffn(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
                   const struct tensor *weights, const struct moe_experts *ex, struct tensor *ws);
+void cuda_moe_tables_free(struct cuda_backend *c);
 
 void cuda_conv1d(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w,
                  const struct tensor *bias, struct tensor *state);

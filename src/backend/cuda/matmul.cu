@@ -109,10 +109,17 @@ struct mmv_args {
     const float *up; /* MM_PRE_SWIGLU: [n][K] */
     int64_t us;
     bool accumulate;
+    /* grouped (struct mm_group): the plan, NULL for a plain product; slot z
+     * = blockIdx.z multiplies its expert's weights (ew) by its compact rows */
+    const int32_t *plan;
+    int32_t max_act, n_pos;
+    const uint16_t *const *ew[MM_MAX_W];
+    bool gather;
 };
 
-/* pre(x) of 4 consecutive inputs k..k+3 of token t, as the plain ops compute it */
-static __device__ __forceinline__ float4 mmv_pre(const mmv_args &a, float4 v, int t, int k, const float *rstd)
+/* pre(x) of 4 consecutive inputs k..k+3 of token t (row ur of up), as the plain ops compute it */
+static __device__ __forceinline__ float4 mmv_pre(const mmv_args &a, float4 v, int t, int64_t ur, int k,
+                                                 const float *rstd)
 {
     switch (a.pre) {
     case MM_PRE_RMSNORM: {
@@ -124,7 +131,7 @@ static __device__ __forceinline__ float4 mmv_pre(const mmv_args &a, float4 v, in
         break;
     }
     case MM_PRE_SWIGLU: {
-        const float4 u = *(const float4 *)(a.up + (int64_t)t * a.us + k);
+        const float4 u = *(const float4 *)(a.up + ur * a.us + k);
         v.x = v.x / (1.0f + expf(-v.x)) * u.x;
         v.y = v.y / (1.0f + expf(-v.y)) * u.y;
         v.z = v.z / (1.0f + expf(-v.z)) * u.z;
@@ -158,10 +165,10 @@ static __device__ __forceinline__ void grid_dep_launch(void) { asm volatile("gri
 __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant__ mmv_args a)
 {
     extern __shared__ uint4 smem_raw[];
-    const int nb = a.nb, n = a.n, K = a.K;
+    const int K = a.K;
     const int pitch = a.ks + MMV_PAD;
-    __nv_bfloat16 *sh = (__nv_bfloat16 *)smem_raw; /* [8*nb][pitch] */
-    __nv_bfloat16 *sl = sh + 8 * nb * pitch;
+    __nv_bfloat16 *sh = (__nv_bfloat16 *)smem_raw; /* [8*a.nb][pitch] */
+    __nv_bfloat16 *sl = sh + 8 * a.nb * pitch;
     __shared__ int is_last;
     __shared__ float rstd[CUDA_SMALL_N];
     int wi = 0;
@@ -169,11 +176,26 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
         wi++;
     const int blk = blockIdx.x - (wi ? a.bx_end[wi - 1] : 0), M = a.M[wi];
     const int64_t ws = a.ws[wi];
+    /* the block's tokens: rows base.. of the output (compact rows of a slot) */
+    int n = a.n, nb = a.nb, base = 0;
+    const uint16_t *wm = a.w[wi];
+    const int32_t *rows = NULL;
+    if (a.plan) {
+        grid_dep_wait(); /* the plan is an earlier kernel's output */
+        if ((int32_t)blockIdx.z >= a.plan[0])
+            return;
+        const int32_t *beg = a.plan + MOE_PLAN_BEG(a.max_act);
+        base = beg[blockIdx.z];
+        n = beg[blockIdx.z + 1] - base;
+        nb = (n + 7) / 8;
+        wm = a.ew[wi][a.plan[MOE_PLAN_EXPERT + blockIdx.z]];
+        rows = a.gather ? a.plan + MOE_PLAN_ROWS(a.max_act) : NULL;
+    }
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
     const int r0 = blk * MMV_ROWS + warp * 16;
     const bool ok0 = r0 + g < M, ok1 = r0 + g + 8 < M;
-    const uint16_t *w0 = a.w[wi] + (int64_t)(ok0 ? r0 + g : 0) * ws + cq * 8;
-    const uint16_t *w1 = a.w[wi] + (int64_t)(ok1 ? r0 + g + 8 : 0) * ws + cq * 8;
+    const uint16_t *w0 = wm + (int64_t)(ok0 ? r0 + g : 0) * ws + cq * 8;
+    const uint16_t *w1 = wm + (int64_t)(ok1 ? r0 + g + 8 : 0) * ws + cq * 8;
     const int k_beg = blockIdx.y * a.kslice, k_end = min(K, k_beg + a.kslice);
     float acc[8][4];
 #pragma unroll
@@ -185,7 +207,7 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
     grid_dep_wait();
     if (a.pre == MM_PRE_RMSNORM) /* over the whole row, whatever the slice: the same in every block */
         for (int t = warp; t < n; t += MMV_WARPS) {
-            const float *xr = a.x + (int64_t)t * a.xs;
+            const float *xr = a.x + (rows ? rows[base + t] : base + t) * a.xs;
             float ss = 0.0f;
             for (int k = lane * 4; k < K; k += 128) {
                 const float4 v = *(const float4 *)(xr + k);
@@ -202,7 +224,8 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
         __syncthreads();
         for (int e = threadIdx.x; e < n * len4; e += blockDim.x) {
             const int t = e / len4, c = (e - t * len4) * 4;
-            const float4 v = mmv_pre(a, *(const float4 *)(a.x + (int64_t)t * a.xs + kc + c), t, kc + c, rstd);
+            const int64_t xr = rows ? rows[base + t] : base + t;
+            const float4 v = mmv_pre(a, *(const float4 *)(a.x + xr * a.xs + kc + c), t, base + t, kc + c, rstd);
             const __nv_bfloat162 h01 = __floats2bfloat162_rn(v.x, v.y), h23 = __floats2bfloat162_rn(v.z, v.w);
             const float2 f01 = __bfloat1622float2(h01), f23 = __bfloat1622float2(h23);
             __nv_bfloat162 *ph = (__nv_bfloat162 *)(sh + t * pitch + c), *pl = (__nv_bfloat162 *)(sl + t * pitch + c);
@@ -229,10 +252,10 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
         }
     }
     /* acc[tb]: rows r0+g (0,1) and +8 (2,3); tokens 8tb+2cq (0,2) and +1 (1,3) */
-    float *out = a.out[wi];
+    float *out = a.out[wi] + (int64_t)base * a.os[wi];
     const int64_t os = a.os[wi];
     const bool direct = a.n_split == 1;
-    float *dst = direct ? out : a.part[wi] + (int64_t)blockIdx.y * n * M;
+    float *dst = direct ? out : a.part[wi] + ((int64_t)blockIdx.y * a.n_pos + base) * M;
     const int64_t ds = direct ? os : M;
     const bool add = direct && a.accumulate;
     const int ra = r0 + g, rb = ra + 8;
@@ -254,8 +277,9 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
         return;
     __threadfence();
     __syncthreads();
+    unsigned *count = a.count + blockIdx.z * gridDim.x + blockIdx.x;
     if (threadIdx.x == 0)
-        is_last = atomicAdd(&a.count[blockIdx.x], 1u) == (unsigned)a.n_split - 1;
+        is_last = atomicAdd(count, 1u) == (unsigned)a.n_split - 1;
     __syncthreads();
     if (!is_last)
         return;
@@ -267,12 +291,12 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
             continue;
         float s = 0.0f;
         for (int sp = 0; sp < a.n_split; sp++)
-            s += __ldcg(a.part[wi] + ((int64_t)sp * n + t) * M + r);
+            s += __ldcg(a.part[wi] + ((int64_t)sp * a.n_pos + base + t) * M + r);
         float *o = out + (int64_t)t * os + r;
         *o = a.accumulate ? *o + s : s;
     }
     if (threadIdx.x == 0)
-        a.count[blockIdx.x] = 0;
+        *count = 0;
 }
 
 /* Plain fp32 product for f16/f32 weights (and shapes k_mmv cannot take):
@@ -360,16 +384,81 @@ static bool mmv_fits(const struct tensor *x, const struct tensor *w)
            x->row_stride % 4 == 0 && ((uintptr_t)x->data & 15) == 0;
 }
 
+/* The launch shared by plain and grouped products: a holds the weights,
+ * input and outputs; bx blocks of rows per slot, n_z slots, fill_z of them
+ * counted when splitting K (a constant of the model, never of the batch). */
+static void mmv_run(struct cuda_backend *c, mmv_args *a, int32_t bx, int64_t m_sum, int32_t n_z, int32_t fill_z,
+                    const struct mm_fused *f)
+{
+    const int32_t K = a->K;
+    /* split K so that the blocks come close to whole waves (a partial last
+     * wave of these long blocks costs as much as a full one); the resident
+     * count is the kernel's, so the split never depends on the batch */
+    a->n_split = 1;
+    a->kslice = K;
+    const int32_t resident = c->mmv_per_sm * c->n_sm;
+    if ((int64_t)bx * n_z <= CUDA_MAX_COUNTERS) {
+        double best = 0.0;
+        for (int32_t want = 1; want <= 32 && (int64_t)want * MMV_KC <= K && best < 0.9; want++) {
+            const int32_t sl = (int32_t)cdiv(cdiv(K, want), MMV_KC) * MMV_KC, ns = (int32_t)cdiv(K, sl);
+            const int64_t blocks = (int64_t)bx * fill_z * ns;
+            const double fill = (double)blocks / (double)((int64_t)cdiv(blocks, resident) * resident);
+            if (fill > best + 0.02) {
+                best = fill;
+                a->n_split = ns;
+                a->kslice = sl;
+            }
+        }
+    }
+    if (a->n_split > 1) {
+        float *part = (float *)cuda_scratch(c, SCR_MATMUL, (size_t)a->n_split * a->n_pos * m_sum * sizeof(float));
+        if (!part)
+            return;
+        for (int32_t i = 0; i < a->n_w; i++) {
+            a->part[i] = part;
+            part += (int64_t)a->n_split * a->n_pos * a->M[i];
+        }
+    }
+    a->count = c->counters;
+    /* stage as much of the slice as fits: fewer block-wide waits, same arithmetic */
+    int32_t ks = MMV_STAGE_BYTES / (8 * a->nb * 4) - MMV_PAD;
+    ks = ks / 64 * 64; /* keeps staged rows 64 bytes apart mod 128 */
+    if (ks > a->kslice)
+        ks = (int32_t)cdiv(a->kslice, 64) * 64;
+    a->ks = ks;
+    a->pre = f->pre;
+    if (f->pre == MM_PRE_RMSNORM) {
+        a->norm = f->norm->data;
+        a->norm_t = f->norm->type;
+        a->eps = f->eps;
+    } else if (f->pre == MM_PRE_SWIGLU) {
+        a->up = (const float *)f->up->data;
+        a->us = f->up->row_stride;
+    }
+    a->accumulate = f->accumulate;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(bx, a->n_split, n_z);
+    cfg.blockDim = dim3(MMV_WARPS * 32);
+    cfg.dynamicSmemBytes = (size_t)2 * 8 * a->nb * (ks + MMV_PAD) * sizeof(__nv_bfloat16);
+    cfg.stream = c->stream;
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &at;
+    cfg.numAttrs = c->pdl ? 1 : 0;
+    CUDA_CHECK(c, cudaLaunchKernelEx(&cfg, k_mmv, *a));
+}
+
 static void mmv_launch(struct cuda_backend *c, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,
                        const struct tensor *x, const struct mm_fused *f)
 {
-    const int32_t n = (int32_t)x->n_rows, K = (int32_t)x->n_cols;
+    const int32_t n = (int32_t)x->n_rows;
     mmv_args a = {};
     a.x = (const float *)x->data;
     a.xs = x->row_stride;
-    a.n = n;
+    a.n = a.n_pos = n;
     a.nb = (n + 7) / 8;
-    a.K = K;
+    a.K = (int32_t)x->n_cols;
     a.n_w = n_w;
     int32_t bx = 0;
     int64_t m_sum = 0;
@@ -383,62 +472,39 @@ static void mmv_launch(struct cuda_backend *c, int32_t n_w, struct tensor *const
         a.bx_end[i] = bx;
         m_sum += a.M[i];
     }
-    /* split K so that the blocks come close to whole waves (a partial last
-     * wave of these long blocks costs as much as a full one); the resident
-     * count is the kernel's, so the split never depends on the batch */
-    a.n_split = 1;
-    a.kslice = K;
-    const int32_t resident = c->mmv_per_sm * c->n_sm;
-    if (bx <= CUDA_MAX_COUNTERS) {
-        double best = 0.0;
-        for (int32_t want = 1; want <= 32 && (int64_t)want * MMV_KC <= K && best < 0.9; want++) {
-            const int32_t sl = (int32_t)cdiv(cdiv(K, want), MMV_KC) * MMV_KC, ns = (int32_t)cdiv(K, sl);
-            const int64_t blocks = (int64_t)bx * ns;
-            const double fill = (double)blocks / (double)((int64_t)cdiv(blocks, resident) * resident);
-            if (fill > best + 0.02) {
-                best = fill;
-                a.n_split = ns;
-                a.kslice = sl;
-            }
-        }
+    mmv_run(c, &a, bx, m_sum, 1, 1, f);
+}
+
+void cuda_matmul_grouped(struct cuda_backend *c, const struct mm_group *g, int32_t n_w, float *const *out, int64_t os,
+                         const float *x, int64_t xs, int32_t K, const struct mm_fused *f)
+{
+    assert(n_w >= 1 && n_w <= MM_MAX_W && g->n_max <= CUDA_SMALL_N && f->pre != MM_PRE_RMSNORM);
+    if (cuda_op_skip(c) || g->n_pos == 0)
+        return;
+    mmv_args a = {};
+    a.x = x;
+    a.xs = xs;
+    a.n = g->n_max;
+    a.n_pos = g->n_pos;
+    a.nb = (g->n_max + 7) / 8;
+    a.K = K;
+    a.n_w = n_w;
+    a.plan = g->plan;
+    a.max_act = g->max_act;
+    a.gather = g->gather;
+    int32_t bx = 0;
+    int64_t m_sum = 0;
+    for (int32_t i = 0; i < n_w; i++) {
+        a.ew[i] = g->w[i];
+        a.ws[i] = g->ws;
+        a.M[i] = g->M[i];
+        a.out[i] = out[i];
+        a.os[i] = os;
+        bx += (int32_t)cdiv(a.M[i], MMV_ROWS);
+        a.bx_end[i] = bx;
+        m_sum += a.M[i];
     }
-    if (a.n_split > 1) {
-        float *part = (float *)cuda_scratch(c, SCR_MATMUL, (size_t)a.n_split * n * m_sum * sizeof(float));
-        if (!part)
-            return;
-        for (int32_t i = 0; i < n_w; i++) {
-            a.part[i] = part;
-            part += (int64_t)a.n_split * n * a.M[i];
-        }
-    }
-    a.count = c->counters;
-    /* stage as much of the slice as fits: fewer block-wide waits, same arithmetic */
-    int32_t ks = MMV_STAGE_BYTES / (8 * a.nb * 4) - MMV_PAD;
-    ks = ks / 64 * 64; /* keeps staged rows 64 bytes apart mod 128 */
-    if (ks > a.kslice)
-        ks = (int32_t)cdiv(a.kslice, 64) * 64;
-    a.ks = ks;
-    a.pre = f->pre;
-    if (f->pre == MM_PRE_RMSNORM) {
-        a.norm = f->norm->data;
-        a.norm_t = f->norm->type;
-        a.eps = f->eps;
-    } else if (f->pre == MM_PRE_SWIGLU) {
-        a.up = (const float *)f->up->data;
-        a.us = f->up->row_stride;
-    }
-    a.accumulate = f->accumulate;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(bx, a.n_split);
-    cfg.blockDim = dim3(MMV_WARPS * 32);
-    cfg.dynamicSmemBytes = (size_t)2 * 8 * a.nb * (ks + MMV_PAD) * sizeof(__nv_bfloat16);
-    cfg.stream = c->stream;
-    cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &at;
-    cfg.numAttrs = c->pdl ? 1 : 0;
-    CUDA_CHECK(c, cudaLaunchKernelEx(&cfg, k_mmv, a));
+    mmv_run(c, &a, bx, m_sum, g->max_act, g->fill_slots, f);
 }
 
 /* out = x . w^T, one weight, whatever its dtype and the batch size */

@@ -1,12 +1,18 @@
 /* moe: expert routing and the routed experts on the GPU.
  *
- * Routing is the cpu backend's loop, one thread per token (ties to the lower
- * index, the same float operations in the same order). The experts run as
- * the reference sums them: in index order, each over the tokens routed to it
- * (gather, up/gate, activation, down, weighted add into the output), so each
- * token adds its experts' outputs in the same order as on the cpu. The token
- * lists are built on the host from the routed ids: one small copy back per
- * MoE layer. */
+ * Routing: a warp per token, the cpu's choices (ties to the lower index) and
+ * its sums in its order. The experts run as the reference sums them: each
+ * token adds its experts' outputs in increasing expert order, as on the cpu.
+ *
+ * Up to CUDA_SMALL_N tokens (decoding, trees) everything stays on the
+ * device, so these forwards can be recorded as graphs: a plan kernel turns
+ * the routed ids into per-expert lists of compact rows (MOE_PLAN_*), one
+ * grouped product computes gate and up of every active expert, one the down
+ * projections (with SwiGLU or relu^2 applied while staging), and a combine
+ * kernel sums each token's rows. The expert weight pointers live in a table
+ * on the device per layer, built the first time the layer runs. Larger
+ * batches build the lists on the host (one small copy back per layer) and
+ * run each expert as plain products. */
 #include "cuda_impl.h"
 
 #include <math.h>
@@ -14,6 +20,17 @@
 #include <string.h>
 
 #define MOE_MAX_EXPERT 1024
+#define MOE_PLAN_THREADS 256
+
+/* A layer's expert weight pointers on the device: [3][n_expert] (gate, up,
+ * down; gate NULL for relu^2 experts), and the host copy they are checked
+ * against, so that a model loaded where another was never finds its table. */
+struct moe_table {
+    const struct tensor *up;
+    int32_t n_expert;
+    const void **host;
+    const uint16_t **dev;
+};
 
 static __device__ int64_t route_best(const float *p, int64_t E, const int32_t *taken, int32_t n_taken,
                                      const uint8_t *allowed)
@@ -44,35 +61,49 @@ struct route_args {
     float scale;
 };
 
-/* one block per token; its first thread runs the cpu loop on shared arrays */
+/* One warp per token. The scores are computed element by element as on the
+ * cpu, the softmax sum by one lane in index order (the cpu's rounding); each
+ * pick is a warp-wide argmax over the allowed, not yet taken experts (ties:
+ * lower index), which is what the cpu's scan for the strictly largest finds. */
 __global__ void k_moe_route(struct route_args a)
 {
-    const int64_t r = blockIdx.x;
-    if (threadIdx.x != 0)
-        return;
-    const int64_t E = a.E;
+    const int64_t r = blockIdx.x, E = a.E;
+    const int lane = threadIdx.x;
     __shared__ float p[MOE_MAX_EXPERT], choice[MOE_MAX_EXPERT], gs[MOE_MAX_EXPERT];
-    __shared__ int32_t gsel[MOE_MAX_EXPERT];
     __shared__ uint8_t allowed[MOE_MAX_EXPERT];
+    __shared__ int32_t gsel[MOE_MAX_EXPERT];
+    __shared__ float bcast;
     const float *x = a.logits + r * a.ls;
     if (a.sigmoid) {
-        for (int64_t e = 0; e < E; e++) {
+        for (int64_t e = lane; e < E; e += 32) {
             p[e] = 1.0f / (1.0f + expf(-x[e]));
             choice[e] = p[e] + (a.bias ? dev_weight(a.bias, a.bias_t, e) : 0.0f);
         }
     } else {
-        float mx = -INFINITY, sum = 0.0f;
-        for (int64_t e = 0; e < E; e++)
+        float mx = -INFINITY;
+        for (int64_t e = lane; e < E; e += 32)
             mx = x[e] > mx ? x[e] : mx;
-        for (int64_t e = 0; e < E; e++)
-            sum += p[e] = expf(x[e] - mx);
-        for (int64_t e = 0; e < E; e++)
+        mx = warp_max(mx);
+        for (int64_t e = lane; e < E; e += 32)
+            p[e] = expf(x[e] - mx);
+        __syncwarp();
+        if (lane == 0) {
+            float sum = 0.0f;
+            for (int64_t e = 0; e < E; e++)
+                sum += p[e];
+            bcast = sum;
+        }
+        __syncwarp();
+        const float sum = bcast;
+        for (int64_t e = lane; e < E; e += 32)
             choice[e] = p[e] /= sum;
     }
-    const uint8_t *allow = NULL;
+    for (int64_t e = lane; e < E; e += 32)
+        allowed[e] = 1;
+    __syncwarp();
     if (a.sigmoid && a.topk_group < a.n_group) {
         const int64_t per = E / a.n_group;
-        for (int32_t g = 0; g < a.n_group; g++) {
+        for (int32_t g = lane; g < a.n_group; g += 32) {
             float b1 = -INFINITY, b2 = -INFINITY;
             for (int64_t e = g * per; e < (g + 1) * per; e++)
                 if (choice[e] > b1)
@@ -81,25 +112,46 @@ __global__ void k_moe_route(struct route_args a)
                     b2 = choice[e];
             gs[g] = b1 + (per > 1 ? b2 : 0.0f);
         }
-        for (int64_t e = 0; e < E; e++)
-            allowed[e] = 0;
-        for (int32_t j = 0; j < a.topk_group; j++) {
-            gsel[j] = (int32_t)route_best(gs, a.n_group, gsel, j, NULL);
-            for (int64_t e = gsel[j] * per; e < (gsel[j] + 1) * per; e++)
-                allowed[e] = 1;
+        __syncwarp();
+        if (lane == 0) {
+            for (int64_t e = 0; e < E; e++)
+                allowed[e] = 0;
+            for (int32_t j = 0; j < a.topk_group; j++) {
+                gsel[j] = (int32_t)route_best(gs, a.n_group, gsel, j, NULL);
+                for (int64_t e = gsel[j] * per; e < (gsel[j] + 1) * per; e++)
+                    allowed[e] = 1;
+            }
         }
-        allow = allowed;
+        __syncwarp();
     }
     int32_t *id = a.ids + r * a.is;
-    float *w = a.w + r * a.wst, wsum = 0.0f;
+    float *w = a.w + r * a.wst;
     for (int32_t j = 0; j < a.k; j++) {
-        const int64_t best = route_best(choice, E, id, j, allow);
-        id[j] = (int32_t)best;
-        w[j] = p[best];
-        wsum += p[best];
+        int best = -1;
+        float bv = 0.0f;
+        for (int e = lane; e < E; e += 32)
+            if (allowed[e] && (best < 0 || choice[e] > bv))
+                best = e, bv = choice[e];
+        for (int o = 16; o > 0; o >>= 1) {
+            const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best)))
+                best = ob, bv = ov;
+        }
+        if (lane == 0) {
+            id[j] = best;
+            w[j] = p[best];
+            allowed[best] = 0;
+        }
+        __syncwarp();
     }
-    for (int32_t j = 0; j < a.k; j++)
-        w[j] = (a.norm ? w[j] / (wsum + (a.sigmoid ? 1e-20f : 0.0f)) : w[j]) * a.scale;
+    if (lane == 0) {
+        float wsum = 0.0f;
+        for (int32_t j = 0; j < a.k; j++)
+            wsum += w[j];
+        for (int32_t j = 0; j < a.k; j++)
+            w[j] = (a.norm ? w[j] / (wsum + (a.sigmoid ? 1e-20f : 0.0f)) : w[j]) * a.scale;
+    }
 }
 
 void cuda_moe_route(struct backend *be, struct tensor *ids, struct tensor *weights, const struct tensor *logits,
@@ -119,15 +171,13 @@ void cuda_moe_route(struct backend *be, struct tensor *ids, struct tensor *weigh
     CUDA_LAUNCHED(c);
 }
 
-void cuda_moe_ffn(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
-                  const struct tensor *weights, const struct moe_experts *ex, struct tensor *ws)
+/* The experts one by one over token lists built on the host. */
+static void moe_ffn_host(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
+                         const struct tensor *weights, const struct moe_experts *ex, struct tensor *ws)
 {
     struct cuda_backend *c = cuda_of(be);
     const int64_t n = x->n_rows, hidden = x->n_cols, inter = ex->up[0].n_rows;
     const int32_t k = (int32_t)ids->n_cols, E = ex->n_expert;
-    assert(ws->n_rows >= n && ws->n_cols >= hidden + 2 * inter);
-    if (cuda_op_skip(c) || n == 0)
-        return;
     cuda_host_wait(c);
     /* host: ids and weights back, then each expert's token list and weights */
     const size_t nk = (size_t)(n * k);
@@ -193,4 +243,218 @@ void cuda_moe_ffn(struct backend *be, struct tensor *out, const struct tensor *x
     }
 done:
     free(hid);
+}
+
+/* The routing plan (MOE_PLAN_*) of n <= 64 tokens, k experts each, in one
+ * block: counts and token masks per expert, scans by one warp, then each
+ * (token, pick) finds its compact row from the mask (tokens in increasing
+ * order) and its place among the token's picks (experts in increasing order). */
+__global__ void k_moe_plan(int32_t *plan, const int32_t *ids, int64_t is, const float *wts, int64_t wst, int32_t n,
+                           int32_t k, int32_t E, int32_t max_act)
+{
+    __shared__ int32_t cnt[MOE_MAX_EXPERT], start[MOE_MAX_EXPERT];
+    __shared__ unsigned long long mask[MOE_MAX_EXPERT];
+    const int tid = threadIdx.x, nk = n * k;
+    int32_t *rows = plan + MOE_PLAN_ROWS(max_act), *tpos = rows + nk;
+    float *tw = (float *)(tpos + nk);
+    for (int e = tid; e < E; e += blockDim.x) {
+        cnt[e] = 0;
+        mask[e] = 0;
+    }
+    __syncthreads();
+    for (int i = tid; i < nk; i += blockDim.x) {
+        const int r = i / k, e = ids[r * is + i % k];
+        atomicAdd(&cnt[e], 1);
+        atomicOr(&mask[e], 1ull << r);
+    }
+    __syncthreads();
+    if (tid < 32) {
+        const int per = (E + 31) / 32, e0 = tid * per, e1 = min(E, e0 + per);
+        int rs = 0, as = 0;
+        for (int e = e0; e < e1; e++) {
+            rs += cnt[e];
+            as += cnt[e] > 0;
+        }
+        int ri = rs, ai = as;
+        for (int o = 1; o < 32; o <<= 1) {
+            const int rv = __shfl_up_sync(0xffffffffu, ri, o), av = __shfl_up_sync(0xffffffffu, ai, o);
+            if (tid >= o) {
+                ri += rv;
+                ai += av;
+            }
+        }
+        int pos = ri - rs, slot = ai - as;
+        for (int e = e0; e < e1; e++) {
+            start[e] = pos;
+            if (cnt[e] > 0) {
+                plan[MOE_PLAN_EXPERT + slot] = e;
+                plan[MOE_PLAN_BEG(max_act) + slot] = pos;
+                slot++;
+            }
+            pos += cnt[e];
+        }
+        if (tid == 31) {
+            plan[0] = ai;
+            plan[MOE_PLAN_BEG(max_act) + ai] = nk;
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < nk; i += blockDim.x) {
+        const int r = i / k;
+        const int32_t *id = ids + r * is;
+        const int e = id[i % k];
+        const int p = start[e] + __popcll(mask[e] & ((1ull << r) - 1));
+        int order = 0;
+        for (int j = 0; j < k; j++)
+            order += id[j] < e;
+        rows[p] = r;
+        tpos[r * k + order] = p;
+        tw[r * k + order] = wts[r * wst + i % k];
+    }
+}
+
+/* out[r] = sum over r's picks, in increasing expert order, of weight * y[row] */
+__global__ void k_moe_combine(float *out, int64_t os, const float *y, int64_t ys, const int32_t *tpos, const float *tw,
+                              int32_t k, int64_t cols)
+{
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
+    if (c >= cols)
+        return;
+    float o = 0.0f;
+    for (int32_t j = 0; j < k; j++)
+        o += tw[r * k + j] * y[(int64_t)tpos[r * k + j] * ys + c];
+    out[r * os + c] = o;
+}
+
+/* The layer's table of expert weights on the device (built or rebuilt
+ * while the forward waits on the host), or NULL when the experts do not
+ * suit the grouped product (dtype, strides, alignment) or on failure. */
+static const uint16_t **moe_table_get(struct cuda_backend *c, const struct moe_experts *ex)
+{
+    const int32_t E = ex->n_expert;
+    const struct tensor *mats[3] = {ex->gate, ex->up, ex->down};
+    for (int m = 0; m < 3; m++)
+        for (int32_t e = 0; mats[m] && e < E; e++) {
+            const struct tensor *t = &mats[m][e];
+            if (t->type != DT_BF16 || t->row_stride != mats[m][0].row_stride || t->row_stride % 8 != 0 ||
+                ((uintptr_t)t->data & 15) != 0)
+                return NULL;
+        }
+    struct moe_table *tab = NULL;
+    for (int32_t i = 0; i < c->n_moe_tabs && !tab; i++)
+        if (c->moe_tabs[i].up == ex->up && c->moe_tabs[i].n_expert == E)
+            tab = &c->moe_tabs[i];
+    bool same = tab != NULL;
+    for (int m = 0; m < 3 && same; m++)
+        for (int32_t e = 0; e < E && same; e++)
+            same = tab->host[m * E + e] == (mats[m] ? mats[m][e].data : NULL);
+    if (same)
+        return tab->dev;
+    cuda_host_wait(c);
+    if (!tab) {
+        struct moe_table *grown =
+            (struct moe_table *)realloc(c->moe_tabs, (size_t)(c->n_moe_tabs + 1) * sizeof *grown);
+        if (!grown) {
+            c->failed = true;
+            err_set("cuda: out of memory");
+            return NULL;
+        }
+        c->moe_tabs = grown;
+        tab = &grown[c->n_moe_tabs++];
+        tab->up = ex->up;
+        tab->n_expert = E;
+        tab->host = (const void **)calloc((size_t)3 * E, sizeof(void *));
+        tab->dev = NULL;
+        if (!tab->host || CUDA_CHECK(c, cudaMalloc((void **)&tab->dev, (size_t)3 * E * sizeof(void *))) != 0) {
+            c->failed = true;
+            err_set("cuda: out of memory for the expert table");
+            return NULL;
+        }
+    }
+    for (int m = 0; m < 3; m++)
+        for (int32_t e = 0; e < E; e++)
+            tab->host[m * E + e] = mats[m] ? mats[m][e].data : NULL;
+    if (CUDA_CHECK(c, cudaMemcpyAsync(tab->dev, tab->host, (size_t)3 * E * sizeof(void *), cudaMemcpyHostToDevice,
+                                      c->stream)) != 0 ||
+        CUDA_CHECK(c, cudaStreamSynchronize(c->stream)) != 0)
+        return NULL;
+    return tab->dev;
+}
+
+void cuda_moe_tables_free(struct cuda_backend *c)
+{
+    for (int32_t i = 0; i < c->n_moe_tabs; i++) {
+        free(c->moe_tabs[i].host);
+        cudaFree(c->moe_tabs[i].dev);
+    }
+    free(c->moe_tabs);
+    c->moe_tabs = NULL;
+    c->n_moe_tabs = 0;
+}
+
+void cuda_moe_ffn(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
+                  const struct tensor *weights, const struct moe_experts *ex, struct tensor *ws)
+{
+    struct cuda_backend *c = cuda_of(be);
+    const int64_t n = x->n_rows, hidden = x->n_cols, inter = ex->up[0].n_rows;
+    const int32_t k = (int32_t)ids->n_cols, E = ex->n_expert;
+    assert(ws->n_rows >= n && ws->n_cols >= hidden + 2 * inter && E <= MOE_MAX_EXPERT);
+    if (cuda_op_skip(c) || n == 0)
+        return;
+    const bool small = n <= CUDA_SMALL_N && hidden % 8 == 0 && inter % 8 == 0 && x->row_stride % 4 == 0 &&
+                       ((uintptr_t)x->data & 15) == 0;
+    const uint16_t **tab = small ? moe_table_get(c, ex) : NULL;
+    if (c->failed)
+        return;
+    if (!tab) {
+        moe_ffn_host(be, out, x, ids, weights, ex, ws);
+        return;
+    }
+    const int32_t nk = (int32_t)n * k, max_act = nk < E ? nk : E;
+    const size_t plan_bytes = ((size_t)MOE_PLAN_ROWS(max_act) + 3 * (size_t)nk) * 4, plan_pad = (plan_bytes + 15) & ~(size_t)15;
+    char *buf = (char *)cuda_scratch(c, SCR_MOE, plan_pad + (size_t)nk * (2 * inter + hidden) * sizeof(float));
+    if (!buf)
+        return;
+    int32_t *plan = (int32_t *)buf;
+    float *g = (float *)(buf + plan_pad), *u = g + (int64_t)nk * inter, *y = u + (int64_t)nk * inter;
+    k_moe_plan<<<1, MOE_PLAN_THREADS, 0, c->stream>>>(plan, (const int32_t *)ids->data, ids->row_stride,
+                                                      (const float *)weights->data, weights->row_stride, (int32_t)n, k,
+                                                      E, max_act);
+    if (CUDA_LAUNCHED(c) != 0)
+        return;
+    struct mm_group grp = {};
+    grp.plan = plan;
+    grp.max_act = max_act;
+    grp.n_pos = nk;
+    grp.n_max = (int32_t)n;
+    grp.fill_slots = k;
+    grp.gather = true;
+    grp.ws = ex->up[0].row_stride;
+    const struct mm_fused none = {MM_PRE_NONE, NULL, 0.0f, NULL, false, NULL, NULL};
+    const int64_t gate_stride = ex->gate ? ex->gate[0].row_stride : grp.ws;
+    assert(gate_stride == grp.ws && ex->down[0].n_rows == hidden);
+    if (ex->gate) {
+        float *const gu[2] = {g, u};
+        grp.w[0] = tab;
+        grp.w[1] = tab + E;
+        grp.M[0] = grp.M[1] = (int32_t)inter;
+        cuda_matmul_grouped(c, &grp, 2, gu, inter, (const float *)x->data, x->row_stride, (int32_t)hidden, &none);
+    } else {
+        grp.w[0] = tab + E;
+        grp.M[0] = (int32_t)inter;
+        cuda_matmul_grouped(c, &grp, 1, &u, inter, (const float *)x->data, x->row_stride, (int32_t)hidden, &none);
+    }
+    const struct tensor ut = {DT_F32, nk, inter, inter, u, false};
+    struct mm_fused act = none;
+    act.pre = ex->gate ? MM_PRE_SWIGLU : MM_PRE_RELU2;
+    act.up = &ut;
+    grp.gather = false;
+    grp.w[0] = tab + 2 * E;
+    grp.ws = ex->down[0].row_stride;
+    grp.M[0] = (int32_t)hidden;
+    cuda_matmul_grouped(c, &grp, 1, &y, hidden, ex->gate ? g : u, inter, (int32_t)inter, &act);
+    const int32_t *tpos = plan + MOE_PLAN_ROWS(max_act) + nk;
+    k_moe_combine<<<dim3(cdiv(hidden, 256), (unsigned)n), 256, 0, c->stream>>>(
+        (float *)out->data, out->row_stride, y, hidden, tpos, (const float *)(tpos + nk), k, hidden);
+    CUDA_LAUNCHED(c);
 }
