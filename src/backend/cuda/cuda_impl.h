@@ -122,11 +122,18 @@ void cuda_relu2(struct backend *be, struct tensor *x);
 void cuda_permute_cols(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *map);
 void cuda_rmsnorm_gated(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *z,
                         const struct tensor *w, float eps, int64_t group, bool gate_first);
-/* out[i] = y[i] scaled by w[i] added into out rows rows[i] (MoE combine), i < n */
-void cuda_scatter_add(struct cuda_backend *c, struct tensor *out, const struct tensor *y, const int32_t *rows,
-                      const float *w, int32_t n);
+/* out[i] = x[rows[i]], i < n */
 void cuda_gather_rows(struct cuda_backend *c, struct tensor *out, const struct tensor *x, const int32_t *rows,
                       int32_t n);
+
+/* Row rows[i] of x (row i when rows is NULL), i < n, as dense bf16 hi [n][K]
+ * and, when lo is not NULL, the rounding left over lo = x - hi. */
+void cuda_split_bf16(struct cuda_backend *c, const float *x, int64_t xs, const int32_t *rows, int64_t n, int64_t K,
+                     __nv_bfloat16 *hi, __nv_bfloat16 *lo);
+/* out [n][M] (os apart) = beta * out + x [n][K] (dense bf16) . w [M][K]^T
+ * (bf16, ws apart) on cuBLAS, fp32 accumulation; -1 (failure recorded) on error. */
+int cuda_gemm_bf16(struct cuda_backend *c, float *out, int64_t os, const __nv_bfloat16 *x, int64_t n, int64_t K,
+                   const void *w, int64_t ws, int64_t M, float beta);
 
 /* The routing plan of a MoE layer on the device (int32, see moe.cu): the
  * number of active experts, their ids in increasing order, where each one's

@@ -325,18 +325,48 @@ __global__ void k_mm_simt(const float *__restrict__ x, int64_t xs, int32_t n, co
         out[(int64_t)t * os + r] = acc;
 }
 
-/* x -> hi (and lo = x - hi when lo is not NULL) as dense bf16 [n][K]. */
-__global__ void k_split_bf16(const float *__restrict__ x, int64_t xs, int32_t n, int32_t K, __nv_bfloat16 *hi,
-                             __nv_bfloat16 *lo)
+/* Row rows[i] of x (row i when rows is NULL) -> hi (and lo = x - hi when lo
+ * is not NULL) as dense bf16 [n][K]. */
+__global__ void k_split_bf16(const float *__restrict__ x, int64_t xs, const int32_t *rows, int32_t n, int32_t K,
+                             __nv_bfloat16 *hi, __nv_bfloat16 *lo)
 {
     const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= (int64_t)n * K)
         return;
-    const float v = x[(e / K) * xs + e % K];
+    const int64_t r = e / K;
+    const float v = x[(rows ? rows[r] : r) * xs + e % K];
     const __nv_bfloat16 h = __float2bfloat16_rn(v);
     hi[e] = h;
     if (lo)
         lo[e] = __float2bfloat16_rn(v - __bfloat162float(h));
+}
+
+void cuda_split_bf16(struct cuda_backend *c, const float *x, int64_t xs, const int32_t *rows, int64_t n, int64_t K,
+                     __nv_bfloat16 *hi, __nv_bfloat16 *lo)
+{
+    if (cuda_op_skip(c) || n == 0)
+        return;
+    k_split_bf16<<<cdiv(n * K, 256), 256, 0, c->stream>>>(x, xs, rows, (int32_t)n, (int32_t)K, hi, lo);
+    CUDA_LAUNCHED(c);
+}
+
+int cuda_gemm_bf16(struct cuda_backend *c, float *out, int64_t os, const __nv_bfloat16 *x, int64_t n, int64_t K,
+                   const void *w, int64_t ws, int64_t M, float beta)
+{
+    if (cuda_op_skip(c) || n == 0)
+        return c->failed ? -1 : 0;
+    const float one = 1.0f;
+    const cublasStatus_t st = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)M, (int)n, (int)K, &one, w,
+                                           CUDA_R_16BF, (int)ws, x, CUDA_R_16BF, (int)K, &beta, out, CUDA_R_32F,
+                                           (int)os, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        return 0;
+    if (!c->failed) {
+        c->failed = true;
+        err_set("cuda: cublasGemmEx [%lld x %lld] x [%lld x %lld]^T failed (status %d)", (long long)n, (long long)K,
+                (long long)M, (long long)K, (int)st);
+    }
+    return -1;
 }
 
 static void mm_blas(struct cuda_backend *c, struct tensor *out, const struct tensor *x, const struct tensor *w)
@@ -347,23 +377,9 @@ static void mm_blas(struct cuda_backend *c, struct tensor *out, const struct ten
     if (!hi)
         return;
     __nv_bfloat16 *lo = c->precise ? hi + half : NULL;
-    k_split_bf16<<<cdiv((int64_t)half, 256), 256, 0, c->stream>>>((const float *)x->data, x->row_stride,
-                                                                    (int32_t)n, (int32_t)K, hi, lo);
-    if (CUDA_LAUNCHED(c) != 0)
-        return;
-    const float one = 1.0f, zero = 0.0f;
-    for (int pass = 0; pass < (lo ? 2 : 1); pass++) {
-        cublasStatus_t st = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)M, (int)n, (int)K, &one, w->data,
-                                         CUDA_R_16BF, (int)w->row_stride, pass ? lo : hi, CUDA_R_16BF, (int)K,
-                                         pass ? &one : &zero, out->data, CUDA_R_32F, (int)out->row_stride,
-                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        if (st != CUBLAS_STATUS_SUCCESS && !c->failed) {
-            c->failed = true;
-            err_set("cuda: cublasGemmEx [%lld x %lld] x [%lld x %lld]^T failed (status %d)", (long long)n,
-                    (long long)K, (long long)M, (long long)K, (int)st);
-            return;
-        }
-    }
+    cuda_split_bf16(c, (const float *)x->data, x->row_stride, NULL, n, K, hi, lo);
+    if (cuda_gemm_bf16(c, (float *)out->data, out->row_stride, hi, n, K, w->data, w->row_stride, M, 0.0f) == 0 && lo)
+        cuda_gemm_bf16(c, (float *)out->data, out->row_stride, lo, n, K, w->data, w->row_stride, M, 1.0f);
 }
 
 int cuda_matmul_init(struct cuda_backend *c)

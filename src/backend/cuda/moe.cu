@@ -171,74 +171,117 @@ void cuda_moe_route(struct backend *be, struct tensor *ids, struct tensor *weigh
     CUDA_LAUNCHED(c);
 }
 
-/* The experts one by one over token lists built on the host. */
+/* out[r] = sum over r's picks, in increasing expert order, of weight * y[row] */
+__global__ void k_moe_combine(float *out, int64_t os, const float *y, int64_t ys, const int32_t *tpos, const float *tw,
+                              int32_t k, int64_t cols)
+{
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
+    if (c >= cols)
+        return;
+    float o = 0.0f;
+    for (int32_t j = 0; j < k; j++)
+        o += tw[r * k + j] * y[(int64_t)tpos[r * k + j] * ys + c];
+    out[r * os + c] = o;
+}
+
+static void moe_combine(struct cuda_backend *c, struct tensor *out, const float *y, const int32_t *tpos,
+                        const float *tw, int32_t k)
+{
+    k_moe_combine<<<dim3(cdiv(out->n_cols, 256), (unsigned)out->n_rows), 256, 0, c->stream>>>(
+        (float *)out->data, out->row_stride, y, out->n_cols, tpos, tw, k, out->n_cols);
+    CUDA_LAUNCHED(c);
+}
+
+/* Larger batches: the plan built on the host (ids copied back), the rows of
+ * all experts gathered at once into one compact list, each expert's
+ * products over its slice of it (any weight dtype, cuBLAS for long slices),
+ * the activation and the combine over the whole list. */
 static void moe_ffn_host(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
-                         const struct tensor *weights, const struct moe_experts *ex, struct tensor *ws)
+                         const struct tensor *weights, const struct moe_experts *ex)
 {
     struct cuda_backend *c = cuda_of(be);
     const int64_t n = x->n_rows, hidden = x->n_cols, inter = ex->up[0].n_rows;
     const int32_t k = (int32_t)ids->n_cols, E = ex->n_expert;
+    const int64_t nk = n * k;
     cuda_host_wait(c);
-    /* host: ids and weights back, then each expert's token list and weights */
-    const size_t nk = (size_t)(n * k);
-    int32_t *hid = (int32_t *)malloc(nk * sizeof(int32_t) * 2 + (size_t)(E + 1) * sizeof(int32_t) +
-                                     nk * (sizeof(int32_t) + sizeof(float)));
+    /* host: ids [nk], weights [nk], starts [E+1] and fill [E], then uploaded
+     * together: rows [nk], token rows [nk] and weights [nk] (MOE_PLAN_* order) */
+    int32_t *hid = (int32_t *)malloc((size_t)(2 * nk + 2 * E + 1 + 3 * nk + n) * sizeof(int32_t));
     if (!hid) {
         c->failed = true;
         err_set("cuda: out of memory");
         return;
     }
     float *hw = (float *)(hid + nk);
-    int32_t *start = (int32_t *)(hw + nk), *rows = start + E + 1;
-    float *wt = (float *)(rows + nk);
+    int32_t *start = (int32_t *)(hw + nk), *fill = start + E + 1, *up = fill + E;
+    int32_t *rows = up, *tpos = rows + nk, *tcnt = tpos + 2 * nk;
+    float *tw = (float *)(tpos + nk);
+    char *buf = NULL;
     if (CUDA_CHECK(c, cudaMemcpy2DAsync(hid, (size_t)k * 4, ids->data, (size_t)ids->row_stride * 4, (size_t)k * 4,
                                         (size_t)n, cudaMemcpyDeviceToHost, c->stream)) != 0 ||
         CUDA_CHECK(c, cudaMemcpy2DAsync(hw, (size_t)k * 4, weights->data, (size_t)weights->row_stride * 4,
                                         (size_t)k * 4, (size_t)n, cudaMemcpyDeviceToHost, c->stream)) != 0 ||
         CUDA_CHECK(c, cudaStreamSynchronize(c->stream)) != 0)
         goto done;
+    /* counting sort by expert, tokens in increasing order within each */
+    memset(fill, 0, (size_t)E * sizeof(int32_t));
+    for (int64_t i = 0; i < nk; i++) {
+        assert(hid[i] >= 0 && hid[i] < E);
+        fill[hid[i]]++;
+    }
+    start[0] = 0;
+    for (int32_t e = 0; e < E; e++) {
+        start[e + 1] = start[e] + fill[e];
+        fill[e] = start[e];
+    }
+    for (int64_t i = 0; i < nk; i++) {
+        const int32_t p = fill[hid[i]]++;
+        rows[p] = (int32_t)(i / k);
+        tw[p] = hw[i];
+    }
+    /* each token's rows in increasing expert order: the order of the list */
+    memset(tcnt, 0, (size_t)n * sizeof(int32_t));
+    for (int32_t p = 0; p < (int32_t)nk; p++)
+        hid[rows[p] * k + tcnt[rows[p]]++] = p;
+    for (int64_t i = 0; i < nk; i++) {
+        tpos[i] = hid[i];
+        hw[i] = tw[hid[i]];
+    }
+    memcpy(tw, hw, (size_t)nk * sizeof(float));
     {
-        int32_t m = 0;
-        for (int32_t e = 0; e < E; e++) {
-            start[e] = m;
-            for (int64_t r = 0; r < n; r++)
-                for (int32_t j = 0; j < k; j++)
-                    if (hid[r * k + j] == e) {
-                        rows[m] = (int32_t)r;
-                        wt[m++] = hw[r * k + j];
-                    }
-        }
-        start[E] = m;
-        int32_t *d_rows = (int32_t *)cuda_scratch(c, SCR_REC, nk * (sizeof(int32_t) + sizeof(float)));
-        if (!d_rows)
+        const size_t list_bytes = ((size_t)3 * nk * 4 + 15) & ~(size_t)15;
+        buf = (char *)cuda_scratch(c, SCR_MOE, list_bytes + (size_t)nk * (2 * inter + 2 * hidden) * sizeof(float));
+        if (!buf || CUDA_CHECK(c, cudaMemcpyAsync(buf, up, (size_t)3 * nk * 4, cudaMemcpyHostToDevice, c->stream)) != 0)
             goto done;
-        float *d_wt = (float *)(d_rows + nk);
-        if (CUDA_CHECK(c, cudaMemcpyAsync(d_rows, rows, nk * sizeof(int32_t), cudaMemcpyHostToDevice, c->stream)) != 0 ||
-            CUDA_CHECK(c, cudaMemcpyAsync(d_wt, wt, nk * sizeof(float), cudaMemcpyHostToDevice, c->stream)) != 0 ||
-            CUDA_CHECK(c, cudaMemset2DAsync(out->data, (size_t)out->row_stride * 4, 0, (size_t)hidden * 4, (size_t)n,
-                                            c->stream)) != 0)
-            goto done;
+        const int32_t *d_rows = (const int32_t *)buf, *d_tpos = d_rows + nk;
+        float *xc = (float *)(buf + list_bytes), *g = xc + nk * hidden, *u = g + nk * inter, *y = u + nk * inter;
+        struct tensor X = {DT_F32, nk, hidden, hidden, xc, false}, G = {DT_F32, nk, inter, inter, g, false};
+        struct tensor U = {DT_F32, nk, inter, inter, u, false}, Y = {DT_F32, nk, hidden, hidden, y, false};
+        cuda_gather_rows(c, &X, x, d_rows, (int32_t)nk);
         for (int32_t e = 0; e < E; e++) {
-            const int32_t me = start[e + 1] - start[e];
+            const int64_t me = start[e + 1] - start[e];
             if (me == 0)
                 continue;
-            struct tensor xe = {DT_F32, me, hidden, ws->row_stride, ws->data, false};
-            struct tensor ge = xe, ue = xe;
-            ge.n_cols = ue.n_cols = inter;
-            ge.data = (float *)ws->data + hidden;
-            ue.data = (float *)ws->data + hidden + inter;
-            cuda_gather_rows(c, &xe, x, d_rows + start[e], me);
+            struct tensor xe = tensor_rows(&X, start[e], me), ue = tensor_rows(&U, start[e], me);
             cuda_matmul(be, &ue, &xe, &ex->up[e]);
             if (ex->gate) {
+                struct tensor ge = tensor_rows(&G, start[e], me);
                 cuda_matmul(be, &ge, &xe, &ex->gate[e]);
-                cuda_swiglu(be, &ue, &ge, &ue);
-            } else {
-                cuda_relu2(be, &ue);
             }
-            cuda_matmul(be, &xe, &ue, &ex->down[e]);
-            cuda_scatter_add(c, out, &xe, d_rows + start[e], d_wt + start[e], me);
         }
-        /* the host lists must outlive the copies above */
+        if (ex->gate)
+            cuda_swiglu(be, &U, &G, &U);
+        else
+            cuda_relu2(be, &U);
+        for (int32_t e = 0; e < E; e++) {
+            const int64_t me = start[e + 1] - start[e];
+            if (me == 0)
+                continue;
+            struct tensor ue = tensor_rows(&U, start[e], me), ye = tensor_rows(&Y, start[e], me);
+            cuda_matmul(be, &ye, &ue, &ex->down[e]);
+        }
+        moe_combine(c, out, y, d_tpos, (const float *)(d_tpos + nk), k);
+        /* the host lists must outlive the copy above */
         CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
     }
 done:
@@ -311,19 +354,6 @@ __global__ void k_moe_plan(int32_t *plan, const int32_t *ids, int64_t is, const 
         tpos[r * k + order] = p;
         tw[r * k + order] = wts[r * wst + i % k];
     }
-}
-
-/* out[r] = sum over r's picks, in increasing expert order, of weight * y[row] */
-__global__ void k_moe_combine(float *out, int64_t os, const float *y, int64_t ys, const int32_t *tpos, const float *tw,
-                              int32_t k, int64_t cols)
-{
-    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
-    if (c >= cols)
-        return;
-    float o = 0.0f;
-    for (int32_t j = 0; j < k; j++)
-        o += tw[r * k + j] * y[(int64_t)tpos[r * k + j] * ys + c];
-    out[r * os + c] = o;
 }
 
 /* The layer's table of expert weights on the device (built or rebuilt
@@ -407,7 +437,7 @@ void cuda_moe_ffn(struct backend *be, struct tensor *out, const struct tensor *x
     if (c->failed)
         return;
     if (!tab) {
-        moe_ffn_host(be, out, x, ids, weights, ex, ws);
+        moe_ffn_host(be, out, x, ids, weights, ex);
         return;
     }
     const int32_t nk = (int32_t)n * k, max_act = nk < E ? nk : E;
@@ -454,7 +484,5 @@ void cuda_moe_ffn(struct backend *be, struct tensor *out, const struct tensor *x
     grp.M[0] = (int32_t)hidden;
     cuda_matmul_grouped(c, &grp, 1, &y, hidden, ex->gate ? g : u, inter, (int32_t)inter, &act);
     const int32_t *tpos = plan + MOE_PLAN_ROWS(max_act) + nk;
-    k_moe_combine<<<dim3(cdiv(hidden, 256), (unsigned)n), 256, 0, c->stream>>>(
-        (float *)out->data, out->row_stride, y, hidden, tpos, (const float *)(tpos + nk), k, hidden);
-    CUDA_LAUNCHED(c);
+    moe_combine(c, out, y, tpos, (const float *)(tpos + nk), k);
 }

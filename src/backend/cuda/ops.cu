@@ -319,28 +319,6 @@ void cuda_gather_rows(struct cuda_backend *c, struct tensor *out, const struct t
     CUDA_LAUNCHED(c);
 }
 
-/* out[rows[j]] += w[j] * y[j], one row j after another so that a row routed to
- * several of the batch's entries adds them in order */
-__global__ void k_scatter_add(float *out, int64_t os, const float *y, int64_t ys, const int32_t *rows,
-                              const float *w, int32_t n, int64_t cols)
-{
-    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cols)
-        return;
-    for (int32_t j = 0; j < n; j++)
-        out[(int64_t)rows[j] * os + c] += w[j] * y[(int64_t)j * ys + c];
-}
-
-void cuda_scatter_add(struct cuda_backend *c, struct tensor *out, const struct tensor *y, const int32_t *rows,
-                      const float *w, int32_t n)
-{
-    if (cuda_op_skip(c) || n == 0)
-        return;
-    k_scatter_add<<<cdiv(y->n_cols, EW_THREADS), EW_THREADS, 0, c->stream>>>(
-        (float *)out->data, out->row_stride, (const float *)y->data, y->row_stride, rows, w, n, y->n_cols);
-    CUDA_LAUNCHED(c);
-}
-
 __global__ void k_permute(float *out, int64_t os, const float *x, int64_t xs, const int32_t *map, int64_t cols)
 {
     const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
