@@ -174,8 +174,9 @@ void test_cuda_matmul(void)
 }
 
 /* matmul_fused: every input op, with and without the residual add, one to
- * three weights, in one launch (n <= 64) and as separate pieces (n > 64);
- * then a row's fused result alone equals it inside a batch, bitwise. */
+ * three weights, in one launch (n <= 64) and as one pre kernel and a GEMM
+ * per weight (n > 64); then a row's fused result alone equals it inside a
+ * batch, bitwise. */
 void test_cuda_matmul_fused(void)
 {
     struct both b;
@@ -483,9 +484,11 @@ void test_cuda_rowwise(void)
     both_close(&b);
 }
 
-/* Routing and experts against the cpu: 9 and 64 tokens take the grouped
- * products over the device-built plan (64: an expert may get every token),
- * 70 the host-built lists. Every routing mode, SwiGLU and relu^2 experts. */
+/* Routing and experts against the cpu: with bf16 experts, 9 and 64 tokens
+ * take the grouped products over the device-built plan (64: an expert may
+ * get every token), 70 the bf16 cuBLAS products over host-built lists; f16
+ * experts the plain products per expert. Every routing mode, SwiGLU and
+ * relu^2 experts. */
 void test_cuda_moe(void)
 {
     struct both b;
@@ -493,7 +496,7 @@ void test_cuda_moe(void)
         return both_close(&b);
     const int32_t n_max = 70, E = 16, k = 4, hid = 64, inter = 40;
     struct pair lg, bias, x, out, ws, ids, wts;
-    struct pair gate[16], up[16], down[16];
+    struct pair gate[2][16], up[2][16], down[2][16];
     pair_make(&b, &lg, DT_F32, n_max, E, 2.0f);
     pair_make(&b, &bias, DT_F32, 1, E, 0.5f);
     pair_make(&b, &x, DT_F32, n_max, hid, 1.0f);
@@ -501,45 +504,52 @@ void test_cuda_moe(void)
     pair_make(&b, &ws, DT_F32, n_max, hid + 2 * inter, 0.0f);
     pair_make(&b, &ids, DT_I32, n_max, k, 0.0f);
     pair_make(&b, &wts, DT_F32, n_max, k, 0.0f);
-    struct tensor gc[16], gg[16], uc[16], ug[16], dc[16], dg[16];
-    for (int e = 0; e < E; e++) {
-        pair_make(&b, &gate[e], DT_BF16, inter, hid, 0.3f);
-        pair_make(&b, &up[e], DT_BF16, inter, hid, 0.3f);
-        pair_make(&b, &down[e], DT_BF16, hid, inter, 0.3f);
-        gc[e] = gate[e].c, gg[e] = gate[e].g, uc[e] = up[e].c, ug[e] = up[e].g, dc[e] = down[e].c, dg[e] = down[e].g;
-    }
-    const int32_t ns[] = {9, 64, 70};
-    for (int ni = 0; ni < 3; ni++)
-        for (int mode = 0; mode < 3; mode++) {
-            const int32_t n = ns[ni];
-            struct moe_routing rt = {.k = k, .sigmoid = mode > 0, .norm = mode != 1, .n_group = mode == 2 ? 4 : 1,
-                                     .topk_group = mode == 2 ? 2 : 1, .scale = mode == 2 ? 2.5f : 1.0f};
-            struct tensor lgc = tensor_rows(&lg.c, 0, n), lgg = tensor_rows(&lg.g, 0, n);
-            struct tensor idc = tensor_rows(&ids.c, 0, n), idg = tensor_rows(&ids.g, 0, n);
-            struct tensor wc = tensor_rows(&wts.c, 0, n), wg = tensor_rows(&wts.g, 0, n);
-            struct tensor xc = tensor_rows(&x.c, 0, n), xg = tensor_rows(&x.g, 0, n);
-            struct tensor oc = tensor_rows(&out.c, 0, n), og = tensor_rows(&out.g, 0, n);
-            rt.bias = mode == 2 ? &bias.c : NULL;
-            b.cpu->ops->moe_route(b.cpu, &idc, &wc, &lgc, &rt);
-            rt.bias = mode == 2 ? &bias.g : NULL;
-            b.gpu->ops->moe_route(b.gpu, &idg, &wg, &lgg, &rt);
-            int32_t ic[70 * 4], ig[70 * 4];
-            b.cpu->ops->read(b.cpu, &idc, 0, n, (float *)ic);
-            b.gpu->ops->read(b.gpu, &idg, 0, n, (float *)ig);
-            CHECK(memcmp(ic, ig, (size_t)n * k * sizeof(int32_t)) == 0, "moe_route n %d mode %d: ids differ", n, mode);
-            double e = pair_err(&b, &wts);
-            CHECK(e < 1e-6, "moe_route n %d mode %d: weights err %.3g", n, mode, e);
-            struct moe_experts exc = {E, mode == 1 ? NULL : gc, uc, dc}, exg = {E, mode == 1 ? NULL : gg, ug, dg};
-            b.cpu->ops->moe_ffn(b.cpu, &oc, &xc, &idc, &wc, &exc, &ws.c);
-            b.gpu->ops->moe_ffn(b.gpu, &og, &xg, &idg, &wg, &exg, &ws.g);
-            e = pair_err(&b, &out);
-            CHECK(e < 2e-5, "moe_ffn n %d mode %d: err %.3g", n, mode, e);
+    struct tensor gc[2][16], gg[2][16], uc[2][16], ug[2][16], dc[2][16], dg[2][16];
+    for (int t = 0; t < 2; t++)
+        for (int e = 0; e < E; e++) {
+            const enum dtype dt = t ? DT_F16 : DT_BF16;
+            pair_make(&b, &gate[t][e], dt, inter, hid, 0.3f);
+            pair_make(&b, &up[t][e], dt, inter, hid, 0.3f);
+            pair_make(&b, &down[t][e], dt, hid, inter, 0.3f);
+            gc[t][e] = gate[t][e].c, gg[t][e] = gate[t][e].g, uc[t][e] = up[t][e].c, ug[t][e] = up[t][e].g;
+            dc[t][e] = down[t][e].c, dg[t][e] = down[t][e].g;
         }
-    for (int e = 0; e < E; e++) {
-        pair_free(&b, &gate[e]);
-        pair_free(&b, &up[e]);
-        pair_free(&b, &down[e]);
-    }
+    const int32_t ns[] = {9, 64, 70};
+    for (int t = 0; t < 2; t++)
+        for (int ni = 0; ni < 3; ni++)
+            for (int mode = 0; mode < 3; mode++) {
+                const int32_t n = ns[ni];
+                struct moe_routing rt = {.k = k, .sigmoid = mode > 0, .norm = mode != 1, .n_group = mode == 2 ? 4 : 1,
+                                         .topk_group = mode == 2 ? 2 : 1, .scale = mode == 2 ? 2.5f : 1.0f};
+                struct tensor lgc = tensor_rows(&lg.c, 0, n), lgg = tensor_rows(&lg.g, 0, n);
+                struct tensor idc = tensor_rows(&ids.c, 0, n), idg = tensor_rows(&ids.g, 0, n);
+                struct tensor wc = tensor_rows(&wts.c, 0, n), wg = tensor_rows(&wts.g, 0, n);
+                struct tensor xc = tensor_rows(&x.c, 0, n), xg = tensor_rows(&x.g, 0, n);
+                struct tensor oc = tensor_rows(&out.c, 0, n), og = tensor_rows(&out.g, 0, n);
+                rt.bias = mode == 2 ? &bias.c : NULL;
+                b.cpu->ops->moe_route(b.cpu, &idc, &wc, &lgc, &rt);
+                rt.bias = mode == 2 ? &bias.g : NULL;
+                b.gpu->ops->moe_route(b.gpu, &idg, &wg, &lgg, &rt);
+                int32_t ic[70 * 4], ig[70 * 4];
+                b.cpu->ops->read(b.cpu, &idc, 0, n, (float *)ic);
+                b.gpu->ops->read(b.gpu, &idg, 0, n, (float *)ig);
+                CHECK(memcmp(ic, ig, (size_t)n * k * sizeof(int32_t)) == 0, "moe_route n %d mode %d: ids differ", n,
+                      mode);
+                double e = pair_err(&b, &wts);
+                CHECK(e < 1e-6, "moe_route n %d mode %d: weights err %.3g", n, mode, e);
+                struct moe_experts exc = {E, mode == 1 ? NULL : gc[t], uc[t], dc[t]};
+                struct moe_experts exg = {E, mode == 1 ? NULL : gg[t], ug[t], dg[t]};
+                b.cpu->ops->moe_ffn(b.cpu, &oc, &xc, &idc, &wc, &exc, &ws.c);
+                b.gpu->ops->moe_ffn(b.gpu, &og, &xg, &idg, &wg, &exg, &ws.g);
+                e = pair_err(&b, &out);
+                CHECK(e < 2e-5, "moe_ffn %s n %d mode %d: err %.3g", t ? "f16" : "bf16", n, mode, e);
+            }
+    for (int t = 0; t < 2; t++)
+        for (int e = 0; e < E; e++) {
+            pair_free(&b, &gate[t][e]);
+            pair_free(&b, &up[t][e]);
+            pair_free(&b, &down[t][e]);
+        }
     struct pair *all[] = {&lg, &bias, &x, &out, &ws, &ids, &wts};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         pair_free(&b, all[i]);

@@ -130,6 +130,10 @@ void cuda_gather_rows(struct cuda_backend *c, struct tensor *out, const struct t
  * and, when lo is not NULL, the rounding left over lo = x - hi. */
 void cuda_split_bf16(struct cuda_backend *c, const float *x, int64_t xs, const int32_t *rows, int64_t n, int64_t K,
                      __nv_bfloat16 *hi, __nv_bfloat16 *lo);
+/* pre(x) of rows x [n][K] (see struct mm_fused: RMSNorm, SwiGLU with f->up,
+ * relu^2 or nothing) as dense bf16 hi and, when lo is not NULL, lo. */
+void cuda_pre_split(struct cuda_backend *c, const float *x, int64_t xs, int64_t n, int32_t K, const struct mm_fused *f,
+                    __nv_bfloat16 *hi, __nv_bfloat16 *lo);
 /* out [n][M] (os apart) = beta * out + x [n][K] (dense bf16) . w [M][K]^T
  * (bf16, ws apart) on cuBLAS, fp32 accumulation; -1 (failure recorded) on error. */
 int cuda_gemm_bf16(struct cuda_backend *c, float *out, int64_t os, const __nv_bfloat16 *x, int64_t n, int64_t K,

@@ -21,8 +21,10 @@
  * output (the residual). The kernel is launched as a programmatic dependent
  * of the one before it, so its first weight loads overlap that kernel's end.
  *
- * Larger bf16 products go to cuBLAS (activations rounded to bf16, or split
- * into two products when precise); other dtypes to a plain fp32 kernel. */
+ * Larger bf16 products go to cuBLAS: the input's pre applied and rounded to
+ * bf16 by one kernel (split into two products when precise), one GEMM per
+ * weight adding into the output when accumulating; other dtypes to a plain
+ * fp32 kernel. */
 #include "cuda_impl.h"
 
 #define MMV_WARPS 8
@@ -369,17 +371,79 @@ int cuda_gemm_bf16(struct cuda_backend *c, float *out, int64_t os, const __nv_bf
     return -1;
 }
 
-static void mm_blas(struct cuda_backend *c, struct tensor *out, const struct tensor *x, const struct tensor *w)
+/* One row per block: pre(x) as the plain ops compute it (RMSNorm over the
+ * row, SwiGLU with up, relu^2), rounded to bf16 hi and, when lo is not
+ * NULL, the rounding left over. */
+__global__ void k_pre_split(const float *__restrict__ x, int64_t xs, enum mm_pre pre, const void *norm,
+                            enum dtype norm_t, float eps, const float *__restrict__ up, int64_t us, int32_t K,
+                            __nv_bfloat16 *hi, __nv_bfloat16 *lo)
 {
-    const int64_t n = x->n_rows, K = x->n_cols, M = w->n_rows;
+    __shared__ float part[32];
+    const int64_t r = blockIdx.x;
+    const float *xr = x + r * xs;
+    float inv = 1.0f;
+    if (pre == MM_PRE_RMSNORM) {
+        float ss = 0.0f;
+        for (int32_t c = threadIdx.x; c < K; c += blockDim.x)
+            ss += xr[c] * xr[c];
+        ss = warp_sum(ss);
+        if ((threadIdx.x & 31) == 0)
+            part[threadIdx.x >> 5] = ss;
+        __syncthreads();
+        float tot = 0.0f;
+        for (unsigned k = 0; k < blockDim.x >> 5; k++)
+            tot += part[k];
+        inv = 1.0f / sqrtf(tot / (float)K + eps);
+    }
+    for (int32_t c = threadIdx.x; c < K; c += blockDim.x) {
+        float v = xr[c];
+        switch (pre) {
+        case MM_PRE_RMSNORM: v = dev_weight(norm, norm_t, c) * (v * inv); break;
+        case MM_PRE_SWIGLU: v = v / (1.0f + expf(-v)) * up[r * us + c]; break;
+        case MM_PRE_RELU2: v = v > 0.0f ? v * v : 0.0f; break;
+        default: break;
+        }
+        const __nv_bfloat16 h = __float2bfloat16_rn(v);
+        hi[r * K + c] = h;
+        if (lo)
+            lo[r * K + c] = __float2bfloat16_rn(v - __bfloat162float(h));
+    }
+}
+
+void cuda_pre_split(struct cuda_backend *c, const float *x, int64_t xs, int64_t n, int32_t K, const struct mm_fused *f,
+                    __nv_bfloat16 *hi, __nv_bfloat16 *lo)
+{
+    if (cuda_op_skip(c) || n == 0)
+        return;
+    k_pre_split<<<(unsigned)n, 512, 0, c->stream>>>(
+        x, xs, f->pre, f->pre == MM_PRE_RMSNORM ? f->norm->data : NULL,
+        f->pre == MM_PRE_RMSNORM ? f->norm->type : DT_F32, f->eps,
+        f->pre == MM_PRE_SWIGLU ? (const float *)f->up->data : NULL, f->pre == MM_PRE_SWIGLU ? f->up->row_stride : 0,
+        K, hi, lo);
+    CUDA_LAUNCHED(c);
+}
+
+/* Prefill products on cuBLAS: the input's pre applied and rounded to bf16
+ * once (hi, and lo when precise: a second product adds it), then one GEMM
+ * per weight, adding into out when accumulating. */
+static void mm_prefill(struct cuda_backend *c, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,
+                       const struct tensor *x, const struct mm_fused *f)
+{
+    const int64_t n = x->n_rows, K = x->n_cols;
     const size_t half = (size_t)(n * K);
     __nv_bfloat16 *hi = (__nv_bfloat16 *)cuda_scratch(c, SCR_BLAS, half * 2 * (c->precise ? 2 : 1));
     if (!hi)
         return;
     __nv_bfloat16 *lo = c->precise ? hi + half : NULL;
-    cuda_split_bf16(c, (const float *)x->data, x->row_stride, NULL, n, K, hi, lo);
-    if (cuda_gemm_bf16(c, (float *)out->data, out->row_stride, hi, n, K, w->data, w->row_stride, M, 0.0f) == 0 && lo)
-        cuda_gemm_bf16(c, (float *)out->data, out->row_stride, lo, n, K, w->data, w->row_stride, M, 1.0f);
+    cuda_pre_split(c, (const float *)x->data, x->row_stride, n, (int32_t)K, f, hi, lo);
+    for (int32_t i = 0; i < n_w; i++) {
+        float *o = (float *)out[i]->data;
+        const int64_t os = out[i]->row_stride, M = w[i]->n_rows;
+        if (cuda_gemm_bf16(c, o, os, hi, n, K, w[i]->data, w[i]->row_stride, M, f->accumulate ? 1.0f : 0.0f) != 0)
+            return;
+        if (lo && cuda_gemm_bf16(c, o, os, lo, n, K, w[i]->data, w[i]->row_stride, M, 1.0f) != 0)
+            return;
+    }
 }
 
 int cuda_matmul_init(struct cuda_backend *c)
@@ -531,7 +595,8 @@ static void mm_one(struct cuda_backend *c, struct tensor *out, const struct tens
         const struct mm_fused plain = {MM_PRE_NONE, NULL, 0.0f, NULL, false, NULL, NULL};
         mmv_launch(c, 1, &out, &w, x, &plain);
     } else if (mmv_fits(x, w)) {
-        mm_blas(c, out, x, w);
+        const struct mm_fused plain = {MM_PRE_NONE, NULL, 0.0f, NULL, false, NULL, NULL};
+        mm_prefill(c, 1, &out, &w, x, &plain);
     } else {
         k_mm_simt<<<dim3(cdiv(M, 16), cdiv(n, 16)), 256, 0, c->stream>>>((const float *)x->data, x->row_stride, n,
                                                                           w->data, w->type, w->row_stride, K, M,
@@ -550,16 +615,18 @@ void cuda_matmul_fused(struct backend *be, int32_t n_w, struct tensor *const *ou
         assert(x->n_cols == w[i]->n_cols && out[i]->n_rows == n && out[i]->n_cols == w[i]->n_rows);
     if (cuda_op_skip(c) || n == 0)
         return;
-    bool one_launch = n <= CUDA_SMALL_N;
+    bool bf16 = true;
     for (int32_t i = 0; i < n_w; i++)
-        one_launch = one_launch && mmv_fits(x, w[i]);
-    if (f->pre == MM_PRE_SWIGLU)
-        one_launch = one_launch && f->up->row_stride % 4 == 0 && ((uintptr_t)f->up->data & 15) == 0;
-    if (one_launch) {
+        bf16 = bf16 && mmv_fits(x, w[i]);
+    if (bf16 && n > CUDA_SMALL_N) {
+        mm_prefill(c, n_w, out, w, x, f);
+        return;
+    }
+    if (bf16 && (f->pre != MM_PRE_SWIGLU || (f->up->row_stride % 4 == 0 && ((uintptr_t)f->up->data & 15) == 0))) {
         mmv_launch(c, n_w, out, w, x, f);
         return;
     }
-    backend_matmul_pieces(be, n_w, out, w, x, f); /* prefill and odd shapes */
+    backend_matmul_pieces(be, n_w, out, w, x, f); /* odd shapes and dtypes */
 }
 
 void cuda_matmul(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w)

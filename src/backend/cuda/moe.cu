@@ -11,8 +11,10 @@
  * projections (with SwiGLU or relu^2 applied while staging), and a combine
  * kernel sums each token's rows. The expert weight pointers live in a table
  * on the device per layer, built the first time the layer runs. Larger
- * batches build the lists on the host (one small copy back per layer) and
- * run each expert as plain products. */
+ * batches build the same lists on the host (the ids copied back, a counting
+ * sort), gather every expert's rows at once, run each expert's products over
+ * its slice (bf16 experts: cuBLAS on inputs rounded to bf16 once) and the
+ * activation and combine over the whole list. */
 #include "cuda_impl.h"
 
 #include <math.h>
@@ -192,6 +194,50 @@ static void moe_combine(struct cuda_backend *c, struct tensor *out, const float 
     CUDA_LAUNCHED(c);
 }
 
+static bool moe_bf16(const struct moe_experts *ex);
+
+/* The products of one projection for every active expert e: rows
+ * start[e].. of the compact input xb (K apart, dense bf16) into out (M
+ * apart), one cuBLAS GEMM each. */
+static int moe_gemms(struct cuda_backend *c, const struct tensor *w, int32_t E, const int32_t *start,
+                     const __nv_bfloat16 *xb, int64_t K, float *out, int64_t M, float beta)
+{
+    for (int32_t e = 0; e < E; e++) {
+        const int64_t me = start[e + 1] - start[e];
+        if (me > 0 && cuda_gemm_bf16(c, out + (int64_t)start[e] * M, M, xb + (int64_t)start[e] * K, me, K, w[e].data,
+                                     w[e].row_stride, M, beta) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The experts of a large batch in bf16 on cuBLAS: the compact rows gathered
+ * and rounded to bf16 once (hi, and lo when precise: a second product adds
+ * it), gate and up, the activation rounded the same way, down.
+ * xb: room for [nk][max(hidden, inter)] floats, used as bf16 pairs. */
+static void moe_ffn_bf16(struct cuda_backend *c, const struct moe_experts *ex, const int32_t *start,
+                         const int32_t *d_rows, const struct tensor *x, int64_t nk, float *xb, float *g, float *u,
+                         float *y)
+{
+    const int32_t E = ex->n_expert;
+    const int64_t hidden = x->n_cols, inter = ex->up[0].n_rows;
+    __nv_bfloat16 *hi = (__nv_bfloat16 *)xb, *lo = c->precise ? hi + nk * hidden : NULL;
+    const struct tensor *proj[2] = {ex->gate, ex->up};
+    float *dst[2] = {g, u};
+    cuda_split_bf16(c, (const float *)x->data, x->row_stride, d_rows, nk, hidden, hi, lo);
+    for (int p = 0; p < 2; p++)
+        for (int pass = 0; proj[p] && pass < (lo ? 2 : 1); pass++)
+            if (moe_gemms(c, proj[p], E, start, pass ? lo : hi, hidden, dst[p], inter, pass ? 1.0f : 0.0f) != 0)
+                return;
+    const struct tensor ut = {DT_F32, nk, inter, inter, u, false};
+    const struct mm_fused act = {ex->gate ? MM_PRE_SWIGLU : MM_PRE_RELU2, NULL, 0.0f, &ut, false, NULL, NULL};
+    lo = c->precise ? hi + nk * inter : NULL;
+    cuda_pre_split(c, ex->gate ? g : u, inter, nk, (int32_t)inter, &act, hi, lo);
+    for (int pass = 0; pass < (lo ? 2 : 1); pass++)
+        if (moe_gemms(c, ex->down, E, start, pass ? lo : hi, inter, y, hidden, pass ? 1.0f : 0.0f) != 0)
+            return;
+}
+
 /* Larger batches: the plan built on the host (ids copied back), the rows of
  * all experts gathered at once into one compact list, each expert's
  * products over its slice of it (any weight dtype, cuBLAS for long slices),
@@ -250,11 +296,18 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
     memcpy(tw, hw, (size_t)nk * sizeof(float));
     {
         const size_t list_bytes = ((size_t)3 * nk * 4 + 15) & ~(size_t)15;
-        buf = (char *)cuda_scratch(c, SCR_MOE, list_bytes + (size_t)nk * (2 * inter + 2 * hidden) * sizeof(float));
+        const int64_t xw = hidden > inter ? hidden : inter; /* the gathered input, then the activation as bf16 */
+        buf = (char *)cuda_scratch(c, SCR_MOE, list_bytes + (size_t)nk * (2 * inter + hidden + xw) * sizeof(float));
         if (!buf || CUDA_CHECK(c, cudaMemcpyAsync(buf, up, (size_t)3 * nk * 4, cudaMemcpyHostToDevice, c->stream)) != 0)
             goto done;
         const int32_t *d_rows = (const int32_t *)buf, *d_tpos = d_rows + nk;
-        float *xc = (float *)(buf + list_bytes), *g = xc + nk * hidden, *u = g + nk * inter, *y = u + nk * inter;
+        float *xc = (float *)(buf + list_bytes), *g = xc + nk * xw, *u = g + nk * inter, *y = u + nk * inter;
+        if (moe_bf16(ex)) {
+            moe_ffn_bf16(c, ex, start, d_rows, x, nk, xc, g, u, y);
+            moe_combine(c, out, y, d_tpos, (const float *)(d_tpos + nk), k);
+            CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
+            goto done;
+        }
         struct tensor X = {DT_F32, nk, hidden, hidden, xc, false}, G = {DT_F32, nk, inter, inter, g, false};
         struct tensor U = {DT_F32, nk, inter, inter, u, false}, Y = {DT_F32, nk, hidden, hidden, y, false};
         cuda_gather_rows(c, &X, x, d_rows, (int32_t)nk);
@@ -356,20 +409,27 @@ __global__ void k_moe_plan(int32_t *plan, const int32_t *ids, int64_t is, const 
     }
 }
 
+/* Whether every expert matrix is bf16, 16-byte aligned, with one row
+ * stride per projection: what the grouped products take. */
+static bool moe_bf16(const struct moe_experts *ex)
+{
+    const struct tensor *mats[3] = {ex->gate, ex->up, ex->down};
+    for (int m = 0; m < 3; m++)
+        for (int32_t e = 0; mats[m] && e < ex->n_expert; e++) {
+            const struct tensor *t = &mats[m][e];
+            if (t->type != DT_BF16 || t->row_stride != mats[m][0].row_stride || t->row_stride % 8 != 0 ||
+                ((uintptr_t)t->data & 15) != 0)
+                return false;
+        }
+    return !ex->gate || ex->gate[0].row_stride == ex->up[0].row_stride;
+}
+
 /* The layer's table of expert weights on the device (built or rebuilt
- * while the forward waits on the host), or NULL when the experts do not
- * suit the grouped product (dtype, strides, alignment) or on failure. */
+ * while the forward waits on the host); NULL on failure. */
 static const uint16_t **moe_table_get(struct cuda_backend *c, const struct moe_experts *ex)
 {
     const int32_t E = ex->n_expert;
     const struct tensor *mats[3] = {ex->gate, ex->up, ex->down};
-    for (int m = 0; m < 3; m++)
-        for (int32_t e = 0; mats[m] && e < E; e++) {
-            const struct tensor *t = &mats[m][e];
-            if (t->type != DT_BF16 || t->row_stride != mats[m][0].row_stride || t->row_stride % 8 != 0 ||
-                ((uintptr_t)t->data & 15) != 0)
-                return NULL;
-        }
     struct moe_table *tab = NULL;
     for (int32_t i = 0; i < c->n_moe_tabs && !tab; i++)
         if (c->moe_tabs[i].up == ex->up && c->moe_tabs[i].n_expert == E)
@@ -433,7 +493,7 @@ void cuda_moe_ffn(struct backend *be, struct tensor *out, const struct tensor *x
         return;
     const bool small = n <= CUDA_SMALL_N && hidden % 8 == 0 && inter % 8 == 0 && x->row_stride % 4 == 0 &&
                        ((uintptr_t)x->data & 15) == 0;
-    const uint16_t **tab = small ? moe_table_get(c, ex) : NULL;
+    const uint16_t **tab = small && moe_bf16(ex) ? moe_table_get(c, ex) : NULL;
     if (c->failed)
         return;
     if (!tab) {
