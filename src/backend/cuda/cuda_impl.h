@@ -126,10 +126,10 @@ void cuda_rmsnorm_gated(struct backend *be, struct tensor *out, const struct ten
 void cuda_gather_rows(struct cuda_backend *c, struct tensor *out, const struct tensor *x, const int32_t *rows,
                       int32_t n);
 
-/* Row rows[i] of x (row i when rows is NULL), i < n, as dense bf16 hi [n][K]
- * and, when lo is not NULL, the rounding left over lo = x - hi. */
-void cuda_split_bf16(struct cuda_backend *c, const float *x, int64_t xs, const int32_t *rows, int64_t n, int64_t K,
-                     __nv_bfloat16 *hi, __nv_bfloat16 *lo);
+/* Row rows[i] of x, i < n, as dense bf16 hi [n][K] and, when lo is not
+ * NULL, the rounding left over lo = x - hi. */
+void cuda_gather_bf16(struct cuda_backend *c, const float *x, int64_t xs, const int32_t *rows, int64_t n, int64_t K,
+                      __nv_bfloat16 *hi, __nv_bfloat16 *lo);
 /* pre(x) of rows x [n][K] (see struct mm_fused: RMSNorm, SwiGLU with f->up,
  * relu^2 or nothing) as dense bf16 hi and, when lo is not NULL, lo. */
 void cuda_pre_split(struct cuda_backend *c, const float *x, int64_t xs, int64_t n, int32_t K, const struct mm_fused *f,

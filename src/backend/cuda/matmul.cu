@@ -327,28 +327,26 @@ __global__ void k_mm_simt(const float *__restrict__ x, int64_t xs, int32_t n, co
         out[(int64_t)t * os + r] = acc;
 }
 
-/* Row rows[i] of x (row i when rows is NULL) -> hi (and lo = x - hi when lo
- * is not NULL) as dense bf16 [n][K]. */
-__global__ void k_split_bf16(const float *__restrict__ x, int64_t xs, const int32_t *rows, int32_t n, int32_t K,
-                             __nv_bfloat16 *hi, __nv_bfloat16 *lo)
+/* Row rows[i] of x -> hi (and lo = x - hi when lo is not NULL) as dense bf16 [n][K]. */
+__global__ void k_gather_bf16(const float *__restrict__ x, int64_t xs, const int32_t *rows, int32_t n, int32_t K,
+                              __nv_bfloat16 *hi, __nv_bfloat16 *lo)
 {
     const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= (int64_t)n * K)
         return;
-    const int64_t r = e / K;
-    const float v = x[(rows ? rows[r] : r) * xs + e % K];
+    const float v = x[rows[e / K] * xs + e % K];
     const __nv_bfloat16 h = __float2bfloat16_rn(v);
     hi[e] = h;
     if (lo)
         lo[e] = __float2bfloat16_rn(v - __bfloat162float(h));
 }
 
-void cuda_split_bf16(struct cuda_backend *c, const float *x, int64_t xs, const int32_t *rows, int64_t n, int64_t K,
-                     __nv_bfloat16 *hi, __nv_bfloat16 *lo)
+void cuda_gather_bf16(struct cuda_backend *c, const float *x, int64_t xs, const int32_t *rows, int64_t n, int64_t K,
+                      __nv_bfloat16 *hi, __nv_bfloat16 *lo)
 {
     if (cuda_op_skip(c) || n == 0)
         return;
-    k_split_bf16<<<cdiv(n * K, 256), 256, 0, c->stream>>>(x, xs, rows, (int32_t)n, (int32_t)K, hi, lo);
+    k_gather_bf16<<<cdiv(n * K, 256), 256, 0, c->stream>>>(x, xs, rows, (int32_t)n, (int32_t)K, hi, lo);
     CUDA_LAUNCHED(c);
 }
 

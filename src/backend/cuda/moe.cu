@@ -224,7 +224,7 @@ static void moe_ffn_bf16(struct cuda_backend *c, const struct moe_experts *ex, c
     __nv_bfloat16 *hi = (__nv_bfloat16 *)xb, *lo = c->precise ? hi + nk * hidden : NULL;
     const struct tensor *proj[2] = {ex->gate, ex->up};
     float *dst[2] = {g, u};
-    cuda_split_bf16(c, (const float *)x->data, x->row_stride, d_rows, nk, hidden, hi, lo);
+    cuda_gather_bf16(c, (const float *)x->data, x->row_stride, d_rows, nk, hidden, hi, lo);
     for (int p = 0; p < 2; p++)
         for (int pass = 0; proj[p] && pass < (lo ? 2 : 1); pass++)
             if (moe_gemms(c, proj[p], E, start, pass ? lo : hi, hidden, dst[p], inter, pass ? 1.0f : 0.0f) != 0)
