@@ -24,4 +24,12 @@ build/kapitsa bench --model /tmp/q8 --device cuda --prompt 25000 --batch 4096 --
 for n in 1 2 4 8 16 32 64; do echo "T($n) $(build/kapitsa bench --model /tmp/q8 --device cuda --prompt $((n*32)) --batch $n --gen 1 2>&1 | grep prefill)"; done | tee $OUT/tn.txt
 build/kapitsa bench --model models/kapitsa-tiny --draft models/kapitsa-tiny-draft --prompt-file tools/bench_tasks/edit.txt --gen 200 --device cuda 2>&1 | tail -8 | tee $OUT/spec_b.txt
 build/kapitsa bench --model models/kapitsa-tiny --draft models/kapitsa-tiny-draft --prompt-file tools/bench_tasks/complete.txt --gen 200 --device cuda 2>&1 | tail -8 | tee $OUT/spec_a.txt
-rm -rf /tmp/q8; for p in qwen3.5-0.8b nemotron-nano-9b-v2; do timeout 150 build/kapitsa synth --preset $p --out /tmp/$p > /dev/null && build/kapitsa bench --model /tmp/$p --device cuda --prompt 512 --gen 64 2>&1 | tee -a $OUT/bench_hy.txt; rm -rf /tmp/$p; done
+rm -rf /tmp/q8; for p in qwen3.5-0.8b qwen3.5-9b nemotron-nano-9b-v2; do timeout 150 build/kapitsa synth --preset $p --out /tmp/$p > /dev/null && build/kapitsa bench --model /tmp/$p --device cuda --prompt 512 --gen 64 2>&1 | tee -a $OUT/bench_hy.txt && build/kapitsa bench --model /tmp/$p --device cuda --prompt 4096 --batch 4096 --gen 8 2>&1 | tee -a $OUT/bench_hy.txt; rm -rf /tmp/$p; done
+# qwen3-30b-a3b: 61 GB of weights, more than the disk holds beside the rest: in memory (/dev/shm)
+timeout 300 build/kapitsa synth --preset qwen3-30b-a3b --out /dev/shm/q30 > /dev/null
+build/kapitsa bench --model /dev/shm/q30 --device cuda --prompt 512 --gen 128 2>&1 | tee $OUT/bench_moe.txt
+build/kapitsa bench --model /dev/shm/q30 --device cuda --prompt 512 --gen 64 --seqs 4 2>&1 | tee -a $OUT/bench_moe.txt
+build/kapitsa bench --model /dev/shm/q30 --device cuda --prompt 4096 --batch 4096 --gen 8 2>&1 | tee -a $OUT/bench_moe.txt
+build/kapitsa bench --model /dev/shm/q30 --device cuda --prompt 512,2048 --batch 4096 --gen 32 2>&1 | tee -a $OUT/bench_moe.txt
+for n in 1 4 16 64; do echo "T($n) $(build/kapitsa bench --model /dev/shm/q30 --device cuda --prompt $((n*32)) --batch $n --gen 1 2>&1 | grep prefill)"; done | tee -a $OUT/bench_moe.txt
+rm -rf /dev/shm/q30
