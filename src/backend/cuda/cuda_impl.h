@@ -198,6 +198,23 @@ static __device__ __forceinline__ float warp_sum(float v)
     return v;
 }
 
+/* 1 / sqrt(mean(xr[0..d)^2) + eps), the row summed by the whole block
+ * (part: 32 floats of shared memory); every thread gets it. */
+static __device__ __forceinline__ float block_rms_inv(const float *xr, int64_t d, float eps, float *part)
+{
+    float ss = 0.0f;
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+        ss += xr[c] * xr[c];
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    float tot = 0.0f;
+    for (unsigned k = 0; k < blockDim.x >> 5; k++)
+        tot += part[k];
+    return 1.0f / sqrtf(tot / (float)d + eps);
+}
+
 static __device__ __forceinline__ float warp_max(float v)
 {
     for (int o = 16; o > 0; o >>= 1)

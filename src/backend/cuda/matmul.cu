@@ -379,20 +379,7 @@ __global__ void k_pre_split(const float *__restrict__ x, int64_t xs, enum mm_pre
     __shared__ float part[32];
     const int64_t r = blockIdx.x;
     const float *xr = x + r * xs;
-    float inv = 1.0f;
-    if (pre == MM_PRE_RMSNORM) {
-        float ss = 0.0f;
-        for (int32_t c = threadIdx.x; c < K; c += blockDim.x)
-            ss += xr[c] * xr[c];
-        ss = warp_sum(ss);
-        if ((threadIdx.x & 31) == 0)
-            part[threadIdx.x >> 5] = ss;
-        __syncthreads();
-        float tot = 0.0f;
-        for (unsigned k = 0; k < blockDim.x >> 5; k++)
-            tot += part[k];
-        inv = 1.0f / sqrtf(tot / (float)K + eps);
-    }
+    const float inv = pre == MM_PRE_RMSNORM ? block_rms_inv(xr, K, eps, part) : 1.0f;
     for (int32_t c = threadIdx.x; c < K; c += blockDim.x) {
         float v = xr[c];
         switch (pre) {

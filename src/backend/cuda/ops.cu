@@ -58,17 +58,7 @@ __global__ void k_rmsnorm_wide(float *out, int64_t os, const float *x, int64_t x
     __shared__ float part[32];
     const int64_t r = blockIdx.x / groups, g0 = (blockIdx.x % groups) * d;
     const float *xr = x + r * xs + g0;
-    float ss = 0.0f;
-    for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
-        ss += xr[c] * xr[c];
-    ss = warp_sum(ss);
-    if ((threadIdx.x & 31) == 0)
-        part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    float tot = 0.0f;
-    for (unsigned k = 0; k < blockDim.x >> 5; k++)
-        tot += part[k];
-    const float inv = 1.0f / sqrtf(tot / (float)d + eps);
+    const float inv = block_rms_inv(xr, d, eps, part);
     float *o = out + r * os + g0;
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
         o[c] = dev_weight(w, wt, c) * (xr[c] * inv);
