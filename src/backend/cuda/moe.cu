@@ -194,7 +194,20 @@ static void moe_combine(struct cuda_backend *c, struct tensor *out, const float 
     CUDA_LAUNCHED(c);
 }
 
-static bool moe_bf16(const struct moe_experts *ex);
+/* Whether every expert matrix is bf16, 16-byte aligned, with one row
+ * stride per projection: what the grouped products take. */
+static bool moe_bf16(const struct moe_experts *ex)
+{
+    const struct tensor *mats[3] = {ex->gate, ex->up, ex->down};
+    for (int m = 0; m < 3; m++)
+        for (int32_t e = 0; mats[m] && e < ex->n_expert; e++) {
+            const struct tensor *t = &mats[m][e];
+            if (t->type != DT_BF16 || t->row_stride != mats[m][0].row_stride || t->row_stride % 8 != 0 ||
+                ((uintptr_t)t->data & 15) != 0)
+                return false;
+        }
+    return !ex->gate || ex->gate[0].row_stride == ex->up[0].row_stride;
+}
 
 /* The products of one projection for every active expert e: rows
  * start[e].. of the compact input xb (K apart, dense bf16) into out (M
@@ -407,21 +420,6 @@ __global__ void k_moe_plan(int32_t *plan, const int32_t *ids, int64_t is, const 
         tpos[r * k + order] = p;
         tw[r * k + order] = wts[r * wst + i % k];
     }
-}
-
-/* Whether every expert matrix is bf16, 16-byte aligned, with one row
- * stride per projection: what the grouped products take. */
-static bool moe_bf16(const struct moe_experts *ex)
-{
-    const struct tensor *mats[3] = {ex->gate, ex->up, ex->down};
-    for (int m = 0; m < 3; m++)
-        for (int32_t e = 0; mats[m] && e < ex->n_expert; e++) {
-            const struct tensor *t = &mats[m][e];
-            if (t->type != DT_BF16 || t->row_stride != mats[m][0].row_stride || t->row_stride % 8 != 0 ||
-                ((uintptr_t)t->data & 15) != 0)
-                return false;
-        }
-    return !ex->gate || ex->gate[0].row_stride == ex->up[0].row_stride;
 }
 
 /* The layer's table of expert weights on the device (built or rebuilt
