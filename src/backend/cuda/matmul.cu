@@ -450,12 +450,19 @@ static bool mmv_fits(const struct tensor *x, const struct tensor *w)
 }
 
 /* The launch shared by plain and grouped products: a holds the weights,
- * input and outputs; bx blocks of rows per slot, n_z slots, fill_z of them
- * counted when splitting K (a constant of the model, never of the batch). */
-static void mmv_run(struct cuda_backend *c, mmv_args *a, int32_t bx, int64_t m_sum, int32_t n_z, int32_t fill_z,
-                    const struct mm_fused *f)
+ * input and outputs; n_z slots, fill_z of them counted when splitting K (a
+ * constant of the model, never of the batch). */
+static void mmv_run(struct cuda_backend *c, mmv_args *a, int32_t n_z, int32_t fill_z, const struct mm_fused *f)
 {
     const int32_t K = a->K;
+    /* blocks of MMV_ROWS rows per slot, weight after weight */
+    int32_t bx = 0;
+    int64_t m_sum = 0;
+    for (int32_t i = 0; i < a->n_w; i++) {
+        bx += (int32_t)cdiv(a->M[i], MMV_ROWS);
+        a->bx_end[i] = bx;
+        m_sum += a->M[i];
+    }
     /* split K so that the blocks come close to whole waves (a partial last
      * wave of these long blocks costs as much as a full one); the resident
      * count is the kernel's, so the split never depends on the batch */
@@ -525,19 +532,14 @@ static void mmv_launch(struct cuda_backend *c, int32_t n_w, struct tensor *const
     a.nb = (n + 7) / 8;
     a.K = (int32_t)x->n_cols;
     a.n_w = n_w;
-    int32_t bx = 0;
-    int64_t m_sum = 0;
     for (int32_t i = 0; i < n_w; i++) {
         a.w[i] = (const uint16_t *)w[i]->data;
         a.ws[i] = w[i]->row_stride;
         a.M[i] = (int32_t)w[i]->n_rows;
         a.out[i] = (float *)out[i]->data;
         a.os[i] = out[i]->row_stride;
-        bx += (int32_t)cdiv(a.M[i], MMV_ROWS);
-        a.bx_end[i] = bx;
-        m_sum += a.M[i];
     }
-    mmv_run(c, &a, bx, m_sum, 1, 1, f);
+    mmv_run(c, &a, 1, 1, f);
 }
 
 void cuda_matmul_grouped(struct cuda_backend *c, const struct mm_group *g, int32_t n_w, float *const *out, int64_t os,
@@ -557,30 +559,24 @@ void cuda_matmul_grouped(struct cuda_backend *c, const struct mm_group *g, int32
     a.plan = g->plan;
     a.max_act = g->max_act;
     a.gather = g->gather;
-    int32_t bx = 0;
-    int64_t m_sum = 0;
     for (int32_t i = 0; i < n_w; i++) {
         a.ew[i] = g->w[i];
         a.ws[i] = g->ws;
         a.M[i] = g->M[i];
         a.out[i] = out[i];
         a.os[i] = os;
-        bx += (int32_t)cdiv(a.M[i], MMV_ROWS);
-        a.bx_end[i] = bx;
-        m_sum += a.M[i];
     }
-    mmv_run(c, &a, bx, m_sum, g->max_act, g->fill_slots, f);
+    mmv_run(c, &a, g->max_act, g->fill_slots, f);
 }
 
 /* out = x . w^T, one weight, whatever its dtype and the batch size */
 static void mm_one(struct cuda_backend *c, struct tensor *out, const struct tensor *x, const struct tensor *w)
 {
     const int32_t n = (int32_t)x->n_rows, K = (int32_t)x->n_cols, M = (int32_t)w->n_rows;
+    const struct mm_fused plain = {MM_PRE_NONE, NULL, 0.0f, NULL, false, NULL, NULL};
     if (mmv_fits(x, w) && n <= CUDA_SMALL_N) {
-        const struct mm_fused plain = {MM_PRE_NONE, NULL, 0.0f, NULL, false, NULL, NULL};
         mmv_launch(c, 1, &out, &w, x, &plain);
     } else if (mmv_fits(x, w)) {
-        const struct mm_fused plain = {MM_PRE_NONE, NULL, 0.0f, NULL, false, NULL, NULL};
         mm_prefill(c, 1, &out, &w, x, &plain);
     } else {
         k_mm_simt<<<dim3(cdiv(M, 16), cdiv(n, 16)), 256, 0, c->stream>>>((const float *)x->data, x->row_stride, n,

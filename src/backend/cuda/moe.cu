@@ -251,10 +251,45 @@ static void moe_ffn_bf16(struct cuda_backend *c, const struct moe_experts *ex, c
             return;
 }
 
-/* Larger batches: the plan built on the host (ids copied back), the rows of
- * all experts gathered at once into one compact list, each expert's
- * products over its slice of it (any weight dtype, cuBLAS for long slices),
- * the activation and the combine over the whole list. */
+/* The experts of a large batch in any dtype: the compact rows gathered as
+ * fp32 (xc: [nk][hidden]), each expert's products over its slice (cuBLAS for
+ * long bf16 slices), the activation over all rows. */
+static void moe_ffn_any(struct backend *be, const struct moe_experts *ex, const int32_t *start, const int32_t *d_rows,
+                        const struct tensor *x, int64_t nk, float *xc, float *g, float *u, float *y)
+{
+    struct cuda_backend *c = cuda_of(be);
+    const int32_t E = ex->n_expert;
+    const int64_t hidden = x->n_cols, inter = ex->up[0].n_rows;
+    struct tensor X = {DT_F32, nk, hidden, hidden, xc, false}, G = {DT_F32, nk, inter, inter, g, false};
+    struct tensor U = {DT_F32, nk, inter, inter, u, false}, Y = {DT_F32, nk, hidden, hidden, y, false};
+    cuda_gather_rows(c, &X, x, d_rows, (int32_t)nk);
+    for (int32_t e = 0; e < E; e++) {
+        const int64_t me = start[e + 1] - start[e];
+        if (me == 0)
+            continue;
+        struct tensor xe = tensor_rows(&X, start[e], me), ue = tensor_rows(&U, start[e], me);
+        cuda_matmul(be, &ue, &xe, &ex->up[e]);
+        if (ex->gate) {
+            struct tensor ge = tensor_rows(&G, start[e], me);
+            cuda_matmul(be, &ge, &xe, &ex->gate[e]);
+        }
+    }
+    if (ex->gate)
+        cuda_swiglu(be, &U, &G, &U);
+    else
+        cuda_relu2(be, &U);
+    for (int32_t e = 0; e < E; e++) {
+        const int64_t me = start[e + 1] - start[e];
+        if (me == 0)
+            continue;
+        struct tensor ue = tensor_rows(&U, start[e], me), ye = tensor_rows(&Y, start[e], me);
+        cuda_matmul(be, &ye, &ue, &ex->down[e]);
+    }
+}
+
+/* Larger batches: the plan built on the host (ids copied back, a counting
+ * sort), the experts over the compact list (moe_ffn_bf16 / moe_ffn_any),
+ * the combine over the whole list. */
 static void moe_ffn_host(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
                          const struct tensor *weights, const struct moe_experts *ex)
 {
@@ -315,37 +350,10 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
             goto done;
         const int32_t *d_rows = (const int32_t *)buf, *d_tpos = d_rows + nk;
         float *xc = (float *)(buf + list_bytes), *g = xc + nk * xw, *u = g + nk * inter, *y = u + nk * inter;
-        if (moe_bf16(ex)) {
+        if (moe_bf16(ex))
             moe_ffn_bf16(c, ex, start, d_rows, x, nk, xc, g, u, y);
-            moe_combine(c, out, y, d_tpos, (const float *)(d_tpos + nk), k);
-            CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
-            goto done;
-        }
-        struct tensor X = {DT_F32, nk, hidden, hidden, xc, false}, G = {DT_F32, nk, inter, inter, g, false};
-        struct tensor U = {DT_F32, nk, inter, inter, u, false}, Y = {DT_F32, nk, hidden, hidden, y, false};
-        cuda_gather_rows(c, &X, x, d_rows, (int32_t)nk);
-        for (int32_t e = 0; e < E; e++) {
-            const int64_t me = start[e + 1] - start[e];
-            if (me == 0)
-                continue;
-            struct tensor xe = tensor_rows(&X, start[e], me), ue = tensor_rows(&U, start[e], me);
-            cuda_matmul(be, &ue, &xe, &ex->up[e]);
-            if (ex->gate) {
-                struct tensor ge = tensor_rows(&G, start[e], me);
-                cuda_matmul(be, &ge, &xe, &ex->gate[e]);
-            }
-        }
-        if (ex->gate)
-            cuda_swiglu(be, &U, &G, &U);
         else
-            cuda_relu2(be, &U);
-        for (int32_t e = 0; e < E; e++) {
-            const int64_t me = start[e + 1] - start[e];
-            if (me == 0)
-                continue;
-            struct tensor ue = tensor_rows(&U, start[e], me), ye = tensor_rows(&Y, start[e], me);
-            cuda_matmul(be, &ye, &ue, &ex->down[e]);
-        }
+            moe_ffn_any(be, ex, start, d_rows, x, nk, xc, g, u, y);
         moe_combine(c, out, y, d_tpos, (const float *)(d_tpos + nk), k);
         /* the host lists must outlive the copy above */
         CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
@@ -353,7 +361,6 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
 done:
     free(hid);
 }
-
 /* The routing plan (MOE_PLAN_*) of n <= 64 tokens, k experts each, in one
  * block: counts and token masks per expert, scans by one warp, then each
  * (token, pick) finds its compact row from the mask (tokens in increasing
