@@ -10,6 +10,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* *acc (a string) followed by t's text (nothing when t is not a string) */
+static void str_append(json_t **acc, json_t *t)
+{
+    size_t n0 = json_string_length(*acc), n1 = json_string_length(t);
+    char *cat = malloc(n0 + n1 + 1);
+    if (!cat)
+        return;
+    memcpy(cat, json_string_value(*acc), n0);
+    memcpy(cat + n0, json_is_string(t) ? json_string_value(t) : "", n1);
+    json_decref(*acc);
+    *acc = json_stringn(cat, n0 + n1);
+    free(cat);
+}
+
 json_t *convert_anthropic_messages(json_t *body, char *err, size_t n_err)
 {
     json_t *out = json_array(), *sys = json_object_get(body, "system"), *msgs = json_object_get(body, "messages");
@@ -32,22 +46,15 @@ json_t *convert_anthropic_messages(json_t *body, char *err, size_t n_err)
             continue;
         }
         bool user = role[0] == 'u';
-        json_t *text = json_string(""), *thinking = NULL, *calls = json_array();
+        /* text and thinking blocks join in order (a turn with tool calls may think several times) */
+        json_t *text = json_string(""), *thinking = json_string(""), *calls = json_array();
+        bool thought = false; /* some thinking block had its text: reasoning_content is set, even empty */
         json_array_foreach(content, j, b) {
             const char *type = json_string_value(json_object_get(b, "type"));
             if (!type)
                 type = "";
             if (!strcmp(type, "text")) {
-                json_t *t = json_object_get(b, "text");
-                size_t n0 = json_string_length(text), n1 = json_string_length(t);
-                char *cat = malloc(n0 + n1 + 1);
-                if (cat) {
-                    memcpy(cat, json_string_value(text), n0);
-                    memcpy(cat + n0, json_is_string(t) ? json_string_value(t) : "", n1);
-                    json_decref(text);
-                    text = json_stringn(cat, n0 + n1);
-                    free(cat);
-                }
+                str_append(&text, json_object_get(b, "text"));
             } else if (!strcmp(type, "tool_result") && user) {
                 json_array_append_new(out, json_pack("{s:s,s:O,s:o}", "role", "tool", "tool_call_id",
                                                      json_object_get(b, "tool_use_id"), "content",
@@ -58,7 +65,8 @@ json_t *convert_anthropic_messages(json_t *body, char *err, size_t n_err)
                                                        "function", "function", "name", json_object_get(b, "name"),
                                                        "arguments", input ? json_incref(input) : json_object()));
             } else if (!strcmp(type, "thinking") && !user) {
-                thinking = json_incref(json_object_get(b, "thinking"));
+                thought |= json_is_string(json_object_get(b, "thinking"));
+                str_append(&thinking, json_object_get(b, "thinking"));
             } else if (!strcmp(type, "image") || !strcmp(type, "document")) {
                 snprintf(err, n_err, "messages.%zu: %s blocks are not supported by this model", i, type);
                 json_decref(text);
@@ -70,11 +78,12 @@ json_t *convert_anthropic_messages(json_t *body, char *err, size_t n_err)
         }
         if (user && json_string_length(text) == 0) { /* only tool results */
             json_decref(text);
+            json_decref(thinking);
             json_decref(calls);
             continue;
         }
         json_t *msg = json_pack("{s:s,s:o}", "role", role, "content", text);
-        if (json_is_string(thinking))
+        if (thought)
             json_object_set(msg, "reasoning_content", thinking);
         if (json_array_size(calls))
             json_object_set(msg, "tool_calls", calls);

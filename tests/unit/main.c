@@ -46,6 +46,7 @@ int test_failures;
     X(test_tokenizer_edges)                                                                                    \
     X(test_chat_template_goldens)                                                                              \
     X(test_chat_openai_arguments)                                                                              \
+    X(test_chat_anthropic_thinking)                                                                            \
     X(test_jinja_semantics)                                                                                    \
     X(test_jinja_bad_templates)                                                                                \
     X(test_parser_table)                                                                                       \

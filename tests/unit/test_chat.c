@@ -5,6 +5,7 @@
 #include "../../src/base/err.h"
 #include "../../src/chat/jinja.h"
 #include "../../src/chat/template.h"
+#include "../../src/server/convert.h"
 #include "test.h"
 
 #include <stdlib.h>
@@ -90,6 +91,31 @@ void test_chat_openai_arguments(void)
           "the input is not modified");
     json_decref(m);
     json_decref(n);
+}
+
+/* An Anthropic assistant turn that thinks twice around a tool call (and a
+ * thinking block without text, as the fuzzer sent): one message whose
+ * reasoning joins the thinking texts in order; nothing leaks (ASan). */
+void test_chat_anthropic_thinking(void)
+{
+    json_t *body = json_loads("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+                              "{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"first \"},"
+                              "{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"ls\",\"input\":{}},"
+                              "{\"type\":\"thinking\",\"thinking\":\"second\"},{\"type\":\"thinking\"},"
+                              "{\"type\":\"text\",\"text\":\"ok\"}]},"
+                              "{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"no thought\"}]}]}",
+                              0, NULL);
+    char err[128] = "";
+    json_t *m = convert_anthropic_messages(body, err, sizeof err);
+    CHECK(json_array_size(m) == 3, "three messages (got %zu) %s", json_array_size(m), err);
+    json_t *a = json_array_get(m, 1), *b = json_array_get(m, 2);
+    const char *r = json_string_value(json_object_get(a, "reasoning_content"));
+    CHECK(r && !strcmp(r, "first second"), "the thinking blocks joined in order (got %s)", r ? r : "none");
+    CHECK(!strcmp(json_string_value(json_object_get(a, "content")), "ok"), "the text kept");
+    CHECK(json_array_size(json_object_get(a, "tool_calls")) == 1, "the tool call kept");
+    CHECK(json_object_get(b, "reasoning_content") == NULL, "no reasoning where the turn did not think");
+    json_decref(m);
+    json_decref(body);
 }
 
 static char *render_src(const char *src, const char *ctx_json)
