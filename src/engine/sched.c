@@ -792,7 +792,8 @@ int sched_submit(struct sched *s, struct sched_req *r)
     pthread_mutex_lock(&s->mu);
     if (s->stop) {
         pthread_mutex_unlock(&s->mu);
-        return err_set("sched: the server is shutting down");
+        err_set("sched: the server is shutting down");
+        return -3;
     }
     int32_t queued = 0;
     struct sched_req **tail = &s->queue;

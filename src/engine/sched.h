@@ -96,7 +96,7 @@ int sched_req_logprobs(struct sched_req *r, int32_t n_top);
  * request decodes without speculation. */
 void sched_req_json(struct sched_req *r, const struct vocab_bytes *vb);
 /* -1 with err_set() when the request cannot fit the context; -2 when the queue
- * is full (the server is overloaded: try again later). */
+ * is full (the server is overloaded: try again later); -3 after sched_stop. */
 int sched_submit(struct sched *s, struct sched_req *r);
 
 /* Counters since start, for /metrics. */

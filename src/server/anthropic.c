@@ -173,7 +173,7 @@ static ssize_t ant_reader(void *cls, uint64_t pos, char *out, size_t max)
             return MHD_CONTENT_READER_END_OF_STREAM;
         if (gen_finished(s->gen)) {
             close_block(s);
-            if (gen_finish(s->gen) == SCHED_ERROR) {
+            if (gen_error_status(s->gen)) {
                 put(s, "error", json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", "api_error", "message",
                                           gen_error(s->gen)));
             } else {
@@ -249,15 +249,16 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
     go.kwargs = kw;
     go.fn = on_event;
     go.ctx = s;
-    bool busy = false;
-    s->gen = msgs ? gen_start(a, &go, err, sizeof err, &busy) : NULL;
+    enum gen_refusal why = GEN_INVALID;
+    s->gen = msgs ? gen_start(a, &go, err, sizeof err, &why) : NULL;
     json_decref(msgs);
     json_decref(tools);
     json_decref(kw);
     if (!s->gen) {
         ant_free(s);
-        return busy ? http_anthropic_error(c, 529, "overloaded_error", "%s", err)
-                    : http_anthropic_error(c, 400, "invalid_request_error", "%s", err);
+        return why == GEN_OVERLOADED ? http_anthropic_error(c, 529, "overloaded_error", "%s", err)
+               : why == GEN_STOPPING ? http_anthropic_error(c, 503, "api_error", "%s", err)
+                                     : http_anthropic_error(c, 400, "invalid_request_error", "%s", err);
     }
     json_t *usage = json_pack("{s:i,s:i,s:i,s:i}", "input_tokens", gen_n_prompt(s->gen), "output_tokens", 0,
                               "cache_creation_input_tokens", 0, "cache_read_input_tokens", 0);
@@ -271,9 +272,9 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
     while (!gen_finished(s->gen))
         gen_pump(s->gen);
     close_block(s);
-    if (gen_finish(s->gen) == SCHED_ERROR) {
+    if (gen_error_status(s->gen)) {
         json_decref(usage);
-        enum MHD_Result r = http_anthropic_error(c, 500, "api_error", "%s", gen_error(s->gen));
+        enum MHD_Result r = http_anthropic_error(c, gen_error_status(s->gen), "api_error", "%s", gen_error(s->gen));
         ant_free(s);
         return r;
     }

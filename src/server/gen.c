@@ -195,9 +195,9 @@ int32_t gen_count_tokens(struct app *a, json_t *messages, json_t *tools, json_t 
     return n;
 }
 
-struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t n_err, bool *overloaded)
+struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t n_err, enum gen_refusal *why)
 {
-    *overloaded = false;
+    *why = GEN_INVALID;
     struct tok_ids ids = {0};
     bool in_reasoning = false;
     if (o->raw_prompt) {
@@ -279,7 +279,7 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
     if (!g->req ||
         (!o->raw_prompt && !(g->parser = chat_parser_new(chat_template_tool_format(a->tpl), in_reasoning, o->tools, o->fn, o->ctx))) ||
         (rc = sched_submit(a->sched, g->req)) != 0) {
-        *overloaded = rc == -2;
+        *why = rc == -2 ? GEN_OVERLOADED : rc == -3 ? GEN_STOPPING : GEN_INVALID;
         snprintf(err, n_err, "%s", err_msg());
         gen_free(g);
         return NULL;
@@ -333,6 +333,12 @@ bool gen_finished(const struct gen *g) { return g->finished; }
 enum sched_finish gen_finish(const struct gen *g) { return g->hit >= 0 ? SCHED_STOP : g->req->finish; }
 const char *gen_stop_string(const struct gen *g) { return g->hit >= 0 ? g->stop[g->hit] : NULL; }
 const char *gen_error(const struct gen *g) { return g->req->error; }
+
+unsigned gen_error_status(const struct gen *g)
+{
+    const enum sched_finish f = gen_finish(g);
+    return f == SCHED_ERROR ? 500 : f == SCHED_CANCELLED ? 503 : 0;
+}
 int32_t gen_n_prompt(const struct gen *g) { return g->n_prompt; }
 
 int32_t gen_n_cached(const struct gen *g)

@@ -50,9 +50,11 @@ int gen_response_format(json_t *rf, bool *json, char *err, size_t n_err);
 
 #define GEN_MAX_STOP 8
 
-/* NULL with a message in err and *overloaded set when the queue was full (else a
- * client error: bad messages, too long, bad stop list...). */
-struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t n_err, bool *overloaded);
+/* Why gen_start refused a request: the client's fault (bad messages, too long,
+ * bad stop list...), the queue was full, or the server is stopping. */
+enum gen_refusal { GEN_INVALID, GEN_OVERLOADED, GEN_STOPPING };
+/* NULL with a message in err and the reason in *why. */
+struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t n_err, enum gen_refusal *why);
 /* Blocks for the next tokens and delivers their events; after the last, flushes. */
 void gen_pump(struct gen *g);
 /* gen_pump waiting at most `seconds`: false when nothing came (a stream then
@@ -64,6 +66,10 @@ bool gen_finished(const struct gen *g);
 enum sched_finish gen_finish(const struct gen *g);
 const char *gen_stop_string(const struct gen *g); /* NULL if none matched */
 const char *gen_error(const struct gen *g);
+/* The answer is an error: the engine failed the request (HTTP 500), or the
+ * server is stopping (cancelled with a reader still there, 503; a client that
+ * went away has no reader). 0 when the output is complete. */
+unsigned gen_error_status(const struct gen *g);
 int32_t gen_n_prompt(const struct gen *g);
 /* Prompt tokens whose K/V came from an earlier conversation (prefix reuse). */
 int32_t gen_n_cached(const struct gen *g);

@@ -175,7 +175,7 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *out, size_t max)
         if (g->sent_done)
             return MHD_CONTENT_READER_END_OF_STREAM;
         if (gen_finished(g->gen)) {
-            if (gen_finish(g->gen) == SCHED_ERROR) {
+            if (gen_error_status(g->gen)) {
                 sse(g, json_pack("{s:{s:s,s:s}}", "error", "message", gen_error(g->gen), "type", "server_error"));
             } else {
                 sse(g, chunk(g, json_object(), finish_reason(g)));
@@ -232,7 +232,7 @@ static enum MHD_Result oai_run(struct app *a, struct MHD_Connection *c, struct o
     go->ctx = g;
     json_t *stop = json_object_get(body, "stop");
     go->stop = json_is_null(stop) ? NULL : stop;
-    bool busy = false;
+    enum gen_refusal why = GEN_INVALID;
     go->ignore_eos = json_is_true(json_object_get(body, "ignore_eos"));
     go->logprobs = -1;
     json_t *lp = json_object_get(body, "logprobs"), *top = json_object_get(body, "top_logprobs");
@@ -253,10 +253,11 @@ static enum MHD_Result oai_run(struct app *a, struct MHD_Connection *c, struct o
     }
     g->logprobs = go->logprobs >= 0;
     if (read_params(body, &go->sp, &go->max_tokens, perr, sizeof perr) != 0 ||
-        !(g->gen = gen_start(a, go, perr, sizeof perr, &busy))) {
+        !(g->gen = gen_start(a, go, perr, sizeof perr, &why))) {
         oai_free(g);
-        return busy ? http_openai_error(c, 429, "rate_limit_error", "%s", perr)
-                    : http_openai_error(c, 400, "invalid_request_error", "%s", perr);
+        return why == GEN_OVERLOADED ? http_openai_error(c, 429, "rate_limit_error", "%s", perr)
+               : why == GEN_STOPPING ? http_openai_error(c, 503, "server_error", "%s", perr)
+                                     : http_openai_error(c, 400, "invalid_request_error", "%s", perr);
     }
     if (g->stream) {
         if (!g->completion)
@@ -265,8 +266,8 @@ static enum MHD_Result oai_run(struct app *a, struct MHD_Connection *c, struct o
     }
     while (!gen_finished(g->gen))
         gen_pump(g->gen);
-    if (gen_finish(g->gen) == SCHED_ERROR) {
-        enum MHD_Result r = http_openai_error(c, 500, "server_error", "%s", gen_error(g->gen));
+    if (gen_error_status(g->gen)) {
+        enum MHD_Result r = http_openai_error(c, gen_error_status(g->gen), "server_error", "%s", gen_error(g->gen));
         oai_free(g);
         return r;
     }

@@ -193,7 +193,7 @@ static ssize_t resp_reader(void *cls, uint64_t pos, char *out, size_t max)
             return MHD_CONTENT_READER_END_OF_STREAM;
         if (gen_finished(r->gen)) {
             close_item(r);
-            if (gen_finish(r->gen) == SCHED_ERROR) {
+            if (gen_error_status(r->gen)) {
                 json_t *o = response_obj(r, "failed");
                 json_object_set_new(o, "error", json_pack("{s:s,s:s}", "code", "server_error", "message", gen_error(r->gen)));
                 put(r, "response.failed", json_pack("{s:o}", "response", o));
@@ -255,15 +255,17 @@ enum MHD_Result openai_responses(struct app *a, struct MHD_Connection *c, json_t
     go.kwargs = kw;
     go.fn = on_event;
     go.ctx = r;
-    bool busy = false;
-    r->gen = gen_start(a, &go, err, sizeof err, &busy);
+    enum gen_refusal why;
+    r->gen = gen_start(a, &go, err, sizeof err, &why);
     json_decref(msgs);
     json_decref(tools);
     json_decref(kw);
     if (!r->gen) {
         resp_free(r);
-        if (busy)
+        if (why == GEN_OVERLOADED)
             return http_openai_error(c, 429, "rate_limit_error", "%s", err);
+        if (why == GEN_STOPPING)
+            return http_openai_error(c, 503, "server_error", "%s", err);
         if (strstr(err, "context"))
             return http_json(c, 400, json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", err, "type",
                                                "invalid_request_error", "param", "code", "context_length_exceeded"));
@@ -277,8 +279,8 @@ enum MHD_Result openai_responses(struct app *a, struct MHD_Connection *c, json_t
     while (!gen_finished(r->gen))
         gen_pump(r->gen);
     close_item(r);
-    if (gen_finish(r->gen) == SCHED_ERROR) {
-        enum MHD_Result e = http_openai_error(c, 500, "server_error", "%s", gen_error(r->gen));
+    if (gen_error_status(r->gen)) {
+        enum MHD_Result e = http_openai_error(c, gen_error_status(r->gen), "server_error", "%s", gen_error(r->gen));
         resp_free(r);
         return e;
     }

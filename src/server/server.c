@@ -9,6 +9,7 @@
 #include "../base/err.h"
 #include "app.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -199,11 +200,16 @@ static void on_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MH
     *con_cls = NULL;
 }
 
-static volatile sig_atomic_t stop_flag;
+/* The signal may land on any thread (engine, pool, connections): its handler
+ * only writes a byte to this pipe, which wakes the main thread at once. */
+static int stop_pipe[2] = {-1, -1};
 static void on_signal(int sig)
 {
     (void)sig;
-    stop_flag = 1;
+    const int e = errno;
+    const char b = 1;
+    (void)!write(stop_pipe[1], &b, 1);
+    errno = e;
 }
 
 /* Every model token's bytes (ids past the tokenizer's vocabulary: none, special). */
@@ -284,13 +290,18 @@ int server_run(const struct server_opts *o)
             a.model_name, o->host, (unsigned)o->port, o->host, (unsigned)o->port, o->host, (unsigned)o->port, o->host,
             (unsigned)o->port, a.api_key ? "<the --api-key value>" : "local", a.model_name, o->host, (unsigned)o->port, a.model_name,
             o->host, (unsigned)o->port, a.model_name, (unsigned)o->port);
+    if (pipe(stop_pipe) != 0) {
+        err_set("server: pipe: %s", strerror(errno));
+        goto done;
+    }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGPIPE, SIG_IGN);
-    /* the signal may land on any thread (engine, pool, connections), where
-     * it only sets the flag: pause() here would not return, so poll it */
-    while (!stop_flag)
-        usleep(100 * 1000);
+    char b;
+    while (read(stop_pipe[0], &b, 1) != 1)
+        ;
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
     rc = 0;
 done:
     /* in-flight requests end first (as cancelled), so that the connections'
@@ -307,5 +318,10 @@ done:
     if (loaded)
         model_free(&a.model);
     be->ops->free(be);
+    for (int i = 0; i < 2; i++)
+        if (stop_pipe[i] >= 0) {
+            close(stop_pipe[i]);
+            stop_pipe[i] = -1;
+        }
     return rc;
 }

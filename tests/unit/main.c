@@ -61,7 +61,8 @@ int test_failures;
     X(test_model_hybrid_state)                                                                                 \
     X(test_model_hybrid_no_keep)                                                                               \
     X(test_sched_hybrid)                                                                                       \
-    X(test_sched_spec)                                                                                       \
+    X(test_sched_spec)                                                                                         \
+    X(test_sched_stop)                                                                                         \
     X(test_spec_greedy_fixtures)                                                                               \
     X(test_spec_greedy_tiny)                                                                                   \
     X(test_spec_sampling)

@@ -150,3 +150,43 @@ void test_sched_spec(void)
     model_free(&m);
     be->ops->free(be);
 }
+
+/* sched_stop: a request generating and one queued behind it both end
+ * cancelled with the reason, and a later submission is refused as such (-3,
+ * which the server answers with 503, not as the client's fault). */
+void test_sched_stop(void)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/qwen3", test_fixtures());
+    struct backend *be = test_backend();
+    struct model m;
+    CHECK(model_load(&m, dir, be, NULL) == 0, "%s", err_msg());
+    const int32_t V = m.cfg.vocab_size;
+    int32_t p[20];
+    for (int i = 0; i < 20; i++)
+        p[i] = 2 + (i * 29 + 3) % (V - 2);
+    struct sched *s = sched_new(&m, 4096, 1, 64, NULL, NULL);
+    CHECK(s != NULL, "%s", err_msg());
+    struct sched_req *run = submit(s, p, 20, 3000, V), *queued = submit(s, p, 20, 3000, V);
+    CHECK(sched_req_wait(run, 1) >= 1, "the first request generates");
+    sched_stop(s);
+    struct sched_req *rs[2] = {run, queued};
+    for (int i = 0; i < 2; i++) {
+        pthread_mutex_lock(&rs[i]->mu);
+        const enum sched_finish f = rs[i]->finish;
+        const int32_t n = rs[i]->n_out;
+        const bool said = strcmp(rs[i]->error, "server shutting down") == 0;
+        pthread_mutex_unlock(&rs[i]->mu);
+        CHECK(f == SCHED_CANCELLED && said && n < 3000, "%s: finish %d after %d tokens, '%s'", i ? "queued" : "running",
+              (int)f, n, rs[i]->error);
+        CHECK(i == 0 || n == 0, "the queued request generated %d tokens", n);
+        sched_req_release(rs[i]);
+    }
+    struct sampler_params sp = {.temperature = 0, .top_p = 1, .repeat_penalty = 1, .penalty_last_n = -1};
+    struct sched_req *late = sched_req_new(p, 20, &sp, 4, V);
+    CHECK(late && sched_submit(s, late) == -3, "a submission after the stop is refused as stopping");
+    sched_req_release(late);
+    sched_free(s);
+    model_free(&m);
+    be->ops->free(be);
+}
