@@ -458,6 +458,28 @@ static int cfg_parse(struct cfg_reader *r, struct model_config *c)
  * is not JSON (NVIDIA's Nemotron configs carry time_step_limit [0.0, Infinity]).
  * Loads the file with such words outside strings turned into strings, which the
  * fields that may hold them accept. */
+/* generation_config.json's sampling fields, in the ranges the sampler takes. */
+static void cfg_sampling(struct cfg_reader *r, json_t *root, struct model_config *c)
+{
+    const bool sample = cfg_bool(r, root, "do_sample", 1);
+    c->gen_temperature = (float)cfg_num(r, root, "temperature", 0, 1.0);
+    c->gen_top_p = (float)cfg_num(r, root, "top_p", 0, 1.0);
+    c->gen_top_k = cfg_int(r, root, "top_k", 0, 0, 0, INT32_MAX);
+    c->gen_min_p = (float)cfg_num(r, root, "min_p", 0, 0.0);
+    c->gen_repeat_penalty = (float)cfg_num(r, root, "repetition_penalty", 0, 1.0);
+    if (!sample)
+        c->gen_temperature = 0.0f;
+    const char *bad = c->gen_temperature < 0                          ? "temperature"
+                      : !(c->gen_top_p > 0 && c->gen_top_p <= 1)       ? "top_p"
+                      : c->gen_min_p < 0 || c->gen_min_p > 1           ? "min_p"
+                      : !(c->gen_repeat_penalty > 0)                   ? "repetition_penalty"
+                                                                       : NULL;
+    if (bad && !r->failed) {
+        err_set("config: %s: field '%s' is out of range", r->path, bad);
+        r->failed = 1;
+    }
+}
+
 static json_t *cfg_load_json(const char *path, json_error_t *je)
 {
     FILE *f = fopen(path, "rb");
@@ -530,6 +552,7 @@ int config_load(struct model_config *c, const char *dir)
     if (rc != 0)
         return rc;
 
+    c->gen_temperature = c->gen_top_p = c->gen_repeat_penalty = 1.0f;
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -543,6 +566,7 @@ int config_load(struct model_config *c, const char *dir)
     if (json_object_get(g.root, "bos_token_id"))
         c->bos_id = cfg_int(&g, g.root, "bos_token_id", 0, -1, 0, INT32_MAX);
     cfg_eos(&g, g.root, c);
+    cfg_sampling(&g, g.root, c);
     json_decref(g.root);
     return g.failed ? -1 : 0;
 }

@@ -83,10 +83,20 @@ struct model_config {
     int32_t bos_id;           /* -1 if none */
     int32_t n_eos;
     int32_t eos_id[CFG_MAX_EOS];
+
+    /* the sampling generation_config.json asks for, the server's defaults for
+     * what a request leaves out (do_sample false: greedy); where it says
+     * nothing: temperature 1, every filter off */
+    float gen_temperature;
+    float gen_top_p;          /* 1: off */
+    int32_t gen_top_k;        /* 0: off */
+    float gen_min_p;          /* 0: off */
+    float gen_repeat_penalty; /* 1: off */
 };
 
 /* Reads DIR/config.json (required) and DIR/generation_config.json (optional: its
- * eos/bos ids win). -1 with err_set() naming the file and field on failure. */
+ * eos/bos ids win, its sampling fields fill gen_*). -1 with err_set() naming the
+ * file and field on failure. */
 int config_load(struct model_config *c, const char *dir);
 
 /* Fills inv_freq[rope_dim/2] exactly as transformers computes it in fp32. */

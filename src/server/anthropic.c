@@ -228,7 +228,7 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
         return http_anthropic_error(c, 400, "invalid_request_error", "max_tokens: a positive integer is required");
     struct gen_opts go = {0};
     bool use_tools;
-    if (gen_sampling(body, 1.0f, &go.sp, err, sizeof err) != 0 ||
+    if (gen_sampling(body, &a->model.cfg, 1.0f, &go.sp, err, sizeof err) != 0 ||
         gen_tool_choice(json_object_get(body, "tool_choice"), true, &use_tools, err, sizeof err) != 0)
         return http_anthropic_error(c, 400, "invalid_request_error", "%s", err);
     go.max_tokens = (int32_t)json_integer_value(mt);

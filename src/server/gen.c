@@ -96,11 +96,16 @@ static int build_prompt(struct app *a, json_t *messages, json_t *tools, json_t *
     return rc;
 }
 
-int gen_sampling(json_t *b, float max_temperature, struct sampler_params *sp, char *err, size_t n_err)
+int gen_sampling(json_t *b, const struct model_config *mc, float max_temperature, struct sampler_params *sp,
+                 char *err, size_t n_err)
 {
     json_t *v;
     *sp = sampler_defaults();
-    sp->temperature = 1.0f;
+    sp->temperature = mc->gen_temperature;
+    sp->top_p = mc->gen_top_p;
+    sp->top_k = mc->gen_top_k;
+    sp->min_p = mc->gen_min_p;
+    sp->repeat_penalty = mc->gen_repeat_penalty;
     sp->penalty_last_n = -1;
     if ((v = json_object_get(b, "temperature")) && !json_is_null(v)) {
         if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > max_temperature)
@@ -116,6 +121,16 @@ int gen_sampling(json_t *b, float max_temperature, struct sampler_params *sp, ch
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
             return snprintf(err, n_err, "top_k must be a non-negative integer"), -1;
         sp->top_k = (int32_t)json_integer_value(v);
+    }
+    if ((v = json_object_get(b, "min_p")) && !json_is_null(v)) {
+        if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 1)
+            return snprintf(err, n_err, "min_p must be a number in [0, 1]"), -1;
+        sp->min_p = (float)json_number_value(v);
+    }
+    if ((v = json_object_get(b, "repetition_penalty")) && !json_is_null(v)) {
+        if (!json_is_number(v) || !(json_number_value(v) > 0) || json_number_value(v) > 10)
+            return snprintf(err, n_err, "repetition_penalty must be a number in (0, 10]"), -1;
+        sp->repeat_penalty = (float)json_number_value(v);
     }
     if ((v = json_object_get(b, "presence_penalty")) && json_is_number(v))
         sp->presence_penalty = (float)json_number_value(v);

@@ -34,9 +34,12 @@ struct gen_opts {
 struct gen;
 
 /* The sampling fields the APIs share (temperature up to max_temperature, top_p,
- * top_k, seed, presence/frequency penalties) with the APIs' defaults
- * (temperature 1, a random seed). -1 with a message in err on a bad value. */
-int gen_sampling(json_t *body, float max_temperature, struct sampler_params *sp, char *err, size_t n_err);
+ * top_k, min_p, repetition_penalty, seed, presence/frequency penalties); what
+ * the body leaves out is what the model's generation_config.json asks for
+ * (struct model_config's gen_*), and a random seed. -1 with a message in err
+ * on a bad value. */
+int gen_sampling(json_t *body, const struct model_config *mc, float max_temperature, struct sampler_params *sp,
+                 char *err, size_t n_err);
 
 /* tool_choice: OpenAI's "auto" / "none" (null: auto), or Anthropic's
  * {"type": "auto" | "none"}. *use_tools false for none. Forcing a call

@@ -199,10 +199,11 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *out, size_t max)
 static void oai_reader_free(void *cls) { oai_free(cls); }
 
 /* Reads the OpenAI sampling fields; -1 with a message in err on a bad value. */
-static int read_params(json_t *b, struct sampler_params *sp, int32_t *max_tokens, char *err, size_t n_err)
+static int read_params(const struct app *a, json_t *b, struct sampler_params *sp, int32_t *max_tokens, char *err,
+                       size_t n_err)
 {
     json_t *v;
-    if (gen_sampling(b, 2.0f, sp, err, n_err) != 0)
+    if (gen_sampling(b, &a->model.cfg, 2.0f, sp, err, n_err) != 0)
         return -1;
     v = json_object_get(b, "max_completion_tokens");
     if (!v || json_is_null(v))
@@ -252,7 +253,7 @@ static enum MHD_Result oai_run(struct app *a, struct MHD_Connection *c, struct o
         go->logprobs = top && !json_is_null(top) ? (int32_t)json_integer_value(top) : 0;
     }
     g->logprobs = go->logprobs >= 0;
-    if (read_params(body, &go->sp, &go->max_tokens, perr, sizeof perr) != 0 ||
+    if (read_params(a, body, &go->sp, &go->max_tokens, perr, sizeof perr) != 0 ||
         !(g->gen = gen_start(a, go, perr, sizeof perr, &why))) {
         oai_free(g);
         return why == GEN_OVERLOADED ? http_openai_error(c, 429, "rate_limit_error", "%s", perr)

@@ -223,7 +223,7 @@ enum MHD_Result openai_responses(struct app *a, struct MHD_Connection *c, json_t
                                  "whole conversation in input");
     struct gen_opts go = {0};
     bool use_tools;
-    if (gen_sampling(body, 2.0f, &go.sp, err, sizeof err) != 0 ||
+    if (gen_sampling(body, &a->model.cfg, 2.0f, &go.sp, err, sizeof err) != 0 ||
         gen_tool_choice(json_object_get(body, "tool_choice"), false, &use_tools, err, sizeof err) != 0 ||
         gen_response_format(json_object_get(json_object_get(body, "text"), "format"), &go.json, err, sizeof err) != 0)
         return http_openai_error(c, 400, "invalid_request_error", "%s", err);

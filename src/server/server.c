@@ -290,6 +290,12 @@ int server_run(const struct server_opts *o)
             a.model_name, o->host, (unsigned)o->port, o->host, (unsigned)o->port, o->host, (unsigned)o->port, o->host,
             (unsigned)o->port, a.api_key ? "<the --api-key value>" : "local", a.model_name, o->host, (unsigned)o->port, a.model_name,
             o->host, (unsigned)o->port, a.model_name, (unsigned)o->port);
+    const struct model_config *mc = &a.model.cfg;
+    fprintf(stderr,
+            "  sampling defaults (generation_config.json; a request's own fields win): temperature %g, top_p %g, "
+            "top_k %d, min_p %g, repetition_penalty %g\n",
+            (double)mc->gen_temperature, (double)mc->gen_top_p, (int)mc->gen_top_k, (double)mc->gen_min_p,
+            (double)mc->gen_repeat_penalty);
     if (pipe(stop_pipe) != 0) {
         err_set("server: pipe: %s", strerror(errno));
         goto done;

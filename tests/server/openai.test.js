@@ -4,7 +4,10 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import OpenAI from "openai";
-import { startServer, stopServers } from "./server.mjs";
+import { mkdtempSync, readdirSync, symlinkSync, writeFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startServer, stopServers, ROOT } from "./server.mjs";
 
 let srv, client;
 before(async () => {
@@ -76,6 +79,8 @@ test("bad requests get errors in the API's shape and the server keeps serving", 
   await assert.rejects(client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "x" }], n: 3 }), (e) => e.status === 400);
   await assert.rejects(client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "x" }], logit_bias: { "999999": 1 } }), (e) => e.status === 400 && /vocabulary/.test(e.message));
   await assert.rejects(client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "x" }], logit_bias: { "7": 500 } }), (e) => e.status === 400 && /logit_bias/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "x" }], min_p: 2 }), (e) => e.status === 400 && /min_p/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "x" }], repetition_penalty: 0 }), (e) => e.status === 400 && /repetition_penalty/.test(e.message));
   const raw = await fetch(`${srv.base}/v1/chat/completions`, { method: "POST", body: "{not json" });
   assert.equal(raw.status, 400);
   assert.equal((await raw.json()).error.type, "invalid_request_error");
@@ -436,3 +441,26 @@ test("keep-alives flow while a long prompt is prefilled, in each API's form", as
   assert.ok(resp.includes(": keep-alive\n\n") && /response\.(completed|incomplete)/.test(resp));
   s.proc.kill("SIGTERM");
 });
+
+test("sampling a request leaves out comes from the model's generation_config.json; its own fields win", async () => {
+  // kapitsa-tiny's files, but a generation_config asking for top_k 1: every default answer is the greedy one
+  const dir = mkdtempSync(join(tmpdir(), "kapitsa-gen-"));
+  for (const f of readdirSync(`${ROOT}/models/kapitsa-tiny`))
+    if (f !== "generation_config.json") symlinkSync(`${ROOT}/models/kapitsa-tiny/${f}`, join(dir, f));
+  writeFileSync(join(dir, "generation_config.json"), JSON.stringify({ do_sample: true, temperature: 1.5, top_k: 1, eos_token_id: [151645, 151643] }));
+  const s = await startServer(["--model", dir]);
+  try {
+    const c = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "x", maxRetries: 0 });
+    const ask = (extra) => c.chat.completions.create({ model: "m", messages: [{ role: "user", content: "Write a story." }], max_tokens: 24, ...extra })
+      .then((r) => r.choices[0].message.content);
+    const greedy = await ask({ temperature: 0 });
+    for (const seed of [1, 2, 3]) assert.equal(await ask({ seed }), greedy, `seed ${seed}: top_k 1 from generation_config`);
+    const own = new Set();
+    for (const seed of [1, 2, 3, 4]) own.add(await ask({ seed, top_k: 0 }));
+    assert.ok(own.size > 1, "top_k 0 in the request: its temperature 1.5 samples");
+  } finally {
+    s.proc.kill("SIGTERM");
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+

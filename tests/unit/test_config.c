@@ -43,9 +43,22 @@ void test_config_layouts(void)
     CHECK(c.arch == ARCH_QWEN3 && c.head_dim == 16 && c.n_kv_head == 4 && c.tie_embeddings, "fields");
     CHECK(c.rope_type == ROPE_DEFAULT && c.rope_theta == 5000.0f && c.rope_dim == 16, "rope");
     CHECK(c.n_eos == 2 && c.eos_id[0] == 7 && c.eos_id[1] == 9 && c.bos_id == 3, "eos from generation_config");
+    CHECK(c.gen_temperature == 1.0f && c.gen_top_p == 1.0f && c.gen_top_k == 0 && c.gen_min_p == 0.0f &&
+              c.gen_repeat_penalty == 1.0f,
+          "no sampling fields: temperature 1, filters off");
     float inv[16];
     config_rope_inv_freq(&c, inv);
     CHECK(fabsf(inv[0] - 1.0f) < 1e-7f && fabsf(inv[1] - powf(5000.0f, -2.0f / 16)) < 1e-7f, "inv_freq");
+    /* Qwen3's sampling; then do_sample false: greedy */
+    d = write_cfg("gen", "{\"model_type\":\"qwen3\"," BASE "}",
+                  "{\"do_sample\":true,\"temperature\":0.6,\"top_k\":20,\"top_p\":0.95,\"min_p\":0.05,"
+                  "\"repetition_penalty\":1.1}");
+    CHECK(config_load(&c, d) == 0, "%s", err_msg());
+    CHECK(c.gen_temperature == 0.6f && c.gen_top_k == 20 && c.gen_top_p == 0.95f && c.gen_min_p == 0.05f &&
+              c.gen_repeat_penalty == 1.1f,
+          "sampling from generation_config");
+    d = write_cfg("greedy", "{\"model_type\":\"qwen3\"," BASE "}", "{\"do_sample\":false,\"temperature\":0.6}");
+    CHECK(config_load(&c, d) == 0 && c.gen_temperature == 0.0f, "do_sample false: greedy");
 
     /* transformers 5 layout with linear scaling */
     d = write_cfg("lin", "{\"model_type\":\"qwen3\"," BASE ",\"head_dim\":32,\"num_key_value_heads\":2,"
@@ -117,4 +130,15 @@ void test_config_errors(void)
     const char *d = write_cfg("badgen", "{\"model_type\":\"qwen3\"," BASE "}", "{\"eos_token_id\":[1,\"a\"]}");
     struct model_config c;
     CHECK(config_load(&c, d) != 0 && strstr(err_msg(), "generation_config.json"), "%s", err_msg());
+    const char *badgen[][2] = {{"{\"top_p\":0}", "'top_p' is out of range"},
+                               {"{\"temperature\":-1}", "'temperature' is out of range"},
+                               {"{\"top_k\":-5}", "'top_k' must be an integer"},
+                               {"{\"min_p\":2}", "'min_p' is out of range"},
+                               {"{\"repetition_penalty\":0}", "'repetition_penalty' is out of range"},
+                               {"{\"do_sample\":\"yes\"}", "true or false"}};
+    for (size_t i = 0; i < sizeof badgen / sizeof badgen[0]; i++) {
+        d = write_cfg("badsamp", "{\"model_type\":\"qwen3\"," BASE "}", badgen[i][0]);
+        CHECK(config_load(&c, d) != 0 && strstr(err_msg(), badgen[i][1]) && strstr(err_msg(), "generation_config.json"),
+              "%s: '%s'", badgen[i][0], err_msg());
+    }
 }
