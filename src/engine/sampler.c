@@ -7,6 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Weights under e^-SAMPLER_CUT of the largest (2e-22) sum, over any vocabulary
+ * under 500k tokens, to less than half an ulp of a total that is at least 1:
+ * leaving those tokens out changes no draw a double can tell apart, and spares
+ * exp() over the tail of the vocabulary. */
+#define SAMPLER_CUT 50.0f
+
 struct sampler_params sampler_defaults(void)
 {
     struct sampler_params p;
@@ -77,11 +83,23 @@ void sampler_free(struct sampler *s)
 
 int32_t sampler_argmax(const float *logits, int32_t n)
 {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (logits[i] > logits[best])
-            best = i;
-    return best;
+    /* the largest value in four independent running maxima (a loop that
+     * compared with logits[best] would wait on that load every step), then
+     * its first index; NaNs are never larger, so never chosen after index 0 */
+    float m[4] = {logits[0], logits[0], logits[0], logits[0]};
+    int32_t i = 1;
+    for (; i + 4 <= n; i += 4)
+        for (int32_t u = 0; u < 4; u++)
+            m[u] = logits[i + u] > m[u] ? logits[i + u] : m[u];
+    for (; i < n; i++)
+        m[0] = logits[i] > m[0] ? logits[i] : m[0];
+    float mx = m[0];
+    for (int32_t u = 1; u < 4; u++)
+        mx = m[u] > mx ? m[u] : mx;
+    for (i = 0; i < n; i++)
+        if (logits[i] == mx)
+            return i;
+    return 0; /* logits[0] is NaN and nothing is larger */
 }
 
 static void apply_penalties(struct sampler *s, const int32_t *hist, int32_t n_hist)
@@ -104,30 +122,38 @@ static void apply_penalties(struct sampler *s, const int32_t *hist, int32_t n_hi
     }
 }
 
-/* Moves the k largest of logits[idx[0..n)] to the front (any order). */
-static void select_top(const float *lg, int32_t *idx, int32_t n, int32_t k)
+/* Whether token a ranks before token b: the larger logit, then the lower id. */
+static bool ranks_before(const float *lg, int32_t a, int32_t b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); }
+
+/* The k best of lg[0..n) by ranks_before into idx[0..k), in one pass through a
+ * min-heap of the k best so far (its root the worst of them): most tokens are
+ * one comparison with the root. */
+static void heap_top(const float *lg, int32_t n, int32_t k, int32_t *idx)
 {
-    int32_t lo = 0, hi = n - 1;
-    while (lo < hi) {
-        float pivot = lg[idx[(lo + hi) / 2]];
-        int32_t i = lo, j = hi;
-        while (i <= j) {
-            while (lg[idx[i]] > pivot)
-                i++;
-            while (lg[idx[j]] < pivot)
-                j--;
-            if (i <= j) {
-                int32_t t = idx[i];
-                idx[i++] = idx[j];
-                idx[j--] = t;
+    float root = 0; /* lg[idx[0]] once the heap is full: a later id must be larger to rank before it */
+    for (int32_t i = 0; i < n; i++) {
+        int32_t j;
+        if (i < k) { /* sift up */
+            for (j = i; j > 0 && ranks_before(lg, idx[(j - 1) / 2], i); j = (j - 1) / 2)
+                idx[j] = idx[(j - 1) / 2];
+        } else if (lg[i] > root) { /* replace the root, sift down */
+            for (j = 0;;) {
+                int32_t c = 2 * j + 1;
+                if (c >= k)
+                    break;
+                if (c + 1 < k && ranks_before(lg, idx[c], idx[c + 1]))
+                    c++;
+                if (!ranks_before(lg, i, idx[c]))
+                    break;
+                idx[j] = idx[c];
+                j = c;
             }
+        } else {
+            continue;
         }
-        if (k - 1 <= j)
-            hi = j;
-        else if (k - 1 >= i)
-            lo = i;
-        else
-            break;
+        idx[j] = i;
+        if (i >= k - 1)
+            root = lg[idx[0]];
     }
 }
 
@@ -160,24 +186,30 @@ int32_t sampler_dist(struct sampler *s, const float *logits, const int32_t *hist
         s->w[0] = 1.0;
         return 1;
     }
-    int32_t n = V;
-    for (int32_t i = 0; i < V; i++)
-        s->idx[i] = i;
-    if (p->top_k > 0 && p->top_k < n) {
-        select_top(lg, s->idx, n, p->top_k);
-        n = p->top_k;
-    }
     const float mx = lg[sampler_argmax(lg, V)]; /* always among the candidates */
     const double inv_t = 1.0 / p->temperature;
+    int32_t n = 0;
+    const bool sorted = p->top_k > 0 && p->top_k < V;
+    if (sorted) {
+        heap_top(lg, V, p->top_k, s->idx);
+        n = p->top_k;
+        sort_desc(lg, s->idx, n);
+    } else {
+        const float floor_lg = mx - SAMPLER_CUT * p->temperature;
+        for (int32_t i = 0; i < V; i++)
+            if (lg[i] >= floor_lg)
+                s->idx[n++] = i;
+    }
     if (p->top_p < 1) {
         /* sort just enough of the head: grow the sorted prefix until it covers top_p */
         double total = 0;
         for (int32_t i = 0; i < n; i++)
             total += exp((lg[s->idx[i]] - mx) * inv_t);
         for (int32_t m = n < 64 ? n : 64;; m = m * 4 < n ? m * 4 : n) {
-            if (m < n)
-                select_top(lg, s->idx, n, m);
-            sort_desc(lg, s->idx, m);
+            if (!sorted) { /* the m best of the vocabulary, all candidates since n >= m pass the floor */
+                heap_top(lg, V, m, s->idx);
+                sort_desc(lg, s->idx, m);
+            }
             double cum = 0;
             int32_t keep = 0;
             while (keep < m && cum < p->top_p * total)

@@ -37,6 +37,7 @@ int test_failures;
     X(test_kv_cache_blocks)                                                                                    \
     X(test_sampler_basic)                                                                                      \
     X(test_sampler_distribution)                                                                               \
+    X(test_sampler_candidates)                                                                                 \
     X(test_json_guard_grammar)                                                                                 \
     X(test_json_guard_sample)                                                                                  \
     X(test_tokenizer_goldens)                                                                                  \

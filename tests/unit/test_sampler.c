@@ -126,3 +126,75 @@ void test_sampler_distribution(void)
         CHECK(sampler_sample(&s, lg, NULL, 0) < limit, "min_p");
     sampler_free(&s);
 }
+
+/* The candidate lists against brute force: sampler_argmax (first of tied
+ * maxima, NaN never chosen after index 0, every length mod 4), top_k (the k
+ * best by logit then lower id, in that order, ties across the heap's
+ * boundary), the top_p head (the same order), and the floor: a token e^-50
+ * below the best is never a candidate, one e^-40 below is. */
+static int32_t argmax_ref(const float *x, int32_t n)
+{
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+void test_sampler_candidates(void)
+{
+    enum { V = 600 };
+    float lg[V];
+    uint64_t r = 42;
+    for (int32_t n = 1; n <= 13; n++)
+        for (int rep = 0; rep < 50; rep++) {
+            for (int32_t i = 0; i < n; i++) {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                lg[i] = (float)(int)(r >> 61); /* 0..7: many ties */
+            }
+            if (rep == 7)
+                lg[n - 1] = NAN;
+            if (rep == 8)
+                lg[0] = NAN;
+            CHECK(sampler_argmax(lg, n) == argmax_ref(lg, n), "argmax n %d rep %d: %d, want %d", n, rep,
+                  sampler_argmax(lg, n), argmax_ref(lg, n));
+        }
+    for (int32_t i = 0; i < V; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        lg[i] = (float)(int)(r >> 58) * 0.25f; /* 64 levels: ties at every k */
+    }
+    struct sampler_params sp = sampler_defaults();
+    sp.temperature = 1.0f;
+    for (int32_t k = 1; k < V; k += 37) {
+        sp.top_k = k;
+        struct sampler s;
+        CHECK(sampler_init(&s, &sp, V) == 0, "%s", err_msg());
+        const int32_t n = sampler_dist(&s, lg, NULL, 0);
+        CHECK(n == k, "top_k %d gave %d candidates", k, n);
+        /* the brute-force rank of each id: how many tokens rank before it */
+        for (int32_t c = 0; c < n; c++) {
+            const int32_t id = s.idx[c];
+            int32_t before = 0;
+            for (int32_t j = 0; j < V; j++)
+                before += lg[j] > lg[id] || (lg[j] == lg[id] && j < id);
+            CHECK(before == c, "top_k %d: candidate %d is id %d of rank %d", k, c, id, before);
+        }
+        sampler_free(&s);
+    }
+    sp.top_k = 0;
+    sp.top_p = 0.3f;
+    struct sampler s;
+    CHECK(sampler_init(&s, &sp, V) == 0, "%s", err_msg());
+    const int32_t n = sampler_dist(&s, lg, NULL, 0);
+    for (int32_t c = 1; c < n; c++) {
+        const int32_t a = s.idx[c - 1], b = s.idx[c];
+        CHECK(lg[a] > lg[b] || (lg[a] == lg[b] && a < b), "top_p head out of order at %d", c);
+    }
+    sampler_free(&s);
+    sp.top_p = 1.0f;
+    float tail[4] = {10.0f, 10.0f - 40.0f, 10.0f - 50.5f, 9.0f};
+    CHECK(sampler_init(&s, &sp, 4) == 0, "%s", err_msg());
+    const int32_t nt = sampler_dist(&s, tail, NULL, 0);
+    CHECK(nt == 3 && s.idx[0] == 0 && s.idx[1] == 1 && s.idx[2] == 3, "floor: %d candidates", nt);
+    sampler_free(&s);
+}
