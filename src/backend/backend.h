@@ -121,7 +121,7 @@ struct ssd_params {
     float dt_lo, dt_hi;
 };
 
-#define TOP_K_MAX 16 /* the most values top_k returns per row */
+#define TOP_K_MAX 32 /* the most values top_k returns per row */
 
 /* What a fused product does around its multiply (see matmul_fused). */
 enum mm_pre {

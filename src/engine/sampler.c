@@ -3,6 +3,7 @@
 
 #include "../base/err.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,34 +173,13 @@ static void sort_desc(const float *lg, int32_t *idx, int32_t n)
     qsort(idx, (size_t)n, sizeof *idx, cmp_desc);
 }
 
-int32_t sampler_dist(struct sampler *s, const float *logits, const int32_t *history, int32_t n_history)
+/* top-p and min-p over the n candidates in s->idx (sorted by rank when
+ * `sorted`, else the tokens that pass the floor) of the adjusted logits lg
+ * whose largest is mx; their weights to s->w. Returns the candidates kept. */
+static int32_t dist_filter(struct sampler *s, const float *lg, float mx, int32_t n, bool sorted)
 {
     const struct sampler_params *p = &s->p;
-    const int32_t V = s->n_vocab;
-    float *lg = s->logits;
-    memcpy(lg, logits, (size_t)V * sizeof *lg);
-    for (int32_t i = 0; i < p->n_bias; i++)
-        lg[p->bias_id[i]] += p->bias[i];
-    apply_penalties(s, history, n_history);
-    if (p->temperature == 0) {
-        s->idx[0] = sampler_argmax(lg, V);
-        s->w[0] = 1.0;
-        return 1;
-    }
-    const float mx = lg[sampler_argmax(lg, V)]; /* always among the candidates */
     const double inv_t = 1.0 / p->temperature;
-    int32_t n = 0;
-    const bool sorted = p->top_k > 0 && p->top_k < V;
-    if (sorted) {
-        heap_top(lg, V, p->top_k, s->idx);
-        n = p->top_k;
-        sort_desc(lg, s->idx, n);
-    } else {
-        const float floor_lg = mx - SAMPLER_CUT * p->temperature;
-        for (int32_t i = 0; i < V; i++)
-            if (lg[i] >= floor_lg)
-                s->idx[n++] = i;
-    }
     if (p->top_p < 1) {
         /* sort just enough of the head: grow the sorted prefix until it covers top_p */
         double total = 0;
@@ -207,7 +187,7 @@ int32_t sampler_dist(struct sampler *s, const float *logits, const int32_t *hist
             total += exp((lg[s->idx[i]] - mx) * inv_t);
         for (int32_t m = n < 64 ? n : 64;; m = m * 4 < n ? m * 4 : n) {
             if (!sorted) { /* the m best of the vocabulary, all candidates since n >= m pass the floor */
-                heap_top(lg, V, m, s->idx);
+                heap_top(lg, s->n_vocab, m, s->idx);
                 sort_desc(lg, s->idx, m);
             }
             double cum = 0;
@@ -228,6 +208,36 @@ int32_t sampler_dist(struct sampler *s, const float *logits, const int32_t *hist
     return n;
 }
 
+int32_t sampler_dist(struct sampler *s, const float *logits, const int32_t *history, int32_t n_history)
+{
+    const struct sampler_params *p = &s->p;
+    const int32_t V = s->n_vocab;
+    float *lg = s->logits;
+    memcpy(lg, logits, (size_t)V * sizeof *lg);
+    for (int32_t i = 0; i < p->n_bias; i++)
+        lg[p->bias_id[i]] += p->bias[i];
+    apply_penalties(s, history, n_history);
+    if (p->temperature == 0) {
+        s->idx[0] = sampler_argmax(lg, V);
+        s->w[0] = 1.0;
+        return 1;
+    }
+    const float mx = lg[sampler_argmax(lg, V)]; /* always among the candidates */
+    int32_t n = 0;
+    const bool sorted = p->top_k > 0 && p->top_k < V;
+    if (sorted) {
+        heap_top(lg, V, p->top_k, s->idx);
+        n = p->top_k;
+        sort_desc(lg, s->idx, n);
+    } else {
+        const float floor_lg = mx - SAMPLER_CUT * p->temperature;
+        for (int32_t i = 0; i < V; i++)
+            if (lg[i] >= floor_lg)
+                s->idx[n++] = i;
+    }
+    return dist_filter(s, lg, mx, n, sorted);
+}
+
 bool sampler_greedy(const struct sampler *s)
 {
     const struct sampler_params *p = &s->p;
@@ -235,11 +245,19 @@ bool sampler_greedy(const struct sampler *s)
            p->frequency_penalty == 0;
 }
 
-int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *history, int32_t n_history)
+int32_t sampler_top_need(const struct sampler *s)
 {
-    const int32_t n = sampler_dist(s, logits, history, n_history);
-    if (s->p.temperature == 0)
-        return s->idx[0];
+    const struct sampler_params *p = &s->p;
+    if (sampler_greedy(s))
+        return 1;
+    const bool raw = p->n_bias == 0 && p->repeat_penalty == 1.0f && p->presence_penalty == 0 &&
+                     p->frequency_penalty == 0;
+    return raw && p->top_k > 0 && p->top_k < s->n_vocab ? p->top_k : 0;
+}
+
+/* A seeded draw from the n weighted candidates of the last dist. */
+static int32_t draw(struct sampler *s, int32_t n)
+{
     double sum = 0;
     for (int32_t i = 0; i < n; i++)
         sum += s->w[i];
@@ -253,4 +271,24 @@ int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *hi
             break;
     }
     return last;
+}
+
+int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *history, int32_t n_history)
+{
+    const int32_t n = sampler_dist(s, logits, history, n_history);
+    return s->p.temperature == 0 ? s->idx[0] : draw(s, n);
+}
+
+int32_t sampler_sample_top(struct sampler *s, const int32_t *ids, const float *vals, int32_t k)
+{
+    const int32_t need = sampler_top_need(s);
+    assert(need >= 1 && k >= need);
+    if (need == 1 && s->p.temperature == 0)
+        return ids[0];
+    /* the candidates and their logits where sampler_dist's top-k pass puts them */
+    for (int32_t i = 0; i < need; i++) {
+        s->idx[i] = ids[i];
+        s->logits[ids[i]] = vals[i];
+    }
+    return draw(s, dist_filter(s, s->logits, vals[0], need, true));
 }

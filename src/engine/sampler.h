@@ -52,6 +52,15 @@ int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *hi
 int32_t sampler_dist(struct sampler *s, const float *logits, const int32_t *history, int32_t n_history);
 /* A uniform draw in [0, 1) from the sampler's seeded stream. */
 double sampler_uniform(struct sampler *s);
+/* How many of the largest raw logits a draw needs, when those are all it
+ * needs: 1 when greedy (sampler_greedy), top_k when that filter is on and no
+ * bias or penalty changes the logits first; 0 when it needs them all. */
+int32_t sampler_top_need(const struct sampler *s);
+/* The draw sampler_sample makes (the same token for the same seed and state)
+ * from only the k >= sampler_top_need(s) largest logits: ids/vals in the
+ * backend's top_k order (larger first, then the lower id), so that a GPU
+ * copies k numbers per row instead of the vocabulary. */
+int32_t sampler_sample_top(struct sampler *s, const int32_t *ids, const float *vals, int32_t k);
 /* Whether every sample is the largest raw logit (temperature 0, no bias, no
  * penalties), so that the caller may rank the logits where they are
  * (engine_out_top) instead of reading them all. */

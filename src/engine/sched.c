@@ -57,7 +57,10 @@ struct sched {
     int32_t *tok, *pos, *seq, *par, *owner;
     uint8_t *want;
     float *logits; /* [max_batch][vocab] */
-    int32_t *top1; /* [max_batch]: each output row's argmax, when every sampler is greedy */
+    /* [max_batch][k]: each output row's k largest logits, when every draw
+     * needs only those (sampler_top_need; k = 1: every sampler greedy) */
+    int32_t *top_ids; /* [max_batch][TOP_K_MAX] */
+    float *top_vals;  /* [max_batch][TOP_K_MAX] */
 };
 
 struct sched_req *sched_req_new(const int32_t *prompt, int32_t n, const struct sampler_params *sp, int32_t max_tokens,
@@ -409,7 +412,7 @@ static void sched_spec_step(struct sched *s, const int32_t *act, int32_t n_act)
             greedy = greedy && spec_greedy(&s->lane[act[i]], &s->active[act[i]]->sampler);
     struct batch b = {n, s->tok, s->pos, s->seq, s->par, s->want};
     if (engine_forward(&s->e, &b, greedy ? NULL : s->logits, NULL) < 0 ||
-        (greedy && engine_out_top(&s->e, 1, s->top1, NULL) != 0)) {
+        (greedy && engine_out_top(&s->e, 1, s->top_ids, NULL) != 0)) {
         snprintf(msg, sizeof msg, "%s", err_msg());
         for (int32_t i = 0; i < n_act; i++)
             if (s->lane_row[act[i]] >= 0)
@@ -428,7 +431,7 @@ static void sched_spec_step(struct sched *s, const int32_t *act, int32_t n_act)
         const int32_t len = r->n_prompt + r->n_out;
         const int32_t k = spec_accept(&s->lane[a], &r->sampler, r->hist, len, r->hist + len,
                                       greedy ? NULL : s->logits + (size_t)s->lane_row[a] * V,
-                                      greedy ? s->top1 + s->lane_row[a] : NULL);
+                                      greedy ? s->top_ids + s->lane_row[a] : NULL);
         if (k < 1) {
             snprintf(msg, sizeof msg, "%s", err_msg());
             sched_fail(s, a, msg);
@@ -507,17 +510,21 @@ static bool sched_step(struct sched *s)
     for (int32_t a = 0; a < s->n_seq_max; a++)
         n_seqs += s->active[a] != NULL;
     sched_make_room(s, n, n_seqs);
-    /* requests that sample greedily with nothing else to report need only
-     * each row's argmax */
-    bool greedy = true;
-    for (int32_t i = 0; i < n && greedy; i++)
+    /* requests whose draws need only the largest logits (greedy: the argmax;
+     * top_k with nothing changing the logits first: those k) and nothing else
+     * to report read k numbers per row, not the vocabulary (a GPU's copy, and
+     * the host's pass over it) */
+    int32_t k_top = 1;
+    for (int32_t i = 0; i < n && k_top > 0; i++)
         if (s->want[i]) {
             const struct sched_req *r = s->active[s->owner[i]];
-            greedy = sampler_greedy(&r->sampler) && !r->vb && r->n_top < 0;
+            const int32_t need = r->vb || r->n_top >= 0 ? 0 : sampler_top_need(&r->sampler);
+            k_top = need < 1 || need > TOP_K_MAX ? 0 : need > k_top ? need : k_top;
         }
     struct batch b = {n, s->tok, s->pos, s->seq, s->par, s->want};
-    int32_t n_out = engine_forward(&s->e, &b, greedy ? NULL : s->logits, NULL);
-    if (n_out < 0 || (greedy && engine_out_top(&s->e, 1, s->top1, NULL) != 0) || engine_commit_all(&s->e) != 0) {
+    int32_t n_out = engine_forward(&s->e, &b, k_top ? NULL : s->logits, NULL);
+    if (n_out < 0 || (k_top && engine_out_top(&s->e, k_top, s->top_ids, s->top_vals) != 0) ||
+        engine_commit_all(&s->e) != 0) {
         char msg[256];
         snprintf(msg, sizeof msg, "%s", err_msg());
         for (int32_t a = 0; a < s->n_seq_max; a++)
@@ -539,7 +546,8 @@ static bool sched_step(struct sched *s)
         struct sched_req *r = s->active[s->owner[i]];
         int32_t len = r->n_prompt + r->n_out;
         const float *row = s->logits + (int64_t)j * V;
-        const int32_t t = greedy  ? s->top1[j]
+        const int32_t t = k_top ? sampler_sample_top(&r->sampler, s->top_ids + (int64_t)j * k_top,
+                                                     s->top_vals + (int64_t)j * k_top, k_top)
                           : r->vb ? json_guard_sample(&r->guard, r->vb, &r->sampler, row, r->hist, len)
                                   : sampler_sample(&r->sampler, row, r->hist, len);
         j++;
@@ -685,10 +693,11 @@ struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32
     s->owner = malloc(n * sizeof(int32_t));
     s->want = malloc(n);
     s->logits = malloc(n * (size_t)m->cfg.vocab_size * sizeof(float));
-    s->top1 = malloc(n * sizeof(int32_t));
+    s->top_ids = malloc(n * TOP_K_MAX * sizeof(int32_t));
+    s->top_vals = malloc(n * TOP_K_MAX * sizeof(float));
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    if (!s->active || !s->tok || !s->pos || !s->seq || !s->par || !s->owner || !s->want || !s->logits || !s->top1 ||
+    if (!s->active || !s->tok || !s->pos || !s->seq || !s->par || !s->owner || !s->want || !s->logits || !s->top_ids || !s->top_vals ||
         pthread_create(&s->thread, NULL, sched_main, s) != 0) {
         err_set("sched: cannot start the engine thread");
         s->stop = true;
@@ -764,7 +773,8 @@ void sched_free(struct sched *s)
     free(s->owner);
     free(s->want);
     free(s->logits);
-    free(s->top1);
+    free(s->top_ids);
+    free(s->top_vals);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);

@@ -38,6 +38,7 @@ int test_failures;
     X(test_sampler_basic)                                                                                      \
     X(test_sampler_distribution)                                                                               \
     X(test_sampler_candidates)                                                                                 \
+    X(test_sampler_top)                                                                                        \
     X(test_json_guard_grammar)                                                                                 \
     X(test_json_guard_sample)                                                                                  \
     X(test_tokenizer_goldens)                                                                                  \
@@ -64,6 +65,7 @@ int test_failures;
     X(test_sched_hybrid)                                                                                       \
     X(test_sched_spec)                                                                                         \
     X(test_sched_stop)                                                                                         \
+    X(test_sched_top_k)                                                                                        \
     X(test_spec_greedy_fixtures)                                                                               \
     X(test_spec_greedy_tiny)                                                                                   \
     X(test_spec_sampling)

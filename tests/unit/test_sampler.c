@@ -1,6 +1,7 @@
 /* Tests of the sampler: greedy, seeds, filters, penalties, bias, and the
  * empirical distribution of temperature sampling. */
 #include "../../src/base/err.h"
+#include "../../src/backend/backend.h"
 #include "../../src/engine/sampler.h"
 #include "test.h"
 
@@ -196,5 +197,56 @@ void test_sampler_candidates(void)
     CHECK(sampler_init(&s, &sp, 4) == 0, "%s", err_msg());
     const int32_t nt = sampler_dist(&s, tail, NULL, 0);
     CHECK(nt == 3 && s.idx[0] == 0 && s.idx[1] == 1 && s.idx[2] == 3, "floor: %d candidates", nt);
+    sampler_free(&s);
+}
+
+/* sampler_sample_top from a row's top_k (the backend's order) draws the token
+ * sampler_sample draws from the whole row, for the same seed, draw after draw,
+ * and sampler_top_need says when the top is enough. */
+void test_sampler_top(void)
+{
+    enum { V = 5000 };
+    static float lg[V];
+    uint64_t r = 7;
+    for (int32_t i = 0; i < V; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        lg[i] = (float)((int)(r >> 40) % 4000) / 400.0f; /* ties too */
+    }
+    const struct {
+        float t, top_p, min_p;
+        int32_t top_k;
+    } cases[] = {{0.0f, 1, 0, 0}, {1.0f, 1, 0, 1}, {0.7f, 0.95f, 0, 20}, {1.3f, 1, 0.1f, 32}, {0.5f, 0.5f, 0.05f, 7}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct sampler_params sp = sampler_defaults();
+        sp.temperature = cases[c].t;
+        sp.top_p = cases[c].top_p;
+        sp.min_p = cases[c].min_p;
+        sp.top_k = cases[c].top_k;
+        sp.seed = 1234 + c;
+        struct sampler a, b;
+        CHECK(sampler_init(&a, &sp, V) == 0 && sampler_init(&b, &sp, V) == 0, "%s", err_msg());
+        const int32_t need = sampler_top_need(&a);
+        CHECK(need == (cases[c].t == 0 ? 1 : cases[c].top_k), "case %zu: top_need %d", c, need);
+        int32_t ids[TOP_K_MAX];
+        float vals[TOP_K_MAX];
+        for (int d = 0; d < 300; d++) {
+            lg[(d * 97) % V] += 0.5f; /* a row that changes a little every draw */
+            backend_top_k_row(lg, V, TOP_K_MAX, ids, vals);
+            const int32_t want = sampler_sample(&a, lg, NULL, 0), got = sampler_sample_top(&b, ids, vals, TOP_K_MAX);
+            CHECK(got == want, "case %zu draw %d: %d from the top, %d from the row", c, d, got, want);
+        }
+        sampler_free(&a);
+        sampler_free(&b);
+    }
+    struct sampler_params sp = sampler_defaults();
+    sp.temperature = 1.0f;
+    struct sampler s;
+    CHECK(sampler_init(&s, &sp, V) == 0, "%s", err_msg());
+    CHECK(sampler_top_need(&s) == 0, "no top_k: the whole row");
+    sampler_free(&s);
+    sp.top_k = 10;
+    sp.repeat_penalty = 1.1f;
+    CHECK(sampler_init(&s, &sp, V) == 0, "%s", err_msg());
+    CHECK(sampler_top_need(&s) == 0, "a penalty changes logits the top was taken from: the whole row");
     sampler_free(&s);
 }

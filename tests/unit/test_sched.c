@@ -190,3 +190,60 @@ void test_sched_stop(void)
     model_free(&m);
     be->ops->free(be);
 }
+
+/* A request sampling with top_k (and one with top_k and top_p, beside a greedy
+ * one in the same batches) reads only each row's top logits from the engine
+ * (sampler_sample_top) and draws the tokens a sampler over the whole rows
+ * draws with the same seed. */
+void test_sched_top_k(void)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/qwen3", test_fixtures());
+    struct backend *be = test_backend();
+    struct model m;
+    CHECK(model_load(&m, dir, be, NULL) == 0, "%s", err_msg());
+    const int32_t V = m.cfg.vocab_size, G = 24;
+    int32_t p[30];
+    for (int i = 0; i < 30; i++)
+        p[i] = 2 + (i * 31 + 7) % (V - 2);
+    struct sampler_params sps[3] = {sampler_defaults(), sampler_defaults(), sampler_defaults()};
+    sps[0].temperature = 1.2f, sps[0].top_k = 8, sps[0].seed = 11;
+    sps[1].temperature = 0.9f, sps[1].top_k = 20, sps[1].top_p = 0.8f, sps[1].seed = 12;
+    sps[2].temperature = 0.0f;
+    int32_t want[3][24];
+    for (int q = 0; q < 3; q++) { /* the reference: whole rows through sampler_sample */
+        struct engine e;
+        struct sampler sm;
+        CHECK(engine_init(&e, &m, 1024, 1, 64, 0) == 0 && sampler_init(&sm, &sps[q], V) == 0, "%s", err_msg());
+        float *lg = malloc(sizeof(float) * (size_t)V);
+        int32_t s = engine_seq_new(&e), pos[30], sq[30], par[30], hist[64];
+        uint8_t w[30];
+        for (int32_t i = 0; i < 30; i++)
+            pos[i] = i, sq[i] = s, par[i] = i - 1, w[i] = i == 29, hist[i] = p[i];
+        struct batch b = {30, p, pos, sq, par, w};
+        CHECK(engine_forward(&e, &b, lg, NULL) == 1 && engine_commit_all(&e) == 0, "%s", err_msg());
+        for (int32_t g = 0; g < G; g++) {
+            want[q][g] = hist[30 + g] = sampler_sample(&sm, lg, hist, 30 + g);
+            int32_t ps = 30 + g, pa = -1;
+            uint8_t one = 1;
+            struct batch d = {1, &want[q][g], &ps, &s, &pa, &one};
+            CHECK(engine_forward(&e, &d, lg, NULL) == 1 && engine_commit_all(&e) == 0, "%s", err_msg());
+        }
+        free(lg);
+        sampler_free(&sm);
+        engine_free(&e);
+    }
+    struct sched *sc = sched_new(&m, 4096, 3, 64, NULL, NULL);
+    CHECK(sc != NULL, "%s", err_msg());
+    struct sched_req *rs[3];
+    for (int q = 0; q < 3; q++) {
+        rs[q] = sched_req_new(p, 30, &sps[q], G, V);
+        CHECK(rs[q] && sched_submit(sc, rs[q]) == 0, "%s", err_msg());
+    }
+    const char *what[3] = {"top_k 8", "top_k 20, top_p 0.8", "greedy beside them"};
+    for (int q = 0; q < 3; q++)
+        finish(rs[q], want[q], G, what[q]);
+    sched_free(sc);
+    model_free(&m);
+    be->ops->free(be);
+}

@@ -176,6 +176,8 @@ int cuda_top_k(struct backend *be, const struct tensor *t, int32_t k, int32_t *i
     if (d_ids && !c->failed) {
         if (k == 1)
             top_k_launch<1>(c, t, k, d_ids, d_vals, d_pids, d_pvals, n_chunk, chunk);
+        else if (k <= 16) /* draft trees: the shorter lists cost half the registers */
+            top_k_launch<16>(c, t, k, d_ids, d_vals, d_pids, d_pvals, n_chunk, chunk);
         else
             top_k_launch<TOP_K_MAX>(c, t, k, d_ids, d_vals, d_pids, d_pvals, n_chunk, chunk);
         if (!c->failed &&
