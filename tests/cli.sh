@@ -137,6 +137,19 @@ if [ "$(grep -c '' "$tmp/chat1.txt")" -ge 3 ] && cmp -s "$tmp/chat1.txt" "$tmp/c
 else
     bad "chat: plain and KFlash conversations differ"; cat "$tmp/chat1.err" "$tmp/chat2.err" | head -5
 fi
+# chat samples as the model's generation_config.json asks (here temperature 1.5: two seeds,
+# two conversations), greedily with --temperature 0 (the same as kapitsa-tiny's, which names none)
+g="$tmp/gencfg"
+mkdir -p "$g"
+for f in "$m/kapitsa-tiny"/*; do [ "$(basename "$f")" = generation_config.json ] || ln -sf "$f" "$g/"; done
+echo '{"temperature": 1.5, "eos_token_id": [151645, 151643]}' > "$g/generation_config.json"
+for s in 1 2; do printf "$turns" | "$bin" chat --model "$g" --max-tokens 24 --seed $s > "$tmp/chat_s$s.txt" 2>/dev/null; done
+printf "$turns" | "$bin" chat --model "$g" --max-tokens 24 --temperature 0 > "$tmp/chat_t0.txt" 2>/dev/null
+if ! cmp -s "$tmp/chat_s1.txt" "$tmp/chat_s2.txt" && cmp -s "$tmp/chat_t0.txt" "$tmp/chat1.txt"; then
+    ok "chat: the model's generation_config sampling by default, --temperature 0 greedy"
+else
+    bad "chat: generation_config sampling"; head -3 "$tmp/chat_s1.txt" "$tmp/chat_s2.txt" "$tmp/chat_t0.txt"
+fi
 if grep -q "kapitsa-tiny-draft" "$tmp/cache/kflash.tsv" 2>/dev/null; then
     ok "the tuned tree shape is cached per machine and model pair"
 else

@@ -26,7 +26,9 @@ static void chat_usage(FILE *f)
                "  one user message per line (a line ending in \\ continues it; so do lines between two\n"
                "  lines of \"\"\"); on a terminal with line editing and history (~/.cache/kapitsa/chat_history).\n"
                "  /reset starts over, /stats shows the last turn's numbers, /exit or end of input ends.\n"
-               "  --think lets the model reason first (shown dimmed on a terminal).\n");
+               "  --think lets the model reason first (shown dimmed on a terminal). Sampling: the model's\n"
+               "  generation_config.json where it names any (Qwen3: temperature 0.6, top_p 0.95, top_k 20),\n"
+               "  else greedy; --temperature overrides (0: greedy).\n");
 }
 
 /* Input lines: readline (libedit) on a terminal, with history; getline otherwise. */
@@ -83,6 +85,7 @@ int cli_chat(int argc, char **argv)
 {
     const char *dir = NULL, *system = NULL, *device = NULL, *v;
     int think = 0;
+    bool temp_set = false;
     int64_t max_tokens = 256, threads = 0, n_ctx = 8192;
     struct sampler_params sp = sampler_defaults();
     struct cli_spec so = {0};
@@ -104,6 +107,7 @@ int cli_chat(int argc, char **argv)
             if (f < 0 || sscanf(v, "%lf", &d) != 1 || d < 0)
                 return chat_usage(stderr), 2;
             sp.temperature = (float)d;
+            temp_set = true;
         } else {
             int64_t *dst = NULL;
             if ((f = cli_flag(argc, argv, &i, "--max-tokens", &v)) != 0)
@@ -163,6 +167,13 @@ int cli_chat(int argc, char **argv)
     if (draft_dir && model_load(&dm, draft_dir, be, NULL) != 0)
         goto done;
     d_loaded = draft_dir != NULL;
+    if (!temp_set && m.cfg.gen_given) { /* the sampling the model's generation_config.json asks for */
+        sp.temperature = m.cfg.gen_temperature;
+        sp.top_p = m.cfg.gen_top_p;
+        sp.top_k = m.cfg.gen_top_k;
+        sp.min_p = m.cfg.gen_min_p;
+        sp.repeat_penalty = m.cfg.gen_repeat_penalty;
+    }
     if (cli_gen_init(&g, &m, d_loaded ? &dm : NULL, tok, &sp, &kp, (int32_t)n_ctx) != 0)
         goto done;
     up = 1;

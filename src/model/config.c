@@ -461,6 +461,9 @@ static int cfg_parse(struct cfg_reader *r, struct model_config *c)
 /* generation_config.json's sampling fields, in the ranges the sampler takes. */
 static void cfg_sampling(struct cfg_reader *r, json_t *root, struct model_config *c)
 {
+    static const char *const keys[] = {"do_sample", "temperature", "top_p", "top_k", "min_p", "repetition_penalty"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        c->gen_given = c->gen_given || cfg_get(r, root, keys[i], 0) != NULL;
     const bool sample = cfg_bool(r, root, "do_sample", 1);
     c->gen_temperature = (float)cfg_num(r, root, "temperature", 0, 1.0);
     c->gen_top_p = (float)cfg_num(r, root, "top_p", 0, 1.0);

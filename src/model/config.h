@@ -92,6 +92,7 @@ struct model_config {
     int32_t gen_top_k;        /* 0: off */
     float gen_min_p;          /* 0: off */
     float gen_repeat_penalty; /* 1: off */
+    bool gen_given;           /* the file names at least one of them (or do_sample) */
 };
 
 /* Reads DIR/config.json (required) and DIR/generation_config.json (optional: its

@@ -44,7 +44,7 @@ void test_config_layouts(void)
     CHECK(c.rope_type == ROPE_DEFAULT && c.rope_theta == 5000.0f && c.rope_dim == 16, "rope");
     CHECK(c.n_eos == 2 && c.eos_id[0] == 7 && c.eos_id[1] == 9 && c.bos_id == 3, "eos from generation_config");
     CHECK(c.gen_temperature == 1.0f && c.gen_top_p == 1.0f && c.gen_top_k == 0 && c.gen_min_p == 0.0f &&
-              c.gen_repeat_penalty == 1.0f,
+              c.gen_repeat_penalty == 1.0f && !c.gen_given,
           "no sampling fields: temperature 1, filters off");
     float inv[16];
     config_rope_inv_freq(&c, inv);
@@ -55,7 +55,7 @@ void test_config_layouts(void)
                   "\"repetition_penalty\":1.1}");
     CHECK(config_load(&c, d) == 0, "%s", err_msg());
     CHECK(c.gen_temperature == 0.6f && c.gen_top_k == 20 && c.gen_top_p == 0.95f && c.gen_min_p == 0.05f &&
-              c.gen_repeat_penalty == 1.1f,
+              c.gen_repeat_penalty == 1.1f && c.gen_given,
           "sampling from generation_config");
     d = write_cfg("greedy", "{\"model_type\":\"qwen3\"," BASE "}", "{\"do_sample\":false,\"temperature\":0.6}");
     CHECK(config_load(&c, d) == 0 && c.gen_temperature == 0.0f, "do_sample false: greedy");
