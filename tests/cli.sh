@@ -174,6 +174,11 @@ expect "bench at several prompt lengths: a row each with the time to first token
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16,48 --gen 4 --json
 expect "bench --seqs: sequences decoding together" 0 '"seqs":3' '"decode_tok_s_total"' -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --gen 4 --seqs 3 --json
+expect "bench --sample with top_k: the top logits read" 0 "top_k 20, the top logits read" -- \
+    "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --gen 4 --seqs 2 --sample 0.7,20
+expect "bench --sample without top_k: whole rows" 0 "top_k 0, whole rows read" -- \
+    "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --gen 4 --sample 1,0
+expect "bench --sample needs T,K" 2 "usage" -- "$bin" bench --model "$m/kapitsa-tiny" --sample 0.7
 expect "bench --seqs with several prompt lengths is refused" 2 "usage" -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16,48 --seqs 3
 expect "bench --draft with another vocabulary" 1 "vocabulary" -- \

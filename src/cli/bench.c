@@ -107,10 +107,11 @@ static double prefill_flops(const struct model *m, int64_t n)
 static void bench_usage(FILE *f)
 {
     fprintf(f, "usage: kapitsa bench --model DIR [--threads N] [--device D] [--prompt N[,N...]] [--gen M] [--batch B]\n"
-               "                     [--seqs S] [--peak-gbs G] [--peak-tflops T] [--json]\n"
+               "                     [--seqs S] [--sample T,K] [--peak-gbs G] [--peak-tflops T] [--json]\n"
                "  prefill N random tokens (default 512) in batches of B (default 512), then decode M tokens\n"
                "  (several lengths: a row each, with the time to the first token)\n"
-               "  (default 64) greedily, S sequences at once (default 1, at most 64; each its own copy of the\n"
+               "  (default 64) greedily (--sample: seeded draws at temperature T from the K best, K <= %d\n"
+               "  read as such, as the server does; K = 0: whole rows), S sequences at once (default 1, at most 64; each its own copy of the\n"
                "  prompt, one forward per step); prints tok/s and the rooflines: decode, weight bytes per token over\n"
                "  the read bandwidth (measured on the cpu; on a GPU G, default 4800 GB/s, the H200's HBM\n"
                "  peak); prefill on a GPU, its FLOPs over T (default 790, bf16 tensor cores of an H200)\n"
@@ -122,7 +123,8 @@ static void bench_usage(FILE *f)
                "       kapitsa bench compare --against URL [--against URL ...]   (see bench compare --help)\n"
                "       kapitsa bench --tokenizer DIR --corpus FILE.jsonl\n"
                "  encodes every {\"text\", \"ids\"} line on one thread (best of 3 passes), checks the ids\n"
-               "  and prints the encoding speed in MB/s\n");
+               "  and prints the encoding speed in MB/s\n",
+            TOP_K_MAX);
 }
 
 /* Tokenizer throughput over a golden corpus; every document must match. */
@@ -224,6 +226,8 @@ int cli_bench(int argc, char **argv)
     int32_t n_lens = 1;
     int tree_n = 24, tree_d = 8;
     int json = 0;
+    float sample_t = 0.0f;
+    int sample_k = 0;
     double peak_gbs = 4800, peak_tflops = 790;
     for (int i = 0; i < argc; i++) {
         int f;
@@ -254,6 +258,11 @@ int cli_bench(int argc, char **argv)
                 return 2;
             }
             *(strcmp(argv[i - 1], "--peak-gbs") == 0 ? &peak_gbs : &peak_tflops) = d;
+            continue;
+        }
+        if ((f = cli_flag(argc, argv, &i, "--sample", &v)) != 0) {
+            if (f < 0 || sscanf(v, "%f,%d", &sample_t, &sample_k) != 2 || !(sample_t > 0) || sample_k < 0)
+                return bench_usage(stderr), 2;
             continue;
         }
         if ((f = cli_flag(argc, argv, &i, "--spec-tree", &v)) != 0) {
@@ -324,6 +333,9 @@ int cli_bench(int argc, char **argv)
     int32_t *tok = NULL, *pos = NULL, *seqv = NULL, *par = NULL;
     uint8_t *want = NULL;
     int rc = 1, loaded = 0, up = 0;
+    /* --sample: a seeded sampler per sequence; k_read (below) the top logits a step reads, 0: whole rows */
+    struct sampler smp[BENCH_MAX_SEQS];
+    int32_t n_smp = 0;
     if (!be || model_load(&m, dir, be, NULL) != 0)
         goto done;
     loaded = 1;
@@ -332,6 +344,19 @@ int cli_bench(int argc, char **argv)
     const int32_t S = (int32_t)n_seqs;
     int32_t seqs[BENCH_MAX_SEQS], next[BENCH_MAX_SEQS], npos[BENCH_MAX_SEQS], npar[BENCH_MAX_SEQS];
     uint8_t nwant[BENCH_MAX_SEQS];
+    int32_t k_read = 0, top_ids[BENCH_MAX_SEQS * TOP_K_MAX];
+    float top_vals[BENCH_MAX_SEQS * TOP_K_MAX];
+    if (sample_t > 0) {
+        struct sampler_params sp = sampler_defaults();
+        sp.temperature = sample_t;
+        sp.top_k = sample_k;
+        for (; n_smp < S; n_smp++) {
+            sp.seed = 1000 + (uint64_t)n_smp;
+            if (sampler_init(&smp[n_smp], &sp, m.cfg.vocab_size) != 0)
+                goto done;
+        }
+        k_read = sampler_top_need(&smp[0]) <= TOP_K_MAX ? sampler_top_need(&smp[0]) : 0;
+    }
     /* each sequence rounded up to whole cache blocks (16 tokens) */
     if (engine_init(&e, &m, (int32_t)(S * (n_prompt + n_gen + 16)), S, (int32_t)(n_batch > S ? n_batch : S), 0) != 0)
         goto done;
@@ -381,8 +406,21 @@ int cli_bench(int argc, char **argv)
                 nwant[k] = 1;
             }
             struct batch b = {S, next, npos, seqs, npar, nwant};
-            if (engine_forward(&e, &b, NULL, NULL) < 0 || engine_out_top(&e, 1, next, NULL) != 0 ||
-                engine_commit_all(&e) != 0)
+            if (n_smp == 0) {
+                if (engine_forward(&e, &b, NULL, NULL) < 0 || engine_out_top(&e, 1, next, NULL) != 0)
+                    goto done;
+            } else if (k_read > 0) {
+                if (engine_forward(&e, &b, NULL, NULL) < 0 || engine_out_top(&e, k_read, top_ids, top_vals) != 0)
+                    goto done;
+                for (int32_t k = 0; k < S; k++)
+                    next[k] = sampler_sample_top(&smp[k], top_ids + k * k_read, top_vals + k * k_read, k_read);
+            } else {
+                if (engine_forward(&e, &b, logits, NULL) < 0)
+                    goto done;
+                for (int32_t k = 0; k < S; k++)
+                    next[k] = sampler_sample(&smp[k], logits + (size_t)k * V, NULL, 0);
+            }
+            if (engine_commit_all(&e) != 0)
                 goto done;
         }
         t_decode = now_s() - t0;
@@ -431,6 +469,9 @@ int cli_bench(int argc, char **argv)
                    (long long)n_gen, dc, S, S * dc);
         else
             printf("\ndecode   %6lld tokens  %9.2f tok/s", (long long)n_gen, dc);
+        if (n_smp > 0)
+            printf(" (sampled: temperature %g, top_k %d, %s)", (double)sample_t, sample_k,
+                   k_read ? "the top logits read" : "whole rows read");
         printf("\n"
                "roofline %.1f MB of weights per token at %.2f GB/s %s = %.2f tok/s; decode reaches %.0f%%\n",
                bytes / 1e6, bw / 1e9, gpu ? "peak" : "read", roof, 100 * dc / roof);
@@ -445,6 +486,8 @@ done:
     free(seqv);
     free(par);
     free(want);
+    for (int32_t k = 0; k < n_smp; k++)
+        sampler_free(&smp[k]);
     if (up)
         engine_free(&e);
     if (loaded)

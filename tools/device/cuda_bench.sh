@@ -19,6 +19,7 @@ wait
 build/kapitsa bench --model /tmp/q8 --device cuda --prompt 512 --gen 128 2>&1 | tee $OUT/bench_q8.txt
 build/kapitsa bench --model /tmp/q8 --device cuda --prompt 4096 --batch 4096 --gen 8 2>&1 | tee -a $OUT/bench_q8.txt | head -2
 build/kapitsa bench --model /tmp/q8 --device cuda --prompt 512 --gen 64 --seqs 4 2>&1 | tee -a $OUT/bench_q8.txt
+for a in "--sample 0.6,20" "--sample 0.6,0"; do build/kapitsa bench --model /tmp/q8 --device cuda --prompt 512 --gen 128 $a 2>&1 | grep decode; done | tee -a $OUT/bench_q8.txt
 build/kapitsa bench --model /tmp/q8 --device cuda --prompt 512,2048,4096 --batch 4096 --gen 32 2>&1 | tee $OUT/ttft.txt
 build/kapitsa bench --model /tmp/q8 --device cuda --prompt 25000 --batch 4096 --gen 8 2>&1 | tee -a $OUT/ttft.txt
 for n in 1 2 4 8 16 32 64; do echo "T($n) $(build/kapitsa bench --model /tmp/q8 --device cuda --prompt $((n*32)) --batch $n --gen 1 2>&1 | grep prefill)"; done | tee $OUT/tn.txt
