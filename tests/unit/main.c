@@ -14,6 +14,7 @@ int test_failures;
     X(test_pool)                                                                                               \
     X(test_kern_matmul)                                                                                        \
     X(test_kern_vector)                                                                                        \
+    X(test_kern_attention)                                                                                     \
     X(test_dtype_conversions)                                                                                  \
     X(test_ops_rmsnorm_rope)                                                                                   \
     X(test_ops_attention_paged_tree)                                                                           \

@@ -143,6 +143,70 @@ void test_kern_vector(void)
     }
 }
 
+/* The attention kernels: kern_exp against expf; in every table a key's score,
+ * exponential and multiply-adds are bitwise what dot, kern_exp and axpy give
+ * for it alone (wherever it stands in the chunk), and agree with kern_ref. */
+void test_kern_attention(void)
+{
+    double worst = 0;
+    for (int i = 0; i <= 200000; i++) {
+        const float x = -87.0f * (float)i / 200000;
+        const double want = exp((double)x), got = kern_exp(x);
+        worst = fmax(worst, fabs(got - want) / want);
+    }
+    CHECK(worst < 3e-7, "kern_exp: relative error %.3g", worst);
+    CHECK(kern_exp(0.0f) == 1.0f && kern_exp(-200.0f) > 0 && kern_exp(-200.0f) < 2e-38f, "kern_exp ends");
+    enum { HD = 200, N = 67 };
+    static float keys[N][HD], vals[N][HD], q[HD];
+    const float *kr[N], *vr[N];
+    for (int t = 0; t < N; t++) {
+        for (int c = 0; c < HD; c++)
+            keys[t][c] = rndf(), vals[t][c] = rndf();
+        kr[t] = keys[t];
+        vr[t] = vals[t];
+    }
+    for (int c = 0; c < HD; c++)
+        q[c] = rndf();
+    const struct kern *all[] = {&kern_ref, &kern_avx2, &kern_avx512};
+    for (size_t ti = 0; ti < sizeof all / sizeof all[0]; ti++) {
+        const struct kern *k = all[ti];
+        if (!kern_supported(k))
+            continue;
+        for (int rep = 0; rep < 60; rep++) {
+            const int32_t n = (int32_t)(rnd() % (N + 1)), off = n < N ? (int32_t)(rnd() % (uint64_t)(N - n + 1)) : 0;
+            const int64_t hd = 1 + (int64_t)(rnd() % HD);
+            float s[N], sr[N], e[N], y[HD], y1[HD], yr[HD];
+            k->scores(q, kr + off, n, hd, 0.125f, s);
+            kern_ref.scores(q, kr + off, n, hd, 0.125f, sr);
+            float mx = -INFINITY;
+            for (int32_t t = 0; t < n; t++) {
+                CHECK(s[t] == k->dot(q, kr[off + t], hd) * 0.125f, "%s scores n %d t %d: not dot's", k->name, n, t);
+                CHECK(fabsf(s[t] - sr[t]) <= 2e-6f * (float)hd, "%s scores: %g vs ref %g", k->name, s[t], sr[t]);
+                mx = s[t] > mx ? s[t] : mx;
+            }
+            for (int32_t t = 0; t < n; t++)
+                e[t] = s[t];
+            const float sum = k->exp_sum(e, n, mx);
+            double ref_sum = 0;
+            for (int32_t t = 0; t < n; t++) {
+                CHECK(e[t] == kern_exp(s[t] - mx), "%s exp_sum n %d t %d: not kern_exp's", k->name, n, t);
+                ref_sum += e[t];
+            }
+            CHECK(fabs(sum - ref_sum) <= 1e-6 * (double)n * (ref_sum + 1), "%s exp_sum: %g vs %g", k->name, sum, ref_sum);
+            for (int64_t c = 0; c < hd; c++)
+                y[c] = y1[c] = yr[c] = rndf();
+            k->axpy_rows(y, e, vr + off, n, hd);
+            kern_ref.axpy_rows(yr, e, vr + off, n, hd);
+            for (int32_t t = 0; t < n; t++)
+                k->axpy(y1, e[t], vr[off + t], hd);
+            for (int64_t c = 0; c < hd; c++) {
+                CHECK(y[c] == y1[c], "%s axpy_rows n %d hd %lld c %lld: not axpy's", k->name, n, (long long)hd, (long long)c);
+                CHECK(fabsf(y[c] - yr[c]) <= 1e-5f * (float)(n + 1), "%s axpy_rows: %g vs ref %g", k->name, y[c], yr[c]);
+            }
+        }
+    }
+}
+
 void test_dtype_conversions(void)
 {
     /* every finite f16 survives f16 -> f32 -> f16 */

@@ -248,7 +248,9 @@ struct att_job {
 };
 
 /* One token, one kv head and the query heads that share it, in chunks of keys
- * with a running max (flash-attention style): same result as softmax(qk^T)v. */
+ * with a running max (flash-attention style): same result as softmax(qk^T)v.
+ * Per chunk and head the kern table's scores, exp_sum and axpy_rows: a key's
+ * arithmetic does not depend on the other keys of its chunk. */
 static void att_task(void *ctx, int32_t task, int32_t worker)
 {
     (void)worker;
@@ -260,9 +262,8 @@ static void att_task(void *ctx, int32_t task, int32_t worker)
     const uint8_t *mask = b->mask ? b->mask + (int64_t)i * b->mask_stride : NULL;
     const int32_t n_kv = b->n_kv[i], mask_from = b->mask_from[i];
     float acc[ATT_MAX_GROUP][ATT_MAX_HD];
-    float m[ATT_MAX_GROUP], l[ATT_MAX_GROUP], s[ATT_MAX_GROUP][ATT_CHUNK];
-    int32_t rows[ATT_CHUNK];
-    const float *q[ATT_MAX_GROUP];
+    float m[ATT_MAX_GROUP], l[ATT_MAX_GROUP], s[ATT_CHUNK];
+    const float *q[ATT_MAX_GROUP], *krow[ATT_CHUNK], *vrow[ATT_CHUNK];
     for (int32_t h = 0; h < G; h++) {
         m[h] = -INFINITY;
         l[h] = 0;
@@ -274,28 +275,25 @@ static void att_task(void *ctx, int32_t task, int32_t worker)
         for (int32_t p = p0; p < n_kv && p < p0 + ATT_CHUNK; p++) {
             if (mask && p >= mask_from && !mask[p - mask_from])
                 continue;
-            rows[n++] = table[p / b->block_size] * b->block_size + p % b->block_size;
+            const int32_t r = table[p / b->block_size] * b->block_size + p % b->block_size;
+            krow[n] = f32_row(j->kc, r) + (int64_t)g * hd;
+            vrow[n++] = f32_row(j->vc, r) + (int64_t)g * hd;
         }
         if (n == 0)
             continue;
         for (int32_t h = 0; h < G; h++) {
+            j->k->scores(q[h], krow, n, hd, j->scale, s);
             float mx = m[h];
-            for (int32_t t = 0; t < n; t++) {
-                s[h][t] = j->k->dot(q[h], f32_row(j->kc, rows[t]) + (int64_t)g * hd, hd) * j->scale;
-                if (s[h][t] > mx)
-                    mx = s[h][t];
-            }
+            for (int32_t t = 0; t < n; t++)
+                mx = s[t] > mx ? s[t] : mx;
             if (mx > m[h]) {
                 float corr = expf(m[h] - mx);
                 l[h] *= corr;
                 j->k->scale(acc[h], corr, hd);
                 m[h] = mx;
             }
-            for (int32_t t = 0; t < n; t++) {
-                float e = expf(s[h][t] - mx);
-                l[h] += e;
-                j->k->axpy(acc[h], e, f32_row(j->vc, rows[t]) + (int64_t)g * hd, hd);
-            }
+            l[h] += j->k->exp_sum(s, n, mx);
+            j->k->axpy_rows(acc[h], s, vrow, n, hd);
         }
     }
     for (int32_t h = 0; h < G; h++) {

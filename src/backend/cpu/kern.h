@@ -25,7 +25,25 @@ struct kern {
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a*x */
     void (*scale)(float *y, float a, int64_t n);                /* y *= a */
     float (*sumsq)(const float *x, int64_t n);
+    /* attention over a chunk of keys, each key's arithmetic the same wherever
+     * it stands in the chunk: out[t] = dot(q, rows[t]) * scale (as dot);
+     * x[t] = e^(x[t] - mx) (x[t] <= mx; to ~2 ulp of expf, see kern_exp) and
+     * their sum; y += a[t] * rows[t] for t in order (as n axpy calls) */
+    void (*scores)(const float *q, const float *const *rows, int32_t n, int64_t hd, float scale, float *out);
+    float (*exp_sum)(float *x, int32_t n, float mx);
+    void (*axpy_rows)(float *y, const float *a, const float *const *rows, int32_t n, int64_t hd);
 };
+
+/* e^x for x <= 0, the one formula every table uses (vector lanes and scalar
+ * tails alike, so that a value does not depend on where it stands): round
+ * x log2 e to k, r = x - k ln2 in two steps (Cody-Waite), a degree-7 Taylor
+ * polynomial in r (|r| <= ln2/2), times 2^k; x under -87.3 is taken as -87.3
+ * (a result near 1e-38 instead of 0). */
+#define KERN_EXP_LO (-87.3f)
+#define KERN_LOG2E 1.44269504088896341f
+#define KERN_LN2_HI 0.693145751953125f
+#define KERN_LN2_LO 1.428606765330187e-06f
+float kern_exp(float x);
 
 extern const struct kern kern_ref;
 extern const struct kern kern_avx2;

@@ -13,6 +13,10 @@
 #define V_ADD(a, b) _mm256_add_ps(a, b)
 #define V_MUL(a, b) _mm256_mul_ps(a, b)
 #define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define V_SUB(a, b) _mm256_sub_ps(a, b)
+#define V_MAX(a, b) _mm256_max_ps(a, b)
+#define V_ROUND(v) _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define V_POW2(k) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23))
 #define V_LOAD_BF16(p)                                                                                       \
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #define V_LOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))

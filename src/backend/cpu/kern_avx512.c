@@ -14,6 +14,10 @@
 #define V_ADD(a, b) _mm512_add_ps(a, b)
 #define V_MUL(a, b) _mm512_mul_ps(a, b)
 #define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define V_SUB(a, b) _mm512_sub_ps(a, b)
+#define V_MAX(a, b) _mm512_max_ps(a, b)
+#define V_ROUND(v) _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define V_POW2(k) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23))
 #define V_HSUM(v) _mm512_reduce_add_ps(v)
 #define V_LOAD_BF16(p)                                                                                       \
     _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))

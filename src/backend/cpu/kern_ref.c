@@ -5,6 +5,7 @@
 
 #include "../../base/dtype.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,8 +56,46 @@ static float ref_sumsq(const float *x, int64_t n)
     return s;
 }
 
+float kern_exp(float x)
+{
+    x = x < KERN_EXP_LO ? KERN_EXP_LO : x;
+    const float k = nearbyintf(x * KERN_LOG2E);
+    float r = fmaf(k, -KERN_LN2_HI, x);
+    r = fmaf(k, -KERN_LN2_LO, r);
+    float p = 1.0f / 5040;
+    p = fmaf(p, r, 1.0f / 720);
+    p = fmaf(p, r, 1.0f / 120);
+    p = fmaf(p, r, 1.0f / 24);
+    p = fmaf(p, r, 1.0f / 6);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    return p * ldexpf(1.0f, (int)k);
+}
+
+static void ref_scores(const float *q, const float *const *rows, int32_t n, int64_t hd, float scale, float *out)
+{
+    for (int32_t t = 0; t < n; t++)
+        out[t] = ref_dot(q, rows[t], hd) * scale;
+}
+
+static float ref_exp_sum(float *x, int32_t n, float mx)
+{
+    float s = 0;
+    for (int32_t t = 0; t < n; t++)
+        s += x[t] = kern_exp(x[t] - mx);
+    return s;
+}
+
+static void ref_axpy_rows(float *y, const float *a, const float *const *rows, int32_t n, int64_t hd)
+{
+    for (int32_t t = 0; t < n; t++)
+        ref_axpy(y, a[t], rows[t], hd);
+}
+
 const struct kern kern_ref = {
-    "ref", ref_matmul_bf16, ref_matmul_f16, ref_matmul_f32, ref_dot, ref_axpy, ref_scale, ref_sumsq,
+    "ref",     ref_matmul_bf16, ref_matmul_f16, ref_matmul_f32, ref_dot,      ref_axpy,
+    ref_scale, ref_sumsq,       ref_scores,     ref_exp_sum,    ref_axpy_rows,
 };
 
 int kern_supported(const struct kern *k)

@@ -1,7 +1,8 @@
 /* kern_simd: vector kernels written once over an ISA's macros. Included by
  * kern_avx2.c and kern_avx512.c after they define:
  *   VF, VW            vector of fp32 and its width in lanes
- *   V_ZERO() V_SET1(a) V_LOAD(p) V_STORE(p,v) V_ADD(a,b) V_MUL(a,b) V_FMA(a,b,c)=a*b+c
+ *   V_ZERO() V_SET1(a) V_LOAD(p) V_STORE(p,v) V_ADD(a,b) V_SUB(a,b) V_MUL(a,b) V_FMA(a,b,c)=a*b+c
+ *   V_MAX(a,b) V_ROUND(v) (to nearest, ties even) V_POW2(k) (2^k of integral k in [-126, 127])
  *   V_HSUM(v)         sum of lanes
  *   V_LOAD_BF16(p) V_LOAD_F16(p)   VW stored weights widened to fp32
  *   KERN_JR           weight rows per matmul micro-tile
@@ -146,6 +147,106 @@ static float KFN(sumsq)(const float *x, int64_t n)
     return r;
 }
 
+/* Four keys at a time, each key's sums in dot's order. */
+static void KFN(scores)(const float *q, const float *const *rows, int32_t n, int64_t hd, float scale, float *out)
+{
+    int32_t t = 0;
+    for (; t + 4 <= n; t += 4) {
+        VF s0[4], s1[4];
+        KERN_UNROLL for (int u = 0; u < 4; u++) s0[u] = s1[u] = V_ZERO();
+        int64_t i = 0;
+        for (; i + 2 * VW <= hd; i += 2 * VW) {
+            const VF qa = V_LOAD(q + i), qb = V_LOAD(q + i + VW);
+            KERN_UNROLL for (int u = 0; u < 4; u++) {
+                s0[u] = V_FMA(qa, V_LOAD(rows[t + u] + i), s0[u]);
+                s1[u] = V_FMA(qb, V_LOAD(rows[t + u] + i + VW), s1[u]);
+            }
+        }
+        for (; i + VW <= hd; i += VW) {
+            const VF qa = V_LOAD(q + i);
+            KERN_UNROLL for (int u = 0; u < 4; u++) s0[u] = V_FMA(qa, V_LOAD(rows[t + u] + i), s0[u]);
+        }
+        KERN_UNROLL for (int u = 0; u < 4; u++) {
+            float s = V_HSUM(V_ADD(s0[u], s1[u]));
+            for (int64_t c = i; c < hd; c++)
+                s += q[c] * rows[t + u][c];
+            out[t + u] = s * scale;
+        }
+    }
+    for (; t < n; t++)
+        out[t] = KFN(dot)(q, rows[t], hd) * scale;
+}
+
+/* kern_exp, lane by lane: the same operations in the same order */
+KERN_INLINE VF KFN(vexp)(VF x)
+{
+    x = V_MAX(x, V_SET1(KERN_EXP_LO));
+    const VF k = V_ROUND(V_MUL(x, V_SET1(KERN_LOG2E)));
+    VF r = V_FMA(k, V_SET1(-KERN_LN2_HI), x);
+    r = V_FMA(k, V_SET1(-KERN_LN2_LO), r);
+    VF p = V_SET1(1.0f / 5040);
+    p = V_FMA(p, r, V_SET1(1.0f / 720));
+    p = V_FMA(p, r, V_SET1(1.0f / 120));
+    p = V_FMA(p, r, V_SET1(1.0f / 24));
+    p = V_FMA(p, r, V_SET1(1.0f / 6));
+    p = V_FMA(p, r, V_SET1(0.5f));
+    p = V_FMA(p, r, V_SET1(1.0f));
+    p = V_FMA(p, r, V_SET1(1.0f));
+    return V_MUL(p, V_POW2(k));
+}
+
+static float KFN(exp_sum)(float *x, int32_t n, float mx)
+{
+    const VF m = V_SET1(mx);
+    VF s = V_ZERO();
+    int32_t t = 0;
+    for (; t + VW <= n; t += VW) {
+        const VF e = KFN(vexp)(V_SUB(V_LOAD(x + t), m));
+        V_STORE(x + t, e);
+        s = V_ADD(s, e);
+    }
+    float r = V_HSUM(s);
+    for (; t < n; t++)
+        r += x[t] = kern_exp(x[t] - mx);
+    return r;
+}
+
+/* y in registers across the rows, four vectors at a time: each element's
+ * multiply-adds in row order, as n calls of axpy make them */
+static void KFN(axpy_rows)(float *y, const float *a, const float *const *rows, int32_t n, int64_t hd)
+{
+    int64_t i = 0;
+    for (; i + 4 * VW <= hd; i += 4 * VW) {
+        VF y0 = V_LOAD(y + i), y1 = V_LOAD(y + i + VW), y2 = V_LOAD(y + i + 2 * VW), y3 = V_LOAD(y + i + 3 * VW);
+        for (int32_t t = 0; t < n; t++) {
+            const VF av = V_SET1(a[t]);
+            const float *r = rows[t] + i;
+            y0 = V_FMA(av, V_LOAD(r), y0);
+            y1 = V_FMA(av, V_LOAD(r + VW), y1);
+            y2 = V_FMA(av, V_LOAD(r + 2 * VW), y2);
+            y3 = V_FMA(av, V_LOAD(r + 3 * VW), y3);
+        }
+        V_STORE(y + i, y0);
+        V_STORE(y + i + VW, y1);
+        V_STORE(y + i + 2 * VW, y2);
+        V_STORE(y + i + 3 * VW, y3);
+    }
+    for (; i + VW <= hd; i += VW) {
+        VF y0 = V_LOAD(y + i);
+        for (int32_t t = 0; t < n; t++)
+            y0 = V_FMA(V_SET1(a[t]), V_LOAD(rows[t] + i), y0);
+        V_STORE(y + i, y0);
+    }
+    for (; i < hd; i++) {
+        float v = y[i];
+        for (int32_t t = 0; t < n; t++)
+            v += a[t] * rows[t][i];
+        y[i] = v;
+    }
+}
+
 const struct kern KERN_TABLE = {
-    KERN_NAME, KFN(matmul_bf16), KFN(matmul_f16), KFN(matmul_f32), KFN(dot), KFN(axpy), KFN(scale), KFN(sumsq),
+    KERN_NAME,  KFN(matmul_bf16), KFN(matmul_f16), KFN(matmul_f32),  KFN(dot),
+    KFN(axpy),  KFN(scale),       KFN(sumsq),      KFN(scores),      KFN(exp_sum),
+    KFN(axpy_rows),
 };
