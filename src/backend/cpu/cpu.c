@@ -237,80 +237,112 @@ static void cpu_get_out_rows(struct backend *be, struct tensor *out, const struc
 #define ATT_CHUNK 64
 #define ATT_MAX_GROUP 16
 #define ATT_MAX_HD 512
+#define ATT_TILE 16 /* rows of one sequence per task: a chunk's keys are read from memory once for all */
 
 struct att_job {
     const struct kern *k;
     const struct attn_batch *b;
+    const int32_t *tile; /* [n_tile+1] first row of each run of rows */
+    float *acc;          /* per worker: [ATT_TILE][G][head_dim] */
+    int64_t acc_stride;
     struct tensor *out;
     const struct tensor *q, *kc, *vc;
     int32_t n_head, n_kv_head, head_dim;
     float scale;
 };
 
-/* One token, one kv head and the query heads that share it, in chunks of keys
- * with a running max (flash-attention style): same result as softmax(qk^T)v.
- * Per chunk and head the kern table's scores, exp_sum and axpy_rows: a key's
- * arithmetic does not depend on the other keys of its chunk. */
+/* A run of up to ATT_TILE rows of one sequence, one kv head and the query
+ * heads that share it, in chunks of keys with a running max per row and head
+ * (flash-attention style): the same result as softmax(qk^T)v. Per chunk, row
+ * and head the kern table's scores, exp_sum and axpy_rows: a row's arithmetic
+ * depends neither on the other keys of its chunk nor on the other rows of its
+ * run (a tree node's equals its plain decode's); the rows of a run share the
+ * chunk's keys while they are in cache. */
 static void att_task(void *ctx, int32_t task, int32_t worker)
 {
-    (void)worker;
     const struct att_job *j = ctx;
     const struct attn_batch *b = j->b;
-    const int32_t i = task / j->n_kv_head, g = task % j->n_kv_head;
+    const int32_t tile = task / j->n_kv_head, g = task % j->n_kv_head;
+    const int32_t i0 = j->tile[tile], T = j->tile[tile + 1] - i0;
     const int32_t G = j->n_head / j->n_kv_head, hd = j->head_dim;
-    const int32_t *table = b->block_table + (int64_t)b->seq_row[i] * b->max_blocks;
-    const uint8_t *mask = b->mask ? b->mask + (int64_t)i * b->mask_stride : NULL;
-    const int32_t n_kv = b->n_kv[i], mask_from = b->mask_from[i];
-    float acc[ATT_MAX_GROUP][ATT_MAX_HD];
-    float m[ATT_MAX_GROUP], l[ATT_MAX_GROUP], s[ATT_CHUNK];
-    const float *q[ATT_MAX_GROUP], *krow[ATT_CHUNK], *vrow[ATT_CHUNK];
-    for (int32_t h = 0; h < G; h++) {
-        m[h] = -INFINITY;
-        l[h] = 0;
-        memset(acc[h], 0, (size_t)hd * sizeof(float));
-        q[h] = f32_row(j->q, i) + (int64_t)(g * G + h) * hd;
-    }
-    for (int32_t p0 = 0; p0 < n_kv; p0 += ATT_CHUNK) {
-        int32_t n = 0;
-        for (int32_t p = p0; p < n_kv && p < p0 + ATT_CHUNK; p++) {
-            if (mask && p >= mask_from && !mask[p - mask_from])
-                continue;
-            const int32_t r = table[p / b->block_size] * b->block_size + p % b->block_size;
-            krow[n] = f32_row(j->kc, r) + (int64_t)g * hd;
-            vrow[n++] = f32_row(j->vc, r) + (int64_t)g * hd;
-        }
-        if (n == 0)
-            continue;
+    const int32_t *table = b->block_table + (int64_t)b->seq_row[i0] * b->max_blocks;
+    float *const acc = j->acc + worker * j->acc_stride; /* row u, head h: acc + (u * G + h) * hd */
+    float m[ATT_TILE][ATT_MAX_GROUP], l[ATT_TILE][ATT_MAX_GROUP], s[ATT_CHUNK];
+    const float *krow[ATT_CHUNK], *vrow[ATT_CHUNK];
+    int32_t n_kv_max = 0;
+    for (int32_t u = 0; u < T; u++) {
         for (int32_t h = 0; h < G; h++) {
-            j->k->scores(q[h], krow, n, hd, j->scale, s);
-            float mx = m[h];
-            for (int32_t t = 0; t < n; t++)
-                mx = s[t] > mx ? s[t] : mx;
-            if (mx > m[h]) {
-                float corr = expf(m[h] - mx);
-                l[h] *= corr;
-                j->k->scale(acc[h], corr, hd);
-                m[h] = mx;
-            }
-            l[h] += j->k->exp_sum(s, n, mx);
-            j->k->axpy_rows(acc[h], s, vrow, n, hd);
+            m[u][h] = -INFINITY;
+            l[u][h] = 0;
+            memset(acc + (int64_t)(u * G + h) * hd, 0, (size_t)hd * sizeof(float));
         }
+        n_kv_max = b->n_kv[i0 + u] > n_kv_max ? b->n_kv[i0 + u] : n_kv_max;
     }
-    for (int32_t h = 0; h < G; h++) {
-        float *o = f32_row(j->out, i) + (int64_t)(g * G + h) * hd;
-        float inv = l[h] > 0 ? 1.0f / l[h] : 0.0f;
-        for (int32_t c = 0; c < hd; c++)
-            o[c] = acc[h][c] * inv;
-    }
+    for (int32_t p0 = 0; p0 < n_kv_max; p0 += ATT_CHUNK)
+        for (int32_t u = 0; u < T; u++) {
+            const int32_t i = i0 + u, n_kv = b->n_kv[i], mask_from = b->mask_from[i];
+            const uint8_t *mask = b->mask ? b->mask + (int64_t)i * b->mask_stride : NULL;
+            int32_t n = 0;
+            for (int32_t p = p0; p < n_kv && p < p0 + ATT_CHUNK; p++) {
+                if (mask && p >= mask_from && !mask[p - mask_from])
+                    continue;
+                const int32_t r = table[p / b->block_size] * b->block_size + p % b->block_size;
+                krow[n] = f32_row(j->kc, r) + (int64_t)g * hd;
+                vrow[n++] = f32_row(j->vc, r) + (int64_t)g * hd;
+            }
+            for (int32_t h = 0; h < G && n > 0; h++) {
+                j->k->scores(f32_row(j->q, i) + (int64_t)(g * G + h) * hd, krow, n, hd, j->scale, s);
+                float mx = m[u][h];
+                for (int32_t t = 0; t < n; t++)
+                    mx = s[t] > mx ? s[t] : mx;
+                if (mx > m[u][h]) {
+                    float corr = expf(m[u][h] - mx);
+                    l[u][h] *= corr;
+                    j->k->scale(acc + (int64_t)(u * G + h) * hd, corr, hd);
+                    m[u][h] = mx;
+                }
+                l[u][h] += j->k->exp_sum(s, n, mx);
+                j->k->axpy_rows(acc + (int64_t)(u * G + h) * hd, s, vrow, n, hd);
+            }
+        }
+    for (int32_t u = 0; u < T; u++)
+        for (int32_t h = 0; h < G; h++) {
+            float *o = f32_row(j->out, i0 + u) + (int64_t)(g * G + h) * hd;
+            float inv = l[u][h] > 0 ? 1.0f / l[u][h] : 0.0f;
+            for (int32_t c = 0; c < hd; c++)
+                o[c] = acc[(int64_t)(u * G + h) * hd + c] * inv;
+        }
 }
 
 static void cpu_attention(struct backend *be, struct tensor *out, const struct tensor *q, const struct tensor *kc,
                           const struct tensor *vc, int32_t n_head, int32_t n_kv_head, int32_t head_dim, float scale)
 {
     struct cpu_backend *c = cpu_of(be);
+    const struct attn_batch *b = &c->b;
     assert(n_head / n_kv_head <= ATT_MAX_GROUP && head_dim <= ATT_MAX_HD);
-    struct att_job j = {c->k, &c->b, out, q, kc, vc, n_head, n_kv_head, head_dim, scale};
-    pool_run(c->pool, att_task, &j, c->b.n_tokens * n_kv_head);
+    /* grown by the first forward of a context (its largest batch), as the other scratch */
+    if (b->n_tokens + 1 > c->cap_tile) {
+        int32_t *t = realloc(c->att_tile, (size_t)(b->n_tokens + 1) * sizeof(int32_t));
+        assert(t);
+        c->att_tile = t;
+        c->cap_tile = b->n_tokens + 1;
+    }
+    const int64_t acc_stride = (int64_t)ATT_TILE * (n_head / n_kv_head) * head_dim;
+    if (acc_stride > c->att_acc_per_worker) {
+        float *a = realloc(c->att_acc, (size_t)(acc_stride * pool_n_threads(c->pool)) * sizeof(float));
+        assert(a);
+        c->att_acc = a;
+        c->att_acc_per_worker = acc_stride;
+    }
+    int32_t n_tile = 0;
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        if (n_tile == 0 || b->seq_row[i] != b->seq_row[i - 1] || i - c->att_tile[n_tile - 1] == ATT_TILE)
+            c->att_tile[n_tile++] = i;
+    c->att_tile[n_tile] = b->n_tokens;
+    struct att_job j = {.k = c->k, .b = b, .tile = c->att_tile, .acc = c->att_acc, .acc_stride = acc_stride,
+                        .out = out, .q = q, .kc = kc, .vc = vc, .n_head = n_head, .n_kv_head = n_kv_head,
+                        .head_dim = head_dim, .scale = scale};
+    pool_run(c->pool, att_task, &j, n_tile * n_kv_head);
 }
 
 /* ---- mixture of experts ---- */
@@ -497,6 +529,8 @@ static void cpu_free(struct backend *be)
     pool_free(c->pool);
     free(c->grp_start);
     free(c->grp_rows);
+    free(c->att_tile);
+    free(c->att_acc);
     free(c->scratch);
     free(c);
 }

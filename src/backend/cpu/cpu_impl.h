@@ -26,6 +26,11 @@ struct cpu_backend {
     /* per-worker scratch of the recurrent ops */
     float *scratch;
     int64_t scratch_per_worker;
+    /* attention's tasks: runs of consecutive rows of one sequence */
+    int32_t *att_tile; /* [n_tokens+1] first row of each run, then n_tokens */
+    int32_t cap_tile;
+    float *att_acc;    /* [workers][ATT_TILE][heads per kv head][head_dim] running outputs */
+    int64_t att_acc_per_worker;
 };
 
 static inline struct cpu_backend *cpu_of(struct backend *be) { return (struct cpu_backend *)be; }
