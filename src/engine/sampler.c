@@ -238,21 +238,20 @@ int32_t sampler_dist(struct sampler *s, const float *logits, const int32_t *hist
     return dist_filter(s, lg, mx, n, sorted);
 }
 
-bool sampler_greedy(const struct sampler *s)
+/* Whether nothing (bias, penalties) changes the logits before the filters. */
+static bool logits_raw(const struct sampler_params *p)
 {
-    const struct sampler_params *p = &s->p;
-    return p->temperature == 0 && p->n_bias == 0 && p->repeat_penalty == 1.0f && p->presence_penalty == 0 &&
-           p->frequency_penalty == 0;
+    return p->n_bias == 0 && p->repeat_penalty == 1.0f && p->presence_penalty == 0 && p->frequency_penalty == 0;
 }
+
+bool sampler_greedy(const struct sampler *s) { return s->p.temperature == 0 && logits_raw(&s->p); }
 
 int32_t sampler_top_need(const struct sampler *s)
 {
     const struct sampler_params *p = &s->p;
-    if (sampler_greedy(s))
-        return 1;
-    const bool raw = p->n_bias == 0 && p->repeat_penalty == 1.0f && p->presence_penalty == 0 &&
-                     p->frequency_penalty == 0;
-    return raw && p->top_k > 0 && p->top_k < s->n_vocab ? p->top_k : 0;
+    if (!logits_raw(p))
+        return 0;
+    return p->temperature == 0 ? 1 : p->top_k > 0 && p->top_k < s->n_vocab ? p->top_k : 0;
 }
 
 /* A seeded draw from the n weighted candidates of the last dist. */
