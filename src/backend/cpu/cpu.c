@@ -236,7 +236,6 @@ static void cpu_get_out_rows(struct backend *be, struct tensor *out, const struc
 
 #define ATT_CHUNK 64
 #define ATT_MAX_GROUP 16
-#define ATT_MAX_HD 512
 #define ATT_TILE 16 /* rows of one sequence per task: a chunk's keys are read from memory once for all */
 
 struct att_job {
@@ -319,7 +318,7 @@ static void cpu_attention(struct backend *be, struct tensor *out, const struct t
 {
     struct cpu_backend *c = cpu_of(be);
     const struct attn_batch *b = &c->b;
-    assert(n_head / n_kv_head <= ATT_MAX_GROUP && head_dim <= ATT_MAX_HD);
+    assert(n_head / n_kv_head <= ATT_MAX_GROUP);
     /* grown by the first forward of a context (its largest batch), as the other scratch */
     if (b->n_tokens + 1 > c->cap_tile) {
         int32_t *t = realloc(c->att_tile, (size_t)(b->n_tokens + 1) * sizeof(int32_t));
