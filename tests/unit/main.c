@@ -18,6 +18,7 @@ int test_failures;
     X(test_dtype_conversions)                                                                                  \
     X(test_ops_rmsnorm_rope)                                                                                   \
     X(test_ops_attention_paged_tree)                                                                           \
+    X(test_ops_attention_long)                                                                                 \
     X(test_ops_moe)                                                                                            \
     X(test_ops_top_k)                                                                                          \
     X(test_cuda_top_k)                                                                                         \

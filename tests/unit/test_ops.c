@@ -154,6 +154,73 @@ void test_ops_attention_paged_tree(void)
     }
 }
 
+/* A long causal chain (three chunks of keys, runs of 16 rows and a shorter
+ * one) against double-precision softmax, and each row bitwise equal to the
+ * same row attended alone: what a row computes does not depend on its run. */
+void test_ops_attention_long(void)
+{
+    FOR_EACH_BACKEND(be)
+    {
+        const struct backend_ops *op = be->ops;
+        enum { BS = 16, N_CACHED = 100, N = 40, N_HEAD = 4, N_KV = 2, HD = 24, CAP = 160 };
+        struct tensor kc, vc, q, out, one;
+        op->alloc(be, &kc, DT_F32, CAP, N_KV * HD);
+        op->alloc(be, &vc, DT_F32, CAP, N_KV * HD);
+        op->alloc(be, &q, DT_F32, N, N_HEAD * HD);
+        op->alloc(be, &out, DT_F32, N, N_HEAD * HD);
+        op->alloc(be, &one, DT_F32, 1, N_HEAD * HD);
+        fill(&kc);
+        fill(&vc);
+        fill(&q);
+        int32_t table[CAP / BS], seq_row[N], n_kv[N], mfrom[N];
+        for (int32_t i = 0; i < CAP / BS; i++)
+            table[i] = (i * 7 + 3) % (CAP / BS); /* scattered blocks */
+        for (int32_t i = 0; i < N; i++)
+            seq_row[i] = 0, n_kv[i] = N_CACHED + i + 1, mfrom[i] = n_kv[i];
+        struct attn_batch b = {.n_tokens = N, .seq_row = seq_row, .n_kv = n_kv, .mask_from = mfrom,
+                               .block_table = table, .n_seq_rows = 1, .max_blocks = CAP / BS, .block_size = BS};
+        op->set_batch(be, &b);
+        op->attention(be, &out, &q, &kc, &vc, N_HEAD, N_KV, HD, 0.2f);
+        const float *K = kc.data, *V = vc.data, *Q = q.data, *O = out.data;
+        for (int32_t i = 0; i < N; i++) {
+            for (int32_t h = 0; h < N_HEAD; h++) {
+                const int32_t g = h / (N_HEAD / N_KV);
+                static double sc[CAP];
+                double mx = -1e300, sum = 0, o[HD] = {0};
+                for (int32_t p = 0; p < n_kv[i]; p++) {
+                    const int32_t r = table[p / BS] * BS + p % BS;
+                    double d = 0;
+                    for (int32_t c = 0; c < HD; c++)
+                        d += (double)Q[i * N_HEAD * HD + h * HD + c] * K[r * N_KV * HD + g * HD + c];
+                    sc[p] = d * 0.2;
+                    mx = sc[p] > mx ? sc[p] : mx;
+                }
+                for (int32_t p = 0; p < n_kv[i]; p++)
+                    sum += sc[p] = exp(sc[p] - mx);
+                for (int32_t p = 0; p < n_kv[i]; p++)
+                    for (int32_t c = 0; c < HD; c++)
+                        o[c] += sc[p] / sum * V[(table[p / BS] * BS + p % BS) * N_KV * HD + g * HD + c];
+                for (int32_t c = 0; c < HD; c++)
+                    CHECK(fabs(O[i * N_HEAD * HD + h * HD + c] - o[c]) < 1e-5, "row %d head %d", i, h);
+            }
+            /* the row alone */
+            struct tensor qi = tensor_rows(&q, i, 1);
+            struct attn_batch b1 = b;
+            b1.n_tokens = 1;
+            b1.seq_row = &seq_row[i];
+            b1.n_kv = &n_kv[i];
+            b1.mask_from = &mfrom[i];
+            op->set_batch(be, &b1);
+            op->attention(be, &one, &qi, &kc, &vc, N_HEAD, N_KV, HD, 0.2f);
+            CHECK(memcmp(one.data, O + i * N_HEAD * HD, sizeof(float) * N_HEAD * HD) == 0,
+                  "row %d alone differs from the row in its run", i);
+        }
+        struct tensor *all[] = {&kc, &vc, &q, &out, &one};
+        for (int k = 0; k < 5; k++)
+            op->release(be, all[k]);
+    }
+}
+
 void test_ops_moe(void)
 {
     FOR_EACH_BACKEND(be)
