@@ -355,7 +355,8 @@ int cli_bench(int argc, char **argv)
             if (sampler_init(&smp[n_smp], &sp, m.cfg.vocab_size) != 0)
                 goto done;
         }
-        k_read = sampler_top_need(&smp[0]) <= TOP_K_MAX ? sampler_top_need(&smp[0]) : 0;
+        const int32_t need = sampler_top_need(&smp[0]);
+        k_read = need <= TOP_K_MAX ? need : 0;
     }
     /* each sequence rounded up to whole cache blocks (16 tokens) */
     if (engine_init(&e, &m, (int32_t)(S * (n_prompt + n_gen + 16)), S, (int32_t)(n_batch > S ? n_batch : S), 0) != 0)

@@ -167,13 +167,8 @@ int cli_chat(int argc, char **argv)
     if (draft_dir && model_load(&dm, draft_dir, be, NULL) != 0)
         goto done;
     d_loaded = draft_dir != NULL;
-    if (!temp_set && m.cfg.gen_given) { /* the sampling the model's generation_config.json asks for */
-        sp.temperature = m.cfg.gen_temperature;
-        sp.top_p = m.cfg.gen_top_p;
-        sp.top_k = m.cfg.gen_top_k;
-        sp.min_p = m.cfg.gen_min_p;
-        sp.repeat_penalty = m.cfg.gen_repeat_penalty;
-    }
+    if (!temp_set && m.cfg.gen_given)
+        sampler_params_from_config(&sp, &m.cfg);
     if (cli_gen_init(&g, &m, d_loaded ? &dm : NULL, tok, &sp, &kp, (int32_t)n_ctx) != 0)
         goto done;
     up = 1;

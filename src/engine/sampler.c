@@ -24,6 +24,15 @@ struct sampler_params sampler_defaults(void)
     return p;
 }
 
+void sampler_params_from_config(struct sampler_params *p, const struct model_config *c)
+{
+    p->temperature = c->gen_temperature;
+    p->top_p = c->gen_top_p;
+    p->top_k = c->gen_top_k;
+    p->min_p = c->gen_min_p;
+    p->repeat_penalty = c->gen_repeat_penalty;
+}
+
 static uint64_t splitmix64(uint64_t *x)
 {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ull);

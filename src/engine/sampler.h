@@ -10,6 +10,8 @@
 #ifndef KP_SAMPLER_H
 #define KP_SAMPLER_H
 
+#include "../model/config.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -42,6 +44,10 @@ struct sampler {
 
 /* Defaults: greedy, every filter off. */
 struct sampler_params sampler_defaults(void);
+/* The sampling the model's generation_config.json asks for (temperature,
+ * top_p, top_k, min_p, repetition penalty: model_config's gen_*) into p;
+ * the other fields of p stay as they are. */
+void sampler_params_from_config(struct sampler_params *p, const struct model_config *c);
 int sampler_init(struct sampler *s, const struct sampler_params *p, int32_t n_vocab);
 void sampler_free(struct sampler *s);
 /* history: the sequence's tokens so far (prompt and output), for penalties. */

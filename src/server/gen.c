@@ -101,11 +101,7 @@ int gen_sampling(json_t *b, const struct model_config *mc, float max_temperature
 {
     json_t *v;
     *sp = sampler_defaults();
-    sp->temperature = mc->gen_temperature;
-    sp->top_p = mc->gen_top_p;
-    sp->top_k = mc->gen_top_k;
-    sp->min_p = mc->gen_min_p;
-    sp->repeat_penalty = mc->gen_repeat_penalty;
+    sampler_params_from_config(sp, mc);
     sp->penalty_last_n = -1;
     if ((v = json_object_get(b, "temperature")) && !json_is_null(v)) {
         if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > max_temperature)
