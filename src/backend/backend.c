@@ -75,3 +75,32 @@ void backend_top_k_row(const float *x, int64_t n, int32_t k, int32_t *ids, float
         for (int32_t q = 0; q < k; q++)
             vals[q] = x[ids[q]];
 }
+
+int32_t backend_group_rows(const struct attn_batch *b, int32_t *start, int32_t *rows)
+{
+    int32_t g = 0, k = 0;
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        bool first = true;
+        for (int32_t r = 0; r < i && first; r++)
+            first = b->seq_row[r] != b->seq_row[i];
+        if (!first)
+            continue;
+        start[g++] = k;
+        for (int32_t r = i; r < b->n_tokens; r++)
+            if (b->seq_row[r] == b->seq_row[i])
+                rows[k++] = r;
+    }
+    start[g] = k;
+    return g;
+}
+
+bool backend_rows_chain(const struct attn_batch *b, const int32_t *rows, int32_t n)
+{
+    for (int32_t j = 0; j < n; j++) {
+        if (b->parent[rows[j]] != (j ? rows[j - 1] : -1))
+            return false;
+        if (j + 1 < n && b->state_out[rows[j]] >= 0)
+            return false;
+    }
+    return true;
+}

@@ -283,6 +283,21 @@ extern "C"
 void backend_attn_prep_pieces(struct backend *be, struct tensor *q, struct tensor *k, const struct tensor *v,
                               struct tensor *k_cache, struct tensor *v_cache, const struct attn_prep *p);
 
+/* The recurrent ops' view of a batch: rows of each sequence in batch order,
+ * sequences in order of their first row; start [n_groups+1] indexes rows
+ * [n_tokens]. Returns the number of groups. */
+#ifdef __cplusplus
+extern "C"
+#endif
+int32_t backend_group_rows(const struct attn_batch *b, int32_t *start, int32_t *rows);
+
+/* Whether a group's n rows are one chain from the committed state with a
+ * state kept only after the last: the form a chunked scan may take. */
+#ifdef __cplusplus
+extern "C"
+#endif
+bool backend_rows_chain(const struct attn_batch *b, const int32_t *rows, int32_t n);
+
 /* top_k of one host row x[0..n) (the order top_k defines); vals may be NULL. */
 void backend_top_k_row(const float *x, int64_t n, int32_t k, int32_t *ids, float *vals);
 

@@ -557,14 +557,15 @@ void test_cuda_moe(void)
 }
 
 /* A batch of two sequences: seq 0 a tree of 6 rows from slot 1, seq 1 a chain
- * of 40 rows from slot 2 (the cpu takes its chunked form there). Kept states:
- * every tree row, and the chain's last. */
+ * of 150 rows from slot 2 (both backends take their chunked forms there: the
+ * delta rule's chunks of 64, the last partial). Kept states: every tree row,
+ * and the chain's last. */
 void test_cuda_recurrent(void)
 {
     struct both b;
     if (both_open(&b, true) != 0)
         return both_close(&b);
-    enum { N = 46 };
+    enum { N = 156 };
     int32_t seq[N], parent[N], sin_[N], sout[N];
     const int32_t tree_parent[6] = {-1, 0, 0, 1, 3, 2};
     for (int32_t i = 0; i < N; i++) {
@@ -588,47 +589,61 @@ void test_cuda_recurrent(void)
     CHECK(e < 1e-6 && es < 1e-6, "conv1d: err %.3g, states %.3g", e, es);
     pair_free(&b, &o);
     pair_free(&b, &st);
-    /* gated delta rule: 2 key heads, 4 value heads, dk 32, dv 24 */
-    const int32_t Hk = 2, Hv = 4, dk = 32, dv = 24;
+    /* gated delta rule: 2 key heads, 4 value heads; dk 32, dv 24 (a partial
+     * slice of state columns), then qwen3.5's dk = dv = 128 */
+    const int32_t Hk = 2, Hv = 4, dims[2][2] = {{32, 24}, {128, 128}};
     struct pair q, kk, v, a, bb, Al, dtb;
-    pair_make(&b, &q, DT_F32, N, Hk * dk, 1.0f);
-    pair_make(&b, &kk, DT_F32, N, Hk * dk, 1.0f);
-    pair_make(&b, &v, DT_F32, N, Hv * dv, 1.0f);
-    pair_make(&b, &a, DT_F32, N, Hv, 1.0f);
-    pair_make(&b, &bb, DT_F32, N, Hv, 2.0f);
-    pair_make(&b, &Al, DT_F32, 1, Hv, 1.0f);
-    pair_make(&b, &dtb, DT_F32, 1, Hv, 1.0f);
-    pair_make(&b, &o, DT_F32, N, Hv * dv, 0.0f);
-    pair_make(&b, &st, DT_F32, 10, Hv * dk * dv, 0.3f);
-    b.cpu->ops->delta_rule(b.cpu, &o.c, &q.c, &kk.c, &v.c, &a.c, &bb.c, &Al.c, &dtb.c, &st.c, Hk, Hv, dk, dv);
-    b.gpu->ops->delta_rule(b.gpu, &o.g, &q.g, &kk.g, &v.g, &a.g, &bb.g, &Al.g, &dtb.g, &st.g, Hk, Hv, dk, dv);
-    e = pair_err(&b, &o);
-    es = pair_err(&b, &st);
-    CHECK(e < 1e-5 && es < 1e-5, "delta_rule: err %.3g, states %.3g", e, es);
-    struct pair *dl[] = {&q, &kk, &v, &a, &bb, &Al, &dtb, &o, &st};
-    for (size_t i = 0; i < sizeof dl / sizeof dl[0]; i++)
-        pair_free(&b, dl[i]);
-    /* Mamba2: 8 heads of 16 in 2 groups, state 32, chunk 16 */
-    struct ssd_params sp = {.n_head = 8, .head_dim = 16, .n_group = 2, .d_state = 32, .chunk = 16,
-                            .dt_min = 0.0f, .dt_lo = 0.001f, .dt_hi = 100.0f};
+    for (int cfg = 0; cfg < 2; cfg++) {
+        const int32_t dk = dims[cfg][0], dv = dims[cfg][1];
+        pair_make(&b, &q, DT_F32, N, Hk * dk, 1.0f);
+        pair_make(&b, &kk, DT_F32, N, Hk * dk, 1.0f);
+        pair_make(&b, &v, DT_F32, N, Hv * dv, 1.0f);
+        pair_make(&b, &a, DT_F32, N, Hv, 1.0f);
+        pair_make(&b, &bb, DT_F32, N, Hv, 2.0f);
+        pair_make(&b, &Al, DT_F32, 1, Hv, 1.0f);
+        pair_make(&b, &dtb, DT_F32, 1, Hv, 1.0f);
+        pair_make(&b, &o, DT_F32, N, Hv * dv, 0.0f);
+        pair_make(&b, &st, DT_F32, 10, Hv * dk * dv, 0.3f);
+        b.cpu->ops->delta_rule(b.cpu, &o.c, &q.c, &kk.c, &v.c, &a.c, &bb.c, &Al.c, &dtb.c, &st.c, Hk, Hv, dk, dv);
+        b.gpu->ops->delta_rule(b.gpu, &o.g, &q.g, &kk.g, &v.g, &a.g, &bb.g, &Al.g, &dtb.g, &st.g, Hk, Hv, dk, dv);
+        e = pair_err(&b, &o);
+        es = pair_err(&b, &st);
+        CHECK(e < 1e-5 && es < 1e-5, "delta_rule dk %d dv %d: err %.3g, states %.3g", dk, dv, e, es);
+        struct pair *dl[] = {&q, &kk, &v, &a, &bb, &Al, &dtb, &o, &st};
+        for (size_t i = 0; i < sizeof dl / sizeof dl[0]; i++)
+            pair_free(&b, dl[i]);
+    }
+    /* Mamba2: 8 heads of 16 in 2 groups, state 32, chunk 16 (ten chunks); then
+     * 4 heads of 24 (a partial slice of state rows), state 128, chunk 64 */
+    const struct ssd_params sps[2] = {{.n_head = 8, .head_dim = 16, .n_group = 2, .d_state = 32, .chunk = 16,
+                                       .dt_min = 0.0f, .dt_lo = 0.001f, .dt_hi = 100.0f},
+                                      {.n_head = 4, .head_dim = 24, .n_group = 2, .d_state = 128, .chunk = 64,
+                                       .dt_min = 0.0f, .dt_lo = 0.001f, .dt_hi = 100.0f}};
     struct pair y, xs, B, Cc, dt, D;
-    pair_make(&b, &xs, DT_F32, N, 8 * 16, 1.0f);
-    pair_make(&b, &B, DT_F32, N, 2 * 32, 1.0f);
-    pair_make(&b, &Cc, DT_F32, N, 2 * 32, 1.0f);
-    pair_make(&b, &dt, DT_F32, N, 8, 1.0f);
-    pair_make(&b, &Al, DT_F32, 1, 8, 1.0f);
-    pair_make(&b, &D, DT_F32, 1, 8, 1.0f);
-    pair_make(&b, &dtb, DT_F32, 1, 8, 1.0f);
-    pair_make(&b, &y, DT_F32, N, 8 * 16, 0.0f);
-    pair_make(&b, &st, DT_F32, 10, 8 * 16 * 32, 0.3f);
-    b.cpu->ops->ssd(b.cpu, &y.c, &xs.c, &B.c, &Cc.c, &dt.c, &Al.c, &D.c, &dtb.c, &st.c, &sp);
-    b.gpu->ops->ssd(b.gpu, &y.g, &xs.g, &B.g, &Cc.g, &dt.g, &Al.g, &D.g, &dtb.g, &st.g, &sp);
-    e = pair_err(&b, &y);
-    es = pair_err(&b, &st);
-    CHECK(e < 1e-5 && es < 1e-5, "ssd: err %.3g, states %.3g", e, es);
-    struct pair *sl[] = {&y, &xs, &B, &Cc, &dt, &Al, &D, &dtb, &st, &x, &w, &bias};
-    for (size_t i = 0; i < sizeof sl / sizeof sl[0]; i++)
-        pair_free(&b, sl[i]);
+    for (int cfg = 0; cfg < 2; cfg++) {
+        const struct ssd_params *sp = &sps[cfg];
+        const int32_t H = sp->n_head, P = sp->head_dim, G = sp->n_group, Ns = sp->d_state;
+        pair_make(&b, &xs, DT_F32, N, H * P, 1.0f);
+        pair_make(&b, &B, DT_F32, N, G * Ns, 1.0f);
+        pair_make(&b, &Cc, DT_F32, N, G * Ns, 1.0f);
+        pair_make(&b, &dt, DT_F32, N, H, 1.0f);
+        pair_make(&b, &Al, DT_F32, 1, H, 1.0f);
+        pair_make(&b, &D, DT_F32, 1, H, 1.0f);
+        pair_make(&b, &dtb, DT_F32, 1, H, 1.0f);
+        pair_make(&b, &y, DT_F32, N, H * P, 0.0f);
+        pair_make(&b, &st, DT_F32, 10, H * P * Ns, 0.3f);
+        b.cpu->ops->ssd(b.cpu, &y.c, &xs.c, &B.c, &Cc.c, &dt.c, &Al.c, &D.c, &dtb.c, &st.c, sp);
+        b.gpu->ops->ssd(b.gpu, &y.g, &xs.g, &B.g, &Cc.g, &dt.g, &Al.g, &D.g, &dtb.g, &st.g, sp);
+        e = pair_err(&b, &y);
+        es = pair_err(&b, &st);
+        CHECK(e < 1e-5 && es < 1e-5, "ssd P %d N %d chunk %d: err %.3g, states %.3g", P, Ns, sp->chunk, e, es);
+        struct pair *sl[] = {&y, &xs, &B, &Cc, &dt, &Al, &D, &dtb, &st};
+        for (size_t i = 0; i < sizeof sl / sizeof sl[0]; i++)
+            pair_free(&b, sl[i]);
+    }
+    struct pair *cl[] = {&x, &w, &bias};
+    for (size_t i = 0; i < sizeof cl / sizeof cl[0]; i++)
+        pair_free(&b, cl[i]);
     both_close(&b);
 }
 

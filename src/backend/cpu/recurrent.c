@@ -58,35 +58,8 @@ int cpu_group_rows(struct cpu_backend *c)
             return err_set("cpu: out of memory");
         c->cap_rows = n;
     }
-    /* rows of each sequence in batch order; sequences in order of first row */
-    int32_t g = 0, k = 0;
-    for (int32_t i = 0; i < n; i++) {
-        int first = 1;
-        for (int32_t r = 0; r < i && first; r++)
-            first = b->seq_row[r] != b->seq_row[i];
-        if (!first)
-            continue;
-        c->grp_start[g++] = k;
-        for (int32_t r = i; r < n; r++)
-            if (b->seq_row[r] == b->seq_row[i])
-                c->grp_rows[k++] = r;
-    }
-    c->grp_start[g] = k;
-    c->n_grp = g;
+    c->n_grp = backend_group_rows(b, c->grp_start, c->grp_rows);
     return 0;
-}
-
-/* Whether a group's rows form one chain from the committed state, with a
- * state kept only after the last row. */
-static int grp_is_plain_chain(const struct attn_batch *b, const int32_t *rows, int32_t n)
-{
-    for (int32_t j = 0; j < n; j++) {
-        if (b->parent[rows[j]] != (j ? rows[j - 1] : -1))
-            return 0;
-        if (j + 1 < n && b->state_out[rows[j]] >= 0)
-            return 0;
-    }
-    return 1;
 }
 
 static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
@@ -280,7 +253,7 @@ static void delta_task(void *ctx, int32_t task, int32_t worker)
     const int32_t *rows = c->grp_rows + c->grp_start[g], n = c->grp_start[g + 1] - c->grp_start[g];
     const int64_t sz = (int64_t)dk * dv, off = (int64_t)h * sz;
     float *S = j->scratch + worker * c->scratch_per_worker, *ws = S + sz;
-    if (grp_is_plain_chain(b, rows, n) && n > 1) {
+    if (backend_rows_chain(b, rows, n) && n > 1) {
         memcpy(S, f32_row(j->state, b->state_in[rows[0]]) + off, (size_t)sz * sizeof(float));
         delta_chunked(j, rows, n, h, S, ws);
         if (b->state_out[rows[n - 1]] >= 0)
@@ -410,7 +383,7 @@ static void ssd_task(void *ctx, int32_t task, int32_t worker)
     const int32_t *rows = c->grp_rows + c->grp_start[g], n = c->grp_start[g + 1] - c->grp_start[g];
     const int64_t sz = (int64_t)j->p->head_dim * j->p->d_state, off = (int64_t)h * sz;
     float *S = j->scratch + worker * c->scratch_per_worker;
-    if (grp_is_plain_chain(b, rows, n) && n > 1) {
+    if (backend_rows_chain(b, rows, n) && n > 1) {
         memcpy(S, f32_row(j->state, b->state_in[rows[0]]) + off, (size_t)sz * sizeof(float));
         ssd_chunked(j, rows, n, h, S);
         if (b->state_out[rows[n - 1]] >= 0)

@@ -313,25 +313,6 @@ static void cu_sync(struct backend *be)
 
 /* ---- the batch ---- */
 
-/* Rows of each sequence in batch order; sequences in order of first row. */
-static int32_t group_rows(const struct attn_batch *b, int32_t *start, int32_t *rows)
-{
-    int32_t g = 0, k = 0;
-    for (int32_t i = 0; i < b->n_tokens; i++) {
-        int first = 1;
-        for (int32_t r = 0; r < i && first; r++)
-            first = b->seq_row[r] != b->seq_row[i];
-        if (!first)
-            continue;
-        start[g++] = k;
-        for (int32_t r = i; r < b->n_tokens; r++)
-            if (b->seq_row[r] == b->seq_row[i])
-                rows[k++] = r;
-    }
-    start[g] = k;
-    return g;
-}
-
 static int cu_set_batch(struct backend *be, const struct attn_batch *b)
 {
     struct cuda_backend *c = cuda_of(be);
@@ -347,7 +328,7 @@ static int cu_set_batch(struct backend *be, const struct attn_batch *b)
             if (b->n_kv[i] - b->mask_from[i] > vis_stride)
                 vis_stride = b->n_kv[i] - b->mask_from[i];
     const size_t n_tab = b->seq_row ? (size_t)b->n_seq_rows * b->max_blocks : 0;
-    const size_t n_int = (size_t)n * 14 + 1 + n_tab + (size_t)n * vis_stride + (size_t)b->n_out + 64;
+    const size_t n_int = (size_t)n * 15 + 1 + n_tab + (size_t)n * vis_stride + (size_t)b->n_out + 64;
     const size_t bytes = n_int * sizeof(int32_t);
     if (bytes > c->up_cap) {
         if (CUDA_CHECK(c, cudaEventSynchronize(c->up_done)) != 0)
@@ -416,7 +397,20 @@ static int cu_set_batch(struct backend *be, const struct attn_batch *b)
     c->d.grp_rows = d + off;
     int32_t *gr = h + off;
     off += (size_t)n;
-    c->d.n_grp = b->seq_row ? group_rows(b, gs, gr) : 0;
+    c->d.n_grp = b->seq_row ? backend_group_rows(b, gs, gr) : 0;
+    /* the groups a chunked scan takes (more than one row, one chain); a batch
+     * without recurrent state slots (attention-only models) has none */
+    c->d.grp_chain = d + off;
+    int32_t *gch = h + off;
+    off += (size_t)c->d.n_grp;
+    c->n_chain = c->chain_rows = 0;
+    for (int32_t g = 0; g < c->d.n_grp; g++) {
+        const int32_t rows = gs[g + 1] - gs[g];
+        const bool chain = b->state_out && rows > 1 && backend_rows_chain(b, gr + gs[g], rows);
+        gch[g] = chain ? c->n_chain++ : -1;
+        if (chain && rows > c->chain_rows)
+            c->chain_rows = rows;
+    }
     assert(off <= n_int);
     if (CUDA_CHECK(c, cudaMemcpyAsync(c->up_dev, c->up_host, off * sizeof(int32_t), cudaMemcpyHostToDevice,
                                       c->stream)) != 0 ||

@@ -43,6 +43,10 @@ struct dev_batch {
     int32_t n_grp;
     int32_t *grp_start; /* [n_grp+1] */
     int32_t *grp_rows;
+    /* [n_grp] the group's index among those of more than one row that are one
+     * chain from the committed state (backend_rows_chain: a chunked scan's
+     * form), in group order; -1 for the others */
+    int32_t *grp_chain;
 };
 
 enum { SCR_MATMUL, SCR_BLAS, SCR_ATTN, SCR_REC, SCR_TOPK, SCR_MOE, SCR_N }; /* scratch buffers (cuda_scratch) */
@@ -59,6 +63,8 @@ struct cuda_backend {
     struct attn_batch b; /* host copy; pointers valid during the forward */
     struct dev_batch d;
     int32_t max_vis;      /* largest n_vis of the batch */
+    int32_t n_chain;      /* groups with a grp_chain index */
+    int32_t chain_rows;   /* rows of the longest of them, 0 if none */
     /* batch upload: one pinned host buffer and one device buffer */
     void *up_host, *up_dev;
     size_t up_cap;

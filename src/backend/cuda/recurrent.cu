@@ -2,15 +2,22 @@
  * the Mamba2 selective scan on the GPU.
  *
  * The conv is parallel over (token, channel): each thread walks its token's
- * parent chain for the K-1 earlier inputs. The scans are sequential over each
- * sequence's rows: one block per (sequence, head) keeps the head's state in
- * shared memory and applies the recurrent step of the reference (transformers'
- * torch_recurrent_gated_delta_rule, the Mamba2 decode step) token after token,
- * following parents as the cpu backend does (a row whose parent is not the row
- * before reloads its parent's kept state). Per-token inputs that need no state
- * (normalised q/k, decay, beta, dt) are computed first, in parallel.
- * The cpu backend's chunked prefill form equals this step to ~1e-5 relative
- * (tests/unit/test_recurrent.c). */
+ * parent chain for the K-1 earlier inputs. The step scans are sequential over
+ * each sequence's rows: one block per (sequence, head) keeps the head's state
+ * in shared memory and applies the recurrent step of the reference
+ * (transformers' torch_recurrent_gated_delta_rule, the Mamba2 decode step)
+ * token after token, following parents as the cpu backend does (a row whose
+ * parent is not the row before reloads its parent's kept state). Per-token
+ * inputs that need no state (normalised q/k, decay, beta, dt) are computed
+ * first, in parallel.
+ *
+ * A sequence whose rows are one chain from its committed state (a prefill)
+ * takes the chunked forms instead, as the cpu backend does (delta_chunked,
+ * ssd_chunked: the same operations in the same order per output): what needs
+ * no state (the delta rule's T, u, w and masked q.k; Mamba2's C.B products)
+ * for every chunk at once, then one pass per (sequence, head, slice of the
+ * state) over the chunks in order. The cpu's chunked forms equal the step to
+ * ~1e-5 relative (tests/unit/test_recurrent.c). */
 #include "cuda_impl.h"
 
 #include <math.h>
@@ -89,8 +96,17 @@ struct delta_args {
     int64_t ss;
     int32_t Hk, Hv, dk, dv, n;
     float *qn, *kn, *gb; /* scratch: [n][Hk*dk] x2, [n][Hv][2] (decay log g, beta) */
+    /* the chunked form: a record per (chain, chunk, value head), rec floats:
+     * w [DC][dk], u [DC][dv], the masked q.k products transposed [DC (s)][DC (t)],
+     * the cumulative log decay [DC]; NULL when every group takes the step */
+    float *chunk;
+    int64_t rec;
+    int32_t n_ci; /* chunks of the longest chain */
     struct dev_batch bt;
 };
+
+#define DC 64       /* the chunk of torch_chunk_gated_delta_rule (the cpu's DELTA_CHUNK) */
+#define DC_SLICE 32 /* state columns per k_delta_pass block */
 
 /* one warp per (token, key head): normalised q (scaled) and k; and per (token, value head) g, beta */
 __global__ void k_delta_prep(struct delta_args a)
@@ -132,6 +148,8 @@ __global__ void k_delta_scan(struct delta_args a)
     const int32_t g = blockIdx.x / Hv, h = blockIdx.x % Hv, kh = h / (Hv / a.Hk), e = threadIdx.x;
     const int32_t *rows = a.bt.grp_rows + a.bt.grp_start[g], n = a.bt.grp_start[g + 1] - a.bt.grp_start[g];
     const int64_t off = (int64_t)h * dk * dv;
+    if (a.chunk && a.bt.grp_chain[g] >= 0) /* k_delta_pass's */
+        return;
     int32_t prev = -1;
     for (int32_t r = 0; r < n; r++) {
         const int32_t i = rows[r], p = a.bt.parent[i];
@@ -169,6 +187,169 @@ __global__ void k_delta_scan(struct delta_args a)
     }
 }
 
+/* block per (group, chunk, value head), 256 threads: a chunk's record. With
+ * gc the cumulative log decay, A_ts = -beta_t k_t.k_s e^{gc_t-gc_s} (s < t),
+ * T = the forward substitution of the cpu's delta_chunked on A (row after
+ * row), u_t = sum_s T_ts beta_s v_s, w_t = sum_s T_ts beta_s e^{gc_s} k_s,
+ * p_ts = q_t.k_s e^{gc_t-gc_s} (s <= t). */
+__global__ void __launch_bounds__(256) k_delta_chunk(struct delta_args a)
+{
+    extern __shared__ float sm[];
+    const int32_t g = blockIdx.x, ci = blockIdx.y, h = blockIdx.z, chain = a.bt.grp_chain[g];
+    const int32_t n = a.bt.grp_start[g + 1] - a.bt.grp_start[g], t0 = ci * DC;
+    if (chain < 0 || t0 >= n)
+        return;
+    const int32_t L = min(DC, n - t0), dk = a.dk, dv = a.dv, kp = dk + 1, ap = DC + 1, kh = h / (a.Hv / a.Hk);
+    const int32_t *rows = a.bt.grp_rows + a.bt.grp_start[g] + t0;
+    float *Ks = sm, *Qs = Ks + DC * kp, *Vs = Qs + DC * kp, *A = Vs + DC * dv, *T = A + DC * ap, *gc = T + DC * ap;
+    float *beta = gc + DC, *egc = beta + DC;
+    float *rec = a.chunk + (((int64_t)chain * a.n_ci + ci) * a.Hv + h) * a.rec;
+    float *rw = rec, *ru = rw + DC * dk, *rp = ru + DC * dv, *rg = rp + DC * DC;
+    for (int e = threadIdx.x; e < L * dk; e += blockDim.x) {
+        const int t = e / dk, d = e % dk;
+        const int64_t src = ((int64_t)rows[t] * a.Hk + kh) * dk + d;
+        Ks[t * kp + d] = a.kn[src];
+        Qs[t * kp + d] = a.qn[src];
+    }
+    for (int e = threadIdx.x; e < L * dv; e += blockDim.x) {
+        const int t = e / dv, d = e % dv;
+        Vs[t * dv + d] = a.v[(int64_t)rows[t] * a.vs + (int64_t)h * dv + d];
+    }
+    if (threadIdx.x == 0) {
+        float acc = 0.0f;
+        for (int t = 0; t < L; t++) {
+            const int64_t gi = 2 * ((int64_t)rows[t] * a.Hv + h);
+            acc = t ? acc + a.gb[gi] : a.gb[gi];
+            gc[t] = rg[t] = acc;
+            egc[t] = expf(acc);
+            beta[t] = a.gb[gi + 1];
+        }
+    }
+    __syncthreads();
+    /* lanes take consecutive t (padded rows: no bank conflicts), s is the warp's */
+    for (int p = threadIdx.x; p < DC * DC; p += blockDim.x) {
+        const int t = p % DC, s = p / DC;
+        const bool in = t < L && s <= t;
+        float kk = 0.0f, qk = 0.0f;
+        if (in)
+            for (int d = 0; d < dk; d++) {
+                kk += Ks[t * kp + d] * Ks[s * kp + d];
+                qk += Qs[t * kp + d] * Ks[s * kp + d];
+            }
+        const float dec = in ? expf(gc[t] - gc[s]) : 0.0f;
+        A[t * ap + s] = in && s < t ? -beta[t] * kk * dec : 0.0f;
+        T[t * ap + s] = s == t ? 1.0f : A[t * ap + s];
+        rp[p] = in ? qk * dec : 0.0f; /* [s][t] */
+    }
+    __syncthreads();
+    /* row t of T from the rows before it; T_t,t-1 = A_t,t-1 needs no sum */
+    for (int t = 2; t < L; t++) {
+        const int s = threadIdx.x;
+        if (s < t - 1) {
+            float acc = A[t * ap + s];
+            for (int m = s + 1; m < t; m++)
+                acc += A[t * ap + m] * T[m * ap + s];
+            T[t * ap + s] = acc;
+        }
+        __syncthreads();
+    }
+    for (int e = threadIdx.x; e < L * dv; e += blockDim.x) {
+        const int t = e / dv, d = e % dv;
+        float acc = 0.0f;
+        for (int s = 0; s <= t; s++)
+            acc += T[t * ap + s] * beta[s] * Vs[s * dv + d];
+        ru[e] = acc;
+    }
+    for (int e = threadIdx.x; e < L * dk; e += blockDim.x) {
+        const int t = e / dk, d = e % dk;
+        float acc = 0.0f;
+        for (int s = 0; s <= t; s++)
+            acc += T[t * ap + s] * beta[s] * egc[s] * Ks[s * kp + d];
+        rw[e] = acc;
+    }
+}
+
+/* block per (group, value head, DC_SLICE state columns), 256 threads: the
+ * chain's chunks in order, S [dk][DC_SLICE] carried in shared memory. Per
+ * chunk: v' = u - w S; out_t = e^{gc_t} q_t S + sum_{s<=t} p_ts v'_s;
+ * S = e^{gc_L} S + sum_s e^{gc_L-gc_s} k_s v'_s^T. Warp w takes rows (and
+ * state rows) w, w+8, ...; the lane is the column. */
+__global__ void __launch_bounds__(256) k_delta_pass(struct delta_args a)
+{
+    extern __shared__ float sm[];
+    const int32_t g = blockIdx.x, h = blockIdx.y, chain = a.bt.grp_chain[g];
+    if (chain < 0)
+        return;
+    const int32_t dk = a.dk, dv = a.dv, kh = h / (a.Hv / a.Hk), pp = DC + 1;
+    const int32_t *rows = a.bt.grp_rows + a.bt.grp_start[g], n = a.bt.grp_start[g + 1] - a.bt.grp_start[g];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int32_t c0 = blockIdx.z * DC_SLICE, col = c0 + lane;
+    const bool ok = col < dv;
+    float *S = sm, *Ws = S + dk * DC_SLICE, *Qs = Ws + DC * dk, *Ks = Qs + DC * dk, *Ps = Ks + DC * dk;
+    float *Vp = Ps + DC * pp, *eq = Vp + DC * DC_SLICE, *ek = eq + DC;
+    const int64_t off = (int64_t)h * dk * dv;
+    const float *src = a.state + (int64_t)a.bt.state_in[rows[0]] * a.ss + off;
+    for (int d = warp; d < dk; d += nw)
+        S[d * DC_SLICE + lane] = ok ? src[(int64_t)d * dv + col] : 0.0f;
+    for (int32_t t0 = 0, ci = 0; t0 < n; t0 += DC, ci++) {
+        const int32_t L = min(DC, n - t0);
+        const float *rec = a.chunk + (((int64_t)chain * a.n_ci + ci) * a.Hv + h) * a.rec;
+        const float *rw = rec, *ru = rw + DC * dk, *rp = ru + DC * dv, *rg = rp + DC * DC;
+        __syncthreads(); /* the last chunk's reads are done */
+        if (threadIdx.x < L) { /* e^{gc_t}, e^{gc_L-gc_t} */
+            eq[threadIdx.x] = expf(rg[threadIdx.x]);
+            ek[threadIdx.x] = expf(rg[L - 1] - rg[threadIdx.x]);
+        }
+        for (int e = threadIdx.x; e < L * dk; e += blockDim.x)
+            Ws[e] = rw[e];
+        for (int e = threadIdx.x; e < L * DC_SLICE; e += blockDim.x) {
+            const int t = e / DC_SLICE, j = e % DC_SLICE;
+            Vp[e] = c0 + j < dv ? ru[(int64_t)t * dv + c0 + j] : 0.0f;
+        }
+        for (int e = threadIdx.x; e < L * DC; e += blockDim.x) {
+            const int s = e / DC, t = e % DC;
+            Ps[t * pp + s] = rp[e];
+        }
+        __syncthreads();
+        const float el = expf(rg[L - 1]);
+        for (int e = threadIdx.x; e < L * dk; e += blockDim.x) {
+            const int t = e / dk, d = e % dk;
+            const int64_t src_qk = ((int64_t)rows[t0 + t] * a.Hk + kh) * dk + d;
+            Qs[e] = a.qn[src_qk] * eq[t];
+            Ks[e] = a.kn[src_qk] * ek[t];
+        }
+        for (int t = warp; t < L; t += nw) { /* v' = u - w S: a thread's own entries */
+            float acc = Vp[t * DC_SLICE + lane];
+            for (int d = 0; d < dk; d++)
+                acc -= Ws[t * dk + d] * S[d * DC_SLICE + lane];
+            Vp[t * DC_SLICE + lane] = acc;
+        }
+        __syncthreads();
+        for (int t = warp; t < L; t += nw) {
+            float o = 0.0f;
+            for (int d = 0; d < dk; d++)
+                o += Qs[t * dk + d] * S[d * DC_SLICE + lane];
+            for (int s = 0; s <= t; s++)
+                o += Ps[t * pp + s] * Vp[s * DC_SLICE + lane];
+            if (ok)
+                a.out[(int64_t)rows[t0 + t] * a.os + (int64_t)h * dv + col] = o;
+        }
+        __syncthreads(); /* S read above before it changes */
+        for (int d = warp; d < dk; d += nw) {
+            float acc = S[d * DC_SLICE + lane] * el;
+            for (int s = 0; s < L; s++)
+                acc += Ks[s * dk + d] * Vp[s * DC_SLICE + lane];
+            S[d * DC_SLICE + lane] = acc;
+        }
+    }
+    const int32_t so = a.bt.state_out[rows[n - 1]];
+    if (so >= 0 && ok) { /* the state rows this thread wrote last */
+        float *dst = a.state + (int64_t)so * a.ss + off;
+        for (int d = warp; d < dk; d += nw)
+            dst[(int64_t)d * dv + col] = S[d * DC_SLICE + lane];
+    }
+}
+
 void cuda_delta_rule(struct backend *be, struct tensor *out, const struct tensor *q, const struct tensor *k,
                      const struct tensor *v, const struct tensor *a, const struct tensor *b,
                      const struct tensor *A_log, const struct tensor *dt_bias, struct tensor *state,
@@ -181,8 +362,16 @@ void cuda_delta_rule(struct backend *be, struct tensor *out, const struct tensor
     assert(state->n_cols == (int64_t)n_v_head * k_dim * v_dim);
     if (cuda_op_skip(c) || n == 0)
         return;
-    float *scr = (float *)cuda_scratch(c, SCR_REC, ((size_t)2 * n * n_k_head * k_dim + (size_t)2 * n * n_v_head) *
-                                                       sizeof(float));
+    /* the chunked form where a group is a chain and its tiles fit shared memory */
+    const size_t sm_chunk = ((size_t)2 * DC * (k_dim + 1) + (size_t)DC * v_dim + 2 * DC * (DC + 1) + 3 * DC) * sizeof(float);
+    const size_t sm_pass = ((size_t)k_dim * DC_SLICE + 3 * (size_t)DC * k_dim + DC * (DC + 1) + DC * DC_SLICE + 2 * DC) *
+                           sizeof(float);
+    const bool chunked = c->n_chain > 0 && sm_chunk <= 200 * 1024 && sm_pass <= 200 * 1024;
+    const int32_t n_ci = (int32_t)cdiv(c->chain_rows, DC);
+    const int64_t rec = (int64_t)DC * (k_dim + v_dim + DC + 1);
+    const size_t n_in = (size_t)2 * n * n_k_head * k_dim + (size_t)2 * n * n_v_head;
+    const size_t n_rec = chunked ? (size_t)c->n_chain * n_ci * n_v_head * rec : 0;
+    float *scr = (float *)cuda_scratch(c, SCR_REC, (n_in + n_rec) * sizeof(float));
     if (!scr)
         return;
     struct delta_args d = {(float *)out->data, out->row_stride, (const float *)q->data, (const float *)k->data,
@@ -190,11 +379,25 @@ void cuda_delta_rule(struct backend *be, struct tensor *out, const struct tensor
                            k->row_stride, v->row_stride, a->row_stride, b->row_stride, A_log->data,
                            dt_bias->data, A_log->type, dt_bias->type, (float *)state->data, state->row_stride,
                            n_k_head, n_v_head, k_dim, v_dim, n, scr, scr + (size_t)n * n_k_head * k_dim,
-                           scr + (size_t)2 * n * n_k_head * k_dim, c->d};
+                           scr + (size_t)2 * n * n_k_head * k_dim, chunked ? scr + n_in : NULL, rec, n_ci, c->d};
     const int64_t items = (int64_t)n * (n_k_head > n_v_head ? n_k_head : n_v_head);
     k_delta_prep<<<cdiv(items * 32, 256), 256, 0, c->stream>>>(d);
     if (CUDA_LAUNCHED(c) != 0)
         return;
+    if (chunked) {
+        if (CUDA_CHECK(c, cudaFuncSetAttribute(k_delta_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)sm_chunk)) != 0 ||
+            CUDA_CHECK(c, cudaFuncSetAttribute(k_delta_pass, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)sm_pass)) != 0)
+            return;
+        k_delta_chunk<<<dim3((unsigned)c->d.n_grp, (unsigned)n_ci, (unsigned)n_v_head), 256, sm_chunk, c->stream>>>(d);
+        if (CUDA_LAUNCHED(c) != 0)
+            return;
+        k_delta_pass<<<dim3((unsigned)c->d.n_grp, (unsigned)n_v_head, cdiv(v_dim, DC_SLICE)), 256, sm_pass,
+                       c->stream>>>(d);
+        if (CUDA_LAUNCHED(c) != 0 || c->n_chain == c->d.n_grp)
+            return;
+    }
     if (smem > 48 * 1024 &&
         CUDA_CHECK(c, cudaFuncSetAttribute(k_delta_scan, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != 0)
         return;
@@ -216,8 +419,15 @@ struct ssd_args {
     struct ssd_params p;
     int32_t n;
     float *dts_out; /* scratch [n][H]: clamped softplus dt */
+    /* the chunked form: C_t.B_s (s <= t) per (chain, chunk, group), [chunk][chunk]
+     * each; NULL when every group takes the step */
+    float *gram;
+    int32_t n_ci; /* chunks of the longest chain */
     struct dev_batch bt;
 };
+
+#define SC_SLICE 16 /* rows of a head's state per k_ssd_pass block */
+#define SC_SUB 32   /* chunk rows staged at a time by k_ssd_pass */
 
 __global__ void k_ssd_prep(struct ssd_args a)
 {
@@ -242,6 +452,8 @@ __global__ void k_ssd_scan(struct ssd_args a)
     const int32_t *rows = a.bt.grp_rows + a.bt.grp_start[g], n = a.bt.grp_start[g + 1] - a.bt.grp_start[g];
     const int64_t off = (int64_t)h * P * N;
     const float A = -expf(dev_weight(a.A_log, a.At, h)), Dh = dev_weight(a.D, a.Dt, h);
+    if (a.gram && a.bt.grp_chain[g] >= 0) /* k_ssd_pass's */
+        return;
     int32_t prev = -1;
     for (int32_t r = 0; r < n; r++) {
         const int32_t i = rows[r], p = a.bt.parent[i];
@@ -282,6 +494,134 @@ __global__ void k_ssd_scan(struct ssd_args a)
     }
 }
 
+/* block per (group of rows, chunk, ssm group), 256 threads: G_ts = C_t.B_s
+ * for s <= t < L (0 elsewhere); lanes take consecutive s (padded B rows) */
+__global__ void __launch_bounds__(256) k_ssd_gram(struct ssd_args a)
+{
+    extern __shared__ float sm[];
+    const int32_t g = blockIdx.x, ci = blockIdx.y, gr = blockIdx.z, chain = a.bt.grp_chain[g];
+    const int32_t CH = a.p.chunk, N = a.p.d_state, np = N + 1, t0 = ci * CH;
+    const int32_t n = a.bt.grp_start[g + 1] - a.bt.grp_start[g];
+    if (chain < 0 || t0 >= n)
+        return;
+    const int32_t L = min(CH, n - t0), *rows = a.bt.grp_rows + a.bt.grp_start[g] + t0;
+    float *Bs = sm, *Cs = Bs + CH * np;
+    float *G = a.gram + (((int64_t)chain * a.n_ci + ci) * a.p.n_group + gr) * CH * CH;
+    for (int e = threadIdx.x; e < L * N; e += blockDim.x) {
+        const int t = e / N, d = e % N;
+        Bs[t * np + d] = a.B[(int64_t)rows[t] * a.Bs + (int64_t)gr * N + d];
+        Cs[t * np + d] = a.C[(int64_t)rows[t] * a.Cs + (int64_t)gr * N + d];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < CH * CH; e += blockDim.x) {
+        const int t = e / CH, s = e % CH;
+        float acc = 0.0f;
+        if (t < L && s <= t)
+            for (int d = 0; d < N; d++)
+                acc += Cs[t * np + d] * Bs[s * np + d];
+        G[e] = acc;
+    }
+}
+
+/* block per (group of rows, head, SC_SLICE rows of its state S [P][N]), 256
+ * threads: the chain's chunks in order. Per chunk, with acum the cumulative
+ * dt*A: y_t = e^{acum_t} S C_t + D x_t + sum_{s<=t} G_ts e^{acum_t-acum_s} dt_s x_s,
+ * then S = e^{acum_L} S + sum_s (e^{acum_L-acum_s} dt_s x_s) B_s^T; C and B
+ * rows are staged SC_SUB at a time. */
+__global__ void __launch_bounds__(256) k_ssd_pass(struct ssd_args a)
+{
+    extern __shared__ float sm[];
+    const int32_t g = blockIdx.x, h = blockIdx.y, chain = a.bt.grp_chain[g];
+    if (chain < 0)
+        return;
+    const int32_t P = a.p.head_dim, N = a.p.d_state, H = a.p.n_head, CH = a.p.chunk, np = N + 1;
+    const int32_t grp = h / (H / a.p.n_group), a0 = blockIdx.z * SC_SLICE, na = min(SC_SLICE, P - a0);
+    const int32_t *rows = a.bt.grp_rows + a.bt.grp_start[g], n = a.bt.grp_start[g + 1] - a.bt.grp_start[g];
+    const float A = -expf(dev_weight(a.A_log, a.At, h)), Dh = dev_weight(a.D, a.Dt, h);
+    float *S = sm, *xs = S + SC_SLICE * np, *cw = xs + CH * SC_SLICE, *acum = cw + CH * SC_SLICE, *dts = acum + CH;
+    float *stage = dts + CH, *Wt = stage + SC_SUB * np; /* [SC_SUB][CH] */
+    const int64_t off = (int64_t)h * P * N;
+    const float *src = a.state + (int64_t)a.bt.state_in[rows[0]] * a.ss + off;
+    for (int e = threadIdx.x; e < na * N; e += blockDim.x)
+        S[(e / N) * np + e % N] = src[(int64_t)(a0 + e / N) * N + e % N];
+    for (int32_t t0 = 0, ci = 0; t0 < n; t0 += CH, ci++) {
+        const int32_t L = min(CH, n - t0);
+        const float *G = a.gram + (((int64_t)chain * a.n_ci + ci) * a.p.n_group + grp) * CH * CH;
+        __syncthreads(); /* the last chunk is done with the buffers */
+        for (int e = threadIdx.x; e < L * SC_SLICE; e += blockDim.x) {
+            const int t = e / SC_SLICE, j = e % SC_SLICE;
+            xs[e] = j < na ? a.x[(int64_t)rows[t0 + t] * a.xs + (int64_t)h * P + a0 + j] : 0.0f;
+        }
+        if (threadIdx.x == 0) {
+            float acc = 0.0f;
+            for (int t = 0; t < L; t++) {
+                dts[t] = a.dts_out[(int64_t)rows[t0 + t] * H + h];
+                acc = (t ? acc : 0.0f) + dts[t] * A;
+                acum[t] = acc;
+            }
+        }
+        __syncthreads();
+        const float al = acum[L - 1];
+        for (int e = threadIdx.x; e < L * SC_SLICE; e += blockDim.x) {
+            const int t = e / SC_SLICE;
+            cw[e] = expf(al - acum[t]) * dts[t] * xs[e];
+        }
+        /* the outputs, SC_SUB rows at a time */
+        for (int32_t t1 = 0; t1 < L; t1 += SC_SUB) {
+            const int32_t nt = min(SC_SUB, L - t1);
+            __syncthreads();
+            for (int e = threadIdx.x; e < nt * N; e += blockDim.x) {
+                const int t = e / N, d = e % N;
+                stage[t * np + d] = a.C[(int64_t)rows[t0 + t1 + t] * a.Cs + (int64_t)grp * N + d];
+            }
+            for (int e = threadIdx.x; e < nt * CH; e += blockDim.x) {
+                const int t = t1 + e / CH, s = e % CH;
+                Wt[e] = s <= t ? G[(int64_t)t1 * CH + e] * expf(acum[t] - acum[s]) * dts[s] : 0.0f;
+            }
+            __syncthreads();
+            for (int e = threadIdx.x; e < nt * SC_SLICE; e += blockDim.x) {
+                const int tl = e / SC_SLICE, j = e % SC_SLICE, t = t1 + tl;
+                if (j >= na)
+                    continue;
+                float dot = 0.0f;
+                for (int d = 0; d < N; d++)
+                    dot += S[j * np + d] * stage[tl * np + d];
+                float y = expf(acum[t]) * dot + Dh * xs[t * SC_SLICE + j];
+                for (int s = 0; s <= t; s++)
+                    y += Wt[tl * CH + s] * xs[s * SC_SLICE + j];
+                a.y[(int64_t)rows[t0 + t] * a.ys + (int64_t)h * P + a0 + j] = y;
+            }
+        }
+        __syncthreads(); /* S read above before it changes */
+        const float el = expf(al);
+        for (int e = threadIdx.x; e < na * N; e += blockDim.x)
+            S[(e / N) * np + e % N] *= el;
+        /* the state, SC_SUB rows of B at a time, in row order */
+        for (int32_t s1 = 0; s1 < L; s1 += SC_SUB) {
+            const int32_t ns = min(SC_SUB, L - s1);
+            __syncthreads();
+            for (int e = threadIdx.x; e < ns * N; e += blockDim.x) {
+                const int t = e / N, d = e % N;
+                stage[t * np + d] = a.B[(int64_t)rows[t0 + s1 + t] * a.Bs + (int64_t)grp * N + d];
+            }
+            __syncthreads();
+            for (int e = threadIdx.x; e < na * N; e += blockDim.x) {
+                const int j = e / N, d = e % N;
+                float acc = S[j * np + d];
+                for (int s = 0; s < ns; s++)
+                    acc += cw[(s1 + s) * SC_SLICE + j] * stage[s * np + d];
+                S[j * np + d] = acc;
+            }
+        }
+    }
+    const int32_t so = a.bt.state_out[rows[n - 1]];
+    if (so >= 0) { /* the entries this thread wrote last */
+        float *dst = a.state + (int64_t)so * a.ss + off;
+        for (int e = threadIdx.x; e < na * N; e += blockDim.x)
+            dst[(int64_t)(a0 + e / N) * N + e % N] = S[(e / N) * np + e % N];
+    }
+}
+
 void cuda_ssd(struct backend *be, struct tensor *y, const struct tensor *x, const struct tensor *B,
               const struct tensor *C, const struct tensor *dt, const struct tensor *A_log, const struct tensor *D,
               const struct tensor *dt_bias, struct tensor *state, const struct ssd_params *p)
@@ -293,16 +633,39 @@ void cuda_ssd(struct backend *be, struct tensor *y, const struct tensor *x, cons
     assert(state->n_cols == (int64_t)p->n_head * p->head_dim * p->d_state);
     if (cuda_op_skip(c) || n == 0)
         return;
-    float *scr = (float *)cuda_scratch(c, SCR_REC, (size_t)n * p->n_head * sizeof(float));
+    /* the chunked form where a group is a chain and its tiles fit shared memory */
+    const size_t CH = (size_t)p->chunk, np = (size_t)p->d_state + 1;
+    const size_t sm_gram = 2 * CH * np * sizeof(float);
+    const size_t sm_pass = (SC_SLICE * np + 2 * CH * SC_SLICE + 2 * CH + SC_SUB * np + SC_SUB * CH) * sizeof(float);
+    const bool chunked = c->n_chain > 0 && sm_gram <= 200 * 1024 && sm_pass <= 200 * 1024;
+    const int32_t n_ci = (int32_t)cdiv(c->chain_rows, p->chunk);
+    const size_t n_dt = (size_t)n * p->n_head;
+    const size_t n_gram = chunked ? (size_t)c->n_chain * n_ci * p->n_group * CH * CH : 0;
+    float *scr = (float *)cuda_scratch(c, SCR_REC, (n_dt + n_gram) * sizeof(float));
     if (!scr)
         return;
     struct ssd_args a = {(float *)y->data, y->row_stride, (const float *)x->data, (const float *)B->data,
                          (const float *)C->data, (const float *)dt->data, x->row_stride, B->row_stride,
                          C->row_stride, dt->row_stride, A_log->data, D->data, dt_bias->data, A_log->type,
-                         D->type, dt_bias->type, (float *)state->data, state->row_stride, *p, n, scr, c->d};
+                         D->type, dt_bias->type, (float *)state->data, state->row_stride, *p, n, scr,
+                         chunked ? scr + n_dt : NULL, n_ci, c->d};
     k_ssd_prep<<<cdiv((int64_t)n * p->n_head, 256), 256, 0, c->stream>>>(a);
     if (CUDA_LAUNCHED(c) != 0)
         return;
+    if (chunked) {
+        if (CUDA_CHECK(c, cudaFuncSetAttribute(k_ssd_gram, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)sm_gram)) != 0 ||
+            CUDA_CHECK(c, cudaFuncSetAttribute(k_ssd_pass, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)sm_pass)) != 0)
+            return;
+        k_ssd_gram<<<dim3((unsigned)c->d.n_grp, (unsigned)n_ci, (unsigned)p->n_group), 256, sm_gram, c->stream>>>(a);
+        if (CUDA_LAUNCHED(c) != 0)
+            return;
+        k_ssd_pass<<<dim3((unsigned)c->d.n_grp, (unsigned)p->n_head, cdiv(p->head_dim, SC_SLICE)), 256, sm_pass,
+                     c->stream>>>(a);
+        if (CUDA_LAUNCHED(c) != 0 || c->n_chain == c->d.n_grp)
+            return;
+    }
     if (smem > 48 * 1024 &&
         CUDA_CHECK(c, cudaFuncSetAttribute(k_ssd_scan, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != 0)
         return;
