@@ -45,6 +45,11 @@ struct att_args {
     float *part; /* [n][n_head][n_split][hd+2]: acc, max, sum; NULL: write normalised output */
     int32_t n, n_head, n_kv_head, hd, gc, n_split, split_len, T;
     int32_t fa_hb, fa_rb; /* k_flash: query heads of one kv head, and 16-row groups, per block */
+    /* k_flash: bf16 copies of the keys [n_kv_head][kv_total][hd] and values
+     * [n_kv_head][hd][kv_total] (precise: the lo halves follow each), a
+     * sequence row's positions from b.kv_off[row], b.kv_len[row] of them */
+    __nv_bfloat16 *kb, *vt;
+    int64_t kv_total;
     float scale;
     bool vec4; /* rows and heads 16-byte aligned */
     struct dev_batch b;
@@ -300,27 +305,65 @@ __global__ void k_att_merge(struct att_args a)
     a.out[(int64_t)i * a.os + (int64_t)h * hd + d] = sum > 0.0f ? o / sum : 0.0f;
 }
 
-/* Prefill on the tensor cores (flash attention): a block takes fa_rb groups of
- * 16 consecutive rows of one sequence times fa_hb query heads sharing one kv
- * head (a warp each, up to 8), and walks the keys in tiles of FA_KT staged in
- * shared memory as bf16 (V transposed) once for all of them, with a running
- * max per row and fp32 accumulation; the next tile is copied in (cp.async)
- * while the current one is multiplied. Precise (SPLIT): every operand
- * is a bf16 pair hi + lo and each product three (qh.kh + qh.kl + ql.kh, to
- * ~2^-17), fp32-level results at tensor-core speed; otherwise one product of
- * the bf16 values, like the prefill matmuls' bf16 activations. */
-#define FA_KT 64
+/* Prefill on the tensor cores (flash attention). First k_kv_bf16 converts,
+ * once per layer, the keys and values the batch's sequences see into dense
+ * bf16 copies (K by position, V transposed: a value row per head dim), per
+ * kv head, at a 64-aligned offset per sequence row. Then k_flash: a block
+ * takes fa_rb groups of 16 consecutive rows of one sequence times fa_hb
+ * query heads sharing one kv head (a warp each, up to 8), and walks the keys
+ * in tiles of FA_KT copied (cp.async) into shared memory as they are stored,
+ * the next tile while the current one is multiplied, with a running max per
+ * row and fp32 accumulation. Precise (SPLIT): every operand is a bf16 pair hi
+ * + lo and each product three (qh.kh + qh.kl + ql.kh, to ~2^-17),
+ * fp32-level results at tensor-core speed; otherwise one product of the bf16
+ * values, like the prefill matmuls' bf16 activations. */
+#define FA_KT CUDA_KV_TILE
 #define FA_MAX_WARPS 8
+
+/* grid: (position tiles of 64, sequence rows, kv heads) */
+template <int HD, bool SPLIT>
+__global__ void k_kv_bf16(struct att_args a)
+{
+    __shared__ float vs[FA_KT][HD + 1];
+    const int32_t s = blockIdx.y, kvh = blockIdx.z, p0 = blockIdx.x * FA_KT, len = a.b.kv_len[s];
+    if (p0 >= len)
+        return;
+    const int64_t base = (int64_t)a.b.kv_off[s] + p0, total = a.kv_total, lo_k = (int64_t)a.n_kv_head * total * HD;
+    const int32_t *table = a.b.block_table + (int64_t)s * a.max_blocks;
+    for (int e = threadIdx.x; e < FA_KT * HD; e += blockDim.x) {
+        const int key = e / HD, d = e % HD, p = p0 + key;
+        if (p >= len)
+            continue;
+        const int64_t src = (int64_t)(table[p / a.block_size] * a.block_size + p % a.block_size) * a.ks +
+                            (int64_t)kvh * HD + d;
+        const float k = a.kc[src];
+        const __nv_bfloat16 h = __float2bfloat16_rn(k);
+        __nv_bfloat16 *kb = a.kb + ((int64_t)kvh * total + base + key) * HD + d;
+        kb[0] = h;
+        if (SPLIT)
+            kb[lo_k] = __float2bfloat16_rn(k - __bfloat162float(h));
+        vs[key][d] = a.vc[src];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < FA_KT * HD; e += blockDim.x) {
+        const int d = e / FA_KT, key = e % FA_KT;
+        if (p0 + key >= len)
+            continue;
+        const float v = vs[key][d];
+        const __nv_bfloat16 h = __float2bfloat16_rn(v);
+        __nv_bfloat16 *vt = a.vt + ((int64_t)kvh * HD + d) * total + base + key;
+        vt[0] = h;
+        if (SPLIT)
+            vt[lo_k] = __float2bfloat16_rn(v - __bfloat162float(h));
+    }
+}
 
 template <int HD, bool SPLIT>
 __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
 {
-    constexpr int KP = HD + 8, VP = FA_KT + 8, RP = HD + 4, NK = HD / 16, ND = HD / 8, NJ = FA_KT / 8;
+    constexpr int KP = HD + 8, VP = FA_KT + 8, NK = HD / 16, ND = HD / 8, NJ = FA_KT / 8;
+    constexpr int STAGE = (FA_KT * KP + HD * VP) * (SPLIT ? 2 : 1); /* bf16 per stage: kh, vh (, kl, vl) */
     extern __shared__ uint4 smem_raw[];
-    float *rk = (float *)smem_raw, *rv = rk + FA_KT * RP;                /* the next tile as stored: [FA_KT][RP] */
-    __nv_bfloat16 *kh = (__nv_bfloat16 *)(rv + FA_KT * RP), *kl = kh + FA_KT * KP; /* [FA_KT][KP] */
-    __nv_bfloat16 *vh = kl + FA_KT * KP, *vl = vh + HD * VP;             /* [HD][VP] */
-    __shared__ int32_t rows[FA_KT];
     __shared__ int32_t v_end;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
     const int32_t G = a.n_head / a.n_kv_head, groups = G / a.fa_hb;
@@ -353,132 +396,123 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
     for (int j = 0; j < ND; j++)
         o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
-    const int64_t koff = (int64_t)kvh * HD;
     __syncthreads();
     const int32_t end = v_end;
-    /* tile t's K and V are copied as stored into rk/rv while tile t-1 is
-     * multiplied, then converted to bf16 at the top of t's iteration */
-    auto fetch = [&](int32_t tile) {
-        if (threadIdx.x < FA_KT)
-            rows[threadIdx.x] = tile + threadIdx.x < end ? att_row(&a, i0, tile + threadIdx.x) : -1;
-        __syncthreads();
-        for (int e = threadIdx.x; e < FA_KT * HD / 4; e += blockDim.x) {
-            const int key = e / (HD / 4), d = (e % (HD / 4)) * 4, r = rows[key];
-            const int64_t off = (int64_t)(r >= 0 ? r : 0) * a.ks + koff + d;
-            cp_async16(rk + key * RP + d, a.kc + off, r >= 0 ? 16 : 0);
-            cp_async16(rv + key * RP + d, a.vc + off, r >= 0 ? 16 : 0);
+    /* the block's sequence's keys in the bf16 copies; past end, zeros */
+    const int64_t total = a.kv_total, lo_k = (int64_t)a.n_kv_head * total * HD;
+    const int64_t kv0 = a.b.kv_off[a.b.seq_row[i0]];
+    const __nv_bfloat16 *kb = a.kb + ((int64_t)kvh * total + kv0) * HD, *vt = a.vt + (int64_t)kvh * HD * total + kv0;
+    auto fetch = [&](int32_t tile, int st) {
+        __nv_bfloat16 *kh = (__nv_bfloat16 *)smem_raw + st * STAGE, *vh = kh + FA_KT * KP;
+        for (int e = threadIdx.x; e < FA_KT * HD / 8; e += blockDim.x) {
+            const int key = e / (HD / 8), d = (e % (HD / 8)) * 8;
+            const bool in = tile + key < end;
+            const __nv_bfloat16 *src = kb + (int64_t)(in ? tile + key : 0) * HD + d;
+            cp_async16(kh + key * KP + d, src, in ? 16 : 0);
+            if (SPLIT)
+                cp_async16(kh + FA_KT * KP + HD * VP + key * KP + d, src + lo_k, in ? 16 : 0);
+        }
+        for (int e = threadIdx.x; e < HD * FA_KT / 8; e += blockDim.x) {
+            const int d = e / (FA_KT / 8), k0 = (e % (FA_KT / 8)) * 8;
+            const int valid = min(max(end - (tile + k0), 0), 8);
+            const __nv_bfloat16 *src = vt + (int64_t)d * total + (valid ? tile + k0 : 0);
+            cp_async16(vh + d * VP + k0, src, valid * 2);
+            if (SPLIT)
+                cp_async16(vh + FA_KT * KP + HD * VP + d * VP + k0, src + lo_k, valid * 2);
         }
         cp_async_commit();
     };
     if (end > 0)
-        fetch(0);
-    for (int32_t tile = 0; tile < end; tile += FA_KT) {
-        cp_async_wait_all();
-        __syncthreads(); /* the copy is in; every warp is done with the last tile's bf16 */
-        /* K row-major (a key's 16 bytes per thread), V transposed (keys across threads) */
-        for (int e = threadIdx.x; e < FA_KT * HD / 4; e += blockDim.x) {
-            const int key = e / (HD / 4), d = (e % (HD / 4)) * 4;
-            const float4 kv = *(const float4 *)(rk + key * RP + d);
-            uint32_t h0, l0, h1, l1;
-            split_bf16x2(kv.x, kv.y, &h0, &l0);
-            split_bf16x2(kv.z, kv.w, &h1, &l1);
-            *(uint2 *)(kh + key * KP + d) = make_uint2(h0, h1);
-            if (SPLIT)
-                *(uint2 *)(kl + key * KP + d) = make_uint2(l0, l1);
+        fetch(0, 0);
+    for (int32_t tile = 0, st = 0; tile < end; tile += FA_KT, st ^= 1) {
+        if (tile + FA_KT < end) {
+            fetch(tile + FA_KT, st ^ 1);
+            cp_async_wait_one();
+        } else {
+            cp_async_wait_all();
         }
-        for (int e = threadIdx.x; e < FA_KT * HD / 4; e += blockDim.x) {
-            const int key = e % FA_KT, d = (e / FA_KT) * 4;
-            const float4 vv = *(const float4 *)(rv + key * RP + d);
-            const float f[4] = {vv.x, vv.y, vv.z, vv.w};
+        __syncthreads(); /* tile's copy is in for every thread */
+        const __nv_bfloat16 *kh = (const __nv_bfloat16 *)smem_raw + st * STAGE, *vh = kh + FA_KT * KP;
+        const __nv_bfloat16 *kl = vh + HD * VP, *vl = kl + FA_KT * KP;
+        if (tile < w_end) {
+            float s[NJ][4];
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const __nv_bfloat16 hi = __float2bfloat16_rn(f[u]);
-                vh[(d + u) * VP + key] = hi;
-                if (SPLIT)
-                    vl[(d + u) * VP + key] = __float2bfloat16_rn(f[u] - __bfloat162float(hi));
-            }
-        }
-        __syncthreads(); /* bf16 tile ready, rk/rv free */
-        if (tile + FA_KT < end)
-            fetch(tile + FA_KT);
-        if (tile >= w_end)
-            continue;
-        float s[NJ][4];
+            for (int j = 0; j < NJ; j++)
+                s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
 #pragma unroll
-        for (int j = 0; j < NJ; j++)
-            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+            for (int kt = 0; kt < NK; kt++) {
 #pragma unroll
-        for (int kt = 0; kt < NK; kt++) {
-#pragma unroll
-            for (int j = 0; j < NJ; j++) {
-                const int off = (8 * j + g) * KP + kt * 16 + 2 * cq;
-                const uint32_t bh0 = *(const uint32_t *)(kh + off), bh1 = *(const uint32_t *)(kh + off + 8);
-                if (SPLIT) {
-                    const uint32_t bl0 = *(const uint32_t *)(kl + off), bl1 = *(const uint32_t *)(kl + off + 8);
-                    mma_bf16(s[j], ql[kt][0], ql[kt][1], ql[kt][2], ql[kt][3], bh0, bh1);
-                    mma_bf16(s[j], qh[kt][0], qh[kt][1], qh[kt][2], qh[kt][3], bl0, bl1);
+                for (int j = 0; j < NJ; j++) {
+                    const int off = (8 * j + g) * KP + kt * 16 + 2 * cq;
+                    const uint32_t bh0 = *(const uint32_t *)(kh + off), bh1 = *(const uint32_t *)(kh + off + 8);
+                    if (SPLIT) {
+                        const uint32_t bl0 = *(const uint32_t *)(kl + off), bl1 = *(const uint32_t *)(kl + off + 8);
+                        mma_bf16(s[j], ql[kt][0], ql[kt][1], ql[kt][2], ql[kt][3], bh0, bh1);
+                        mma_bf16(s[j], qh[kt][0], qh[kt][1], qh[kt][2], qh[kt][3], bl0, bl1);
+                    }
+                    mma_bf16(s[j], qh[kt][0], qh[kt][1], qh[kt][2], qh[kt][3], bh0, bh1);
                 }
-                mma_bf16(s[j], qh[kt][0], qh[kt][1], qh[kt][2], qh[kt][3], bh0, bh1);
             }
-        }
-        /* scale, causal mask, running max per row (a row's 4 lanes agree) */
-        float xa = ma, xb = mb;
+            /* scale, causal mask, running max per row (a row's 4 lanes agree) */
+            float xa = ma, xb = mb;
 #pragma unroll
-        for (int j = 0; j < NJ; j++)
+            for (int j = 0; j < NJ; j++)
 #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int32_t key = tile + 8 * j + 2 * cq + c;
-                s[j][c] = key < va ? s[j][c] * a.scale : -INFINITY;
-                s[j][2 + c] = key < vb ? s[j][2 + c] * a.scale : -INFINITY;
-                xa = fmaxf(xa, s[j][c]);
-                xb = fmaxf(xb, s[j][2 + c]);
-            }
-        xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));
-        xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));
-        xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));
-        xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
-        const float ca = xa == -INFINITY ? 1.0f : expf(ma - xa), cb = xb == -INFINITY ? 1.0f : expf(mb - xb);
-        ma = xa;
-        mb = xb;
-        la *= ca;
-        lb *= cb;
+                for (int c = 0; c < 2; c++) {
+                    const int32_t key = tile + 8 * j + 2 * cq + c;
+                    s[j][c] = key < va ? s[j][c] * a.scale : -INFINITY;
+                    s[j][2 + c] = key < vb ? s[j][2 + c] * a.scale : -INFINITY;
+                    xa = fmaxf(xa, s[j][c]);
+                    xb = fmaxf(xb, s[j][2 + c]);
+                }
+            xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));
+            xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));
+            xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));
+            xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
+            const float ca = xa == -INFINITY ? 1.0f : expf(ma - xa), cb = xb == -INFINITY ? 1.0f : expf(mb - xb);
+            ma = xa;
+            mb = xb;
+            la *= ca;
+            lb *= cb;
 #pragma unroll
-        for (int j = 0; j < NJ; j++)
+            for (int j = 0; j < NJ; j++)
 #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                s[j][c] = xa == -INFINITY ? 0.0f : expf(s[j][c] - xa);
-                s[j][2 + c] = xb == -INFINITY ? 0.0f : expf(s[j][2 + c] - xb);
-                la += s[j][c];
-                lb += s[j][2 + c];
-            }
-#pragma unroll
-        for (int j = 0; j < ND; j++) {
-            o[j][0] *= ca;
-            o[j][1] *= ca;
-            o[j][2] *= cb;
-            o[j][3] *= cb;
-        }
-        /* the scores' accumulator layout is the next product's row operand:
-         * key tiles 2kk and 2kk+1 make the 16 keys of step kk */
-#pragma unroll
-        for (int kk = 0; kk < FA_KT / 16; kk++) {
-            uint32_t ph[4], pl[4];
-            split_bf16x2(s[2 * kk][0], s[2 * kk][1], &ph[0], &pl[0]);
-            split_bf16x2(s[2 * kk][2], s[2 * kk][3], &ph[1], &pl[1]);
-            split_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1], &ph[2], &pl[2]);
-            split_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3], &ph[3], &pl[3]);
+                for (int c = 0; c < 2; c++) {
+                    s[j][c] = xa == -INFINITY ? 0.0f : expf(s[j][c] - xa);
+                    s[j][2 + c] = xb == -INFINITY ? 0.0f : expf(s[j][2 + c] - xb);
+                    la += s[j][c];
+                    lb += s[j][2 + c];
+                }
 #pragma unroll
             for (int j = 0; j < ND; j++) {
-                const int off = (8 * j + g) * VP + kk * 16 + 2 * cq;
-                const uint32_t bh0 = *(const uint32_t *)(vh + off), bh1 = *(const uint32_t *)(vh + off + 8);
-                if (SPLIT) {
-                    const uint32_t bl0 = *(const uint32_t *)(vl + off), bl1 = *(const uint32_t *)(vl + off + 8);
-                    mma_bf16(o[j], pl[0], pl[1], pl[2], pl[3], bh0, bh1);
-                    mma_bf16(o[j], ph[0], ph[1], ph[2], ph[3], bl0, bl1);
+                o[j][0] *= ca;
+                o[j][1] *= ca;
+                o[j][2] *= cb;
+                o[j][3] *= cb;
+            }
+            /* the scores' accumulator layout is the next product's row operand:
+             * key tiles 2kk and 2kk+1 make the 16 keys of step kk */
+#pragma unroll
+            for (int kk = 0; kk < FA_KT / 16; kk++) {
+                uint32_t ph[4], pl[4];
+                split_bf16x2(s[2 * kk][0], s[2 * kk][1], &ph[0], &pl[0]);
+                split_bf16x2(s[2 * kk][2], s[2 * kk][3], &ph[1], &pl[1]);
+                split_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1], &ph[2], &pl[2]);
+                split_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3], &ph[3], &pl[3]);
+#pragma unroll
+                for (int j = 0; j < ND; j++) {
+                    const int off = (8 * j + g) * VP + kk * 16 + 2 * cq;
+                    const uint32_t bh0 = *(const uint32_t *)(vh + off), bh1 = *(const uint32_t *)(vh + off + 8);
+                    if (SPLIT) {
+                        const uint32_t bl0 = *(const uint32_t *)(vl + off), bl1 = *(const uint32_t *)(vl + off + 8);
+                        mma_bf16(o[j], pl[0], pl[1], pl[2], pl[3], bh0, bh1);
+                        mma_bf16(o[j], ph[0], ph[1], ph[2], ph[3], bl0, bl1);
+                    }
+                    mma_bf16(o[j], ph[0], ph[1], ph[2], ph[3], bh0, bh1);
                 }
-                mma_bf16(o[j], ph[0], ph[1], ph[2], ph[3], bh0, bh1);
             }
         }
+        __syncthreads(); /* every warp is done with this stage before it is refilled */
     }
     la += __shfl_xor_sync(0xffffffffu, la, 1);
     la += __shfl_xor_sync(0xffffffffu, la, 2);
@@ -495,11 +529,27 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
     }
 }
 
+/* The bf16 copies of the keys and values each sequence row of the batch sees
+ * (positions below its tokens' largest count, see set_batch), then the
+ * flash kernel. */
 template <int HD, bool SPLIT>
-static void flash_run(struct cuda_backend *c, const struct att_args *a)
+static void flash_run(struct cuda_backend *c, struct att_args *a)
 {
-    const int smem = (2 * FA_KT * (HD + 8) + 2 * HD * (FA_KT + 8)) * (int)sizeof(__nv_bfloat16) +
-                     2 * FA_KT * (HD + 4) * (int)sizeof(float);
+    const int32_t n_rows = c->b.n_seq_rows;
+    const size_t copies = (size_t)a->n_kv_head * c->kv_total * HD * (SPLIT ? 2 : 1) * sizeof(__nv_bfloat16);
+    char *buf = (char *)cuda_scratch(c, SCR_KV, 2 * copies);
+    if (!buf)
+        return;
+    a->kb = (__nv_bfloat16 *)buf;
+    a->vt = (__nv_bfloat16 *)(buf + copies);
+    a->kv_total = c->kv_total;
+    if (c->kv_max > 0) {
+        k_kv_bf16<HD, SPLIT><<<dim3(cdiv(c->kv_max, FA_KT), (unsigned)n_rows, (unsigned)a->n_kv_head), 256, 0,
+                               c->stream>>>(*a);
+        if (CUDA_LAUNCHED(c) != 0)
+            return;
+    }
+    const int smem = 2 * (FA_KT * (HD + 8) + HD * (FA_KT + 8)) * (SPLIT ? 2 : 1) * (int)sizeof(__nv_bfloat16);
     if (CUDA_CHECK(c, cudaFuncSetAttribute(k_flash<HD, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) !=
         0)
         return;
@@ -512,7 +562,7 @@ static void flash_run(struct cuda_backend *c, const struct att_args *a)
 /* precise (kapitsa check): the split products; otherwise bf16 q, k, p and v
  * with fp32 accumulation, as the prefill matmuls take bf16 activations */
 template <int HD>
-static void flash_launch(struct cuda_backend *c, const struct att_args *a)
+static void flash_launch(struct cuda_backend *c, struct att_args *a)
 {
     if (c->precise)
         flash_run<HD, true>(c, a);

@@ -328,7 +328,9 @@ static int cu_set_batch(struct backend *be, const struct attn_batch *b)
             if (b->n_kv[i] - b->mask_from[i] > vis_stride)
                 vis_stride = b->n_kv[i] - b->mask_from[i];
     const size_t n_tab = b->seq_row ? (size_t)b->n_seq_rows * b->max_blocks : 0;
-    const size_t n_int = (size_t)n * 15 + 1 + n_tab + (size_t)n * vis_stride + (size_t)b->n_out + 64;
+    const int32_t n_rows = b->seq_row ? b->n_seq_rows : 0;
+    const size_t n_int =
+        (size_t)n * 15 + 1 + n_tab + (size_t)n * vis_stride + (size_t)b->n_out + 2 * (size_t)n_rows + 64;
     const size_t bytes = n_int * sizeof(int32_t);
     if (bytes > c->up_cap) {
         if (CUDA_CHECK(c, cudaEventSynchronize(c->up_done)) != 0)
@@ -410,6 +412,24 @@ static int cu_set_batch(struct backend *be, const struct attn_batch *b)
         gch[g] = chain ? c->n_chain++ : -1;
         if (chain && rows > c->chain_rows)
             c->chain_rows = rows;
+    }
+    /* what each sequence row sees, and its place in the bf16 copies */
+    c->d.kv_len = d + off;
+    int32_t *kl = h + off;
+    off += (size_t)n_rows;
+    c->d.kv_off = d + off;
+    int32_t *ko = h + off;
+    off += (size_t)n_rows;
+    memset(kl, 0, (size_t)n_rows * sizeof(int32_t));
+    for (int32_t i = 0; n_rows && b->n_kv && i < n; i++)
+        if (b->n_kv[i] > kl[b->seq_row[i]])
+            kl[b->seq_row[i]] = b->n_kv[i];
+    c->kv_total = 0;
+    c->kv_max = 0;
+    for (int32_t r = 0; r < n_rows; r++) {
+        ko[r] = (int32_t)c->kv_total;
+        c->kv_total += (kl[r] + CUDA_KV_TILE - 1) / CUDA_KV_TILE * CUDA_KV_TILE;
+        c->kv_max = kl[r] > c->kv_max ? kl[r] : c->kv_max;
     }
     assert(off <= n_int);
     if (CUDA_CHECK(c, cudaMemcpyAsync(c->up_dev, c->up_host, off * sizeof(int32_t), cudaMemcpyHostToDevice,

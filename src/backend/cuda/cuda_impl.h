@@ -47,9 +47,15 @@ struct dev_batch {
      * chain from the committed state (backend_rows_chain: a chunked scan's
      * form), in group order; -1 for the others */
     int32_t *grp_chain;
+    /* per sequence row [n_seq_rows]: the positions its tokens see at most,
+     * and where they start in prefill attention's bf16 copies (multiples of
+     * CUDA_KV_TILE; kv_total in all, host side) */
+    int32_t *kv_len, *kv_off;
 };
 
-enum { SCR_MATMUL, SCR_BLAS, SCR_ATTN, SCR_REC, SCR_TOPK, SCR_MOE, SCR_N }; /* scratch buffers (cuda_scratch) */
+#define CUDA_KV_TILE 64 /* prefill attention's key tile */
+
+enum { SCR_MATMUL, SCR_BLAS, SCR_ATTN, SCR_REC, SCR_TOPK, SCR_MOE, SCR_KV, SCR_N }; /* scratch buffers (cuda_scratch) */
 
 struct cuda_backend {
     struct backend base;
@@ -65,6 +71,8 @@ struct cuda_backend {
     int32_t max_vis;      /* largest n_vis of the batch */
     int32_t n_chain;      /* groups with a grp_chain index */
     int32_t chain_rows;   /* rows of the longest of them, 0 if none */
+    int64_t kv_total;     /* positions in prefill attention's bf16 copies */
+    int32_t kv_max;       /* largest kv_len */
     /* batch upload: one pinned host buffer and one device buffer */
     void *up_host, *up_dev;
     size_t up_cap;
@@ -247,6 +255,8 @@ static __device__ __forceinline__ void cp_async16(void *dst, const void *src, in
 }
 static __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
 static __device__ __forceinline__ void cp_async_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" ::); }
+/* all but the most recent group */
+static __device__ __forceinline__ void cp_async_wait_one(void) { asm volatile("cp.async.wait_group 1;\n" ::); }
 
 /* (x, y) as a bf16 pair hi and the rounding left over, lo: hi + lo is x, y to ~2^-17 */
 static __device__ __forceinline__ void split_bf16x2(float x, float y, uint32_t *hi, uint32_t *lo)
