@@ -396,6 +396,7 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
     for (int j = 0; j < ND; j++)
         o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
+    const float scale2 = a.scale * 1.44269504088896341f; /* the running maxima are in base 2 */
     __syncthreads();
     const int32_t end = v_end;
     /* the block's sequence's keys in the bf16 copies; past end, zeros */
@@ -442,26 +443,32 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
 #pragma unroll
             for (int kt = 0; kt < NK; kt++) {
 #pragma unroll
-                for (int j = 0; j < NJ; j++) {
-                    const int off = (8 * j + g) * KP + kt * 16 + 2 * cq;
-                    const uint32_t bh0 = *(const uint32_t *)(kh + off), bh1 = *(const uint32_t *)(kh + off + 8);
+                for (int j = 0; j < NJ; j += 2) {
+                    /* keys 8j..8j+15, head dims kt*16..kt*16+15: b[0..1] key tile j, b[2..3] j+1 */
+                    const int off = (8 * j + (lane >> 4) * 8 + (lane & 7)) * KP + kt * 16 + (lane >> 3 & 1) * 8;
+                    uint32_t bh[4], bl[4];
+                    ldsm_x4(bh, kh + off);
                     if (SPLIT) {
-                        const uint32_t bl0 = *(const uint32_t *)(kl + off), bl1 = *(const uint32_t *)(kl + off + 8);
-                        mma_bf16(s[j], ql[kt][0], ql[kt][1], ql[kt][2], ql[kt][3], bh0, bh1);
-                        mma_bf16(s[j], qh[kt][0], qh[kt][1], qh[kt][2], qh[kt][3], bl0, bl1);
+                        ldsm_x4(bl, kl + off);
+                        mma_bf16(s[j], ql[kt][0], ql[kt][1], ql[kt][2], ql[kt][3], bh[0], bh[1]);
+                        mma_bf16(s[j], qh[kt][0], qh[kt][1], qh[kt][2], qh[kt][3], bl[0], bl[1]);
+                        mma_bf16(s[j + 1], ql[kt][0], ql[kt][1], ql[kt][2], ql[kt][3], bh[2], bh[3]);
+                        mma_bf16(s[j + 1], qh[kt][0], qh[kt][1], qh[kt][2], qh[kt][3], bl[2], bl[3]);
                     }
-                    mma_bf16(s[j], qh[kt][0], qh[kt][1], qh[kt][2], qh[kt][3], bh0, bh1);
+                    mma_bf16(s[j], qh[kt][0], qh[kt][1], qh[kt][2], qh[kt][3], bh[0], bh[1]);
+                    mma_bf16(s[j + 1], qh[kt][0], qh[kt][1], qh[kt][2], qh[kt][3], bh[2], bh[3]);
                 }
             }
-            /* scale, causal mask, running max per row (a row's 4 lanes agree) */
+            /* scale (into base 2: exp(x) = 2^(x log2 e)), causal mask, running
+             * max per row (a row's 4 lanes agree) */
             float xa = ma, xb = mb;
 #pragma unroll
             for (int j = 0; j < NJ; j++)
 #pragma unroll
                 for (int c = 0; c < 2; c++) {
                     const int32_t key = tile + 8 * j + 2 * cq + c;
-                    s[j][c] = key < va ? s[j][c] * a.scale : -INFINITY;
-                    s[j][2 + c] = key < vb ? s[j][2 + c] * a.scale : -INFINITY;
+                    s[j][c] = key < va ? s[j][c] * scale2 : -INFINITY;
+                    s[j][2 + c] = key < vb ? s[j][2 + c] * scale2 : -INFINITY;
                     xa = fmaxf(xa, s[j][c]);
                     xb = fmaxf(xb, s[j][2 + c]);
                 }
@@ -469,17 +476,19 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
             xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));
             xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));
             xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
-            const float ca = xa == -INFINITY ? 1.0f : expf(ma - xa), cb = xb == -INFINITY ? 1.0f : expf(mb - xb);
+            const float ca = xa == -INFINITY ? 1.0f : exp2f(ma - xa), cb = xb == -INFINITY ? 1.0f : exp2f(mb - xb);
             ma = xa;
             mb = xb;
             la *= ca;
             lb *= cb;
+            /* a row with no key yet keeps zeros (its max is -inf) */
+            const float sa = xa == -INFINITY ? 0.0f : xa, sb = xb == -INFINITY ? 0.0f : xb;
 #pragma unroll
             for (int j = 0; j < NJ; j++)
 #pragma unroll
                 for (int c = 0; c < 2; c++) {
-                    s[j][c] = xa == -INFINITY ? 0.0f : expf(s[j][c] - xa);
-                    s[j][2 + c] = xb == -INFINITY ? 0.0f : expf(s[j][2 + c] - xb);
+                    s[j][c] = exp2f(s[j][c] - sa);
+                    s[j][2 + c] = exp2f(s[j][2 + c] - sb);
                     la += s[j][c];
                     lb += s[j][2 + c];
                 }
@@ -500,15 +509,20 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
                 split_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1], &ph[2], &pl[2]);
                 split_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3], &ph[3], &pl[3]);
 #pragma unroll
-                for (int j = 0; j < ND; j++) {
-                    const int off = (8 * j + g) * VP + kk * 16 + 2 * cq;
-                    const uint32_t bh0 = *(const uint32_t *)(vh + off), bh1 = *(const uint32_t *)(vh + off + 8);
+                for (int j = 0; j < ND; j += 2) {
+                    /* head dims 8j..8j+15 (rows of the transposed values), keys kk*16..kk*16+15 */
+                    const int off = (8 * j + (lane >> 4) * 8 + (lane & 7)) * VP + kk * 16 + (lane >> 3 & 1) * 8;
+                    uint32_t bh[4], bl[4];
+                    ldsm_x4(bh, vh + off);
                     if (SPLIT) {
-                        const uint32_t bl0 = *(const uint32_t *)(vl + off), bl1 = *(const uint32_t *)(vl + off + 8);
-                        mma_bf16(o[j], pl[0], pl[1], pl[2], pl[3], bh0, bh1);
-                        mma_bf16(o[j], ph[0], ph[1], ph[2], ph[3], bl0, bl1);
+                        ldsm_x4(bl, vl + off);
+                        mma_bf16(o[j], pl[0], pl[1], pl[2], pl[3], bh[0], bh[1]);
+                        mma_bf16(o[j], ph[0], ph[1], ph[2], ph[3], bl[0], bl[1]);
+                        mma_bf16(o[j + 1], pl[0], pl[1], pl[2], pl[3], bh[2], bh[3]);
+                        mma_bf16(o[j + 1], ph[0], ph[1], ph[2], ph[3], bl[2], bl[3]);
                     }
-                    mma_bf16(o[j], ph[0], ph[1], ph[2], ph[3], bh0, bh1);
+                    mma_bf16(o[j], ph[0], ph[1], ph[2], ph[3], bh[0], bh[1]);
+                    mma_bf16(o[j + 1], ph[0], ph[1], ph[2], ph[3], bh[2], bh[3]);
                 }
             }
         }

@@ -258,6 +258,18 @@ static __device__ __forceinline__ void cp_async_wait_all(void) { asm volatile("c
 /* all but the most recent group */
 static __device__ __forceinline__ void cp_async_wait_one(void) { asm volatile("cp.async.wait_group 1;\n" ::); }
 
+/* Four 8x8 bf16 tiles from shared memory (ldmatrix): lanes 8m..8m+7 give the
+ * 16-byte rows of tile m, and each lane receives, in r[m], the pair at row
+ * lane/4, columns 2*(lane%4): the B operand layout of mma_bf16 when a tile's
+ * rows are its n and its columns its k. */
+static __device__ __forceinline__ void ldsm_x4(uint32_t *r, const void *row)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
 /* (x, y) as a bf16 pair hi and the rounding left over, lo: hi + lo is x, y to ~2^-17 */
 static __device__ __forceinline__ void split_bf16x2(float x, float y, uint32_t *hi, uint32_t *lo)
 {
