@@ -356,12 +356,15 @@ void test_cuda_attention(void)
     prefill_case(&b, 0, 128, 20, 4, 4, 32, 2e-5);      /* no grouping: 64 rows a block */
     prefill_case(&b, 64, 96, 33, 16, 2, 128, 2e-5);    /* groups of 8: 16 rows a block */
     prefill_case(&b, 17, 100, 80, 8, 2, 128, 2e-5);    /* runs of 32 broken: CUDA cores */
+    prefill_case(&b, 40, 64, 70, 8, 2, 256, 2e-5);     /* head dim 256, precise: CUDA cores */
     both_close(&b);
     /* fast mode: bf16 operands on the tensor cores, within bf16 rounding */
     if (both_open(&b, false) != 0)
         return both_close(&b);
     prefill_case(&b, 300, 128, 101, 32, 8, 128, 2e-2);
     prefill_case(&b, 40, 64, 70, 4, 2, 32, 2e-2);
+    prefill_case(&b, 300, 128, 101, 16, 4, 256, 2e-2); /* head dim 256: queries staged in shared memory */
+    prefill_case(&b, 70, 192, 64, 16, 8, 256, 2e-2);   /* groups of 2: 64 rows a block */
     both_close(&b);
 }
 

@@ -21,7 +21,7 @@
  * depends on the batch.
  *
  * Prefill batches whose rows come in runs of 16-64 (by the head group's
- * size) of one sequence, head dims 32/64/128, go to k_flash on the tensor
+ * size) of one sequence, head dims 32/64/128 (and 256 with bf16 operands), go to k_flash on the tensor
  * cores; other runs of 8 rows of one sequence to k_attention (a block takes
  * the 8 tokens, a warp each, all keys, sharing each staged tile); anything
  * else to k_att_decode with one range per token. */
@@ -324,37 +324,41 @@ __global__ void k_att_merge(struct att_args a)
 template <int HD, bool SPLIT>
 __global__ void k_kv_bf16(struct att_args a)
 {
-    __shared__ float vs[FA_KT][HD + 1];
+    constexpr int DS = HD < 128 ? HD : 128; /* head dims transposed at a time (static shared memory) */
+    __shared__ float vs[FA_KT][DS + 1];
     const int32_t s = blockIdx.y, kvh = blockIdx.z, p0 = blockIdx.x * FA_KT, len = a.b.kv_len[s];
     if (p0 >= len)
         return;
     const int64_t base = (int64_t)a.b.kv_off[s] + p0, total = a.kv_total, lo_k = (int64_t)a.n_kv_head * total * HD;
     const int32_t *table = a.b.block_table + (int64_t)s * a.max_blocks;
-    for (int e = threadIdx.x; e < FA_KT * HD; e += blockDim.x) {
-        const int key = e / HD, d = e % HD, p = p0 + key;
-        if (p >= len)
-            continue;
-        const int64_t src = (int64_t)(table[p / a.block_size] * a.block_size + p % a.block_size) * a.ks +
-                            (int64_t)kvh * HD + d;
-        const float k = a.kc[src];
-        const __nv_bfloat16 h = __float2bfloat16_rn(k);
-        __nv_bfloat16 *kb = a.kb + ((int64_t)kvh * total + base + key) * HD + d;
-        kb[0] = h;
-        if (SPLIT)
-            kb[lo_k] = __float2bfloat16_rn(k - __bfloat162float(h));
-        vs[key][d] = a.vc[src];
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < FA_KT * HD; e += blockDim.x) {
-        const int d = e / FA_KT, key = e % FA_KT;
-        if (p0 + key >= len)
-            continue;
-        const float v = vs[key][d];
-        const __nv_bfloat16 h = __float2bfloat16_rn(v);
-        __nv_bfloat16 *vt = a.vt + ((int64_t)kvh * HD + d) * total + base + key;
-        vt[0] = h;
-        if (SPLIT)
-            vt[lo_k] = __float2bfloat16_rn(v - __bfloat162float(h));
+    for (int d0 = 0; d0 < HD; d0 += DS) {
+        for (int e = threadIdx.x; e < FA_KT * DS; e += blockDim.x) {
+            const int key = e / DS, d = d0 + e % DS, p = p0 + key;
+            if (p >= len)
+                continue;
+            const int64_t src = (int64_t)(table[p / a.block_size] * a.block_size + p % a.block_size) * a.ks +
+                                (int64_t)kvh * HD + d;
+            const float k = a.kc[src];
+            const __nv_bfloat16 h = __float2bfloat16_rn(k);
+            __nv_bfloat16 *kb = a.kb + ((int64_t)kvh * total + base + key) * HD + d;
+            kb[0] = h;
+            if (SPLIT)
+                kb[lo_k] = __float2bfloat16_rn(k - __bfloat162float(h));
+            vs[key][d - d0] = a.vc[src];
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < FA_KT * DS; e += blockDim.x) {
+            const int d = e / FA_KT, key = e % FA_KT;
+            if (p0 + key >= len)
+                continue;
+            const float v = vs[key][d];
+            const __nv_bfloat16 h = __float2bfloat16_rn(v);
+            __nv_bfloat16 *vt = a.vt + ((int64_t)kvh * HD + d0 + d) * total + base + key;
+            vt[0] = h;
+            if (SPLIT)
+                vt[lo_k] = __float2bfloat16_rn(v - __bfloat162float(h));
+        }
+        __syncthreads(); /* vs is read before the next slice refills it */
     }
 }
 
@@ -363,6 +367,12 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
 {
     constexpr int KP = HD + 8, VP = FA_KT + 8, NK = HD / 16, ND = HD / 8, NJ = FA_KT / 8;
     constexpr int STAGE = (FA_KT * KP + HD * VP) * (SPLIT ? 2 : 1); /* bf16 per stage: kh, vh (, kl, vl) */
+    /* head dims over 128: the output takes the registers, so each warp's 16
+     * query rows wait in shared memory (after the two stages, QP apart) and
+     * come back by ldmatrix per product; bf16 operands only */
+    constexpr bool QS = HD > 128;
+    constexpr int QP = HD + 8;
+    static_assert(!(QS && SPLIT), "k_flash: split operands up to head dim 128");
     extern __shared__ uint4 smem_raw[];
     __shared__ int32_t v_end;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
@@ -377,8 +387,16 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
     __syncthreads();
     if (lane == 0)
         atomicMax(&v_end, w_end);
-    uint32_t qh[NK][4], ql[NK][4];
-    {
+    uint32_t qh[QS ? 1 : NK][4], ql[QS ? 1 : NK][4];
+    __nv_bfloat16 *qsm = (__nv_bfloat16 *)smem_raw + 2 * STAGE + warp * 16 * QP;
+    if constexpr (QS) {
+        const int32_t r0 = i0 + warp / a.fa_hb * 16;
+        for (int e = lane; e < 16 * HD / 2; e += 32) {
+            const int r = e / (HD / 2), d = e % (HD / 2) * 2;
+            const float2 x = *(const float2 *)(a.q + (int64_t)min(r0 + r, a.n - 1) * a.qs + (int64_t)h * HD + d);
+            *(__nv_bfloat162 *)(qsm + r * QP + d) = __floats2bfloat162_rn(x.x, x.y);
+        }
+    } else {
         const float *qa = a.q + (int64_t)min(ra, a.n - 1) * a.qs + (int64_t)h * HD + 2 * cq;
         const float *qb = a.q + (int64_t)min(rb, a.n - 1) * a.qs + (int64_t)h * HD + 2 * cq;
 #pragma unroll
@@ -442,21 +460,32 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
                 s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
 #pragma unroll
             for (int kt = 0; kt < NK; kt++) {
+                /* the row operand: rows g and g+8, head dims kt*16 + 2cq (+8) */
+                uint32_t qf[4];
+                if constexpr (QS) {
+                    ldsm_x4(qf, qsm + (lane & 15) * QP + kt * 16 + (lane >> 4) * 8);
+                } else {
+                    qf[0] = qh[kt][0];
+                    qf[1] = qh[kt][1];
+                    qf[2] = qh[kt][2];
+                    qf[3] = qh[kt][3];
+                }
 #pragma unroll
                 for (int j = 0; j < NJ; j += 2) {
                     /* keys 8j..8j+15, head dims kt*16..kt*16+15: b[0..1] key tile j, b[2..3] j+1 */
                     const int off = (8 * j + (lane >> 4) * 8 + (lane & 7)) * KP + kt * 16 + (lane >> 3 & 1) * 8;
-                    uint32_t bh[4], bl[4];
+                    uint32_t bh[4];
                     ldsm_x4(bh, kh + off);
-                    if (SPLIT) {
+                    if constexpr (SPLIT) {
+                        uint32_t bl[4];
                         ldsm_x4(bl, kl + off);
                         mma_bf16(s[j], ql[kt][0], ql[kt][1], ql[kt][2], ql[kt][3], bh[0], bh[1]);
-                        mma_bf16(s[j], qh[kt][0], qh[kt][1], qh[kt][2], qh[kt][3], bl[0], bl[1]);
+                        mma_bf16(s[j], qf[0], qf[1], qf[2], qf[3], bl[0], bl[1]);
                         mma_bf16(s[j + 1], ql[kt][0], ql[kt][1], ql[kt][2], ql[kt][3], bh[2], bh[3]);
-                        mma_bf16(s[j + 1], qh[kt][0], qh[kt][1], qh[kt][2], qh[kt][3], bl[2], bl[3]);
+                        mma_bf16(s[j + 1], qf[0], qf[1], qf[2], qf[3], bl[2], bl[3]);
                     }
-                    mma_bf16(s[j], qh[kt][0], qh[kt][1], qh[kt][2], qh[kt][3], bh[0], bh[1]);
-                    mma_bf16(s[j + 1], qh[kt][0], qh[kt][1], qh[kt][2], qh[kt][3], bh[2], bh[3]);
+                    mma_bf16(s[j], qf[0], qf[1], qf[2], qf[3], bh[0], bh[1]);
+                    mma_bf16(s[j + 1], qf[0], qf[1], qf[2], qf[3], bh[2], bh[3]);
                 }
             }
             /* scale (into base 2: exp(x) = 2^(x log2 e)), causal mask, running
@@ -512,9 +541,10 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
                 for (int j = 0; j < ND; j += 2) {
                     /* head dims 8j..8j+15 (rows of the transposed values), keys kk*16..kk*16+15 */
                     const int off = (8 * j + (lane >> 4) * 8 + (lane & 7)) * VP + kk * 16 + (lane >> 3 & 1) * 8;
-                    uint32_t bh[4], bl[4];
+                    uint32_t bh[4];
                     ldsm_x4(bh, vh + off);
-                    if (SPLIT) {
+                    if constexpr (SPLIT) {
+                        uint32_t bl[4];
                         ldsm_x4(bl, vl + off);
                         mma_bf16(o[j], pl[0], pl[1], pl[2], pl[3], bh[0], bh[1]);
                         mma_bf16(o[j], ph[0], ph[1], ph[2], ph[3], bl[0], bl[1]);
@@ -563,7 +593,9 @@ static void flash_run(struct cuda_backend *c, struct att_args *a)
         if (CUDA_LAUNCHED(c) != 0)
             return;
     }
-    const int smem = 2 * (FA_KT * (HD + 8) + HD * (FA_KT + 8)) * (SPLIT ? 2 : 1) * (int)sizeof(__nv_bfloat16);
+    const int smem = (2 * (FA_KT * (HD + 8) + HD * (FA_KT + 8)) * (SPLIT ? 2 : 1) +
+                      (HD > 128 ? a->fa_hb * a->fa_rb * 16 * (HD + 8) : 0)) *
+                     (int)sizeof(__nv_bfloat16);
     if (CUDA_CHECK(c, cudaFuncSetAttribute(k_flash<HD, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) !=
         0)
         return;
@@ -638,14 +670,17 @@ void cuda_attention(struct backend *be, struct tensor *out, const struct tensor 
             if (G % d == 0)
                 a.fa_hb = d;
         a.fa_rb = FA_MAX_WARPS / a.fa_hb < 4 ? FA_MAX_WARPS / a.fa_hb : 4;
+        /* head dim 256 (qwen3.5): bf16 operands only, precise mode takes the CUDA cores */
         if (a.vec4 && pairs && att_tileable(&c->b, 16 * a.fa_rb) &&
-            (head_dim == 32 || head_dim == 64 || head_dim == 128)) {
+            (head_dim == 32 || head_dim == 64 || head_dim == 128 || (head_dim == 256 && !c->precise))) {
             if (head_dim == 32)
                 flash_launch<32>(c, &a);
             else if (head_dim == 64)
                 flash_launch<64>(c, &a);
-            else
+            else if (head_dim == 128)
                 flash_launch<128>(c, &a);
+            else
+                flash_run<256, false>(c, &a);
             return;
         }
         if (att_tileable(&c->b, ATT_PREFILL_T)) {

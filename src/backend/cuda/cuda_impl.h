@@ -229,6 +229,26 @@ static __device__ __forceinline__ float block_rms_inv(const float *xr, int64_t d
     return 1.0f / sqrtf(tot / (float)d + eps);
 }
 
+/* x[0..n) in shared memory replaced by its inclusive prefix sums; called by
+ * one whole warp (32 entries a step, the running total carried) */
+static __device__ __forceinline__ void warp_prefix_sum(float *x, int32_t n)
+{
+    const int lane = threadIdx.x & 31;
+    float run = 0.0f;
+    for (int32_t t1 = 0; t1 < n; t1 += 32) {
+        const int32_t t = t1 + lane;
+        float v = t < n ? x[t] : 0.0f;
+        for (int o = 1; o < 32; o <<= 1) {
+            const float u = __shfl_up_sync(0xffffffffu, v, o);
+            if (lane >= o)
+                v += u;
+        }
+        if (t < n)
+            x[t] = run + v;
+        run += __shfl_sync(0xffffffffu, v, 31);
+    }
+}
+
 static __device__ __forceinline__ float warp_max(float v)
 {
     for (int o = 16; o > 0; o >>= 1)

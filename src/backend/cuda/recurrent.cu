@@ -215,15 +215,18 @@ __global__ void __launch_bounds__(256) k_delta_chunk(struct delta_args a)
         const int t = e / dv, d = e % dv;
         Vs[t * dv + d] = a.v[(int64_t)rows[t] * a.vs + (int64_t)h * dv + d];
     }
-    if (threadIdx.x == 0) {
-        float acc = 0.0f;
-        for (int t = 0; t < L; t++) {
-            const int64_t gi = 2 * ((int64_t)rows[t] * a.Hv + h);
-            acc = t ? acc + a.gb[gi] : a.gb[gi];
-            gc[t] = rg[t] = acc;
-            egc[t] = expf(acc);
-            beta[t] = a.gb[gi + 1];
-        }
+    for (int t = threadIdx.x; t < L; t += blockDim.x) {
+        const int64_t gi = 2 * ((int64_t)rows[t] * a.Hv + h);
+        gc[t] = a.gb[gi];
+        beta[t] = a.gb[gi + 1];
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) /* the cumulative log decay */
+        warp_prefix_sum(gc, L);
+    __syncthreads();
+    for (int t = threadIdx.x; t < L; t += blockDim.x) {
+        rg[t] = gc[t];
+        egc[t] = expf(gc[t]);
     }
     __syncthreads();
     /* lanes take consecutive t (padded rows: no bank conflicts), s is the warp's */
@@ -552,14 +555,13 @@ __global__ void __launch_bounds__(256) k_ssd_pass(struct ssd_args a)
             const int t = e / SC_SLICE, j = e % SC_SLICE;
             xs[e] = j < na ? a.x[(int64_t)rows[t0 + t] * a.xs + (int64_t)h * P + a0 + j] : 0.0f;
         }
-        if (threadIdx.x == 0) {
-            float acc = 0.0f;
-            for (int t = 0; t < L; t++) {
-                dts[t] = a.dts_out[(int64_t)rows[t0 + t] * H + h];
-                acc = (t ? acc : 0.0f) + dts[t] * A;
-                acum[t] = acc;
-            }
+        for (int t = threadIdx.x; t < L; t += blockDim.x) {
+            dts[t] = a.dts_out[(int64_t)rows[t0 + t] * H + h];
+            acum[t] = dts[t] * A;
         }
+        __syncthreads();
+        if (threadIdx.x < 32)
+            warp_prefix_sum(acum, L);
         __syncthreads();
         const float al = acum[L - 1];
         for (int e = threadIdx.x; e < L * SC_SLICE; e += blockDim.x) {
