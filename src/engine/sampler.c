@@ -287,16 +287,25 @@ int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *hi
     return s->p.temperature == 0 ? s->idx[0] : draw(s, n);
 }
 
-int32_t sampler_sample_top(struct sampler *s, const int32_t *ids, const float *vals, int32_t k)
+int32_t sampler_dist_top(struct sampler *s, const int32_t *ids, const float *vals, int32_t k)
 {
     const int32_t need = sampler_top_need(s);
     assert(need >= 1 && k >= need);
-    if (need == 1 && s->p.temperature == 0)
-        return ids[0];
+    if (s->p.temperature == 0) {
+        s->idx[0] = ids[0];
+        s->w[0] = 1.0;
+        return 1;
+    }
     /* the candidates and their logits where sampler_dist's top-k pass puts them */
     for (int32_t i = 0; i < need; i++) {
         s->idx[i] = ids[i];
         s->logits[ids[i]] = vals[i];
     }
-    return draw(s, dist_filter(s, s->logits, vals[0], need, true));
+    return dist_filter(s, s->logits, vals[0], need, true);
+}
+
+int32_t sampler_sample_top(struct sampler *s, const int32_t *ids, const float *vals, int32_t k)
+{
+    const int32_t n = sampler_dist_top(s, ids, vals, k);
+    return s->p.temperature == 0 ? s->idx[0] : draw(s, n);
 }

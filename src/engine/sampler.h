@@ -67,6 +67,9 @@ int32_t sampler_top_need(const struct sampler *s);
  * backend's top_k order (larger first, then the lower id), so that a GPU
  * copies k numbers per row instead of the vocabulary. */
 int32_t sampler_sample_top(struct sampler *s, const int32_t *ids, const float *vals, int32_t k);
+/* sampler_dist from the same k largest logits (vals may be NULL when greedy):
+ * the same candidates in the same order with the same weights. */
+int32_t sampler_dist_top(struct sampler *s, const int32_t *ids, const float *vals, int32_t k);
 /* Whether every sample is the largest raw logit (temperature 0, no bias, no
  * penalties), so that the caller may rank the logits where they are
  * (engine_out_top) instead of reading them all. */

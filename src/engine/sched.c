@@ -405,14 +405,17 @@ static void sched_spec_step(struct sched *s, const int32_t *act, int32_t n_act)
     }
     if (n_live == 0)
         return;
-    /* every lane greedy: the target's argmax per row is all acceptance needs */
-    bool greedy = true;
+    /* every lane's acceptance needs only each node's top k (greedy: k = 1):
+     * the target ranks on the device and the largest k any lane needs comes back */
+    int32_t k_top = 1;
     for (int32_t i = 0; i < n_act; i++)
-        if (s->lane_row[act[i]] >= 0)
-            greedy = greedy && spec_greedy(&s->lane[act[i]], &s->active[act[i]]->sampler);
+        if (s->lane_row[act[i]] >= 0) {
+            const int32_t need = spec_top_need(&s->active[act[i]]->sampler);
+            k_top = need == 0 || k_top == 0 ? 0 : need > k_top ? need : k_top;
+        }
     struct batch b = {n, s->tok, s->pos, s->seq, s->par, s->want};
-    if (engine_forward(&s->e, &b, greedy ? NULL : s->logits, NULL) < 0 ||
-        (greedy && engine_out_top(&s->e, 1, s->top_ids, NULL) != 0)) {
+    if (engine_forward(&s->e, &b, k_top ? NULL : s->logits, NULL) < 0 ||
+        (k_top && engine_out_top(&s->e, k_top, s->top_ids, s->top_vals) != 0)) {
         snprintf(msg, sizeof msg, "%s", err_msg());
         for (int32_t i = 0; i < n_act; i++)
             if (s->lane_row[act[i]] >= 0)
@@ -429,9 +432,10 @@ static void sched_spec_step(struct sched *s, const int32_t *act, int32_t n_act)
             continue;
         struct sched_req *r = s->active[a];
         const int32_t len = r->n_prompt + r->n_out;
-        const int32_t k = spec_accept(&s->lane[a], &r->sampler, r->hist, len, r->hist + len,
-                                      greedy ? NULL : s->logits + (size_t)s->lane_row[a] * V,
-                                      greedy ? s->top_ids + s->lane_row[a] : NULL);
+        const size_t row = (size_t)s->lane_row[a];
+        const struct spec_rows in = {k_top ? NULL : s->logits + row * V, s->top_ids + row * (size_t)k_top,
+                                     s->top_vals + row * (size_t)k_top, k_top};
+        const int32_t k = spec_accept(&s->lane[a], &r->sampler, r->hist, len, r->hist + len, &in);
         if (k < 1) {
             snprintf(msg, sizeof msg, "%s", err_msg());
             sched_fail(s, a, msg);

@@ -79,12 +79,13 @@ int spec_init(struct spec *s, struct engine *tgt, int32_t tseq, struct engine *d
     s->tlogits = malloc((size_t)(p->n_nodes + 2) * (size_t)V * sizeof(float));
     s->dids = malloc((size_t)(p->n_nodes + 1) * SPEC_DRAFT_TOP * sizeof(int32_t));
     s->dvals = malloc((size_t)(p->n_nodes + 1) * SPEC_DRAFT_TOP * sizeof(float));
-    s->tids = malloc((size_t)(p->n_nodes + 1) * sizeof(int32_t));
+    s->tids = malloc((size_t)(p->n_nodes + 1) * TOP_K_MAX * sizeof(int32_t));
+    s->tvals = malloc((size_t)(p->n_nodes + 1) * TOP_K_MAX * sizeof(float));
     s->path = malloc((size_t)n_ctx * sizeof(int32_t));
     s->res = calloc((size_t)V, sizeof(double));
     s->heap = malloc((size_t)s->cap_heap * sizeof *s->heap);
     if (!s->tok || !s->pos || !s->seq || !s->par || !s->rows || !s->want || !s->tlogits || !s->dids || !s->dvals ||
-        !s->tids || !s->path || !s->res || !s->heap) {
+        !s->tids || !s->tvals || !s->path || !s->res || !s->heap) {
         spec_free(s);
         return err_set("spec: out of memory");
     }
@@ -124,6 +125,7 @@ void spec_free(struct spec *s)
     free(s->dids);
     free(s->dvals);
     free(s->tids);
+    free(s->tvals);
     free(s->path);
     free(s->res);
     free(s->heap);
@@ -388,21 +390,22 @@ int32_t spec_fill(struct spec *s, int32_t n_hist, int32_t row0, int32_t *tok, in
     return s->n_pred;
 }
 
-bool spec_greedy(const struct spec *s, const struct sampler *sm)
+int32_t spec_top_need(const struct sampler *sm)
 {
-    return sampler_greedy(sm) && s->p.accept_bias == 1.0;
+    const int32_t k = sampler_top_need(sm);
+    return k <= TOP_K_MAX ? k : 0;
 }
 
 /* Greedy acceptance from the root on the target's argmax per node (what the
  * walk below does with a one-candidate distribution): follow the child that
  * equals it; the argmax where none does is the bonus token. */
-static int32_t accept_greedy(struct spec *s, int32_t *out, const int32_t *top1, int32_t *n_path)
+static int32_t accept_greedy(struct spec *s, int32_t *out, const struct spec_rows *in, int32_t *n_path)
 {
     int32_t v = 0, k = 0;
     for (;;) {
         int32_t tok;
         if (s->lrow[v] >= 0)
-            tok = top1[s->lrow[v]];
+            tok = in->ids[(size_t)s->lrow[v] * (size_t)in->k];
         else if (engine_row_top(s->tgt, s->row0 + v, 1, &tok, NULL) != 0)
             return -1;
         out[k++] = tok;
@@ -418,20 +421,37 @@ static int32_t accept_greedy(struct spec *s, int32_t *out, const int32_t *top1, 
     }
 }
 
-/* The lossless multi-candidate walk from the root on the logit rows of the
- * verify pass (the sampler's distribution per node): returns the tokens
- * written to out, or -1. */
+/* The sampler's distribution at node v (sm->idx / sm->w, returns their
+ * count): from its logit row or its top list, either from the verify pass or,
+ * for a row it did not return, asked for now. */
+static int32_t node_dist(struct spec *s, struct sampler *sm, const struct spec_rows *in, int32_t v, int32_t plen)
+{
+    const int32_t r = s->lrow[v];
+    if (in->logits) {
+        float *spare = s->tlogits + (size_t)(s->max_nodes + 1) * (size_t)s->vocab;
+        if (r < 0 && engine_row_logits(s->tgt, s->row0 + v, spare) != 0)
+            return -1;
+        return sampler_dist(sm, r >= 0 ? in->logits + (size_t)r * (size_t)s->vocab : spare, s->path, plen);
+    }
+    if (r >= 0)
+        return sampler_dist_top(sm, in->ids + (size_t)r * (size_t)in->k,
+                                in->vals ? in->vals + (size_t)r * (size_t)in->k : NULL, in->k);
+    if (engine_row_top(s->tgt, s->row0 + v, in->k, s->sids, s->svals) != 0)
+        return -1;
+    return sampler_dist_top(sm, s->sids, s->svals, in->k);
+}
+
+/* The lossless multi-candidate walk from the root on the sampler's
+ * distribution per node: returns the tokens written to out, or -1. */
 static int32_t accept_sampled(struct spec *s, struct sampler *sm, const int32_t *hist, int32_t n_hist, int32_t *out,
-                              const float *logits, int32_t *n_path)
+                              const struct spec_rows *in, int32_t *n_path)
 {
     memcpy(s->path, hist, sizeof(int32_t) * (size_t)n_hist);
     int32_t plen = n_hist, v = 0, k = 0;
-    float *spare = s->tlogits + (size_t)(s->max_nodes + 1) * (size_t)s->vocab;
     for (;;) {
-        const float *lg = s->lrow[v] >= 0 ? logits + (size_t)s->lrow[v] * (size_t)s->vocab : spare;
-        if (s->lrow[v] < 0 && engine_row_logits(s->tgt, s->row0 + v, spare) != 0)
+        const int32_t n = node_dist(s, sm, in, v, plen);
+        if (n < 0)
             return -1;
-        const int32_t n = sampler_dist(sm, lg, s->path, plen);
         double sum = 0;
         for (int32_t i = 0; i < n; i++) {
             s->res[sm->idx[i]] = sm->w[i];
@@ -484,14 +504,18 @@ static int32_t accept_sampled(struct spec *s, struct sampler *sm, const int32_t 
 }
 
 int32_t spec_accept(struct spec *s, struct sampler *sm, const int32_t *hist, int32_t n_hist, int32_t *out,
-                    const float *logits, const int32_t *top1)
+                    const struct spec_rows *in)
 {
-    assert(!logits != !top1);
+    assert(in->logits || (in->ids && in->k >= spec_top_need(sm) && spec_top_need(sm) > 0 &&
+                          (in->vals || sampler_greedy(sm))));
     const double t0 = now_s();
     int32_t n_path = 1;
     s->rows[0] = 0;
-    const int32_t k = top1 ? accept_greedy(s, out, top1, &n_path)
-                           : accept_sampled(s, sm, hist, n_hist, out, logits, &n_path);
+    /* the greedy walk is the sampled one's with a one-candidate distribution;
+     * a biased rule (tests) must go through the sampled one */
+    const int32_t k = !in->logits && sampler_greedy(sm) && s->p.accept_bias == 1.0
+                          ? accept_greedy(s, out, in, &n_path)
+                          : accept_sampled(s, sm, hist, n_hist, out, in, &n_path);
     if (k < 0)
         return -1;
     s->st.t_verify += now_s() - t0;
@@ -529,12 +553,13 @@ int32_t spec_step(struct spec *s, struct sampler *sm, const int32_t *hist, int32
     spec_fill(s, n_hist, 0, s->tok, s->pos, s->seq, s->par, s->want);
     struct batch b = {s->n_node, s->tok, s->pos, s->seq, s->par, s->want};
     const double t0 = now_s();
-    const bool greedy = spec_greedy(s, sm);
-    if (engine_forward(s->tgt, &b, greedy ? NULL : s->tlogits, NULL) < 0 ||
-        (greedy && engine_out_top(s->tgt, 1, s->tids, NULL) != 0))
+    const int32_t k = spec_top_need(sm);
+    if (engine_forward(s->tgt, &b, k ? NULL : s->tlogits, NULL) < 0 ||
+        (k && engine_out_top(s->tgt, k, s->tids, s->tvals) != 0))
         return -1;
     s->st.t_verify += now_s() - t0;
-    return spec_accept(s, sm, hist, n_hist, out, greedy ? NULL : s->tlogits, greedy ? s->tids : NULL);
+    const struct spec_rows in = {k ? NULL : s->tlogits, s->tids, s->tvals, k};
+    return spec_accept(s, sm, hist, n_hist, out, &in);
 }
 
 int spec_prefill(struct spec *s, const int32_t *toks, int32_t n, float *logits)

@@ -133,7 +133,10 @@ struct spec {
     int32_t lrow[SPEC_MAX_NODES + 1]; /* each node's row in tlogits, -1 if not computed in the pass */
     int32_t *dids;                    /* [n_nodes+1][SPEC_DRAFT_TOP]: the expanded nodes' best draft tokens */
     float *dvals;                     /* [n_nodes+1][SPEC_DRAFT_TOP]: their logits */
-    int32_t *tids;                    /* [n_nodes+1]: the target's argmax per row (greedy) */
+    int32_t *tids;                    /* [n_nodes+1][TOP_K_MAX]: the target's largest logits per row */
+    float *tvals;                     /* [n_nodes+1][TOP_K_MAX]: their values */
+    int32_t sids[TOP_K_MAX];          /* the same for a row asked for on demand */
+    float svals[TOP_K_MAX];
     int32_t *path;                    /* history + path, for penalties [ctx] */
     int32_t cap_ctx;
     double *res;                      /* residual probabilities [vocab] */
@@ -176,18 +179,29 @@ int32_t spec_step(struct spec *s, struct sampler *sm, const int32_t *hist, int32
  * below the root); returns the node count (batch rows it needs), or -1.
  * Fill: the tree as batch rows row0.. of the arrays (each [>= row0 + nodes];
  * parents point into the batch); returns how many of them want logits.
- * Accept: after the target's forward, logits holding those rows in order,
- * or (when spec_greedy) top1 their argmax ids instead (engine_out_top, the
- * other pointer NULL); writes the tokens to out (at most the max_out given to
+ * Accept: after the target's forward, what it gave of those rows in order
+ * (struct spec_rows); writes the tokens to out (at most the max_out given to
  * propose), commits the accepted path and returns their number k as
  * spec_step does, or -1. */
 int32_t spec_propose(struct spec *s, const int32_t *hist, int32_t n_hist, int32_t max_out, int32_t cap);
 int32_t spec_fill(struct spec *s, int32_t n_hist, int32_t row0, int32_t *tok, int32_t *pos, int32_t *seq,
                   int32_t *par, uint8_t *want);
+/* The verify pass's output rows as acceptance reads them: whole logit rows
+ * [rows][vocab], or (logits NULL) each row's k largest logits as
+ * engine_out_top gives them, ids and vals [rows][k] (vals may be NULL when
+ * the sampler is greedy), with k >= spec_top_need. */
+struct spec_rows {
+    const float *logits;
+    const int32_t *ids;
+    const float *vals;
+    int32_t k;
+};
 int32_t spec_accept(struct spec *s, struct sampler *sm, const int32_t *hist, int32_t n_hist, int32_t *out,
-                    const float *logits, const int32_t *top1);
-/* Whether acceptance with this sampler needs only the target's argmax per
- * node (greedy, the unbiased rule), so the verify pass may rank on the device. */
-bool spec_greedy(const struct spec *s, const struct sampler *sm);
+                    const struct spec_rows *in);
+/* How many of each node's largest logits acceptance with this sampler needs
+ * when those are all it needs (sampler_top_need, up to TOP_K_MAX: greedy 1,
+ * top_k k), so the verify pass ranks on the device and copies k numbers per
+ * node; 0 when it needs whole rows. */
+int32_t spec_top_need(const struct sampler *sm);
 
 #endif

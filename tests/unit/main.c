@@ -70,6 +70,7 @@ int test_failures;
     X(test_sched_top_k)                                                                                        \
     X(test_spec_greedy_fixtures)                                                                               \
     X(test_spec_greedy_tiny)                                                                                   \
+    X(test_spec_top)                                                                                           \
     X(test_spec_sampling)
 
 #define DECLARE(name) void name(void);

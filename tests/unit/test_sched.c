@@ -144,6 +144,39 @@ void test_sched_spec(void)
         CHECK(toks >= 2 * G - 6 && passes - fwd >= 3,
               "%s, together: %lld tokens from %lld passes in %lld forwards", with_draft ? "draft" : "lookup",
               (long long)toks, (long long)passes, (long long)fwd);
+        /* sampled, two trees a forward: with top_k alone each node's top 20
+         * come back; a bias of 0 (the same distribution) makes them read whole
+         * rows; the same seeds give the same tokens */
+        int32_t got[2][2][40], n_got[2][2];
+        for (int rows = 0; rows < 2; rows++) {
+            struct sched_req *rq[2];
+            for (int q = 0; q < 2; q++) {
+                struct sampler_params gp = sampler_defaults();
+                gp.temperature = 0.8f;
+                gp.top_k = 20;
+                gp.seed = 5 + (uint64_t)q;
+                gp.n_bias = rows;
+                rq[q] = sched_req_new(q ? p2 : p1, q ? 50 : 60, &gp, G, V);
+                CHECK(rq[q] && sched_submit(s, rq[q]) == 0, "%s", err_msg());
+            }
+            for (int q = 0; q < 2; q++) {
+                while (sched_req_wait(rq[q], G) < G && rq[q]->finish == SCHED_RUNNING)
+                    ;
+                pthread_mutex_lock(&rq[q]->mu);
+                while (rq[q]->finish == SCHED_RUNNING)
+                    pthread_cond_wait(&rq[q]->cv, &rq[q]->mu);
+                n_got[rows][q] = rq[q]->n_out; /* fewer than G if it drew the end of text */
+                CHECK(n_got[rows][q] >= 1 && n_got[rows][q] <= G, "sampled %d: %d tokens", q, rq[q]->n_out);
+                memcpy(got[rows][q], rq[q]->out, sizeof(int32_t) * (size_t)n_got[rows][q]);
+                pthread_mutex_unlock(&rq[q]->mu);
+                sched_req_release(rq[q]);
+            }
+        }
+        for (int q = 0; q < 2; q++)
+            CHECK(n_got[0][q] == n_got[1][q] &&
+                      memcmp(got[0][q], got[1][q], sizeof(int32_t) * (size_t)n_got[0][q]) == 0,
+                  "%s, sampled request %d: top lists and whole rows give different tokens", with_draft ? "draft" : "lookup",
+                  q);
         sched_free(s);
     }
     model_free(&d);
