@@ -592,9 +592,9 @@ void test_cuda_recurrent(void)
     CHECK(e < 1e-6 && es < 1e-6, "conv1d: err %.3g, states %.3g", e, es);
     pair_free(&b, &o);
     pair_free(&b, &st);
-    /* gated delta rule: 2 key heads, 4 value heads; dk 32, dv 24 (a partial
+    /* gated delta rule: 2 key heads, 4 value heads; dk 64, dv 24 (a partial
      * slice of state columns), then qwen3.5's dk = dv = 128 */
-    const int32_t Hk = 2, Hv = 4, dims[2][2] = {{32, 24}, {128, 128}};
+    const int32_t Hk = 2, Hv = 4, dims[2][2] = {{64, 24}, {128, 128}};
     struct pair q, kk, v, a, bb, Al, dtb;
     for (int cfg = 0; cfg < 2; cfg++) {
         const int32_t dk = dims[cfg][0], dv = dims[cfg][1];

@@ -107,6 +107,7 @@ struct delta_args {
 
 #define DC 64       /* the chunk of torch_chunk_gated_delta_rule (the cpu's DELTA_CHUNK) */
 #define DC_SLICE 32 /* state columns per k_delta_pass block */
+#define DC_TR (DC / 8) /* chunk rows per warp of k_delta_pass (8 warps) */
 
 /* one warp per (token, key head): normalised q (scaled) and k; and per (token, value head) g, beta */
 __global__ void k_delta_prep(struct delta_args a)
@@ -275,8 +276,8 @@ __global__ void __launch_bounds__(256) k_delta_chunk(struct delta_args a)
 /* block per (group, value head, DC_SLICE state columns), 256 threads: the
  * chain's chunks in order, S [dk][DC_SLICE] carried in shared memory. Per
  * chunk: v' = u - w S; out_t = e^{gc_t} q_t S + sum_{s<=t} p_ts v'_s;
- * S = e^{gc_L} S + sum_s e^{gc_L-gc_s} k_s v'_s^T. Warp w takes rows (and
- * state rows) w, w+8, ...; the lane is the column. */
+ * S = e^{gc_L} S + sum_s e^{gc_L-gc_s} k_s v'_s^T. Warp w takes chunk rows
+ * w, w+8, ... and state rows [w dk/8, (w+1) dk/8); the lane is the column. */
 __global__ void __launch_bounds__(256) k_delta_pass(struct delta_args a)
 {
     extern __shared__ float sm[];
@@ -321,34 +322,90 @@ __global__ void __launch_bounds__(256) k_delta_pass(struct delta_args a)
             Qs[e] = a.qn[src_qk] * eq[t];
             Ks[e] = a.kn[src_qk] * ek[t];
         }
-        for (int t = warp; t < L; t += nw) { /* v' = u - w S: a thread's own entries */
-            float acc = Vp[t * DC_SLICE + lane];
-            for (int d = 0; d < dk; d++)
-                acc -= Ws[t * dk + d] * S[d * DC_SLICE + lane];
-            Vp[t * DC_SLICE + lane] = acc;
+        /* The products below keep a thread's entries in registers, each
+         * summed in the same order as one at a time: a state entry read once
+         * serves the warp's DC_TR rows (rows t = warp + 8i, i < DC_TR), a
+         * row's w, q (four head dims a load) and k entries are broadcasts. */
+        {
+            float acc[DC_TR]; /* v' = u - w S: a thread's own entries */
+#pragma unroll
+            for (int i = 0; i < DC_TR; i++)
+                acc[i] = warp + 8 * i < L ? Vp[(warp + 8 * i) * DC_SLICE + lane] : 0.0f;
+            for (int d = 0; d < dk; d += 4) {
+                const float s0 = S[d * DC_SLICE + lane], s1 = S[(d + 1) * DC_SLICE + lane];
+                const float s2 = S[(d + 2) * DC_SLICE + lane], s3 = S[(d + 3) * DC_SLICE + lane];
+#pragma unroll
+                for (int i = 0; i < DC_TR; i++) {
+                    const float4 w = *(const float4 *)(Ws + (warp + 8 * i) * dk + d);
+                    acc[i] -= w.x * s0;
+                    acc[i] -= w.y * s1;
+                    acc[i] -= w.z * s2;
+                    acc[i] -= w.w * s3;
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < DC_TR; i++)
+                if (warp + 8 * i < L)
+                    Vp[(warp + 8 * i) * DC_SLICE + lane] = acc[i];
         }
         __syncthreads();
-        for (int t = warp; t < L; t += nw) {
-            float o = 0.0f;
-            for (int d = 0; d < dk; d++)
-                o += Qs[t * dk + d] * S[d * DC_SLICE + lane];
-            for (int s = 0; s <= t; s++)
-                o += Ps[t * pp + s] * Vp[s * DC_SLICE + lane];
-            if (ok)
-                a.out[(int64_t)rows[t0 + t] * a.os + (int64_t)h * dv + col] = o;
+        {
+            float o[DC_TR];
+#pragma unroll
+            for (int i = 0; i < DC_TR; i++)
+                o[i] = 0.0f;
+            for (int d = 0; d < dk; d += 4) {
+                const float s0 = S[d * DC_SLICE + lane], s1 = S[(d + 1) * DC_SLICE + lane];
+                const float s2 = S[(d + 2) * DC_SLICE + lane], s3 = S[(d + 3) * DC_SLICE + lane];
+#pragma unroll
+                for (int i = 0; i < DC_TR; i++) {
+                    const float4 q = *(const float4 *)(Qs + (warp + 8 * i) * dk + d);
+                    o[i] += q.x * s0;
+                    o[i] += q.y * s1;
+                    o[i] += q.z * s2;
+                    o[i] += q.w * s3;
+                }
+            }
+            for (int s = 0; s < L; s++) {
+                const float v = Vp[s * DC_SLICE + lane];
+#pragma unroll
+                for (int i = 0; i < DC_TR; i++)
+                    if (s <= warp + 8 * i)
+                        o[i] += Ps[(warp + 8 * i) * pp + s] * v;
+            }
+#pragma unroll
+            for (int i = 0; i < DC_TR; i++)
+                if (ok && warp + 8 * i < L)
+                    a.out[(int64_t)rows[t0 + warp + 8 * i] * a.os + (int64_t)h * dv + col] = o[i];
         }
         __syncthreads(); /* S read above before it changes */
-        for (int d = warp; d < dk; d += nw) {
-            float acc = S[d * DC_SLICE + lane] * el;
-            for (int s = 0; s < L; s++)
-                acc += Ks[s * dk + d] * Vp[s * DC_SLICE + lane];
-            S[d * DC_SLICE + lane] = acc;
+        /* the state: warp w owns rows [w dk/8, (w+1) dk/8), eight at a time */
+        for (int d0 = warp * (dk / 8); d0 < (warp + 1) * (dk / 8); d0 += 8) {
+            float acc[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                acc[i] = S[(d0 + i) * DC_SLICE + lane] * el;
+            for (int s = 0; s < L; s++) {
+                const float v = Vp[s * DC_SLICE + lane];
+                const float4 k0 = *(const float4 *)(Ks + s * dk + d0), k1 = *(const float4 *)(Ks + s * dk + d0 + 4);
+                acc[0] += k0.x * v;
+                acc[1] += k0.y * v;
+                acc[2] += k0.z * v;
+                acc[3] += k0.w * v;
+                acc[4] += k1.x * v;
+                acc[5] += k1.y * v;
+                acc[6] += k1.z * v;
+                acc[7] += k1.w * v;
+            }
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                S[(d0 + i) * DC_SLICE + lane] = acc[i];
         }
     }
     const int32_t so = a.bt.state_out[rows[n - 1]];
     if (so >= 0 && ok) { /* the state rows this thread wrote last */
         float *dst = a.state + (int64_t)so * a.ss + off;
-        for (int d = warp; d < dk; d += nw)
+        for (int d = warp * (dk / 8); d < (warp + 1) * (dk / 8); d++)
             dst[(int64_t)d * dv + col] = S[d * DC_SLICE + lane];
     }
 }
@@ -369,7 +426,9 @@ void cuda_delta_rule(struct backend *be, struct tensor *out, const struct tensor
     const size_t sm_chunk = ((size_t)2 * DC * (k_dim + 1) + (size_t)DC * v_dim + 2 * DC * (DC + 1) + 3 * DC) * sizeof(float);
     const size_t sm_pass = ((size_t)k_dim * DC_SLICE + 3 * (size_t)DC * k_dim + DC * (DC + 1) + DC * DC_SLICE + 2 * DC) *
                            sizeof(float);
-    const bool chunked = c->n_chain > 0 && sm_chunk <= 200 * 1024 && sm_pass <= 200 * 1024;
+    /* k_delta_pass reads rows four head dims at a time and gives each warp
+     * whole groups of eight state rows */
+    const bool chunked = c->n_chain > 0 && k_dim % 64 == 0 && sm_chunk <= 200 * 1024 && sm_pass <= 200 * 1024;
     const int32_t n_ci = (int32_t)cdiv(c->chain_rows, DC);
     const int64_t rec = (int64_t)DC * (k_dim + v_dim + DC + 1);
     const size_t n_in = (size_t)2 * n * n_k_head * k_dim + (size_t)2 * n * n_v_head;
@@ -533,6 +592,7 @@ __global__ void __launch_bounds__(256) k_ssd_gram(struct ssd_args a)
  * rows are staged SC_SUB at a time. */
 __global__ void __launch_bounds__(256) k_ssd_pass(struct ssd_args a)
 {
+    static_assert(SC_SLICE == 16 && SC_SUB == 32, "k_ssd_pass: 256 threads are 32 rows x 8 pairs of state rows");
     extern __shared__ float sm[];
     const int32_t g = blockIdx.x, h = blockIdx.y, chain = a.bt.grp_chain[g];
     if (chain < 0)
@@ -542,7 +602,8 @@ __global__ void __launch_bounds__(256) k_ssd_pass(struct ssd_args a)
     const int32_t *rows = a.bt.grp_rows + a.bt.grp_start[g], n = a.bt.grp_start[g + 1] - a.bt.grp_start[g];
     const float A = -expf(dev_weight(a.A_log, a.At, h)), Dh = dev_weight(a.D, a.Dt, h);
     float *S = sm, *xs = S + SC_SLICE * np, *cw = xs + CH * SC_SLICE, *acum = cw + CH * SC_SLICE, *dts = acum + CH;
-    float *stage = dts + CH, *Wt = stage + SC_SUB * np; /* [SC_SUB][CH] */
+    float *stage = dts + CH, *Wt = stage + SC_SUB * np; /* [SC_SUB][wp]: rows padded against bank conflicts */
+    const int32_t wp = CH + 1;
     const int64_t off = (int64_t)h * P * N;
     const float *src = a.state + (int64_t)a.bt.state_in[rows[0]] * a.ss + off;
     for (int e = threadIdx.x; e < na * N; e += blockDim.x)
@@ -578,27 +639,41 @@ __global__ void __launch_bounds__(256) k_ssd_pass(struct ssd_args a)
             }
             for (int e = threadIdx.x; e < nt * CH; e += blockDim.x) {
                 const int t = t1 + e / CH, s = e % CH;
-                Wt[e] = s <= t ? G[(int64_t)t1 * CH + e] * expf(acum[t] - acum[s]) * dts[s] : 0.0f;
+                Wt[e / CH * wp + s] = s <= t ? G[(int64_t)t1 * CH + e] * expf(acum[t] - acum[s]) * dts[s] : 0.0f;
             }
             __syncthreads();
-            for (int e = threadIdx.x; e < nt * SC_SLICE; e += blockDim.x) {
-                const int tl = e / SC_SLICE, j = e % SC_SLICE, t = t1 + tl;
-                if (j >= na)
-                    continue;
-                float dot = 0.0f;
-                for (int d = 0; d < N; d++)
-                    dot += S[j * np + d] * stage[tl * np + d];
-                float y = expf(acum[t]) * dot + Dh * xs[t * SC_SLICE + j];
-                for (int s = 0; s <= t; s++)
-                    y += Wt[tl * CH + s] * xs[s * SC_SLICE + j];
-                a.y[(int64_t)rows[t0 + t] * a.ys + (int64_t)h * P + a0 + j] = y;
+            /* a thread's two outputs share their C row (and Wt row): row tl,
+             * state rows j0 and j0 + 8, each summed in the order of one alone */
+            const int tl = threadIdx.x >> 3, j0 = threadIdx.x & 7, t = t1 + tl;
+            if (tl < nt) {
+                float d0 = 0.0f, d1 = 0.0f;
+                for (int d = 0; d < N; d++) {
+                    const float cv = stage[tl * np + d];
+                    d0 += S[j0 * np + d] * cv;
+                    d1 += S[(j0 + 8) * np + d] * cv;
+                }
+                const float ea = expf(acum[t]);
+                float y0 = ea * d0 + Dh * xs[t * SC_SLICE + j0], y1 = ea * d1 + Dh * xs[t * SC_SLICE + j0 + 8];
+                for (int s = 0; s <= t; s++) {
+                    const float w = Wt[tl * wp + s];
+                    y0 += w * xs[s * SC_SLICE + j0];
+                    y1 += w * xs[s * SC_SLICE + j0 + 8];
+                }
+                float *yr = a.y + (int64_t)rows[t0 + t] * a.ys + (int64_t)h * P + a0;
+                if (j0 < na)
+                    yr[j0] = y0;
+                if (j0 + 8 < na)
+                    yr[j0 + 8] = y1;
             }
         }
         __syncthreads(); /* S read above before it changes */
         const float el = expf(al);
         for (int e = threadIdx.x; e < na * N; e += blockDim.x)
             S[(e / N) * np + e % N] *= el;
-        /* the state, SC_SUB rows of B at a time, in row order */
+        /* the state, SC_SUB rows of B at a time, in row order: a thread takes
+         * state rows jh*8 .. jh*8+7 (jh = tid / 128) of its columns d, the
+         * weights of its rows read as two float4 broadcasts per B row */
+        const int jh = threadIdx.x >> 7;
         for (int32_t s1 = 0; s1 < L; s1 += SC_SUB) {
             const int32_t ns = min(SC_SUB, L - s1);
             __syncthreads();
@@ -607,17 +682,33 @@ __global__ void __launch_bounds__(256) k_ssd_pass(struct ssd_args a)
                 stage[t * np + d] = a.B[(int64_t)rows[t0 + s1 + t] * a.Bs + (int64_t)grp * N + d];
             }
             __syncthreads();
-            for (int e = threadIdx.x; e < na * N; e += blockDim.x) {
-                const int j = e / N, d = e % N;
-                float acc = S[j * np + d];
-                for (int s = 0; s < ns; s++)
-                    acc += cw[(s1 + s) * SC_SLICE + j] * stage[s * np + d];
-                S[j * np + d] = acc;
+            for (int d = threadIdx.x & 127; d < N; d += 128) {
+                float acc[8];
+#pragma unroll
+                for (int m = 0; m < 8; m++)
+                    acc[m] = S[(jh * 8 + m) * np + d];
+                for (int s = 0; s < ns; s++) {
+                    const float bv = stage[s * np + d];
+                    const float4 c0 = *(const float4 *)(cw + (s1 + s) * SC_SLICE + jh * 8);
+                    const float4 c1 = *(const float4 *)(cw + (s1 + s) * SC_SLICE + jh * 8 + 4);
+                    acc[0] += c0.x * bv;
+                    acc[1] += c0.y * bv;
+                    acc[2] += c0.z * bv;
+                    acc[3] += c0.w * bv;
+                    acc[4] += c1.x * bv;
+                    acc[5] += c1.y * bv;
+                    acc[6] += c1.z * bv;
+                    acc[7] += c1.w * bv;
+                }
+#pragma unroll
+                for (int m = 0; m < 8; m++)
+                    S[(jh * 8 + m) * np + d] = acc[m];
             }
         }
     }
     const int32_t so = a.bt.state_out[rows[n - 1]];
-    if (so >= 0) { /* the entries this thread wrote last */
+    __syncthreads(); /* the state update's threads own other entries than these */
+    if (so >= 0) {
         float *dst = a.state + (int64_t)so * a.ss + off;
         for (int e = threadIdx.x; e < na * N; e += blockDim.x)
             dst[(int64_t)(a0 + e / N) * N + e % N] = S[(e / N) * np + e % N];
@@ -638,7 +729,7 @@ void cuda_ssd(struct backend *be, struct tensor *y, const struct tensor *x, cons
     /* the chunked form where a group is a chain and its tiles fit shared memory */
     const size_t CH = (size_t)p->chunk, np = (size_t)p->d_state + 1;
     const size_t sm_gram = 2 * CH * np * sizeof(float);
-    const size_t sm_pass = (SC_SLICE * np + 2 * CH * SC_SLICE + 2 * CH + SC_SUB * np + SC_SUB * CH) * sizeof(float);
+    const size_t sm_pass = (SC_SLICE * np + 2 * CH * SC_SLICE + 2 * CH + SC_SUB * np + SC_SUB * (CH + 1)) * sizeof(float);
     const bool chunked = c->n_chain > 0 && sm_gram <= 200 * 1024 && sm_pass <= 200 * 1024;
     const int32_t n_ci = (int32_t)cdiv(c->chain_rows, p->chunk);
     const size_t n_dt = (size_t)n * p->n_head;
