@@ -249,6 +249,20 @@ static __device__ __forceinline__ void warp_prefix_sum(float *x, int32_t n)
     }
 }
 
+/* acc[m] += w[m] * v for m < 8; w 16-byte aligned (two float4 loads) */
+static __device__ __forceinline__ void fma8(float *acc, const float *w, float v)
+{
+    const float4 w0 = *(const float4 *)w, w1 = *(const float4 *)(w + 4);
+    acc[0] += w0.x * v;
+    acc[1] += w0.y * v;
+    acc[2] += w0.z * v;
+    acc[3] += w0.w * v;
+    acc[4] += w1.x * v;
+    acc[5] += w1.y * v;
+    acc[6] += w1.z * v;
+    acc[7] += w1.w * v;
+}
+
 static __device__ __forceinline__ float warp_max(float v)
 {
     for (int o = 16; o > 0; o >>= 1)

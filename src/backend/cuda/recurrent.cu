@@ -385,18 +385,8 @@ __global__ void __launch_bounds__(256) k_delta_pass(struct delta_args a)
 #pragma unroll
             for (int i = 0; i < 8; i++)
                 acc[i] = S[(d0 + i) * DC_SLICE + lane] * el;
-            for (int s = 0; s < L; s++) {
-                const float v = Vp[s * DC_SLICE + lane];
-                const float4 k0 = *(const float4 *)(Ks + s * dk + d0), k1 = *(const float4 *)(Ks + s * dk + d0 + 4);
-                acc[0] += k0.x * v;
-                acc[1] += k0.y * v;
-                acc[2] += k0.z * v;
-                acc[3] += k0.w * v;
-                acc[4] += k1.x * v;
-                acc[5] += k1.y * v;
-                acc[6] += k1.z * v;
-                acc[7] += k1.w * v;
-            }
+            for (int s = 0; s < L; s++)
+                fma8(acc, Ks + s * dk + d0, Vp[s * DC_SLICE + lane]);
 #pragma unroll
             for (int i = 0; i < 8; i++)
                 S[(d0 + i) * DC_SLICE + lane] = acc[i];
@@ -687,19 +677,8 @@ __global__ void __launch_bounds__(256) k_ssd_pass(struct ssd_args a)
 #pragma unroll
                 for (int m = 0; m < 8; m++)
                     acc[m] = S[(jh * 8 + m) * np + d];
-                for (int s = 0; s < ns; s++) {
-                    const float bv = stage[s * np + d];
-                    const float4 c0 = *(const float4 *)(cw + (s1 + s) * SC_SLICE + jh * 8);
-                    const float4 c1 = *(const float4 *)(cw + (s1 + s) * SC_SLICE + jh * 8 + 4);
-                    acc[0] += c0.x * bv;
-                    acc[1] += c0.y * bv;
-                    acc[2] += c0.z * bv;
-                    acc[3] += c0.w * bv;
-                    acc[4] += c1.x * bv;
-                    acc[5] += c1.y * bv;
-                    acc[6] += c1.z * bv;
-                    acc[7] += c1.w * bv;
-                }
+                for (int s = 0; s < ns; s++)
+                    fma8(acc, cw + (s1 + s) * SC_SLICE + jh * 8, stage[s * np + d]);
 #pragma unroll
                 for (int m = 0; m < 8; m++)
                     S[(jh * 8 + m) * np + d] = acc[m];
