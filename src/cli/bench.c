@@ -84,6 +84,21 @@ static double decode_bytes(const struct model *m)
     return total;
 }
 
+/* What one sequence's decode step reads of its caches at context ctx: every
+ * attention layer's keys and values of ctx positions, and every recurrent
+ * layer's conv and scan state (read, then written). */
+static double cache_bytes(const struct engine *e, double ctx)
+{
+    double b = 0;
+    for (int32_t l = 0; l < e->kv.n_layer; l++)
+        b += ctx * (double)(e->kv.k[l].n_cols * dtype_size(e->kv.k[l].type) +
+                            e->kv.v[l].n_cols * dtype_size(e->kv.v[l].type));
+    for (int32_t l = 0; l < e->st.n_rec_layer; l++)
+        b += 2.0 * (double)(e->st.conv[l].n_cols * dtype_size(e->st.conv[l].type) +
+                            e->st.ssm[l].n_cols * dtype_size(e->st.ssm[l].type));
+    return b;
+}
+
 /* FLOPs of a prefill of n tokens that keeps one row's logits: two per weight
  * element of the decoder (experts at their active share) per token, and the
  * causal attention products (q.k and p.v over n(n+1)/2 pairs per head). */
@@ -469,17 +484,21 @@ int cli_bench(int argc, char **argv)
     int32_t nth = threads > 0 ? (int32_t)threads : 0;
     if (nth == 0)
         nth = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
-    double bw = gpu ? peak_gbs * 1e9 : measure_bandwidth(nth), bytes = decode_bytes(&m);
-    /* dc: tokens per second of each sequence; the weights are read once per step for all */
+    /* a step reads the weights once for all sequences and each one's caches
+     * at its context (the middle of the generated run, on average) */
+    const double wbytes = decode_bytes(&m), cbytes = cache_bytes(&e, (double)n_prompt + (double)n_gen / 2);
+    double bw = gpu ? peak_gbs * 1e9 : measure_bandwidth(nth), bytes = wbytes + S * cbytes;
+    /* dc: tokens per second of each sequence */
     double pf = (double)n_prompt / t_prefill, dc = (double)n_gen / t_decode, roof = bw / bytes;
     double pflops = prefill_flops(&m, n_prompt) / t_prefill / 1e12;
     if (json)
         printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"prompt\":%lld,\"gen\":%lld,"
                "\"prefill_tok_s\":%.2f,\"prefill_tflops\":%.2f,\"decode_tok_s\":%.2f,"
-               "\"decode_bytes_per_token\":%.0f,\"read_bandwidth_gb_s\":%.2f,\"decode_roofline_tok_s\":%.2f,"
-               "\"decode_of_roofline\":%.3f,\"prefill_of_peak\":%.3f,\"seqs\":%d,\"decode_tok_s_total\":%.2f}\n",
-               dir, be->ops->name, nth, (long long)n_prompt, (long long)n_gen, pf, pflops, dc, bytes, bw / 1e9,
-               roof, dc / roof, gpu ? pflops / peak_tflops : 0.0, S, S * dc);
+               "\"decode_bytes_per_token\":%.0f,\"cache_bytes_per_token\":%.0f,\"read_bandwidth_gb_s\":%.2f,"
+               "\"decode_roofline_tok_s\":%.2f,\"decode_of_roofline\":%.3f,\"prefill_of_peak\":%.3f,\"seqs\":%d,"
+               "\"decode_tok_s_total\":%.2f}\n",
+               dir, be->ops->name, nth, (long long)n_prompt, (long long)n_gen, pf, pflops, dc, wbytes, cbytes,
+               bw / 1e9, roof, dc / roof, gpu ? pflops / peak_tflops : 0.0, S, S * dc);
     else {
         printf("model    %s (%s, %s", dir, m.cfg.model_type, be->ops->name);
         if (!gpu)
@@ -495,9 +514,11 @@ int cli_bench(int argc, char **argv)
         if (n_smp > 0)
             printf(" (sampled: temperature %g, top_k %d, %s)", (double)sample_t, sample_k,
                    k_read ? "the top logits read" : "whole rows read");
-        printf("\n"
-               "roofline %.1f MB of weights per token at %.2f GB/s %s = %.2f tok/s; decode reaches %.0f%%\n",
-               bytes / 1e6, bw / 1e9, gpu ? "peak" : "read", roof, 100 * dc / roof);
+        printf("\nroofline %.1f MB of weights", wbytes / 1e6);
+        if (cbytes > 0)
+            printf(" + %.1f MB of caches%s", S * cbytes / 1e6, S > 1 ? " (all sequences)" : "");
+        printf(" per step at %.2f GB/s %s = %.2f tok/s; decode reaches %.0f%%\n", bw / 1e9, gpu ? "peak" : "read",
+               roof, 100 * dc / roof);
     }
     rc = 0;
 done:
