@@ -4,6 +4,7 @@ CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -Wall -Wextra -pthread -MMD -MP
 LDLIBS  := -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lcurl -lcrypto -ledit -lm -lpthread
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+TSAN    := -fsanitize=thread -fno-omit-frame-pointer
 
 # The cuda backend: built when nvcc is found (CUDA=0 turns it off, CUDA=1 insists).
 # cudart is linked statically, cuBLAS from the toolkit's lib64 (rpath), so the
@@ -40,6 +41,8 @@ TEST_OBJ := $(TESTS:%.c=build/%.o)
 SOBJ      := $(SRC:%.c=build/asan/%.o)
 STEST_OBJ := $(TESTS:%.c=build/asan/%.o)
 SCLI_OBJ  := $(CLI:%.c=build/asan/%.o)
+TOBJ      := $(SRC:%.c=build/tsan/%.o)
+TTEST_OBJ := $(TESTS:%.c=build/tsan/%.o)
 
 .PHONY: all test debug help clean fuzz fuzz-run serve test-agents
 all: build/kapitsa
@@ -56,6 +59,10 @@ build/asan/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -O1 $(SAN) $(call isa,$<) -c $< -o $@
 
+build/tsan/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -O1 $(TSAN) $(call isa,$<) -c $< -o $@
+
 build/kapitsa: $(OBJ) $(CU_OBJ) $(CLI_OBJ)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
 
@@ -68,8 +75,11 @@ build/asan/kapitsa: $(SOBJ) $(SCLI_OBJ)
 build/asan/test_unit: $(SOBJ) $(STEST_OBJ)
 	$(CC) $(CFLAGS) $(SAN) $^ -o $@ $(LDLIBS)
 
-## test: build, then run every test, also under ASan+UBSan; ends with "N passed, N failed"
-test: build/kapitsa build/test_unit build/asan/kapitsa build/asan/test_unit $(FUZZERS)
+build/tsan/test_unit: $(TOBJ) $(TTEST_OBJ)
+	$(CC) $(CFLAGS) $(TSAN) $^ -o $@ $(LDLIBS)
+
+## test: build, then run every test, also under ASan+UBSan (and the threaded ones under TSan); ends with "N passed, N failed"
+test: build/kapitsa build/test_unit build/asan/kapitsa build/asan/test_unit build/tsan/test_unit $(FUZZERS)
 	@bash tests/run.sh
 
 ## serve: build, then serve the embedded default model (kapitsa-tiny) on http://127.0.0.1:11435/v1
@@ -92,7 +102,8 @@ help:
 clean:
 	rm -rf build
 
--include $(CU_OBJ:.o=.d) $(OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SOBJ:.o=.d) $(STEST_OBJ:.o=.d) $(SCLI_OBJ:.o=.d)
+-include $(CU_OBJ:.o=.d) $(OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SOBJ:.o=.d) $(STEST_OBJ:.o=.d) $(SCLI_OBJ:.o=.d) \
+         $(TOBJ:.o=.d) $(TTEST_OBJ:.o=.d)
 
 # libFuzzer targets (clang): build/fuzz/fuzz_{tokenizer,jinja,parser,json_guard,request}
 FUZZ_SAN := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make test: every suite, the release build and the ASan+UBSan build; prints one
-# total line "N passed, N failed" and fails if anything failed.
+# make test: every suite, the release build, the ASan+UBSan build and the unit
+# tests under TSan; prints one total line "N passed, N failed" and fails if
+# anything failed.
 set -u
 cd "$(dirname "$0")/.."
 export ASAN_OPTIONS=exitcode=99:detect_leaks=1
@@ -19,6 +20,8 @@ if build/kapitsa run --device cuda --max-tokens 1 x >/dev/null 2>&1; then
     for t in test_model test_sched test_spec; do KAPITSA_TEST_DEVICE=cuda run build/test_unit $t; done
 fi
 run build/asan/test_unit
+# the same suite under ThreadSanitizer: the pool's handshake, the engine thread and its callers
+TSAN_OPTIONS=halt_on_error=1:exitcode=97 run build/tsan/test_unit
 run bash tests/cli.sh build/kapitsa
 run bash tests/cli.sh build/asan/kapitsa --quick
 run bash tests/pull.sh build/kapitsa

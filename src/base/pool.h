@@ -1,9 +1,11 @@
 /* pool: a fixed set of worker threads that run one parallel-for at a time.
  *
  * The engine thread calls pool_run(); workers (and the caller, as worker 0)
- * each take task indices from a shared counter until all n_tasks ran, then the
- * call returns. Workers spin briefly before sleeping so that the many small
- * parallel-fors of a decode step do not pay a futex round trip each.
+ * each take task indices from a shared counter, and the call returns when all
+ * n_tasks ran, without waiting for a worker that has not woken yet (on a busy
+ * machine it may be off its core for a time slice). Workers spin briefly
+ * before sleeping so that the many small parallel-fors of a decode step do not
+ * pay a futex round trip each.
  * A pool is used by one thread at a time. */
 #ifndef KP_POOL_H
 #define KP_POOL_H

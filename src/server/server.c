@@ -9,6 +9,7 @@
 #include "../base/err.h"
 #include "app.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -215,6 +216,7 @@ static void on_signal(int sig)
 /* Every model token's bytes (ids past the tokenizer's vocabulary: none, special). */
 static int vocab_build(struct vocab_bytes *vb, const struct tokenizer *t, int32_t n_vocab)
 {
+    assert(n_vocab > 0);
     size_t total = 0;
     for (int32_t i = 0; i < n_vocab; i++) {
         const char *p = tok_piece(t, i);

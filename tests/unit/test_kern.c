@@ -6,8 +6,10 @@
 #include "test.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static uint64_t rng = 88172645463325252ull;
 static uint64_t rnd(void)
@@ -19,31 +21,61 @@ static uint64_t rnd(void)
 }
 static float rndf(void) { return (float)((double)(rnd() >> 11) * 0x1.0p-53 * 2 - 1); }
 
-static atomic_int hits[1000];
+static atomic_int hits[2][1000];
 static void count_task(void *ctx, int32_t task, int32_t worker)
 {
-    (void)ctx;
     (void)worker;
-    atomic_fetch_add(&hits[task], 1);
+    atomic_fetch_add(&((atomic_int *)ctx)[task], 1);
 }
 
+static atomic_int busy_stop;
+static void *busy(void *arg)
+{
+    (void)arg;
+    while (!atomic_load_explicit(&busy_stop, memory_order_relaxed))
+        ;
+    return NULL;
+}
+
+/* Every task of every job runs exactly once, with that job's context: jobs
+ * of random sizes back to back, counting into one array and then the other
+ * (the small ones finish before some workers wake, which then arrive while
+ * the next job is being set up), first on an idle machine, then with a busy
+ * thread per core competing for the cores. */
 void test_pool(void)
 {
-    for (int32_t nth = 1; nth <= 4; nth++) {
-        struct pool *p = pool_init(nth);
-        CHECK(p != NULL, "pool_init(%d)", nth);
-        if (!p)
-            continue;
-        for (int rep = 0; rep < 50; rep++) {
-            int32_t n = (int32_t)(rnd() % 1000);
-            for (int32_t i = 0; i < 1000; i++)
-                atomic_store(&hits[i], 0);
-            pool_run(p, count_task, NULL, n);
-            for (int32_t i = 0; i < 1000; i++)
-                CHECK(atomic_load(&hits[i]) == (i < n), "task %d of %d ran %d times", i, n, atomic_load(&hits[i]));
+    const long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
+    pthread_t hog[64];
+    int32_t n_hog = 0;
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) {
+            atomic_store(&busy_stop, 0);
+            for (; n_hog < n_cpu && n_hog < 64; n_hog++)
+                if (pthread_create(&hog[n_hog], NULL, busy, NULL) != 0)
+                    break;
         }
-        pool_free(p);
+        for (int32_t nth = 1; nth <= 4; nth++) {
+            struct pool *p = pool_init(nth);
+            CHECK(p != NULL, "pool_init(%d)", nth);
+            if (!p)
+                continue;
+            for (int rep = 0; rep < 400; rep++) {
+                int32_t n = (int32_t)(rnd() % (rep % 2 ? 8 : 1000));
+                for (int32_t i = 0; i < 1000; i++)
+                    atomic_store(&hits[0][i], 0), atomic_store(&hits[1][i], 0);
+                pool_run(p, count_task, hits[rep % 2], n);
+                int bad = 0;
+                for (int32_t i = 0; i < 1000; i++)
+                    bad += (atomic_load(&hits[rep % 2][i]) != (i < n)) + (atomic_load(&hits[1 - rep % 2][i]) != 0);
+                CHECK(bad == 0, "%d threads%s, job %d of %d tasks: %d tasks ran other than once", nth,
+                      round ? " beside busy threads" : "", rep, n, bad);
+            }
+            pool_free(p);
+        }
     }
+    atomic_store(&busy_stop, 1);
+    for (int32_t i = 0; i < n_hog; i++)
+        pthread_join(hog[i], NULL);
 }
 
 static const struct kern *const tables[] = {&kern_avx2, &kern_avx512};
