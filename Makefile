@@ -43,6 +43,7 @@ STEST_OBJ := $(TESTS:%.c=build/asan/%.o)
 SCLI_OBJ  := $(CLI:%.c=build/asan/%.o)
 TOBJ      := $(SRC:%.c=build/tsan/%.o)
 TTEST_OBJ := $(TESTS:%.c=build/tsan/%.o)
+TCLI_OBJ  := $(CLI:%.c=build/tsan/%.o)
 
 .PHONY: all test debug help clean fuzz fuzz-run serve test-agents
 all: build/kapitsa
@@ -78,8 +79,12 @@ build/asan/test_unit: $(SOBJ) $(STEST_OBJ)
 build/tsan/test_unit: $(TOBJ) $(TTEST_OBJ)
 	$(CC) $(CFLAGS) $(TSAN) $^ -o $@ $(LDLIBS)
 
-## test: build, then run every test, also under ASan+UBSan (and the threaded ones under TSan); ends with "N passed, N failed"
-test: build/kapitsa build/test_unit build/asan/kapitsa build/asan/test_unit build/tsan/test_unit $(FUZZERS)
+build/tsan/kapitsa: $(TOBJ) $(TCLI_OBJ)
+	$(CC) $(CFLAGS) $(TSAN) $^ -o $@ $(LDLIBS)
+
+## test: build, then run every test, also under ASan+UBSan, and the unit tests and the server under TSan; ends with "N passed, N failed"
+test: build/kapitsa build/test_unit build/asan/kapitsa build/asan/test_unit build/tsan/kapitsa build/tsan/test_unit \
+      $(FUZZERS)
 	@bash tests/run.sh
 
 ## serve: build, then serve the embedded default model (kapitsa-tiny) on http://127.0.0.1:11435/v1
@@ -103,7 +108,7 @@ clean:
 	rm -rf build
 
 -include $(CU_OBJ:.o=.d) $(OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SOBJ:.o=.d) $(STEST_OBJ:.o=.d) $(SCLI_OBJ:.o=.d) \
-         $(TOBJ:.o=.d) $(TTEST_OBJ:.o=.d)
+         $(TOBJ:.o=.d) $(TTEST_OBJ:.o=.d) $(TCLI_OBJ:.o=.d)
 
 # libFuzzer targets (clang): build/fuzz/fuzz_{tokenizer,jinja,parser,json_guard,request}
 FUZZ_SAN := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# make test: every suite, the release build, the ASan+UBSan build and the unit
-# tests under TSan; prints one total line "N passed, N failed" and fails if
-# anything failed.
+# make test: every suite, the release build, the ASan+UBSan build, and the unit
+# tests and the server under TSan; prints one total line "N passed, N failed"
+# and fails if anything failed.
 set -u
 cd "$(dirname "$0")/.."
 export ASAN_OPTIONS=exitcode=99:detect_leaks=1
@@ -31,6 +31,16 @@ run bash tests/fuzz.sh 10
 run bash tests/server.sh "$PWD/build/kapitsa"
 run bash tests/server.sh "$PWD/build/kapitsa" "--draft $PWD/models/kapitsa-tiny-draft"
 run bash tests/server.sh "$PWD/build/asan/kapitsa"
+# the server under ThreadSanitizer (HTTP threads beside the engine thread, disconnects,
+# SIGTERM): any report fails the run
+tsan_dir=$(mktemp -d)
+TSAN_OPTIONS="log_path=$tsan_dir/race" run bash tests/server.sh "$PWD/build/tsan/kapitsa"
+if ls "$tsan_dir"/race.* >/dev/null 2>&1; then
+    head -80 "$tsan_dir"/race.* | tee -a "$log"
+    echo "tsan: 0 passed, 1 failed" | tee -a "$log"
+    status=1
+fi
+rm -rf "$tsan_dir"
 passed=$(grep -E '^[a-z]+: [0-9]+ passed, [0-9]+ failed$' "$log" | awk '{s += $2} END {print s + 0}')
 failed=$(grep -E '^[a-z]+: [0-9]+ passed, [0-9]+ failed$' "$log" | awk '{s += $4} END {print s + 0}')
 [ "$status" = 0 ] || [ "$failed" != 0 ] || failed=1 # a suite that crashed before its summary
