@@ -44,14 +44,20 @@ static struct sched_req *submit(struct sched *s, const int32_t *prompt, int32_t 
     return r;
 }
 
-/* Waits for r and compares its ids with the reference; returns its cached count. */
-static int32_t finish(struct sched_req *r, const int32_t *want, int32_t n_gen, const char *what)
+/* Waits until r has ended; returns with r->mu held. */
+static void wait_end(struct sched_req *r, int32_t n_gen)
 {
     while (sched_req_wait(r, n_gen) < n_gen && r->finish == SCHED_RUNNING)
         ;
     pthread_mutex_lock(&r->mu);
     while (r->finish == SCHED_RUNNING)
         pthread_cond_wait(&r->cv, &r->mu);
+}
+
+/* Waits for r and compares its ids with the reference; returns its cached count. */
+static int32_t finish(struct sched_req *r, const int32_t *want, int32_t n_gen, const char *what)
+{
+    wait_end(r, n_gen);
     int32_t n = r->n_out, cached = r->n_cached;
     int same = n == n_gen && memcmp(r->out, want, sizeof(int32_t) * (size_t)n_gen) == 0;
     pthread_mutex_unlock(&r->mu);
@@ -160,11 +166,7 @@ void test_sched_spec(void)
                 CHECK(rq[q] && sched_submit(s, rq[q]) == 0, "%s", err_msg());
             }
             for (int q = 0; q < 2; q++) {
-                while (sched_req_wait(rq[q], G) < G && rq[q]->finish == SCHED_RUNNING)
-                    ;
-                pthread_mutex_lock(&rq[q]->mu);
-                while (rq[q]->finish == SCHED_RUNNING)
-                    pthread_cond_wait(&rq[q]->cv, &rq[q]->mu);
+                wait_end(rq[q], G);
                 n_got[rows][q] = rq[q]->n_out; /* fewer than G if it drew the end of text */
                 CHECK(n_got[rows][q] >= 1 && n_got[rows][q] <= G, "sampled %d: %d tokens", q, rq[q]->n_out);
                 memcpy(got[rows][q], rq[q]->out, sizeof(int32_t) * (size_t)n_got[rows][q]);
