@@ -20,14 +20,18 @@ export async function startServer(extra = []) {
     if (process.env.KAPITSA_SERVER_LOG) process.stderr.write(d);
   });
   procs.push(proc);
+  let exited = false;
+  proc.on("exit", () => (exited = true));
   const base = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 100; i++) {
+  // Sanitizer builds start slowly (TSan beside another TSan server took 7.6 s on
+  // the dev VM, past 10 s on CI): wait while the process lives, give up when it exits.
+  for (let i = 0; i < 1200 && !exited; i++) {
     try {
       if ((await fetch(`${base}/health`)).ok) return { base, proc };
     } catch {}
     await sleep(100);
   }
-  throw new Error("server did not start: " + log);
+  throw new Error((exited ? "server exited: " : "server did not start in 120 s: ") + log);
 }
 
 export function stopServers() {
