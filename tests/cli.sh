@@ -113,6 +113,12 @@ expect "render a bad request" 1 "messages list" -- sh -c "echo '{\"messages\": 3
 expect "run the default model (greedy)" 0 "    return np.array([1, 2, 3" -- \
     sh -c "cd '$here/..' && '$bin' run --max-tokens 12 'def is_prime(n):
 '"
+expect "run with a bf16 KV cache: the same greedy text" 0 "    return np.array([1, 2, 3" -- \
+    sh -c "cd '$here/..' && '$bin' run --kv-type bf16 --max-tokens 12 'def is_prime(n):
+'"
+expect "run --kv-type with a bad type" 2 "--kv-type is f32 or bf16, not 'q8'" -- "$bin" run --kv-type q8 "x"
+expect "check --kv-type bf16: the logits move past 2e-4, greedy ids stay" 1 "MISMATCH" "40/40 ids identical" -- \
+    "$bin" check "$fx/qwen3" --kv-type bf16
 expect "run as a chat turn, sampled" 0 "" -- "$bin" run --model "$here/../models/kapitsa-tiny" --chat --temp 0.8 --seed 1 --max-tokens 8 "hi"
 expect "run a missing model" 1 "kapitsa:" -- "$bin" run --model "$tmp/nowhere" "x"
 
@@ -178,6 +184,8 @@ expect "bench --sample with top_k: the top logits read" 0 "top_k 20, the top log
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --gen 4 --seqs 2 --sample 0.7,20
 expect "bench --sample without top_k: whole rows" 0 "top_k 0, whole rows read" -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --gen 4 --sample 1,0
+expect "bench --kv-type bf16: half the cache bytes" 0 '"kv_type":"BF16"' -- \
+    "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --gen 4 --kv-type bf16 --json
 expect "bench --sample needs T,K" 2 "usage" -- "$bin" bench --model "$m/kapitsa-tiny" --sample 0.7
 expect "bench --seqs with several prompt lengths is refused" 2 "usage" -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16,48 --seqs 3

@@ -160,6 +160,7 @@ struct backend;
 
 struct backend_ops {
     const char *name;
+    bool kv_bf16; /* kv_store, attn_prep and attention take BF16 caches (else F32 only) */
     void (*free)(struct backend *be);
 
     /* memory */

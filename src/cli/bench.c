@@ -122,7 +122,7 @@ static double prefill_flops(const struct model *m, int64_t n)
 static void bench_usage(FILE *f)
 {
     fprintf(f, "usage: kapitsa bench --model DIR [--threads N] [--device D] [--prompt N[,N...]] [--gen M] [--batch B]\n"
-               "                     [--seqs S] [--sample T,K] [--peak-gbs G] [--peak-tflops T] [--json]\n"
+               "                     [--seqs S] [--sample T,K] [--peak-gbs G] [--peak-tflops T] [--kv-type f32|bf16] [--json]\n"
                "  prefill N random tokens (default 512) in batches of B (default 512), then decode M tokens\n"
                "  (several lengths: a row each, with the time to the first token)\n"
                "  (default 64) greedily (--sample: seeded draws at temperature T from the K best, K <= %d\n"
@@ -244,9 +244,15 @@ int cli_bench(int argc, char **argv)
     float sample_t = 0.0f;
     int sample_k = 0;
     double peak_gbs = 4800, peak_tflops = 790;
+    enum dtype kv_type = DT_F32;
     for (int i = 0; i < argc; i++) {
         int f;
         int64_t *dst = NULL;
+        if ((f = cli_kv_flag(argc, argv, &i, &kv_type)) != 0) {
+            if (f < 0)
+                return bench_usage(stderr), 2;
+            continue;
+        }
         if (strcmp(argv[i], "--help") == 0) {
             bench_usage(stdout);
             return 0;
@@ -374,7 +380,8 @@ int cli_bench(int argc, char **argv)
         k_read = need <= TOP_K_MAX ? need : 0;
     }
     /* each sequence rounded up to whole cache blocks (16 tokens) */
-    if (engine_init(&e, &m, (int32_t)(S * (n_prompt + n_gen + 16)), S, (int32_t)(n_batch > S ? n_batch : S), 0) != 0)
+    if (engine_init(&e, &m, (int32_t)(S * (n_prompt + n_gen + 16)), S, (int32_t)(n_batch > S ? n_batch : S), 0,
+                    kv_type) != 0)
         goto done;
     up = 1;
     const int32_t V = m.cfg.vocab_size;
@@ -496,9 +503,9 @@ int cli_bench(int argc, char **argv)
                "\"prefill_tok_s\":%.2f,\"prefill_tflops\":%.2f,\"decode_tok_s\":%.2f,"
                "\"decode_bytes_per_token\":%.0f,\"cache_bytes_per_token\":%.0f,\"read_bandwidth_gb_s\":%.2f,"
                "\"decode_roofline_tok_s\":%.2f,\"decode_of_roofline\":%.3f,\"prefill_of_peak\":%.3f,\"seqs\":%d,"
-               "\"decode_tok_s_total\":%.2f}\n",
+               "\"decode_tok_s_total\":%.2f,\"kv_type\":\"%s\"}\n",
                dir, be->ops->name, nth, (long long)n_prompt, (long long)n_gen, pf, pflops, dc, wbytes, cbytes,
-               bw / 1e9, roof, dc / roof, gpu ? pflops / peak_tflops : 0.0, S, S * dc);
+               bw / 1e9, roof, dc / roof, gpu ? pflops / peak_tflops : 0.0, S, S * dc, dtype_name(kv_type));
     else {
         printf("model    %s (%s, %s", dir, m.cfg.model_type, be->ops->name);
         if (!gpu)
@@ -516,7 +523,7 @@ int cli_bench(int argc, char **argv)
                    k_read ? "the top logits read" : "whole rows read");
         printf("\nroofline %.1f MB of weights", wbytes / 1e6);
         if (cbytes > 0)
-            printf(" + %.1f MB of caches%s", S * cbytes / 1e6, S > 1 ? " (all sequences)" : "");
+            printf(" + %.1f MB of caches (%s KV)%s", S * cbytes / 1e6, dtype_name(kv_type), S > 1 ? " (all sequences)" : "");
         printf(" per step at %.2f GB/s %s = %.2f tok/s; decode reaches %.0f%%\n", bw / 1e9, gpu ? "peak" : "read",
                roof, 100 * dc / roof);
     }

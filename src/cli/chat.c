@@ -22,7 +22,7 @@ static void chat_usage(FILE *f)
 {
     fprintf(f, "usage: kapitsa chat [--model DIR] [--system TEXT] [--max-tokens N] [--temperature T] [--seed S]\n"
                "                    [--ctx TOKENS] [--threads N] [--device D] " CLI_SPEC_USAGE "\n"
-               "                    [--think]\n"
+               "                    [--think] " CLI_KV_USAGE "\n"
                "  one user message per line (a line ending in \\ continues it; so do lines between two\n"
                "  lines of \"\"\"); on a terminal with line editing and history (~/.cache/kapitsa/chat_history).\n"
                "  /reset starts over, /stats shows the last turn's numbers, /exit or end of input ends.\n"
@@ -87,12 +87,14 @@ int cli_chat(int argc, char **argv)
     int think = 0;
     bool temp_set = false;
     int64_t max_tokens = 256, threads = 0, n_ctx = 8192;
+    enum dtype kv_type = DT_F32;
     struct sampler_params sp = sampler_defaults();
     struct cli_spec so = {0};
     for (int i = 0; i < argc; i++) {
         int f;
         double d;
-        if ((f = cli_spec_flag(argc, argv, &i, &so)) != 0 || (f = cli_flag(argc, argv, &i, "--model", &dir)) != 0 ||
+        if ((f = cli_spec_flag(argc, argv, &i, &so)) != 0 || (f = cli_kv_flag(argc, argv, &i, &kv_type)) != 0 ||
+            (f = cli_flag(argc, argv, &i, "--model", &dir)) != 0 ||
             (f = cli_flag(argc, argv, &i, "--system", &system)) != 0 ||
             (f = cli_flag(argc, argv, &i, "--device", &device)) != 0) {
             if (f < 0)
@@ -169,7 +171,7 @@ int cli_chat(int argc, char **argv)
     d_loaded = draft_dir != NULL;
     if (!temp_set && m.cfg.gen_given)
         sampler_params_from_config(&sp, &m.cfg);
-    if (cli_gen_init(&g, &m, d_loaded ? &dm : NULL, tok, &sp, &kp, (int32_t)n_ctx) != 0)
+    if (cli_gen_init(&g, &m, d_loaded ? &dm : NULL, tok, &sp, &kp, (int32_t)n_ctx, kv_type) != 0)
         goto done;
     up = 1;
     g.dim_reasoning = isatty(1) != 0;

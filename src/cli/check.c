@@ -10,11 +10,13 @@
 static void check_usage(FILE *f)
 {
     fprintf(f, "usage: kapitsa check DIR [--golden FILE] [--threads N] [--chunks A,B,...] [--tol X] [--rope-f32]\n"
+               "                    [--kv-type f32|bf16]\n"
                "  compares DIR's prefill logits, per-layer hidden states and greedy ids with\n"
                "  DIR/golden.safetensors; exits 1 on a mismatch (max |dlogit| > tol, default 2e-4).\n"
                "  The reference fixtures were made by transformers after model.to(dtype), which\n"
                "  rounds the rotary inv_freq buffer to the weights' dtype; check does the same\n"
-               "  unless --rope-f32.\n");
+               "  unless --rope-f32. --kv-type bf16 shows what a bf16 KV cache moves (the default\n"
+               "  tolerance assumes f32).\n");
 }
 
 static int parse_chunks(const char *s, struct check_opts *o)
@@ -58,7 +60,7 @@ int cli_check(int argc, char **argv)
             fast = true;
             continue;
         }
-        if ((f = cli_flag(argc, argv, &i, "--device", &device)) != 0) {
+        if ((f = cli_flag(argc, argv, &i, "--device", &device)) != 0 || (f = cli_kv_flag(argc, argv, &i, &o.kv_type)) != 0) {
             if (f < 0)
                 return 2;
             continue;

@@ -36,6 +36,10 @@ const char *cli_default_model(void);
 /* Shared flag parsing: "--name value". Returns 1 and sets *val when argv[*i]
  * is --name (advancing *i), 0 when it is another flag, -1 when the value is missing. */
 int cli_flag(int argc, char **argv, int *i, const char *name, const char **val);
+/* --kv-type f32|bf16: the KV cache's dtype (bf16: half the memory and the
+ * bytes a long context's decode reads). 1 when consumed, 0 when not, -1 on a bad value. */
+#define CLI_KV_USAGE "[--kv-type f32|bf16]"
+int cli_kv_flag(int argc, char **argv, int *i, enum dtype *type);
 /* Speculative decoding flags (spec_opts.c): --draft DIR, --spec off|chain|tree|lookup,
  * --spec-tree N,D. Default: tree when a draft is given, else off; lookup = prompt
  * lookup without a draft. */

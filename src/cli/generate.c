@@ -17,16 +17,16 @@ static int is_eos(const struct model_config *c, int32_t t)
 }
 
 int cli_gen_init(struct cli_gen *g, struct model *m, struct model *dm, const struct tokenizer *tok,
-                 const struct sampler_params *sp, const struct spec_params *kp, int32_t ctx)
+                 const struct sampler_params *sp, const struct spec_params *kp, int32_t ctx, enum dtype kv_type)
 {
     memset(g, 0, sizeof *g);
     g->m = m;
     g->tok = tok;
     g->ctx = ctx + kp->n_nodes + 2; /* a tree is written beyond the committed tokens */
     const int32_t keep = kp->mode == SPEC_OFF ? 0 : kp->n_nodes + 1;
-    if (engine_init(&g->e, m, g->ctx, 1, 256, keep) != 0)
+    if (engine_init(&g->e, m, g->ctx, 1, 256, keep, kv_type) != 0)
         return -1;
-    if (dm && engine_init(&g->de, dm, g->ctx, 1, 256, 256) != 0)
+    if (dm && engine_init(&g->de, dm, g->ctx, 1, 256, 256, kv_type) != 0)
         goto fail;
     g->has_draft = dm != NULL;
     g->hist = malloc(sizeof(int32_t) * (size_t)(g->ctx + 1));

@@ -30,9 +30,10 @@ struct cli_gen {
     } last; /* the last turn */
 };
 
-/* dm may be NULL (no draft). ctx: tokens over all turns. -1 with err_set(). */
+/* dm may be NULL (no draft). ctx: tokens over all turns; kv_type: the KV
+ * caches' dtype (engine_init). -1 with err_set(). */
 int cli_gen_init(struct cli_gen *g, struct model *m, struct model *dm, const struct tokenizer *tok,
-                 const struct sampler_params *sp, const struct spec_params *kp, int32_t ctx);
+                 const struct sampler_params *sp, const struct spec_params *kp, int32_t ctx, enum dtype kv_type);
 void cli_gen_free(struct cli_gen *g);
 
 /* One turn: the sequence becomes ids[0..n) (what it already holds of them is

@@ -41,6 +41,20 @@ int cli_flag(int argc, char **argv, int *i, const char *name, const char **val)
     return 1;
 }
 
+int cli_kv_flag(int argc, char **argv, int *i, enum dtype *type)
+{
+    const char *v;
+    const int f = cli_flag(argc, argv, i, "--kv-type", &v);
+    if (f <= 0)
+        return f;
+    if (strcmp(v, "f32") == 0 || strcmp(v, "bf16") == 0) {
+        *type = v[0] == 'f' ? DT_F32 : DT_BF16;
+        return 1;
+    }
+    fprintf(stderr, "kapitsa: --kv-type is f32 or bf16, not '%s'\n", v);
+    return -1;
+}
+
 const char *cli_model_dir(const char *ref)
 {
     static char dirs[4][4608];

@@ -34,7 +34,8 @@ const char *cli_default_model(void)
 static void run_usage(FILE *f)
 {
     fprintf(f, "usage: kapitsa run [--model DIR] [--chat] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K]\n"
-               "                   [--seed S] [--threads N] [--device D] " CLI_SPEC_USAGE " PROMPT\n"
+               "                   [--seed S] [--threads N] [--device D] " CLI_SPEC_USAGE "\n"
+               "                   " CLI_KV_USAGE " PROMPT\n"
                "  PROMPT '-' reads stdin; --chat wraps it as a user turn in the model's chat template.\n"
                "  With --draft, KFlash speculative decoding (same output as without); --spec lookup\n"
                "  drafts from the prompt itself, without a draft model.\n");
@@ -45,12 +46,13 @@ int cli_run(int argc, char **argv)
     const char *dir = NULL, *prompt = NULL, *device = NULL, *v;
     int chat = 0;
     int64_t max_tokens = 128, threads = 0;
+    enum dtype kv_type = DT_F32;
     struct sampler_params sp = sampler_defaults();
     struct cli_spec so = {0};
     for (int i = 0; i < argc; i++) {
         int f;
         double d;
-        if ((f = cli_spec_flag(argc, argv, &i, &so)) != 0) {
+        if ((f = cli_spec_flag(argc, argv, &i, &so)) != 0 || (f = cli_kv_flag(argc, argv, &i, &kv_type)) != 0) {
             if (f < 0)
                 return run_usage(stderr), 2;
         } else if (strcmp(argv[i], "--chat") == 0) {
@@ -150,7 +152,7 @@ int cli_run(int argc, char **argv)
         err_set("run: the prompt is empty");
         goto done;
     }
-    if (cli_gen_init(&g, &m, d_loaded ? &dm : NULL, tok, &sp, &kp, ids.n + (int32_t)max_tokens + 1) != 0)
+    if (cli_gen_init(&g, &m, d_loaded ? &dm : NULL, tok, &sp, &kp, ids.n + (int32_t)max_tokens + 1, kv_type) != 0)
         goto done;
     up = 1;
     char tkey[9000];

@@ -16,7 +16,7 @@ int cli_serve(int argc, char **argv)
     for (int i = 0; i < argc; i++) {
         int f;
         int64_t n;
-        if ((f = cli_spec_flag(argc, argv, &i, &so)) != 0) {
+        if ((f = cli_spec_flag(argc, argv, &i, &so)) != 0 || (f = cli_kv_flag(argc, argv, &i, &o.kv_type)) != 0) {
             if (f < 0)
                 return 2;
             continue;
@@ -49,9 +49,9 @@ int cli_serve(int argc, char **argv)
         if (f <= 0 || (n = cli_int(v)) < lo || n > hi) {
             fprintf(stderr, "usage: kapitsa serve [--model DIR] [--host ADDR] [--port N] [--api-key KEY] [--name NAME]\n"
                             "                     [--ctx TOKENS] [--parallel N] [--threads N] [--device D]\n"
-                            "                     [--keepalive SECONDS]\n"
+                            "                     [--keepalive SECONDS] " CLI_KV_USAGE "\n"
                             "                     " CLI_SPEC_USAGE "\n"
-                            "  defaults: models/kapitsa-tiny, 127.0.0.1:11435, 8192 tokens of KV cache, 4 sequences\n");
+                            "  defaults: models/kapitsa-tiny, 127.0.0.1:11435, 8192 tokens of KV cache (f32), 4 sequences\n");
             return 2;
         }
         if (dst)

@@ -21,6 +21,7 @@ struct check_opts {
     int32_t n_chunks;    /* 0: the whole prefill in one batch */
     int32_t chunk[CHECK_MAX_CHUNKS]; /* sizes, repeated cyclically */
     bool rope_freq_f32;  /* default: inv_freq rounded to the stored dtype, as the reference had (model_opts) */
+    enum dtype kv_type;  /* the KV cache's dtype: DT_F32 (zero, the default; the 1e-3 bound assumes it) or DT_BF16 */
 };
 
 struct check_result {

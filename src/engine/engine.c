@@ -9,7 +9,7 @@
 #include <string.h>
 
 int engine_init(struct engine *e, struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_tokens,
-                int32_t n_keep)
+                int32_t n_keep, enum dtype kv_type)
 {
     const struct model_config *c = &m->cfg;
     memset(e, 0, sizeof *e);
@@ -20,7 +20,7 @@ int engine_init(struct engine *e, struct model *m, int32_t n_ctx, int32_t n_seq_
     e->last_n_out = -1;
     if (max_tokens < 1 || max_tokens > 65536 || n_keep < 0 || n_keep > max_tokens)
         return err_set("engine: batch size %d or kept rows %d out of range", max_tokens, n_keep);
-    if (kv_cache_init(&e->kv, m->be, c->n_attn_layer, c->n_kv_head * c->head_dim, n_ctx, n_seq_max, 16) != 0)
+    if (kv_cache_init(&e->kv, m->be, c->n_attn_layer, c->n_kv_head * c->head_dim, kv_type, n_ctx, n_seq_max, 16) != 0)
         return -1;
     /* slots: the zero slot, one committed per sequence, one per sequence for
      * its last row in a forward, and the kept rows */

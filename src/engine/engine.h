@@ -60,9 +60,10 @@ struct engine {
  * sequences; max_tokens: largest batch; n_keep: rows per forward, beyond the
  * last of each sequence, whose recurrent state is kept for a commit to end on
  * (speculative trees and chains; 0 is enough for prefill and decoding; no
- * effect on models without recurrent layers). */
+ * effect on models without recurrent layers); kv_type: the KV cache's
+ * dtype, DT_F32 or DT_BF16 (see kv_cache_init). */
 int engine_init(struct engine *e, struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_tokens,
-                int32_t n_keep);
+                int32_t n_keep, enum dtype kv_type);
 void engine_free(struct engine *e);
 
 /* Sequences: a new empty one, or a fork sharing all of src's committed tokens

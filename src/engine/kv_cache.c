@@ -7,15 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-int kv_cache_init(struct kv_cache *kv, struct backend *be, int32_t n_layer, int32_t row_dim, int32_t n_tokens,
-                  int32_t n_seq_max, int32_t block_size)
+int kv_cache_init(struct kv_cache *kv, struct backend *be, int32_t n_layer, int32_t row_dim, enum dtype type,
+                  int32_t n_tokens, int32_t n_seq_max, int32_t block_size)
 {
     memset(kv, 0, sizeof *kv);
     if (n_tokens < 1 || n_seq_max < 1 || block_size < 1)
         return err_set("kv_cache: bad size (tokens %d, sequences %d, block %d)", n_tokens, n_seq_max, block_size);
+    if (type != DT_F32 && (type != DT_BF16 || !be->ops->kv_bf16))
+        return err_set("kv_cache: the %s backend keeps its KV cache in f32 only (--kv-type f32)", be->ops->name);
     kv->be = be;
     kv->n_layer = n_layer;
     kv->row_dim = row_dim;
+    kv->type = type;
     kv->block_size = block_size;
     kv->n_blocks = (n_tokens + block_size - 1) / block_size;
     kv->n_seq_max = n_seq_max;
@@ -33,8 +36,8 @@ int kv_cache_init(struct kv_cache *kv, struct backend *be, int32_t n_layer, int3
     }
     const int64_t rows = (int64_t)kv->n_blocks * block_size;
     for (int32_t l = 0; l < n_layer; l++)
-        if (be->ops->alloc(be, &kv->k[l], DT_F32, rows, row_dim) != 0 ||
-            be->ops->alloc(be, &kv->v[l], DT_F32, rows, row_dim) != 0)
+        if (be->ops->alloc(be, &kv->k[l], type, rows, row_dim) != 0 ||
+            be->ops->alloc(be, &kv->v[l], type, rows, row_dim) != 0)
             goto fail;
     for (int32_t b = 0; b < kv->n_blocks; b++)
         kv->free_ids[b] = kv->n_blocks - 1 - b;

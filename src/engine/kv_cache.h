@@ -1,7 +1,7 @@
 /* kv_cache: the paged key/value cache of one context.
  *
  * Storage is one pool of fixed-size blocks per layer (block_size token rows of
- * n_kv_head*head_dim each, F32, in backend memory), allocated once. A sequence
+ * n_kv_head*head_dim each, F32 or BF16, in backend memory), allocated once. A sequence
  * is a block table plus a committed length. Sequences that share a prefix
  * share its blocks (reference counts): fork copies only the table; the first
  * write into a shared, partly filled block copies that block (copy on write);
@@ -19,6 +19,7 @@ struct kv_cache {
     struct backend *be;
     int32_t n_layer;
     int32_t row_dim;      /* n_kv_head * head_dim */
+    enum dtype type;      /* DT_F32 or DT_BF16 (half the bytes; the backend must take it) */
     int32_t block_size;
     int32_t n_blocks;
     int32_t n_seq_max;
@@ -32,9 +33,10 @@ struct kv_cache {
     int32_t *len;         /* [n_seq_max] committed tokens; -1: sequence slot unused */
 };
 
-/* n_tokens: total cache capacity in tokens over all sequences. */
-int kv_cache_init(struct kv_cache *kv, struct backend *be, int32_t n_layer, int32_t row_dim, int32_t n_tokens,
-                  int32_t n_seq_max, int32_t block_size);
+/* n_tokens: total cache capacity in tokens over all sequences; type DT_F32
+ * or DT_BF16 (a backend without ops->kv_bf16 is refused with err_set()). */
+int kv_cache_init(struct kv_cache *kv, struct backend *be, int32_t n_layer, int32_t row_dim, enum dtype type,
+                  int32_t n_tokens, int32_t n_seq_max, int32_t block_size);
 void kv_cache_free(struct kv_cache *kv);
 
 /* A new empty sequence id, or -1 with err_set() when all slots are used. */

@@ -651,8 +651,8 @@ static void *sched_main(void *arg)
     return NULL;
 }
 
-struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_batch, struct model *draft,
-                        const struct spec_params *sp)
+struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_batch, enum dtype kv_type,
+                        struct model *draft, const struct spec_params *sp)
 {
     struct sched *s = calloc(1, sizeof *s);
     if (!s) {
@@ -667,12 +667,12 @@ struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32
         s->cache[i].seq = -1;
     s->spec_on = sp && sp->mode != SPEC_OFF;
     s->dm = s->spec_on ? draft : NULL;
-    if (engine_init(&s->e, m, n_ctx, n_seq_max + SCHED_CACHE_SLOTS, max_batch, s->spec_on ? sp->n_nodes + 1 : 0) != 0) {
+    if (engine_init(&s->e, m, n_ctx, n_seq_max + SCHED_CACHE_SLOTS, max_batch, s->spec_on ? sp->n_nodes + 1 : 0, kv_type) != 0) {
         free(s);
         return NULL;
     }
     if (s->spec_on) {
-        if (s->dm && engine_init(&s->de, s->dm, n_ctx, n_seq_max, 256, 256) != 0)
+        if (s->dm && engine_init(&s->de, s->dm, n_ctx, n_seq_max, 256, 256, kv_type) != 0)
             goto fail_engine;
         if (spec_init(&s->k, &s->e, -1, s->dm ? &s->de : NULL, -1, sp, n_ctx) != 0)
             goto fail_draft;

@@ -95,18 +95,19 @@ const struct catalog_model *catalog_find(const struct catalog *c, const char *re
     return NULL;
 }
 
-int64_t catalog_need_bytes(const struct catalog_model *m, int64_t n_ctx, int32_t n_seq)
+int64_t catalog_need_bytes(const struct catalog_model *m, int64_t n_ctx, int32_t n_seq, enum dtype kv_type)
 {
-    return m->bytes + m->kv_bytes_per_token * n_ctx + m->state_bytes * n_seq + m->bytes / 25 + ((int64_t)512 << 20);
+    const int64_t kv = m->kv_bytes_per_token / 4 * (int64_t)dtype_size(kv_type); /* the catalog counts fp32 */
+    return m->bytes + kv * n_ctx + m->state_bytes * n_seq + m->bytes / 25 + ((int64_t)512 << 20);
 }
 
-int64_t catalog_fit_context(const struct catalog_model *m, int64_t avail, int32_t n_seq)
+int64_t catalog_fit_context(const struct catalog_model *m, int64_t avail, int32_t n_seq, enum dtype kv_type)
 {
     int64_t best = 0;
     for (int64_t ctx = 4096; ctx <= m->context; ctx += 4096)
-        if (catalog_need_bytes(m, ctx, n_seq) <= avail)
+        if (catalog_need_bytes(m, ctx, n_seq, kv_type) <= avail)
             best = ctx;
-    if (best < m->context && m->context % 4096 && catalog_need_bytes(m, m->context, n_seq) <= avail)
+    if (best < m->context && m->context % 4096 && catalog_need_bytes(m, m->context, n_seq, kv_type) <= avail)
         best = m->context;
     return best;
 }

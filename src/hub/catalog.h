@@ -7,6 +7,8 @@
 #ifndef KP_CATALOG_H
 #define KP_CATALOG_H
 
+#include "../base/dtype.h"
+
 #include <stdint.h>
 
 struct catalog_model {
@@ -30,12 +32,12 @@ void catalog_free(struct catalog *c);
 /* By catalog name or hub id (case-insensitive); NULL if absent. */
 const struct catalog_model *catalog_find(const struct catalog *c, const char *ref);
 
-/* Memory a model needs: weights + KV for n_ctx tokens + recurrent state of
- * n_seq sequences + runtime overhead (activations, logits, buffers: 4% of the
- * weights and 512 MiB). */
-int64_t catalog_need_bytes(const struct catalog_model *m, int64_t n_ctx, int32_t n_seq);
+/* Memory a model needs: weights + KV for n_ctx tokens (kv_type DT_F32 or
+ * DT_BF16, half as much) + recurrent state of n_seq sequences + runtime
+ * overhead (activations, logits, buffers: 4% of the weights and 512 MiB). */
+int64_t catalog_need_bytes(const struct catalog_model *m, int64_t n_ctx, int32_t n_seq, enum dtype kv_type);
 /* The longest context (a multiple of 4096, at most m->context) with which the
  * model fits in `avail` bytes; 0 when not even 4096 tokens fit. */
-int64_t catalog_fit_context(const struct catalog_model *m, int64_t avail, int32_t n_seq);
+int64_t catalog_fit_context(const struct catalog_model *m, int64_t avail, int32_t n_seq, enum dtype kv_type);
 
 #endif

@@ -261,7 +261,7 @@ int server_run(const struct server_opts *o)
     if (o->draft_dir && model_load(&draft, o->draft_dir, be, NULL) != 0)
         goto done;
     d_loaded = o->draft_dir != NULL;
-    if (!(a.sched = sched_new(&a.model, o->n_ctx, o->n_seq, 512, d_loaded ? &draft : NULL, &o->spec)))
+    if (!(a.sched = sched_new(&a.model, o->n_ctx, o->n_seq, 512, o->kv_type, d_loaded ? &draft : NULL, &o->spec)))
         goto done;
     struct sockaddr_in addr = {0};
     addr.sin_family = AF_INET;

@@ -37,6 +37,7 @@ int test_failures;
     X(test_config_layouts)                                                                                     \
     X(test_config_errors)                                                                                      \
     X(test_kv_cache_blocks)                                                                                    \
+    X(test_kv_cache_bf16)                                                                                      \
     X(test_sampler_basic)                                                                                      \
     X(test_sampler_distribution)                                                                               \
     X(test_sampler_candidates)                                                                                 \
@@ -60,6 +61,7 @@ int test_failures;
     X(test_model_two_sequences)                                                                                \
     X(test_model_fork_truncate)                                                                                \
     X(test_model_tree)                                                                                         \
+    X(test_model_kv_bf16)                                                                                      \
     X(test_model_out_top)                                                                                      \
     X(test_model_bad_batch)                                                                                    \
     X(test_model_hybrid_state)                                                                                 \

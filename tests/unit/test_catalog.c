@@ -39,15 +39,19 @@ void test_catalog_fit(void)
     struct catalog_model m = {.name = "x", .bytes = 10LL << 30, .context = 32768, .kv_bytes_per_token = 1 << 17,
                               .state_bytes = 100 << 20};
     const int64_t over = (10LL << 30) / 25 + (512LL << 20);
-    CHECK(catalog_need_bytes(&m, 0, 0) == (10LL << 30) + over, "weights and overhead");
-    CHECK(catalog_need_bytes(&m, 8192, 2) == (10LL << 30) + 8192LL * (1 << 17) + 2 * (100LL << 20) + over,
+    CHECK(catalog_need_bytes(&m, 0, 0, DT_F32) == (10LL << 30) + over, "weights and overhead");
+    CHECK(catalog_need_bytes(&m, 8192, 2, DT_F32) == (10LL << 30) + 8192LL * (1 << 17) + 2 * (100LL << 20) + over,
           "kv and state add up");
-    const int64_t at8k = catalog_need_bytes(&m, 8192, 1);
-    CHECK(catalog_fit_context(&m, at8k, 1) == 8192, "exactly enough for 8k");
-    CHECK(catalog_fit_context(&m, at8k - 1, 1) == 4096, "one byte less: 4k");
-    CHECK(catalog_fit_context(&m, catalog_need_bytes(&m, 4096, 1) - 1, 1) == 0, "not even 4k");
-    CHECK(catalog_fit_context(&m, 1LL << 50, 1) == 32768, "never past the trained context");
+    const int64_t at8k = catalog_need_bytes(&m, 8192, 1, DT_F32);
+    CHECK(catalog_fit_context(&m, at8k, 1, DT_F32) == 8192, "exactly enough for 8k");
+    CHECK(catalog_fit_context(&m, at8k - 1, 1, DT_F32) == 4096, "one byte less: 4k");
+    CHECK(catalog_fit_context(&m, catalog_need_bytes(&m, 4096, 1, DT_F32) - 1, 1, DT_F32) == 0, "not even 4k");
+    CHECK(catalog_fit_context(&m, 1LL << 50, 1, DT_F32) == 32768, "never past the trained context");
     m.context = 40960 + 1000;
-    CHECK(catalog_fit_context(&m, 1LL << 50, 1) == 41960, "a context that is not a multiple of 4096");
-    CHECK(catalog_fit_context(&m, catalog_need_bytes(&m, 12288, 4), 4) == 12288, "four sequences' state");
+    CHECK(catalog_fit_context(&m, 1LL << 50, 1, DT_F32) == 41960, "a context that is not a multiple of 4096");
+    CHECK(catalog_fit_context(&m, catalog_need_bytes(&m, 12288, 4, DT_F32), 4, DT_F32) == 12288, "four sequences' state");
+    /* a bf16 cache: half the KV bytes, so the memory of 8k f32 tokens holds 16k */
+    m.context = 32768;
+    CHECK(catalog_need_bytes(&m, 16384, 1, DT_BF16) == at8k, "bf16 KV: half the bytes per token");
+    CHECK(catalog_fit_context(&m, at8k, 1, DT_BF16) == 16384, "bf16 KV: twice the context");
 }

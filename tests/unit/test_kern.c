@@ -190,12 +190,18 @@ void test_kern_attention(void)
     CHECK(kern_exp(0.0f) == 1.0f && kern_exp(-200.0f) > 0 && kern_exp(-200.0f) < 2e-38f, "kern_exp ends");
     enum { HD = 200, N = 67 };
     static float keys[N][HD], vals[N][HD], q[HD];
+    static uint16_t keys16[N][HD], vals16[N][HD]; /* a bf16 cache's rows */
     const float *kr[N], *vr[N];
+    const uint16_t *kr16[N], *vr16[N];
     for (int t = 0; t < N; t++) {
-        for (int c = 0; c < HD; c++)
+        for (int c = 0; c < HD; c++) {
             keys[t][c] = rndf(), vals[t][c] = rndf();
+            keys16[t][c] = f32_to_bf16(keys[t][c]), vals16[t][c] = f32_to_bf16(vals[t][c]);
+        }
         kr[t] = keys[t];
         vr[t] = vals[t];
+        kr16[t] = keys16[t];
+        vr16[t] = vals16[t];
     }
     for (int c = 0; c < HD; c++)
         q[c] = rndf();
@@ -234,6 +240,27 @@ void test_kern_attention(void)
             for (int64_t c = 0; c < hd; c++) {
                 CHECK(y[c] == y1[c], "%s axpy_rows n %d hd %lld c %lld: not axpy's", k->name, n, (long long)hd, (long long)c);
                 CHECK(fabsf(y[c] - yr[c]) <= 1e-5f * (float)(n + 1), "%s axpy_rows: %g vs ref %g", k->name, y[c], yr[c]);
+            }
+            /* bf16 rows: each key as a chunk of that key alone, and near the reference */
+            k->scores_bf16(q, kr16 + off, n, hd, 0.125f, s);
+            kern_ref.scores_bf16(q, kr16 + off, n, hd, 0.125f, sr);
+            for (int32_t t = 0; t < n; t++) {
+                float one;
+                k->scores_bf16(q, kr16 + off + t, 1, hd, 0.125f, &one);
+                CHECK(s[t] == one, "%s scores_bf16 n %d t %d: not the key's alone", k->name, n, t);
+                CHECK(fabsf(s[t] - sr[t]) <= 2e-6f * (float)hd, "%s scores_bf16: %g vs ref %g", k->name, s[t], sr[t]);
+            }
+            for (int64_t c = 0; c < hd; c++)
+                y[c] = y1[c] = yr[c] = rndf();
+            k->axpy_rows_bf16(y, e, vr16 + off, n, hd);
+            kern_ref.axpy_rows_bf16(yr, e, vr16 + off, n, hd);
+            for (int32_t t = 0; t < n; t++)
+                k->axpy_rows_bf16(y1, e + t, vr16 + off + t, 1, hd);
+            for (int64_t c = 0; c < hd; c++) {
+                CHECK(y[c] == y1[c], "%s axpy_rows_bf16 n %d hd %lld c %lld: not row by row", k->name, n,
+                      (long long)hd, (long long)c);
+                CHECK(fabsf(y[c] - yr[c]) <= 1e-5f * (float)(n + 1), "%s axpy_rows_bf16: %g vs ref %g", k->name, y[c],
+                      yr[c]);
             }
         }
     }

@@ -2,6 +2,7 @@
  * write into a shared partial block, truncation, and running out. */
 #include "../../src/backend/cpu/cpu.h"
 #include "../../src/base/err.h"
+#include "../../src/base/dtype.h"
 #include "../../src/engine/kv_cache.h"
 #include "test.h"
 
@@ -21,7 +22,7 @@ void test_kv_cache_blocks(void)
 {
     struct backend *be = cpu_backend_init(1, NULL);
     struct kv_cache kv;
-    CHECK(kv_cache_init(&kv, be, 2, 8, 64, 3, 16) == 0, "%s", err_msg()); /* 4 blocks of 16 */
+    CHECK(kv_cache_init(&kv, be, 2, 8, DT_F32, 64, 3, 16) == 0, "%s", err_msg()); /* 4 blocks of 16 */
     int32_t a = kv_seq_new(&kv);
     CHECK(a == 0 && kv_cache_n_free(&kv) == 4, "new");
     CHECK(kv_seq_reserve(&kv, a, 20) == 0 && kv_cache_n_free(&kv) == 2, "reserve 20 = 2 blocks");
@@ -59,5 +60,36 @@ void test_kv_cache_blocks(void)
     kv_seq_free(&kv, c);
     CHECK(kv_cache_n_free(&kv) == 4, "all blocks back: %d", kv_cache_n_free(&kv));
     kv_cache_free(&kv);
+    be->ops->free(be);
+}
+
+/* A bf16 cache: half-width rows that copy on write whole; a backend whose
+ * kernels read f32 caches only is refused, naming the flag that works. */
+void test_kv_cache_bf16(void)
+{
+    struct backend *be = cpu_backend_init(1, NULL);
+    struct kv_cache kv;
+    CHECK(kv_cache_init(&kv, be, 2, 8, DT_BF16, 64, 2, 16) == 0, "%s", err_msg());
+    CHECK(kv.k[1].type == DT_BF16 && kv.v[0].type == DT_BF16 && kv.type == DT_BF16, "bf16 storage");
+    int32_t a = kv_seq_new(&kv);
+    CHECK(kv_seq_reserve(&kv, a, 20) == 0, "%s", err_msg());
+    for (int32_t p = 0; p < 20; p++)
+        for (int32_t c = 0; c < 8; c++)
+            ((uint16_t *)kv.v[1].data)[(int64_t)kv_seq_row(&kv, a, p) * kv.row_dim + c] = f32_to_bf16((float)p + c / 8.0f);
+    kv.len[a] = 20;
+    int32_t b = kv_seq_fork(&kv, a);
+    CHECK(kv_seq_reserve(&kv, b, 1) == 0 && kv_seq_row(&kv, a, 17) != kv_seq_row(&kv, b, 17), "copy on write");
+    for (int32_t p = 16; p < 20; p++)
+        for (int32_t c = 0; c < 8; c++)
+            CHECK(bf16_to_f32(((uint16_t *)kv.v[1].data)[(int64_t)kv_seq_row(&kv, b, p) * kv.row_dim + c]) ==
+                      (float)p + c / 8.0f,
+                  "copied row %d col %d", p, c);
+    kv_cache_free(&kv);
+    struct backend_ops ops = *be->ops;
+    ops.kv_bf16 = false;
+    struct backend f32_only = {&ops};
+    CHECK(kv_cache_init(&kv, &f32_only, 2, 8, DT_BF16, 32, 2, 16) != 0 && strstr(err_msg(), "--kv-type f32"), "%s",
+          err_msg());
+    CHECK(kv_cache_init(&kv, be, 2, 8, DT_F16, 32, 2, 16) != 0, "f16 is not a cache type");
     be->ops->free(be);
 }

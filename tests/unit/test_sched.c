@@ -16,7 +16,7 @@
 static void greedy_ref(struct model *m, const int32_t *prompt, int32_t n, int32_t n_gen, int32_t *out)
 {
     struct engine e;
-    CHECK(engine_init(&e, m, 1024, 1, 256, 0) == 0, "%s", err_msg());
+    CHECK(engine_init(&e, m, 1024, 1, 256, 0, DT_F32) == 0, "%s", err_msg());
     const int32_t V = m->cfg.vocab_size;
     float *lg = malloc(sizeof(float) * (size_t)V);
     int32_t s = engine_seq_new(&e), pos[256], sq[256], par[256];
@@ -90,7 +90,7 @@ void test_sched_hybrid(void)
         greedy_ref(&m, p2, 120, G, w2);
         greedy_ref(&m, p3, 70, G, w3);
 
-        struct sched *s = sched_new(&m, 2048, 2, 64, NULL, NULL);
+        struct sched *s = sched_new(&m, 2048, 2, 64, DT_F32, NULL, NULL);
         CHECK(s != NULL, "%s", err_msg());
         CHECK(finish(submit(s, p1, 80, G, V), w1, G, "first turn") == 0, "nothing to reuse yet");
         int32_t c2 = finish(submit(s, p2, 120, G, V), w2, G, "second turn");
@@ -131,7 +131,7 @@ void test_sched_spec(void)
         struct spec_params sp = spec_defaults();
         sp.n_nodes = 12;
         sp.depth = 6;
-        struct sched *s = sched_new(&m, 4096, 2, 64, with_draft ? &d : NULL, &sp);
+        struct sched *s = sched_new(&m, 4096, 2, 64, DT_F32, with_draft ? &d : NULL, &sp);
         CHECK(s != NULL, "%s", err_msg());
         finish(submit(s, p1, 60, G, V), w1, G, with_draft ? "alone, draft" : "alone, lookup");
         struct sched_stats st0, st;
@@ -200,7 +200,7 @@ void test_sched_stop(void)
     int32_t p[20];
     for (int i = 0; i < 20; i++)
         p[i] = 2 + (i * 29 + 3) % (V - 2);
-    struct sched *s = sched_new(&m, 4096, 1, 64, NULL, NULL);
+    struct sched *s = sched_new(&m, 4096, 1, 64, DT_F32, NULL, NULL);
     CHECK(s != NULL, "%s", err_msg());
     struct sched_req *run = submit(s, p, 20, 3000, V), *queued = submit(s, p, 20, 3000, V);
     CHECK(sched_req_wait(run, 1) >= 1, "the first request generates");
@@ -249,7 +249,7 @@ void test_sched_top_k(void)
     for (int q = 0; q < 3; q++) { /* the reference: whole rows through sampler_sample */
         struct engine e;
         struct sampler sm;
-        CHECK(engine_init(&e, &m, 1024, 1, 64, 0) == 0 && sampler_init(&sm, &sps[q], V) == 0, "%s", err_msg());
+        CHECK(engine_init(&e, &m, 1024, 1, 64, 0, DT_F32) == 0 && sampler_init(&sm, &sps[q], V) == 0, "%s", err_msg());
         float *lg = malloc(sizeof(float) * (size_t)V);
         int32_t s = engine_seq_new(&e), pos[30], sq[30], par[30], hist[64];
         uint8_t w[30];
@@ -268,7 +268,7 @@ void test_sched_top_k(void)
         sampler_free(&sm);
         engine_free(&e);
     }
-    struct sched *sc = sched_new(&m, 4096, 3, 64, NULL, NULL);
+    struct sched *sc = sched_new(&m, 4096, 3, 64, DT_F32, NULL, NULL);
     CHECK(sc != NULL, "%s", err_msg());
     struct sched_req *rs[3];
     for (int q = 0; q < 3; q++) {

@@ -197,9 +197,19 @@ static void cpu_kv_store(struct backend *be, struct tensor *kc, struct tensor *v
                          const struct tensor *v)
 {
     const struct attn_batch *b = &cpu_of(be)->b;
+    assert(kc->type == vc->type && (kc->type == DT_F32 || kc->type == DT_BF16));
     for (int32_t i = 0; i < b->n_tokens; i++) {
-        memcpy(f32_row(kc, b->slot[i]), f32_row(k, i), (size_t)k->n_cols * sizeof(float));
-        memcpy(f32_row(vc, b->slot[i]), f32_row(v, i), (size_t)v->n_cols * sizeof(float));
+        if (kc->type == DT_F32) {
+            memcpy(f32_row(kc, b->slot[i]), f32_row(k, i), (size_t)k->n_cols * sizeof(float));
+            memcpy(f32_row(vc, b->slot[i]), f32_row(v, i), (size_t)v->n_cols * sizeof(float));
+            continue;
+        }
+        uint16_t *kd = bf16_row(kc, b->slot[i]), *vd = bf16_row(vc, b->slot[i]);
+        const float *ks = f32_row(k, i), *vs = f32_row(v, i);
+        for (int64_t c = 0; c < k->n_cols; c++)
+            kd[c] = f32_to_bf16(ks[c]);
+        for (int64_t c = 0; c < v->n_cols; c++)
+            vd[c] = f32_to_bf16(vs[c]);
     }
 }
 
@@ -268,6 +278,8 @@ static void att_task(void *ctx, int32_t task, int32_t worker)
     float *const acc = j->acc + worker * j->acc_stride; /* row u, head h: acc + (u * G + h) * hd */
     float m[ATT_TILE][ATT_MAX_GROUP], l[ATT_TILE][ATT_MAX_GROUP], s[ATT_CHUNK];
     const float *krow[ATT_CHUNK], *vrow[ATT_CHUNK];
+    const uint16_t *krow16[ATT_CHUNK], *vrow16[ATT_CHUNK]; /* a bf16 cache's rows */
+    const bool bf16 = j->kc->type == DT_BF16;
     int32_t n_kv_max = 0;
     for (int32_t u = 0; u < T; u++) {
         for (int32_t h = 0; h < G; h++) {
@@ -286,11 +298,20 @@ static void att_task(void *ctx, int32_t task, int32_t worker)
                 if (mask && p >= mask_from && !mask[p - mask_from])
                     continue;
                 const int32_t r = table[p / b->block_size] * b->block_size + p % b->block_size;
-                krow[n] = f32_row(j->kc, r) + (int64_t)g * hd;
-                vrow[n++] = f32_row(j->vc, r) + (int64_t)g * hd;
+                if (bf16) {
+                    krow16[n] = bf16_row(j->kc, r) + (int64_t)g * hd;
+                    vrow16[n++] = bf16_row(j->vc, r) + (int64_t)g * hd;
+                } else {
+                    krow[n] = f32_row(j->kc, r) + (int64_t)g * hd;
+                    vrow[n++] = f32_row(j->vc, r) + (int64_t)g * hd;
+                }
             }
             for (int32_t h = 0; h < G && n > 0; h++) {
-                j->k->scores(f32_row(j->q, i) + (int64_t)(g * G + h) * hd, krow, n, hd, j->scale, s);
+                const float *qh = f32_row(j->q, i) + (int64_t)(g * G + h) * hd;
+                if (bf16)
+                    j->k->scores_bf16(qh, krow16, n, hd, j->scale, s);
+                else
+                    j->k->scores(qh, krow, n, hd, j->scale, s);
                 float mx = m[u][h];
                 for (int32_t t = 0; t < n; t++)
                     mx = s[t] > mx ? s[t] : mx;
@@ -301,7 +322,10 @@ static void att_task(void *ctx, int32_t task, int32_t worker)
                     m[u][h] = mx;
                 }
                 l[u][h] += j->k->exp_sum(s, n, mx);
-                j->k->axpy_rows(acc + (int64_t)(u * G + h) * hd, s, vrow, n, hd);
+                if (bf16)
+                    j->k->axpy_rows_bf16(acc + (int64_t)(u * G + h) * hd, s, vrow16, n, hd);
+                else
+                    j->k->axpy_rows(acc + (int64_t)(u * G + h) * hd, s, vrow, n, hd);
             }
         }
     for (int32_t u = 0; u < T; u++)
@@ -536,6 +560,7 @@ static void cpu_free(struct backend *be)
 
 static const struct backend_ops cpu_ops = {
     .name = "cpu",
+    .kv_bf16 = true,
     .free = cpu_free,
     .alloc = cpu_alloc,
     .release = cpu_release,

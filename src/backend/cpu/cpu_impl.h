@@ -41,6 +41,12 @@ static inline float *f32_row(const struct tensor *t, int64_t r)
     return (float *)t->data + r * t->row_stride;
 }
 
+static inline uint16_t *bf16_row(const struct tensor *t, int64_t r)
+{
+    assert(t->type == DT_BF16);
+    return (uint16_t *)t->data + r * t->row_stride;
+}
+
 /* Element i of a weight vector in its stored dtype. */
 static inline float weight_at(const struct tensor *w, int64_t i)
 {

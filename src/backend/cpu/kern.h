@@ -32,6 +32,10 @@ struct kern {
     void (*scores)(const float *q, const float *const *rows, int32_t n, int64_t hd, float scale, float *out);
     float (*exp_sum)(float *x, int32_t n, float mx);
     void (*axpy_rows)(float *y, const float *a, const float *const *rows, int32_t n, int64_t hd);
+    /* the same over a bf16 KV cache: a row's values widened to fp32 exactly,
+     * each key's arithmetic as a chunk of that one key makes it */
+    void (*scores_bf16)(const float *q, const uint16_t *const *rows, int32_t n, int64_t hd, float scale, float *out);
+    void (*axpy_rows_bf16)(float *y, const float *a, const uint16_t *const *rows, int32_t n, int64_t hd);
 };
 
 /* e^x for x <= 0, the one formula every table uses (vector lanes and scalar

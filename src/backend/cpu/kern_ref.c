@@ -93,9 +93,28 @@ static void ref_axpy_rows(float *y, const float *a, const float *const *rows, in
         ref_axpy(y, a[t], rows[t], hd);
 }
 
+static void ref_scores_bf16(const float *q, const uint16_t *const *rows, int32_t n, int64_t hd, float scale,
+                            float *out)
+{
+    for (int32_t t = 0; t < n; t++) {
+        float s = 0;
+        for (int64_t c = 0; c < hd; c++)
+            s += q[c] * bf16_to_f32(rows[t][c]);
+        out[t] = s * scale;
+    }
+}
+
+static void ref_axpy_rows_bf16(float *y, const float *a, const uint16_t *const *rows, int32_t n, int64_t hd)
+{
+    for (int32_t t = 0; t < n; t++)
+        for (int64_t c = 0; c < hd; c++)
+            y[c] += a[t] * bf16_to_f32(rows[t][c]);
+}
+
 const struct kern kern_ref = {
-    "ref",     ref_matmul_bf16, ref_matmul_f16, ref_matmul_f32, ref_dot,      ref_axpy,
-    ref_scale, ref_sumsq,       ref_scores,     ref_exp_sum,    ref_axpy_rows,
+    "ref",     ref_matmul_bf16, ref_matmul_f16, ref_matmul_f32, ref_dot,         ref_axpy,
+    ref_scale, ref_sumsq,       ref_scores,     ref_exp_sum,    ref_axpy_rows,   ref_scores_bf16,
+    ref_axpy_rows_bf16,
 };
 
 int kern_supported(const struct kern *k)

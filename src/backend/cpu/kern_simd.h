@@ -97,32 +97,6 @@ KERN_TILE(bf16, uint16_t, V_LOAD_BF16)
 KERN_TILE(f16, uint16_t, V_LOAD_F16)
 KERN_TILE(f32, float, V_LOAD_W_F32)
 
-static float KFN(dot)(const float *a, const float *b, int64_t n)
-{
-    VF s0 = V_ZERO(), s1 = V_ZERO();
-    int64_t i = 0;
-    for (; i + 2 * VW <= n; i += 2 * VW) {
-        s0 = V_FMA(V_LOAD(a + i), V_LOAD(b + i), s0);
-        s1 = V_FMA(V_LOAD(a + i + VW), V_LOAD(b + i + VW), s1);
-    }
-    for (; i + VW <= n; i += VW)
-        s0 = V_FMA(V_LOAD(a + i), V_LOAD(b + i), s0);
-    float s = V_HSUM(V_ADD(s0, s1));
-    for (; i < n; i++)
-        s += a[i] * b[i];
-    return s;
-}
-
-static void KFN(axpy)(float *y, float a, const float *x, int64_t n)
-{
-    VF av = V_SET1(a);
-    int64_t i = 0;
-    for (; i + VW <= n; i += VW)
-        V_STORE(y + i, V_FMA(av, V_LOAD(x + i), V_LOAD(y + i)));
-    for (; i < n; i++)
-        y[i] += a * x[i];
-}
-
 static void KFN(scale)(float *y, float a, int64_t n)
 {
     VF av = V_SET1(a);
@@ -145,36 +119,6 @@ static float KFN(sumsq)(const float *x, int64_t n)
     for (; i < n; i++)
         r += x[i] * x[i];
     return r;
-}
-
-/* Four keys at a time, each key's sums in dot's order. */
-static void KFN(scores)(const float *q, const float *const *rows, int32_t n, int64_t hd, float scale, float *out)
-{
-    int32_t t = 0;
-    for (; t + 4 <= n; t += 4) {
-        VF s0[4], s1[4];
-        KERN_UNROLL for (int u = 0; u < 4; u++) s0[u] = s1[u] = V_ZERO();
-        int64_t i = 0;
-        for (; i + 2 * VW <= hd; i += 2 * VW) {
-            const VF qa = V_LOAD(q + i), qb = V_LOAD(q + i + VW);
-            KERN_UNROLL for (int u = 0; u < 4; u++) {
-                s0[u] = V_FMA(qa, V_LOAD(rows[t + u] + i), s0[u]);
-                s1[u] = V_FMA(qb, V_LOAD(rows[t + u] + i + VW), s1[u]);
-            }
-        }
-        for (; i + VW <= hd; i += VW) {
-            const VF qa = V_LOAD(q + i);
-            KERN_UNROLL for (int u = 0; u < 4; u++) s0[u] = V_FMA(qa, V_LOAD(rows[t + u] + i), s0[u]);
-        }
-        KERN_UNROLL for (int u = 0; u < 4; u++) {
-            float s = V_HSUM(V_ADD(s0[u], s1[u]));
-            for (int64_t c = i; c < hd; c++)
-                s += q[c] * rows[t + u][c];
-            out[t + u] = s * scale;
-        }
-    }
-    for (; t < n; t++)
-        out[t] = KFN(dot)(q, rows[t], hd) * scale;
 }
 
 /* kern_exp, lane by lane: the same operations in the same order */
@@ -211,42 +155,97 @@ static float KFN(exp_sum)(float *x, int32_t n, float mx)
     return r;
 }
 
-/* y in registers across the rows, four vectors at a time: each element's
- * multiply-adds in row order, as n calls of axpy make them */
-static void KFN(axpy_rows)(float *y, const float *a, const float *const *rows, int32_t n, int64_t hd)
-{
-    int64_t i = 0;
-    for (; i + 4 * VW <= hd; i += 4 * VW) {
-        VF y0 = V_LOAD(y + i), y1 = V_LOAD(y + i + VW), y2 = V_LOAD(y + i + 2 * VW), y3 = V_LOAD(y + i + 3 * VW);
-        for (int32_t t = 0; t < n; t++) {
-            const VF av = V_SET1(a[t]);
-            const float *r = rows[t] + i;
-            y0 = V_FMA(av, V_LOAD(r), y0);
-            y1 = V_FMA(av, V_LOAD(r + VW), y1);
-            y2 = V_FMA(av, V_LOAD(r + 2 * VW), y2);
-            y3 = V_FMA(av, V_LOAD(r + 3 * VW), y3);
-        }
-        V_STORE(y + i, y0);
-        V_STORE(y + i + VW, y1);
-        V_STORE(y + i + 2 * VW, y2);
-        V_STORE(y + i + 3 * VW, y3);
+/* Attention over rows of the KV cache's type RT (f32 or bf16 widened on
+ * load): dot (one key), scores (four keys at a time, each key's sums in
+ * dot's order, so a key's score does not depend on its neighbours) and
+ * axpy_rows (y in registers across the rows, four vectors at a time: each
+ * element's multiply-adds in row order, as one row at a time makes them). */
+#define KERN_ATT(SUFFIX, RT, LOADR)                                                                      \
+    static float KFN(dot_##SUFFIX)(const float *a, const RT *b, int64_t n)                               \
+    {                                                                                                    \
+        VF s0 = V_ZERO(), s1 = V_ZERO();                                                                 \
+        int64_t i = 0;                                                                                   \
+        for (; i + 2 * VW <= n; i += 2 * VW) {                                                           \
+            s0 = V_FMA(V_LOAD(a + i), LOADR(b + i), s0);                                                 \
+            s1 = V_FMA(V_LOAD(a + i + VW), LOADR(b + i + VW), s1);                                       \
+        }                                                                                                \
+        for (; i + VW <= n; i += VW)                                                                     \
+            s0 = V_FMA(V_LOAD(a + i), LOADR(b + i), s0);                                                 \
+        float s = V_HSUM(V_ADD(s0, s1));                                                                 \
+        for (; i < n; i++)                                                                               \
+            s += a[i] * KFN(to_f32_##SUFFIX)(b, i);                                                      \
+        return s;                                                                                        \
+    }                                                                                                    \
+    static void KFN(scores_##SUFFIX)(const float *q, const RT *const *rows, int32_t n, int64_t hd, float scale, \
+                                     float *out)                                                         \
+    {                                                                                                    \
+        int32_t t = 0;                                                                                   \
+        for (; t + 4 <= n; t += 4) {                                                                     \
+            VF s0[4], s1[4];                                                                             \
+            KERN_UNROLL for (int u = 0; u < 4; u++) s0[u] = s1[u] = V_ZERO();                            \
+            int64_t i = 0;                                                                               \
+            for (; i + 2 * VW <= hd; i += 2 * VW) {                                                      \
+                const VF qa = V_LOAD(q + i), qb = V_LOAD(q + i + VW);                                    \
+                KERN_UNROLL for (int u = 0; u < 4; u++) {                                                \
+                    s0[u] = V_FMA(qa, LOADR(rows[t + u] + i), s0[u]);                                    \
+                    s1[u] = V_FMA(qb, LOADR(rows[t + u] + i + VW), s1[u]);                               \
+                }                                                                                        \
+            }                                                                                            \
+            for (; i + VW <= hd; i += VW) {                                                              \
+                const VF qa = V_LOAD(q + i);                                                             \
+                KERN_UNROLL for (int u = 0; u < 4; u++) s0[u] = V_FMA(qa, LOADR(rows[t + u] + i), s0[u]); \
+            }                                                                                            \
+            KERN_UNROLL for (int u = 0; u < 4; u++) {                                                    \
+                float s = V_HSUM(V_ADD(s0[u], s1[u]));                                                   \
+                for (int64_t c = i; c < hd; c++)                                                         \
+                    s += q[c] * KFN(to_f32_##SUFFIX)(rows[t + u], c);                                    \
+                out[t + u] = s * scale;                                                                  \
+            }                                                                                            \
+        }                                                                                                \
+        for (; t < n; t++)                                                                               \
+            out[t] = KFN(dot_##SUFFIX)(q, rows[t], hd) * scale;                                          \
+    }                                                                                                    \
+    static void KFN(axpy_rows_##SUFFIX)(float *y, const float *a, const RT *const *rows, int32_t n, int64_t hd) \
+    {                                                                                                    \
+        int64_t i = 0;                                                                                   \
+        for (; i + 4 * VW <= hd; i += 4 * VW) {                                                          \
+            VF y0 = V_LOAD(y + i), y1 = V_LOAD(y + i + VW), y2 = V_LOAD(y + i + 2 * VW),                 \
+               y3 = V_LOAD(y + i + 3 * VW);                                                              \
+            for (int32_t t = 0; t < n; t++) {                                                            \
+                const VF av = V_SET1(a[t]);                                                              \
+                const RT *r = rows[t] + i;                                                               \
+                y0 = V_FMA(av, LOADR(r), y0);                                                            \
+                y1 = V_FMA(av, LOADR(r + VW), y1);                                                       \
+                y2 = V_FMA(av, LOADR(r + 2 * VW), y2);                                                   \
+                y3 = V_FMA(av, LOADR(r + 3 * VW), y3);                                                   \
+            }                                                                                            \
+            V_STORE(y + i, y0);                                                                          \
+            V_STORE(y + i + VW, y1);                                                                     \
+            V_STORE(y + i + 2 * VW, y2);                                                                 \
+            V_STORE(y + i + 3 * VW, y3);                                                                 \
+        }                                                                                                \
+        for (; i + VW <= hd; i += VW) {                                                                  \
+            VF y0 = V_LOAD(y + i);                                                                       \
+            for (int32_t t = 0; t < n; t++)                                                              \
+                y0 = V_FMA(V_SET1(a[t]), LOADR(rows[t] + i), y0);                                        \
+            V_STORE(y + i, y0);                                                                          \
+        }                                                                                                \
+        for (; i < hd; i++) {                                                                            \
+            float v = y[i];                                                                              \
+            for (int32_t t = 0; t < n; t++)                                                              \
+                v += a[t] * KFN(to_f32_##SUFFIX)(rows[t], i);                                            \
+            y[i] = v;                                                                                    \
+        }                                                                                                \
     }
-    for (; i + VW <= hd; i += VW) {
-        VF y0 = V_LOAD(y + i);
-        for (int32_t t = 0; t < n; t++)
-            y0 = V_FMA(V_SET1(a[t]), V_LOAD(rows[t] + i), y0);
-        V_STORE(y + i, y0);
-    }
-    for (; i < hd; i++) {
-        float v = y[i];
-        for (int32_t t = 0; t < n; t++)
-            v += a[t] * rows[t][i];
-        y[i] = v;
-    }
-}
+
+KERN_ATT(f32, float, V_LOAD)
+KERN_ATT(bf16, uint16_t, V_LOAD_BF16)
+
+/* y += a * x: one row of axpy_rows */
+static void KFN(axpy)(float *y, float a, const float *x, int64_t n) { KFN(axpy_rows_f32)(y, &a, &x, 1, n); }
 
 const struct kern KERN_TABLE = {
-    KERN_NAME,  KFN(matmul_bf16), KFN(matmul_f16), KFN(matmul_f32),  KFN(dot),
-    KFN(axpy),  KFN(scale),       KFN(sumsq),      KFN(scores),      KFN(exp_sum),
-    KFN(axpy_rows),
+    KERN_NAME,       KFN(matmul_bf16),    KFN(matmul_f16), KFN(matmul_f32), KFN(dot_f32),
+    KFN(axpy),       KFN(scale),          KFN(sumsq),      KFN(scores_f32), KFN(exp_sum),
+    KFN(axpy_rows_f32), KFN(scores_bf16), KFN(axpy_rows_bf16),
 };
