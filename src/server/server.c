@@ -298,6 +298,8 @@ int server_run(const struct server_opts *o)
             "top_k %d, min_p %g, repetition_penalty %g\n",
             (double)mc->gen_temperature, (double)mc->gen_top_p, (int)mc->gen_top_k, (double)mc->gen_min_p,
             (double)mc->gen_repeat_penalty);
+    fprintf(stderr, "  KV cache:      %d tokens over %d sequences, %s (--kv-type f32|bf16)\n", (int)o->n_ctx, (int)o->n_seq,
+            o->kv_type == DT_BF16 ? "bf16" : "f32");
     if (pipe(stop_pipe) != 0) {
         err_set("server: pipe: %s", strerror(errno));
         goto done;

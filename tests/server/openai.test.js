@@ -446,6 +446,23 @@ test("keep-alives flow while a long prompt is prefilled, in each API's form", as
   s.proc.kill("SIGTERM");
 });
 
+test("--kv-type bf16: a server on a bf16 KV cache answers, the same each time, and reuses a conversation's prefix", async () => {
+  const s = await startServer(["--kv-type", "bf16"]);
+  try {
+    assert.match(s.log(), /KV cache: +4096 tokens over 4 sequences, bf16/);
+    const c = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "x", maxRetries: 0 });
+    const msgs = [{ role: "user", content: "Write a story about a lighthouse." }];
+    const ask = (m) => c.chat.completions.create({ model: "m", messages: m, max_tokens: 16, temperature: 0 });
+    const a = await ask(msgs), b = await ask(msgs);
+    assert.ok(a.choices[0].message.content.length > 0 && a.usage.completion_tokens <= 16);
+    assert.equal(b.choices[0].message.content, a.choices[0].message.content);
+    const next = await ask([...msgs, { role: "assistant", content: a.choices[0].message.content }, { role: "user", content: "Go on." }]);
+    assert.ok(next.usage.prompt_tokens_details.cached_tokens > 0, JSON.stringify(next.usage));
+  } finally {
+    s.proc.kill("SIGTERM");
+  }
+});
+
 test("sampling a request leaves out comes from the model's generation_config.json; its own fields win", async () => {
   // kapitsa-tiny's files, but a generation_config asking for top_k 1: every default answer is the greedy one
   const dir = mkdtempSync(join(tmpdir(), "kapitsa-gen-"));

@@ -27,7 +27,7 @@ export async function startServer(extra = []) {
   // the dev VM, past 10 s on CI): wait while the process lives, give up when it exits.
   for (let i = 0; i < 1200 && !exited; i++) {
     try {
-      if ((await fetch(`${base}/health`)).ok) return { base, proc };
+      if ((await fetch(`${base}/health`)).ok) return { base, proc, log: () => log };
     } catch {}
     await sleep(100);
   }
