@@ -134,6 +134,15 @@ for spec in "--spec lookup" "--draft $m/kapitsa-tiny-draft" "--draft $m/kapitsa-
         bad "run $spec: differs from plain decoding"; diff "$tmp/plain.txt" "$tmp/spec.txt" | head -5
     fi
 done
+# and over a bf16 KV cache: a tree node reads the rows its plain step would
+"$bin" run --model "$m/kapitsa-tiny" --kv-type bf16 --max-tokens 80 "$(cat "$here/../tools/bench_tasks/complete.txt")" \
+    > "$tmp/plain16.txt" 2>/dev/null
+if "$bin" run --model "$m/kapitsa-tiny" --kv-type bf16 --draft "$m/kapitsa-tiny-draft" --max-tokens 80 \
+    "$(cat "$here/../tools/bench_tasks/complete.txt")" > "$tmp/spec16.txt" 2>/dev/null && cmp -s "$tmp/plain16.txt" "$tmp/spec16.txt"; then
+    ok "run --kv-type bf16 --draft: identical to plain decoding on the bf16 cache"
+else
+    bad "run --kv-type bf16 --draft: differs from plain decoding"; diff "$tmp/plain16.txt" "$tmp/spec16.txt" | head -5
+fi
 # kapitsa chat: several turns (the sequence kept between them), the same with KFlash
 turns='Write a function that adds two numbers.\nNow one that subtracts.\n/reset\nhello\n'
 printf "$turns" | "$bin" chat --model "$m/kapitsa-tiny" --max-tokens 24 > "$tmp/chat1.txt" 2>"$tmp/chat1.err"
