@@ -168,10 +168,11 @@ struct backend_ops {
     void (*release)(struct backend *be, struct tensor *t);
     /* Make a host tensor (mmapped checkpoint data) usable by the ops. */
     int (*weight)(struct backend *be, struct tensor *dst, const struct tensor *host);
-    /* Copy rows [row0, row0+n) of an F32 (or I32: same size) tensor to host
-     * memory, after the queued ops. -1 with err_set() when the backend failed
-     * (an op since the last check, or this copy): dst then holds zeros. */
-    int (*read)(struct backend *be, const struct tensor *t, int64_t row0, int64_t n, float *dst);
+    /* Copy rows [row0, row0+n) of a tensor to host memory as stored (n *
+     * n_cols elements of its dtype), after the queued ops. -1 with err_set()
+     * when the backend failed (an op since the last check, or this copy): dst
+     * then holds zeros. */
+    int (*read)(struct backend *be, const struct tensor *t, int64_t row0, int64_t n, void *dst);
     /* The k <= TOP_K_MAX largest values of each row of an F32 tensor, largest
      * first (ties: the lower column first), to host ids [n][k] and vals [n][k]
      * (vals may be NULL): greedy decoding and draft trees read k numbers per

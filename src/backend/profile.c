@@ -88,7 +88,7 @@ static int p_weight(struct backend *be, struct tensor *dst, const struct tensor 
     struct backend *in = prof_of(be)->in;
     return in->ops->weight(in, dst, host);
 }
-static int p_read(struct backend *be, const struct tensor *t, int64_t r0, int64_t n, float *dst)
+static int p_read(struct backend *be, const struct tensor *t, int64_t r0, int64_t n, void *dst)
 {
     struct prof *p = prof_of(be);
     const double t0 = begin(p);

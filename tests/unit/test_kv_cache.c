@@ -84,6 +84,11 @@ void test_kv_cache_bf16(void)
             CHECK(bf16_to_f32(((uint16_t *)kv.v[1].data)[(int64_t)kv_seq_row(&kv, b, p) * kv.row_dim + c]) ==
                       (float)p + c / 8.0f,
                   "copied row %d col %d", p, c);
+    uint16_t got[8];
+    const int32_t r17 = kv_seq_row(&kv, b, 17);
+    CHECK(be->ops->read(be, &kv.v[1], r17, 1, got) == 0 && memcmp(got, (uint16_t *)kv.v[1].data + (int64_t)r17 * kv.row_dim,
+                                                                   sizeof got) == 0,
+          "read returns bf16 rows as stored");
     kv_cache_free(&kv);
     struct backend_ops ops = *be->ops;
     ops.kv_bf16 = false;

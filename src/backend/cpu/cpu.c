@@ -45,12 +45,12 @@ static int cpu_weight(struct backend *be, struct tensor *dst, const struct tenso
     return 0;
 }
 
-static int cpu_read(struct backend *be, const struct tensor *t, int64_t row0, int64_t n, float *dst)
+static int cpu_read(struct backend *be, const struct tensor *t, int64_t row0, int64_t n, void *dst)
 {
     (void)be;
-    assert(t->type == DT_F32 || t->type == DT_I32);
+    const size_t es = dtype_size(t->type), rb = (size_t)t->n_cols * es;
     for (int64_t r = 0; r < n; r++)
-        memcpy(dst + r * t->n_cols, (const float *)t->data + (row0 + r) * t->row_stride, (size_t)t->n_cols * sizeof(float));
+        memcpy((char *)dst + (size_t)r * rb, (const char *)t->data + (size_t)((row0 + r) * t->row_stride) * es, rb);
     return 0;
 }
 

@@ -223,19 +223,20 @@ static int cu_weight(struct backend *be, struct tensor *dst, const struct tensor
     return 0;
 }
 
-static int cu_read(struct backend *be, const struct tensor *t, int64_t row0, int64_t n, float *dst)
+static int cu_read(struct backend *be, const struct tensor *t, int64_t row0, int64_t n, void *dst)
 {
     struct cuda_backend *c = cuda_of(be);
     if (c->in_forward)
         cuda_host_wait(c);
-    assert(t->type == DT_F32 || t->type == DT_I32);
+    const size_t es = dtype_size(t->type);
     if (!c->failed)
-        CUDA_CHECK(c, cudaMemcpy2DAsync(dst, (size_t)t->n_cols * 4, (const float *)t->data + row0 * t->row_stride, (size_t)t->row_stride * 4,
-                                        (size_t)t->n_cols * 4, (size_t)n, cudaMemcpyDeviceToHost, c->stream));
+        CUDA_CHECK(c, cudaMemcpy2DAsync(dst, (size_t)t->n_cols * es, (const char *)t->data + (size_t)(row0 * t->row_stride) * es,
+                                        (size_t)t->row_stride * es, (size_t)t->n_cols * es, (size_t)n,
+                                        cudaMemcpyDeviceToHost, c->stream));
     if (!c->failed)
         CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
     if (c->failed)
-        memset(dst, 0, (size_t)(n * t->n_cols) * sizeof(float));
+        memset(dst, 0, (size_t)(n * t->n_cols) * es);
     return c->failed ? -1 : 0;
 }
 
