@@ -188,10 +188,10 @@ void test_kern_attention(void)
     }
     CHECK(worst < 3e-7, "kern_exp: relative error %.3g", worst);
     CHECK(kern_exp(0.0f) == 1.0f && kern_exp(-200.0f) > 0 && kern_exp(-200.0f) < 2e-38f, "kern_exp ends");
-    enum { HD = 200, N = 67 };
-    static float keys[N][HD], vals[N][HD], q[HD];
+    enum { HD = 200, N = 67, NQ = 7 };
+    static float keys[N][HD], vals[N][HD], qs[NQ][HD];
     static uint16_t keys16[N][HD], vals16[N][HD]; /* a bf16 cache's rows */
-    const float *kr[N], *vr[N];
+    const float *kr[N], *vr[N], *q[NQ];
     const uint16_t *kr16[N], *vr16[N];
     for (int t = 0; t < N; t++) {
         for (int c = 0; c < HD; c++) {
@@ -203,8 +203,11 @@ void test_kern_attention(void)
         kr16[t] = keys16[t];
         vr16[t] = vals16[t];
     }
-    for (int c = 0; c < HD; c++)
-        q[c] = rndf();
+    for (int a = 0; a < NQ; a++) {
+        for (int c = 0; c < HD; c++)
+            qs[a][c] = rndf();
+        q[a] = qs[a];
+    }
     const struct kern *all[] = {&kern_ref, &kern_avx2, &kern_avx512};
     for (size_t ti = 0; ti < sizeof all / sizeof all[0]; ti++) {
         const struct kern *k = all[ti];
@@ -212,55 +215,70 @@ void test_kern_attention(void)
             continue;
         for (int rep = 0; rep < 60; rep++) {
             const int32_t n = (int32_t)(rnd() % (N + 1)), off = n < N ? (int32_t)(rnd() % (uint64_t)(N - n + 1)) : 0;
+            const int32_t nq = 1 + (int32_t)(rnd() % NQ);
             const int64_t hd = 1 + (int64_t)(rnd() % HD);
-            float s[N], sr[N], e[N], y[HD], y1[HD], yr[HD];
-            k->scores(q, kr + off, n, hd, 0.125f, s);
-            kern_ref.scores(q, kr + off, n, hd, 0.125f, sr);
-            float mx = -INFINITY;
-            for (int32_t t = 0; t < n; t++) {
-                CHECK(s[t] == k->dot(q, kr[off + t], hd) * 0.125f, "%s scores n %d t %d: not dot's", k->name, n, t);
-                CHECK(fabsf(s[t] - sr[t]) <= 2e-6f * (float)hd, "%s scores: %g vs ref %g", k->name, s[t], sr[t]);
-                mx = s[t] > mx ? s[t] : mx;
-            }
-            for (int32_t t = 0; t < n; t++)
-                e[t] = s[t];
-            const float sum = k->exp_sum(e, n, mx);
-            double ref_sum = 0;
-            for (int32_t t = 0; t < n; t++) {
-                CHECK(e[t] == kern_exp(s[t] - mx), "%s exp_sum n %d t %d: not kern_exp's", k->name, n, t);
-                ref_sum += e[t];
-            }
-            CHECK(fabs(sum - ref_sum) <= 1e-6 * (double)n * (ref_sum + 1), "%s exp_sum: %g vs %g", k->name, sum, ref_sum);
-            for (int64_t c = 0; c < hd; c++)
-                y[c] = y1[c] = yr[c] = rndf();
-            k->axpy_rows(y, e, vr + off, n, hd);
-            kern_ref.axpy_rows(yr, e, vr + off, n, hd);
-            for (int32_t t = 0; t < n; t++)
-                k->axpy(y1, e[t], vr[off + t], hd);
-            for (int64_t c = 0; c < hd; c++) {
-                CHECK(y[c] == y1[c], "%s axpy_rows n %d hd %lld c %lld: not axpy's", k->name, n, (long long)hd, (long long)c);
-                CHECK(fabsf(y[c] - yr[c]) <= 1e-5f * (float)(n + 1), "%s axpy_rows: %g vs ref %g", k->name, y[c], yr[c]);
-            }
-            /* bf16 rows: each key as a chunk of that key alone, and near the reference */
-            k->scores_bf16(q, kr16 + off, n, hd, 0.125f, s);
-            kern_ref.scores_bf16(q, kr16 + off, n, hd, 0.125f, sr);
-            for (int32_t t = 0; t < n; t++) {
-                float one;
-                k->scores_bf16(q, kr16 + off + t, 1, hd, 0.125f, &one);
-                CHECK(s[t] == one, "%s scores_bf16 n %d t %d: not the key's alone", k->name, n, t);
-                CHECK(fabsf(s[t] - sr[t]) <= 2e-6f * (float)hd, "%s scores_bf16: %g vs ref %g", k->name, s[t], sr[t]);
-            }
-            for (int64_t c = 0; c < hd; c++)
-                y[c] = y1[c] = yr[c] = rndf();
-            k->axpy_rows_bf16(y, e, vr16 + off, n, hd);
-            kern_ref.axpy_rows_bf16(yr, e, vr16 + off, n, hd);
-            for (int32_t t = 0; t < n; t++)
-                k->axpy_rows_bf16(y1, e + t, vr16 + off + t, 1, hd);
-            for (int64_t c = 0; c < hd; c++) {
-                CHECK(y[c] == y1[c], "%s axpy_rows_bf16 n %d hd %lld c %lld: not row by row", k->name, n,
-                      (long long)hd, (long long)c);
-                CHECK(fabsf(y[c] - yr[c]) <= 1e-5f * (float)(n + 1), "%s axpy_rows_bf16: %g vs ref %g", k->name, y[c],
-                      yr[c]);
+            static float s[NQ][N], sr[NQ][N], e[NQ][N], ys[3][NQ][HD];
+            float *y[NQ], *y1[NQ], *yr[NQ];
+            for (int bf = 0; bf < 2; bf++) { /* f32 rows, then a bf16 cache's */
+                if (bf) {
+                    k->scores_bf16(q, nq, kr16 + off, n, hd, 0.125f, s[0], N);
+                    kern_ref.scores_bf16(q, nq, kr16 + off, n, hd, 0.125f, sr[0], N);
+                } else {
+                    k->scores(q, nq, kr + off, n, hd, 0.125f, s[0], N);
+                    kern_ref.scores(q, nq, kr + off, n, hd, 0.125f, sr[0], N);
+                }
+                for (int32_t a = 0; a < nq; a++)
+                    for (int32_t t = 0; t < n; t++) {
+                        float one;
+                        if (bf)
+                            k->scores_bf16(q + a, 1, kr16 + off + t, 1, hd, 0.125f, &one, 1);
+                        else
+                            k->scores(q + a, 1, kr + off + t, 1, hd, 0.125f, &one, 1);
+                        CHECK(s[a][t] == one, "%s scores (bf16 %d) nq %d n %d (%d, %d): not the pair's alone", k->name,
+                              bf, nq, n, a, t);
+                        CHECK(fabsf(s[a][t] - sr[a][t]) <= 2e-6f * (float)hd, "%s scores (bf16 %d): %g vs ref %g",
+                              k->name, bf, s[a][t], sr[a][t]);
+                    }
+                for (int32_t a = 0; a < nq; a++) {
+                    float mx = -INFINITY;
+                    for (int32_t t = 0; t < n; t++) {
+                        mx = s[a][t] > mx ? s[a][t] : mx;
+                        e[a][t] = s[a][t];
+                    }
+                    const float sum = k->exp_sum(e[a], n, mx);
+                    double ref_sum = 0;
+                    for (int32_t t = 0; t < n; t++) {
+                        CHECK(e[a][t] == kern_exp(s[a][t] - mx), "%s exp_sum n %d t %d: not kern_exp's", k->name, n, t);
+                        ref_sum += e[a][t];
+                    }
+                    CHECK(fabs(sum - ref_sum) <= 1e-6 * (double)n * (ref_sum + 1), "%s exp_sum: %g vs %g", k->name, sum,
+                          ref_sum);
+                }
+                for (int32_t a = 0; a < nq; a++) {
+                    y[a] = ys[0][a], y1[a] = ys[1][a], yr[a] = ys[2][a];
+                    for (int64_t c = 0; c < hd; c++)
+                        y[a][c] = y1[a][c] = yr[a][c] = rndf();
+                }
+                if (bf) {
+                    k->axpy_rows_bf16(y, nq, e[0], N, vr16 + off, n, hd);
+                    kern_ref.axpy_rows_bf16(yr, nq, e[0], N, vr16 + off, n, hd);
+                    for (int32_t a = 0; a < nq; a++)
+                        for (int32_t t = 0; t < n; t++)
+                            k->axpy_rows_bf16(y1 + a, 1, &e[a][t], 1, vr16 + off + t, 1, hd);
+                } else {
+                    k->axpy_rows(y, nq, e[0], N, vr + off, n, hd);
+                    kern_ref.axpy_rows(yr, nq, e[0], N, vr + off, n, hd);
+                    for (int32_t a = 0; a < nq; a++)
+                        for (int32_t t = 0; t < n; t++)
+                            k->axpy(y1[a], e[a][t], vr[off + t], hd);
+                }
+                for (int32_t a = 0; a < nq; a++)
+                    for (int64_t c = 0; c < hd; c++) {
+                        CHECK(y[a][c] == y1[a][c], "%s axpy_rows (bf16 %d) nq %d n %d hd %lld (%d, %lld): not row by row",
+                              k->name, bf, nq, n, (long long)hd, a, (long long)c);
+                        CHECK(fabsf(y[a][c] - yr[a][c]) <= 1e-5f * (float)(n + 1), "%s axpy_rows (bf16 %d): %g vs ref %g",
+                              k->name, bf, y[a][c], yr[a][c]);
+                    }
             }
         }
     }

@@ -262,78 +262,106 @@ struct att_job {
 
 /* A run of up to ATT_TILE rows of one sequence, one kv head and the query
  * heads that share it, in chunks of keys with a running max per row and head
- * (flash-attention style): the same result as softmax(qk^T)v. Per chunk, row
- * and head the kern table's scores, exp_sum and axpy_rows: a row's arithmetic
- * depends neither on the other keys of its chunk nor on the other rows of its
- * run (a tree node's equals its plain decode's); the rows of a run share the
- * chunk's keys while they are in cache. */
+ * (flash-attention style): the same result as softmax(qk^T)v. Per chunk the
+ * kern table's scores for every (row, head) query of the run at once, each
+ * chunk key loaded once for all of them; a query's keys it may not see (past
+ * its position, or masked out of a tree) get weight exactly 0. A (query, key)
+ * pair's score does not depend on the other queries or keys, nor a query's
+ * output on the other rows of its run. */
 static void att_task(void *ctx, int32_t task, int32_t worker)
 {
     const struct att_job *j = ctx;
     const struct attn_batch *b = j->b;
     const int32_t tile = task / j->n_kv_head, g = task % j->n_kv_head;
     const int32_t i0 = j->tile[tile], T = j->tile[tile + 1] - i0;
-    const int32_t G = j->n_head / j->n_kv_head, hd = j->head_dim;
+    const int32_t G = j->n_head / j->n_kv_head, hd = j->head_dim, nq = T * G;
     const int32_t *table = b->block_table + (int64_t)b->seq_row[i0] * b->max_blocks;
-    float *const acc = j->acc + worker * j->acc_stride; /* row u, head h: acc + (u * G + h) * hd */
-    float m[ATT_TILE][ATT_MAX_GROUP], l[ATT_TILE][ATT_MAX_GROUP], s[ATT_CHUNK];
+    float *const acc = j->acc + worker * j->acc_stride; /* query x = row u, head h (x = u*G + h): acc + x*hd */
+    float m[ATT_TILE * ATT_MAX_GROUP], l[ATT_TILE * ATT_MAX_GROUP], s[ATT_TILE * ATT_MAX_GROUP][ATT_CHUNK];
+    const float *qp[ATT_TILE * ATT_MAX_GROUP];
+    float *yp[ATT_TILE * ATT_MAX_GROUP];
     const float *krow[ATT_CHUNK], *vrow[ATT_CHUNK];
     const uint16_t *krow16[ATT_CHUNK], *vrow16[ATT_CHUNK]; /* a bf16 cache's rows */
     const bool bf16 = j->kc->type == DT_BF16;
     int32_t n_kv_max = 0;
     for (int32_t u = 0; u < T; u++) {
         for (int32_t h = 0; h < G; h++) {
-            m[u][h] = -INFINITY;
-            l[u][h] = 0;
-            memset(acc + (int64_t)(u * G + h) * hd, 0, (size_t)hd * sizeof(float));
+            const int32_t x = u * G + h;
+            m[x] = -INFINITY;
+            l[x] = 0;
+            qp[x] = f32_row(j->q, i0 + u) + (int64_t)(g * G + h) * hd;
+            yp[x] = acc + (int64_t)x * hd;
+            memset(yp[x], 0, (size_t)hd * sizeof(float));
         }
         n_kv_max = b->n_kv[i0 + u] > n_kv_max ? b->n_kv[i0 + u] : n_kv_max;
     }
-    for (int32_t p0 = 0; p0 < n_kv_max; p0 += ATT_CHUNK)
+    for (int32_t p0 = 0; p0 < n_kv_max; p0 += ATT_CHUNK) {
+        const int32_t n = n_kv_max - p0 < ATT_CHUNK ? n_kv_max - p0 : ATT_CHUNK;
+        for (int32_t t = 0; t < n; t++) {
+            const int32_t p = p0 + t, r = table[p / b->block_size] * b->block_size + p % b->block_size;
+            if (bf16) {
+                krow16[t] = bf16_row(j->kc, r) + (int64_t)g * hd;
+                vrow16[t] = bf16_row(j->vc, r) + (int64_t)g * hd;
+            } else {
+                krow[t] = f32_row(j->kc, r) + (int64_t)g * hd;
+                vrow[t] = f32_row(j->vc, r) + (int64_t)g * hd;
+            }
+        }
+        if (bf16)
+            j->k->scores_bf16(qp, nq, krow16, n, hd, j->scale, s[0], ATT_CHUNK);
+        else
+            j->k->scores(qp, nq, krow, n, hd, j->scale, s[0], ATT_CHUNK);
         for (int32_t u = 0; u < T; u++) {
             const int32_t i = i0 + u, n_kv = b->n_kv[i], mask_from = b->mask_from[i];
             const uint8_t *mask = b->mask ? b->mask + (int64_t)i * b->mask_stride : NULL;
-            int32_t n = 0;
-            for (int32_t p = p0; p < n_kv && p < p0 + ATT_CHUNK; p++) {
-                if (mask && p >= mask_from && !mask[p - mask_from])
-                    continue;
-                const int32_t r = table[p / b->block_size] * b->block_size + p % b->block_size;
-                if (bf16) {
-                    krow16[n] = bf16_row(j->kc, r) + (int64_t)g * hd;
-                    vrow16[n++] = bf16_row(j->vc, r) + (int64_t)g * hd;
-                } else {
-                    krow[n] = f32_row(j->kc, r) + (int64_t)g * hd;
-                    vrow[n++] = f32_row(j->vc, r) + (int64_t)g * hd;
-                }
+            uint8_t vis[ATT_CHUNK];
+            int32_t n_vis = 0;
+            for (int32_t t = 0; t < n; t++) {
+                const int32_t p = p0 + t;
+                vis[t] = p < n_kv && !(mask && p >= mask_from && !mask[p - mask_from]);
+                n_vis += vis[t];
             }
-            for (int32_t h = 0; h < G && n > 0; h++) {
-                const float *qh = f32_row(j->q, i) + (int64_t)(g * G + h) * hd;
-                if (bf16)
-                    j->k->scores_bf16(qh, krow16, n, hd, j->scale, s);
-                else
-                    j->k->scores(qh, krow, n, hd, j->scale, s);
-                float mx = m[u][h];
+            for (int32_t h = 0; h < G; h++) {
+                float *sx = s[u * G + h];
+                const int32_t x = u * G + h;
+                float mx = m[x];
                 for (int32_t t = 0; t < n; t++)
-                    mx = s[t] > mx ? s[t] : mx;
-                if (mx > m[u][h]) {
-                    float corr = expf(m[u][h] - mx);
-                    l[u][h] *= corr;
-                    j->k->scale(acc + (int64_t)(u * G + h) * hd, corr, hd);
-                    m[u][h] = mx;
+                    mx = vis[t] && sx[t] > mx ? sx[t] : mx;
+                if (n_vis == 0) {
+                    memset(sx, 0, (size_t)n * sizeof(float));
+                    continue;
                 }
-                l[u][h] += j->k->exp_sum(s, n, mx);
-                if (bf16)
-                    j->k->axpy_rows_bf16(acc + (int64_t)(u * G + h) * hd, s, vrow16, n, hd);
-                else
-                    j->k->axpy_rows(acc + (int64_t)(u * G + h) * hd, s, vrow, n, hd);
+                if (mx > m[x]) {
+                    const float corr = expf(m[x] - mx);
+                    l[x] *= corr;
+                    j->k->scale(yp[x], corr, hd);
+                    m[x] = mx;
+                }
+                /* the sum in key order, so that keys a query does not see (0)
+                 * leave it as it would be without them */
+                for (int32_t t = 0; t < n; t++)
+                    sx[t] = vis[t] ? sx[t] : mx; /* exp_sum takes scores <= mx */
+                j->k->exp_sum(sx, n, mx);
+                float part = 0;
+                for (int32_t t = 0; t < n; t++) {
+                    sx[t] = vis[t] ? sx[t] : 0.0f;
+                    part += sx[t];
+                }
+                l[x] += part;
             }
         }
+        if (bf16)
+            j->k->axpy_rows_bf16(yp, nq, s[0], ATT_CHUNK, vrow16, n, hd);
+        else
+            j->k->axpy_rows(yp, nq, s[0], ATT_CHUNK, vrow, n, hd);
+    }
     for (int32_t u = 0; u < T; u++)
         for (int32_t h = 0; h < G; h++) {
             float *o = f32_row(j->out, i0 + u) + (int64_t)(g * G + h) * hd;
-            float inv = l[u][h] > 0 ? 1.0f / l[u][h] : 0.0f;
+            const int32_t x = u * G + h;
+            const float inv = l[x] > 0 ? 1.0f / l[x] : 0.0f;
             for (int32_t c = 0; c < hd; c++)
-                o[c] = acc[(int64_t)(u * G + h) * hd + c] * inv;
+                o[c] = yp[x][c] * inv;
         }
 }
 

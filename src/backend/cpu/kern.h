@@ -25,17 +25,21 @@ struct kern {
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a*x */
     void (*scale)(float *y, float a, int64_t n);                /* y *= a */
     float (*sumsq)(const float *x, int64_t n);
-    /* attention over a chunk of keys, each key's arithmetic the same wherever
-     * it stands in the chunk: out[t] = dot(q, rows[t]) * scale (as dot);
-     * x[t] = e^(x[t] - mx) (x[t] <= mx; to ~2 ulp of expf, see kern_exp) and
-     * their sum; y += a[t] * rows[t] for t in order (as n axpy calls) */
-    void (*scores)(const float *q, const float *const *rows, int32_t n, int64_t hd, float scale, float *out);
+    /* attention over a chunk of keys for nq queries at once, each (query,
+     * key) pair's arithmetic the same whatever else is in the call:
+     * out[j*ld + t] = q[j] . rows[t] * scale; x[t] = e^(x[t] - mx) (x[t] <=
+     * mx; to ~2 ulp of expf, see kern_exp) and their sum; y[j] += a[j*ld + t]
+     * * rows[t] for t in order (as n axpy calls) */
+    void (*scores)(const float *const *q, int32_t nq, const float *const *rows, int32_t n, int64_t hd, float scale,
+                   float *out, int32_t ld);
     float (*exp_sum)(float *x, int32_t n, float mx);
-    void (*axpy_rows)(float *y, const float *a, const float *const *rows, int32_t n, int64_t hd);
-    /* the same over a bf16 KV cache: a row's values widened to fp32 exactly,
-     * each key's arithmetic as a chunk of that one key makes it */
-    void (*scores_bf16)(const float *q, const uint16_t *const *rows, int32_t n, int64_t hd, float scale, float *out);
-    void (*axpy_rows_bf16)(float *y, const float *a, const uint16_t *const *rows, int32_t n, int64_t hd);
+    void (*axpy_rows)(float *const *y, int32_t nq, const float *a, int32_t ld, const float *const *rows, int32_t n,
+                      int64_t hd);
+    /* the same over a bf16 KV cache, a row's values widened to fp32 exactly */
+    void (*scores_bf16)(const float *const *q, int32_t nq, const uint16_t *const *rows, int32_t n, int64_t hd,
+                        float scale, float *out, int32_t ld);
+    void (*axpy_rows_bf16)(float *const *y, int32_t nq, const float *a, int32_t ld, const uint16_t *const *rows,
+                           int32_t n, int64_t hd);
 };
 
 /* e^x for x <= 0, the one formula every table uses (vector lanes and scalar

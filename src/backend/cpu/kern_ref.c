@@ -73,10 +73,12 @@ float kern_exp(float x)
     return p * ldexpf(1.0f, (int)k);
 }
 
-static void ref_scores(const float *q, const float *const *rows, int32_t n, int64_t hd, float scale, float *out)
+static void ref_scores(const float *const *q, int32_t nq, const float *const *rows, int32_t n, int64_t hd, float scale,
+                       float *out, int32_t ld)
 {
-    for (int32_t t = 0; t < n; t++)
-        out[t] = ref_dot(q, rows[t], hd) * scale;
+    for (int32_t a = 0; a < nq; a++)
+        for (int32_t t = 0; t < n; t++)
+            out[(int64_t)a * ld + t] = ref_dot(q[a], rows[t], hd) * scale;
 }
 
 static float ref_exp_sum(float *x, int32_t n, float mx)
@@ -87,28 +89,33 @@ static float ref_exp_sum(float *x, int32_t n, float mx)
     return s;
 }
 
-static void ref_axpy_rows(float *y, const float *a, const float *const *rows, int32_t n, int64_t hd)
+static void ref_axpy_rows(float *const *y, int32_t nq, const float *a, int32_t ld, const float *const *rows, int32_t n,
+                          int64_t hd)
 {
-    for (int32_t t = 0; t < n; t++)
-        ref_axpy(y, a[t], rows[t], hd);
+    for (int32_t x = 0; x < nq; x++)
+        for (int32_t t = 0; t < n; t++)
+            ref_axpy(y[x], a[(int64_t)x * ld + t], rows[t], hd);
 }
 
-static void ref_scores_bf16(const float *q, const uint16_t *const *rows, int32_t n, int64_t hd, float scale,
-                            float *out)
+static void ref_scores_bf16(const float *const *q, int32_t nq, const uint16_t *const *rows, int32_t n, int64_t hd,
+                            float scale, float *out, int32_t ld)
 {
-    for (int32_t t = 0; t < n; t++) {
-        float s = 0;
-        for (int64_t c = 0; c < hd; c++)
-            s += q[c] * bf16_to_f32(rows[t][c]);
-        out[t] = s * scale;
-    }
+    for (int32_t a = 0; a < nq; a++)
+        for (int32_t t = 0; t < n; t++) {
+            float s = 0;
+            for (int64_t c = 0; c < hd; c++)
+                s += q[a][c] * bf16_to_f32(rows[t][c]);
+            out[(int64_t)a * ld + t] = s * scale;
+        }
 }
 
-static void ref_axpy_rows_bf16(float *y, const float *a, const uint16_t *const *rows, int32_t n, int64_t hd)
+static void ref_axpy_rows_bf16(float *const *y, int32_t nq, const float *a, int32_t ld, const uint16_t *const *rows,
+                               int32_t n, int64_t hd)
 {
-    for (int32_t t = 0; t < n; t++)
-        for (int64_t c = 0; c < hd; c++)
-            y[c] += a[t] * bf16_to_f32(rows[t][c]);
+    for (int32_t x = 0; x < nq; x++)
+        for (int32_t t = 0; t < n; t++)
+            for (int64_t c = 0; c < hd; c++)
+                y[x][c] += a[(int64_t)x * ld + t] * bf16_to_f32(rows[t][c]);
 }
 
 const struct kern kern_ref = {

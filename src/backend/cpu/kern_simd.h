@@ -11,6 +11,7 @@
  * tests bound by fp32 rounding error. */
 #include "kern.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define KERN_INLINE static inline __attribute__((always_inline))
@@ -155,97 +156,120 @@ static float KFN(exp_sum)(float *x, int32_t n, float mx)
     return r;
 }
 
-/* Attention over rows of the KV cache's type RT (f32 or bf16 widened on
- * load): dot (one key), scores (four keys at a time, each key's sums in
- * dot's order, so a key's score does not depend on its neighbours) and
- * axpy_rows (y in registers across the rows, four vectors at a time: each
- * element's multiply-adds in row order, as one row at a time makes them). */
+static float KFN(dot)(const float *a, const float *b, int64_t n)
+{
+    VF s0 = V_ZERO(), s1 = V_ZERO();
+    int64_t i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+        s0 = V_FMA(V_LOAD(a + i), V_LOAD(b + i), s0);
+        s1 = V_FMA(V_LOAD(a + i + VW), V_LOAD(b + i + VW), s1);
+    }
+    for (; i + VW <= n; i += VW)
+        s0 = V_FMA(V_LOAD(a + i), V_LOAD(b + i), s0);
+    float s = V_HSUM(V_ADD(s0, s1));
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+/* Attention over rows of the KV cache's type RT (f32, or bf16 widened on
+ * load), several queries at a time so that each row loaded serves them all.
+ * scores: a tile of NQ queries x NK keys, each pair's dot one vector
+ * accumulator over hd in VW steps, then its lanes, then the scalar tail: a
+ * pair's sum is the same whatever tile it falls in. axpy_rows: NQ outputs x
+ * NV vectors in registers across the rows, each element's multiply-adds in
+ * row order. */
 #define KERN_ATT(SUFFIX, RT, LOADR)                                                                      \
-    static float KFN(dot_##SUFFIX)(const float *a, const RT *b, int64_t n)                               \
+    KERN_INLINE void KFN(qk_tile_##SUFFIX)(const float *const *q, const RT *const *rows, int64_t hd, float scale, \
+                                           float *out, int32_t ld, const int NQ, const int NK)           \
     {                                                                                                    \
-        VF s0 = V_ZERO(), s1 = V_ZERO();                                                                 \
-        int64_t i = 0;                                                                                   \
-        for (; i + 2 * VW <= n; i += 2 * VW) {                                                           \
-            s0 = V_FMA(V_LOAD(a + i), LOADR(b + i), s0);                                                 \
-            s1 = V_FMA(V_LOAD(a + i + VW), LOADR(b + i + VW), s1);                                       \
+        VF acc[4][4];                                                                                    \
+        KERN_UNROLL for (int a = 0; a < NQ; a++) KERN_UNROLL for (int b = 0; b < NK; b++) acc[a][b] = V_ZERO(); \
+        const int64_t hv = hd - hd % VW;                                                                 \
+        for (int64_t c = 0; c < hv; c += VW) {                                                           \
+            VF kv[4];                                                                                    \
+            KERN_UNROLL for (int b = 0; b < NK; b++) kv[b] = LOADR(rows[b] + c);                         \
+            KERN_UNROLL for (int a = 0; a < NQ; a++) {                                                   \
+                const VF qv = V_LOAD(q[a] + c);                                                          \
+                KERN_UNROLL for (int b = 0; b < NK; b++) acc[a][b] = V_FMA(qv, kv[b], acc[a][b]);        \
+            }                                                                                            \
         }                                                                                                \
-        for (; i + VW <= n; i += VW)                                                                     \
-            s0 = V_FMA(V_LOAD(a + i), LOADR(b + i), s0);                                                 \
-        float s = V_HSUM(V_ADD(s0, s1));                                                                 \
-        for (; i < n; i++)                                                                               \
-            s += a[i] * KFN(to_f32_##SUFFIX)(b, i);                                                      \
-        return s;                                                                                        \
+        KERN_UNROLL for (int a = 0; a < NQ; a++) KERN_UNROLL for (int b = 0; b < NK; b++) {              \
+            float s = V_HSUM(acc[a][b]);                                                                 \
+            for (int64_t c = hv; c < hd; c++)                                                            \
+                s += q[a][c] * KFN(to_f32_##SUFFIX)(rows[b], c);                                         \
+            out[a * ld + b] = s * scale;                                                                 \
+        }                                                                                                \
     }                                                                                                    \
-    static void KFN(scores_##SUFFIX)(const float *q, const RT *const *rows, int32_t n, int64_t hd, float scale, \
-                                     float *out)                                                         \
+    static void KFN(scores_##SUFFIX)(const float *const *q, int32_t nq, const RT *const *rows, int32_t n, int64_t hd, \
+                                     float scale, float *out, int32_t ld)                                \
     {                                                                                                    \
-        int32_t t = 0;                                                                                   \
-        for (; t + 4 <= n; t += 4) {                                                                     \
-            VF s0[4], s1[4];                                                                             \
-            KERN_UNROLL for (int u = 0; u < 4; u++) s0[u] = s1[u] = V_ZERO();                            \
+        for (int32_t a = 0; a < nq; a += 4) {                                                            \
+            const bool full = a + 4 <= nq;                                                               \
+            int32_t t = 0;                                                                               \
+            for (; t + 4 <= n; t += 4)                                                                   \
+                if (full)                                                                                \
+                    KFN(qk_tile_##SUFFIX)(q + a, rows + t, hd, scale, out + (int64_t)a * ld + t, ld, 4, 4); \
+                else                                                                                     \
+                    for (int32_t x = a; x < nq; x++)                                                     \
+                        KFN(qk_tile_##SUFFIX)(q + x, rows + t, hd, scale, out + (int64_t)x * ld + t, ld, 1, 4); \
+            for (; t < n; t++)                                                                           \
+                if (full)                                                                                \
+                    KFN(qk_tile_##SUFFIX)(q + a, rows + t, hd, scale, out + (int64_t)a * ld + t, ld, 4, 1); \
+                else                                                                                     \
+                    for (int32_t x = a; x < nq; x++)                                                     \
+                        KFN(qk_tile_##SUFFIX)(q + x, rows + t, hd, scale, out + (int64_t)x * ld + t, ld, 1, 1); \
+        }                                                                                                \
+    }                                                                                                    \
+    KERN_INLINE void KFN(pv_tile_##SUFFIX)(float *const *y, const float *a, int32_t ld, const RT *const *rows, \
+                                           int32_t n, int64_t i, const int NQ, const int NV)             \
+    {                                                                                                    \
+        VF acc[4][4];                                                                                    \
+        KERN_UNROLL for (int x = 0; x < NQ; x++) KERN_UNROLL for (int v = 0; v < NV; v++) acc[x][v] = V_LOAD(y[x] + i + v * VW); \
+        for (int32_t t = 0; t < n; t++) {                                                                \
+            VF rv[4];                                                                                    \
+            KERN_UNROLL for (int v = 0; v < NV; v++) rv[v] = LOADR(rows[t] + i + v * VW);                \
+            KERN_UNROLL for (int x = 0; x < NQ; x++) {                                                   \
+                const VF av = V_SET1(a[(int64_t)x * ld + t]);                                            \
+                KERN_UNROLL for (int v = 0; v < NV; v++) acc[x][v] = V_FMA(av, rv[v], acc[x][v]);        \
+            }                                                                                            \
+        }                                                                                                \
+        KERN_UNROLL for (int x = 0; x < NQ; x++) KERN_UNROLL for (int v = 0; v < NV; v++) V_STORE(y[x] + i + v * VW, acc[x][v]); \
+    }                                                                                                    \
+    static void KFN(axpy_rows_##SUFFIX)(float *const *y, int32_t nq, const float *a, int32_t ld, const RT *const *rows, \
+                                        int32_t n, int64_t hd)                                           \
+    {                                                                                                    \
+        for (int32_t x0 = 0; x0 < nq; x0 += 4) {                                                         \
+            const int32_t nx = nq - x0 < 4 ? nq - x0 : 4;                                                \
+            const float *ax = a + (int64_t)x0 * ld;                                                      \
             int64_t i = 0;                                                                               \
-            for (; i + 2 * VW <= hd; i += 2 * VW) {                                                      \
-                const VF qa = V_LOAD(q + i), qb = V_LOAD(q + i + VW);                                    \
-                KERN_UNROLL for (int u = 0; u < 4; u++) {                                                \
-                    s0[u] = V_FMA(qa, LOADR(rows[t + u] + i), s0[u]);                                    \
-                    s1[u] = V_FMA(qb, LOADR(rows[t + u] + i + VW), s1[u]);                               \
+            for (; i + 4 * VW <= hd; i += 4 * VW)                                                        \
+                if (nx == 4)                                                                             \
+                    KFN(pv_tile_##SUFFIX)(y + x0, ax, ld, rows, n, i, 4, 4);                             \
+                else                                                                                     \
+                    for (int32_t x = 0; x < nx; x++)                                                     \
+                        KFN(pv_tile_##SUFFIX)(y + x0 + x, ax + (int64_t)x * ld, ld, rows, n, i, 1, 4);   \
+            for (; i + VW <= hd; i += VW)                                                                \
+                for (int32_t x = 0; x < nx; x++)                                                         \
+                    KFN(pv_tile_##SUFFIX)(y + x0 + x, ax + (int64_t)x * ld, ld, rows, n, i, 1, 1);       \
+            for (; i < hd; i++)                                                                          \
+                for (int32_t x = 0; x < nx; x++) {                                                       \
+                    float v = y[x0 + x][i];                                                              \
+                    for (int32_t t = 0; t < n; t++)                                                      \
+                        v += ax[(int64_t)x * ld + t] * KFN(to_f32_##SUFFIX)(rows[t], i);                 \
+                    y[x0 + x][i] = v;                                                                    \
                 }                                                                                        \
-            }                                                                                            \
-            for (; i + VW <= hd; i += VW) {                                                              \
-                const VF qa = V_LOAD(q + i);                                                             \
-                KERN_UNROLL for (int u = 0; u < 4; u++) s0[u] = V_FMA(qa, LOADR(rows[t + u] + i), s0[u]); \
-            }                                                                                            \
-            KERN_UNROLL for (int u = 0; u < 4; u++) {                                                    \
-                float s = V_HSUM(V_ADD(s0[u], s1[u]));                                                   \
-                for (int64_t c = i; c < hd; c++)                                                         \
-                    s += q[c] * KFN(to_f32_##SUFFIX)(rows[t + u], c);                                    \
-                out[t + u] = s * scale;                                                                  \
-            }                                                                                            \
-        }                                                                                                \
-        for (; t < n; t++)                                                                               \
-            out[t] = KFN(dot_##SUFFIX)(q, rows[t], hd) * scale;                                          \
-    }                                                                                                    \
-    static void KFN(axpy_rows_##SUFFIX)(float *y, const float *a, const RT *const *rows, int32_t n, int64_t hd) \
-    {                                                                                                    \
-        int64_t i = 0;                                                                                   \
-        for (; i + 4 * VW <= hd; i += 4 * VW) {                                                          \
-            VF y0 = V_LOAD(y + i), y1 = V_LOAD(y + i + VW), y2 = V_LOAD(y + i + 2 * VW),                 \
-               y3 = V_LOAD(y + i + 3 * VW);                                                              \
-            for (int32_t t = 0; t < n; t++) {                                                            \
-                const VF av = V_SET1(a[t]);                                                              \
-                const RT *r = rows[t] + i;                                                               \
-                y0 = V_FMA(av, LOADR(r), y0);                                                            \
-                y1 = V_FMA(av, LOADR(r + VW), y1);                                                       \
-                y2 = V_FMA(av, LOADR(r + 2 * VW), y2);                                                   \
-                y3 = V_FMA(av, LOADR(r + 3 * VW), y3);                                                   \
-            }                                                                                            \
-            V_STORE(y + i, y0);                                                                          \
-            V_STORE(y + i + VW, y1);                                                                     \
-            V_STORE(y + i + 2 * VW, y2);                                                                 \
-            V_STORE(y + i + 3 * VW, y3);                                                                 \
-        }                                                                                                \
-        for (; i + VW <= hd; i += VW) {                                                                  \
-            VF y0 = V_LOAD(y + i);                                                                       \
-            for (int32_t t = 0; t < n; t++)                                                              \
-                y0 = V_FMA(V_SET1(a[t]), LOADR(rows[t] + i), y0);                                        \
-            V_STORE(y + i, y0);                                                                          \
-        }                                                                                                \
-        for (; i < hd; i++) {                                                                            \
-            float v = y[i];                                                                              \
-            for (int32_t t = 0; t < n; t++)                                                              \
-                v += a[t] * KFN(to_f32_##SUFFIX)(rows[t], i);                                            \
-            y[i] = v;                                                                                    \
         }                                                                                                \
     }
 
 KERN_ATT(f32, float, V_LOAD)
 KERN_ATT(bf16, uint16_t, V_LOAD_BF16)
 
-/* y += a * x: one row of axpy_rows */
-static void KFN(axpy)(float *y, float a, const float *x, int64_t n) { KFN(axpy_rows_f32)(y, &a, &x, 1, n); }
+/* y += a * x: one output, one row of axpy_rows */
+static void KFN(axpy)(float *y, float a, const float *x, int64_t n) { KFN(axpy_rows_f32)(&y, 1, &a, 1, &x, 1, n); }
 
 const struct kern KERN_TABLE = {
-    KERN_NAME,       KFN(matmul_bf16),    KFN(matmul_f16), KFN(matmul_f32), KFN(dot_f32),
+    KERN_NAME,       KFN(matmul_bf16),    KFN(matmul_f16), KFN(matmul_f32), KFN(dot),
     KFN(axpy),       KFN(scale),          KFN(sumsq),      KFN(scores_f32), KFN(exp_sum),
     KFN(axpy_rows_f32), KFN(scores_bf16), KFN(axpy_rows_bf16),
 };
