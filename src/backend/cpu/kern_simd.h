@@ -204,21 +204,26 @@ static float KFN(dot)(const float *a, const float *b, int64_t n)
     static void KFN(scores_##SUFFIX)(const float *const *q, int32_t nq, const RT *const *rows, int32_t n, int64_t hd, \
                                      float scale, float *out, int32_t ld)                                \
     {                                                                                                    \
-        for (int32_t a = 0; a < nq; a += 4) {                                                            \
-            const bool full = a + 4 <= nq;                                                               \
+        /* tiles of 4 queries, then 2, then 1: eight or more accumulators where it can */             \
+        for (int32_t a = 0; a < nq;) {                                                                   \
+            const int32_t na = nq - a >= 4 ? 4 : nq - a >= 2 ? 2 : 1;                                    \
+            float *o = out + (int64_t)a * ld;                                                            \
             int32_t t = 0;                                                                               \
             for (; t + 4 <= n; t += 4)                                                                   \
-                if (full)                                                                                \
-                    KFN(qk_tile_##SUFFIX)(q + a, rows + t, hd, scale, out + (int64_t)a * ld + t, ld, 4, 4); \
+                if (na == 4)                                                                             \
+                    KFN(qk_tile_##SUFFIX)(q + a, rows + t, hd, scale, o + t, ld, 4, 4);                  \
+                else if (na == 2)                                                                        \
+                    KFN(qk_tile_##SUFFIX)(q + a, rows + t, hd, scale, o + t, ld, 2, 4);                  \
                 else                                                                                     \
-                    for (int32_t x = a; x < nq; x++)                                                     \
-                        KFN(qk_tile_##SUFFIX)(q + x, rows + t, hd, scale, out + (int64_t)x * ld + t, ld, 1, 4); \
+                    KFN(qk_tile_##SUFFIX)(q + a, rows + t, hd, scale, o + t, ld, 1, 4);                  \
             for (; t < n; t++)                                                                           \
-                if (full)                                                                                \
-                    KFN(qk_tile_##SUFFIX)(q + a, rows + t, hd, scale, out + (int64_t)a * ld + t, ld, 4, 1); \
+                if (na == 4)                                                                             \
+                    KFN(qk_tile_##SUFFIX)(q + a, rows + t, hd, scale, o + t, ld, 4, 1);                  \
+                else if (na == 2)                                                                        \
+                    KFN(qk_tile_##SUFFIX)(q + a, rows + t, hd, scale, o + t, ld, 2, 1);                  \
                 else                                                                                     \
-                    for (int32_t x = a; x < nq; x++)                                                     \
-                        KFN(qk_tile_##SUFFIX)(q + x, rows + t, hd, scale, out + (int64_t)x * ld + t, ld, 1, 1); \
+                    KFN(qk_tile_##SUFFIX)(q + a, rows + t, hd, scale, o + t, ld, 1, 1);                  \
+            a += na;                                                                                     \
         }                                                                                                \
     }                                                                                                    \
     KERN_INLINE void KFN(pv_tile_##SUFFIX)(float *const *y, const float *a, int32_t ld, const RT *const *rows, \
@@ -239,16 +244,17 @@ static float KFN(dot)(const float *a, const float *b, int64_t n)
     static void KFN(axpy_rows_##SUFFIX)(float *const *y, int32_t nq, const float *a, int32_t ld, const RT *const *rows, \
                                         int32_t n, int64_t hd)                                           \
     {                                                                                                    \
-        for (int32_t x0 = 0; x0 < nq; x0 += 4) {                                                         \
-            const int32_t nx = nq - x0 < 4 ? nq - x0 : 4;                                                \
+        for (int32_t x0 = 0; x0 < nq;) {                                                                 \
+            const int32_t nx = nq - x0 >= 4 ? 4 : nq - x0 >= 2 ? 2 : 1;                                  \
             const float *ax = a + (int64_t)x0 * ld;                                                      \
             int64_t i = 0;                                                                               \
             for (; i + 4 * VW <= hd; i += 4 * VW)                                                        \
                 if (nx == 4)                                                                             \
                     KFN(pv_tile_##SUFFIX)(y + x0, ax, ld, rows, n, i, 4, 4);                             \
+                else if (nx == 2)                                                                        \
+                    KFN(pv_tile_##SUFFIX)(y + x0, ax, ld, rows, n, i, 2, 4);                             \
                 else                                                                                     \
-                    for (int32_t x = 0; x < nx; x++)                                                     \
-                        KFN(pv_tile_##SUFFIX)(y + x0 + x, ax + (int64_t)x * ld, ld, rows, n, i, 1, 4);   \
+                    KFN(pv_tile_##SUFFIX)(y + x0, ax, ld, rows, n, i, 1, 4);                             \
             for (; i + VW <= hd; i += VW)                                                                \
                 for (int32_t x = 0; x < nx; x++)                                                         \
                     KFN(pv_tile_##SUFFIX)(y + x0 + x, ax + (int64_t)x * ld, ld, rows, n, i, 1, 1);       \
@@ -259,6 +265,7 @@ static float KFN(dot)(const float *a, const float *b, int64_t n)
                         v += ax[(int64_t)x * ld + t] * KFN(to_f32_##SUFFIX)(rows[t], i);                 \
                     y[x0 + x][i] = v;                                                                    \
                 }                                                                                        \
+            x0 += nx;                                                                                    \
         }                                                                                                \
     }
 
