@@ -195,6 +195,8 @@ expect "bench --sample without top_k: whole rows" 0 "top_k 0, whole rows read" -
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --gen 4 --sample 1,0
 expect "bench --kv-type bf16: half the cache bytes" 0 '"kv_type":"BF16"' -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --gen 4 --kv-type bf16 --json
+expect "KAPITSA_PROFILE over a bf16 KV cache" 0 "profile (cpu)" "attention" -- \
+    env KAPITSA_PROFILE=1 "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --gen 4 --kv-type bf16
 expect "bench --sample needs T,K" 2 "usage" -- "$bin" bench --model "$m/kapitsa-tiny" --sample 0.7
 expect "bench --seqs with several prompt lengths is refused" 2 "usage" -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16,48 --seqs 3
