@@ -315,11 +315,12 @@ static void att_task(void *ctx, int32_t task, int32_t worker)
             const int32_t i = i0 + u, n_kv = b->n_kv[i], mask_from = b->mask_from[i];
             const uint8_t *mask = b->mask ? b->mask + (int64_t)i * b->mask_stride : NULL;
             uint8_t vis[ATT_CHUNK];
-            int32_t n_vis = 0;
+            int32_t n_vis = 0, n_pre = 0; /* visible keys; how many lead the chunk unbroken */
             for (int32_t t = 0; t < n; t++) {
                 const int32_t p = p0 + t;
                 vis[t] = p < n_kv && !(mask && p >= mask_from && !mask[p - mask_from]);
                 n_vis += vis[t];
+                n_pre += vis[t] && n_pre == t;
             }
             for (int32_t h = 0; h < G; h++) {
                 float *sx = s[u * G + h];
@@ -337,8 +338,15 @@ static void att_task(void *ctx, int32_t task, int32_t worker)
                     j->k->scale(yp[x], corr, hd);
                     m[x] = mx;
                 }
-                /* the sum in key order, so that keys a query does not see (0)
-                 * leave it as it would be without them */
+                /* a causal row sees a prefix of the chunk: its sum is the same
+                 * whatever the keys past it, as when it is attended alone */
+                if (n_pre == n_vis) {
+                    l[x] += j->k->exp_sum(sx, n_pre, mx);
+                    memset(sx + n_pre, 0, (size_t)(n - n_pre) * sizeof(float));
+                    continue;
+                }
+                /* holes (a tree's mask): the sum in key order, the keys a
+                 * query does not see weighing 0 */
                 for (int32_t t = 0; t < n; t++)
                     sx[t] = vis[t] ? sx[t] : mx; /* exp_sum takes scores <= mx */
                 j->k->exp_sum(sx, n, mx);
