@@ -14,11 +14,11 @@ int kv_cache_init(struct kv_cache *kv, struct backend *be, int32_t n_layer, int3
     if (n_tokens < 1 || n_seq_max < 1 || block_size < 1)
         return err_set("kv_cache: bad size (tokens %d, sequences %d, block %d)", n_tokens, n_seq_max, block_size);
     if (type != DT_F32 && (type != DT_BF16 || !be->ops->kv_bf16))
-        return err_set("kv_cache: the %s backend keeps its KV cache in f32 only (--kv-type f32)", be->ops->name);
+        return err_set("kv_cache: the %s backend keeps its KV cache in f32%s, not %s (--kv-type f32%s)", be->ops->name,
+                       be->ops->kv_bf16 ? " or bf16" : "", dtype_name(type), be->ops->kv_bf16 ? "|bf16" : "");
     kv->be = be;
     kv->n_layer = n_layer;
     kv->row_dim = row_dim;
-    kv->type = type;
     kv->block_size = block_size;
     kv->n_blocks = (n_tokens + block_size - 1) / block_size;
     kv->n_seq_max = n_seq_max;

@@ -19,7 +19,6 @@ struct kv_cache {
     struct backend *be;
     int32_t n_layer;
     int32_t row_dim;      /* n_kv_head * head_dim */
-    enum dtype type;      /* DT_F32 or DT_BF16 (half the bytes; the backend must take it) */
     int32_t block_size;
     int32_t n_blocks;
     int32_t n_seq_max;

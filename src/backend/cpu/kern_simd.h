@@ -201,6 +201,17 @@ static float KFN(dot)(const float *a, const float *b, int64_t n)
             out[a * ld + b] = s * scale;                                                                 \
         }                                                                                                \
     }                                                                                                    \
+    /* NK keys against na (4, 2 or 1) queries, each count its own unrolled tile */                    \
+    KERN_INLINE void KFN(qk_keys_##SUFFIX)(const float *const *q, int32_t na, const RT *const *rows, int64_t hd,  \
+                                           float scale, float *out, int32_t ld, const int NK)            \
+    {                                                                                                    \
+        if (na == 4)                                                                                     \
+            KFN(qk_tile_##SUFFIX)(q, rows, hd, scale, out, ld, 4, NK);                                   \
+        else if (na == 2)                                                                                \
+            KFN(qk_tile_##SUFFIX)(q, rows, hd, scale, out, ld, 2, NK);                                   \
+        else                                                                                             \
+            KFN(qk_tile_##SUFFIX)(q, rows, hd, scale, out, ld, 1, NK);                                   \
+    }                                                                                                    \
     static void KFN(scores_##SUFFIX)(const float *const *q, int32_t nq, const RT *const *rows, int32_t n, int64_t hd, \
                                      float scale, float *out, int32_t ld)                                \
     {                                                                                                    \
@@ -210,19 +221,9 @@ static float KFN(dot)(const float *a, const float *b, int64_t n)
             float *o = out + (int64_t)a * ld;                                                            \
             int32_t t = 0;                                                                               \
             for (; t + 4 <= n; t += 4)                                                                   \
-                if (na == 4)                                                                             \
-                    KFN(qk_tile_##SUFFIX)(q + a, rows + t, hd, scale, o + t, ld, 4, 4);                  \
-                else if (na == 2)                                                                        \
-                    KFN(qk_tile_##SUFFIX)(q + a, rows + t, hd, scale, o + t, ld, 2, 4);                  \
-                else                                                                                     \
-                    KFN(qk_tile_##SUFFIX)(q + a, rows + t, hd, scale, o + t, ld, 1, 4);                  \
+                KFN(qk_keys_##SUFFIX)(q + a, na, rows + t, hd, scale, o + t, ld, 4);                     \
             for (; t < n; t++)                                                                           \
-                if (na == 4)                                                                             \
-                    KFN(qk_tile_##SUFFIX)(q + a, rows + t, hd, scale, o + t, ld, 4, 1);                  \
-                else if (na == 2)                                                                        \
-                    KFN(qk_tile_##SUFFIX)(q + a, rows + t, hd, scale, o + t, ld, 2, 1);                  \
-                else                                                                                     \
-                    KFN(qk_tile_##SUFFIX)(q + a, rows + t, hd, scale, o + t, ld, 1, 1);                  \
+                KFN(qk_keys_##SUFFIX)(q + a, na, rows + t, hd, scale, o + t, ld, 1);                     \
             a += na;                                                                                     \
         }                                                                                                \
     }                                                                                                    \
