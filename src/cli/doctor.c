@@ -129,32 +129,29 @@ int cli_doctor(int argc, char **argv)
         return 1;
     }
     const int64_t cpu_budget = mem_avail;
-    /* the cpu backend also keeps a bf16 KV cache (--kv-type bf16); the cuda one f32 only */
     printf("\nwhat fits (weights + KV for the context + state + runtime; one sequence):\n");
-    printf("  %-26s %9s  %-28s %16s %16s  %s\n", "model", "bf16", "where", "context, f32 KV", "bf16 KV (cpu)",
-           "disk");
+    printf("  %-26s %9s  %-28s %16s %16s  %s\n", "model", "bf16", "where", "context, f32 KV", "bf16 KV", "disk");
     const struct catalog_model *best = NULL;
     const char *best_where = NULL;
     bool best_bf16 = false;
     for (int32_t i = 0; i < c.n; i++) {
         const struct catalog_model *m = &c.m[i];
-        int64_t ctx_gpu = gpu_free > 0 ? catalog_fit_context(m, gpu_free, 1, DT_F32) : 0;
-        int64_t ctx_cpu = catalog_fit_context(m, cpu_budget, 1, DT_F32);
-        int64_t ctx_cpu16 = ctx_gpu ? 0 : catalog_fit_context(m, cpu_budget, 1, DT_BF16);
-        const char *where = ctx_gpu ? gpu_name : ctx_cpu16 ? "cpu (memory)" : "does not fit";
-        int64_t ctx = ctx_gpu ? ctx_gpu : ctx_cpu;
+        const bool gpu = gpu_free > 0 && catalog_fit_context(m, gpu_free, 1, DT_BF16) > 0;
+        const int64_t avail = gpu ? gpu_free : cpu_budget;
+        const int64_t ctx = catalog_fit_context(m, avail, 1, DT_F32), ctx16 = catalog_fit_context(m, avail, 1, DT_BF16);
+        const char *where = gpu ? gpu_name : ctx16 ? "cpu (memory)" : "does not fit";
         char ctxs[32] = "-", ctxs16[32] = "-";
         if (ctx)
             snprintf(ctxs, sizeof ctxs, "%lld", (long long)ctx);
-        if (ctx_cpu16)
-            snprintf(ctxs16, sizeof ctxs16, "%lld", (long long)ctx_cpu16);
+        if (ctx16)
+            snprintf(ctxs16, sizeof ctxs16, "%lld", (long long)ctx16);
         printf("  %-26s %6.1f GB  %-28s %16s %16s  %s\n", m->name, (double)m->bytes / 1e9, where, ctxs, ctxs16,
                m->bytes <= disk ? "ok" : "too little free disk");
         /* the recommendation: the most parameters that keep 32k of context */
-        const bool bf16 = ctx < 32768 && ctx_cpu16 >= 32768;
+        const bool bf16 = ctx < 32768 && ctx16 >= 32768;
         if ((ctx >= 32768 || bf16) && m->bytes <= disk && (!best || m->params > best->params)) {
             best = m;
-            best_where = ctx_gpu ? "gpu" : "cpu";
+            best_where = gpu ? "gpu" : "cpu";
             best_bf16 = bf16;
         }
     }

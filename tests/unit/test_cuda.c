@@ -12,6 +12,7 @@
 #include "../../src/base/err.h"
 #include "../../src/engine/engine.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,18 +85,26 @@ static void pair_free(struct both *b, struct pair *p)
     free(p->host);
 }
 
-/* max |gpu - cpu| / max |cpu| over an F32 pair */
+static double host_val(const void *h, enum dtype t, int64_t i)
+{
+    return t == DT_BF16 ? bf16_to_f32(((const uint16_t *)h)[i]) : ((const float *)h)[i];
+}
+
+/* max |gpu - cpu| / max |cpu| over an F32 or BF16 pair */
 static double pair_err(struct both *b, const struct pair *p)
 {
     const int64_t n = p->c.n_rows * p->c.n_cols;
-    float *x = malloc((size_t)n * sizeof(float)), *y = malloc((size_t)n * sizeof(float));
+    const enum dtype t = p->c.type;
+    assert(t == DT_F32 || t == DT_BF16);
+    void *x = malloc((size_t)n * dtype_size(t)), *y = malloc((size_t)n * dtype_size(t));
     b->cpu->ops->read(b->cpu, &p->c, 0, p->c.n_rows, x);
     b->gpu->ops->read(b->gpu, &p->g, 0, p->g.n_rows, y);
     double mx = 0, d = 0;
     for (int64_t i = 0; i < n; i++) {
-        mx = fmax(mx, fabs(x[i]));
-        d = fmax(d, fabs((double)x[i] - y[i]));
-        if (isnan(y[i]) != isnan(x[i]))
+        const double xv = host_val(x, t, i), yv = host_val(y, t, i);
+        mx = fmax(mx, fabs(xv));
+        d = fmax(d, fabs(xv - yv));
+        if (isnan(yv) != isnan(xv))
             d = INFINITY;
     }
     free(x);
@@ -246,15 +255,16 @@ void test_cuda_matmul_fused(void)
 }
 
 /* kv_store and attention on both backends over the batch ab, with random q,
- * k, v and caches of cache_rows rows: the output's normalised difference, and
- * the caches' in *cache_err. */
+ * k, v and caches of cache_rows rows (of type att_kv): the output's
+ * normalised difference, and the caches' in *cache_err. */
+static enum dtype att_kv = DT_F32;
 static double att_compare(struct both *b, const struct attn_batch *ab, int64_t cache_rows, int32_t n_head,
                           int32_t n_kv, int32_t hd, float scale, double *cache_err)
 {
     const int32_t n = ab->n_tokens;
     struct pair kc, vc, q, k, v, out;
-    pair_make(b, &kc, DT_F32, cache_rows, n_kv * hd, 1.0f);
-    pair_make(b, &vc, DT_F32, cache_rows, n_kv * hd, 1.0f);
+    pair_make(b, &kc, att_kv, cache_rows, n_kv * hd, 1.0f);
+    pair_make(b, &vc, att_kv, cache_rows, n_kv * hd, 1.0f);
     pair_make(b, &q, DT_F32, n, n_head * hd, 2.0f);
     pair_make(b, &k, DT_F32, n, n_kv * hd, 2.0f);
     pair_make(b, &v, DT_F32, n, n_kv * hd, 1.0f);
@@ -349,6 +359,7 @@ void test_cuda_attention(void)
     attention_case(&b, 5000, 32, 8, 128); /* several splits */
     attention_case(&b, 700, 16, 1, 256);
     attention_case(&b, 100, 40, 8, 16);
+    attention_case(&b, 2000, 16, 4, 64);
     prefill_case(&b, 300, 128, 101, 32, 8, 128, 2e-5); /* tensor cores, split operands */
     prefill_case(&b, 0, 192, 64, 8, 2, 64, 2e-5);
     prefill_case(&b, 40, 64, 70, 4, 2, 32, 2e-5);
@@ -357,6 +368,17 @@ void test_cuda_attention(void)
     prefill_case(&b, 64, 96, 33, 16, 2, 128, 2e-5);    /* groups of 8: 16 rows a block */
     prefill_case(&b, 17, 100, 80, 8, 2, 128, 2e-5);    /* runs of 32 broken: CUDA cores */
     prefill_case(&b, 40, 64, 70, 8, 2, 256, 2e-5);     /* head dim 256, precise: CUDA cores */
+    /* a bf16 cache: both backends store the same rounded rows and read them exactly */
+    att_kv = DT_BF16;
+    attention_case(&b, 9, 6, 2, 20);
+    attention_case(&b, 300, 8, 2, 32);
+    attention_case(&b, 2000, 16, 4, 64);
+    attention_case(&b, 5000, 32, 8, 128);
+    attention_case(&b, 700, 16, 1, 256);
+    prefill_case(&b, 300, 128, 101, 32, 8, 128, 2e-5);
+    prefill_case(&b, 17, 100, 80, 8, 2, 128, 2e-5);
+    prefill_case(&b, 40, 64, 70, 8, 2, 256, 2e-5);
+    att_kv = DT_F32;
     both_close(&b);
     /* fast mode: bf16 operands on the tensor cores, within bf16 rounding */
     if (both_open(&b, false) != 0)
@@ -431,20 +453,22 @@ void test_cuda_rowwise(void)
     BOTH(b.cpu->ops->copy_rows(b.cpu, &o.c, src, dst, 3), b.gpu->ops->copy_rows(b.gpu, &o.g, src, dst, 3),
          "copy_rows");
 #undef BOTH
-    { /* attn_prep (partial rope: 32 of 48 dims): as the cpu's pieces, and bitwise the gpu's own pieces */
+    for (int ct = 0; ct < 2; ct++) { /* attn_prep (partial rope: 32 of 48 dims), f32 and bf16 caches: as the
+                                      * cpu's pieces (a bf16 row within a rounding), bitwise the gpu's own pieces */
+        const enum dtype kt = ct ? DT_BF16 : DT_F32;
         const int32_t nkv = 2;
         struct pair q, k, v, kc, vc, qn, kn, q2, k2, kc2, vc2;
         pair_make(&b, &q, DT_F32, n, H, 3.0f);
         pair_make(&b, &k, DT_F32, n, nkv * hd, 3.0f);
         pair_make(&b, &v, DT_F32, n, nkv * hd, 3.0f);
-        pair_make(&b, &kc, DT_F32, 16, nkv * hd, 0.0f);
-        pair_make(&b, &vc, DT_F32, 16, nkv * hd, 0.0f);
+        pair_make(&b, &kc, kt, 16, nkv * hd, 0.0f);
+        pair_make(&b, &vc, kt, 16, nkv * hd, 0.0f);
         pair_make(&b, &qn, DT_BF16, 1, hd, 1.0f);
         pair_make(&b, &kn, DT_BF16, 1, hd, 1.0f);
         pair_make(&b, &q2, DT_F32, n, H, 0.0f);
         pair_make(&b, &k2, DT_F32, n, nkv * hd, 0.0f);
-        pair_make(&b, &kc2, DT_F32, 16, nkv * hd, 0.0f);
-        pair_make(&b, &vc2, DT_F32, 16, nkv * hd, 0.0f);
+        pair_make(&b, &kc2, kt, 16, nkv * hd, 0.0f);
+        pair_make(&b, &vc2, kt, 16, nkv * hd, 0.0f);
         b.gpu->ops->write(b.gpu, &q2.g, 0, n, q.host);
         b.gpu->ops->write(b.gpu, &k2.g, 0, n, k.host);
         b.gpu->ops->write(b.gpu, &kc2.g, 0, 16, kc.host); /* the same signed zeros where nothing is stored */
@@ -457,12 +481,13 @@ void test_cuda_rowwise(void)
         const struct pair *fused[4] = {&q, &k, &kc, &vc}, *pieces[4] = {&q2, &k2, &kc2, &vc2};
         for (int t = 0; t < 4; t++) {
             const double e = pair_err(&b, fused[t]);
-            CHECK(e < 2e-6, "attn_prep output %d: err %.3g", t, e);
-            const int64_t cnt = fused[t]->g.n_rows * fused[t]->g.n_cols;
-            float *y1 = malloc((size_t)cnt * sizeof(float)), *y2 = malloc((size_t)cnt * sizeof(float));
+            CHECK(e < (t >= 2 && ct ? 1.0 / 128 : 2e-6), "attn_prep (%s cache) output %d: err %.3g", dtype_name(kt), t,
+                  e);
+            const size_t bytes = (size_t)(fused[t]->g.n_rows * fused[t]->g.n_cols) * dtype_size(fused[t]->g.type);
+            void *y1 = malloc(bytes), *y2 = malloc(bytes);
             b.gpu->ops->read(b.gpu, &fused[t]->g, 0, fused[t]->g.n_rows, y1);
             b.gpu->ops->read(b.gpu, &pieces[t]->g, 0, pieces[t]->g.n_rows, y2);
-            CHECK(memcmp(y1, y2, (size_t)cnt * sizeof(float)) == 0, "attn_prep output %d: not its pieces' bits", t);
+            CHECK(memcmp(y1, y2, bytes) == 0, "attn_prep (%s cache) output %d: not its pieces' bits", dtype_name(kt), t);
             free(y1);
             free(y2);
         }

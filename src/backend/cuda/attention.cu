@@ -10,8 +10,9 @@
  *
  * Decoding (up to CUDA_SMALL_N tokens: steps, several sequences, trees),
  * k_att_decode: a block takes one token, one kv head and a group of up to 8
- * of its query heads (a warp each); per tile it stages the 32 keys' K and V
- * rows in shared memory with coalesced loads, each lane scores one key
+ * of its query heads (a warp each); the 32 keys' K and V rows of a tile come
+ * into shared memory by cp.async, as stored, two tiles ahead of the one being
+ * scored (a long range's reads stay in flight), each lane scores one key
  * (four partial sums over the head dim), and the warp keeps a running max
  * (flash-attention style). The keys are split into fixed-length ranges
  * across blocks (parallel over long contexts), merged in order by
@@ -34,11 +35,15 @@
 #define ATT_MAX_G 8  /* query heads per block */
 #define ATT_MAX_ND 8 /* head_dim / 32 */
 #define ATT_PREFILL_T 8
+#define ATT_STAGES 3 /* k_att_decode's ring of tiles */
+static_assert(ATT_STAGES == 3, "k_att_decode waits with cp_async_wait_one: ATT_STAGES - 2 groups left in flight");
+#define ATT_MERGE_WARPS 8
 
 struct att_args {
     const float *q;
     int64_t qs;
-    const float *kc, *vc;
+    const void *kc, *vc; /* the cache: bf16 when kv16, else f32 */
+    bool kv16;
     int64_t ks;
     float *out;
     int64_t os;
@@ -52,16 +57,37 @@ struct att_args {
     int64_t kv_total;
     float scale;
     bool vec4; /* rows and heads 16-byte aligned */
+    int32_t kpb, vpb, cb; /* k_att_decode: bytes per staged K row and V row; bytes per copy (8 or 16) */
     struct dev_batch b;
     int32_t block_size, max_blocks;
 };
 
+/* token i's view of the cache: its keys past mask_from come from vis (NULL: all in order) */
+struct att_seq {
+    int32_t mask_from, block_size;
+    const int32_t *vis, *table;
+};
+
+static __device__ __forceinline__ struct att_seq att_seq_of(const struct att_args *a, int32_t i)
+{
+    struct att_seq s;
+    s.mask_from = a->b.mask_from[i];
+    s.block_size = a->block_size;
+    s.vis = a->b.vis_stride ? a->b.vis + (int64_t)i * a->b.vis_stride : NULL;
+    s.table = a->b.block_table + (int64_t)a->b.seq_row[i] * a->max_blocks;
+    return s;
+}
+
+/* the cache row of visible key v */
+static __device__ __forceinline__ int32_t att_seq_row(const struct att_seq &s, int32_t v)
+{
+    const int32_t p = v < s.mask_from || !s.vis ? v : s.vis[v - s.mask_from];
+    return s.table[p / s.block_size] * s.block_size + p % s.block_size;
+}
+
 static __device__ __forceinline__ int32_t att_row(const struct att_args *a, int32_t i, int32_t v)
 {
-    const int32_t mf = a->b.mask_from[i];
-    const int32_t p = v < mf || !a->b.vis_stride ? v : a->b.vis[(int64_t)i * a->b.vis_stride + v - mf];
-    const int32_t *table = a->b.block_table + (int64_t)a->b.seq_row[i] * a->max_blocks;
-    return table[p / a->block_size] * a->block_size + p % a->block_size;
+    return att_seq_row(att_seq_of(a, i), v);
 }
 
 /* Stages a tile's K and V rows (rows[key] < 0: zeros) in shared memory, 16
@@ -80,8 +106,8 @@ static __device__ __forceinline__ void att_stage(const struct att_args &a, const
             const int r = e < n4 ? rows[key] : -1;
             kv[u] = vv[u] = make_float4(0, 0, 0, 0);
             if (r >= 0) {
-                kv[u] = *(const float4 *)(a.kc + (int64_t)r * a.ks + koff + d);
-                vv[u] = *(const float4 *)(a.vc + (int64_t)r * a.ks + koff + d);
+                kv[u] = kv_at4(a.kc, a.kv16, (int64_t)r * a.ks + koff + d);
+                vv[u] = kv_at4(a.vc, a.kv16, (int64_t)r * a.ks + koff + d);
             }
         }
 #pragma unroll
@@ -143,8 +169,8 @@ __global__ void k_attention(struct att_args a)
         } else {
             for (int e = threadIdx.x; e < ATT_TILE * hd; e += blockDim.x) {
                 const int key = e / hd, d = e % hd, r = rows[key];
-                Ks[key * pitch + d] = r >= 0 ? a.kc[(int64_t)r * a.ks + koff + d] : 0.0f;
-                Vs[key * hd + d] = r >= 0 ? a.vc[(int64_t)r * a.ks + koff + d] : 0.0f;
+                Ks[key * pitch + d] = r >= 0 ? kv_at(a.kc, a.kv16, (int64_t)r * a.ks + koff + d) : 0.0f;
+                Vs[key * hd + d] = r >= 0 ? kv_at(a.vc, a.kv16, (int64_t)r * a.ks + koff + d) : 0.0f;
             }
         }
         __syncthreads();
@@ -200,16 +226,186 @@ __global__ void k_attention(struct att_args a)
     }
 }
 
+/* cp.async of B = 8 or 16 bytes (16: bypassing L1) */
+template <int B> static __device__ __forceinline__ void cp_async_n(void *dst, const void *src)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    if (B == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(d), "l"(src), "n"(B));
+}
+
+/* Requests a tile's K and V rows (rows[key] < 0: left as they are) as they
+ * are stored, B bytes per copy, into K rows kpb bytes apart and V rows vpb
+ * apart; rb bytes per row. */
+template <int B>
+static __device__ __forceinline__ void att_fetch_n(const struct att_args &a, const int32_t *rows, int64_t koff, int32_t rb,
+                                                   char *Kd, char *Vd)
+{
+    const int32_t per_row = rb / B, n = ATT_TILE * per_row;
+    const int64_t ksb = a.ks * (a.kv16 ? 2 : 4);
+    for (int32_t e = threadIdx.x; e < n; e += blockDim.x) {
+        const int32_t key = e / per_row, o = (e - key * per_row) * B, r = rows[key];
+        if (r < 0)
+            continue;
+        const int64_t src = r * ksb + koff + o;
+        cp_async_n<B>(Kd + key * a.kpb + o, (const char *)a.kc + src);
+        cp_async_n<B>(Vd + key * a.vpb + o, (const char *)a.vc + src);
+    }
+}
+
+static __device__ __forceinline__ void att_fetch(const struct att_args &a, const int32_t *rows, int64_t koff, int32_t rb,
+                                                 char *Kd, char *Vd)
+{
+    if (a.cb == 16)
+        att_fetch_n<16>(a, rows, koff, rb, Kd, Vd);
+    else
+        att_fetch_n<8>(a, rows, koff, rb, Kd, Vd);
+}
+
+/* the four partial sums of a key's score, elements d..d+3 of q and k */
+static __device__ __forceinline__ void att_dot4(float4 q, float4 k, float *s)
+{
+    s[0] = fmaf(q.x, k.x, s[0]);
+    s[1] = fmaf(q.y, k.y, s[1]);
+    s[2] = fmaf(q.z, k.z, s[2]);
+    s[3] = fmaf(q.w, k.w, s[3]);
+}
+
+static __device__ __forceinline__ float4 bf16x4(uint32_t a, uint32_t b)
+{
+    return make_float4(__uint_as_float(a << 16), __uint_as_float(a & 0xffff0000u), __uint_as_float(b << 16),
+                       __uint_as_float(b & 0xffff0000u));
+}
+
+/* Decoding's head-dim columns per lane: CPL adjacent columns from lane * CPL
+ * when the head dim is 32 * CPL (a value row read as one vector), else
+ * (CPL = 0) columns lane, lane + 32, ... of any head dim (a multiple of 4). */
+template <int CPL> struct att_cols {
+    static constexpr int N = CPL ? CPL : ATT_MAX_ND; /* accumulators per lane */
+    static __device__ __forceinline__ int32_t col(int lane, int c) { return CPL ? lane * CPL + c : lane + 32 * c; }
+    static __device__ __forceinline__ bool ok(int32_t hd, int lane, int c)
+    {
+        return CPL ? true : c < (hd + 31) / 32 && lane + 32 * c < hd;
+    }
+};
+
+/* v[0..CPL) = columns lane*CPL.. of value row vr (f32, or bf16 when BF16) */
+template <bool BF16, int CPL>
+static __device__ __forceinline__ void att_vrow(const char *vr, int lane, float *v)
+{
+    if (BF16) {
+        const uint16_t *p = (const uint16_t *)vr + lane * CPL;
+        if (CPL == 1) {
+            v[0] = __uint_as_float((uint32_t)p[0] << 16);
+        } else if (CPL == 2) {
+            const uint32_t u = *(const uint32_t *)p;
+            v[0] = __uint_as_float(u << 16), v[1] = __uint_as_float(u & 0xffff0000u);
+        } else {
+#pragma unroll
+            for (int c = 0; c < CPL; c += 4) {
+                const uint2 u = *(const uint2 *)(p + c);
+                const float4 f = bf16x4(u.x, u.y);
+                v[c] = f.x, v[c + 1] = f.y, v[c + 2] = f.z, v[c + 3] = f.w;
+            }
+        }
+    } else {
+        const float *p = (const float *)vr + lane * CPL;
+        if (CPL == 1) {
+            v[0] = p[0];
+        } else if (CPL == 2) {
+            const float2 f = *(const float2 *)p;
+            v[0] = f.x, v[1] = f.y;
+        } else {
+#pragma unroll
+            for (int c = 0; c < CPL; c += 4) {
+                const float4 f = *(const float4 *)(p + c);
+                v[c] = f.x, v[c + 1] = f.y, v[c + 2] = f.z, v[c + 3] = f.w;
+            }
+        }
+    }
+}
+
+/* One warp's head over one staged tile of n_keys keys (K rows a.kpb bytes
+ * apart, then V rows a.vpb apart): lane = key, four partial sums over the
+ * head dim added pairwise; the running max *m, sum *l and output acc
+ * (columns by att_cols<CPL>). A column's sum over the keys is the same
+ * sequence of multiply-adds whatever CPL. */
+template <bool BF16, int CPL>
+static __device__ __forceinline__ void att_decode_tile(const struct att_args &a, const char *Kt, const float4 *qw,
+                                                       int n_keys, float *m, float *l, float *acc)
+{
+    typedef att_cols<CPL> C;
+    const int32_t hd = CPL ? 32 * CPL : a.hd, h4 = hd / 4;
+    const int lane = threadIdx.x & 31;
+    const char *Vt = Kt + ATT_TILE * a.kpb, *kr = Kt + lane * a.kpb;
+    const bool ok = lane < n_keys;
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (BF16) {
+        int32_t d4 = 0;
+#pragma unroll 8
+        for (; d4 + 2 <= h4; d4 += 2) {
+            const uint4 u = *(const uint4 *)(kr + 8 * d4);
+            att_dot4(qw[d4], bf16x4(u.x, u.y), s);
+            att_dot4(qw[d4 + 1], bf16x4(u.z, u.w), s);
+        }
+        if (d4 < h4) {
+            const uint2 u = *(const uint2 *)(kr + 8 * d4);
+            att_dot4(qw[d4], bf16x4(u.x, u.y), s);
+        }
+    } else {
+#pragma unroll 8
+        for (int32_t d4 = 0; d4 < h4; d4++)
+            att_dot4(qw[d4], ((const float4 *)kr)[d4], s);
+    }
+    const float sc = ok ? ((s[0] + s[1]) + (s[2] + s[3])) * a.scale : -INFINITY;
+    const float mx = fmaxf(*m, warp_max(sc));
+    const float corr = expf(*m - mx);
+    const float p = ok ? expf(sc - mx) : 0.0f;
+    *l = *l * corr + warp_sum(p);
+    *m = mx;
+#pragma unroll
+    for (int c = 0; c < C::N; c++)
+        acc[c] *= corr;
+#pragma unroll 4
+    for (int j = 0; j < n_keys; j++) {
+        const float pj = __shfl_sync(0xffffffffu, p, j);
+        const char *vr = Vt + j * a.vpb;
+        if (CPL) {
+            float v[C::N];
+            att_vrow<BF16, CPL>(vr, lane, v);
+#pragma unroll
+            for (int c = 0; c < C::N; c++)
+                acc[c] = fmaf(pj, v[c], acc[c]);
+        } else {
+#pragma unroll
+            for (int c = 0; c < C::N; c++)
+                if (C::ok(hd, lane, c)) {
+                    const int32_t col = C::col(lane, c);
+                    const float v = BF16 ? __bfloat162float(((const __nv_bfloat16 *)vr)[col]) : ((const float *)vr)[col];
+                    acc[c] = fmaf(pj, v, acc[c]);
+                }
+        }
+    }
+}
+
 /* grid: x = token * n_kv_head + kv head, y = split, z = group of gc query
- * heads; block: max(gc, 4) warps, warp w computing head w of the group (the
- * others help stage the tiles). Head dims that are multiples of 4 up to 256,
- * rows 16-byte aligned (a.vec4). */
+ * heads; block: max(gc, 4) warps, warp w computing head w of the group (all
+ * of them requesting the tiles). Tiles of 32 keys come into a ring of
+ * ATT_STAGES buffers by cp.async, as the cache stores them (f32, or bf16
+ * when BF16), ATT_STAGES - 1 tiles ahead of the one being scored, so the
+ * reads of a long range stay in flight while the warps compute. Head dims
+ * that are multiples of 4 up to 256; columns per lane by att_cols<CPL>. */
+template <bool BF16, int CPL>
 __global__ void k_att_decode(struct att_args a)
 {
-    extern __shared__ float sm[];
-    const int32_t hd = a.hd, kp = hd + 4, h4 = hd / 4, nd = (hd + 31) / 32;
-    float *Ks = sm, *Vs = Ks + ATT_TILE * kp, *qs = Vs + ATT_TILE * hd; /* [32][hd+4], [32][hd], [gc][hd] */
-    __shared__ int32_t rows[ATT_TILE];
+    extern __shared__ __align__(16) char sm_raw[];
+    __shared__ int32_t rows[ATT_STAGES][ATT_TILE];
+    typedef att_cols<CPL> C;
+    const int32_t hd = a.hd, h4 = hd / 4, rb = hd * (BF16 ? 2 : 4);
+    const int32_t stage = ATT_TILE * (a.kpb + a.vpb);
+    float *qs = (float *)(sm_raw + ATT_STAGES * stage); /* [gc][hd] */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int32_t i = blockIdx.x / a.n_kv_head, kvh = blockIdx.x % a.n_kv_head;
     const int32_t G = a.n_head / a.n_kv_head, h0 = kvh * G + blockIdx.z * a.gc;
@@ -218,91 +414,133 @@ __global__ void k_att_decode(struct att_args a)
     const int32_t v_beg = blockIdx.y * a.split_len, v_end = min(n_vis, v_beg + a.split_len);
     if (v_beg >= v_end)
         return;
-    const bool active = warp < gc;
+    const int32_t n_tiles = (v_end - v_beg + ATT_TILE - 1) / ATT_TILE;
+    const int64_t koff = (int64_t)kvh * rb;
+    const struct att_seq sq = att_seq_of(&a, i);
+    for (int e = threadIdx.x; e < ATT_STAGES * ATT_TILE; e += blockDim.x)
+        rows[e / ATT_TILE][e % ATT_TILE] = v_beg + e < v_end ? att_seq_row(sq, v_beg + e) : -1;
     for (int e = threadIdx.x; e < gc * h4; e += blockDim.x)
         ((float4 *)qs)[e] = *(const float4 *)(a.q + (int64_t)i * a.qs + (int64_t)h0 * hd + 4 * e);
-    float m = -INFINITY, l = 0.0f, acc[ATT_MAX_ND];
-#pragma unroll
-    for (int dd = 0; dd < ATT_MAX_ND; dd++)
-        acc[dd] = 0.0f;
-    const int64_t koff = (int64_t)kvh * hd;
-    const float4 *qw = (const float4 *)(qs + (active ? warp : 0) * hd);
-    for (int32_t tile = v_beg; tile < v_end; tile += ATT_TILE) {
-        __syncthreads();
-        if (threadIdx.x < ATT_TILE)
-            rows[threadIdx.x] = tile + threadIdx.x < v_end ? att_row(&a, i, tile + threadIdx.x) : -1;
-        __syncthreads();
-        att_stage(a, rows, koff, Ks, kp, Vs);
-        __syncthreads();
-        if (!active)
-            continue;
-        const int n_keys = min(ATT_TILE, v_end - tile);
-        const bool ok = lane < n_keys;
-        /* lane = key: four partial sums over the head dim, added pairwise */
-        const float4 *kr = (const float4 *)(Ks + lane * kp);
-        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-        for (int d4 = 0; d4 < h4; d4++) {
-            const float4 k = kr[d4], q = qw[d4];
-            s0 = fmaf(q.x, k.x, s0);
-            s1 = fmaf(q.y, k.y, s1);
-            s2 = fmaf(q.z, k.z, s2);
-            s3 = fmaf(q.w, k.w, s3);
-        }
-        const float sc = ok ? ((s0 + s1) + (s2 + s3)) * a.scale : -INFINITY;
-        const float mx = fmaxf(m, warp_max(sc));
-        const float corr = expf(m - mx);
-        const float p = ok ? expf(sc - mx) : 0.0f;
-        l = l * corr + warp_sum(p);
-        m = mx;
-#pragma unroll
-        for (int dd = 0; dd < ATT_MAX_ND; dd++)
-            acc[dd] *= corr;
-#pragma unroll 4
-        for (int j = 0; j < n_keys; j++) {
-            const float pj = __shfl_sync(0xffffffffu, p, j);
-#pragma unroll
-            for (int dd = 0; dd < ATT_MAX_ND; dd++)
-                if (dd < nd && lane + 32 * dd < hd)
-                    acc[dd] = fmaf(pj, Vs[j * hd + lane + 32 * dd], acc[dd]);
-        }
+    __syncthreads();
+    for (int32_t t = 0; t < ATT_STAGES - 1; t++) {
+        if (t < n_tiles)
+            att_fetch(a, rows[t], koff, rb, sm_raw + t * stage, sm_raw + t * stage + ATT_TILE * a.kpb);
+        cp_async_commit();
     }
+    const bool active = warp < gc;
+    float m = -INFINITY, l = 0.0f, acc[C::N];
+#pragma unroll
+    for (int c = 0; c < C::N; c++)
+        acc[c] = 0.0f;
+    const float4 *qw = (const float4 *)(qs + (active ? warp : 0) * hd);
+    for (int32_t t = 0; t < n_tiles; t++) {
+        cp_async_wait_one(); /* tile t is in (ATT_STAGES - 2 groups may still fly) */
+        __syncthreads();     /* ... for every thread, and tile t - 1's buffer is free */
+        const int32_t tn = t + ATT_STAGES - 1, sn = tn % ATT_STAGES;
+        if (tn < n_tiles)
+            att_fetch(a, rows[sn], koff, rb, sm_raw + sn * stage, sm_raw + sn * stage + ATT_TILE * a.kpb);
+        cp_async_commit();
+        /* tile t + ATT_STAGES's rows: looked up now, stored (in tile t's
+         * slot, whose fetch is done) after the scoring, so that the lookup's
+         * latency hides behind it */
+        const int32_t v_next = v_beg + (t + ATT_STAGES) * ATT_TILE + lane;
+        const int32_t row_next = warp == 0 && v_next < v_end ? att_seq_row(sq, v_next) : -1;
+        if (active)
+            att_decode_tile<BF16, CPL>(a, sm_raw + (t % ATT_STAGES) * stage, qw, min(ATT_TILE, v_end - (v_beg + t * ATT_TILE)),
+                                  &m, &l, acc);
+        if (warp == 0)
+            rows[t % ATT_STAGES][lane] = row_next;
+    }
+    cp_async_wait_all();
     if (!active)
         return;
     const int32_t h = h0 + warp;
     if (a.part) {
         float *pp = a.part + (((int64_t)i * a.n_head + h) * a.n_split + blockIdx.y) * (hd + 2);
 #pragma unroll
-        for (int dd = 0; dd < ATT_MAX_ND; dd++)
-            if (dd < nd && lane + 32 * dd < hd)
-                pp[lane + 32 * dd] = acc[dd];
+        for (int c = 0; c < C::N; c++)
+            if (C::ok(hd, lane, c))
+                pp[C::col(lane, c)] = acc[c];
         if (lane == 0)
             pp[hd] = m, pp[hd + 1] = l;
     } else {
-        /* as k_att_merge writes a single range (its scale is exp(0) = 1) */
+        /* as k_att_merge writes a single range */
 #pragma unroll
-        for (int dd = 0; dd < ATT_MAX_ND; dd++)
-            if (dd < nd && lane + 32 * dd < hd)
-                a.out[(int64_t)i * a.os + (int64_t)h * hd + lane + 32 * dd] = l > 0.0f ? acc[dd] / l : 0.0f;
+        for (int c = 0; c < C::N; c++)
+            if (C::ok(hd, lane, c))
+                a.out[(int64_t)i * a.os + (int64_t)h * hd + C::col(lane, c)] = l > 0.0f ? acc[c] / l : 0.0f;
     }
 }
 
-/* grid: token * n_head + head; block: head_dim threads */
-__global__ void k_att_merge(struct att_args a)
+/* grid: token * n_head + head; block: ATT_MERGE_WARPS warps. A token's
+ * ranges are merged in a fixed order whatever the batch: warp w takes ranges
+ * w, w + ATT_MERGE_WARPS, ... (lanes across the head dim), then the warps'
+ * sums are added in warp order; a single range comes out as acc / l, as
+ * k_att_decode writes it directly. (One thread per head dim walking hundreds
+ * of ranges at long contexts was a latency-bound loop.) */
+__global__ void __launch_bounds__(ATT_MERGE_WARPS * 32) k_att_merge(struct att_args a)
 {
-    const int32_t i = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head, hd = a.hd, d = threadIdx.x;
+    __shared__ float red[ATT_MERGE_WARPS][ATT_MAX_HD + 1];
+    const int32_t i = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head, hd = a.hd;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int32_t n_used = (a.b.n_vis[i] + a.split_len - 1) / a.split_len;
     const float *p = a.part + ((int64_t)i * a.n_head + h) * a.n_split * (hd + 2);
     float mx = -INFINITY;
-    for (int32_t s = 0; s < n_used; s++)
+    for (int32_t s = threadIdx.x; s < n_used; s += blockDim.x)
         mx = fmaxf(mx, p[s * (hd + 2) + hd]);
-    float sum = 0.0f, o = 0.0f;
-    for (int32_t s = 0; s < n_used; s++) {
+    mx = warp_max(mx);
+    if (lane == 0)
+        red[warp][0] = mx;
+    __syncthreads();
+    mx = red[0][0];
+    for (int w = 1; w < ATT_MERGE_WARPS; w++)
+        mx = fmaxf(mx, red[w][0]);
+    __syncthreads(); /* red is reused below */
+    float sum = 0.0f, o[ATT_MAX_ND];
+#pragma unroll
+    for (int dd = 0; dd < ATT_MAX_ND; dd++)
+        o[dd] = 0.0f;
+    for (int32_t s = warp; s < n_used; s += ATT_MERGE_WARPS) {
         const float *ps = p + s * (hd + 2);
         const float f = ps[hd] == -INFINITY ? 0.0f : expf(ps[hd] - mx);
         sum += ps[hd + 1] * f;
-        o += ps[d] * f;
+#pragma unroll
+        for (int dd = 0; dd < ATT_MAX_ND; dd++)
+            if (lane + 32 * dd < hd)
+                o[dd] += ps[lane + 32 * dd] * f;
     }
-    a.out[(int64_t)i * a.os + (int64_t)h * hd + d] = sum > 0.0f ? o / sum : 0.0f;
+#pragma unroll
+    for (int dd = 0; dd < ATT_MAX_ND; dd++)
+        if (lane + 32 * dd < hd)
+            red[warp][lane + 32 * dd] = o[dd];
+    if (lane == 0)
+        red[warp][ATT_MAX_HD] = sum;
+    __syncthreads();
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float od = red[0][d], sd = red[0][ATT_MAX_HD];
+        for (int w = 1; w < ATT_MERGE_WARPS; w++) {
+            od += red[w][d];
+            sd += red[w][ATT_MAX_HD];
+        }
+        a.out[(int64_t)i * a.os + (int64_t)h * hd + d] = sd > 0.0f ? od / sd : 0.0f;
+    }
+}
+
+template <bool BF16> static void (*att_decode_pick(int32_t hd))(struct att_args)
+{
+    switch (hd) {
+    case 32: return k_att_decode<BF16, 1>;
+    case 64: return k_att_decode<BF16, 2>;
+    case 128: return k_att_decode<BF16, 4>;
+    case 256: return k_att_decode<BF16, 8>;
+    default: return k_att_decode<BF16, 0>;
+    }
+}
+
+/* k_att_decode for the cache's type and the head dim */
+static void (*att_decode_kernel(bool bf16, int32_t hd))(struct att_args)
+{
+    return bf16 ? att_decode_pick<true>(hd) : att_decode_pick<false>(hd);
 }
 
 /* Prefill on the tensor cores (flash attention). First k_kv_bf16 converts,
@@ -338,13 +576,13 @@ __global__ void k_kv_bf16(struct att_args a)
                 continue;
             const int64_t src = (int64_t)(table[p / a.block_size] * a.block_size + p % a.block_size) * a.ks +
                                 (int64_t)kvh * HD + d;
-            const float k = a.kc[src];
+            const float k = kv_at(a.kc, a.kv16, src);
             const __nv_bfloat16 h = __float2bfloat16_rn(k);
             __nv_bfloat16 *kb = a.kb + ((int64_t)kvh * total + base + key) * HD + d;
             kb[0] = h;
             if (SPLIT)
                 kb[lo_k] = __float2bfloat16_rn(k - __bfloat162float(h));
-            vs[key][d - d0] = a.vc[src];
+            vs[key][d - d0] = kv_at(a.vc, a.kv16, src);
         }
         __syncthreads();
         for (int e = threadIdx.x; e < FA_KT * DS; e += blockDim.x) {
@@ -633,14 +871,16 @@ void cuda_attention(struct backend *be, struct tensor *out, const struct tensor 
 {
     struct cuda_backend *c = cuda_of(be);
     const int32_t n = c->b.n_tokens, G = n_head / n_kv_head;
-    assert(head_dim <= ATT_MAX_HD && kc->row_stride == vc->row_stride);
+    assert(head_dim <= ATT_MAX_HD && kc->row_stride == vc->row_stride && kc->type == vc->type &&
+           (kc->type == DT_F32 || kc->type == DT_BF16));
     if (cuda_op_skip(c) || n == 0)
         return;
     struct att_args a = {};
     a.q = (const float *)q->data;
     a.qs = q->row_stride;
-    a.kc = (const float *)kc->data;
-    a.vc = (const float *)vc->data;
+    a.kc = kc->data;
+    a.vc = vc->data;
+    a.kv16 = kc->type == DT_BF16;
     a.ks = kc->row_stride;
     a.out = (float *)out->data;
     a.os = out->row_stride;
@@ -703,9 +943,12 @@ void cuda_attention(struct backend *be, struct tensor *out, const struct tensor 
         return;
     }
     /* splits of a length set by the cache's size, never by the batch (one
-     * range per token for large batches: their partial sums would not fit) */
+     * range per token for large batches: their partial sums would not fit):
+     * up to 64 ranges over a full cache, so that each keeps the ring busy for
+     * many tiles (ranges a quarter as long decoded a 25k-token context 8%
+     * slower with a bf16 cache: every block filling its ring was the cost) */
     a.split_len = ATT_TILE;
-    while ((int64_t)a.split_len * 256 < kc->n_rows)
+    while ((int64_t)a.split_len * 64 < kc->n_rows)
         a.split_len *= 2;
     if (n > CUDA_SMALL_N)
         a.split_len = INT32_MAX;
@@ -716,15 +959,23 @@ void cuda_attention(struct backend *be, struct tensor *out, const struct tensor 
         if (!a.part)
             return;
     }
-    const size_t smem =
-        ((size_t)ATT_TILE * (head_dim + 4) + (size_t)ATT_TILE * head_dim + (size_t)a.gc * head_dim) * sizeof(float);
+    /* staged K rows an odd number of 16-byte units apart: the lanes' row reads hit distinct banks */
+    const int32_t rb = head_dim * (a.kv16 ? 2 : 4);
+    a.kpb = (rb + 31) / 32 * 32 + 16;
+    a.vpb = (rb + 15) / 16 * 16;
+    const uint64_t al = (uint64_t)kc->row_stride * (a.kv16 ? 2 : 4) | (uint64_t)rb | (uintptr_t)kc->data |
+                        (uintptr_t)vc->data;
+    assert(al % 8 == 0); /* a.vec4 */
+    a.cb = al % 16 == 0 ? 16 : 8;
+    const size_t smem = (size_t)ATT_STAGES * ATT_TILE * (a.kpb + a.vpb) + (size_t)a.gc * head_dim * sizeof(float);
+    void (*dec)(struct att_args) = att_decode_kernel(a.kv16, head_dim);
     if (smem > 48 * 1024 &&
-        CUDA_CHECK(c, cudaFuncSetAttribute(k_att_decode, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != 0)
+        CUDA_CHECK(c, cudaFuncSetAttribute(dec, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != 0)
         return;
-    k_att_decode<<<dim3((unsigned)(n * n_kv_head), (unsigned)a.n_split, (unsigned)n_gz),
-                   32 * (unsigned)(a.gc < 4 ? 4 : a.gc), smem, c->stream>>>(a);
+    dec<<<dim3((unsigned)(n * n_kv_head), (unsigned)a.n_split, (unsigned)n_gz), 32 * (unsigned)(a.gc < 4 ? 4 : a.gc),
+          smem, c->stream>>>(a);
     if (CUDA_LAUNCHED(c) != 0 || !a.part)
         return;
-    k_att_merge<<<(unsigned)(n * n_head), (unsigned)head_dim, 0, c->stream>>>(a);
+    k_att_merge<<<(unsigned)(n * n_head), ATT_MERGE_WARPS * 32, 0, c->stream>>>(a);
     CUDA_LAUNCHED(c);
 }

@@ -462,7 +462,7 @@ static void cu_free(struct backend *be)
 
 static const struct backend_ops cuda_ops = {
     .name = "cuda",
-    .kv_bf16 = false, /* the device kernels read F32 caches only */
+    .kv_bf16 = true,
     .free = cu_free,
     .alloc = cu_alloc,
     .release = cu_release,

@@ -205,6 +205,28 @@ static __device__ __forceinline__ float dev_weight(const void *w, enum dtype t, 
     }
 }
 
+/* Element i of a KV cache row block (bf16: a bf16 cache, else f32), and
+ * four of them from i (a multiple of 4; 16 bytes of f32, 8 of bf16). */
+static __device__ __forceinline__ float kv_at(const void *c, bool bf16, int64_t i)
+{
+    return bf16 ? __bfloat162float(((const __nv_bfloat16 *)c)[i]) : ((const float *)c)[i];
+}
+static __device__ __forceinline__ float4 kv_at4(const void *c, bool bf16, int64_t i)
+{
+    if (!bf16)
+        return *(const float4 *)((const float *)c + i);
+    const uint2 u = *(const uint2 *)((const uint16_t *)c + i);
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xffff0000u));
+}
+static __device__ __forceinline__ void kv_put(void *c, bool bf16, int64_t i, float v)
+{
+    if (bf16)
+        ((__nv_bfloat16 *)c)[i] = __float2bfloat16_rn(v);
+    else
+        ((float *)c)[i] = v;
+}
+
 static __device__ __forceinline__ float warp_sum(float v)
 {
     for (int o = 16; o > 0; o >>= 1)

@@ -112,25 +112,26 @@ void cuda_rope(struct backend *be, struct tensor *x, int32_t n_head, int32_t hea
     CUDA_LAUNCHED(c);
 }
 
-__global__ void k_kv_store(float *kc, float *vc, int64_t cs, const float *k, int64_t ks, const float *v, int64_t vs,
-                           const int32_t *slot, int64_t cols)
+/* kc, vc: a bf16 cache when kv16, else f32 */
+__global__ void k_kv_store(void *kc, void *vc, bool kv16, int64_t cs, const float *k, int64_t ks, const float *v,
+                           int64_t vs, const int32_t *slot, int64_t cols)
 {
     const int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
     if (col >= cols)
         return;
-    kc[(int64_t)slot[i] * cs + col] = k[i * ks + col];
-    vc[(int64_t)slot[i] * cs + col] = v[i * vs + col];
+    kv_put(kc, kv16, (int64_t)slot[i] * cs + col, k[i * ks + col]);
+    kv_put(vc, kv16, (int64_t)slot[i] * cs + col, v[i * vs + col]);
 }
 
 void cuda_kv_store(struct backend *be, struct tensor *kc, struct tensor *vc, const struct tensor *k,
                    const struct tensor *v)
 {
     struct cuda_backend *c = cuda_of(be);
-    assert(kc->row_stride == vc->row_stride);
+    assert(kc->row_stride == vc->row_stride && kc->type == vc->type && (kc->type == DT_F32 || kc->type == DT_BF16));
     if (cuda_op_skip(c) || c->b.n_tokens == 0)
         return;
     k_kv_store<<<ew_grid(c->b.n_tokens, k->n_cols), EW_THREADS, 0, c->stream>>>(
-        (float *)kc->data, (float *)vc->data, kc->row_stride, (const float *)k->data, k->row_stride,
+        kc->data, vc->data, kc->type == DT_BF16, kc->row_stride, (const float *)k->data, k->row_stride,
         (const float *)v->data, v->row_stride, c->d.slot, k->n_cols);
     CUDA_LAUNCHED(c);
 }
@@ -144,7 +145,8 @@ struct prep_args {
     float *q, *k;
     const float *v;
     int64_t qs, ks, vs;
-    float *kc, *vc;
+    void *kc, *vc; /* the cache: bf16 when kv16, else f32 */
+    bool kv16;
     int64_t cs;
     const void *qn, *kn;
     enum dtype qn_t, kn_t;
@@ -164,7 +166,7 @@ __global__ void __launch_bounds__(PREP_WARPS * 32) k_attn_prep(const __grid_cons
     if (item >= a.n_head + a.n_kv_head) { /* a v head */
         const int64_t off = (int64_t)(item - a.n_head - a.n_kv_head) * hd;
         for (int32_t c = lane; c < hd; c += 32)
-            a.vc[(int64_t)a.slot[i] * a.cs + off + c] = a.v[i * a.vs + off + c];
+            kv_put(a.vc, a.kv16, (int64_t)a.slot[i] * a.cs + off + c, a.v[i * a.vs + off + c]);
         return;
     }
     const bool is_q = item < a.n_head;
@@ -193,7 +195,7 @@ __global__ void __launch_bounds__(PREP_WARPS * 32) k_attn_prep(const __grid_cons
     for (int32_t c = lane; c < hd; c += 32) {
         x[c] = b[c];
         if (!is_q)
-            a.kc[(int64_t)a.slot[i] * a.cs + (int64_t)(item - a.n_head) * hd + c] = b[c];
+            kv_put(a.kc, a.kv16, (int64_t)a.slot[i] * a.cs + (int64_t)(item - a.n_head) * hd + c, b[c]);
     }
 }
 
@@ -201,7 +203,8 @@ void cuda_attn_prep(struct backend *be, struct tensor *q, struct tensor *k, cons
                     struct tensor *kc, struct tensor *vc, const struct attn_prep *p)
 {
     struct cuda_backend *c = cuda_of(be);
-    assert(kc->row_stride == vc->row_stride && p->q_norm->n_cols == p->head_dim &&
+    assert(kc->row_stride == vc->row_stride && kc->type == vc->type && (kc->type == DT_F32 || kc->type == DT_BF16) &&
+           p->q_norm->n_cols == p->head_dim &&
            p->k_norm->n_cols == p->head_dim && p->head_dim <= ATT_PREP_MAX_HD);
     if (cuda_op_skip(c) || c->b.n_tokens == 0)
         return;
@@ -212,8 +215,9 @@ void cuda_attn_prep(struct backend *be, struct tensor *q, struct tensor *k, cons
     a.qs = q->row_stride;
     a.ks = k->row_stride;
     a.vs = v->row_stride;
-    a.kc = (float *)kc->data;
-    a.vc = (float *)vc->data;
+    a.kc = kc->data;
+    a.vc = vc->data;
+    a.kv16 = kc->type == DT_BF16;
     a.cs = kc->row_stride;
     a.qn = p->q_norm->data;
     a.kn = p->k_norm->data;
