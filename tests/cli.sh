@@ -113,8 +113,8 @@ expect "render a bad request" 1 "messages list" -- sh -c "echo '{\"messages\": 3
 expect "run the default model (greedy)" 0 "    return np.array([1, 2, 3" -- \
     sh -c "cd '$here/..' && '$bin' run --max-tokens 12 'def is_prime(n):
 '"
-expect "run with a bf16 KV cache: the same greedy text" 0 "    return np.array([1, 2, 3" -- \
-    sh -c "cd '$here/..' && '$bin' run --kv-type bf16 --max-tokens 12 'def is_prime(n):
+expect "run with an f32 KV cache: the same greedy text as the default bf16" 0 "    return np.array([1, 2, 3" -- \
+    sh -c "cd '$here/..' && '$bin' run --kv-type f32 --max-tokens 12 'def is_prime(n):
 '"
 expect "run --kv-type with a bad type" 2 "--kv-type is f32 or bf16, not 'q8'" -- "$bin" run --kv-type q8 "x"
 expect "check --kv-type bf16: the logits move past 2e-4, greedy ids stay" 1 "MISMATCH" "40/40 ids identical" -- \
@@ -134,14 +134,14 @@ for spec in "--spec lookup" "--draft $m/kapitsa-tiny-draft" "--draft $m/kapitsa-
         bad "run $spec: differs from plain decoding"; diff "$tmp/plain.txt" "$tmp/spec.txt" | head -5
     fi
 done
-# and over a bf16 KV cache: a tree node reads the rows its plain step would
-"$bin" run --model "$m/kapitsa-tiny" --kv-type bf16 --max-tokens 80 "$(cat "$here/../tools/bench_tasks/complete.txt")" \
-    > "$tmp/plain16.txt" 2>/dev/null
-if "$bin" run --model "$m/kapitsa-tiny" --kv-type bf16 --draft "$m/kapitsa-tiny-draft" --max-tokens 80 \
-    "$(cat "$here/../tools/bench_tasks/complete.txt")" > "$tmp/spec16.txt" 2>/dev/null && cmp -s "$tmp/plain16.txt" "$tmp/spec16.txt"; then
-    ok "run --kv-type bf16 --draft: identical to plain decoding on the bf16 cache"
+# and over an f32 KV cache (the runs above use the default, bf16): a tree node reads the rows its plain step would
+"$bin" run --model "$m/kapitsa-tiny" --kv-type f32 --max-tokens 80 "$(cat "$here/../tools/bench_tasks/complete.txt")" \
+    > "$tmp/plain32.txt" 2>/dev/null
+if "$bin" run --model "$m/kapitsa-tiny" --kv-type f32 --draft "$m/kapitsa-tiny-draft" --max-tokens 80 \
+    "$(cat "$here/../tools/bench_tasks/complete.txt")" > "$tmp/spec32.txt" 2>/dev/null && cmp -s "$tmp/plain32.txt" "$tmp/spec32.txt"; then
+    ok "run --kv-type f32 --draft: identical to plain decoding on the f32 cache"
 else
-    bad "run --kv-type bf16 --draft: differs from plain decoding"; diff "$tmp/plain16.txt" "$tmp/spec16.txt" | head -5
+    bad "run --kv-type f32 --draft: differs from plain decoding"; diff "$tmp/plain32.txt" "$tmp/spec32.txt" | head -5
 fi
 # kapitsa chat: several turns (the sequence kept between them), the same with KFlash
 turns='Write a function that adds two numbers.\nNow one that subtracts.\n/reset\nhello\n'
@@ -193,10 +193,12 @@ expect "bench --sample with top_k: the top logits read" 0 "top_k 20, the top log
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --gen 4 --seqs 2 --sample 0.7,20
 expect "bench --sample without top_k: whole rows" 0 "top_k 0, whole rows read" -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --gen 4 --sample 1,0
-expect "bench --kv-type bf16: half the cache bytes" 0 '"kv_type":"BF16"' -- \
-    "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --gen 4 --kv-type bf16 --json
-expect "KAPITSA_PROFILE over a bf16 KV cache" 0 "profile (cpu)" "attention" -- \
-    env KAPITSA_PROFILE=1 "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --gen 4 --kv-type bf16
+expect "bench: a bf16 KV cache by default" 0 '"kv_type":"BF16"' -- \
+    "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --gen 4 --json
+expect "bench --kv-type f32" 0 '"kv_type":"F32"' -- \
+    "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --gen 4 --kv-type f32 --json
+expect "KAPITSA_PROFILE over an f32 KV cache" 0 "profile (cpu)" "attention" -- \
+    env KAPITSA_PROFILE=1 "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --gen 4 --kv-type f32
 expect "bench --sample needs T,K" 2 "usage" -- "$bin" bench --model "$m/kapitsa-tiny" --sample 0.7
 expect "bench --seqs with several prompt lengths is refused" 2 "usage" -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16,48 --seqs 3

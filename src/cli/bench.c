@@ -122,7 +122,7 @@ static double prefill_flops(const struct model *m, int64_t n)
 static void bench_usage(FILE *f)
 {
     fprintf(f, "usage: kapitsa bench --model DIR [--threads N] [--device D] [--prompt N[,N...]] [--gen M] [--batch B]\n"
-               "                     [--seqs S] [--sample T,K] [--peak-gbs G] [--peak-tflops T] [--kv-type f32|bf16] [--json]\n"
+               "                     [--seqs S] [--sample T,K] [--peak-gbs G] [--peak-tflops T] [--kv-type bf16|f32] [--json]\n"
                "  prefill N random tokens (default 512) in batches of B (default 512), then decode M tokens\n"
                "  (several lengths: a row each, with the time to the first token)\n"
                "  (default 64) greedily (--sample: seeded draws at temperature T from the K best, K <= %d\n"
@@ -244,7 +244,7 @@ int cli_bench(int argc, char **argv)
     float sample_t = 0.0f;
     int sample_k = 0;
     double peak_gbs = 4800, peak_tflops = 790;
-    enum dtype kv_type = DT_F32;
+    enum dtype kv_type = CLI_KV_DEFAULT;
     for (int i = 0; i < argc; i++) {
         int f;
         int64_t *dst = NULL;

@@ -87,7 +87,7 @@ int cli_chat(int argc, char **argv)
     int think = 0;
     bool temp_set = false;
     int64_t max_tokens = 256, threads = 0, n_ctx = 8192;
-    enum dtype kv_type = DT_F32;
+    enum dtype kv_type = CLI_KV_DEFAULT;
     struct sampler_params sp = sampler_defaults();
     struct cli_spec so = {0};
     for (int i = 0; i < argc; i++) {

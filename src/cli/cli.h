@@ -38,7 +38,11 @@ const char *cli_default_model(void);
 int cli_flag(int argc, char **argv, int *i, const char *name, const char **val);
 /* --kv-type f32|bf16: the KV cache's dtype (bf16: half the memory and the
  * bytes a long context's decode reads). 1 when consumed, 0 when not, -1 on a bad value. */
-#define CLI_KV_USAGE "[--kv-type f32|bf16]"
+#define CLI_KV_USAGE "[--kv-type bf16|f32]"
+/* The generating commands' cache type (serve, run, chat, bench): bf16, the
+ * type the checkpoints' own reference (transformers in bf16) keeps its cache
+ * in. check compares against f32 logits and keeps f32, which its 1e-3 bound assumes. */
+#define CLI_KV_DEFAULT DT_BF16
 int cli_kv_flag(int argc, char **argv, int *i, enum dtype *type);
 /* Speculative decoding flags (spec_opts.c): --draft DIR, --spec off|chain|tree|lookup,
  * --spec-tree N,D. Default: tree when a draft is given, else off; lookup = prompt

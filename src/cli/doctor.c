@@ -130,10 +130,9 @@ int cli_doctor(int argc, char **argv)
     }
     const int64_t cpu_budget = mem_avail;
     printf("\nwhat fits (weights + KV for the context + state + runtime; one sequence):\n");
-    printf("  %-26s %9s  %-28s %16s %16s  %s\n", "model", "bf16", "where", "context, f32 KV", "bf16 KV", "disk");
+    printf("  %-26s %9s  %-28s %17s %16s  %s\n", "model", "bf16", "where", "context, bf16 KV", "f32 KV", "disk");
     const struct catalog_model *best = NULL;
     const char *best_where = NULL;
-    bool best_bf16 = false;
     for (int32_t i = 0; i < c.n; i++) {
         const struct catalog_model *m = &c.m[i];
         const bool gpu = gpu_free > 0 && catalog_fit_context(m, gpu_free, 1, DT_BF16) > 0;
@@ -145,20 +144,17 @@ int cli_doctor(int argc, char **argv)
             snprintf(ctxs, sizeof ctxs, "%lld", (long long)ctx);
         if (ctx16)
             snprintf(ctxs16, sizeof ctxs16, "%lld", (long long)ctx16);
-        printf("  %-26s %6.1f GB  %-28s %16s %16s  %s\n", m->name, (double)m->bytes / 1e9, where, ctxs, ctxs16,
+        printf("  %-26s %6.1f GB  %-28s %17s %16s  %s\n", m->name, (double)m->bytes / 1e9, where, ctxs16, ctxs,
                m->bytes <= disk ? "ok" : "too little free disk");
-        /* the recommendation: the most parameters that keep 32k of context */
-        const bool bf16 = ctx < 32768 && ctx16 >= 32768;
-        if ((ctx >= 32768 || bf16) && m->bytes <= disk && (!best || m->params > best->params)) {
+        /* the recommendation: the most parameters that keep 32k of context (the default bf16 cache) */
+        if (ctx16 >= 32768 && m->bytes <= disk && (!best || m->params > best->params)) {
             best = m;
             best_where = gpu ? "gpu" : "cpu";
-            best_bf16 = bf16;
         }
     }
     if (best)
-        printf("\nrecommended: %s on the %s%s%s%s (kapitsa pull %s%s)\n", best->name, best_where,
-               best->draft ? ", draft " : "", best->draft ? best->draft : "",
-               best_bf16 ? ", with --kv-type bf16 for 32k of context" : "", best->name,
+        printf("\nrecommended: %s on the %s%s%s (kapitsa pull %s%s)\n", best->name, best_where,
+               best->draft ? ", draft " : "", best->draft ? best->draft : "", best->name,
                best->draft ? " --with-draft" : "");
     else
         printf("\nrecommended: models/kapitsa-tiny (embedded); no catalog model fits with 32k of context\n");

@@ -46,7 +46,7 @@ int cli_run(int argc, char **argv)
     const char *dir = NULL, *prompt = NULL, *device = NULL, *v;
     int chat = 0;
     int64_t max_tokens = 128, threads = 0;
-    enum dtype kv_type = DT_F32;
+    enum dtype kv_type = CLI_KV_DEFAULT;
     struct sampler_params sp = sampler_defaults();
     struct cli_spec so = {0};
     for (int i = 0; i < argc; i++) {

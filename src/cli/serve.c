@@ -10,7 +10,7 @@
 
 int cli_serve(int argc, char **argv)
 {
-    struct server_opts o = {.host = "127.0.0.1", .port = 11435, .n_ctx = 8192, .n_seq = 4};
+    struct server_opts o = {.host = "127.0.0.1", .port = 11435, .n_ctx = 8192, .n_seq = 4, .kv_type = CLI_KV_DEFAULT};
     struct cli_spec so = {0};
     const char *v;
     for (int i = 0; i < argc; i++) {

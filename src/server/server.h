@@ -22,7 +22,7 @@ struct server_opts {
     const char *model_dir;
     const char *model_name; /* reported in /v1/models; default: the folder's name */
     int32_t n_ctx;        /* KV cache tokens over all sequences */
-    enum dtype kv_type;   /* the KV cache's dtype: DT_F32 (zero, the default) or DT_BF16 */
+    enum dtype kv_type;   /* the KV cache's dtype: DT_F32 (zero) or DT_BF16 (serve's default) */
     int32_t n_seq;        /* concurrent sequences */
     int32_t threads;
     const char *device;   /* cpu, cuda[:N], auto (NULL: auto) */

@@ -167,6 +167,7 @@ test("a client that disconnects mid-stream does not stop the server", async () =
 
 test("with --api-key every endpoint but /health needs the key", async () => {
   const s = await startServer(["--api-key", "s3cret"]);
+  assert.match(s.log(), /KV cache: +\d+ tokens over \d+ sequences, bf16/, "the default cache type");
   const good = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "s3cret", maxRetries: 0 });
   const bad = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "wrong", maxRetries: 0 });
   assert.equal((await good.models.list()).data.length, 1);
@@ -446,10 +447,10 @@ test("keep-alives flow while a long prompt is prefilled, in each API's form", as
   s.proc.kill("SIGTERM");
 });
 
-test("--kv-type bf16: a server on a bf16 KV cache answers, the same each time, and reuses a conversation's prefix", async () => {
-  const s = await startServer(["--kv-type", "bf16"]);
+test("--kv-type f32: a server on an f32 KV cache (the default is bf16) answers, the same each time, and reuses a conversation's prefix", async () => {
+  const s = await startServer(["--kv-type", "f32"]);
   try {
-    assert.match(s.log(), /KV cache: +4096 tokens over 4 sequences, bf16/);
+    assert.match(s.log(), /KV cache: +4096 tokens over 4 sequences, f32/);
     const c = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "x", maxRetries: 0 });
     const msgs = [{ role: "user", content: "Write a story about a lighthouse." }];
     const ask = (m) => c.chat.completions.create({ model: "m", messages: m, max_tokens: 16, temperature: 0 });
