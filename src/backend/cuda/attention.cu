@@ -226,16 +226,6 @@ __global__ void k_attention(struct att_args a)
     }
 }
 
-/* cp.async of B = 8 or 16 bytes (16: bypassing L1) */
-template <int B> static __device__ __forceinline__ void cp_async_n(void *dst, const void *src)
-{
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    if (B == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(d), "l"(src), "n"(B));
-}
-
 /* Requests a tile's K and V rows (rows[key] < 0: left as they are) as they
  * are stored, B bytes per copy, into K rows kpb bytes apart and V rows vpb
  * apart; rb bytes per row. */
@@ -250,8 +240,13 @@ static __device__ __forceinline__ void att_fetch_n(const struct att_args &a, con
         if (r < 0)
             continue;
         const int64_t src = r * ksb + koff + o;
-        cp_async_n<B>(Kd + key * a.kpb + o, (const char *)a.kc + src);
-        cp_async_n<B>(Vd + key * a.vpb + o, (const char *)a.vc + src);
+        if (B == 16) {
+            cp_async16(Kd + key * a.kpb + o, (const char *)a.kc + src, 16);
+            cp_async16(Vd + key * a.vpb + o, (const char *)a.vc + src, 16);
+        } else {
+            cp_async8(Kd + key * a.kpb + o, (const char *)a.kc + src);
+            cp_async8(Vd + key * a.vpb + o, (const char *)a.vc + src);
+        }
     }
 }
 
@@ -271,12 +266,6 @@ static __device__ __forceinline__ void att_dot4(float4 q, float4 k, float *s)
     s[1] = fmaf(q.y, k.y, s[1]);
     s[2] = fmaf(q.z, k.z, s[2]);
     s[3] = fmaf(q.w, k.w, s[3]);
-}
-
-static __device__ __forceinline__ float4 bf16x4(uint32_t a, uint32_t b)
-{
-    return make_float4(__uint_as_float(a << 16), __uint_as_float(a & 0xffff0000u), __uint_as_float(b << 16),
-                       __uint_as_float(b & 0xffff0000u));
 }
 
 /* Decoding's head-dim columns per lane: CPL adjacent columns from lane * CPL

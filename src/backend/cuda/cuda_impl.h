@@ -211,13 +211,18 @@ static __device__ __forceinline__ float kv_at(const void *c, bool bf16, int64_t 
 {
     return bf16 ? __bfloat162float(((const __nv_bfloat16 *)c)[i]) : ((const float *)c)[i];
 }
+/* four bf16 values, two to a word (the lower element in the low half), widened */
+static __device__ __forceinline__ float4 bf16x4(uint32_t a, uint32_t b)
+{
+    return make_float4(__uint_as_float(a << 16), __uint_as_float(a & 0xffff0000u), __uint_as_float(b << 16),
+                       __uint_as_float(b & 0xffff0000u));
+}
 static __device__ __forceinline__ float4 kv_at4(const void *c, bool bf16, int64_t i)
 {
     if (!bf16)
         return *(const float4 *)((const float *)c + i);
     const uint2 u = *(const uint2 *)((const uint16_t *)c + i);
-    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                       __uint_as_float(u.y & 0xffff0000u));
+    return bf16x4(u.x, u.y);
 }
 static __device__ __forceinline__ void kv_put(void *c, bool bf16, int64_t i, float v)
 {
@@ -308,6 +313,12 @@ static __device__ __forceinline__ void cp_async16(void *dst, const void *src, in
 {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes));
+}
+/* 8 bytes (through L1: the .cg form, which bypasses it, takes 16 only) */
+static __device__ __forceinline__ void cp_async8(void *dst, const void *src)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(d), "l"(src));
 }
 static __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
 static __device__ __forceinline__ void cp_async_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" ::); }
