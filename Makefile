@@ -70,6 +70,11 @@ build/kapitsa: $(OBJ) $(CU_OBJ) $(CLI_OBJ)
 build/test_unit: $(OBJ) $(CU_OBJ) $(TEST_OBJ)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
 
+# tools/bench_gemv.c: the decode products alone on the cuda backend (a CUDA build)
+build/bench_gemv: tools/bench_gemv.c $(OBJ) $(CU_OBJ)
+	$(if $(CU_OBJ),,$(error bench_gemv needs the cuda backend: build with CUDA=1))
+	$(CC) $(CFLAGS) $(CUDA_DEF) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
+
 build/asan/kapitsa: $(SOBJ) $(SCLI_OBJ)
 	$(CC) $(CFLAGS) $(SAN) $^ -o $@ $(LDLIBS)
 

@@ -185,7 +185,7 @@ void test_cuda_matmul(void)
 /* matmul_fused: every input op, with and without the residual add, one to
  * three weights, in one launch (n <= 64) and as one pre kernel and a GEMM
  * per weight (n > 64); then a row's fused result alone equals it inside a
- * batch, bitwise. */
+ * batch, bitwise, for each kernel variant (1, 2, 4 and 8 token tiles). */
 void test_cuda_matmul_fused(void)
 {
     struct both b;
@@ -229,21 +229,26 @@ void test_cuda_matmul_fused(void)
                 pair_free(&b, &ab);
             }
     struct pair x, norm, w, o1, o2;
-    const int32_t n = 21, r = 9;
-    pair_make(&b, &x, DT_F32, n, K, 1.0f);
+    const int32_t n_max = 64, r = 3;
+    pair_make(&b, &x, DT_F32, n_max, K, 1.0f);
     pair_make(&b, &norm, DT_BF16, 1, K, 1.0f);
     pair_make(&b, &w, DT_BF16, Ms[0], K, 0.5f);
     pair_make(&b, &o1, DT_F32, 1, Ms[0], 0.0f);
-    pair_make(&b, &o2, DT_F32, n, Ms[0], 0.0f);
+    pair_make(&b, &o2, DT_F32, n_max, Ms[0], 0.0f);
     const struct mm_fused f = {MM_PRE_RMSNORM, &norm.g, 1e-6f, NULL, false, NULL, NULL};
-    struct tensor xr = tensor_rows(&x.g, r, 1), *o1g = &o1.g, *o2g = &o2.g;
+    struct tensor xr = tensor_rows(&x.g, r, 1), *o1g = &o1.g;
     const struct tensor *wg = &w.g;
-    b.gpu->ops->matmul_fused(b.gpu, 1, &o1g, &wg, &xr, &f);
-    b.gpu->ops->matmul_fused(b.gpu, 1, &o2g, &wg, &x.g, &f);
     float *y1 = malloc((size_t)Ms[0] * 4), *y2 = malloc((size_t)Ms[0] * 4);
+    b.gpu->ops->matmul_fused(b.gpu, 1, &o1g, &wg, &xr, &f);
     b.gpu->ops->read(b.gpu, &o1.g, 0, 1, y1);
-    b.gpu->ops->read(b.gpu, &o2.g, r, 1, y2);
-    CHECK(memcmp(y1, y2, (size_t)Ms[0] * 4) == 0, "matmul_fused: row %d alone differs from it in a batch of %d", r, n);
+    const int32_t nb[] = {4, 13, 21, 64};
+    for (size_t i = 0; i < sizeof nb / sizeof nb[0]; i++) {
+        struct tensor xn = tensor_rows(&x.g, 0, nb[i]), on = tensor_rows(&o2.g, 0, nb[i]), *ong = &on;
+        b.gpu->ops->matmul_fused(b.gpu, 1, &ong, &wg, &xn, &f);
+        b.gpu->ops->read(b.gpu, &o2.g, r, 1, y2);
+        CHECK(memcmp(y1, y2, (size_t)Ms[0] * 4) == 0, "matmul_fused: row %d alone differs from it in a batch of %d", r,
+              nb[i]);
+    }
     free(y1);
     free(y2);
     pair_free(&b, &x);

@@ -12,14 +12,20 @@
  * 8 warps. K is split across blocks so that the grid comes close to whole
  * waves; the last block to finish adds the partial sums in split order, so
  * the result never depends on timing, and the split depends on M and K only,
- * so never on the batch either.
+ * so never on the batch either. The kernel is compiled per number of token
+ * tiles (1, 2, 4, 8): a decode step's single tile keeps few accumulators, and
+ * each token's arithmetic is the same in every variant.
  *
  * matmul_fused folds a product's neighbours into the same launch: up to three
  * weights sharing the input (q/k/v, gate/up) are one grid, the input's
- * RMSNorm, SwiGLU or relu^2 is applied while it is staged (each block sums
- * the squares of the whole row itself), and the product may be added to the
- * output (the residual). The kernel is launched as a programmatic dependent
- * of the one before it, so its first weight loads overlap that kernel's end.
+ * RMSNorm, SwiGLU or relu^2 is applied while it is staged, and the product
+ * may be added to the output (the residual). RMSNorm's 1/rms multiplies the
+ * product, not the input: the input is staged as norm * x, and the sum of
+ * squares (each block sums the whole row itself, in eight fixed parts so that
+ * its bits never depend on the batch) is taken while a decode step's first
+ * weights are on their way, or after the products for more tokens. The
+ * kernel is launched as a programmatic dependent of the one before it: its
+ * first weight loads are issued before it waits for that kernel's outputs.
  *
  * Larger bf16 products go to cuBLAS: the input's pre applied and rounded to
  * bf16 by one kernel (split into two products when precise), one GEMM per
@@ -34,11 +40,15 @@
 #define MMV_UNROLL 4    /* k32 blocks of weights loaded together per lane */
 #define MMV_PAD 32      /* bf16 past each staged row: token rows 64 bytes apart mod 128, no bank conflicts */
 
-/* 16 bytes of weights, read once: not kept in L1. */
+/* 16 bytes of weights, read once: not kept in L1. A load of the mma
+ * fragments' shape reads 64 bytes of each of eight rows; asked to fetch the
+ * 256 bytes around a miss, the L2 turns a row's next three loads into hits
+ * and the memory sees whole runs of rows (tools/device/read_bw.cu: 2.9 TB/s
+ * for that shape alone, 4.0 with the hint, on an H200). */
 static __device__ __forceinline__ uint4 ld_stream(const void *p)
 {
     uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
     return v;
@@ -63,6 +73,7 @@ static __device__ __forceinline__ void mmv_load(uint4 (*wv)[2], const uint16_t *
  * never staged. Per k32 block and tile: the mma's k slots {2cq, 2cq+1,
  * 2cq+8, 2cq+9} hold k = 8cq+0..3 in the first product and 8cq+4..7 in the
  * second, for weights and activations alike. */
+template <int NB>
 static __device__ __forceinline__ void mmv_mma(float (*acc)[4], const uint4 (*wv)[2], const __nv_bfloat16 *sh,
                                                const __nv_bfloat16 *sl, int pitch, int koff, int j0, int n_blk,
                                                int nb, int g, int cq, int n)
@@ -74,7 +85,7 @@ static __device__ __forceinline__ void mmv_mma(float (*acc)[4], const uint4 (*wv
             break;
         const uint4 a = wv[u][0], b = wv[u][1];
 #pragma unroll
-        for (int tb = 0; tb < 8; tb++) {
+        for (int tb = 0; tb < NB; tb++) {
             if (tb >= nb)
                 break;
             const int t = tb * 8 + g, o = t * pitch + koff + (j0 + u) * 32 + cq * 8;
@@ -119,19 +130,17 @@ struct mmv_args {
     bool gather;
 };
 
-/* pre(x) of 4 consecutive inputs k..k+3 of token t (row ur of up), as the plain ops compute it */
-static __device__ __forceinline__ float4 mmv_pre(const mmv_args &a, float4 v, int t, int64_t ur, int k,
-                                                 const float *rstd)
+/* pre(x) of 4 consecutive inputs k..k+3 (row ur of up), as the plain ops
+ * compute it, except RMSNorm's 1/rms (applied to the product) */
+static __device__ __forceinline__ float4 mmv_pre(const mmv_args &a, float4 v, int64_t ur, int k)
 {
     switch (a.pre) {
-    case MM_PRE_RMSNORM: {
-        const float r = rstd[t];
-        v.x = dev_weight(a.norm, a.norm_t, k) * (v.x * r);
-        v.y = dev_weight(a.norm, a.norm_t, k + 1) * (v.y * r);
-        v.z = dev_weight(a.norm, a.norm_t, k + 2) * (v.z * r);
-        v.w = dev_weight(a.norm, a.norm_t, k + 3) * (v.w * r);
+    case MM_PRE_RMSNORM:
+        v.x = dev_weight(a.norm, a.norm_t, k) * v.x;
+        v.y = dev_weight(a.norm, a.norm_t, k + 1) * v.y;
+        v.z = dev_weight(a.norm, a.norm_t, k + 2) * v.z;
+        v.w = dev_weight(a.norm, a.norm_t, k + 3) * v.w;
         break;
-    }
     case MM_PRE_SWIGLU: {
         const float4 u = *(const float4 *)(a.up + ur * a.us + k);
         v.x = v.x / (1.0f + expf(-v.x)) * u.x;
@@ -151,6 +160,60 @@ static __device__ __forceinline__ float4 mmv_pre(const mmv_args &a, float4 v, in
     return v;
 }
 
+#define MMV_SQ_PARTS 8 /* a row's sum of squares in this many fixed parts */
+
+/* The sums of squares of the block's input rows: part p of a row covers
+ * float4s [p*q, (p+1)*q), a warp's lanes each summing theirs in order, then
+ * the warp's tree; the parts are added in order by mmv_rstd. The warps take
+ * (token, part) units U at a time, the loads of all of them issued
+ * together; which warp sums a unit does not change its bits. */
+template <int U>
+static __device__ __forceinline__ void mmv_sumsq(const mmv_args &a, const int32_t *rows, int base, int n,
+                                                 float (*ssp)[MMV_SQ_PARTS], int warp, int lane)
+{
+    const int k4 = a.K / 4, q = (k4 + MMV_SQ_PARTS - 1) / MMV_SQ_PARTS, n_unit = n * MMV_SQ_PARTS;
+    for (int e0 = warp * U; e0 < n_unit; e0 += MMV_WARPS * U) {
+        const float4 *xr[U];
+        int i1[U];
+        float ss[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int e = min(e0 + u, n_unit - 1), t = e / MMV_SQ_PARTS, p = e % MMV_SQ_PARTS;
+            xr[u] = (const float4 *)(a.x + (rows ? rows[base + t] : base + t) * a.xs) + p * q;
+            i1[u] = e0 + u < n_unit ? min(k4 - p * q, q) : 0;
+            ss[u] = 0.0f;
+        }
+        for (int i0 = lane; i0 < q; i0 += 4 * 32) {
+            float4 v[U][4];
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    v[u][j] = i0 + 32 * j < i1[u] ? xr[u][i0 + 32 * j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    ss[u] += v[u][j].x * v[u][j].x + v[u][j].y * v[u][j].y + v[u][j].z * v[u][j].z + v[u][j].w * v[u][j].w;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            ss[u] = warp_sum(ss[u]);
+            if (lane == 0 && e0 + u < n_unit)
+                ssp[(e0 + u) / MMV_SQ_PARTS][(e0 + u) % MMV_SQ_PARTS] = ss[u];
+        }
+    }
+}
+
+static __device__ __forceinline__ float mmv_rstd(const mmv_args &a, const float (*ssp)[MMV_SQ_PARTS], int t)
+{
+    float ss = 0.0f;
+#pragma unroll
+    for (int p = 0; p < MMV_SQ_PARTS; p++)
+        ss += ssp[t][p];
+    return 1.0f / sqrtf(ss / (float)a.K + a.eps);
+}
+
 /* Programmatic dependent launch: a kernel launched with it may start while
  * the previous one finishes; it waits here before touching anything that
  * kernel writes (a no-op when launched plainly). */
@@ -164,6 +227,7 @@ static __device__ __forceinline__ void grid_dep_launch(void) { asm volatile("gri
  * when it fits). Launched as a dependent of the previous kernel: the first
  * weights are requested (and the next kernel allowed to start doing the
  * same) before waiting for the inputs. */
+template <int NB>
 __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant__ mmv_args a)
 {
     extern __shared__ uint4 smem_raw[];
@@ -172,7 +236,7 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
     __nv_bfloat16 *sh = (__nv_bfloat16 *)smem_raw; /* [8*a.nb][pitch] */
     __nv_bfloat16 *sl = sh + 8 * a.nb * pitch;
     __shared__ int is_last;
-    __shared__ float rstd[CUDA_SMALL_N];
+    __shared__ float ssp[CUDA_SMALL_N][MMV_SQ_PARTS];
     int wi = 0;
     while (wi + 1 < a.n_w && (int32_t)blockIdx.x >= a.bx_end[wi])
         wi++;
@@ -199,35 +263,36 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
     const uint16_t *w0 = wm + (int64_t)(ok0 ? r0 + g : 0) * ws + cq * 8;
     const uint16_t *w1 = wm + (int64_t)(ok1 ? r0 + g + 8 : 0) * ws + cq * 8;
     const int k_beg = blockIdx.y * a.kslice, k_end = min(K, k_beg + a.kslice);
-    float acc[8][4];
+    float acc[NB][4];
 #pragma unroll
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < NB; i++)
         acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
     uint4 wa[MMV_UNROLL][2], wb[MMV_UNROLL][2];
     grid_dep_launch();
-    mmv_load(wa, w0, w1, k_beg, 0, (min(a.ks, k_end - k_beg) + 31) / 32, ok0, ok1, cq, k_end);
+    const int n_blk0 = (min(a.ks, k_end - k_beg) + 31) / 32;
+    /* with 8 tiles the accumulators leave room for one group only while the input is staged */
+    constexpr bool wb_early = NB < 8;
+    mmv_load(wa, w0, w1, k_beg, 0, n_blk0, ok0, ok1, cq, k_end);
+    if (wb_early)
+        mmv_load(wb, w0, w1, k_beg, MMV_UNROLL, n_blk0, ok0, ok1, cq, k_end);
     grid_dep_wait();
-    if (a.pre == MM_PRE_RMSNORM) /* over the whole row, whatever the slice: the same in every block */
-        for (int t = warp; t < n; t += MMV_WARPS) {
-            const float *xr = a.x + (rows ? rows[base + t] : base + t) * a.xs;
-            float ss = 0.0f;
-            for (int k = lane * 4; k < K; k += 128) {
-                const float4 v = *(const float4 *)(xr + k);
-                ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-            }
-            ss = warp_sum(ss);
-            if (lane == 0)
-                rstd[t] = 1.0f / sqrtf(ss / (float)K + a.eps);
-        }
+    /* the sums of squares, over the whole row whatever the slice (the same in
+     * every block): a decode step's few behind the first weights; more
+     * tokens' after the products, when the weight registers are free */
+    if (a.pre == MM_PRE_RMSNORM && NB == 1)
+        mmv_sumsq<2>(a, rows, base, n, ssp, warp, lane);
     for (int kc = k_beg; kc < k_end; kc += a.ks) {
         const int len = min(a.ks, k_end - kc), n_blk = (len + 31) / 32, len4 = len / 4;
-        if (kc > k_beg)
+        if (kc > k_beg) {
             mmv_load(wa, w0, w1, kc, 0, n_blk, ok0, ok1, cq, k_end);
+            if (wb_early)
+                mmv_load(wb, w0, w1, kc, MMV_UNROLL, n_blk, ok0, ok1, cq, k_end);
+        }
         __syncthreads();
         for (int e = threadIdx.x; e < n * len4; e += blockDim.x) {
             const int t = e / len4, c = (e - t * len4) * 4;
             const int64_t xr = rows ? rows[base + t] : base + t;
-            const float4 v = mmv_pre(a, *(const float4 *)(a.x + xr * a.xs + kc + c), t, base + t, kc + c, rstd);
+            const float4 v = mmv_pre(a, *(const float4 *)(a.x + xr * a.xs + kc + c), base + t, kc + c);
             const __nv_bfloat162 h01 = __floats2bfloat162_rn(v.x, v.y), h23 = __floats2bfloat162_rn(v.z, v.w);
             const float2 f01 = __bfloat1622float2(h01), f23 = __bfloat1622float2(h23);
             __nv_bfloat162 *ph = (__nv_bfloat162 *)(sh + t * pitch + c), *pl = (__nv_bfloat162 *)(sl + t * pitch + c);
@@ -243,14 +308,31 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
             sh[t * pitch + k] = sl[t * pitch + k] = __float2bfloat16_rn(0.0f);
         }
         __syncthreads();
-        /* two groups of weight loads in flight: the next group is requested
-         * before the current one is multiplied */
+        /* two groups of weight loads in flight: a group is requested again
+         * as soon as it has been multiplied (wb's first, with 8 tiles, only
+         * once the input is staged) */
         for (int j0 = 0; j0 < n_blk; j0 += 2 * MMV_UNROLL) {
-            mmv_load(wb, w0, w1, kc, j0 + MMV_UNROLL, n_blk, ok0, ok1, cq, k_end);
-            mmv_mma(acc, wa, sh, sl, pitch, 0, j0, n_blk, nb, g, cq, n);
+            if (j0 > 0 || !wb_early)
+                mmv_load(wb, w0, w1, kc, j0 + MMV_UNROLL, n_blk, ok0, ok1, cq, k_end);
+            mmv_mma<NB>(acc, wa, sh, sl, pitch, 0, j0, n_blk, nb, g, cq, n);
             if (j0 + 2 * MMV_UNROLL < n_blk)
                 mmv_load(wa, w0, w1, kc, j0 + 2 * MMV_UNROLL, n_blk, ok0, ok1, cq, k_end);
-            mmv_mma(acc, wb, sh, sl, pitch, 0, j0 + MMV_UNROLL, n_blk, nb, g, cq, n);
+            mmv_mma<NB>(acc, wb, sh, sl, pitch, 0, j0 + MMV_UNROLL, n_blk, nb, g, cq, n);
+        }
+    }
+    if (a.pre == MM_PRE_RMSNORM && NB > 1) {
+        mmv_sumsq<4>(a, rows, base, n, ssp, warp, lane);
+        __syncthreads();
+    }
+    if (a.pre == MM_PRE_RMSNORM) {
+#pragma unroll
+        for (int tb = 0; tb < NB; tb++) {
+            const int t0 = tb * 8 + 2 * cq;
+            const float r0 = t0 < n ? mmv_rstd(a, ssp, t0) : 0.0f, r1 = t0 + 1 < n ? mmv_rstd(a, ssp, t0 + 1) : 0.0f;
+            acc[tb][0] *= r0;
+            acc[tb][1] *= r1;
+            acc[tb][2] *= r0;
+            acc[tb][3] *= r1;
         }
     }
     /* acc[tb]: rows r0+g (0,1) and +8 (2,3); tokens 8tb+2cq (0,2) and +1 (1,3) */
@@ -262,7 +344,7 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
     const bool add = direct && a.accumulate;
     const int ra = r0 + g, rb = ra + 8;
 #pragma unroll
-    for (int tb = 0; tb < 8; tb++) {
+    for (int tb = 0; tb < NB; tb++) {
         if (tb >= nb)
             break;
         const int t0 = tb * 8 + 2 * cq, t1 = t0 + 1;
@@ -431,12 +513,21 @@ static void mm_prefill(struct cuda_backend *c, int32_t n_w, struct tensor *const
     }
 }
 
+/* the variant for nb token tiles */
+static void (*mmv_kernel(int32_t nb))(mmv_args)
+{
+    return nb <= 1 ? k_mmv<1> : nb <= 2 ? k_mmv<2> : nb <= 4 ? k_mmv<4> : k_mmv<8>;
+}
+
 int cuda_matmul_init(struct cuda_backend *c)
 {
     int per_sm = 0;
     const int smem = MMV_STAGE_BYTES + 8 * 8 * MMV_PAD * 2 * 2; /* the largest a launch asks for */
-    if (CUDA_CHECK(c, cudaFuncSetAttribute(k_mmv, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != 0 ||
-        CUDA_CHECK(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_mmv, MMV_WARPS * 32, smem)) != 0)
+    for (int32_t nb = 1; nb <= 8; nb *= 2)
+        if (CUDA_CHECK(c, cudaFuncSetAttribute(mmv_kernel(nb), cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != 0)
+            return -1;
+    /* of the largest variant: the K split follows from it, and must not depend on the batch */
+    if (CUDA_CHECK(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mmv_kernel(8), MMV_WARPS * 32, smem)) != 0)
         return -1;
     c->mmv_per_sm = per_sm > 0 ? per_sm : 1;
     return 0;
@@ -518,7 +609,7 @@ static void mmv_run(struct cuda_backend *c, mmv_args *a, int32_t n_z, int32_t fi
     at.val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = &at;
     cfg.numAttrs = c->pdl ? 1 : 0;
-    CUDA_CHECK(c, cudaLaunchKernelEx(&cfg, k_mmv, *a));
+    CUDA_CHECK(c, cudaLaunchKernelEx(&cfg, mmv_kernel(a->nb), *a));
 }
 
 static void mmv_launch(struct cuda_backend *c, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,
