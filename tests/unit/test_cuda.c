@@ -228,34 +228,39 @@ void test_cuda_matmul_fused(void)
                 pair_free(&b, &pb);
                 pair_free(&b, &ab);
             }
-    struct pair x, norm, w, o1, o2;
-    const int32_t n_max = 64, r = 3;
-    pair_make(&b, &x, DT_F32, n_max, K, 1.0f);
-    pair_make(&b, &norm, DT_BF16, 1, K, 1.0f);
-    pair_make(&b, &w, DT_BF16, Ms[0], K, 0.5f);
-    pair_make(&b, &o1, DT_F32, 1, Ms[0], 0.0f);
-    pair_make(&b, &o2, DT_F32, n_max, Ms[0], 0.0f);
-    const struct mm_fused f = {MM_PRE_RMSNORM, &norm.g, 1e-6f, NULL, false, NULL, NULL};
-    struct tensor xr = tensor_rows(&x.g, r, 1), *o1g = &o1.g;
-    const struct tensor *wg = &w.g;
-    float *y1 = malloc((size_t)Ms[0] * 4), *y2 = malloc((size_t)Ms[0] * 4);
-    b.gpu->ops->matmul_fused(b.gpu, 1, &o1g, &wg, &xr, &f);
-    b.gpu->ops->read(b.gpu, &o1.g, 0, 1, y1);
-    const int32_t nb[] = {4, 13, 21, 64};
-    for (size_t i = 0; i < sizeof nb / sizeof nb[0]; i++) {
-        struct tensor xn = tensor_rows(&x.g, 0, nb[i]), on = tensor_rows(&o2.g, 0, nb[i]), *ong = &on;
-        b.gpu->ops->matmul_fused(b.gpu, 1, &ong, &wg, &xn, &f);
-        b.gpu->ops->read(b.gpu, &o2.g, r, 1, y2);
-        CHECK(memcmp(y1, y2, (size_t)Ms[0] * 4) == 0, "matmul_fused: row %d alone differs from it in a batch of %d", r,
-              nb[i]);
+    /* a K split across blocks (their sums of squares added by the last), and
+     * rows enough for whole waves with K whole (each block's own sums) */
+    const int32_t inv_M[] = {Ms[0], 32768}, inv_K[] = {K, 256};
+    for (int sh = 0; sh < 2; sh++) {
+        const int32_t M = inv_M[sh], Ki = inv_K[sh], n_max = 64, r = 3;
+        struct pair x, norm, w, o1, o2;
+        pair_make(&b, &x, DT_F32, n_max, Ki, 1.0f);
+        pair_make(&b, &norm, DT_BF16, 1, Ki, 1.0f);
+        pair_make(&b, &w, DT_BF16, M, Ki, 0.5f);
+        pair_make(&b, &o1, DT_F32, 1, M, 0.0f);
+        pair_make(&b, &o2, DT_F32, n_max, M, 0.0f);
+        const struct mm_fused f = {MM_PRE_RMSNORM, &norm.g, 1e-6f, NULL, false, NULL, NULL};
+        struct tensor xr = tensor_rows(&x.g, r, 1), *o1g = &o1.g;
+        const struct tensor *wg = &w.g;
+        float *y1 = malloc((size_t)M * 4), *y2 = malloc((size_t)M * 4);
+        b.gpu->ops->matmul_fused(b.gpu, 1, &o1g, &wg, &xr, &f);
+        b.gpu->ops->read(b.gpu, &o1.g, 0, 1, y1);
+        const int32_t nb[] = {4, 13, 21, 64};
+        for (size_t i = 0; i < sizeof nb / sizeof nb[0]; i++) {
+            struct tensor xn = tensor_rows(&x.g, 0, nb[i]), on = tensor_rows(&o2.g, 0, nb[i]), *ong = &on;
+            b.gpu->ops->matmul_fused(b.gpu, 1, &ong, &wg, &xn, &f);
+            b.gpu->ops->read(b.gpu, &o2.g, r, 1, y2);
+            CHECK(memcmp(y1, y2, (size_t)M * 4) == 0, "matmul_fused [%d x %d]: row %d alone differs from it in a batch of %d",
+                  M, Ki, r, nb[i]);
+        }
+        free(y1);
+        free(y2);
+        pair_free(&b, &x);
+        pair_free(&b, &norm);
+        pair_free(&b, &w);
+        pair_free(&b, &o1);
+        pair_free(&b, &o2);
     }
-    free(y1);
-    free(y2);
-    pair_free(&b, &x);
-    pair_free(&b, &norm);
-    pair_free(&b, &w);
-    pair_free(&b, &o1);
-    pair_free(&b, &o2);
     both_close(&b);
 }
 

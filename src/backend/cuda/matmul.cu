@@ -20,10 +20,11 @@
  * weights sharing the input (q/k/v, gate/up) are one grid, the input's
  * RMSNorm, SwiGLU or relu^2 is applied while it is staged, and the product
  * may be added to the output (the residual). RMSNorm's 1/rms multiplies the
- * product, not the input: the input is staged as norm * x, and the sum of
- * squares (each block sums the whole row itself, in eight fixed parts so that
- * its bits never depend on the batch) is taken while a decode step's first
- * weights are on their way, or after the products for more tokens. The
+ * product, not the input: the input is staged as norm * x and its squares
+ * summed as it is staged, over the block's slice of K only (per segment of
+ * 128 inputs, then the segments in order); with K split, the block that adds
+ * the partial products adds the slices' sums too, in split order. So a
+ * token's bits never depend on the batch, and the input is read once. The
  * kernel is launched as a programmatic dependent of the one before it: its
  * first weight loads are issued before it waits for that kernel's outputs.
  *
@@ -39,6 +40,7 @@
 #define MMV_STAGE_BYTES (64 * 1024) /* shared memory for staged activations */
 #define MMV_UNROLL 4    /* k32 blocks of weights loaded together per lane */
 #define MMV_PAD 32      /* bf16 past each staged row: token rows 64 bytes apart mod 128, no bank conflicts */
+#define MMV_RMS_K_MAX 32768 /* the widest input an RMSNorm is fused for */
 
 /* 16 bytes of weights, read once: not kept in L1. A load of the mma
  * fragments' shape reads 64 bytes of each of eight rows; asked to fetch the
@@ -128,6 +130,8 @@ struct mmv_args {
     int32_t max_act, n_pos;
     const uint16_t *const *ew[MM_MAX_W];
     bool gather;
+    float *sq; /* RMSNorm with K split: [gridDim.x][n_split][n_pos] the slices' sums of squares */
+    int32_t n_seg; /* RMSNorm: segments of 128 inputs in a slice */
 };
 
 /* pre(x) of 4 consecutive inputs k..k+3 (row ur of up), as the plain ops
@@ -160,60 +164,6 @@ static __device__ __forceinline__ float4 mmv_pre(const mmv_args &a, float4 v, in
     return v;
 }
 
-#define MMV_SQ_PARTS 8 /* a row's sum of squares in this many fixed parts */
-
-/* The sums of squares of the block's input rows: part p of a row covers
- * float4s [p*q, (p+1)*q), a warp's lanes each summing theirs in order, then
- * the warp's tree; the parts are added in order by mmv_rstd. The warps take
- * (token, part) units U at a time, the loads of all of them issued
- * together; which warp sums a unit does not change its bits. */
-template <int U>
-static __device__ __forceinline__ void mmv_sumsq(const mmv_args &a, const int32_t *rows, int base, int n,
-                                                 float (*ssp)[MMV_SQ_PARTS], int warp, int lane)
-{
-    const int k4 = a.K / 4, q = (k4 + MMV_SQ_PARTS - 1) / MMV_SQ_PARTS, n_unit = n * MMV_SQ_PARTS;
-    for (int e0 = warp * U; e0 < n_unit; e0 += MMV_WARPS * U) {
-        const float4 *xr[U];
-        int i1[U];
-        float ss[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int e = min(e0 + u, n_unit - 1), t = e / MMV_SQ_PARTS, p = e % MMV_SQ_PARTS;
-            xr[u] = (const float4 *)(a.x + (rows ? rows[base + t] : base + t) * a.xs) + p * q;
-            i1[u] = e0 + u < n_unit ? min(k4 - p * q, q) : 0;
-            ss[u] = 0.0f;
-        }
-        for (int i0 = lane; i0 < q; i0 += 4 * 32) {
-            float4 v[U][4];
-#pragma unroll
-            for (int u = 0; u < U; u++)
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    v[u][j] = i0 + 32 * j < i1[u] ? xr[u][i0 + 32 * j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-            for (int u = 0; u < U; u++)
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    ss[u] += v[u][j].x * v[u][j].x + v[u][j].y * v[u][j].y + v[u][j].z * v[u][j].z + v[u][j].w * v[u][j].w;
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            ss[u] = warp_sum(ss[u]);
-            if (lane == 0 && e0 + u < n_unit)
-                ssp[(e0 + u) / MMV_SQ_PARTS][(e0 + u) % MMV_SQ_PARTS] = ss[u];
-        }
-    }
-}
-
-static __device__ __forceinline__ float mmv_rstd(const mmv_args &a, const float (*ssp)[MMV_SQ_PARTS], int t)
-{
-    float ss = 0.0f;
-#pragma unroll
-    for (int p = 0; p < MMV_SQ_PARTS; p++)
-        ss += ssp[t][p];
-    return 1.0f / sqrtf(ss / (float)a.K + a.eps);
-}
-
 /* Programmatic dependent launch: a kernel launched with it may start while
  * the previous one finishes; it waits here before touching anything that
  * kernel writes (a no-op when launched plainly). */
@@ -223,8 +173,8 @@ static __device__ __forceinline__ void grid_dep_launch(void) { asm volatile("gri
 /* Weights are the mma's 16-row operand (16 rows per warp, a lane reading 16
  * bytes of two rows per k32 block), tokens the 8-column one, so a token
  * costs a quarter of the tensor-core work and activation reads it would as
- * the row operand. ks: k staged at a time (a multiple of 64; the whole slice
- * when it fits). Launched as a dependent of the previous kernel: the first
+ * the row operand. ks: k staged at a time (the whole slice when it fits,
+ * else a multiple of 128). Launched as a dependent of the previous kernel: the first
  * weights are requested (and the next kernel allowed to start doing the
  * same) before waiting for the inputs. */
 template <int NB>
@@ -236,7 +186,8 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
     __nv_bfloat16 *sh = (__nv_bfloat16 *)smem_raw; /* [8*a.nb][pitch] */
     __nv_bfloat16 *sl = sh + 8 * a.nb * pitch;
     __shared__ int is_last;
-    __shared__ float ssp[CUDA_SMALL_N][MMV_SQ_PARTS];
+    float *seg_ss = (float *)(sl + 8 * a.nb * pitch); /* RMSNorm: [a.n][a.n_seg] sums of squares per 128 inputs */
+    __shared__ float rsq[CUDA_SMALL_N]; /* the slice's (or the row's) sum of squares, then 1/rms */
     int wi = 0;
     while (wi + 1 < a.n_w && (int32_t)blockIdx.x >= a.bx_end[wi])
         wi++;
@@ -276,11 +227,7 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
     if (wb_early)
         mmv_load(wb, w0, w1, k_beg, MMV_UNROLL, n_blk0, ok0, ok1, cq, k_end);
     grid_dep_wait();
-    /* the sums of squares, over the whole row whatever the slice (the same in
-     * every block): a decode step's few behind the first weights; more
-     * tokens' after the products, when the weight registers are free */
-    if (a.pre == MM_PRE_RMSNORM && NB == 1)
-        mmv_sumsq<2>(a, rows, base, n, ssp, warp, lane);
+    const bool rms = a.pre == MM_PRE_RMSNORM;
     for (int kc = k_beg; kc < k_end; kc += a.ks) {
         const int len = min(a.ks, k_end - kc), n_blk = (len + 31) / 32, len4 = len / 4;
         if (kc > k_beg) {
@@ -289,17 +236,43 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
                 mmv_load(wb, w0, w1, kc, MMV_UNROLL, n_blk, ok0, ok1, cq, k_end);
         }
         __syncthreads();
-        for (int e = threadIdx.x; e < n * len4; e += blockDim.x) {
-            const int t = e / len4, c = (e - t * len4) * 4;
-            const int64_t xr = rows ? rows[base + t] : base + t;
-            const float4 v = mmv_pre(a, *(const float4 *)(a.x + xr * a.xs + kc + c), base + t, kc + c);
-            const __nv_bfloat162 h01 = __floats2bfloat162_rn(v.x, v.y), h23 = __floats2bfloat162_rn(v.z, v.w);
-            const float2 f01 = __bfloat1622float2(h01), f23 = __bfloat1622float2(h23);
-            __nv_bfloat162 *ph = (__nv_bfloat162 *)(sh + t * pitch + c), *pl = (__nv_bfloat162 *)(sl + t * pitch + c);
-            ph[0] = h01;
-            ph[1] = h23;
-            pl[0] = __floats2bfloat162_rn(v.x - f01.x, v.y - f01.y);
-            pl[1] = __floats2bfloat162_rn(v.z - f23.x, v.w - f23.y);
+        /* the chunk in segments of 128 inputs of a token, a warp each (two at a
+         * time); with RMSNorm, a segment's sum of squares is its warp's tree,
+         * kept per segment of the slice, so its bits never depend on the batch
+         * or the chunking */
+        const int segs = (len + 127) / 128, seg0 = (kc - k_beg) / 128, n_unit = n * segs;
+        for (int u0 = 2 * warp; u0 < n_unit; u0 += 2 * MMV_WARPS) {
+            float4 xv[2];
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int u = min(u0 + j, n_unit - 1), t = u / segs, c4 = (u % segs) * 32 + lane;
+                xv[j] = u0 + j < n_unit && c4 < len4
+                            ? *(const float4 *)(a.x + (rows ? rows[base + t] : base + t) * a.xs + kc + 4 * c4)
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int u = u0 + j, t = u / segs, sg = u % segs, c = 4 * (sg * 32 + lane);
+                if (u >= n_unit)
+                    break;
+                const float4 x = xv[j];
+                if (c < len) {
+                    const float4 v = mmv_pre(a, x, base + t, kc + c);
+                    const __nv_bfloat162 h01 = __floats2bfloat162_rn(v.x, v.y), h23 = __floats2bfloat162_rn(v.z, v.w);
+                    const float2 f01 = __bfloat1622float2(h01), f23 = __bfloat1622float2(h23);
+                    __nv_bfloat162 *ph = (__nv_bfloat162 *)(sh + t * pitch + c);
+                    __nv_bfloat162 *pl = (__nv_bfloat162 *)(sl + t * pitch + c);
+                    ph[0] = h01;
+                    ph[1] = h23;
+                    pl[0] = __floats2bfloat162_rn(v.x - f01.x, v.y - f01.y);
+                    pl[1] = __floats2bfloat162_rn(v.z - f23.x, v.w - f23.y);
+                }
+                if (rms) {
+                    const float ss = warp_sum(x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w);
+                    if (lane == 0)
+                        seg_ss[t * a.n_seg + seg0 + sg] = ss;
+                }
+            }
         }
         /* a partial last block of 32 reads zeros past the slice */
         const int n_pad = n_blk * 32 - len;
@@ -320,25 +293,33 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
             mmv_mma<NB>(acc, wb, sh, sl, pitch, 0, j0 + MMV_UNROLL, n_blk, nb, g, cq, n);
         }
     }
-    if (a.pre == MM_PRE_RMSNORM && NB > 1) {
-        mmv_sumsq<4>(a, rows, base, n, ssp, warp, lane);
+    const bool direct = a.n_split == 1;
+    if (rms) { /* the slice's sums of squares, segments in order; the whole row's when K is not split */
+        const int n_seg = (k_end - k_beg + 127) / 128;
+        for (int t = threadIdx.x; t < n; t += blockDim.x) {
+            float ss = 0.0f;
+            for (int sg = 0; sg < n_seg; sg++)
+                ss += seg_ss[t * a.n_seg + sg];
+            rsq[t] = direct ? 1.0f / sqrtf(ss / (float)K + a.eps) : ss;
+        }
         __syncthreads();
-    }
-    if (a.pre == MM_PRE_RMSNORM) {
+        if (direct) {
 #pragma unroll
-        for (int tb = 0; tb < NB; tb++) {
-            const int t0 = tb * 8 + 2 * cq;
-            const float r0 = t0 < n ? mmv_rstd(a, ssp, t0) : 0.0f, r1 = t0 + 1 < n ? mmv_rstd(a, ssp, t0 + 1) : 0.0f;
-            acc[tb][0] *= r0;
-            acc[tb][1] *= r1;
-            acc[tb][2] *= r0;
-            acc[tb][3] *= r1;
+            for (int tb = 0; tb < NB; tb++) {
+                const int t0 = tb * 8 + 2 * cq;
+                const float r0 = t0 < n ? rsq[t0] : 0.0f, r1 = t0 + 1 < n ? rsq[t0 + 1] : 0.0f;
+                acc[tb][0] *= r0;
+                acc[tb][1] *= r1;
+                acc[tb][2] *= r0;
+                acc[tb][3] *= r1;
+            }
+        } else if ((int)threadIdx.x < n) {
+            a.sq[((int64_t)blockIdx.x * a.n_split + blockIdx.y) * a.n_pos + base + threadIdx.x] = rsq[threadIdx.x];
         }
     }
     /* acc[tb]: rows r0+g (0,1) and +8 (2,3); tokens 8tb+2cq (0,2) and +1 (1,3) */
     float *out = a.out[wi] + (int64_t)base * a.os[wi];
     const int64_t os = a.os[wi];
-    const bool direct = a.n_split == 1;
     float *dst = direct ? out : a.part[wi] + ((int64_t)blockIdx.y * a.n_pos + base) * M;
     const int64_t ds = direct ? os : M;
     const bool add = direct && a.accumulate;
@@ -368,6 +349,15 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
     if (!is_last)
         return;
     __threadfence();
+    if (rms) { /* the row's sum of squares: the slices' in split order */
+        for (int t = threadIdx.x; t < n; t += blockDim.x) {
+            float ss = 0.0f;
+            for (int sp = 0; sp < a.n_split; sp++)
+                ss += __ldcg(a.sq + ((int64_t)blockIdx.x * a.n_split + sp) * a.n_pos + base + t);
+            rsq[t] = 1.0f / sqrtf(ss / (float)K + a.eps);
+        }
+        __syncthreads();
+    }
     const int rb0 = blk * MMV_ROWS;
     for (int e = threadIdx.x; e < n * MMV_ROWS; e += blockDim.x) {
         const int t = e / MMV_ROWS, r = rb0 + e % MMV_ROWS;
@@ -376,6 +366,8 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
         float s = 0.0f;
         for (int sp = 0; sp < a.n_split; sp++)
             s += __ldcg(a.part[wi] + ((int64_t)sp * a.n_pos + base + t) * M + r);
+        if (rms)
+            s *= rsq[t];
         float *o = out + (int64_t)t * os + r;
         *o = a.accumulate ? *o + s : s;
     }
@@ -522,12 +514,13 @@ static void (*mmv_kernel(int32_t nb))(mmv_args)
 int cuda_matmul_init(struct cuda_backend *c)
 {
     int per_sm = 0;
-    const int smem = MMV_STAGE_BYTES + 8 * 8 * MMV_PAD * 2 * 2; /* the largest a launch asks for */
+    /* the staged activations at most, then with RMSNorm's sums per segment of a K of MMV_RMS_K_MAX */
+    const int act = MMV_STAGE_BYTES + 8 * 8 * MMV_PAD * 2 * 2, smem = act + CUDA_SMALL_N * (MMV_RMS_K_MAX / 128) * 4;
     for (int32_t nb = 1; nb <= 8; nb *= 2)
         if (CUDA_CHECK(c, cudaFuncSetAttribute(mmv_kernel(nb), cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != 0)
             return -1;
-    /* of the largest variant: the K split follows from it, and must not depend on the batch */
-    if (CUDA_CHECK(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mmv_kernel(8), MMV_WARPS * 32, smem)) != 0)
+    /* of the largest variant's activations: the K split follows from it, and must not depend on the batch */
+    if (CUDA_CHECK(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mmv_kernel(8), MMV_WARPS * 32, act)) != 0)
         return -1;
     c->mmv_per_sm = per_sm > 0 ? per_sm : 1;
     return 0;
@@ -574,18 +567,21 @@ static void mmv_run(struct cuda_backend *c, mmv_args *a, int32_t n_z, int32_t fi
         }
     }
     if (a->n_split > 1) {
-        float *part = (float *)cuda_scratch(c, SCR_MATMUL, (size_t)a->n_split * a->n_pos * m_sum * sizeof(float));
+        const int64_t n_sq = f->pre == MM_PRE_RMSNORM ? (int64_t)bx * n_z : 0;
+        float *part = (float *)cuda_scratch(c, SCR_MATMUL,
+                                            (size_t)a->n_split * a->n_pos * (m_sum + n_sq) * sizeof(float));
         if (!part)
             return;
         for (int32_t i = 0; i < a->n_w; i++) {
             a->part[i] = part;
             part += (int64_t)a->n_split * a->n_pos * a->M[i];
         }
+        a->sq = part;
     }
     a->count = c->counters;
     /* stage as much of the slice as fits: fewer block-wide waits, same arithmetic */
     int32_t ks = MMV_STAGE_BYTES / (8 * a->nb * 4) - MMV_PAD;
-    ks = ks / 64 * 64; /* keeps staged rows 64 bytes apart mod 128 */
+    ks = ks / 128 * 128; /* whole segments; staged rows 64 bytes apart mod 128 */
     if (ks > a->kslice)
         ks = (int32_t)cdiv(a->kslice, 64) * 64;
     a->ks = ks;
@@ -602,7 +598,9 @@ static void mmv_run(struct cuda_backend *c, mmv_args *a, int32_t n_z, int32_t fi
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(bx, a->n_split, n_z);
     cfg.blockDim = dim3(MMV_WARPS * 32);
-    cfg.dynamicSmemBytes = (size_t)2 * 8 * a->nb * (ks + MMV_PAD) * sizeof(__nv_bfloat16);
+    a->n_seg = f->pre == MM_PRE_RMSNORM ? (int32_t)cdiv(a->kslice, 128) : 0;
+    cfg.dynamicSmemBytes = (size_t)2 * 8 * a->nb * (ks + MMV_PAD) * sizeof(__nv_bfloat16) +
+                           (size_t)a->n * a->n_seg * sizeof(float);
     cfg.stream = c->stream;
     cudaLaunchAttribute at;
     at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -694,7 +692,8 @@ void cuda_matmul_fused(struct backend *be, int32_t n_w, struct tensor *const *ou
         mm_prefill(c, n_w, out, w, x, f);
         return;
     }
-    if (bf16 && (f->pre != MM_PRE_SWIGLU || (f->up->row_stride % 4 == 0 && ((uintptr_t)f->up->data & 15) == 0))) {
+    if (bf16 && (f->pre != MM_PRE_SWIGLU || (f->up->row_stride % 4 == 0 && ((uintptr_t)f->up->data & 15) == 0)) &&
+        (f->pre != MM_PRE_RMSNORM || x->n_cols <= MMV_RMS_K_MAX)) {
         mmv_launch(c, n_w, out, w, x, f);
         return;
     }
