@@ -8,8 +8,11 @@
 # image's own libcurl.so.4 and libcrypto.so.3; `tar cJf` of that folder.
 mkdir -p /tmp/jx && tar xJf .debs/extra.txz -C /tmp/jx
 export C_INCLUDE_PATH=/tmp/jx/usr/include:/tmp/jx/usr/include/x86_64-linux-gnu LIBRARY_PATH=/tmp/jx/usr/lib/x86_64-linux-gnu LD_LIBRARY_PATH=/tmp/jx/usr/lib/x86_64-linux-gnu:/tmp/jx/lib/x86_64-linux-gnu
-make -j16 build/kapitsa build/test_unit > $OUT/build.txt 2>&1 || { tail -30 $OUT/build.txt; exit 1; }
+make -j16 build/kapitsa build/test_unit build/bench_gemv > $OUT/build.txt 2>&1 || { tail -30 $OUT/build.txt; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+# the read ceiling, and the decode products alone at a decode step's, a KFlash tree's and 64 tokens
+nvcc -O3 -arch=sm_90 tools/device/read_bw.cu -o /tmp/read_bw && /tmp/read_bw | tee $OUT/read_bw.txt
+for n in 1 24 64; do build/bench_gemv $n 10; done | tee $OUT/gemv.txt
 (build/kapitsa synth --preset qwen3-8b --out /tmp/q8 > /dev/null) &
 build/test_unit cuda 2>&1 | grep -v "^ok"
 KAPITSA_TEST_DEVICE=cuda timeout 200 build/test_unit model 2>&1 | grep -E "check failed|unit:"
