@@ -75,12 +75,7 @@ static double decode_bytes(const struct model *m)
         const bool head = strcmp(t->name, "lm_head.weight") == 0;
         if (!head && strncmp(t->name, c->prefix, strlen(c->prefix)) != 0)
             continue;
-        /* a step reads one row of an embedding that is not also the LM head
-         * (known by name: on a GPU the bound tensor is a copy, not t->data) */
-        const size_t len = strlen(t->name), sfx = strlen("embed_tokens.weight");
-        const bool embed = (len >= sfx && strcmp(t->name + len - sfx, "embed_tokens.weight") == 0) ||
-                           strcmp(t->name, "backbone.embeddings.weight") == 0;
-        if (embed && !c->tie_embeddings)
+        if (t == m->embed_stored && !c->tie_embeddings) /* one row a step, unless it is also the LM head */
             continue;
         if (strstr(t->name, ".experts."))
             b *= (double)c->n_expert_used / c->n_expert;

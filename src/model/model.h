@@ -36,6 +36,7 @@ struct model {
     struct safetensors st;
     struct backend *be;
     struct tensor embed;    /* [vocab][hidden] */
+    const struct st_tensor *embed_stored; /* the checkpoint's embedding, of which a step reads one row */
     struct tensor out_norm; /* [hidden] */
     struct tensor lm_head;  /* [vocab][hidden] (the embedding when tied) */
     struct tensor inv_freq; /* [rope_dim/2] F32 */

@@ -75,6 +75,7 @@ int nemotron_h_bind(struct model *m)
     if (weights_bind(m, &m->embed, "backbone.embeddings.weight", c->vocab_size, H) != 0 ||
         weights_bind(m, &m->out_norm, "backbone.norm_f.weight", 0, H) != 0)
         return -1;
+    m->embed_stored = st_find(&m->st, "backbone.embeddings.weight");
     if (c->tie_embeddings)
         m->lm_head = m->embed;
     else if (weights_bind(m, &m->lm_head, "lm_head.weight", c->vocab_size, H) != 0)

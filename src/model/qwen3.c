@@ -87,6 +87,7 @@ int qwen3_bind_embed(struct model *m)
     snprintf(name, sizeof name, "%sembed_tokens.weight", c->prefix);
     if (weights_bind(m, &m->embed, name, c->vocab_size, c->hidden_size) != 0)
         return -1;
+    m->embed_stored = st_find(&m->st, name);
     snprintf(name, sizeof name, "%snorm.weight", c->prefix);
     if (weights_bind_norm(m, &m->out_norm, name, c->hidden_size, c->norm_plus_one) != 0)
         return -1;
