@@ -191,7 +191,7 @@ void test_cuda_matmul_fused(void)
     struct both b;
     if (both_open(&b, true) != 0)
         return both_close(&b);
-    const int32_t ns[] = {1, 13, 64, 100}, Ms[MM_MAX_W] = {512, 128, 300};
+    const int32_t ns[] = {1, 5, 13, 64, 100}, Ms[MM_MAX_W] = {512, 128, 300};
     const int32_t K = 1024;
     for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
         for (int pre = MM_PRE_NONE; pre <= MM_PRE_RELU2; pre++)
@@ -228,8 +228,9 @@ void test_cuda_matmul_fused(void)
                 pair_free(&b, &pb);
                 pair_free(&b, &ab);
             }
-    /* a K split across blocks (their sums of squares added by the last), and
-     * rows enough for whole waves with K whole (each block's own sums) */
+    /* a K split across blocks (their sums of squares added by the last; a
+     * lone token's by the warps of one block), and rows enough for whole
+     * waves with K whole (each block's own sums) */
     const int32_t inv_M[] = {Ms[0], 32768}, inv_K[] = {K, 256};
     for (int sh = 0; sh < 2; sh++) {
         const int32_t M = inv_M[sh], Ki = inv_K[sh], n_max = 64, r = 3;
@@ -245,7 +246,7 @@ void test_cuda_matmul_fused(void)
         float *y1 = malloc((size_t)M * 4), *y2 = malloc((size_t)M * 4);
         b.gpu->ops->matmul_fused(b.gpu, 1, &o1g, &wg, &xr, &f);
         b.gpu->ops->read(b.gpu, &o1.g, 0, 1, y1);
-        const int32_t nb[] = {4, 13, 21, 64};
+        const int32_t nb[] = {4, 8, 13, 21, 64};
         for (size_t i = 0; i < sizeof nb / sizeof nb[0]; i++) {
             struct tensor xn = tensor_rows(&x.g, 0, nb[i]), on = tensor_rows(&o2.g, 0, nb[i]), *ong = &on;
             b.gpu->ops->matmul_fused(b.gpu, 1, &ong, &wg, &xn, &f);

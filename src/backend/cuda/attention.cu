@@ -399,6 +399,7 @@ __global__ void k_att_decode(struct att_args a)
     const int32_t i = blockIdx.x / a.n_kv_head, kvh = blockIdx.x % a.n_kv_head;
     const int32_t G = a.n_head / a.n_kv_head, h0 = kvh * G + blockIdx.z * a.gc;
     const int32_t gc = min(a.gc, G - (int32_t)blockIdx.z * a.gc);
+    grid_dep_wait(); /* q and the new keys: attn_prep's */
     const int32_t n_vis = a.b.n_vis[i];
     const int32_t v_beg = blockIdx.y * a.split_len, v_end = min(n_vis, v_beg + a.split_len);
     if (v_beg >= v_end)
@@ -441,6 +442,7 @@ __global__ void k_att_decode(struct att_args a)
             rows[t % ATT_STAGES][lane] = row_next;
     }
     cp_async_wait_all();
+    grid_dep_launch();
     if (!active)
         return;
     const int32_t h = h0 + warp;
@@ -472,6 +474,7 @@ __global__ void __launch_bounds__(ATT_MERGE_WARPS * 32) k_att_merge(struct att_a
     __shared__ float red[ATT_MERGE_WARPS][ATT_MAX_HD + 1];
     const int32_t i = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head, hd = a.hd;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    grid_dep_wait();
     const int32_t n_used = (a.b.n_vis[i] + a.split_len - 1) / a.split_len;
     const float *p = a.part + ((int64_t)i * a.n_head + h) * a.n_split * (hd + 2);
     float mx = -INFINITY;
@@ -505,6 +508,7 @@ __global__ void __launch_bounds__(ATT_MERGE_WARPS * 32) k_att_merge(struct att_a
     if (lane == 0)
         red[warp][ATT_MAX_HD] = sum;
     __syncthreads();
+    grid_dep_launch();
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float od = red[0][d], sd = red[0][ATT_MAX_HD];
         for (int w = 1; w < ATT_MERGE_WARPS; w++) {
@@ -961,10 +965,9 @@ void cuda_attention(struct backend *be, struct tensor *out, const struct tensor 
     if (smem > 48 * 1024 &&
         CUDA_CHECK(c, cudaFuncSetAttribute(dec, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != 0)
         return;
-    dec<<<dim3((unsigned)(n * n_kv_head), (unsigned)a.n_split, (unsigned)n_gz), 32 * (unsigned)(a.gc < 4 ? 4 : a.gc),
-          smem, c->stream>>>(a);
-    if (CUDA_LAUNCHED(c) != 0 || !a.part)
+    if (cuda_launch_dep(c, dec, dim3((unsigned)(n * n_kv_head), (unsigned)a.n_split, (unsigned)n_gz),
+                        dim3(32 * (unsigned)(a.gc < 4 ? 4 : a.gc)), smem, a) != 0 ||
+        !a.part)
         return;
-    k_att_merge<<<(unsigned)(n * n_head), ATT_MERGE_WARPS * 32, 0, c->stream>>>(a);
-    CUDA_LAUNCHED(c);
+    cuda_launch_dep(c, k_att_merge, dim3((unsigned)(n * n_head)), dim3(ATT_MERGE_WARPS * 32), 0, a);
 }

@@ -63,7 +63,7 @@ struct cuda_backend {
     int32_t mmv_per_sm; /* resident k_mmv blocks per SM */
     bool precise;
     bool failed;
-    bool pdl; /* k_mmv launched as a programmatic dependent (sm_90+; KAPITSA_CUDA_PDL=0: off) */
+    bool pdl; /* products and decode attention launched as programmatic dependents (sm_90+; KAPITSA_CUDA_PDL=0: off) */
     cudaStream_t stream;
     cublasHandle_t blas;
     struct attn_batch b; /* host copy; pointers valid during the forward */
@@ -230,6 +230,33 @@ static __device__ __forceinline__ void kv_put(void *c, bool bf16, int64_t i, flo
         ((__nv_bfloat16 *)c)[i] = __float2bfloat16_rn(v);
     else
         ((float *)c)[i] = v;
+}
+
+/* Programmatic dependent launch: a kernel launched with it (cuda_launch_dep)
+ * may start while the previous one finishes; it waits here before touching
+ * anything that kernel writes (a no-op when launched plainly). A kernel lets
+ * its successor start with grid_dep_launch: products at their start (their
+ * first weight loads need no input), small kernels as their blocks end, so
+ * that waiting successors never hold the multiprocessors for long. */
+static __device__ __forceinline__ void grid_dep_wait(void) { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+static __device__ __forceinline__ void grid_dep_launch(void) { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
+
+/* launch k as a programmatic dependent of the stream's previous kernel (a
+ * plain launch without c->pdl); 0 or -1 as CUDA_CHECK */
+template <typename... P, typename... A>
+static int cuda_launch_dep(struct cuda_backend *c, void (*k)(P...), dim3 grid, dim3 block, size_t smem, A... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = c->stream;
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &at;
+    cfg.numAttrs = c->pdl ? 1 : 0;
+    return CUDA_CHECK(c, cudaLaunchKernelEx(&cfg, k, args...));
 }
 
 static __device__ __forceinline__ float warp_sum(float v)

@@ -14,7 +14,11 @@
  * the result never depends on timing, and the split depends on M and K only,
  * so never on the batch either. The kernel is compiled per number of token
  * tiles (1, 2, 4, 8): a decode step's single tile keeps few accumulators, and
- * each token's arithmetic is the same in every variant.
+ * each token's arithmetic is the same in every variant. A lone token's
+ * product of one wave with K in up to 8 slices of at most 1024 (a decode
+ * step's q/k/v and o) goes to k_mmv_slices: a block per 16 rows, a warp per
+ * slice, the slices added in shared memory in the same order as k_mmv's last
+ * block adds them.
  *
  * matmul_fused folds a product's neighbours into the same launch: up to three
  * weights sharing the input (q/k/v, gate/up) are one grid, the input's
@@ -41,6 +45,8 @@
 #define MMV_UNROLL 4    /* k32 blocks of weights loaded together per lane */
 #define MMV_PAD 32      /* bf16 past each staged row: token rows 64 bytes apart mod 128, no bank conflicts */
 #define MMV_RMS_K_MAX 32768 /* the widest input an RMSNorm is fused for */
+#define MMV_SL_BATCH 3  /* k_mmv_slices: input loads a lane has in flight while staging */
+#define MMV_SL_K_MAX 1024 /* k_mmv_slices: the longest slice a warp stages alone (longer: slower than k_mmv) */
 
 /* 16 bytes of weights, read once: not kept in L1. A load of the mma
  * fragments' shape reads 64 bytes of each of eight rows; asked to fetch the
@@ -163,12 +169,6 @@ static __device__ __forceinline__ float4 mmv_pre(const mmv_args &a, float4 v, in
     }
     return v;
 }
-
-/* Programmatic dependent launch: a kernel launched with it may start while
- * the previous one finishes; it waits here before touching anything that
- * kernel writes (a no-op when launched plainly). */
-static __device__ __forceinline__ void grid_dep_wait(void) { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-static __device__ __forceinline__ void grid_dep_launch(void) { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
 
 /* Weights are the mma's 16-row operand (16 rows per warp, a lane reading 16
  * bytes of two rows per k32 block), tokens the 8-column one, so a token
@@ -375,6 +375,102 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
         *count = 0;
 }
 
+/* One token with K split in at most MMV_WARPS slices, a grid of one wave
+ * (decoding's q/k/v and o): a block per 16 rows, a warp per slice, each
+ * warp staging its own slice of the input; the block adds the slices'
+ * partial products (and RMSNorm's sums of squares) in split order in
+ * shared memory: the same sums k_mmv's last block makes, without the trip
+ * through memory, the fence and the arrival counter that end each of its
+ * launches, and in blocks small enough to make room for the next kernel's
+ * as they finish. bx_end counts 16-row groups. */
+__global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv_slices(const __grid_constant__ mmv_args a)
+{
+    extern __shared__ uint4 smem_raw[];
+    const int K = a.K, pitch = a.kslice + MMV_PAD, n_split = a.n_split;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
+    __nv_bfloat16 *sh = (__nv_bfloat16 *)smem_raw + (int64_t)warp * 2 * pitch; /* [pitch] */
+    __nv_bfloat16 *sl = sh + pitch;
+    float *part = (float *)((__nv_bfloat16 *)smem_raw + (int64_t)n_split * 2 * pitch); /* [n_split][16] */
+    float *sq = part + n_split * 16;                                                     /* [n_split] */
+    int wi = 0;
+    while (wi + 1 < a.n_w && (int32_t)blockIdx.x >= a.bx_end[wi])
+        wi++;
+    const int M = a.M[wi], r0 = (blockIdx.x - (wi ? a.bx_end[wi - 1] : 0)) * 16;
+    const int64_t ws = a.ws[wi];
+    const bool ok0 = r0 + g < M, ok1 = r0 + g + 8 < M;
+    const uint16_t *w0 = a.w[wi] + (int64_t)(ok0 ? r0 + g : 0) * ws + cq * 8;
+    const uint16_t *w1 = a.w[wi] + (int64_t)(ok1 ? r0 + g + 8 : 0) * ws + cq * 8;
+    const int k_beg = warp * a.kslice, k_end = min(K, k_beg + a.kslice), len = k_end - k_beg;
+    const int n_blk = (len + 31) / 32, segs = (len + 127) / 128;
+    float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+    uint4 wa[MMV_UNROLL][2], wb[MMV_UNROLL][2];
+    grid_dep_launch();
+    mmv_load(wa, w0, w1, k_beg, 0, n_blk, ok0, ok1, cq, k_end);
+    mmv_load(wb, w0, w1, k_beg, MMV_UNROLL, n_blk, ok0, ok1, cq, k_end);
+    grid_dep_wait();
+    const bool rms = a.pre == MM_PRE_RMSNORM;
+    float ss = 0.0f; /* the slice's sum of squares: segments of 128 in order, each its warp's tree */
+    for (int s0 = 0; s0 < segs; s0 += MMV_SL_BATCH) {
+        float4 xv[MMV_SL_BATCH];
+#pragma unroll
+        for (int j = 0; j < MMV_SL_BATCH; j++) {
+            const int c = 4 * ((s0 + j) * 32 + lane);
+            xv[j] = c < len ? *(const float4 *)(a.x + k_beg + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int j = 0; j < MMV_SL_BATCH; j++) {
+            const int c = 4 * ((s0 + j) * 32 + lane);
+            if (s0 + j >= segs)
+                break;
+            const float4 x = xv[j];
+            if (c < len) {
+                const float4 v = mmv_pre(a, x, 0, k_beg + c);
+                const __nv_bfloat162 h01 = __floats2bfloat162_rn(v.x, v.y), h23 = __floats2bfloat162_rn(v.z, v.w);
+                const float2 f01 = __bfloat1622float2(h01), f23 = __bfloat1622float2(h23);
+                __nv_bfloat162 *ph = (__nv_bfloat162 *)(sh + c), *pl = (__nv_bfloat162 *)(sl + c);
+                ph[0] = h01;
+                ph[1] = h23;
+                pl[0] = __floats2bfloat162_rn(v.x - f01.x, v.y - f01.y);
+                pl[1] = __floats2bfloat162_rn(v.z - f23.x, v.w - f23.y);
+            }
+            if (rms)
+                ss += warp_sum(x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w);
+        }
+    }
+    for (int e = len + lane; e < n_blk * 32; e += 32)
+        sh[e] = sl[e] = __float2bfloat16_rn(0.0f);
+    __syncwarp();
+    for (int j0 = 0; j0 < n_blk; j0 += 2 * MMV_UNROLL) {
+        if (j0 > 0)
+            mmv_load(wb, w0, w1, k_beg, j0 + MMV_UNROLL, n_blk, ok0, ok1, cq, k_end);
+        mmv_mma<1>(acc, wa, sh, sl, pitch, 0, j0, n_blk, 1, g, cq, 1);
+        if (j0 + 2 * MMV_UNROLL < n_blk)
+            mmv_load(wa, w0, w1, k_beg, j0 + 2 * MMV_UNROLL, n_blk, ok0, ok1, cq, k_end);
+        mmv_mma<1>(acc, wb, sh, sl, pitch, 0, j0 + MMV_UNROLL, n_blk, 1, g, cq, 1);
+    }
+    /* acc: rows g (0) and g+8 (2) of the token, in lanes with cq = 0 */
+    if (cq == 0) {
+        part[warp * 16 + g] = acc[0][0];
+        part[warp * 16 + g + 8] = acc[0][2];
+    }
+    if (rms && lane == 0)
+        sq[warp] = ss;
+    __syncthreads();
+    if ((int)threadIdx.x < 16 && r0 + (int)threadIdx.x < M) {
+        float s = 0.0f;
+        for (int sp = 0; sp < n_split; sp++)
+            s += part[sp * 16 + threadIdx.x];
+        if (rms) {
+            float q = 0.0f;
+            for (int sp = 0; sp < n_split; sp++)
+                q += sq[sp];
+            s *= 1.0f / sqrtf(q / (float)K + a.eps);
+        }
+        float *o = a.out[wi] + r0 + threadIdx.x;
+        *o = a.accumulate ? *o + s : s;
+    }
+}
+
 /* Plain fp32 product for f16/f32 weights (and shapes k_mmv cannot take):
  * one output per thread over 16x16 tiles, k in steps of 32 through shared memory. */
 __global__ void k_mm_simt(const float *__restrict__ x, int64_t xs, int32_t n, const void *__restrict__ w,
@@ -519,6 +615,8 @@ int cuda_matmul_init(struct cuda_backend *c)
     for (int32_t nb = 1; nb <= 8; nb *= 2)
         if (CUDA_CHECK(c, cudaFuncSetAttribute(mmv_kernel(nb), cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != 0)
             return -1;
+    if (CUDA_CHECK(c, cudaFuncSetAttribute(k_mmv_slices, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != 0)
+        return -1;
     /* of the largest variant's activations: the K split follows from it, and must not depend on the batch */
     if (CUDA_CHECK(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mmv_kernel(8), MMV_WARPS * 32, act)) != 0)
         return -1;
@@ -566,6 +664,29 @@ static void mmv_run(struct cuda_backend *c, mmv_args *a, int32_t n_z, int32_t fi
             }
         }
     }
+    a->pre = f->pre;
+    if (f->pre == MM_PRE_RMSNORM) {
+        a->norm = f->norm->data;
+        a->norm_t = f->norm->type;
+        a->eps = f->eps;
+    } else if (f->pre == MM_PRE_SWIGLU) {
+        a->up = (const float *)f->up->data;
+        a->us = f->up->row_stride;
+    }
+    a->accumulate = f->accumulate;
+    if (a->n == 1 && !a->plan && a->n_split > 1 && a->n_split <= MMV_WARPS && a->kslice <= MMV_SL_K_MAX &&
+        (int64_t)bx * a->n_split <= c->mmv_per_sm * c->n_sm) {
+        /* as many warps as k_mmv's blocks would have, in blocks of 16 rows */
+        bx = 0;
+        for (int32_t i = 0; i < a->n_w; i++) {
+            bx += (int32_t)cdiv(a->M[i], 16);
+            a->bx_end[i] = bx;
+        }
+        const size_t smem =
+            (size_t)a->n_split * (2 * (a->kslice + MMV_PAD) * sizeof(__nv_bfloat16) + 17 * sizeof(float));
+        cuda_launch_dep(c, k_mmv_slices, dim3(bx), dim3(a->n_split * 32), smem, *a);
+        return;
+    }
     if (a->n_split > 1) {
         const int64_t n_sq = f->pre == MM_PRE_RMSNORM ? (int64_t)bx * n_z : 0;
         float *part = (float *)cuda_scratch(c, SCR_MATMUL,
@@ -585,29 +706,10 @@ static void mmv_run(struct cuda_backend *c, mmv_args *a, int32_t n_z, int32_t fi
     if (ks > a->kslice)
         ks = (int32_t)cdiv(a->kslice, 64) * 64;
     a->ks = ks;
-    a->pre = f->pre;
-    if (f->pre == MM_PRE_RMSNORM) {
-        a->norm = f->norm->data;
-        a->norm_t = f->norm->type;
-        a->eps = f->eps;
-    } else if (f->pre == MM_PRE_SWIGLU) {
-        a->up = (const float *)f->up->data;
-        a->us = f->up->row_stride;
-    }
-    a->accumulate = f->accumulate;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(bx, a->n_split, n_z);
-    cfg.blockDim = dim3(MMV_WARPS * 32);
     a->n_seg = f->pre == MM_PRE_RMSNORM ? (int32_t)cdiv(a->kslice, 128) : 0;
-    cfg.dynamicSmemBytes = (size_t)2 * 8 * a->nb * (ks + MMV_PAD) * sizeof(__nv_bfloat16) +
-                           (size_t)a->n * a->n_seg * sizeof(float);
-    cfg.stream = c->stream;
-    cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &at;
-    cfg.numAttrs = c->pdl ? 1 : 0;
-    CUDA_CHECK(c, cudaLaunchKernelEx(&cfg, mmv_kernel(a->nb), *a));
+    const size_t smem =
+        (size_t)2 * 8 * a->nb * (ks + MMV_PAD) * sizeof(__nv_bfloat16) + (size_t)a->n * a->n_seg * sizeof(float);
+    cuda_launch_dep(c, mmv_kernel(a->nb), dim3(bx, a->n_split, n_z), dim3(MMV_WARPS * 32), smem, *a);
 }
 
 static void mmv_launch(struct cuda_backend *c, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,

@@ -161,10 +161,12 @@ __global__ void __launch_bounds__(PREP_WARPS * 32) k_attn_prep(const __grid_cons
     __shared__ float buf[PREP_WARPS][ATT_PREP_MAX_HD];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, i = blockIdx.y;
     const int32_t item = blockIdx.x * PREP_WARPS + warp, hd = a.hd;
+    grid_dep_wait(); /* q, k and v: the product's */
     if (item >= a.n_head + 2 * a.n_kv_head)
         return;
     if (item >= a.n_head + a.n_kv_head) { /* a v head */
         const int64_t off = (int64_t)(item - a.n_head - a.n_kv_head) * hd;
+        grid_dep_launch();
         for (int32_t c = lane; c < hd; c += 32)
             kv_put(a.vc, a.kv16, (int64_t)a.slot[i] * a.cs + off + c, a.v[i * a.vs + off + c]);
         return;
@@ -192,6 +194,7 @@ __global__ void __launch_bounds__(PREP_WARPS * 32) k_attn_prep(const __grid_cons
         }
         __syncwarp();
     }
+    grid_dep_launch();
     for (int32_t c = lane; c < hd; c += 32) {
         x[c] = b[c];
         if (!is_q)
@@ -233,8 +236,8 @@ void cuda_attn_prep(struct backend *be, struct tensor *q, struct tensor *k, cons
     a.pos = c->d.pos;
     a.slot = c->d.slot;
     const int32_t items = p->n_head + 2 * p->n_kv_head;
-    k_attn_prep<<<dim3(cdiv(items, PREP_WARPS), (unsigned)c->b.n_tokens), PREP_WARPS * 32, 0, c->stream>>>(a);
-    CUDA_LAUNCHED(c);
+    cuda_launch_dep(c, k_attn_prep, dim3(cdiv(items, PREP_WARPS), (unsigned)c->b.n_tokens), dim3(PREP_WARPS * 32), 0,
+                    a);
 }
 
 enum ew_op { EW_SWIGLU, EW_ADD, EW_RELU2, EW_SIGMUL, EW_SIGMUL_COL };
