@@ -271,7 +271,6 @@ static void launch(const void *fn, int per_sm_grid, size_t smem, int threads, sh
 }
 
 struct variant {
-    const char *name;
     const void *fn;
     int per_sm_grid;
     size_t smem;
@@ -309,15 +308,15 @@ int main()
         const char *name;
         variant v;
     } vs[] = {
-        {"reg (k_mmv's loads), 2/SM", {"", (const void *)k_reg, 2, 0, 256, true}},
-        {"bulk CK128 NS3 1/SM", {"", (const void *)k_ring<0, 128, 3>, 1, 3 * ROWS * (256 + 16) + 1024, 288, false}},
-        {"bulk CK128 NS6 1/SM", {"", (const void *)k_ring<0, 128, 6>, 1, 6 * ROWS * (256 + 16) + 1024, 288, false}},
-        {"bulk CK256 NS3 1/SM", {"", (const void *)k_ring<0, 256, 3>, 1, 3 * ROWS * (512 + 16) + 1024, 288, false}},
-        {"bulk CK128 NS3 2/SM", {"", (const void *)k_ring<0, 128, 3>, 2, 3 * ROWS * (256 + 16) + 1024, 288, false}},
-        {"tensor CK128 NS3 1/SM", {"", (const void *)k_ring<1, 128, 3>, 1, 3 * ROWS * 256 + 1024, 288, false}},
-        {"tensor CK128 NS6 1/SM", {"", (const void *)k_ring<1, 128, 6>, 1, 6 * ROWS * 256 + 1024, 288, false}},
-        {"tensor CK128 NS3 2/SM", {"", (const void *)k_ring<1, 128, 3>, 2, 3 * ROWS * 256 + 1024, 288, false}},
-        {"tensor CK64 NS6 1/SM", {"", (const void *)k_ring<1, 64, 6>, 1, 6 * ROWS * 128 + 1024, 288, false}},
+        {"reg (k_mmv's loads), 2/SM", {(const void *)k_reg, 2, 0, 256, true}},
+        {"bulk CK128 NS3 1/SM", {(const void *)k_ring<0, 128, 3>, 1, 3 * ROWS * (256 + 16) + 1024, 288, false}},
+        {"bulk CK128 NS6 1/SM", {(const void *)k_ring<0, 128, 6>, 1, 6 * ROWS * (256 + 16) + 1024, 288, false}},
+        {"bulk CK256 NS3 1/SM", {(const void *)k_ring<0, 256, 3>, 1, 3 * ROWS * (512 + 16) + 1024, 288, false}},
+        {"bulk CK128 NS3 2/SM", {(const void *)k_ring<0, 128, 3>, 2, 3 * ROWS * (256 + 16) + 1024, 288, false}},
+        {"tensor CK128 NS3 1/SM", {(const void *)k_ring<1, 128, 3>, 1, 3 * ROWS * 256 + 1024, 288, false}},
+        {"tensor CK128 NS6 1/SM", {(const void *)k_ring<1, 128, 6>, 1, 6 * ROWS * 256 + 1024, 288, false}},
+        {"tensor CK128 NS3 2/SM", {(const void *)k_ring<1, 128, 3>, 2, 3 * ROWS * 256 + 1024, 288, false}},
+        {"tensor CK64 NS6 1/SM", {(const void *)k_ring<1, 64, 6>, 1, 6 * ROWS * 128 + 1024, 288, false}},
     };
     cudaEvent_t e0, e1;
     CHECK(cudaEventCreate(&e0));
