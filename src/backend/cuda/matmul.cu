@@ -170,6 +170,18 @@ static __device__ __forceinline__ float4 mmv_pre(const mmv_args &a, float4 v, in
     return v;
 }
 
+/* 4 staged inputs as bf16 hi (at h) and the rounding left over, lo (at l) */
+static __device__ __forceinline__ void mmv_stage4(__nv_bfloat16 *h, __nv_bfloat16 *l, float4 v)
+{
+    const __nv_bfloat162 h01 = __floats2bfloat162_rn(v.x, v.y), h23 = __floats2bfloat162_rn(v.z, v.w);
+    const float2 f01 = __bfloat1622float2(h01), f23 = __bfloat1622float2(h23);
+    __nv_bfloat162 *ph = (__nv_bfloat162 *)h, *pl = (__nv_bfloat162 *)l;
+    ph[0] = h01;
+    ph[1] = h23;
+    pl[0] = __floats2bfloat162_rn(v.x - f01.x, v.y - f01.y);
+    pl[1] = __floats2bfloat162_rn(v.z - f23.x, v.w - f23.y);
+}
+
 /* Weights are the mma's 16-row operand (16 rows per warp, a lane reading 16
  * bytes of two rows per k32 block), tokens the 8-column one, so a token
  * costs a quarter of the tensor-core work and activation reads it would as
@@ -256,17 +268,8 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
                 if (u >= n_unit)
                     break;
                 const float4 x = xv[j];
-                if (c < len) {
-                    const float4 v = mmv_pre(a, x, base + t, kc + c);
-                    const __nv_bfloat162 h01 = __floats2bfloat162_rn(v.x, v.y), h23 = __floats2bfloat162_rn(v.z, v.w);
-                    const float2 f01 = __bfloat1622float2(h01), f23 = __bfloat1622float2(h23);
-                    __nv_bfloat162 *ph = (__nv_bfloat162 *)(sh + t * pitch + c);
-                    __nv_bfloat162 *pl = (__nv_bfloat162 *)(sl + t * pitch + c);
-                    ph[0] = h01;
-                    ph[1] = h23;
-                    pl[0] = __floats2bfloat162_rn(v.x - f01.x, v.y - f01.y);
-                    pl[1] = __floats2bfloat162_rn(v.z - f23.x, v.w - f23.y);
-                }
+                if (c < len)
+                    mmv_stage4(sh + t * pitch + c, sl + t * pitch + c, mmv_pre(a, x, base + t, kc + c));
                 if (rms) {
                     const float ss = warp_sum(x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w);
                     if (lane == 0)
@@ -423,16 +426,8 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv_slices(const __grid_c
             if (s0 + j >= segs)
                 break;
             const float4 x = xv[j];
-            if (c < len) {
-                const float4 v = mmv_pre(a, x, 0, k_beg + c);
-                const __nv_bfloat162 h01 = __floats2bfloat162_rn(v.x, v.y), h23 = __floats2bfloat162_rn(v.z, v.w);
-                const float2 f01 = __bfloat1622float2(h01), f23 = __bfloat1622float2(h23);
-                __nv_bfloat162 *ph = (__nv_bfloat162 *)(sh + c), *pl = (__nv_bfloat162 *)(sl + c);
-                ph[0] = h01;
-                ph[1] = h23;
-                pl[0] = __floats2bfloat162_rn(v.x - f01.x, v.y - f01.y);
-                pl[1] = __floats2bfloat162_rn(v.z - f23.x, v.w - f23.y);
-            }
+            if (c < len)
+                mmv_stage4(sh + c, sl + c, mmv_pre(a, x, 0, k_beg + c));
             if (rms)
                 ss += warp_sum(x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w);
         }
