@@ -266,16 +266,18 @@ void test_cuda_matmul_fused(void)
 }
 
 /* kv_store and attention on both backends over the batch ab, with random q,
- * k, v and caches of cache_rows rows (of type att_kv): the output's
- * normalised difference, and the caches' in *cache_err. */
+ * k, v and caches of cache_rows + spare rows (of type att_kv): the output's
+ * normalised difference, and the caches' in *cache_err. With spare rows,
+ * *resized: whether the gpu's output differs (bitwise) when the same caches
+ * are cut to their first cache_rows rows. */
 static enum dtype att_kv = DT_F32;
-static double att_compare(struct both *b, const struct attn_batch *ab, int64_t cache_rows, int32_t n_head,
-                          int32_t n_kv, int32_t hd, float scale, double *cache_err)
+static double att_compare(struct both *b, const struct attn_batch *ab, int64_t cache_rows, int64_t spare,
+                          int32_t n_head, int32_t n_kv, int32_t hd, float scale, double *cache_err, bool *resized)
 {
     const int32_t n = ab->n_tokens;
     struct pair kc, vc, q, k, v, out;
-    pair_make(b, &kc, att_kv, cache_rows, n_kv * hd, 1.0f);
-    pair_make(b, &vc, att_kv, cache_rows, n_kv * hd, 1.0f);
+    pair_make(b, &kc, att_kv, cache_rows + spare, n_kv * hd, 1.0f);
+    pair_make(b, &vc, att_kv, cache_rows + spare, n_kv * hd, 1.0f);
     pair_make(b, &q, DT_F32, n, n_head * hd, 2.0f);
     pair_make(b, &k, DT_F32, n, n_kv * hd, 2.0f);
     pair_make(b, &v, DT_F32, n, n_kv * hd, 1.0f);
@@ -287,6 +289,20 @@ static double att_compare(struct both *b, const struct attn_batch *ab, int64_t c
     b->gpu->ops->attention(b->gpu, &out.g, &q.g, &kc.g, &vc.g, n_head, n_kv, hd, scale);
     const double e = pair_err(b, &out);
     *cache_err = pair_err(b, &kc);
+    if (spare > 0) {
+        struct tensor out2;
+        const struct tensor kcut = tensor_rows(&kc.g, 0, cache_rows), vcut = tensor_rows(&vc.g, 0, cache_rows);
+        const size_t bytes = (size_t)n * n_head * hd * sizeof(float);
+        float *y1 = malloc(bytes), *y2 = malloc(bytes);
+        CHECK(b->gpu->ops->alloc(b->gpu, &out2, DT_F32, n, n_head * hd) == 0, "%s", err_msg());
+        b->gpu->ops->attention(b->gpu, &out2, &q.g, &kcut, &vcut, n_head, n_kv, hd, scale);
+        b->gpu->ops->read(b->gpu, &out.g, 0, n, y1);
+        b->gpu->ops->read(b->gpu, &out2, 0, n, y2);
+        *resized = memcmp(y1, y2, bytes) != 0;
+        b->gpu->ops->release(b->gpu, &out2);
+        free(y1);
+        free(y2);
+    }
     struct pair *all[] = {&kc, &vc, &q, &k, &v, &out};
     for (int i = 0; i < 6; i++)
         pair_free(b, all[i]);
@@ -294,8 +310,9 @@ static double att_compare(struct both *b, const struct attn_batch *ab, int64_t c
 }
 
 /* Two sequences in scattered cache blocks: seq 0 has len0 cached tokens and a
- * tree of 5 batch tokens, seq 1 has 3 cached and a chain of 2. */
-static void attention_case(struct both *b, int32_t len0, int32_t n_head, int32_t n_kv, int32_t hd)
+ * tree of 5 batch tokens, seq 1 has 3 cached and a chain of 2; the caches
+ * spare rows larger than they need to be (see att_compare). */
+static void attention_case(struct both *b, int32_t len0, int32_t n_head, int32_t n_kv, int32_t hd, int64_t spare)
 {
     const int32_t bs = 16, n = 7, max_blocks = (len0 + 8) / bs + 1, n_blocks = max_blocks + 2;
     int32_t *table = calloc((size_t)2 * max_blocks, sizeof(int32_t));
@@ -319,9 +336,11 @@ static void attention_case(struct both *b, int32_t len0, int32_t n_head, int32_t
                             .mask_from = mfrom, .mask = &mask[0][0], .mask_stride = 7, .block_table = table,
                             .n_seq_rows = 2, .max_blocks = max_blocks, .block_size = bs, .parent = parent};
     double ek;
-    const double e = att_compare(b, &ab, (int64_t)n_blocks * bs, n_head, n_kv, hd, 0.25f, &ek);
+    bool resized = false;
+    const double e = att_compare(b, &ab, (int64_t)n_blocks * bs, spare, n_head, n_kv, hd, 0.25f, &ek, &resized);
     CHECK(e < 1e-5 && ek == 0, "attention len %d heads %d/%d hd %d: err %.3g, cache %.3g", len0, n_head, n_kv, hd, e,
           ek);
+    CHECK(!resized, "attention len %d: the output changes with the cache's size", len0);
     free(table);
 }
 
@@ -350,7 +369,7 @@ static void prefill_case(struct both *b, int32_t len0, int32_t n0, int32_t n1, i
                             .mask_from = n_kvv, .block_table = table, .n_seq_rows = 2, .max_blocks = max_blocks,
                             .block_size = bs};
     double ek;
-    const double e = att_compare(b, &ab, (int64_t)n_blocks * bs, n_head, n_kv, hd, 0.125f, &ek);
+    const double e = att_compare(b, &ab, (int64_t)n_blocks * bs, 0, n_head, n_kv, hd, 0.125f, &ek, NULL);
     CHECK(e < tol && ek == 0, "prefill attention cached %d rows %d+%d heads %d/%d hd %d: err %.3g (bound %.3g), cache %.3g",
           len0, n0, n1, n_head, n_kv, hd, e, tol, ek);
     free(table);
@@ -365,12 +384,13 @@ void test_cuda_attention(void)
     struct both b;
     if (both_open(&b, true) != 0)
         return both_close(&b);
-    attention_case(&b, 9, 6, 2, 20);
-    attention_case(&b, 300, 8, 2, 32);
-    attention_case(&b, 5000, 32, 8, 128); /* several splits */
-    attention_case(&b, 700, 16, 1, 256);
-    attention_case(&b, 100, 40, 8, 16);
-    attention_case(&b, 2000, 16, 4, 64);
+    attention_case(&b, 9, 6, 2, 20, 0);
+    attention_case(&b, 300, 8, 2, 32, 0);
+    attention_case(&b, 5000, 32, 8, 128, 0); /* several splits */
+    attention_case(&b, 700, 16, 1, 256, 0);
+    attention_case(&b, 100, 40, 8, 16, 0);
+    attention_case(&b, 2000, 16, 4, 64, 0);
+    attention_case(&b, 2000, 16, 4, 64, 60000); /* a cache 30 times larger than the context */
     prefill_case(&b, 300, 128, 101, 32, 8, 128, 2e-5); /* tensor cores, split operands */
     prefill_case(&b, 0, 192, 64, 8, 2, 64, 2e-5);
     prefill_case(&b, 40, 64, 70, 4, 2, 32, 2e-5);
@@ -381,11 +401,11 @@ void test_cuda_attention(void)
     prefill_case(&b, 40, 64, 70, 8, 2, 256, 2e-5);     /* head dim 256, precise: CUDA cores */
     /* a bf16 cache: both backends store the same rounded rows and read them exactly */
     att_kv = DT_BF16;
-    attention_case(&b, 9, 6, 2, 20);
-    attention_case(&b, 300, 8, 2, 32);
-    attention_case(&b, 2000, 16, 4, 64);
-    attention_case(&b, 5000, 32, 8, 128);
-    attention_case(&b, 700, 16, 1, 256);
+    attention_case(&b, 9, 6, 2, 20, 0);
+    attention_case(&b, 300, 8, 2, 32, 0);
+    attention_case(&b, 2000, 16, 4, 64, 0);
+    attention_case(&b, 5000, 32, 8, 128, 0);
+    attention_case(&b, 700, 16, 1, 256, 0);
     prefill_case(&b, 300, 128, 101, 32, 8, 128, 2e-5);
     prefill_case(&b, 17, 100, 80, 8, 2, 128, 2e-5);
     prefill_case(&b, 40, 64, 70, 8, 2, 256, 2e-5);

@@ -18,8 +18,8 @@
  * across blocks (parallel over long contexts), merged in order by
  * k_att_merge when a token's keys span several; a token within one range is
  * written directly, as the merge of one range would write it. The split
- * length depends on the cache size only, so a token's arithmetic never
- * depends on the batch.
+ * length depends on the token's own number of keys only, so a token's
+ * arithmetic never depends on the batch.
  *
  * Prefill batches whose rows come in runs of 16-64 (by the head group's
  * size) of one sequence, head dims 32/64/128 (and 256 with bf16 operands), go to k_flash on the tensor
@@ -38,6 +38,8 @@
 #define ATT_STAGES 3 /* k_att_decode's ring of tiles */
 static_assert(ATT_STAGES == 3, "k_att_decode waits with cp_async_wait_one: ATT_STAGES - 2 groups left in flight");
 #define ATT_MERGE_WARPS 8
+#define ATT_MIN_RANGES 16  /* max_ranges' bounds (cuda_attention) */
+#define ATT_MAX_RANGES 128
 
 struct att_args {
     const float *q;
@@ -48,7 +50,8 @@ struct att_args {
     float *out;
     int64_t os;
     float *part; /* [n][n_head][n_split][hd+2]: acc, max, sum; NULL: write normalised output */
-    int32_t n, n_head, n_kv_head, hd, gc, n_split, split_len, T;
+    int32_t n, n_head, n_kv_head, hd, gc, n_split, T;
+    int32_t max_ranges; /* k_att_decode: a token's keys in at most this many ranges (att_split_len); 0: one */
     int32_t fa_hb, fa_rb; /* k_flash: query heads of one kv head, and 16-row groups, per block */
     /* k_flash: bf16 copies of the keys [n_kv_head][kv_total][hd] and values
      * [n_kv_head][hd][kv_total] (precise: the lo halves follow each), a
@@ -83,6 +86,19 @@ static __device__ __forceinline__ int32_t att_seq_row(const struct att_seq &s, i
 {
     const int32_t p = v < s.mask_from || !s.vis ? v : s.vis[v - s.mask_from];
     return s.table[p / s.block_size] * s.block_size + p % s.block_size;
+}
+
+/* The length of the ranges a token's n_vis visible keys are split into:
+ * whole tiles, at most a.max_ranges of them. It depends on the token's own
+ * keys only, never on the batch or the cache size, so that a token's
+ * arithmetic is the same in any batch (a tree node's as decoded alone) and
+ * a short context on a large cache still spreads over many blocks. */
+static __device__ __forceinline__ int32_t att_split_len(const struct att_args &a, int32_t n_vis)
+{
+    if (a.max_ranges == 0)
+        return INT32_MAX;
+    const int32_t tiles = (n_vis + ATT_TILE - 1) / ATT_TILE;
+    return ATT_TILE * max(1, (tiles + a.max_ranges - 1) / a.max_ranges);
 }
 
 static __device__ __forceinline__ int32_t att_row(const struct att_args *a, int32_t i, int32_t v)
@@ -400,10 +416,10 @@ __global__ void k_att_decode(struct att_args a)
     const int32_t G = a.n_head / a.n_kv_head, h0 = kvh * G + blockIdx.z * a.gc;
     const int32_t gc = min(a.gc, G - (int32_t)blockIdx.z * a.gc);
     grid_dep_wait(); /* q and the new keys: attn_prep's */
-    const int32_t n_vis = a.b.n_vis[i];
-    const int32_t v_beg = blockIdx.y * a.split_len, v_end = min(n_vis, v_beg + a.split_len);
-    if (v_beg >= v_end)
+    const int32_t n_vis = a.b.n_vis[i], split_len = att_split_len(a, n_vis);
+    if ((int64_t)blockIdx.y * split_len >= n_vis)
         return;
+    const int32_t v_beg = blockIdx.y * split_len, v_end = min(n_vis, v_beg + split_len);
     const int32_t n_tiles = (v_end - v_beg + ATT_TILE - 1) / ATT_TILE;
     const int64_t koff = (int64_t)kvh * rb;
     const struct att_seq sq = att_seq_of(&a, i);
@@ -475,7 +491,8 @@ __global__ void __launch_bounds__(ATT_MERGE_WARPS * 32) k_att_merge(struct att_a
     const int32_t i = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head, hd = a.hd;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     grid_dep_wait();
-    const int32_t n_used = (a.b.n_vis[i] + a.split_len - 1) / a.split_len;
+    const int32_t n_vis = a.b.n_vis[i], split_len = att_split_len(a, n_vis);
+    const int32_t n_used = (n_vis + split_len - 1) / split_len;
     const float *p = a.part + ((int64_t)i * a.n_head + h) * a.n_split * (hd + 2);
     float mx = -INFINITY;
     for (int32_t s = threadIdx.x; s < n_used; s += blockDim.x)
@@ -935,17 +952,20 @@ void cuda_attention(struct backend *be, struct tensor *out, const struct tensor 
         err_set("cuda: attention takes head dims that are multiples of 4 (this model's: %d)", (int)head_dim);
         return;
     }
-    /* splits of a length set by the cache's size, never by the batch (one
-     * range per token for large batches: their partial sums would not fit):
-     * up to 64 ranges over a full cache, so that each keeps the ring busy for
-     * many tiles (ranges a quarter as long decoded a 25k-token context 8%
-     * slower with a bf16 cache: every block filling its ring was the cost) */
-    a.split_len = ATT_TILE;
-    while ((int64_t)a.split_len * 64 < kc->n_rows)
-        a.split_len *= 2;
+    /* a token's keys in ranges of whole tiles, up to max_ranges of them
+     * (att_split_len): about 512 blocks per token whatever the model, so
+     * that a long range keeps the ring busy for many tiles (ranges a quarter
+     * as long decoded a 25k-token context 8% slower with a bf16 cache: every
+     * block filling its ring was the cost); large batches one range per
+     * token (their partial sums would not fit) */
+    const int32_t blocks = n_kv_head * n_gz;
+    a.max_ranges = blocks >= 512 / ATT_MIN_RANGES ? ATT_MIN_RANGES : 512 / blocks;
+    a.max_ranges = a.max_ranges > ATT_MAX_RANGES ? ATT_MAX_RANGES : a.max_ranges;
     if (n > CUDA_SMALL_N)
-        a.split_len = INT32_MAX;
-    a.n_split = c->max_vis > a.split_len ? (c->max_vis + a.split_len - 1) / a.split_len : 1;
+        a.max_ranges = 0;
+    const int32_t vis_tiles = (c->max_vis + ATT_TILE - 1) / ATT_TILE;
+    a.n_split = a.max_ranges == 0 ? 1 : vis_tiles < a.max_ranges ? vis_tiles : a.max_ranges;
+    a.n_split = a.n_split < 1 ? 1 : a.n_split;
     a.part = NULL;
     if (a.n_split > 1) {
         a.part = (float *)cuda_scratch(c, SCR_ATTN, (size_t)n * n_head * a.n_split * (head_dim + 2) * sizeof(float));

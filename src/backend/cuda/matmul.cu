@@ -343,15 +343,18 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
     }
     if (direct)
         return;
-    __threadfence();
+    /* the block's partial sums, then one release-acquire arrival: the last
+     * block to arrive sees every other block's (no fence per thread) */
     __syncthreads();
     unsigned *count = a.count + blockIdx.z * gridDim.x + blockIdx.x;
-    if (threadIdx.x == 0)
-        is_last = atomicAdd(count, 1u) == (unsigned)a.n_split - 1;
+    if (threadIdx.x == 0) {
+        unsigned old;
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(count) : "memory");
+        is_last = old == (unsigned)a.n_split - 1;
+    }
     __syncthreads();
     if (!is_last)
         return;
-    __threadfence();
     if (rms) { /* the row's sum of squares: the slices' in split order */
         for (int t = threadIdx.x; t < n; t += blockDim.x) {
             float ss = 0.0f;
