@@ -230,10 +230,16 @@ void test_cuda_matmul_fused(void)
             }
     /* a K split across blocks (their sums of squares added by the last; a
      * lone token's by the warps of one block), and rows enough for whole
-     * waves with K whole (each block's own sums) */
+     * waves with K whole (each block's own sums); precise, then fast (bf16
+     * activations, within their rounding of the cpu) */
     const int32_t inv_M[] = {Ms[0], 32768}, inv_K[] = {K, 256};
-    for (int sh = 0; sh < 2; sh++) {
-        const int32_t M = inv_M[sh], Ki = inv_K[sh], n_max = 64, r = 3;
+    for (int sh = 0; sh < 4; sh++) {
+        if (sh == 2) {
+            both_close(&b);
+            if (both_open(&b, false) != 0)
+                return both_close(&b);
+        }
+        const int32_t M = inv_M[sh % 2], Ki = inv_K[sh % 2], n_max = 64, r = 3;
         struct pair x, norm, w, o1, o2;
         pair_make(&b, &x, DT_F32, n_max, Ki, 1.0f);
         pair_make(&b, &norm, DT_BF16, 1, Ki, 1.0f);
@@ -253,6 +259,15 @@ void test_cuda_matmul_fused(void)
             b.gpu->ops->read(b.gpu, &o2.g, r, 1, y2);
             CHECK(memcmp(y1, y2, (size_t)M * 4) == 0, "matmul_fused [%d x %d]: row %d alone differs from it in a batch of %d",
                   M, Ki, r, nb[i]);
+        }
+        if (sh >= 2) {
+            /* the cpu normalises into x's own copy, not read again */
+            const struct mm_fused fc = {MM_PRE_RMSNORM, &norm.c, 1e-6f, NULL, false, &x.c, NULL};
+            struct tensor *o2c = &o2.c;
+            const struct tensor *wc = &w.c;
+            b.cpu->ops->matmul_fused(b.cpu, 1, &o2c, &wc, &x.c, &fc);
+            const double e = pair_err(&b, &o2);
+            CHECK(e < 1e-2 && e > 1e-6, "fast matmul_fused [%d x %d]: err %.3g", M, Ki, e);
         }
         free(y1);
         free(y2);
@@ -755,14 +770,14 @@ void test_cuda_tree_invariance(void)
         return;
     }
     const char *archs[] = {"qwen3", "qwen3_moe", "qwen3_5", "nemotron_h"};
-    for (int a = 0; a < 4; a++) {
+    for (int a = 0; a < 8; a++) { /* precise, then fast (bf16 activations) */
         char dir[512];
-        snprintf(dir, sizeof dir, "%s/%s", test_fixtures(), archs[a]);
-        struct backend *be = cuda_backend_init(0, true);
+        snprintf(dir, sizeof dir, "%s/%s", test_fixtures(), archs[a % 4]);
+        struct backend *be = cuda_backend_init(0, a < 4);
         struct model m;
         struct engine e;
         CHECK(be && model_load(&m, dir, be, NULL) == 0 && engine_init(&e, &m, 512, 4, 64, 64, DT_F32) == 0, "%s: %s",
-              archs[a], err_msg());
+              archs[a % 4], err_msg());
         const int32_t V = m.cfg.vocab_size, L = 30;
         int32_t prompt[30], pos[30], sq[30], par[30];
         uint8_t want[30];
@@ -798,10 +813,11 @@ void test_cuda_tree_invariance(void)
         tpar[6] = -1;
         struct batch tb = {7, tt, tpos, tsq, tpar, tw};
         CHECK(engine_forward(&e, &tb, lg, NULL) == 7, "tree: %s", err_msg());
-        CHECK(memcmp(lg, alone, (size_t)V * 4) == 0, "%s: root differs from decoding alone", archs[a]);
-        CHECK(memcmp(lg + (size_t)2 * V, alone + V, (size_t)V * 4) == 0, "%s: depth 1 differs", archs[a]);
-        CHECK(memcmp(lg + (size_t)4 * V, alone + (size_t)2 * V, (size_t)V * 4) == 0, "%s: depth 2 differs",
-              archs[a]);
+        const char *mode = a < 4 ? "precise" : "fast";
+        CHECK(memcmp(lg, alone, (size_t)V * 4) == 0, "%s %s: root differs from decoding alone", archs[a % 4], mode);
+        CHECK(memcmp(lg + (size_t)2 * V, alone + V, (size_t)V * 4) == 0, "%s %s: depth 1 differs", archs[a % 4], mode);
+        CHECK(memcmp(lg + (size_t)4 * V, alone + (size_t)2 * V, (size_t)V * 4) == 0, "%s %s: depth 2 differs",
+              archs[a % 4], mode);
         free(lg);
         free(alone);
         engine_free(&e);

@@ -7,12 +7,13 @@
  * The ops are queued on one stream; read() waits for them.
  *
  * Numerics. Products of up to CUDA_SMALL_N tokens (decoding, speculative
- * trees, small batches) use one tensor-core kernel that splits each fp32
- * activation into two bf16 halves, so they match fp32 arithmetic to ~1e-5 and
- * give every token the same bits whatever else is in the batch: a tree
- * verified in one pass reproduces plain decoding exactly. Larger products
- * (prefill) run on cuBLAS with bf16 activations, or with the same split
- * (twice the work) when precise is set, as `kapitsa check` asks. */
+ * trees, small batches) use one tensor-core kernel that gives every token the
+ * same bits whatever else is in the batch: a tree verified in one pass
+ * reproduces plain decoding exactly. Its activations are rounded to bf16 (as
+ * a bf16 model runs in transformers), or, when precise is set, as `kapitsa
+ * check` asks, split into two bf16 halves so that products match fp32
+ * arithmetic to ~1e-5. Larger products (prefill) run on cuBLAS with bf16
+ * activations, or with the same split (twice the work) when precise. */
 #ifndef KP_CUDA_H
 #define KP_CUDA_H
 
@@ -40,8 +41,8 @@ struct cuda_device_info {
 int32_t cuda_device_count(void);
 /* Facts about device `dev`; -1 with err_set() if it cannot be queried. */
 int cuda_device_query(int32_t dev, struct cuda_device_info *info);
-/* A backend on device `dev`; precise: prefill products with split-bf16
- * activations too (see above). NULL with err_set() on failure. */
+/* A backend on device `dev`; precise: every product with split-bf16
+ * activations (see above). NULL with err_set() on failure. */
 struct backend *cuda_backend_init(int32_t dev, bool precise);
 
 #ifdef __cplusplus
