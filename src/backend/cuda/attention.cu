@@ -38,7 +38,8 @@
 #define ATT_STAGES 3 /* k_att_decode's ring of tiles */
 static_assert(ATT_STAGES == 3, "k_att_decode waits with cp_async_wait_one: ATT_STAGES - 2 groups left in flight");
 #define ATT_MERGE_WARPS 8
-#define ATT_MIN_RANGES 16  /* max_ranges' bounds (cuda_attention) */
+#define ATT_RANGE_BLOCKS 512 /* decode blocks a token's ranges aim at (cuda_attention) */
+#define ATT_MIN_RANGES 16    /* ... within these bounds on its ranges */
 #define ATT_MAX_RANGES 128
 
 struct att_args {
@@ -953,14 +954,15 @@ void cuda_attention(struct backend *be, struct tensor *out, const struct tensor 
         return;
     }
     /* a token's keys in ranges of whole tiles, up to max_ranges of them
-     * (att_split_len): about 512 blocks per token whatever the model, so
+     * (att_split_len): about ATT_RANGE_BLOCKS blocks a token whatever the model, so
      * that a long range keeps the ring busy for many tiles (ranges a quarter
      * as long decoded a 25k-token context 8% slower with a bf16 cache: every
      * block filling its ring was the cost); large batches one range per
      * token (their partial sums would not fit) */
-    const int32_t blocks = n_kv_head * n_gz;
-    a.max_ranges = blocks >= 512 / ATT_MIN_RANGES ? ATT_MIN_RANGES : 512 / blocks;
-    a.max_ranges = a.max_ranges > ATT_MAX_RANGES ? ATT_MAX_RANGES : a.max_ranges;
+    a.max_ranges = ATT_RANGE_BLOCKS / (n_kv_head * n_gz);
+    a.max_ranges = a.max_ranges < ATT_MIN_RANGES ? ATT_MIN_RANGES
+                   : a.max_ranges > ATT_MAX_RANGES ? ATT_MAX_RANGES
+                                                   : a.max_ranges;
     if (n > CUDA_SMALL_N)
         a.max_ranges = 0;
     const int32_t vis_tiles = (c->max_vis + ATT_TILE - 1) / ATT_TILE;

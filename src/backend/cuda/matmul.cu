@@ -448,8 +448,11 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv_slices(const __grid_c
                 ss += warp_sum(x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w);
         }
     }
-    for (int e = len + lane; e < n_blk * 32; e += 32)
-        sh[e] = sl[e] = __float2bfloat16_rn(0.0f); /* sl: unread unless LO */
+    for (int e = len + lane; e < n_blk * 32; e += 32) {
+        sh[e] = __float2bfloat16_rn(0.0f);
+        if (LO)
+            sl[e] = __float2bfloat16_rn(0.0f);
+    }
     __syncwarp();
     for (int j0 = 0; j0 < n_blk; j0 += 2 * MMV_UNROLL) {
         if (j0 > 0)
