@@ -113,6 +113,21 @@ struct moe_routing {
     float scale;
 };
 
+/* One MoE block's routed experts (the moe op), with the caller's scratch
+ * (each at least n rows; what the op leaves there is its result too). */
+struct moe_block {
+    const struct tensor *norm;   /* [hidden]: the RMSNorm of x the block reads */
+    float eps;
+    const struct tensor *router; /* [n_expert][hidden] */
+    struct moe_routing rt;
+    struct moe_experts ex;
+    struct tensor *h;       /* [n][hidden] F32: RMSNorm(x) (a shared expert's input) */
+    struct tensor *logits;  /* [n][n_expert] F32: h . router^T */
+    struct tensor *ids;     /* [n][k] I32: each row's experts (ties: the lower index first) */
+    struct tensor *weights; /* [n][k] F32: their weights */
+    struct tensor *ws;      /* [n][2*hidden + 2*inter] F32: room for the products */
+};
+
 /* Mamba2 scan shapes and time-step limits. */
 struct ssd_params {
     int32_t n_head, head_dim, n_group, d_state;
@@ -222,14 +237,11 @@ struct backend_ops {
     void (*add)(struct backend *be, struct tensor *x, const struct tensor *y); /* x += y */
     /* out[j] = x[out_rows[j]] for the batch's output rows. */
     void (*get_out_rows)(struct backend *be, struct tensor *out, const struct tensor *x);
-    /* Routing of each row of logits [n][n_expert] (see struct moe_routing; ties:
-     * lower index first) into ids [n][k] (I32) and weights [n][k] (F32). */
-    void (*moe_route)(struct backend *be, struct tensor *ids, struct tensor *weights, const struct tensor *logits,
-                      const struct moe_routing *r);
-    /* out = sum over the k routed experts of weight * expert(x).
-     * ws: scratch of at least [n][2*inter + hidden] F32 owned by the caller. */
-    void (*moe_ffn)(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
-                    const struct tensor *weights, const struct moe_experts *ex, struct tensor *ws);
+    /* out (+)= the routed experts of x: h = RMSNorm(x), the routing of h's
+     * logits, and each row's sum over its k experts of weight * expert(h)
+     * (struct moe_block; accumulate adds it to out, which may be x). */
+    void (*moe)(struct backend *be, struct tensor *out, const struct tensor *x, const struct moe_block *mb,
+                bool accumulate);
 
     /* elementwise */
     void (*sigmoid_mul)(struct backend *be, struct tensor *x, const struct tensor *g); /* x *= sigmoid(g); g [n][cols] or [n][1] */

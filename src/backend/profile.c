@@ -10,12 +10,12 @@
 
 enum {
     P_MATMUL, P_MATMUL_FUSED, P_ATTENTION, P_RMSNORM, P_ROPE, P_KV_STORE, P_ATTN_PREP, P_EMBED, P_SWIGLU, P_ADD,
-    P_OUT_ROWS, P_MOE_ROUTE, P_MOE_FFN, P_SIGMUL, P_RELU2, P_PERMUTE, P_NORM_GATED, P_CONV1D, P_DELTA, P_SSD, P_SET_BATCH, P_READ,
+    P_OUT_ROWS, P_MOE, P_SIGMUL, P_RELU2, P_PERMUTE, P_NORM_GATED, P_CONV1D, P_DELTA, P_SSD, P_SET_BATCH, P_READ,
     P_COPY_ROWS, P_TOP_K, P_N
 };
 static const char *const names[P_N] = {
     "matmul", "matmul_fused", "attention", "rmsnorm", "rope", "kv_store", "attn_prep", "embed", "swiglu", "add",
-    "get_out_rows", "moe_route", "moe_ffn", "sigmoid_mul", "relu2", "permute_cols", "rmsnorm_gated", "conv1d", "delta_rule", "ssd", "set_batch",
+    "get_out_rows", "moe", "sigmoid_mul", "relu2", "permute_cols", "rmsnorm_gated", "conv1d", "delta_rule", "ssd", "set_batch",
     "read", "copy_rows", "top_k",
 };
 
@@ -177,15 +177,10 @@ static void p_out_rows(struct backend *be, struct tensor *out, const struct tens
 {
     TIMED(P_OUT_ROWS, get_out_rows(in, out, x));
 }
-static void p_moe_route(struct backend *be, struct tensor *ids, struct tensor *w, const struct tensor *lg,
-                        const struct moe_routing *r)
+static void p_moe(struct backend *be, struct tensor *out, const struct tensor *x, const struct moe_block *mb,
+                  bool accumulate)
 {
-    TIMED(P_MOE_ROUTE, moe_route(in, ids, w, lg, r));
-}
-static void p_moe_ffn(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
-                      const struct tensor *w, const struct moe_experts *ex, struct tensor *ws)
-{
-    TIMED(P_MOE_FFN, moe_ffn(in, out, x, ids, w, ex, ws));
+    TIMED(P_MOE, moe(in, out, x, mb, accumulate));
 }
 static void p_sigmoid_mul(struct backend *be, struct tensor *x, const struct tensor *g)
 {
@@ -235,7 +230,7 @@ struct backend *profile_wrap(struct backend *inner)
         .matmul_fused = p_matmul_fused, .rmsnorm = p_rmsnorm, .rope = p_rope, .kv_store = p_kv_store,
         .attn_prep = p_attn_prep,
         .attention = p_attention, .swiglu = p_swiglu, .add = p_add, .get_out_rows = p_out_rows,
-        .moe_route = p_moe_route, .moe_ffn = p_moe_ffn, .sigmoid_mul = p_sigmoid_mul, .relu2 = p_relu2,
+        .moe = p_moe, .sigmoid_mul = p_sigmoid_mul, .relu2 = p_relu2,
         .permute_cols = p_permute, .rmsnorm_gated = p_norm_gated, .conv1d = p_conv1d, .delta_rule = p_delta,
         .ssd = p_ssd,
     };

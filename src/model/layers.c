@@ -42,31 +42,35 @@ void layers_mlp(const struct model *m, struct model_scratch *s, const struct lay
     mlp(m, s, n, x, norm, &L->gate, &L->up, &L->down, x, true);
 }
 
-void layers_moe(const struct model *m, struct model_scratch *s, const struct layer_weights *L, const struct tensor *h,
-                struct tensor *out, int32_t n)
+void layers_moe(const struct model *m, struct model_scratch *s, const struct layer_weights *L, const struct tensor *norm,
+                struct tensor *x, int32_t n)
 {
     const struct model_config *c = &m->cfg;
     struct backend *be = m->be;
-    struct tensor r = tensor_rows(&s->router, 0, n), ids = tensor_rows(&s->ids, 0, n);
-    struct tensor w = tensor_rows(&s->weights, 0, n);
-    const struct moe_routing rt = {
-        .k = c->n_expert_used, .sigmoid = c->router_sigmoid, .norm = c->norm_topk_prob,
-        .bias = L->router_bias.data ? &L->router_bias : NULL, .n_group = c->n_group ? c->n_group : 1,
-        .topk_group = c->topk_group ? c->topk_group : 1, .scale = c->routed_scale,
+    struct tensor h = tensor_rows(&s->h, 0, n), r = tensor_rows(&s->router, 0, n), ids = tensor_rows(&s->ids, 0, n);
+    struct tensor w = tensor_rows(&s->weights, 0, n), ws = tensor_rows(&s->moe_ws, 0, n);
+    const struct moe_block mb = {
+        .norm = norm, .eps = c->rms_eps, .router = &L->router,
+        .rt = {.k = c->n_expert_used, .sigmoid = c->router_sigmoid, .norm = c->norm_topk_prob,
+               .bias = L->router_bias.data ? &L->router_bias : NULL, .n_group = c->n_group ? c->n_group : 1,
+               .topk_group = c->topk_group ? c->topk_group : 1, .scale = c->routed_scale},
+        .ex = L->experts, .h = &h, .logits = &r, .ids = &ids, .weights = &w, .ws = &ws,
     };
-    be->ops->matmul(be, &r, h, &L->router);
-    be->ops->moe_route(be, &ids, &w, &r, &rt);
-    be->ops->moe_ffn(be, out, h, &ids, &w, &L->experts, &s->moe_ws);
-    if (c->shared_intermediate_size == 0)
+    if (c->shared_intermediate_size == 0) {
+        be->ops->moe(be, x, x, &mb, true);
         return;
-    struct tensor sh = tensor_rows(&s->ffn2, 0, n);
-    mlp(m, s, n, h, NULL, &L->sh_gate, &L->sh_up, &L->sh_down, &sh, false);
+    }
+    /* residual + (routed + shared), the reference's order */
+    struct tensor ffn = tensor_rows(&s->ffn, 0, n), sh = tensor_rows(&s->ffn2, 0, n);
+    be->ops->moe(be, &ffn, x, &mb, false);
+    mlp(m, s, n, &h, NULL, &L->sh_gate, &L->sh_up, &L->sh_down, &sh, false);
     if (c->shared_gate) {
         struct tensor mix = tensor_rows(&s->sh_mix, 0, n);
-        be->ops->matmul(be, &mix, h, &L->sh_mix);
+        be->ops->matmul(be, &mix, &h, &L->sh_mix);
         be->ops->sigmoid_mul(be, &sh, &mix);
     }
-    be->ops->add(be, out, &sh);
+    be->ops->add(be, &ffn, &sh);
+    be->ops->add(be, x, &ffn);
 }
 
 void layers_logits(const struct model *m, struct model_scratch *s, const struct tensor *x, int32_t n, int32_t n_out,

@@ -13,10 +13,11 @@ void layers_trace(const struct model *m, const struct model_trace *trace, int32_
  * for nemotron_h) with its norm and residual; uses the h, g, u, ffn scratch. */
 void layers_mlp(const struct model *m, struct model_scratch *s, const struct layer_weights *L, const struct tensor *norm,
                 struct tensor *x, int32_t n);
-/* out = routed experts of h (+ the shared expert, gated by sigmoid(h . w) on qwen);
- * uses the g, u, ffn2 scratch (and h: h itself may be it). */
-void layers_moe(const struct model *m, struct model_scratch *s, const struct layer_weights *L, const struct tensor *h,
-                struct tensor *out, int32_t n);
+/* x += the routed experts of RMSNorm(x) * norm (+ the shared expert, gated
+ * by sigmoid(h . w) on qwen); uses the h, router, ids, weights, moe_ws, and
+ * with a shared expert the g, u, ffn, ffn2 scratch. */
+void layers_moe(const struct model *m, struct model_scratch *s, const struct layer_weights *L, const struct tensor *norm,
+                struct tensor *x, int32_t n);
 /* Final norm of x into the trace slot n_layer, then the logits of the batch's output rows. */
 void layers_logits(const struct model *m, struct model_scratch *s, const struct tensor *x, int32_t n, int32_t n_out,
                    const struct model_trace *trace);

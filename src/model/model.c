@@ -152,7 +152,7 @@ int model_scratch_init(struct model_scratch *s, const struct model *m, int32_t m
         {&s->router, DT_F32, c->n_expert, c->n_expert > 0},
         {&s->ids, DT_I32, c->n_expert_used, c->n_expert > 0},
         {&s->weights, DT_F32, c->n_expert_used, c->n_expert > 0},
-        {&s->moe_ws, DT_F32, c->hidden_size + 2 * (int64_t)c->moe_intermediate_size, c->n_expert > 0},
+        {&s->moe_ws, DT_F32, 2 * ((int64_t)c->hidden_size + c->moe_intermediate_size), c->n_expert > 0},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i].need && be->ops->alloc(be, bufs[i].t, bufs[i].type, n, bufs[i].cols) != 0) {

@@ -164,26 +164,21 @@ void nemotron_h_forward(const struct model *m, struct model_scratch *s, struct k
     struct backend *be = m->be;
     const struct backend_ops *op = be->ops;
     struct tensor x = tensor_rows(&s->x, 0, n_tokens), h = tensor_rows(&s->h, 0, n_tokens);
-    struct tensor ffn = tensor_rows(&s->ffn, 0, n_tokens);
     op->embed(be, &x, &m->embed);
     layers_trace(m, trace, 0, &x, n_tokens);
     for (int32_t l = 0; l < c->n_layer; l++) {
         const struct layer_weights *L = &m->layers[l];
-        const bool moe = c->layer_ffn[l] == FFN_MOE;
-        if (c->layer_mixer[l] != MIX_MAMBA && c->layer_mixer[l] != MIX_ATTN && !moe) {
+        if (c->layer_ffn[l] == FFN_MOE) {
+            layers_moe(m, s, L, &L->attn_norm, &x, n_tokens);
+        } else if (c->layer_mixer[l] != MIX_MAMBA && c->layer_mixer[l] != MIX_ATTN) {
             layers_mlp(m, s, L, &L->attn_norm, &x, n_tokens);
         } else {
             op->rmsnorm(be, &h, &x, &L->attn_norm, c->rms_eps);
-            switch (c->layer_mixer[l]) {
-            case MIX_MAMBA: mamba2(m, s, kv, l, &h, n_tokens); break;
-            case MIX_ATTN: attention(m, s, kv, l, &h, n_tokens); break;
-            default:
-                layers_moe(m, s, L, &h, &ffn, n_tokens);
-                h = ffn;
-                break;
-            }
+            if (c->layer_mixer[l] == MIX_MAMBA)
+                mamba2(m, s, kv, l, &h, n_tokens);
+            else
+                attention(m, s, kv, l, &h, n_tokens);
             op->add(be, &x, &h);
-            h = tensor_rows(&s->h, 0, n_tokens);
         }
         if (l + 1 < c->n_layer)
             layers_trace(m, trace, l + 1, &x, n_tokens);

@@ -150,7 +150,6 @@ void qwen3_forward(const struct model *m, struct model_scratch *s, struct kv_ten
     ROWS(k);
     ROWS(v);
     ROWS(att);
-    ROWS(ffn);
 #undef ROWS
     op->embed(be, &x, &m->embed);
     layers_trace(m, trace, 0, &x, n_tokens);
@@ -168,9 +167,7 @@ void qwen3_forward(const struct model *m, struct model_scratch *s, struct kv_ten
         op->matmul_fused(be, 1, (struct tensor *const[]){&x}, (const struct tensor *const[]){&L->o}, &att, &residual);
 
         if (c->layer_ffn[l] == FFN_MOE) {
-            op->rmsnorm(be, &h, &x, &L->ffn_norm, c->rms_eps);
-            layers_moe(m, s, L, &h, &ffn, n_tokens);
-            op->add(be, &x, &ffn);
+            layers_moe(m, s, L, &L->ffn_norm, &x, n_tokens);
         } else {
             layers_mlp(m, s, L, &L->ffn_norm, &x, n_tokens);
         }

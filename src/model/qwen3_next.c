@@ -214,7 +214,6 @@ void qwen3_next_forward(const struct model *m, struct model_scratch *s, struct k
     struct backend *be = m->be;
     const struct backend_ops *op = be->ops;
     struct tensor x = tensor_rows(&s->x, 0, n_tokens), h = tensor_rows(&s->h, 0, n_tokens);
-    struct tensor ffn = tensor_rows(&s->ffn, 0, n_tokens);
     op->embed(be, &x, &m->embed);
     layers_trace(m, trace, 0, &x, n_tokens);
     for (int32_t l = 0; l < c->n_layer; l++) {
@@ -226,9 +225,7 @@ void qwen3_next_forward(const struct model *m, struct model_scratch *s, struct k
             gated_deltanet(m, s, kv, l, &h, n_tokens);
         op->add(be, &x, &h);
         if (c->layer_ffn[l] == FFN_MOE) {
-            op->rmsnorm(be, &h, &x, &L->ffn_norm, c->rms_eps);
-            layers_moe(m, s, L, &h, &ffn, n_tokens);
-            op->add(be, &x, &ffn);
+            layers_moe(m, s, L, &L->ffn_norm, &x, n_tokens);
         } else {
             layers_mlp(m, s, L, &L->ffn_norm, &x, n_tokens);
         }

@@ -558,26 +558,30 @@ void test_cuda_rowwise(void)
     both_close(&b);
 }
 
-/* Routing and experts against the cpu: with bf16 experts, 9 and 64 tokens
- * take the grouped products over the device-built plan (64: an expert may
- * get every token), 70 the bf16 cuBLAS products over host-built lists; f16
- * experts the plain products per expert. Every routing mode, SwiGLU and
- * relu^2 experts. */
+/* The moe op against the cpu: with bf16 experts, 9 and 64 tokens take the
+ * grouped products over the plan the routing's last block builds (64: an
+ * expert may get every token), 70 the bf16 cuBLAS products over host-built
+ * lists; f16 experts the plain products per expert. Every routing mode,
+ * SwiGLU and relu^2 experts; the result written, then added to a residual. */
 void test_cuda_moe(void)
 {
     struct both b;
     if (both_open(&b, true) != 0)
         return both_close(&b);
     const int32_t n_max = 70, E = 16, k = 4, hid = 64, inter = 40;
-    struct pair lg, bias, x, out, ws, ids, wts;
+    struct pair lg, bias, x, h, out, res, ws, ids, wts, nw, router;
     struct pair gate[2][16], up[2][16], down[2][16];
-    pair_make(&b, &lg, DT_F32, n_max, E, 2.0f);
+    pair_make(&b, &lg, DT_F32, n_max, E, 0.0f);
     pair_make(&b, &bias, DT_F32, 1, E, 0.5f);
     pair_make(&b, &x, DT_F32, n_max, hid, 1.0f);
+    pair_make(&b, &h, DT_F32, n_max, hid, 0.0f);
     pair_make(&b, &out, DT_F32, n_max, hid, 0.0f);
-    pair_make(&b, &ws, DT_F32, n_max, hid + 2 * inter, 0.0f);
+    pair_make(&b, &res, DT_F32, n_max, hid, 1.0f);
+    pair_make(&b, &ws, DT_F32, n_max, 2 * (hid + inter), 0.0f);
     pair_make(&b, &ids, DT_I32, n_max, k, 0.0f);
     pair_make(&b, &wts, DT_F32, n_max, k, 0.0f);
+    pair_make(&b, &nw, DT_BF16, 1, hid, 1.0f);
+    pair_make(&b, &router, DT_BF16, E, hid, 0.5f);
     struct tensor gc[2][16], gg[2][16], uc[2][16], ug[2][16], dc[2][16], dg[2][16];
     for (int t = 0; t < 2; t++)
         for (int e = 0; e < E; e++) {
@@ -593,30 +597,44 @@ void test_cuda_moe(void)
         for (int ni = 0; ni < 3; ni++)
             for (int mode = 0; mode < 3; mode++) {
                 const int32_t n = ns[ni];
-                struct moe_routing rt = {.k = k, .sigmoid = mode > 0, .norm = mode != 1, .n_group = mode == 2 ? 4 : 1,
-                                         .topk_group = mode == 2 ? 2 : 1, .scale = mode == 2 ? 2.5f : 1.0f};
-                struct tensor lgc = tensor_rows(&lg.c, 0, n), lgg = tensor_rows(&lg.g, 0, n);
-                struct tensor idc = tensor_rows(&ids.c, 0, n), idg = tensor_rows(&ids.g, 0, n);
-                struct tensor wc = tensor_rows(&wts.c, 0, n), wg = tensor_rows(&wts.g, 0, n);
-                struct tensor xc = tensor_rows(&x.c, 0, n), xg = tensor_rows(&x.g, 0, n);
+                struct tensor rc[6], rg[6];
+                struct pair *per_row[] = {&lg, &x, &h, &ids, &wts, &ws};
+                for (int i = 0; i < 6; i++) {
+                    rc[i] = tensor_rows(&per_row[i]->c, 0, n);
+                    rg[i] = tensor_rows(&per_row[i]->g, 0, n);
+                }
                 struct tensor oc = tensor_rows(&out.c, 0, n), og = tensor_rows(&out.g, 0, n);
-                rt.bias = mode == 2 ? &bias.c : NULL;
-                b.cpu->ops->moe_route(b.cpu, &idc, &wc, &lgc, &rt);
-                rt.bias = mode == 2 ? &bias.g : NULL;
-                b.gpu->ops->moe_route(b.gpu, &idg, &wg, &lgg, &rt);
+                struct tensor sc = tensor_rows(&res.c, 0, n), sg = tensor_rows(&res.g, 0, n);
+                struct moe_block mc = {
+                    .norm = &nw.c, .eps = 1e-6f, .router = &router.c,
+                    .rt = {.k = k, .sigmoid = mode > 0, .norm = mode != 1, .bias = mode == 2 ? &bias.c : NULL,
+                           .n_group = mode == 2 ? 4 : 1, .topk_group = mode == 2 ? 2 : 1,
+                           .scale = mode == 2 ? 2.5f : 1.0f},
+                    .ex = {E, mode == 1 ? NULL : gc[t], uc[t], dc[t]},
+                    .h = &rc[2], .logits = &rc[0], .ids = &rc[3], .weights = &rc[4], .ws = &rc[5],
+                };
+                struct moe_block mg = mc;
+                mg.norm = &nw.g;
+                mg.router = &router.g;
+                mg.rt.bias = mode == 2 ? &bias.g : NULL;
+                mg.ex = (struct moe_experts){E, mode == 1 ? NULL : gg[t], ug[t], dg[t]};
+                mg.h = &rg[2], mg.logits = &rg[0], mg.ids = &rg[3], mg.weights = &rg[4], mg.ws = &rg[5];
+                b.cpu->ops->moe(b.cpu, &oc, &rc[1], &mc, false);
+                b.gpu->ops->moe(b.gpu, &og, &rg[1], &mg, false);
                 int32_t ic[70 * 4], ig[70 * 4];
-                b.cpu->ops->read(b.cpu, &idc, 0, n, (float *)ic);
-                b.gpu->ops->read(b.gpu, &idg, 0, n, (float *)ig);
-                CHECK(memcmp(ic, ig, (size_t)n * k * sizeof(int32_t)) == 0, "moe_route n %d mode %d: ids differ", n,
-                      mode);
+                b.cpu->ops->read(b.cpu, &rc[3], 0, n, (float *)ic);
+                b.gpu->ops->read(b.gpu, &rg[3], 0, n, (float *)ig);
+                CHECK(memcmp(ic, ig, (size_t)n * k * sizeof(int32_t)) == 0, "moe n %d mode %d: ids differ", n, mode);
                 double e = pair_err(&b, &wts);
-                CHECK(e < 1e-6, "moe_route n %d mode %d: weights err %.3g", n, mode, e);
-                struct moe_experts exc = {E, mode == 1 ? NULL : gc[t], uc[t], dc[t]};
-                struct moe_experts exg = {E, mode == 1 ? NULL : gg[t], ug[t], dg[t]};
-                b.cpu->ops->moe_ffn(b.cpu, &oc, &xc, &idc, &wc, &exc, &ws.c);
-                b.gpu->ops->moe_ffn(b.gpu, &og, &xg, &idg, &wg, &exg, &ws.g);
+                CHECK(e < 1e-6, "moe n %d mode %d: weights err %.3g", n, mode, e);
+                e = fmax(pair_err(&b, &h), pair_err(&b, &lg));
+                CHECK(e < 2e-6, "moe n %d mode %d: h or logits err %.3g", n, mode, e);
                 e = pair_err(&b, &out);
-                CHECK(e < 2e-5, "moe_ffn %s n %d mode %d: err %.3g", t ? "f16" : "bf16", n, mode, e);
+                CHECK(e < 2e-5, "moe %s n %d mode %d: err %.3g", t ? "f16" : "bf16", n, mode, e);
+                b.cpu->ops->moe(b.cpu, &sc, &rc[1], &mc, true);
+                b.gpu->ops->moe(b.gpu, &sg, &rg[1], &mg, true);
+                e = pair_err(&b, &res);
+                CHECK(e < 2e-5, "moe added %s n %d mode %d: err %.3g", t ? "f16" : "bf16", n, mode, e);
             }
     for (int t = 0; t < 2; t++)
         for (int e = 0; e < E; e++) {
@@ -624,7 +642,7 @@ void test_cuda_moe(void)
             pair_free(&b, &up[t][e]);
             pair_free(&b, &down[t][e]);
         }
-    struct pair *all[] = {&lg, &bias, &x, &out, &ws, &ids, &wts};
+    struct pair *all[] = {&lg, &bias, &x, &h, &out, &res, &ws, &ids, &wts, &nw, &router};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         pair_free(&b, all[i]);
     both_close(&b);

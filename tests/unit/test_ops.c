@@ -221,19 +221,26 @@ void test_ops_attention_long(void)
     }
 }
 
+/* The moe op against double-precision arithmetic: h = RMSNorm(x), the
+ * router's logits, softmax top-k (with and without renormalising), SwiGLU
+ * experts; written to out, then added to a residual. */
 void test_ops_moe(void)
 {
     FOR_EACH_BACKEND(be)
     {
         const struct backend_ops *op = be->ops;
         const int32_t n = 6, E = 5, K = 2, H = 8, I = 6;
-        struct tensor lg, ids, wts, x, out, ws, gate[5], up[5], down[5];
+        struct tensor lg, ids, wts, x, h, out, res, ws, nw, router, gate[5], up[5], down[5];
         op->alloc(be, &lg, DT_F32, n, E);
         op->alloc(be, &ids, DT_I32, n, K);
         op->alloc(be, &wts, DT_F32, n, K);
         op->alloc(be, &x, DT_F32, n, H);
+        op->alloc(be, &h, DT_F32, n, H);
         op->alloc(be, &out, DT_F32, n, H);
-        op->alloc(be, &ws, DT_F32, n, H + 2 * I);
+        op->alloc(be, &res, DT_F32, n, H);
+        op->alloc(be, &ws, DT_F32, n, 2 * (H + I));
+        op->alloc(be, &nw, DT_F32, 1, H);
+        op->alloc(be, &router, DT_F32, E, H);
         for (int32_t e = 0; e < E; e++) {
             op->alloc(be, &gate[e], DT_F32, I, H);
             op->alloc(be, &up[e], DT_F32, I, H);
@@ -242,15 +249,34 @@ void test_ops_moe(void)
             fill(&up[e]);
             fill(&down[e]);
         }
-        fill(&lg);
         fill(&x);
+        fill(&nw);
+        fill(&router);
         for (int norm = 0; norm < 2; norm++) {
-            const struct moe_routing rt = {.k = K, .norm = norm, .n_group = 1, .topk_group = 1, .scale = 1.0f};
-            op->moe_route(be, &ids, &wts, &lg, &rt);
-            struct moe_experts ex = {E, gate, up, down};
-            op->moe_ffn(be, &out, &x, &ids, &wts, &ex, &ws);
+            fill(&res);
+            float res0[6 * 8];
+            memcpy(res0, res.data, sizeof res0);
+            const struct moe_block mb = {
+                .norm = &nw, .eps = 1e-6f, .router = &router,
+                .rt = {.k = K, .norm = norm, .n_group = 1, .topk_group = 1, .scale = 1.0f},
+                .ex = {E, gate, up, down}, .h = &h, .logits = &lg, .ids = &ids, .weights = &wts, .ws = &ws,
+            };
+            op->moe(be, &out, &x, &mb, false);
+            op->moe(be, &res, &x, &mb, true);
             for (int32_t r = 0; r < n; r++) {
+                const float *xr = (const float *)x.data + r * H, *hr = (const float *)h.data + r * H;
+                double ss = 0;
+                for (int32_t c = 0; c < H; c++)
+                    ss += (double)xr[c] * xr[c];
+                for (int32_t c = 0; c < H; c++)
+                    CHECK(fabs(hr[c] - ((float *)nw.data)[c] * xr[c] / sqrt(ss / H + 1e-6)) < 1e-5, "moe h row %d", r);
                 const float *l = (const float *)lg.data + r * E;
+                for (int32_t e = 0; e < E; e++) {
+                    double d = 0;
+                    for (int32_t c = 0; c < H; c++)
+                        d += (double)((float *)router.data)[e * H + c] * hr[c];
+                    CHECK(fabs(l[e] - d) < 1e-5, "moe logit row %d expert %d", r, e);
+                }
                 double p[5], mx = -1e300, sum = 0;
                 for (int32_t e = 0; e < E; e++)
                     mx = l[e] > mx ? l[e] : mx;
@@ -272,8 +298,8 @@ void test_ops_moe(void)
                     for (int32_t i = 0; i < I; i++) {
                         double g = 0, u = 0;
                         for (int32_t c = 0; c < H; c++) {
-                            g += (double)((float *)gate[e].data)[i * H + c] * ((float *)x.data)[r * H + c];
-                            u += (double)((float *)up[e].data)[i * H + c] * ((float *)x.data)[r * H + c];
+                            g += (double)((float *)gate[e].data)[i * H + c] * hr[c];
+                            u += (double)((float *)up[e].data)[i * H + c] * hr[c];
                         }
                         act[i] = g / (1 + exp(-g)) * u;
                     }
@@ -281,12 +307,15 @@ void test_ops_moe(void)
                         for (int32_t i = 0; i < I; i++)
                             y[c] += w * ((float *)down[e].data)[c * I + i] * act[i];
                 }
-                for (int32_t c = 0; c < H; c++)
+                for (int32_t c = 0; c < H; c++) {
                     CHECK(fabs(((float *)out.data)[r * H + c] - y[c]) < 1e-5, "moe out row %d col %d", r, c);
+                    CHECK(fabs(((float *)res.data)[r * H + c] - (res0[r * H + c] + y[c])) < 1e-5,
+                          "moe residual row %d col %d", r, c);
+                }
             }
         }
-        struct tensor *all[] = {&lg, &ids, &wts, &x, &out, &ws};
-        for (int i = 0; i < 6; i++)
+        struct tensor *all[] = {&lg, &ids, &wts, &x, &h, &out, &res, &ws, &nw, &router};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
             op->release(be, all[i]);
         for (int32_t e = 0; e < E; e++) {
             op->release(be, &gate[e]);

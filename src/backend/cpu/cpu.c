@@ -420,10 +420,9 @@ static int64_t route_best(const float *p, int64_t E, const int32_t *taken, int32
     return best;
 }
 
-static void cpu_moe_route(struct backend *be, struct tensor *ids, struct tensor *weights, const struct tensor *logits,
+static void cpu_moe_route(struct tensor *ids, struct tensor *weights, const struct tensor *logits,
                           const struct moe_routing *rt)
 {
-    (void)be;
     const int64_t E = logits->n_cols;
     const int32_t k = rt->k;
     float p[4096], choice[4096];
@@ -490,18 +489,26 @@ static void cpu_relu2(struct backend *be, struct tensor *x)
     }
 }
 
-static void cpu_moe_ffn(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
-                        const struct tensor *weights, const struct moe_experts *ex, struct tensor *ws)
+/* The routed experts in index order, each over the tokens routed to it, as
+ * the reference sums them; the sums in ws's last hidden columns, added to
+ * out (or copied there) once whole. */
+static void cpu_moe(struct backend *be, struct tensor *out, const struct tensor *x, const struct moe_block *mb,
+                    bool accumulate)
 {
+    const struct moe_experts *ex = &mb->ex;
+    const struct tensor *ids = mb->ids, *weights = mb->weights, *h = mb->h;
     const int64_t n = x->n_rows, hidden = x->n_cols, inter = ex->up[0].n_rows;
-    const int32_t k = (int32_t)ids->n_cols;
-    assert(ws->n_rows >= n && ws->n_cols >= hidden + 2 * inter);
+    const int32_t k = mb->rt.k;
+    struct tensor *ws = mb->ws;
+    assert(ws->n_rows >= n && ws->n_cols >= 2 * (hidden + inter) && n <= 4096);
+    cpu_rmsnorm(be, mb->h, x, mb->norm, mb->eps);
+    cpu_matmul(be, mb->logits, h, mb->router);
+    cpu_moe_route(mb->ids, mb->weights, mb->logits, &mb->rt);
+    const struct tensor sum = {DT_F32, n, hidden, ws->row_stride, f32_row(ws, 0) + hidden + 2 * inter, false};
     for (int64_t r = 0; r < n; r++)
-        memset(f32_row(out, r), 0, (size_t)hidden * sizeof(float));
+        memset(f32_row(&sum, r), 0, (size_t)hidden * sizeof(float));
     int32_t rows[4096];
     float wt[4096];
-    assert(n <= 4096);
-    /* experts in index order, each over the tokens routed to it, as the reference sums them */
     for (int32_t e = 0; e < ex->n_expert; e++) {
         int32_t m = 0;
         for (int64_t r = 0; r < n; r++)
@@ -518,7 +525,7 @@ static void cpu_moe_ffn(struct backend *be, struct tensor *out, const struct ten
         ge.data = f32_row(ws, 0) + hidden;
         ue.data = f32_row(ws, 0) + hidden + inter;
         for (int32_t t = 0; t < m; t++)
-            memcpy(f32_row(&xe, t), f32_row(x, rows[t]), (size_t)hidden * sizeof(float));
+            memcpy(f32_row(&xe, t), f32_row(h, rows[t]), (size_t)hidden * sizeof(float));
         cpu_matmul(be, &ue, &xe, &ex->up[e]);
         if (ex->gate) {
             cpu_matmul(be, &ge, &xe, &ex->gate[e]);
@@ -528,7 +535,13 @@ static void cpu_moe_ffn(struct backend *be, struct tensor *out, const struct ten
         }
         cpu_matmul(be, &de, &ue, &ex->down[e]);
         for (int32_t t = 0; t < m; t++)
-            cpu_of(be)->k->axpy(f32_row(out, rows[t]), wt[t], f32_row(&de, t), hidden);
+            cpu_of(be)->k->axpy(f32_row(&sum, rows[t]), wt[t], f32_row(&de, t), hidden);
+    }
+    if (accumulate) {
+        cpu_add(be, out, &sum);
+    } else {
+        for (int64_t r = 0; r < n; r++)
+            memcpy(f32_row(out, r), f32_row(&sum, r), (size_t)hidden * sizeof(float));
     }
 }
 
@@ -619,8 +632,7 @@ static const struct backend_ops cpu_ops = {
     .swiglu = cpu_swiglu,
     .add = cpu_add,
     .get_out_rows = cpu_get_out_rows,
-    .moe_route = cpu_moe_route,
-    .moe_ffn = cpu_moe_ffn,
+    .moe = cpu_moe,
     .sigmoid_mul = cpu_sigmoid_mul,
     .relu2 = cpu_relu2,
     .permute_cols = cpu_permute_cols,

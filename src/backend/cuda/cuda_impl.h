@@ -101,6 +101,7 @@ struct cuda_backend {
 };
 
 #define CUDA_MAX_COUNTERS 8192
+#define CUDA_MOE_COUNTER (CUDA_MAX_COUNTERS - 1) /* the MoE routing's; the products take the others */
 
 static inline struct cuda_backend *cuda_of(struct backend *be) { return (struct cuda_backend *)be; }
 /* An op does nothing after a failure, or while a recorded graph stands in for the forward. */
@@ -179,10 +180,8 @@ struct mm_group {
 void cuda_matmul_grouped(struct cuda_backend *c, const struct mm_group *g, int32_t n_w, float *const *out, int64_t os,
                          const float *x, int64_t xs, int32_t K, const struct mm_fused *f);
 
-void cuda_moe_route(struct backend *be, struct tensor *ids, struct tensor *weights, const struct tensor *logits,
-                    const struct moe_routing *r);
-void cuda_moe_ffn(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
-                  const struct tensor *weights, const struct moe_experts *ex, struct tensor *ws);
+void cuda_moe(struct backend *be, struct tensor *out, const struct tensor *x, const struct moe_block *mb,
+              bool accumulate);
 void cuda_moe_tables_free(struct cuda_backend *c);
 
 void cuda_conv1d(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w,

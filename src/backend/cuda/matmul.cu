@@ -673,7 +673,7 @@ static void mmv_run(struct cuda_backend *c, mmv_args *a, int32_t n_z, int32_t fi
     a->n_split = 1;
     a->kslice = K;
     const int32_t resident = c->mmv_per_sm * c->n_sm;
-    if ((int64_t)bx * n_z <= CUDA_MAX_COUNTERS) {
+    if ((int64_t)bx * n_z <= CUDA_MOE_COUNTER) {
         double best = 0.0;
         for (int32_t want = 1; want <= 32 && (int64_t)want * MMV_KC <= K && best < 0.9; want++) {
             const int32_t sl = (int32_t)cdiv(cdiv(K, want), MMV_KC) * MMV_KC, ns = (int32_t)cdiv(K, sl);

@@ -5,11 +5,12 @@
  * token adds its experts' outputs in increasing expert order, as on the cpu.
  *
  * Up to CUDA_SMALL_N tokens (decoding, trees) everything stays on the
- * device, so these forwards can be recorded as graphs: a plan kernel turns
- * the routed ids into per-expert lists of compact rows (MOE_PLAN_*), one
- * grouped product computes gate and up of every active expert, one the down
- * projections (with SwiGLU or relu^2 applied while staging), and a combine
- * kernel sums each token's rows. The expert weight pointers live in a table
+ * device, so these forwards can be recorded as graphs: the last routing
+ * block to finish turns the routed ids into per-expert lists of compact rows
+ * (MOE_PLAN_*), one grouped product computes gate and up of every active
+ * expert, one the down projections (with SwiGLU or relu^2 applied while
+ * staging), and a combine kernel sums each token's rows (into the residual
+ * when the block adds to it). The expert weight pointers live in a table
  * on the device per layer, built the first time the layer runs. Larger
  * batches build the same lists on the host (the ids copied back, a counting
  * sort), gather every expert's rows at once, run each expert's products over
@@ -22,7 +23,6 @@
 #include <string.h>
 
 #define MOE_MAX_EXPERT 1024
-#define MOE_PLAN_THREADS 256
 
 /* A layer's expert weight pointers on the device: [3][n_expert] (gate, up,
  * down; gate NULL for relu^2 experts), and the host copy they are checked
@@ -61,13 +61,88 @@ struct route_args {
     const void *bias;
     enum dtype bias_t;
     float scale;
+    /* the small path: the plan (MOE_PLAN_*) built by the last block to
+     * finish, found by its arrival count; plan NULL on the large path */
+    int32_t *plan;
+    unsigned *count;
+    int32_t max_act;
 };
+
+/* The routing plan (MOE_PLAN_*) of n <= 64 tokens, k experts each, by one
+ * block: counts and token masks per expert, scans by one warp, then each
+ * (token, pick) finds its compact row from the mask (tokens in increasing
+ * order) and its place among the token's picks (experts in increasing order).
+ * The ids and weights are other blocks' writes: read from L2. */
+static __device__ void moe_plan_build(const route_args &a)
+{
+    __shared__ int32_t cnt[MOE_MAX_EXPERT], start[MOE_MAX_EXPERT];
+    __shared__ unsigned long long mask[MOE_MAX_EXPERT];
+    const int tid = threadIdx.x, k = a.k, E = (int)a.E, nk = (int)a.n * k, max_act = a.max_act;
+    int32_t *plan = a.plan, *rows = plan + MOE_PLAN_ROWS(max_act), *tpos = rows + nk;
+    float *tw = (float *)(tpos + nk);
+    for (int e = tid; e < E; e += blockDim.x) {
+        cnt[e] = 0;
+        mask[e] = 0;
+    }
+    __syncthreads();
+    for (int i = tid; i < nk; i += blockDim.x) {
+        const int r = i / k, e = __ldcg(a.ids + r * a.is + i % k);
+        atomicAdd(&cnt[e], 1);
+        atomicOr(&mask[e], 1ull << r);
+    }
+    __syncthreads();
+    if (tid < 32) {
+        const int per = (E + 31) / 32, e0 = tid * per, e1 = min(E, e0 + per);
+        int rs = 0, as = 0;
+        for (int e = e0; e < e1; e++) {
+            rs += cnt[e];
+            as += cnt[e] > 0;
+        }
+        int ri = rs, ai = as;
+        for (int o = 1; o < 32; o <<= 1) {
+            const int rv = __shfl_up_sync(0xffffffffu, ri, o), av = __shfl_up_sync(0xffffffffu, ai, o);
+            if (tid >= o) {
+                ri += rv;
+                ai += av;
+            }
+        }
+        int pos = ri - rs, slot = ai - as;
+        for (int e = e0; e < e1; e++) {
+            start[e] = pos;
+            if (cnt[e] > 0) {
+                plan[MOE_PLAN_EXPERT + slot] = e;
+                plan[MOE_PLAN_BEG(max_act) + slot] = pos;
+                slot++;
+            }
+            pos += cnt[e];
+        }
+        if (tid == 31) {
+            plan[0] = ai;
+            plan[MOE_PLAN_BEG(max_act) + ai] = nk;
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < nk; i += blockDim.x) {
+        const int r = i / k;
+        const int32_t *id = a.ids + r * a.is;
+        const int e = __ldcg(id + i % k);
+        const int p = start[e] + __popcll(mask[e] & ((1ull << r) - 1));
+        int order = 0;
+        for (int j = 0; j < k; j++)
+            order += __ldcg(id + j) < e;
+        rows[p] = r;
+        tpos[r * k + order] = p;
+        tw[r * k + order] = __ldcg(a.w + r * a.wst + i % k);
+    }
+}
 
 /* One warp per token. The scores are computed element by element as on the
  * cpu, the softmax sum by one lane in index order (the cpu's rounding); each
  * pick is a warp-wide argmax over the allowed, not yet taken experts (ties:
- * lower index), which is what the cpu's scan for the strictly largest finds. */
-__global__ void k_moe_route(struct route_args a)
+ * lower index), which is what the cpu's scan for the strictly largest finds.
+ * With a plan to make, the last block to finish makes it: one release-acquire
+ * arrival per block (lane 0 wrote the block's ids and weights). */
+__global__ void k_moe_route(const __grid_constant__ route_args a)
 {
     const int64_t r = blockIdx.x, E = a.E;
     const int lane = threadIdx.x;
@@ -75,6 +150,9 @@ __global__ void k_moe_route(struct route_args a)
     __shared__ uint8_t allowed[MOE_MAX_EXPERT];
     __shared__ int32_t gsel[MOE_MAX_EXPERT];
     __shared__ float bcast;
+    __shared__ int is_last;
+    grid_dep_wait(); /* the logits: the router product's */
+    grid_dep_launch();
     const float *x = a.logits + r * a.ls;
     if (a.sigmoid) {
         for (int64_t e = lane; e < E; e += 32) {
@@ -91,7 +169,8 @@ __global__ void k_moe_route(struct route_args a)
         __syncwarp();
         if (lane == 0) {
             float sum = 0.0f;
-            for (int64_t e = 0; e < E; e++)
+#pragma unroll 8
+            for (int e = 0; e < (int)E; e++)
                 sum += p[e];
             bcast = sum;
         }
@@ -154,28 +233,41 @@ __global__ void k_moe_route(struct route_args a)
         for (int32_t j = 0; j < a.k; j++)
             w[j] = (a.norm ? w[j] / (wsum + (a.sigmoid ? 1e-20f : 0.0f)) : w[j]) * a.scale;
     }
-}
-
-void cuda_moe_route(struct backend *be, struct tensor *ids, struct tensor *weights, const struct tensor *logits,
-                    const struct moe_routing *rt)
-{
-    struct cuda_backend *c = cuda_of(be);
-    assert(logits->n_cols <= MOE_MAX_EXPERT && logits->n_cols % rt->n_group == 0);
-    if (cuda_op_skip(c) || logits->n_rows == 0)
+    if (!a.plan)
         return;
-    struct route_args a = {
-        (int32_t *)ids->data, ids->row_stride, (float *)weights->data, weights->row_stride,
-        (const float *)logits->data, logits->row_stride, logits->n_rows, logits->n_cols, rt->k, rt->n_group,
-        rt->topk_group, rt->sigmoid, rt->norm, rt->bias ? rt->bias->data : NULL,
-        rt->bias ? rt->bias->type : DT_F32, rt->scale,
-    };
-    k_moe_route<<<(unsigned)logits->n_rows, 32, 0, c->stream>>>(a);
-    CUDA_LAUNCHED(c);
+    if (lane == 0) {
+        unsigned old;
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(a.count) : "memory");
+        is_last = old == gridDim.x - 1;
+    }
+    __syncwarp();
+    if (!is_last)
+        return;
+    moe_plan_build(a);
+    if (lane == 0)
+        *a.count = 0;
 }
 
-/* out[r] = sum over r's picks, in increasing expert order, of weight * y[row] */
+/* The routing of the logits into ids and weights (and, plan given, the plan
+ * of the small path: c's last counter counts the blocks' arrivals). */
+static void moe_route(struct cuda_backend *c, const struct moe_block *mb, int32_t *plan, int32_t max_act)
+{
+    const struct tensor *lg = mb->logits;
+    const struct moe_routing *rt = &mb->rt;
+    assert(lg->n_cols <= MOE_MAX_EXPERT && lg->n_cols % rt->n_group == 0);
+    const struct route_args a = {
+        (int32_t *)mb->ids->data, mb->ids->row_stride, (float *)mb->weights->data, mb->weights->row_stride,
+        (const float *)lg->data, lg->row_stride, lg->n_rows, lg->n_cols, rt->k, rt->n_group, rt->topk_group,
+        rt->sigmoid, rt->norm, rt->bias ? rt->bias->data : NULL, rt->bias ? rt->bias->type : DT_F32, rt->scale,
+        plan, c->counters + CUDA_MOE_COUNTER, max_act,
+    };
+    cuda_launch_dep(c, k_moe_route, dim3((unsigned)lg->n_rows), dim3(32), 0, a);
+}
+
+/* out[r] (+)= the sum over r's picks, in increasing expert order, of
+ * weight * y[row] (added to out once whole, as the cpu adds it) */
 __global__ void k_moe_combine(float *out, int64_t os, const float *y, int64_t ys, const int32_t *tpos, const float *tw,
-                              int32_t k, int64_t cols)
+                              int32_t k, int64_t cols, bool accumulate)
 {
     const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
     if (c >= cols)
@@ -183,14 +275,14 @@ __global__ void k_moe_combine(float *out, int64_t os, const float *y, int64_t ys
     float o = 0.0f;
     for (int32_t j = 0; j < k; j++)
         o += tw[r * k + j] * y[(int64_t)tpos[r * k + j] * ys + c];
-    out[r * os + c] = o;
+    out[r * os + c] = accumulate ? out[r * os + c] + o : o;
 }
 
 static void moe_combine(struct cuda_backend *c, struct tensor *out, const float *y, const int32_t *tpos,
-                        const float *tw, int32_t k)
+                        const float *tw, int32_t k, bool accumulate)
 {
     k_moe_combine<<<dim3(cdiv(out->n_cols, 256), (unsigned)out->n_rows), 256, 0, c->stream>>>(
-        (float *)out->data, out->row_stride, y, out->n_cols, tpos, tw, k, out->n_cols);
+        (float *)out->data, out->row_stride, y, out->n_cols, tpos, tw, k, out->n_cols, accumulate);
     CUDA_LAUNCHED(c);
 }
 
@@ -291,7 +383,7 @@ static void moe_ffn_any(struct backend *be, const struct moe_experts *ex, const 
  * sort), the experts over the compact list (moe_ffn_bf16 / moe_ffn_any),
  * the combine over the whole list. */
 static void moe_ffn_host(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
-                         const struct tensor *weights, const struct moe_experts *ex)
+                         const struct tensor *weights, const struct moe_experts *ex, bool accumulate)
 {
     struct cuda_backend *c = cuda_of(be);
     const int64_t n = x->n_rows, hidden = x->n_cols, inter = ex->up[0].n_rows;
@@ -354,81 +446,13 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
             moe_ffn_bf16(c, ex, start, d_rows, x, nk, xc, g, u, y);
         else
             moe_ffn_any(be, ex, start, d_rows, x, nk, xc, g, u, y);
-        moe_combine(c, out, y, d_tpos, (const float *)(d_tpos + nk), k);
+        moe_combine(c, out, y, d_tpos, (const float *)(d_tpos + nk), k, accumulate);
         /* the host lists must outlive the copy above */
         CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
     }
 done:
     free(hid);
 }
-/* The routing plan (MOE_PLAN_*) of n <= 64 tokens, k experts each, in one
- * block: counts and token masks per expert, scans by one warp, then each
- * (token, pick) finds its compact row from the mask (tokens in increasing
- * order) and its place among the token's picks (experts in increasing order). */
-__global__ void k_moe_plan(int32_t *plan, const int32_t *ids, int64_t is, const float *wts, int64_t wst, int32_t n,
-                           int32_t k, int32_t E, int32_t max_act)
-{
-    __shared__ int32_t cnt[MOE_MAX_EXPERT], start[MOE_MAX_EXPERT];
-    __shared__ unsigned long long mask[MOE_MAX_EXPERT];
-    const int tid = threadIdx.x, nk = n * k;
-    int32_t *rows = plan + MOE_PLAN_ROWS(max_act), *tpos = rows + nk;
-    float *tw = (float *)(tpos + nk);
-    for (int e = tid; e < E; e += blockDim.x) {
-        cnt[e] = 0;
-        mask[e] = 0;
-    }
-    __syncthreads();
-    for (int i = tid; i < nk; i += blockDim.x) {
-        const int r = i / k, e = ids[r * is + i % k];
-        atomicAdd(&cnt[e], 1);
-        atomicOr(&mask[e], 1ull << r);
-    }
-    __syncthreads();
-    if (tid < 32) {
-        const int per = (E + 31) / 32, e0 = tid * per, e1 = min(E, e0 + per);
-        int rs = 0, as = 0;
-        for (int e = e0; e < e1; e++) {
-            rs += cnt[e];
-            as += cnt[e] > 0;
-        }
-        int ri = rs, ai = as;
-        for (int o = 1; o < 32; o <<= 1) {
-            const int rv = __shfl_up_sync(0xffffffffu, ri, o), av = __shfl_up_sync(0xffffffffu, ai, o);
-            if (tid >= o) {
-                ri += rv;
-                ai += av;
-            }
-        }
-        int pos = ri - rs, slot = ai - as;
-        for (int e = e0; e < e1; e++) {
-            start[e] = pos;
-            if (cnt[e] > 0) {
-                plan[MOE_PLAN_EXPERT + slot] = e;
-                plan[MOE_PLAN_BEG(max_act) + slot] = pos;
-                slot++;
-            }
-            pos += cnt[e];
-        }
-        if (tid == 31) {
-            plan[0] = ai;
-            plan[MOE_PLAN_BEG(max_act) + ai] = nk;
-        }
-    }
-    __syncthreads();
-    for (int i = tid; i < nk; i += blockDim.x) {
-        const int r = i / k;
-        const int32_t *id = ids + r * is;
-        const int e = id[i % k];
-        const int p = start[e] + __popcll(mask[e] & ((1ull << r) - 1));
-        int order = 0;
-        for (int j = 0; j < k; j++)
-            order += id[j] < e;
-        rows[p] = r;
-        tpos[r * k + order] = p;
-        tw[r * k + order] = wts[r * wst + i % k];
-    }
-}
-
 /* The layer's table of expert weights on the device (built or rebuilt
  * while the forward waits on the host); NULL on failure. */
 static const uint16_t **moe_table_get(struct cuda_backend *c, const struct moe_experts *ex)
@@ -487,22 +511,27 @@ void cuda_moe_tables_free(struct cuda_backend *c)
     c->n_moe_tabs = 0;
 }
 
-void cuda_moe_ffn(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
-                  const struct tensor *weights, const struct moe_experts *ex, struct tensor *ws)
+void cuda_moe(struct backend *be, struct tensor *out, const struct tensor *x, const struct moe_block *mb,
+              bool accumulate)
 {
     struct cuda_backend *c = cuda_of(be);
+    const struct moe_experts *ex = &mb->ex;
+    const struct tensor *h = mb->h;
     const int64_t n = x->n_rows, hidden = x->n_cols, inter = ex->up[0].n_rows;
-    const int32_t k = (int32_t)ids->n_cols, E = ex->n_expert;
-    assert(ws->n_rows >= n && ws->n_cols >= hidden + 2 * inter && E <= MOE_MAX_EXPERT);
+    const int32_t k = mb->rt.k, E = ex->n_expert;
+    assert(mb->ws->n_rows >= n && mb->ws->n_cols >= 2 * (hidden + inter) && E <= MOE_MAX_EXPERT);
     if (cuda_op_skip(c) || n == 0)
         return;
-    const bool small = n <= CUDA_SMALL_N && hidden % 8 == 0 && inter % 8 == 0 && x->row_stride % 4 == 0 &&
-                       ((uintptr_t)x->data & 15) == 0;
+    cuda_rmsnorm(be, mb->h, x, mb->norm, mb->eps);
+    cuda_matmul(be, mb->logits, h, mb->router);
+    const bool small = n <= CUDA_SMALL_N && hidden % 8 == 0 && inter % 8 == 0 && h->row_stride % 4 == 0 &&
+                       ((uintptr_t)h->data & 15) == 0;
     const uint16_t **tab = small && moe_bf16(ex) ? moe_table_get(c, ex) : NULL;
     if (c->failed)
         return;
     if (!tab) {
-        moe_ffn_host(be, out, x, ids, weights, ex);
+        moe_route(c, mb, NULL, 0);
+        moe_ffn_host(be, out, h, mb->ids, mb->weights, ex, accumulate);
         return;
     }
     const int32_t nk = (int32_t)n * k, max_act = nk < E ? nk : E;
@@ -512,11 +541,7 @@ void cuda_moe_ffn(struct backend *be, struct tensor *out, const struct tensor *x
         return;
     int32_t *plan = (int32_t *)buf;
     float *g = (float *)(buf + plan_pad), *u = g + (int64_t)nk * inter, *y = u + (int64_t)nk * inter;
-    k_moe_plan<<<1, MOE_PLAN_THREADS, 0, c->stream>>>(plan, (const int32_t *)ids->data, ids->row_stride,
-                                                      (const float *)weights->data, weights->row_stride, (int32_t)n, k,
-                                                      E, max_act);
-    if (CUDA_LAUNCHED(c) != 0)
-        return;
+    moe_route(c, mb, plan, max_act);
     struct mm_group grp = {};
     grp.plan = plan;
     grp.max_act = max_act;
@@ -533,11 +558,11 @@ void cuda_moe_ffn(struct backend *be, struct tensor *out, const struct tensor *x
         grp.w[0] = tab;
         grp.w[1] = tab + E;
         grp.M[0] = grp.M[1] = (int32_t)inter;
-        cuda_matmul_grouped(c, &grp, 2, gu, inter, (const float *)x->data, x->row_stride, (int32_t)hidden, &none);
+        cuda_matmul_grouped(c, &grp, 2, gu, inter, (const float *)h->data, h->row_stride, (int32_t)hidden, &none);
     } else {
         grp.w[0] = tab + E;
         grp.M[0] = (int32_t)inter;
-        cuda_matmul_grouped(c, &grp, 1, &u, inter, (const float *)x->data, x->row_stride, (int32_t)hidden, &none);
+        cuda_matmul_grouped(c, &grp, 1, &u, inter, (const float *)h->data, h->row_stride, (int32_t)hidden, &none);
     }
     const struct tensor ut = {DT_F32, nk, inter, inter, u, false};
     struct mm_fused act = none;
@@ -549,5 +574,5 @@ void cuda_moe_ffn(struct backend *be, struct tensor *out, const struct tensor *x
     grp.M[0] = (int32_t)hidden;
     cuda_matmul_grouped(c, &grp, 1, &y, hidden, ex->gate ? g : u, inter, (int32_t)inter, &act);
     const int32_t *tpos = plan + MOE_PLAN_ROWS(max_act) + nk;
-    moe_combine(c, out, y, tpos, (const float *)(tpos + nk), k);
+    moe_combine(c, out, y, tpos, (const float *)(tpos + nk), k, accumulate);
 }
