@@ -628,7 +628,7 @@ void test_cuda_moe(void)
                 double e = pair_err(&b, &wts);
                 CHECK(e < 1e-6, "moe n %d mode %d: weights err %.3g", n, mode, e);
                 e = fmax(pair_err(&b, &h), pair_err(&b, &lg));
-                CHECK(e < 2e-6, "moe n %d mode %d: h or logits err %.3g", n, mode, e);
+                CHECK(e < 1e-5, "moe n %d mode %d: h or logits err %.3g", n, mode, e);
                 e = pair_err(&b, &out);
                 CHECK(e < 2e-5, "moe %s n %d mode %d: err %.3g", t ? "f16" : "bf16", n, mode, e);
                 b.cpu->ops->moe(b.cpu, &sc, &rc[1], &mc, true);

@@ -136,16 +136,36 @@ static __device__ void moe_plan_build(const route_args &a)
     }
 }
 
+/* A float's order as an unsigned key (-0 taken as +0), above 0: the key
+ * of no candidate. */
+static __device__ __forceinline__ unsigned route_key(float v)
+{
+    const unsigned b = __float_as_uint(v + 0.0f);
+    return b & 0x80000000u ? ~b : b | 0x80000000u;
+}
+
+/* Lane's best allowed expert (lane, lane+32, ...; ties: the lower index), -1 if none. */
+static __device__ __forceinline__ int route_lane_best(const float *choice, const uint8_t *allowed, int E, int lane,
+                                                      float *bv)
+{
+    int best = -1;
+    for (int e = lane; e < E; e += 32)
+        if (allowed[e] && (best < 0 || choice[e] > *bv))
+            best = e, *bv = choice[e];
+    return best;
+}
+
 /* One warp per token. The scores are computed element by element as on the
  * cpu, the softmax sum by one lane in index order (the cpu's rounding); each
- * pick is a warp-wide argmax over the allowed, not yet taken experts (ties:
- * lower index), which is what the cpu's scan for the strictly largest finds.
- * With a plan to make, the last block to finish makes it: one release-acquire
- * arrival per block (lane 0 wrote the block's ids and weights). */
+ * pick is the largest of the lanes' best allowed, not yet taken experts
+ * (ties: lower index), which is what the cpu's scan for the strictly largest
+ * finds: two warp reductions a pick, then only the picked lane looks again.
+ * Lane j keeps pick j. With a plan to make, the last block to finish makes
+ * it: one release-acquire arrival per block. */
 __global__ void k_moe_route(const __grid_constant__ route_args a)
 {
-    const int64_t r = blockIdx.x, E = a.E;
-    const int lane = threadIdx.x;
+    const int64_t r = blockIdx.x;
+    const int lane = threadIdx.x, E = (int)a.E;
     __shared__ float p[MOE_MAX_EXPERT], choice[MOE_MAX_EXPERT], gs[MOE_MAX_EXPERT];
     __shared__ uint8_t allowed[MOE_MAX_EXPERT];
     __shared__ int32_t gsel[MOE_MAX_EXPERT];
@@ -155,38 +175,42 @@ __global__ void k_moe_route(const __grid_constant__ route_args a)
     grid_dep_launch();
     const float *x = a.logits + r * a.ls;
     if (a.sigmoid) {
-        for (int64_t e = lane; e < E; e += 32) {
+        for (int e = lane; e < E; e += 32) {
             p[e] = 1.0f / (1.0f + expf(-x[e]));
             choice[e] = p[e] + (a.bias ? dev_weight(a.bias, a.bias_t, e) : 0.0f);
         }
     } else {
         float mx = -INFINITY;
-        for (int64_t e = lane; e < E; e += 32)
-            mx = x[e] > mx ? x[e] : mx;
+#pragma unroll 4
+        for (int e = lane; e < E; e += 32) {
+            const float v = x[e];
+            p[e] = v;
+            mx = v > mx ? v : mx;
+        }
         mx = warp_max(mx);
-        for (int64_t e = lane; e < E; e += 32)
-            p[e] = expf(x[e] - mx);
+        for (int e = lane; e < E; e += 32)
+            p[e] = expf(p[e] - mx);
         __syncwarp();
         if (lane == 0) {
             float sum = 0.0f;
 #pragma unroll 8
-            for (int e = 0; e < (int)E; e++)
+            for (int e = 0; e < E; e++)
                 sum += p[e];
             bcast = sum;
         }
         __syncwarp();
         const float sum = bcast;
-        for (int64_t e = lane; e < E; e += 32)
+        for (int e = lane; e < E; e += 32)
             choice[e] = p[e] /= sum;
     }
-    for (int64_t e = lane; e < E; e += 32)
+    for (int e = lane; e < E; e += 32)
         allowed[e] = 1;
     __syncwarp();
     if (a.sigmoid && a.topk_group < a.n_group) {
-        const int64_t per = E / a.n_group;
+        const int per = E / a.n_group;
         for (int32_t g = lane; g < a.n_group; g += 32) {
             float b1 = -INFINITY, b2 = -INFINITY;
-            for (int64_t e = g * per; e < (g + 1) * per; e++)
+            for (int e = g * per; e < (g + 1) * per; e++)
                 if (choice[e] > b1)
                     b2 = b1, b1 = choice[e];
                 else if (choice[e] > b2)
@@ -195,44 +219,37 @@ __global__ void k_moe_route(const __grid_constant__ route_args a)
         }
         __syncwarp();
         if (lane == 0) {
-            for (int64_t e = 0; e < E; e++)
+            for (int e = 0; e < E; e++)
                 allowed[e] = 0;
             for (int32_t j = 0; j < a.topk_group; j++) {
                 gsel[j] = (int32_t)route_best(gs, a.n_group, gsel, j, NULL);
-                for (int64_t e = gsel[j] * per; e < (gsel[j] + 1) * per; e++)
+                for (int e = gsel[j] * per; e < (gsel[j] + 1) * per; e++)
                     allowed[e] = 1;
             }
         }
         __syncwarp();
     }
-    int32_t *id = a.ids + r * a.is;
-    float *w = a.w + r * a.wst;
+    float lv = 0.0f, wsum = 0.0f, my_w = 0.0f;
+    int lb = route_lane_best(choice, allowed, E, lane, &lv), my_id = 0;
     for (int32_t j = 0; j < a.k; j++) {
-        int best = -1;
-        float bv = 0.0f;
-        for (int e = lane; e < E; e += 32)
-            if (allowed[e] && (best < 0 || choice[e] > bv))
-                best = e, bv = choice[e];
-        for (int o = 16; o > 0; o >>= 1) {
-            const int ob = __shfl_xor_sync(0xffffffffu, best, o);
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best)))
-                best = ob, bv = ov;
+        const unsigned key = lb < 0 ? 0u : route_key(lv), top = __reduce_max_sync(0xffffffffu, key);
+        const int best = (int)__reduce_min_sync(0xffffffffu, lb >= 0 && key == top ? (unsigned)lb : 0xffffffffu);
+        const float pv = p[best];
+        wsum += pv;
+        if (lane == j) {
+            my_id = best;
+            my_w = pv;
         }
-        if (lane == 0) {
-            id[j] = best;
-            w[j] = p[best];
+        if ((best & 31) == lane) {
             allowed[best] = 0;
+            lb = route_lane_best(choice, allowed, E, lane, &lv);
         }
-        __syncwarp();
     }
-    if (lane == 0) {
-        float wsum = 0.0f;
-        for (int32_t j = 0; j < a.k; j++)
-            wsum += w[j];
-        for (int32_t j = 0; j < a.k; j++)
-            w[j] = (a.norm ? w[j] / (wsum + (a.sigmoid ? 1e-20f : 0.0f)) : w[j]) * a.scale;
+    if (lane < a.k) {
+        a.ids[r * a.is + lane] = my_id;
+        a.w[r * a.wst + lane] = (a.norm ? my_w / (wsum + (a.sigmoid ? 1e-20f : 0.0f)) : my_w) * a.scale;
     }
+    __syncwarp();
     if (!a.plan)
         return;
     if (lane == 0) {
@@ -254,7 +271,8 @@ static void moe_route(struct cuda_backend *c, const struct moe_block *mb, int32_
 {
     const struct tensor *lg = mb->logits;
     const struct moe_routing *rt = &mb->rt;
-    assert(lg->n_cols <= MOE_MAX_EXPERT && lg->n_cols % rt->n_group == 0);
+    assert(lg->n_cols <= MOE_MAX_EXPERT && lg->n_cols % rt->n_group == 0 && rt->k <= 32 &&
+           rt->k <= rt->topk_group * (lg->n_cols / rt->n_group));
     const struct route_args a = {
         (int32_t *)mb->ids->data, mb->ids->row_stride, (float *)mb->weights->data, mb->weights->row_stride,
         (const float *)lg->data, lg->row_stride, lg->n_rows, lg->n_cols, rt->k, rt->n_group, rt->topk_group,
