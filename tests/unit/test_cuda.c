@@ -558,43 +558,47 @@ void test_cuda_rowwise(void)
     both_close(&b);
 }
 
-/* The moe op against the cpu: with bf16 experts, 9 and 64 tokens take the
- * grouped products over the plan the routing's last block builds (64: an
- * expert may get every token), 70 the bf16 cuBLAS products over host-built
- * lists; f16 experts the plain products per expert. Every routing mode,
- * SwiGLU and relu^2 experts; the result written, then added to a residual. */
-void test_cuda_moe(void)
+/* The moe op against the cpu for n in ns (each <= n_max): experts in n_t
+ * dtypes (bf16, then f16), every routing mode, the result written, then
+ * added to a residual. */
+static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t inter, const int32_t *ns, int n_ns,
+                     int n_t)
 {
-    struct both b;
-    if (both_open(&b, true) != 0)
-        return both_close(&b);
-    const int32_t n_max = 70, E = 16, k = 4, hid = 64, inter = 40;
+    int32_t n_max = 0;
+    for (int i = 0; i < n_ns; i++)
+        n_max = ns[i] > n_max ? ns[i] : n_max;
     struct pair lg, bias, x, h, out, res, ws, ids, wts, nw, router;
-    struct pair gate[2][16], up[2][16], down[2][16];
-    pair_make(&b, &lg, DT_F32, n_max, E, 0.0f);
-    pair_make(&b, &bias, DT_F32, 1, E, 0.5f);
-    pair_make(&b, &x, DT_F32, n_max, hid, 1.0f);
-    pair_make(&b, &h, DT_F32, n_max, hid, 0.0f);
-    pair_make(&b, &out, DT_F32, n_max, hid, 0.0f);
-    pair_make(&b, &res, DT_F32, n_max, hid, 1.0f);
-    pair_make(&b, &ws, DT_F32, n_max, 2 * (hid + inter), 0.0f);
-    pair_make(&b, &ids, DT_I32, n_max, k, 0.0f);
-    pair_make(&b, &wts, DT_F32, n_max, k, 0.0f);
-    pair_make(&b, &nw, DT_BF16, 1, hid, 1.0f);
-    pair_make(&b, &router, DT_BF16, E, hid, 0.5f);
-    struct tensor gc[2][16], gg[2][16], uc[2][16], ug[2][16], dc[2][16], dg[2][16];
-    for (int t = 0; t < 2; t++)
+    struct pair *gate = calloc((size_t)(2 * E), sizeof *gate), *up = calloc((size_t)(2 * E), sizeof *up),
+                *down = calloc((size_t)(2 * E), sizeof *down);
+    struct tensor *tc = calloc((size_t)(12 * E), sizeof *tc);
+    int32_t *ic = calloc((size_t)(2 * n_max * k), sizeof *ic), *ig = ic + n_max * k;
+    assert(gate && up && down && tc && ic);
+    pair_make(b, &lg, DT_F32, n_max, E, 0.0f);
+    pair_make(b, &bias, DT_F32, 1, E, 0.5f);
+    pair_make(b, &x, DT_F32, n_max, hid, 1.0f);
+    pair_make(b, &h, DT_F32, n_max, hid, 0.0f);
+    pair_make(b, &out, DT_F32, n_max, hid, 0.0f);
+    pair_make(b, &res, DT_F32, n_max, hid, 1.0f);
+    pair_make(b, &ws, DT_F32, n_max, 2 * (hid + inter), 0.0f);
+    pair_make(b, &ids, DT_I32, n_max, k, 0.0f);
+    pair_make(b, &wts, DT_F32, n_max, k, 0.0f);
+    pair_make(b, &nw, DT_BF16, 1, hid, 1.0f);
+    pair_make(b, &router, DT_BF16, E, hid, 0.5f);
+    /* tc: [type][gate, up, down][cpu, gpu][E] */
+    for (int t = 0; t < n_t; t++)
         for (int e = 0; e < E; e++) {
             const enum dtype dt = t ? DT_F16 : DT_BF16;
-            pair_make(&b, &gate[t][e], dt, inter, hid, 0.3f);
-            pair_make(&b, &up[t][e], dt, inter, hid, 0.3f);
-            pair_make(&b, &down[t][e], dt, hid, inter, 0.3f);
-            gc[t][e] = gate[t][e].c, gg[t][e] = gate[t][e].g, uc[t][e] = up[t][e].c, ug[t][e] = up[t][e].g;
-            dc[t][e] = down[t][e].c, dg[t][e] = down[t][e].g;
+            struct pair *pe[3] = {&gate[t * E + e], &up[t * E + e], &down[t * E + e]};
+            pair_make(b, pe[0], dt, inter, hid, 0.3f);
+            pair_make(b, pe[1], dt, inter, hid, 0.3f);
+            pair_make(b, pe[2], dt, hid, inter, 0.3f);
+            for (int m = 0; m < 3; m++) {
+                tc[((t * 3 + m) * 2) * E + e] = pe[m]->c;
+                tc[((t * 3 + m) * 2 + 1) * E + e] = pe[m]->g;
+            }
         }
-    const int32_t ns[] = {9, 64, 70};
-    for (int t = 0; t < 2; t++)
-        for (int ni = 0; ni < 3; ni++)
+    for (int t = 0; t < n_t; t++)
+        for (int ni = 0; ni < n_ns; ni++)
             for (int mode = 0; mode < 3; mode++) {
                 const int32_t n = ns[ni];
                 struct tensor rc[6], rg[6];
@@ -605,45 +609,67 @@ void test_cuda_moe(void)
                 }
                 struct tensor oc = tensor_rows(&out.c, 0, n), og = tensor_rows(&out.g, 0, n);
                 struct tensor sc = tensor_rows(&res.c, 0, n), sg = tensor_rows(&res.g, 0, n);
+                struct tensor *ex = tc + t * 6 * E; /* [gate, up, down][cpu, gpu][E] */
                 struct moe_block mc = {
                     .norm = &nw.c, .eps = 1e-6f, .router = &router.c,
                     .rt = {.k = k, .sigmoid = mode > 0, .norm = mode != 1, .bias = mode == 2 ? &bias.c : NULL,
                            .n_group = mode == 2 ? 4 : 1, .topk_group = mode == 2 ? 2 : 1,
                            .scale = mode == 2 ? 2.5f : 1.0f},
-                    .ex = {E, mode == 1 ? NULL : gc[t], uc[t], dc[t]},
+                    .ex = {E, mode == 1 ? NULL : ex, ex + 2 * E, ex + 4 * E},
                     .h = &rc[2], .logits = &rc[0], .ids = &rc[3], .weights = &rc[4], .ws = &rc[5],
                 };
                 struct moe_block mg = mc;
                 mg.norm = &nw.g;
                 mg.router = &router.g;
                 mg.rt.bias = mode == 2 ? &bias.g : NULL;
-                mg.ex = (struct moe_experts){E, mode == 1 ? NULL : gg[t], ug[t], dg[t]};
+                mg.ex = (struct moe_experts){E, mode == 1 ? NULL : ex + E, ex + 3 * E, ex + 5 * E};
                 mg.h = &rg[2], mg.logits = &rg[0], mg.ids = &rg[3], mg.weights = &rg[4], mg.ws = &rg[5];
-                b.cpu->ops->moe(b.cpu, &oc, &rc[1], &mc, false);
-                b.gpu->ops->moe(b.gpu, &og, &rg[1], &mg, false);
-                int32_t ic[70 * 4], ig[70 * 4];
-                b.cpu->ops->read(b.cpu, &rc[3], 0, n, (float *)ic);
-                b.gpu->ops->read(b.gpu, &rg[3], 0, n, (float *)ig);
-                CHECK(memcmp(ic, ig, (size_t)n * k * sizeof(int32_t)) == 0, "moe n %d mode %d: ids differ", n, mode);
+                b->cpu->ops->moe(b->cpu, &oc, &rc[1], &mc, false);
+                b->gpu->ops->moe(b->gpu, &og, &rg[1], &mg, false);
+                b->cpu->ops->read(b->cpu, &rc[3], 0, n, (float *)ic);
+                b->gpu->ops->read(b->gpu, &rg[3], 0, n, (float *)ig);
+                CHECK(memcmp(ic, ig, (size_t)n * k * sizeof(int32_t)) == 0, "moe E %d n %d mode %d: ids differ", E,
+                      n, mode);
                 /* the weights follow the logits, which follow two products' rounding (2-3e-6 seen) */
-                double e = fmax(fmax(pair_err(&b, &h), pair_err(&b, &lg)), pair_err(&b, &wts));
-                CHECK(e < 1e-5, "moe n %d mode %d: h, logits or weights err %.3g", n, mode, e);
-                e = pair_err(&b, &out);
-                CHECK(e < 2e-5, "moe %s n %d mode %d: err %.3g", t ? "f16" : "bf16", n, mode, e);
-                b.cpu->ops->moe(b.cpu, &sc, &rc[1], &mc, true);
-                b.gpu->ops->moe(b.gpu, &sg, &rg[1], &mg, true);
-                e = pair_err(&b, &res);
-                CHECK(e < 2e-5, "moe added %s n %d mode %d: err %.3g", t ? "f16" : "bf16", n, mode, e);
+                double e = fmax(fmax(pair_err(b, &h), pair_err(b, &lg)), pair_err(b, &wts));
+                CHECK(e < 1e-5, "moe E %d n %d mode %d: h, logits or weights err %.3g", E, n, mode, e);
+                e = pair_err(b, &out);
+                CHECK(e < 2e-5, "moe E %d %s n %d mode %d: err %.3g", E, t ? "f16" : "bf16", n, mode, e);
+                b->cpu->ops->moe(b->cpu, &sc, &rc[1], &mc, true);
+                b->gpu->ops->moe(b->gpu, &sg, &rg[1], &mg, true);
+                e = pair_err(b, &res);
+                CHECK(e < 2e-5, "moe added E %d %s n %d mode %d: err %.3g", E, t ? "f16" : "bf16", n, mode, e);
             }
-    for (int t = 0; t < 2; t++)
+    for (int t = 0; t < n_t; t++)
         for (int e = 0; e < E; e++) {
-            pair_free(&b, &gate[t][e]);
-            pair_free(&b, &up[t][e]);
-            pair_free(&b, &down[t][e]);
+            pair_free(b, &gate[t * E + e]);
+            pair_free(b, &up[t * E + e]);
+            pair_free(b, &down[t * E + e]);
         }
     struct pair *all[] = {&lg, &bias, &x, &h, &out, &res, &ws, &ids, &wts, &nw, &router};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        pair_free(&b, all[i]);
+        pair_free(b, all[i]);
+    free(gate);
+    free(up);
+    free(down);
+    free(tc);
+    free(ic);
+}
+
+/* The moe op against the cpu: with bf16 experts, 1 and 8 tokens take the
+ * fused gate (RMSNorm, router, routing and plan in one launch), 9 and 64 the
+ * grouped products over the plan the routing's last block builds (64: an
+ * expert may get every token), 70 the bf16 cuBLAS products over host-built
+ * lists; f16 experts the plain products per expert. Then the gate at its
+ * widest (hidden 4096, 4 and 8 tokens: over 48 KiB of shared memory). */
+void test_cuda_moe(void)
+{
+    struct both b;
+    if (both_open(&b, true) != 0)
+        return both_close(&b);
+    const int32_t small[] = {1, 8, 9, 64, 70}, wide[] = {4, 8};
+    moe_case(&b, 16, 4, 64, 40, small, 5, 2);
+    moe_case(&b, 128, 8, 4096, 16, wide, 2, 1);
     both_close(&b);
 }
 

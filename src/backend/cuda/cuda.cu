@@ -537,7 +537,7 @@ struct backend *cuda_backend_init(int32_t dev, bool precise)
         goto fail;
     }
     cublasSetStream(c->blas, c->stream);
-    if (cuda_matmul_init(c) != 0)
+    if (cuda_matmul_init(c) != 0 || cuda_moe_init(c) != 0)
         goto fail;
     cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
     return &c->base;

@@ -114,6 +114,8 @@ void *cuda_scratch(struct cuda_backend *c, int which, size_t bytes);
 
 /* ops by file */
 int cuda_matmul_init(struct cuda_backend *c);
+/* the fused MoE gate's shared memory limit, once per backend */
+int cuda_moe_init(struct cuda_backend *c);
 void cuda_matmul(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w);
 void cuda_matmul_fused(struct backend *be, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,
                        const struct tensor *x, const struct mm_fused *f);

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #define MOE_MAX_EXPERT 1024
+#define MOE_MAX_K 32 /* picks per token */
 
 /* A layer's expert weight pointers on the device: [3][n_expert] (gate, up,
  * down; gate NULL for relu^2 experts), and the host copy they are checked
@@ -53,7 +54,7 @@ struct route_args {
     int64_t is;
     float *w;
     int64_t wst;
-    const float *logits;
+    float *logits; /* written by k_moe_gate, read by the routing */
     int64_t ls;
     int64_t n, E;
     int32_t k, n_group, topk_group;
@@ -69,14 +70,16 @@ struct route_args {
 };
 
 /* The routing plan (MOE_PLAN_*) of n <= 64 tokens, k experts each, by one
- * block: counts and token masks per expert, scans by one warp, then each
- * (token, pick) finds its compact row from the mask (tokens in increasing
- * order) and its place among the token's picks (experts in increasing order).
- * The ids and weights are other blocks' writes: read from L2. */
+ * block: the ids staged in shared memory (other blocks' writes: read from
+ * L2, all at once), counts and token masks per expert, scans by one warp,
+ * then each (token, pick) finds its compact row from the mask (tokens in
+ * increasing order) and its place among the token's picks (experts in
+ * increasing order). */
 static __device__ void moe_plan_build(const route_args &a)
 {
     __shared__ int32_t cnt[MOE_MAX_EXPERT], start[MOE_MAX_EXPERT];
     __shared__ unsigned long long mask[MOE_MAX_EXPERT];
+    __shared__ int32_t sid[CUDA_SMALL_N * MOE_MAX_K]; /* [n][k] */
     const int tid = threadIdx.x, k = a.k, E = (int)a.E, nk = (int)a.n * k, max_act = a.max_act;
     int32_t *plan = a.plan, *rows = plan + MOE_PLAN_ROWS(max_act), *tpos = rows + nk;
     float *tw = (float *)(tpos + nk);
@@ -84,9 +87,11 @@ static __device__ void moe_plan_build(const route_args &a)
         cnt[e] = 0;
         mask[e] = 0;
     }
+    for (int i = tid; i < nk; i += blockDim.x)
+        sid[i] = __ldcg(a.ids + (i / k) * a.is + i % k);
     __syncthreads();
     for (int i = tid; i < nk; i += blockDim.x) {
-        const int r = i / k, e = __ldcg(a.ids + r * a.is + i % k);
+        const int r = i / k, e = sid[i];
         atomicAdd(&cnt[e], 1);
         atomicOr(&mask[e], 1ull << r);
     }
@@ -124,12 +129,12 @@ static __device__ void moe_plan_build(const route_args &a)
     __syncthreads();
     for (int i = tid; i < nk; i += blockDim.x) {
         const int r = i / k;
-        const int32_t *id = a.ids + r * a.is;
-        const int e = __ldcg(id + i % k);
+        const int32_t *id = sid + r * k;
+        const int e = sid[i];
         const int p = start[e] + __popcll(mask[e] & ((1ull << r) - 1));
         int order = 0;
         for (int j = 0; j < k; j++)
-            order += __ldcg(id + j) < e;
+            order += id[j] < e;
         rows[p] = r;
         tpos[r * k + order] = p;
         tw[r * k + order] = __ldcg(a.w + r * a.wst + i % k);
@@ -155,35 +160,29 @@ static __device__ __forceinline__ int route_lane_best(const float *choice, const
     return best;
 }
 
-/* One warp per token. The scores are computed element by element as on the
- * cpu, the softmax sum by one lane in index order (the cpu's rounding); each
- * pick is the largest of the lanes' best allowed, not yet taken experts
- * (ties: lower index), which is what the cpu's scan for the strictly largest
- * finds: two warp reductions a pick, then only the picked lane looks again.
- * Lane j keeps pick j. With a plan to make, the last block to finish makes
- * it: one release-acquire arrival per block. */
-__global__ void k_moe_route(const __grid_constant__ route_args a)
+/* The routing of token r by one warp, into its ids and weights (lanes < k
+ * store them). The scores are computed element by element as on the cpu,
+ * the softmax sum by one lane in index order (the cpu's rounding); each pick
+ * is the largest of the lanes' best allowed, not yet taken experts (ties:
+ * lower index), which is what the cpu's scan for the strictly largest finds:
+ * two warp reductions a pick, then only the picked lane looks again. Lane j
+ * keeps pick j. p, choice, gs: [E] floats, gsel [E], allowed [E], the warp's
+ * own; the logits may be this grid's writes (read from L2). */
+static __device__ void route_one(const route_args &a, int64_t r, float *p, float *choice, float *gs, int32_t *gsel,
+                                 uint8_t *allowed)
 {
-    const int64_t r = blockIdx.x;
-    const int lane = threadIdx.x, E = (int)a.E;
-    __shared__ float p[MOE_MAX_EXPERT], choice[MOE_MAX_EXPERT], gs[MOE_MAX_EXPERT];
-    __shared__ uint8_t allowed[MOE_MAX_EXPERT];
-    __shared__ int32_t gsel[MOE_MAX_EXPERT];
-    __shared__ float bcast;
-    __shared__ int is_last;
-    grid_dep_wait(); /* the logits: the router product's */
-    grid_dep_launch();
+    const int lane = threadIdx.x & 31, E = (int)a.E;
     const float *x = a.logits + r * a.ls;
     if (a.sigmoid) {
         for (int e = lane; e < E; e += 32) {
-            p[e] = 1.0f / (1.0f + expf(-x[e]));
+            p[e] = 1.0f / (1.0f + expf(-__ldcg(x + e)));
             choice[e] = p[e] + (a.bias ? dev_weight(a.bias, a.bias_t, e) : 0.0f);
         }
     } else {
         float mx = -INFINITY;
 #pragma unroll 4
         for (int e = lane; e < E; e += 32) {
-            const float v = x[e];
+            const float v = __ldcg(x + e);
             p[e] = v;
             mx = v > mx ? v : mx;
         }
@@ -191,15 +190,13 @@ __global__ void k_moe_route(const __grid_constant__ route_args a)
         for (int e = lane; e < E; e += 32)
             p[e] = expf(p[e] - mx);
         __syncwarp();
+        float sum = 0.0f;
         if (lane == 0) {
-            float sum = 0.0f;
 #pragma unroll 8
             for (int e = 0; e < E; e++)
                 sum += p[e];
-            bcast = sum;
         }
-        __syncwarp();
-        const float sum = bcast;
+        sum = __shfl_sync(0xffffffffu, sum, 0);
         for (int e = lane; e < E; e += 32)
             choice[e] = p[e] /= sum;
     }
@@ -250,9 +247,22 @@ __global__ void k_moe_route(const __grid_constant__ route_args a)
         a.w[r * a.wst + lane] = (a.norm ? my_w / (wsum + (a.sigmoid ? 1e-20f : 0.0f)) : my_w) * a.scale;
     }
     __syncwarp();
+}
+
+/* One warp per token (route_one). With a plan to make, the last block to
+ * finish makes it: one release-acquire arrival per block. */
+__global__ void k_moe_route(const __grid_constant__ route_args a)
+{
+    __shared__ float p[MOE_MAX_EXPERT], choice[MOE_MAX_EXPERT], gs[MOE_MAX_EXPERT];
+    __shared__ uint8_t allowed[MOE_MAX_EXPERT];
+    __shared__ int32_t gsel[MOE_MAX_EXPERT];
+    __shared__ int is_last;
+    grid_dep_wait(); /* the logits: the router product's */
+    grid_dep_launch();
+    route_one(a, blockIdx.x, p, choice, gs, gsel, allowed);
     if (!a.plan)
         return;
-    if (lane == 0) {
+    if (threadIdx.x == 0) {
         unsigned old;
         asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(a.count) : "memory");
         is_last = old == gridDim.x - 1;
@@ -261,8 +271,133 @@ __global__ void k_moe_route(const __grid_constant__ route_args a)
     if (!is_last)
         return;
     moe_plan_build(a);
-    if (lane == 0)
+    if (threadIdx.x == 0)
         *a.count = 0;
+}
+
+/* The fused gate of up to MOE_GATE_N tokens: x's RMSNorm, the router's
+ * product, the routing and the plan, in one launch (a decode step's gate was
+ * four kernels, mostly latency). A warp per expert holds its router row in
+ * registers and the block the norm in shared memory, both loaded before
+ * waiting for x. Each block stages every token's x, sums its squares (a
+ * warp a token), scales it in place to h as the cpu does, writes its slice
+ * of h and its experts' logits (fp32 products of h as written); the last
+ * block to arrive routes the tokens, a warp each, and builds the plan. */
+#define MOE_GATE_N 8
+#define MOE_GATE_KC 16 /* a lane's chunks of 8 router weights: K <= 4096 */
+struct gate_args {
+    route_args r;
+    const float *x;
+    int64_t xs;
+    float *h;
+    int64_t hs;
+    const void *norm;
+    enum dtype norm_t;
+    float eps;
+    const uint16_t *router; /* bf16 [E][K] */
+    int64_t rs;
+    int32_t K;
+};
+
+/* dynamic shared memory: the norm [K] floats, then the tokens' h [n][K]
+ * floats, which the routing scratch of n warps (E * 17 bytes each) reuses */
+static size_t moe_gate_smem(int64_t n, int64_t K, int64_t E)
+{
+    const int64_t hb = n * K * 4, rb = n * E * (4 * 4 + 1);
+    return (size_t)(K * 4 + (hb > rb ? hb : rb));
+}
+
+__global__ void __launch_bounds__(MOE_GATE_N * 32) k_moe_gate(const __grid_constant__ gate_args a)
+{
+    extern __shared__ float4 gate_smem[];
+    __shared__ float inv[MOE_GATE_N];
+    __shared__ int is_last;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, K = a.K, K4 = K / 4, nc = K / 8, n = (int)a.r.n;
+    const int E = (int)a.r.E, e = blockIdx.x * MOE_GATE_N + warp;
+    float *nw = (float *)gate_smem, *hv = nw + K;
+    float4 *hv4 = (float4 *)hv;
+    uint4 wr[MOE_GATE_KC];
+#pragma unroll
+    for (int i = 0; i < MOE_GATE_KC; i++) {
+        const int c = lane + 32 * i;
+        wr[i] = e < E && c < nc ? *(const uint4 *)(a.router + (int64_t)e * a.rs + 8 * c) : make_uint4(0, 0, 0, 0);
+    }
+    for (int c = threadIdx.x; c < K; c += blockDim.x)
+        nw[c] = dev_weight(a.norm, a.norm_t, c);
+    grid_dep_wait(); /* x: the residual the previous kernels wrote */
+    grid_dep_launch();
+    for (int i = threadIdx.x; i < n * K4; i += blockDim.x)
+        hv4[i] = *(const float4 *)(a.x + (i / K4) * a.xs + 4 * (i % K4));
+    __syncthreads();
+    if (warp < n) {
+        float ss = 0.0f;
+        for (int c = lane; c < K4; c += 32) {
+            const float4 v = hv4[warp * K4 + c];
+            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+        ss = warp_sum(ss);
+        if (lane == 0)
+            inv[warp] = 1.0f / sqrtf(ss / (float)K + a.eps);
+    }
+    __syncthreads();
+    const int cw = (K4 + (int)gridDim.x - 1) / (int)gridDim.x, c0 = blockIdx.x * cw, c1 = min(K4, c0 + cw);
+    for (int i = threadIdx.x; i < n * K4; i += blockDim.x) {
+        const int t = i / K4, c = i % K4;
+        const float it = inv[t];
+        float4 v = hv4[i];
+        v.x = nw[4 * c] * (v.x * it);
+        v.y = nw[4 * c + 1] * (v.y * it);
+        v.z = nw[4 * c + 2] * (v.z * it);
+        v.w = nw[4 * c + 3] * (v.w * it);
+        hv4[i] = v;
+        if (c >= c0 && c < c1)
+            *(float4 *)(a.h + t * a.hs + 4 * c) = v;
+    }
+    __syncthreads();
+    for (int t = 0; t < n; t++) {
+        const float *ht = hv + t * K;
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < MOE_GATE_KC; i++) {
+            const int c = lane + 32 * i;
+            if (c < nc) {
+                const float4 x0 = *(const float4 *)(ht + 8 * c), x1 = *(const float4 *)(ht + 8 * c + 4);
+                const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+                const __nv_bfloat16 *wb = (const __nv_bfloat16 *)&wr[i];
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    s += __bfloat162float(wb[j]) * xv[j];
+            }
+        }
+        s = warp_sum(s);
+        if (lane == 0 && e < E)
+            a.r.logits[t * a.r.ls + e] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned old;
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(a.r.count) : "memory");
+        is_last = old == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!is_last)
+        return;
+    if (warp < n) {
+        float *p = hv + (size_t)warp * E * 4;
+        route_one(a.r, warp, p, p + E, p + 2 * E, (int32_t *)(p + 3 * E),
+                  (uint8_t *)(hv + (size_t)n * E * 4) + (size_t)warp * E);
+    }
+    __syncthreads();
+    moe_plan_build(a.r);
+    if (threadIdx.x == 0)
+        *a.r.count = 0;
+}
+
+int cuda_moe_init(struct cuda_backend *c)
+{
+    /* the gate's largest case: MOE_GATE_N tokens of the widest input, or their routing over the most experts */
+    const size_t smem = moe_gate_smem(MOE_GATE_N, 32 * 8 * MOE_GATE_KC, MOE_MAX_EXPERT);
+    return CUDA_CHECK(c, cudaFuncSetAttribute(k_moe_gate, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 }
 
 /* The routing of the logits into ids and weights (and, plan given, the plan
@@ -271,11 +406,11 @@ static void moe_route(struct cuda_backend *c, const struct moe_block *mb, int32_
 {
     const struct tensor *lg = mb->logits;
     const struct moe_routing *rt = &mb->rt;
-    assert(lg->n_cols <= MOE_MAX_EXPERT && lg->n_cols % rt->n_group == 0 && rt->k <= 32 &&
+    assert(lg->n_cols <= MOE_MAX_EXPERT && lg->n_cols % rt->n_group == 0 && rt->k <= MOE_MAX_K &&
            rt->k <= rt->topk_group * (lg->n_cols / rt->n_group));
     const struct route_args a = {
         (int32_t *)mb->ids->data, mb->ids->row_stride, (float *)mb->weights->data, mb->weights->row_stride,
-        (const float *)lg->data, lg->row_stride, lg->n_rows, lg->n_cols, rt->k, rt->n_group, rt->topk_group,
+        (float *)lg->data, lg->row_stride, lg->n_rows, lg->n_cols, rt->k, rt->n_group, rt->topk_group,
         rt->sigmoid, rt->norm, rt->bias ? rt->bias->data : NULL, rt->bias ? rt->bias->type : DT_F32, rt->scale,
         plan, c->counters + CUDA_MOE_COUNTER, max_act,
     };
@@ -540,14 +675,14 @@ void cuda_moe(struct backend *be, struct tensor *out, const struct tensor *x, co
     assert(mb->ws->n_rows >= n && mb->ws->n_cols >= 2 * (hidden + inter) && E <= MOE_MAX_EXPERT);
     if (cuda_op_skip(c) || n == 0)
         return;
-    cuda_rmsnorm(be, mb->h, x, mb->norm, mb->eps);
-    cuda_matmul(be, mb->logits, h, mb->router);
     const bool small = n <= CUDA_SMALL_N && hidden % 8 == 0 && inter % 8 == 0 && h->row_stride % 4 == 0 &&
                        ((uintptr_t)h->data & 15) == 0;
     const uint16_t **tab = small && moe_bf16(ex) ? moe_table_get(c, ex) : NULL;
     if (c->failed)
         return;
     if (!tab) {
+        cuda_rmsnorm(be, mb->h, x, mb->norm, mb->eps);
+        cuda_matmul(be, mb->logits, h, mb->router);
         moe_route(c, mb, NULL, 0);
         moe_ffn_host(be, out, h, mb->ids, mb->weights, ex, accumulate);
         return;
@@ -559,7 +694,27 @@ void cuda_moe(struct backend *be, struct tensor *out, const struct tensor *x, co
         return;
     int32_t *plan = (int32_t *)buf;
     float *g = (float *)(buf + plan_pad), *u = g + (int64_t)nk * inter, *y = u + (int64_t)nk * inter;
-    moe_route(c, mb, plan, max_act);
+    const struct tensor *rw = mb->router;
+    if (n <= MOE_GATE_N && rw->type == DT_BF16 && rw->row_stride % 8 == 0 && ((uintptr_t)rw->data & 15) == 0 &&
+        hidden <= 32 * 8 * MOE_GATE_KC && x->row_stride % 4 == 0 && ((uintptr_t)x->data & 15) == 0) {
+        const struct tensor *lg = mb->logits;
+        const struct moe_routing *rt = &mb->rt;
+        assert(rt->k <= MOE_MAX_K && rt->k <= rt->topk_group * (E / rt->n_group) && E % rt->n_group == 0);
+        const gate_args ga = {
+            {(int32_t *)mb->ids->data, mb->ids->row_stride, (float *)mb->weights->data, mb->weights->row_stride,
+             (float *)lg->data, lg->row_stride, n, E, k, rt->n_group, rt->topk_group, rt->sigmoid, rt->norm,
+             rt->bias ? rt->bias->data : NULL, rt->bias ? rt->bias->type : DT_F32, rt->scale, plan,
+             c->counters + CUDA_MOE_COUNTER, max_act},
+            (const float *)x->data, x->row_stride, (float *)h->data, h->row_stride, mb->norm->data, mb->norm->type,
+            mb->eps, (const uint16_t *)rw->data, rw->row_stride, (int32_t)hidden,
+        };
+        cuda_launch_dep(c, k_moe_gate, dim3((unsigned)cdiv(E, MOE_GATE_N)), dim3(MOE_GATE_N * 32),
+                        moe_gate_smem(n, hidden, E), ga);
+    } else {
+        cuda_rmsnorm(be, mb->h, x, mb->norm, mb->eps);
+        cuda_matmul(be, mb->logits, h, mb->router);
+        moe_route(c, mb, plan, max_act);
+    }
     struct mm_group grp = {};
     grp.plan = plan;
     grp.max_act = max_act;
