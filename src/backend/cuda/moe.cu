@@ -400,21 +400,28 @@ int cuda_moe_init(struct cuda_backend *c)
     return CUDA_CHECK(c, cudaFuncSetAttribute(k_moe_gate, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 }
 
-/* The routing of the logits into ids and weights (and, plan given, the plan
- * of the small path: c's last counter counts the blocks' arrivals). */
-static void moe_route(struct cuda_backend *c, const struct moe_block *mb, int32_t *plan, int32_t max_act)
+/* The routing's arguments for mb's logits (and, plan given, the plan of
+ * the small path: c's last counter counts the blocks' arrivals). */
+static route_args moe_route_args(struct cuda_backend *c, const struct moe_block *mb, int32_t *plan, int32_t max_act)
 {
     const struct tensor *lg = mb->logits;
     const struct moe_routing *rt = &mb->rt;
     assert(lg->n_cols <= MOE_MAX_EXPERT && lg->n_cols % rt->n_group == 0 && rt->k <= MOE_MAX_K &&
            rt->k <= rt->topk_group * (lg->n_cols / rt->n_group));
-    const struct route_args a = {
+    const route_args a = {
         (int32_t *)mb->ids->data, mb->ids->row_stride, (float *)mb->weights->data, mb->weights->row_stride,
         (float *)lg->data, lg->row_stride, lg->n_rows, lg->n_cols, rt->k, rt->n_group, rt->topk_group,
         rt->sigmoid, rt->norm, rt->bias ? rt->bias->data : NULL, rt->bias ? rt->bias->type : DT_F32, rt->scale,
         plan, c->counters + CUDA_MOE_COUNTER, max_act,
     };
-    cuda_launch_dep(c, k_moe_route, dim3((unsigned)lg->n_rows), dim3(32), 0, a);
+    return a;
+}
+
+/* The routing of the logits into ids and weights (and the plan, given one). */
+static void moe_route(struct cuda_backend *c, const struct moe_block *mb, int32_t *plan, int32_t max_act)
+{
+    cuda_launch_dep(c, k_moe_route, dim3((unsigned)mb->logits->n_rows), dim3(32), 0,
+                    moe_route_args(c, mb, plan, max_act));
 }
 
 /* out[r] (+)= the sum over r's picks, in increasing expert order, of
@@ -697,16 +704,10 @@ void cuda_moe(struct backend *be, struct tensor *out, const struct tensor *x, co
     const struct tensor *rw = mb->router;
     if (n <= MOE_GATE_N && rw->type == DT_BF16 && rw->row_stride % 8 == 0 && ((uintptr_t)rw->data & 15) == 0 &&
         hidden <= 32 * 8 * MOE_GATE_KC && x->row_stride % 4 == 0 && ((uintptr_t)x->data & 15) == 0) {
-        const struct tensor *lg = mb->logits;
-        const struct moe_routing *rt = &mb->rt;
-        assert(rt->k <= MOE_MAX_K && rt->k <= rt->topk_group * (E / rt->n_group) && E % rt->n_group == 0);
         const gate_args ga = {
-            {(int32_t *)mb->ids->data, mb->ids->row_stride, (float *)mb->weights->data, mb->weights->row_stride,
-             (float *)lg->data, lg->row_stride, n, E, k, rt->n_group, rt->topk_group, rt->sigmoid, rt->norm,
-             rt->bias ? rt->bias->data : NULL, rt->bias ? rt->bias->type : DT_F32, rt->scale, plan,
-             c->counters + CUDA_MOE_COUNTER, max_act},
-            (const float *)x->data, x->row_stride, (float *)h->data, h->row_stride, mb->norm->data, mb->norm->type,
-            mb->eps, (const uint16_t *)rw->data, rw->row_stride, (int32_t)hidden,
+            moe_route_args(c, mb, plan, max_act), (const float *)x->data, x->row_stride, (float *)h->data,
+            h->row_stride, mb->norm->data, mb->norm->type, mb->eps, (const uint16_t *)rw->data, rw->row_stride,
+            (int32_t)hidden,
         };
         cuda_launch_dep(c, k_moe_gate, dim3((unsigned)cdiv(E, MOE_GATE_N)), dim3(MOE_GATE_N * 32),
                         moe_gate_smem(n, hidden, E), ga);
