@@ -661,15 +661,21 @@ static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t 
  * grouped products over the plan the routing's last block builds (64: an
  * expert may get every token), 70 the bf16 cuBLAS products over host-built
  * lists; f16 experts the plain products per expert. Then the gate at its
- * widest (hidden 4096, 4 and 8 tokens: over 48 KiB of shared memory). */
+ * widest (hidden 4096, 4 and 8 tokens: over 48 KiB of shared memory); 300
+ * tokens over 4 experts (the cuBLAS products over long slices, K off
+ * multiples of 16); 256 and 1024 experts: the routing's 8 and 32 registers a
+ * lane, in the gate and in its own kernel. */
 void test_cuda_moe(void)
 {
     struct both b;
     if (both_open(&b, true) != 0)
         return both_close(&b);
-    const int32_t small[] = {1, 8, 9, 64, 70}, wide[] = {4, 8};
+    const int32_t small[] = {1, 8, 9, 64, 70}, wide[] = {4, 8}, large[] = {300}, many[] = {1, 9};
     moe_case(&b, 16, 4, 64, 40, small, 5, 2);
     moe_case(&b, 128, 8, 4096, 16, wide, 2, 1);
+    moe_case(&b, 4, 2, 200, 72, large, 1, 1);
+    moe_case(&b, 256, 8, 64, 16, many, 2, 1);
+    moe_case(&b, 1024, 10, 64, 16, many, 2, 1);
     both_close(&b);
 }
 

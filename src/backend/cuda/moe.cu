@@ -70,16 +70,16 @@ struct route_args {
 };
 
 /* The routing plan (MOE_PLAN_*) of n <= 64 tokens, k experts each, by one
- * block: the ids staged in shared memory (other blocks' writes: read from
- * L2, all at once), counts and token masks per expert, scans by one warp,
- * then each (token, pick) finds its compact row from the mask (tokens in
- * increasing order) and its place among the token's picks (experts in
- * increasing order). */
-static __device__ void moe_plan_build(const route_args &a)
+ * block, from the routed ids and weights sid, sw [n][k] in shared memory
+ * (staged here from the routing's outputs when `staged` is false: other
+ * blocks' writes, read from L2 all at once): counts and token masks per
+ * expert, scans by one warp, then each (token, pick) finds its compact row
+ * from the mask (tokens in increasing order) and its place among the
+ * token's picks (experts in increasing order). */
+static __device__ void moe_plan_build(const route_args &a, int32_t *sid, float *sw, bool staged)
 {
     __shared__ int32_t cnt[MOE_MAX_EXPERT], start[MOE_MAX_EXPERT];
     __shared__ unsigned long long mask[MOE_MAX_EXPERT];
-    __shared__ int32_t sid[CUDA_SMALL_N * MOE_MAX_K]; /* [n][k] */
     const int tid = threadIdx.x, k = a.k, E = (int)a.E, nk = (int)a.n * k, max_act = a.max_act;
     int32_t *plan = a.plan, *rows = plan + MOE_PLAN_ROWS(max_act), *tpos = rows + nk;
     float *tw = (float *)(tpos + nk);
@@ -87,8 +87,10 @@ static __device__ void moe_plan_build(const route_args &a)
         cnt[e] = 0;
         mask[e] = 0;
     }
-    for (int i = tid; i < nk; i += blockDim.x)
+    for (int i = tid; i < nk && !staged; i += blockDim.x) {
         sid[i] = __ldcg(a.ids + (i / k) * a.is + i % k);
+        sw[i] = __ldcg(a.w + (i / k) * a.wst + i % k);
+    }
     __syncthreads();
     for (int i = tid; i < nk; i += blockDim.x) {
         const int r = i / k, e = sid[i];
@@ -137,7 +139,7 @@ static __device__ void moe_plan_build(const route_args &a)
             order += id[j] < e;
         rows[p] = r;
         tpos[r * k + order] = p;
-        tw[r * k + order] = __ldcg(a.w + r * a.wst + i % k);
+        tw[r * k + order] = sw[i];
     }
 }
 
@@ -249,17 +251,121 @@ static __device__ void route_one(const route_args &a, int64_t r, float *p, float
     __syncwarp();
 }
 
+/* The routing of token r without group limits by one warp, as route_one
+ * picks, from registers: lane l holds experts l + 32 i, i < R (E <= 32 R).
+ * The softmax's sum is a tree of the lanes' sums (the cpu sums in index
+ * order: the weights may differ in the last bits, the picks not). Each pick
+ * takes the largest of the lanes' best live experts (ties: the lower
+ * index), two warp reductions; the winning lane clears its bit. The ids and
+ * weights go to the routing's outputs and, given sid and sw, to those [k]
+ * entries in shared memory too. */
+template <int R>
+static __device__ void route_regs(const route_args &a, int64_t r, int32_t *sid, float *sw)
+{
+    const int lane = threadIdx.x & 31, E = (int)a.E;
+    const float *x = a.logits + r * a.ls;
+    float p[R], ch[R];
+    unsigned live = 0;
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        const int e = lane + 32 * i;
+        p[i] = e < E ? __ldcg(x + e) : -INFINITY;
+        live |= e < E ? 1u << i : 0u;
+    }
+    if (a.sigmoid) {
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            p[i] = 1.0f / (1.0f + expf(-p[i]));
+            ch[i] = p[i] + (a.bias && lane + 32 * i < E ? dev_weight(a.bias, a.bias_t, lane + 32 * i) : 0.0f);
+        }
+    } else {
+        float mx = p[0], sum = 0.0f;
+#pragma unroll
+        for (int i = 1; i < R; i++)
+            mx = fmaxf(mx, p[i]);
+        mx = warp_max(mx);
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            p[i] = expf(p[i] - mx);
+            sum += p[i];
+        }
+        sum = warp_sum(sum);
+#pragma unroll
+        for (int i = 0; i < R; i++)
+            ch[i] = p[i] /= sum;
+    }
+    float wsum = 0.0f, my_w = 0.0f;
+    int my_id = 0;
+    for (int32_t j = 0; j < a.k; j++) {
+        float bv = 0.0f, bp = 0.0f;
+        int bi = -1;
+#pragma unroll
+        for (int i = 0; i < R; i++)
+            if ((live >> i & 1u) && (bi < 0 || ch[i] > bv)) {
+                bv = ch[i];
+                bp = p[i];
+                bi = i;
+            }
+        const unsigned key = bi < 0 ? 0u : route_key(bv), top = __reduce_max_sync(0xffffffffu, key);
+        const int best =
+            (int)__reduce_min_sync(0xffffffffu, bi >= 0 && key == top ? (unsigned)(lane + 32 * bi) : 0xffffffffu);
+        if ((best & 31) == lane)
+            live &= ~(1u << bi);
+        const float pv = __shfl_sync(0xffffffffu, bp, best & 31);
+        wsum += pv;
+        if (lane == j) {
+            my_id = best;
+            my_w = pv;
+        }
+    }
+    if (lane < a.k) {
+        const float w = (a.norm ? my_w / (wsum + (a.sigmoid ? 1e-20f : 0.0f)) : my_w) * a.scale;
+        a.ids[r * a.is + lane] = my_id;
+        a.w[r * a.wst + lane] = w;
+        if (sid) {
+            sid[lane] = my_id;
+            sw[lane] = w;
+        }
+    }
+    __syncwarp();
+}
+
+/* Whether route_regs takes the routing: no group limit. */
+static __device__ __forceinline__ bool route_in_regs(const route_args &a)
+{
+    return !(a.sigmoid && a.topk_group < a.n_group);
+}
+
+/* route_regs with R fitted to the experts (E <= MOE_MAX_EXPERT). */
+static __device__ void route_regs_any(const route_args &a, int64_t r, int32_t *sid, float *sw)
+{
+    if (a.E <= 128)
+        route_regs<4>(a, r, sid, sw);
+    else if (a.E <= 256)
+        route_regs<8>(a, r, sid, sw);
+    else if (a.E <= 512)
+        route_regs<16>(a, r, sid, sw);
+    else
+        route_regs<32>(a, r, sid, sw);
+}
+static_assert(MOE_MAX_EXPERT <= 32 * 32, "route_regs holds at most 32 experts a lane");
+
 /* One warp per token (route_one). With a plan to make, the last block to
  * finish makes it: one release-acquire arrival per block. */
 __global__ void k_moe_route(const __grid_constant__ route_args a)
 {
-    __shared__ float p[MOE_MAX_EXPERT], choice[MOE_MAX_EXPERT], gs[MOE_MAX_EXPERT];
+    /* route_one's p, choice, gs and gsel, then the plan's ids and weights [n][k] */
+    __shared__ float scr[4 * MOE_MAX_EXPERT];
     __shared__ uint8_t allowed[MOE_MAX_EXPERT];
-    __shared__ int32_t gsel[MOE_MAX_EXPERT];
     __shared__ int is_last;
+    static_assert(2 * CUDA_SMALL_N * MOE_MAX_K <= 4 * MOE_MAX_EXPERT, "the plan's ids and weights fit the scratch");
     grid_dep_wait(); /* the logits: the router product's */
     grid_dep_launch();
-    route_one(a, blockIdx.x, p, choice, gs, gsel, allowed);
+    if (route_in_regs(a))
+        route_regs_any(a, blockIdx.x, NULL, NULL);
+    else
+        route_one(a, blockIdx.x, scr, scr + MOE_MAX_EXPERT, scr + 2 * MOE_MAX_EXPERT,
+                  (int32_t *)(scr + 3 * MOE_MAX_EXPERT), allowed);
     if (!a.plan)
         return;
     if (threadIdx.x == 0) {
@@ -270,7 +376,8 @@ __global__ void k_moe_route(const __grid_constant__ route_args a)
     __syncwarp();
     if (!is_last)
         return;
-    moe_plan_build(a);
+    __syncwarp(); /* route_one's scratch read */
+    moe_plan_build(a, (int32_t *)scr, scr + CUDA_SMALL_N * MOE_MAX_K, false);
     if (threadIdx.x == 0)
         *a.count = 0;
 }
@@ -311,6 +418,8 @@ __global__ void __launch_bounds__(MOE_GATE_N * 32) k_moe_gate(const __grid_const
 {
     extern __shared__ float4 gate_smem[];
     __shared__ float inv[MOE_GATE_N];
+    __shared__ int32_t sid[MOE_GATE_N * MOE_MAX_K]; /* the plan's [n][k] */
+    __shared__ float sw[MOE_GATE_N * MOE_MAX_K];
     __shared__ int is_last;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, K = a.K, K4 = K / 4, nc = K / 8, n = (int)a.r.n;
     const int E = (int)a.r.E, e = blockIdx.x * MOE_GATE_N + warp;
@@ -382,13 +491,16 @@ __global__ void __launch_bounds__(MOE_GATE_N * 32) k_moe_gate(const __grid_const
     __syncthreads();
     if (!is_last)
         return;
-    if (warp < n) {
+    const bool regs = route_in_regs(a.r);
+    if (warp < n && regs)
+        route_regs_any(a.r, warp, sid + warp * a.r.k, sw + warp * a.r.k);
+    else if (warp < n) {
         float *p = hv + (size_t)warp * E * 4;
         route_one(a.r, warp, p, p + E, p + 2 * E, (int32_t *)(p + 3 * E),
                   (uint8_t *)(hv + (size_t)n * E * 4) + (size_t)warp * E);
     }
     __syncthreads();
-    moe_plan_build(a.r);
+    moe_plan_build(a.r, sid, sw, regs);
     if (threadIdx.x == 0)
         *a.r.count = 0;
 }
