@@ -1,8 +1,11 @@
 /* moe: expert routing and the routed experts on the GPU.
  *
- * Routing: a warp per token, the cpu's choices (ties to the lower index) and
- * its sums in its order. The experts run as the reference sums them: each
- * token adds its experts' outputs in increasing expert order, as on the cpu.
+ * Routing: a warp per token, the cpu's choices (ties to the lower index);
+ * without group limits from registers with the softmax summed as a tree (the
+ * weights may differ from the cpu's in the last bits), with them from shared
+ * memory with the cpu's sums in its order. The experts run as the reference
+ * sums them: each token adds its experts' outputs in increasing expert
+ * order, as on the cpu.
  *
  * Up to CUDA_SMALL_N tokens (decoding, trees) everything stays on the
  * device, so these forwards can be recorded as graphs: the last routing
