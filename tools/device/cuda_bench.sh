@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # The H200 figures of BENCHMARKS.md, in one run on the device machine (the
 # repository root as working directory, the .debs folder carried, $OUT set).
-# .debs/extra.txz (untracked, under the device's 64 MiB carry limit): Debian's
-# jansson, pcre2, utf8proc, microhttpd, libedit, libbsd and libmd packages
-# (`apt-get download`, `dpkg -x` into one folder, usr/share and static
-# libraries removed), plus libcurl.so and libcrypto.so links to the device
-# image's own libcurl.so.4 and libcrypto.so.3; `tar cJf` of that folder.
+# .debs/extra.txz (untracked, ~1 MB, under the device's 64 MiB carry limit):
+# the headers and libraries the device image lacks, made here by
+#   apt-get download libjansson-dev libjansson4 libpcre2-dev libpcre2-8-0
+#     libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libutf8proc-dev libutf8proc2
+#     libmicrohttpd-dev libmicrohttpd12 libedit-dev libedit2 libbsd0 libbsd-dev
+#     libmd0 libmd-dev libcurl4-openssl-dev libssl-dev
+# then `dpkg -x` of each into one folder, its usr/share and static libraries
+# removed, usr/lib/x86_64-linux-gnu/libcurl.so and libcrypto.so replaced by
+# links to the device image's /usr/lib/x86_64-linux-gnu/libcurl.so.4 and
+# libcrypto.so.3, and `tar cJf .debs/extra.txz .` in that folder.
 mkdir -p /tmp/jx && tar xJf .debs/extra.txz -C /tmp/jx
 export C_INCLUDE_PATH=/tmp/jx/usr/include:/tmp/jx/usr/include/x86_64-linux-gnu LIBRARY_PATH=/tmp/jx/usr/lib/x86_64-linux-gnu LD_LIBRARY_PATH=/tmp/jx/usr/lib/x86_64-linux-gnu:/tmp/jx/lib/x86_64-linux-gnu
 make -j16 build/kapitsa build/test_unit build/bench_gemv > $OUT/build.txt 2>&1 || { tail -30 $OUT/build.txt; exit 1; }
