@@ -379,7 +379,6 @@ __global__ void k_moe_route(const __grid_constant__ route_args a)
     __syncwarp();
     if (!is_last)
         return;
-    __syncwarp(); /* route_one's scratch read */
     moe_plan_build(a, (int32_t *)scr, scr + CUDA_SMALL_N * MOE_MAX_K, false);
     if (threadIdx.x == 0)
         *a.count = 0;
