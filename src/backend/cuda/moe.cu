@@ -154,6 +154,20 @@ static __device__ __forceinline__ unsigned route_key(float v)
     return b & 0x80000000u ? ~b : b | 0x80000000u;
 }
 
+/* The warp's best candidate: each lane offers expert idx (-1: none) of
+ * value v; the largest value wins, ties to the lower index. */
+static __device__ __forceinline__ int route_warp_best(int idx, float v)
+{
+    const unsigned key = idx < 0 ? 0u : route_key(v), top = __reduce_max_sync(0xffffffffu, key);
+    return (int)__reduce_min_sync(0xffffffffu, idx >= 0 && key == top ? (unsigned)idx : 0xffffffffu);
+}
+
+/* A pick's routing weight from its probability w and the picks' sum. */
+static __device__ __forceinline__ float route_weight(const route_args &a, float w, float wsum)
+{
+    return (a.norm ? w / (wsum + (a.sigmoid ? 1e-20f : 0.0f)) : w) * a.scale;
+}
+
 /* Lane's best allowed expert (lane, lane+32, ...; ties: the lower index), -1 if none. */
 static __device__ __forceinline__ int route_lane_best(const float *choice, const uint8_t *allowed, int E, int lane,
                                                       float *bv)
@@ -234,8 +248,7 @@ static __device__ void route_one(const route_args &a, int64_t r, float *p, float
     float lv = 0.0f, wsum = 0.0f, my_w = 0.0f;
     int lb = route_lane_best(choice, allowed, E, lane, &lv), my_id = 0;
     for (int32_t j = 0; j < a.k; j++) {
-        const unsigned key = lb < 0 ? 0u : route_key(lv), top = __reduce_max_sync(0xffffffffu, key);
-        const int best = (int)__reduce_min_sync(0xffffffffu, lb >= 0 && key == top ? (unsigned)lb : 0xffffffffu);
+        const int best = route_warp_best(lb, lv);
         const float pv = p[best];
         wsum += pv;
         if (lane == j) {
@@ -249,7 +262,7 @@ static __device__ void route_one(const route_args &a, int64_t r, float *p, float
     }
     if (lane < a.k) {
         a.ids[r * a.is + lane] = my_id;
-        a.w[r * a.wst + lane] = (a.norm ? my_w / (wsum + (a.sigmoid ? 1e-20f : 0.0f)) : my_w) * a.scale;
+        a.w[r * a.wst + lane] = route_weight(a, my_w, wsum);
     }
     __syncwarp();
 }
@@ -309,9 +322,7 @@ static __device__ void route_regs(const route_args &a, int64_t r, int32_t *sid, 
                 bp = p[i];
                 bi = i;
             }
-        const unsigned key = bi < 0 ? 0u : route_key(bv), top = __reduce_max_sync(0xffffffffu, key);
-        const int best =
-            (int)__reduce_min_sync(0xffffffffu, bi >= 0 && key == top ? (unsigned)(lane + 32 * bi) : 0xffffffffu);
+        const int best = route_warp_best(bi < 0 ? -1 : lane + 32 * bi, bv);
         if ((best & 31) == lane)
             live &= ~(1u << bi);
         const float pv = __shfl_sync(0xffffffffu, bp, best & 31);
@@ -322,7 +333,7 @@ static __device__ void route_regs(const route_args &a, int64_t r, int32_t *sid, 
         }
     }
     if (lane < a.k) {
-        const float w = (a.norm ? my_w / (wsum + (a.sigmoid ? 1e-20f : 0.0f)) : my_w) * a.scale;
+        const float w = route_weight(a, my_w, wsum);
         a.ids[r * a.is + lane] = my_id;
         a.w[r * a.wst + lane] = w;
         if (sid) {
