@@ -20,7 +20,8 @@ if [ "$(cat "$dir/.pkgs" 2>/dev/null)" != "$pkgs" ]; then
     echo "$pkgs" > "$dir/.pkgs"
 fi
 export PATH="$PWD/$dir/node_modules/.bin:$PATH"
-port=$((20000 + RANDOM % 20000))
+. tests/lib.sh
+port=$(free_port)
 log=$(mktemp)
 tmp=$(mktemp -d)
 trap 'kill $srv 2>/dev/null; rm -rf "$log" "$tmp"' EXIT

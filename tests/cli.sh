@@ -214,7 +214,8 @@ printf '#!/bin/sh\necho "home=$CODEX_HOME key=$KAPITSA_API_KEY"; cat "$CODEX_HOM
 printf '#!/bin/sh\necho "home=$(dirname "$OPENCODE_CONFIG")"; cat "$OPENCODE_CONFIG"\n' > "$fake/opencode"
 printf '#!/bin/sh\necho "home=$CLAUDE_CONFIG_DIR url=$ANTHROPIC_BASE_URL model=$ANTHROPIC_MODEL attribution=$CLAUDE_CODE_ATTRIBUTION_HEADER"\n' > "$fake/claude"
 chmod +x "$fake"/*
-export LPORT=$((30000 + RANDOM % 20000))
+LPORT=$(free_port)
+export LPORT
 expect "launch pi: models.json and settings.json for the served model" 0 '"id": "kapitsa-tiny"' \
     '"contextWindow": 65536' '"defaultModel": "kapitsa-tiny"' 'args=-p hi there' '"max_model_len":65536' -- \
     env HOME="$tmp/lhome" PATH="$fake:$PATH" "$bin" launch pi --port $LPORT -- -p "hi there"

@@ -7,7 +7,10 @@ bin=$1
 tmp=$(mktemp -d)
 export KAPITSA_DEVICE=cpu
 here=$(cd "$(dirname "$0")" && pwd)
-p1=$((20000 + RANDOM % 20000)); p2=$((p1 + 1))
+. "$here/lib.sh"
+p1=$(free_port)
+p2=$(free_port)
+while [ "$p2" = "$p1" ]; do p2=$(free_port); done
 "$bin" serve --model "$here/../models/kapitsa-tiny" --port $p1 >"$tmp/s1" 2>&1 &
 s1=$!
 "$bin" serve --model "$here/../models/kapitsa-tiny" --draft "$here/../models/kapitsa-tiny-draft" --port $p2 >"$tmp/s2" 2>&1 &

@@ -3,6 +3,16 @@
 pass=0
 fail=0
 
+# free_port: a TCP port on 127.0.0.1 that nothing listens on now, below
+# Linux's ephemeral range (32768 up), where outgoing connections take theirs
+free_port() {
+    local p
+    while :; do
+        p=$((20000 + RANDOM % 12000))
+        (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+    done
+}
+
 ok() { echo "ok - $1"; pass=$((pass + 1)); }
 bad() { echo "not ok - $1"; fail=$((fail + 1)); }
 

@@ -8,8 +8,17 @@ const BIN = process.env.KAPITSA_BIN || `${ROOT}/build/kapitsa`; // the ASan buil
 const EXTRA = (process.env.KAPITSA_SERVE_ARGS || "").split(" ").filter(Boolean);
 const procs = [];
 
+// A free port is a guess: below Linux's ephemeral range (32768 up), where
+// outgoing connections take theirs, and guessed again if another process holds it.
 export async function startServer(extra = []) {
-  const port = 20000 + Math.floor(Math.random() * 20000);
+  for (let attempt = 1; ; attempt++) {
+    const srv = await startOn(20000 + Math.floor(Math.random() * 12000), extra);
+    if (srv.base) return srv;
+    if (attempt === 5 || !srv.log.includes("cannot listen")) throw new Error(srv.error + srv.log);
+  }
+}
+
+async function startOn(port, extra) {
   const proc = spawn(BIN, ["serve", "--port", String(port), "--ctx", "4096", ...(extra.includes("--parallel") ? [] : ["--parallel", "4"]), ...EXTRA, ...extra], {
     cwd: ROOT,
     stdio: ["ignore", "inherit", "pipe"],
@@ -31,7 +40,7 @@ export async function startServer(extra = []) {
     } catch {}
     await sleep(100);
   }
-  throw new Error((exited ? "server exited: " : "server did not start in 120 s: ") + log);
+  return { error: exited ? "server exited: " : "server did not start in 120 s: ", log };
 }
 
 export function stopServers() {
