@@ -242,6 +242,14 @@ if [ "$quick" != "--quick" ]; then
     expect "bench on the synth checkpoint" 0 '"decode_tok_s"' '"prefill_tok_s"' -- \
         "$bin" bench --model "$tmp/q06" --prompt 16 --gen 2 --json
     expect "synth unknown preset" 2 "unknown preset" -- "$bin" synth --preset qwen9 --out "$tmp/x"
+    expect "synth --layers: the first 2 layers of qwen3-0.6b" 0 "wrote" -- \
+        "$bin" synth --preset qwen3-0.6b --layers 2 --out "$tmp/q06l"
+    expect "synth --layers: the config says 2 layers" 0 '"num_hidden_layers": 2' -- cat "$tmp/q06l/config.json"
+    expect "synth --layers: bench runs the short model" 0 '"decode_tok_s"' -- \
+        "$bin" bench --model "$tmp/q06l" --prompt 8 --gen 2 --json
+    expect "synth --layers 0" 2 "--layers takes 1 to 28" -- "$bin" synth --preset qwen3-0.6b --layers 0 --out "$tmp/x"
+    expect "synth --layers past the preset" 2 "--layers takes 1 to 28" -- \
+        "$bin" synth --preset qwen3-0.6b --layers 29 --out "$tmp/x"
 fi
 echo "cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -8,6 +8,7 @@
 #include "../model/safetensors.h"
 #include "cli.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -351,7 +352,8 @@ done:
 
 static void synth_usage(FILE *f)
 {
-    fprintf(f, "usage: kapitsa synth --preset NAME --out DIR\npresets:");
+    fprintf(f, "usage: kapitsa synth --preset NAME --out DIR [--layers N]\n"
+               "  --layers N  the preset's first N layers only (same shapes, quicker to write and load)\npresets:");
     for (int32_t i = 0; i < N_PRESETS; i++)
         fprintf(f, " %s", presets[i].name);
     fprintf(f, "\n");
@@ -359,15 +361,16 @@ static void synth_usage(FILE *f)
 
 int cli_synth(int argc, char **argv)
 {
-    const char *name = NULL, *out = NULL;
+    const char *name = NULL, *out = NULL, *layers = NULL;
     for (int i = 0; i < argc; i++) {
         int f;
         if (strcmp(argv[i], "--help") == 0) {
             synth_usage(stdout);
             return 0;
         }
-        if ((f = cli_flag(argc, argv, &i, "--preset", &name)) == 0)
-            f = cli_flag(argc, argv, &i, "--out", &out);
+        if ((f = cli_flag(argc, argv, &i, "--preset", &name)) == 0 &&
+            (f = cli_flag(argc, argv, &i, "--out", &out)) == 0)
+            f = cli_flag(argc, argv, &i, "--layers", &layers);
         if (f <= 0) {
             synth_usage(stderr);
             return 2;
@@ -379,7 +382,22 @@ int cli_synth(int argc, char **argv)
     }
     for (int32_t i = 0; i < N_PRESETS; i++)
         if (strcmp(presets[i].name, name) == 0) {
-            if (synth_write(&presets[i], out) != 0) {
+            struct preset p = presets[i];
+            char pattern[128];
+            if (layers) {
+                const int64_t n = cli_int(layers);
+                if (n < 1 || n > p.n_layer) {
+                    fprintf(stderr, "kapitsa synth: --layers takes 1 to %d for %s\n", (int)p.n_layer, name);
+                    return 2;
+                }
+                p.n_layer = (int32_t)n;
+                if (p.pattern) { /* nemotron: the pattern's first n layers */
+                    assert(n < (int64_t)sizeof pattern);
+                    snprintf(pattern, sizeof pattern, "%.*s", (int)n, p.pattern);
+                    p.pattern = pattern;
+                }
+            }
+            if (synth_write(&p, out) != 0) {
                 fprintf(stderr, "kapitsa: %s\n", err_msg());
                 return 1;
             }
