@@ -18,12 +18,10 @@
  * so never on the batch either. The kernel is compiled per number of token
  * tiles (1, 2, 4, 8): a decode step's single tile keeps few accumulators, and
  * each token's arithmetic is the same in every variant. A lone token's
- * product with K in up to 8 slices of at most 1024 goes to k_mmv_slices when
- * its grid is one wave (a decode step's q/k/v and o) or grouped (a decoded
- * token's experts, whatever the waves: a 12-layer qwen3-30b-a3b decoded 4-5% faster
- * than k_mmv's split-K launches): a block per 16 rows, a warp per slice, the
- * slices added in shared memory in the same order as k_mmv's last block adds
- * them.
+ * product of one wave with K in up to 8 slices of at most 1024 (a decode
+ * step's q/k/v and o) goes to k_mmv_slices: a block per 16 rows, a warp per
+ * slice, the slices added in shared memory in the same order as k_mmv's last
+ * block adds them.
  *
  * matmul_fused folds a product's neighbours into the same launch: up to three
  * weights sharing the input (q/k/v, gate/up) are one grid, the input's
@@ -396,8 +394,7 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
 }
 
 /* One token with K split in at most MMV_WARPS slices, a grid of one wave
- * (decoding's q/k/v and o) or slot z of a grouped product (its one row
- * times its expert's weights): a block per 16 rows, a warp per slice, each
+ * (decoding's q/k/v and o): a block per 16 rows, a warp per slice, each
  * warp staging its own slice of the input; the block adds the slices'
  * partial products (and RMSNorm's sums of squares) in split order in
  * shared memory: the same sums k_mmv's last block makes, without the trip
@@ -419,24 +416,9 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv_slices(const __grid_c
         wi++;
     const int M = a.M[wi], r0 = (blockIdx.x - (wi ? a.bx_end[wi - 1] : 0)) * 16;
     const int64_t ws = a.ws[wi];
-    /* grouped: slot z's one row through its expert's weights */
-    const uint16_t *wm = a.w[wi];
-    const float *xr = a.x;
-    float *ob = a.out[wi];
-    int64_t ur = 0;
-    if (a.plan) {
-        grid_dep_wait(); /* the plan is an earlier kernel's output */
-        if ((int32_t)blockIdx.z >= a.plan[0])
-            return;
-        const int32_t base = a.plan[MOE_PLAN_BEG(a.max_act) + blockIdx.z];
-        wm = a.ew[wi][a.plan[MOE_PLAN_EXPERT + blockIdx.z]];
-        xr = a.x + (int64_t)(a.gather ? a.plan[MOE_PLAN_ROWS(a.max_act) + base] : base) * a.xs;
-        ob = a.out[wi] + (int64_t)base * a.os[wi];
-        ur = base;
-    }
     const bool ok0 = r0 + g < M, ok1 = r0 + g + 8 < M;
-    const uint16_t *w0 = wm + (int64_t)(ok0 ? r0 + g : 0) * ws + cq * 8;
-    const uint16_t *w1 = wm + (int64_t)(ok1 ? r0 + g + 8 : 0) * ws + cq * 8;
+    const uint16_t *w0 = a.w[wi] + (int64_t)(ok0 ? r0 + g : 0) * ws + cq * 8;
+    const uint16_t *w1 = a.w[wi] + (int64_t)(ok1 ? r0 + g + 8 : 0) * ws + cq * 8;
     const int k_beg = warp * a.kslice, k_end = min(K, k_beg + a.kslice), len = k_end - k_beg;
     const int n_blk = (len + 31) / 32, segs = (len + 127) / 128;
     float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
@@ -452,7 +434,7 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv_slices(const __grid_c
 #pragma unroll
         for (int j = 0; j < MMV_SL_BATCH; j++) {
             const int c = 4 * ((s0 + j) * 32 + lane);
-            xv[j] = c < len ? *(const float4 *)(xr + k_beg + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            xv[j] = c < len ? *(const float4 *)(a.x + k_beg + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
 #pragma unroll
         for (int j = 0; j < MMV_SL_BATCH; j++) {
@@ -461,7 +443,7 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv_slices(const __grid_c
                 break;
             const float4 x = xv[j];
             if (c < len)
-                mmv_stage4<LO>(sh + c, sl + c, mmv_pre(a, x, ur, k_beg + c));
+                mmv_stage4<LO>(sh + c, sl + c, mmv_pre(a, x, 0, k_beg + c));
             if (rms)
                 ss += warp_sum(x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w);
         }
@@ -498,7 +480,7 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv_slices(const __grid_c
                 q += sq[sp];
             s *= 1.0f / sqrtf(q / (float)K + a.eps);
         }
-        float *o = ob + r0 + threadIdx.x;
+        float *o = a.out[wi] + r0 + threadIdx.x;
         *o = a.accumulate ? *o + s : s;
     }
 }
@@ -714,8 +696,8 @@ static void mmv_run(struct cuda_backend *c, mmv_args *a, int32_t n_z, int32_t fi
         a->us = f->up->row_stride;
     }
     a->accumulate = f->accumulate;
-    if (a->n == 1 && a->n_split > 1 && a->n_split <= MMV_WARPS && a->kslice <= MMV_SL_K_MAX &&
-        (a->plan || (int64_t)bx * a->n_split <= c->mmv_per_sm * c->n_sm)) {
+    if (a->n == 1 && !a->plan && a->n_split > 1 && a->n_split <= MMV_WARPS && a->kslice <= MMV_SL_K_MAX &&
+        (int64_t)bx * a->n_split <= c->mmv_per_sm * c->n_sm) {
         /* as many warps as k_mmv's blocks would have, in blocks of 16 rows */
         bx = 0;
         for (int32_t i = 0; i < a->n_w; i++) {
@@ -724,8 +706,8 @@ static void mmv_run(struct cuda_backend *c, mmv_args *a, int32_t n_z, int32_t fi
         }
         const size_t smem =
             (size_t)a->n_split * (2 * (a->kslice + MMV_PAD) * sizeof(__nv_bfloat16) + 17 * sizeof(float));
-        cuda_launch_dep(c, c->precise ? k_mmv_slices<true> : k_mmv_slices<false>, dim3(bx, 1, n_z),
-                        dim3(a->n_split * 32), smem, *a);
+        cuda_launch_dep(c, c->precise ? k_mmv_slices<true> : k_mmv_slices<false>, dim3(bx), dim3(a->n_split * 32), smem,
+                        *a);
         return;
     }
     if (a->n_split > 1) {
