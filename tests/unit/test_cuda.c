@@ -598,10 +598,8 @@ static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t 
             }
         }
     /* row 0's output from the first batch of each (type, mode): in every
-     * later batch of up to 8 rows it must keep its bits (a tree's token as
-     * decoded alone). Past 8 rows the router's product leaves the fused gate
-     * kernel for k_mmv, whose bf16 or hi/lo activations round differently:
-     * not yet the same bits */
+     * later batch up to CUDA_SMALL_N rows it must keep its bits (a tree's
+     * token as decoded alone; larger batches take cuBLAS) */
     float *row0 = calloc((size_t)(n_t * 3) * hid, sizeof(float)), *rowb = calloc((size_t)hid, sizeof(float));
     assert(row0 && rowb);
     for (int t = 0; t < n_t; t++)
@@ -644,7 +642,7 @@ static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t 
                 CHECK(e < 2e-5, "moe E %d %s n %d mode %d: err %.3g", E, t ? "f16" : "bf16", n, mode, e);
                 float *r0 = row0 + (size_t)(t * 3 + mode) * hid;
                 b->gpu->ops->read(b->gpu, &og, 0, 1, ni == 0 ? r0 : rowb);
-                CHECK(ni == 0 || n > 8 || memcmp(r0, rowb, (size_t)hid * sizeof(float)) == 0,
+                CHECK(ni == 0 || n > CUDA_SMALL_N || memcmp(r0, rowb, (size_t)hid * sizeof(float)) == 0,
                       "moe E %d hid %d n %d mode %d: row 0 differs from its output in a batch of %d", E, hid, n, mode,
                       ns[0]);
                 b->cpu->ops->moe(b->cpu, &sc, &rc[1], &mc, true);
@@ -856,7 +854,7 @@ void test_cuda_tree_invariance(void)
             par[i] = i - 1;
             want[i] = i == L - 1;
         }
-        float *lg = malloc((size_t)V * 8 * sizeof(float)), *alone = malloc((size_t)V * 3 * sizeof(float));
+        float *lg = malloc((size_t)V * 13 * sizeof(float)), *alone = malloc((size_t)V * 3 * sizeof(float));
         struct batch pb = {L, prompt, pos, sq, par, want};
         CHECK(engine_forward(&e, &pb, lg, NULL) == 1 && engine_commit_all(&e) == 0, "prefill");
         int32_t s1 = engine_seq_fork(&e, s0);
@@ -868,18 +866,20 @@ void test_cuda_tree_invariance(void)
             struct batch db = {1, &t[j], &p, &sj, &pa, &one};
             CHECK(engine_forward(&e, &db, alone + (size_t)j * V, NULL) == 1 && engine_commit_all(&e) == 0, "decode");
         }
-        /* tree on s0: 5 -> {9 -> {2, 4}, 3 -> 8}, 7 */
-        const int32_t tt[7] = {5, 3, 9, 8, 2, 4, 7}, tp[7] = {-1, 0, 0, 1, 2, 2, -1};
-        const int32_t tpos[7] = {L, L + 1, L + 1, L + 2, L + 2, L + 2, L};
-        int32_t tsq[7];
-        uint8_t tw[7] = {1, 1, 1, 1, 1, 1, 1};
-        for (int i = 0; i < 7; i++)
+        /* tree on s0: 5 -> {9 -> {2, 4}, 3 -> 8}, 7, and six more roots: 13
+         * rows, past the 8 of the fused MoE gate */
+        enum { NT = 13 };
+        const int32_t tt[NT] = {5, 3, 9, 8, 2, 4, 7, 11, 13, 17, 19, 23, 29};
+        const int32_t tp[NT] = {-1, 0, 0, 1, 2, 2, -1, -1, -1, -1, -1, -1, -1};
+        int32_t tpos[NT], tsq[NT];
+        uint8_t tw[NT];
+        for (int i = 0; i < NT; i++) {
+            tpos[i] = tp[i] < 0 ? L : tp[i] == 0 ? L + 1 : L + 2;
             tsq[i] = s0;
-        int32_t tpar[7];
-        memcpy(tpar, tp, sizeof tpar);
-        tpar[6] = -1;
-        struct batch tb = {7, tt, tpos, tsq, tpar, tw};
-        CHECK(engine_forward(&e, &tb, lg, NULL) == 7, "tree: %s", err_msg());
+            tw[i] = 1;
+        }
+        struct batch tb = {NT, tt, tpos, tsq, tp, tw};
+        CHECK(engine_forward(&e, &tb, lg, NULL) == NT, "tree: %s", err_msg());
         const char *mode = a < 4 ? "precise" : "fast";
         CHECK(memcmp(lg, alone, (size_t)V * 4) == 0, "%s %s: root differs from decoding alone", archs[a % 4], mode);
         CHECK(memcmp(lg + (size_t)2 * V, alone + V, (size_t)V * 4) == 0, "%s %s: depth 1 differs", archs[a % 4], mode);

@@ -402,7 +402,11 @@ __global__ void k_moe_route(const __grid_constant__ route_args a)
  * waiting for x. Each block stages every token's x, sums its squares (a
  * warp a token), scales it in place to h as the cpu does, writes its slice
  * of h and its experts' logits (fp32 products of h as written); the last
- * block to arrive routes the tokens, a warp each, and builds the plan. */
+ * block to arrive routes the tokens, a warp each, and builds the plan.
+ * Larger batches (up to CUDA_SMALL_N) come in chunks of MOE_GATE_N tokens,
+ * blockIdx.y a chunk, without the routing: k_moe_route routes them with the
+ * same function, so a token's h, logits and picks have the same bits in
+ * any batch (a tree's token as decoded alone). */
 #define MOE_GATE_N 8
 #define MOE_GATE_KC 16 /* a lane's chunks of 8 router weights: K <= 4096 */
 struct gate_args {
@@ -417,6 +421,7 @@ struct gate_args {
     const uint16_t *router; /* bf16 [E][K] */
     int64_t rs;
     int32_t K;
+    bool route; /* one chunk: the last block routes and plans */
 };
 
 /* dynamic shared memory: the norm [K] floats, then the tokens' h [n][K]
@@ -434,7 +439,9 @@ __global__ void __launch_bounds__(MOE_GATE_N * 32) k_moe_gate(const __grid_const
     __shared__ int32_t sid[MOE_GATE_N * MOE_MAX_K]; /* the plan's [n][k] */
     __shared__ float sw[MOE_GATE_N * MOE_MAX_K];
     __shared__ int is_last;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, K = a.K, K4 = K / 4, nc = K / 8, n = (int)a.r.n;
+    const int t0 = blockIdx.y * MOE_GATE_N; /* the chunk's first token */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, K = a.K, K4 = K / 4, nc = K / 8,
+              n = min(MOE_GATE_N, (int)a.r.n - t0);
     const int E = (int)a.r.E, e = blockIdx.x * MOE_GATE_N + warp;
     float *nw = (float *)gate_smem, *hv = nw + K;
     float4 *hv4 = (float4 *)hv;
@@ -449,7 +456,7 @@ __global__ void __launch_bounds__(MOE_GATE_N * 32) k_moe_gate(const __grid_const
     grid_dep_wait(); /* x: the residual the previous kernels wrote */
     grid_dep_launch();
     for (int i = threadIdx.x; i < n * K4; i += blockDim.x)
-        hv4[i] = *(const float4 *)(a.x + (i / K4) * a.xs + 4 * (i % K4));
+        hv4[i] = *(const float4 *)(a.x + (t0 + i / K4) * a.xs + 4 * (i % K4));
     __syncthreads();
     if (warp < n) {
         float ss = 0.0f;
@@ -473,7 +480,7 @@ __global__ void __launch_bounds__(MOE_GATE_N * 32) k_moe_gate(const __grid_const
         v.w = nw[4 * c + 3] * (v.w * it);
         hv4[i] = v;
         if (c >= c0 && c < c1)
-            *(float4 *)(a.h + t * a.hs + 4 * c) = v;
+            *(float4 *)(a.h + (t0 + t) * a.hs + 4 * c) = v;
     }
     __syncthreads();
     for (int t = 0; t < n; t++) {
@@ -493,8 +500,10 @@ __global__ void __launch_bounds__(MOE_GATE_N * 32) k_moe_gate(const __grid_const
         }
         s = warp_sum(s);
         if (lane == 0 && e < E)
-            a.r.logits[t * a.r.ls + e] = s;
+            a.r.logits[(t0 + t) * a.r.ls + e] = s;
     }
+    if (!a.route)
+        return;
     __syncthreads();
     if (threadIdx.x == 0) {
         unsigned old;
@@ -827,15 +836,18 @@ void cuda_moe(struct backend *be, struct tensor *out, const struct tensor *x, co
     int32_t *plan = (int32_t *)buf;
     float *g = (float *)(buf + plan_pad), *u = g + (int64_t)nk * inter, *y = u + (int64_t)nk * inter;
     const struct tensor *rw = mb->router;
-    if (n <= MOE_GATE_N && rw->type == DT_BF16 && rw->row_stride % 8 == 0 && ((uintptr_t)rw->data & 15) == 0 &&
+    if (rw->type == DT_BF16 && rw->row_stride % 8 == 0 && ((uintptr_t)rw->data & 15) == 0 &&
         hidden <= 32 * 8 * MOE_GATE_KC && x->row_stride % 4 == 0 && ((uintptr_t)x->data & 15) == 0) {
+        const int32_t chunks = (int32_t)cdiv(n, MOE_GATE_N);
         const gate_args ga = {
             moe_route_args(c, mb, plan, max_act), (const float *)x->data, x->row_stride, (float *)h->data,
             h->row_stride, mb->norm->data, mb->norm->type, mb->eps, (const uint16_t *)rw->data, rw->row_stride,
-            (int32_t)hidden,
+            (int32_t)hidden, chunks == 1,
         };
-        cuda_launch_dep(c, k_moe_gate, dim3((unsigned)cdiv(E, MOE_GATE_N)), dim3(MOE_GATE_N * 32),
-                        moe_gate_smem(n, hidden, E), ga);
+        cuda_launch_dep(c, k_moe_gate, dim3((unsigned)cdiv(E, MOE_GATE_N), (unsigned)chunks), dim3(MOE_GATE_N * 32),
+                        moe_gate_smem(n < MOE_GATE_N ? n : MOE_GATE_N, hidden, E), ga);
+        if (chunks > 1)
+            moe_route(c, mb, plan, max_act);
     } else {
         cuda_rmsnorm(be, mb->h, x, mb->norm, mb->eps);
         cuda_matmul(be, mb->logits, h, mb->router);
