@@ -182,6 +182,15 @@ struct mm_group {
 void cuda_matmul_grouped(struct cuda_backend *c, const struct mm_group *g, int32_t n_w, float *const *out, int64_t os,
                          const float *x, int64_t xs, int32_t K, const struct mm_fused *f);
 
+/* A lone token's grouped product (one weight, k slots of one row each) and
+ * the weighted sum of its slots' rows into out [M] (pick j: compact row
+ * tpos[j], weight tw[j]; f->accumulate adds to out), in one launch, with the
+ * bits of cuda_matmul_grouped followed by k_moe_combine. -1 when the shape
+ * does not fit the one-block form: nothing launched. */
+int cuda_matmul_grouped_combine(struct cuda_backend *c, const struct mm_group *g, float *out, const float *x,
+                                int64_t xs, int32_t K, const struct mm_fused *f, const int32_t *tpos, const float *tw,
+                                int32_t k);
+
 void cuda_moe(struct backend *be, struct tensor *out, const struct tensor *x, const struct moe_block *mb,
               bool accumulate);
 void cuda_moe_tables_free(struct cuda_backend *c);

@@ -883,7 +883,15 @@ void cuda_moe(struct backend *be, struct tensor *out, const struct tensor *x, co
     grp.w[0] = tab + 2 * E;
     grp.ws = ex->down[0].row_stride;
     grp.M[0] = (int32_t)hidden;
-    cuda_matmul_grouped(c, &grp, 1, &y, hidden, ex->gate ? g : u, inter, (int32_t)inter, &act);
     const int32_t *tpos = plan + MOE_PLAN_ROWS(max_act) + nk;
-    moe_combine(c, out, y, tpos, (const float *)(tpos + nk), k, accumulate);
+    const float *tw = (const float *)(tpos + nk);
+    if (n == 1) { /* the down products and the combine in one launch, where they fit one */
+        struct mm_fused comb = act;
+        comb.accumulate = accumulate;
+        if (cuda_matmul_grouped_combine(c, &grp, (float *)out->data, ex->gate ? g : u, inter, (int32_t)inter, &comb,
+                                        tpos, tw, k) == 0)
+            return;
+    }
+    cuda_matmul_grouped(c, &grp, 1, &y, hidden, ex->gate ? g : u, inter, (int32_t)inter, &act);
+    moe_combine(c, out, y, tpos, tw, k, accumulate);
 }
