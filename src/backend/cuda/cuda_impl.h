@@ -155,6 +155,11 @@ void cuda_pre_split(struct cuda_backend *c, const float *x, int64_t xs, int64_t 
  * (bf16, ws apart) on cuBLAS, fp32 accumulation; -1 (failure recorded) on error. */
 int cuda_gemm_bf16(struct cuda_backend *c, float *out, int64_t os, const __nv_bfloat16 *x, int64_t n, int64_t K,
                    const void *w, int64_t ws, int64_t M, float beta);
+/* cuda_gemm_bf16 for `count` products of one shape, their out, x and w
+ * pointers in device arrays [count] (cublasGemmBatchedEx). */
+int cuda_gemm_bf16_batched(struct cuda_backend *c, float *const *out, int64_t os, const __nv_bfloat16 *const *x,
+                           int64_t n, int64_t K, const void *const *w, int64_t ws, int64_t M, float beta,
+                           int32_t count);
 
 /* The routing plan of a MoE layer on the device (int32, see moe.cu): the
  * number of active experts, their ids in increasing order, where each one's

@@ -600,6 +600,27 @@ int cuda_gemm_bf16(struct cuda_backend *c, float *out, int64_t os, const __nv_bf
     return -1;
 }
 
+int cuda_gemm_bf16_batched(struct cuda_backend *c, float *const *out, int64_t os, const __nv_bfloat16 *const *x,
+                           int64_t n, int64_t K, const void *const *w, int64_t ws, int64_t M, float beta,
+                           int32_t count)
+{
+    if (cuda_op_skip(c) || n == 0 || count == 0)
+        return c->failed ? -1 : 0;
+    const float one = 1.0f;
+    const cublasStatus_t st = cublasGemmBatchedEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)M, (int)n, (int)K, &one, w,
+                                                  CUDA_R_16BF, (int)ws, (const void *const *)x, CUDA_R_16BF, (int)K,
+                                                  &beta, (void *const *)out, CUDA_R_32F, (int)os, (int)count,
+                                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        return 0;
+    if (!c->failed) {
+        c->failed = true;
+        err_set("cuda: cublasGemmBatchedEx %d x [%lld x %lld] x [%lld x %lld]^T failed (status %d)", (int)count,
+                (long long)n, (long long)K, (long long)M, (long long)K, (int)st);
+    }
+    return -1;
+}
+
 /* One row per block: pre(x) as the plain ops compute it (RMSNorm over the
  * row, SwiGLU with up, relu^2), rounded to bf16 hi and, when lo is not
  * NULL, the rounding left over. */

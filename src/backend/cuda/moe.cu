@@ -17,8 +17,9 @@
  * on the device per layer, built the first time the layer runs. Larger
  * batches build the same lists on the host (the ids copied back, a counting
  * sort), gather every expert's rows at once, run each expert's products over
- * its slice (bf16 experts: cuBLAS on inputs rounded to bf16 once) and the
- * activation and combine over the whole list. */
+ * its slice (bf16 experts: cuBLAS on inputs rounded to bf16 once, the slices
+ * padded to a few sizes and the experts of one size in one batched call) and
+ * the activation and combine over the whole list. */
 #include "cuda_impl.h"
 
 #include <math.h>
@@ -595,45 +596,71 @@ static bool moe_bf16(const struct moe_experts *ex)
     return !ex->gate || ex->gate[0].row_stride == ex->up[0].row_stride;
 }
 
-/* The products of one projection for every active expert e: rows
- * start[e].. of the compact input xb (K apart, dense bf16) into out (M
- * apart), one cuBLAS GEMM each. */
-static int moe_gemms(struct cuda_backend *c, const struct tensor *w, int32_t E, const int32_t *start,
-                     const __nv_bfloat16 *xb, int64_t K, float *out, int64_t M, float beta)
+/* A large batch's experts in bf16 as batched cuBLAS products: each expert's
+ * slice of the compact list is padded (moe_pad_rows), and experts of one
+ * padded size share one cublasGemmBatchedEx call a product (a few calls
+ * where one GEMM an expert made 384 a layer for qwen3-30b-a3b at 4096
+ * tokens, each too small to fill the GPU and quicker to run than to
+ * enqueue). The padding rows gather token 0: finite, computed, never
+ * combined. Experts are ordered by padded rows, bucket b their range
+ * beg[b]..beg[b+1] in that order, of n_rows[b] rows each; d_ptr, on the
+ * device, holds for product q (see moe_ffn_bf16) the weight, input and
+ * output pointers of each expert in that order: [q][3][n_act]. */
+struct moe_buckets {
+    int32_t n_act, n_bucket;
+    const int32_t *beg, *n_rows; /* host [n_bucket + 1], [n_bucket] */
+    void **d_ptr;
+};
+
+/* Rows an expert's slice takes: rounded up to 16, or to the power of two
+ * that cuts it in at most 16 parts (under 1/16 of padding past 256 rows),
+ * so that similar counts fall in one bucket. */
+static int32_t moe_pad_rows(int32_t n)
 {
-    for (int32_t e = 0; e < E; e++) {
-        const int64_t me = start[e + 1] - start[e];
-        if (me > 0 && cuda_gemm_bf16(c, out + (int64_t)start[e] * M, M, xb + (int64_t)start[e] * K, me, K, w[e].data,
-                                     w[e].row_stride, M, beta) != 0)
+    int32_t u = 16;
+    while (u * 16 < n)
+        u *= 2;
+    return (n + u - 1) / u * u;
+}
+
+/* product q: out[e] = beta * out[e] + x[e] . w[e]^T for every active expert
+ * (d_ptr's pointers), one batched call a bucket */
+static int moe_gemms(struct cuda_backend *c, const struct moe_buckets *bk, int32_t q, int64_t K, int64_t ws,
+                     int64_t M, float beta)
+{
+    void *const *ptr = bk->d_ptr + (int64_t)q * 3 * bk->n_act;
+    for (int32_t b = 0; b < bk->n_bucket; b++) {
+        const int32_t i = bk->beg[b];
+        if (cuda_gemm_bf16_batched(c, (float *const *)(ptr + 2 * bk->n_act + i), M,
+                                   (const __nv_bfloat16 *const *)(ptr + bk->n_act + i), bk->n_rows[b], K,
+                                   (const void *const *)(ptr + i), ws, M, beta, bk->beg[b + 1] - i) != 0)
             return -1;
     }
     return 0;
 }
 
-/* The experts of a large batch in bf16 on cuBLAS: the compact rows gathered
+/* The experts of a large batch in bf16: the padded compact rows gathered
  * and rounded to bf16 once (hi, and lo when precise: a second product adds
- * it), gate and up, the activation rounded the same way, down.
- * xb: room for [nk][max(hidden, inter)] floats, used as bf16 pairs. */
-static void moe_ffn_bf16(struct cuda_backend *c, const struct moe_experts *ex, const int32_t *start,
-                         const int32_t *d_rows, const struct tensor *x, int64_t nk, float *xb, float *g, float *u,
-                         float *y)
+ * it), gate and up, the activation rounded the same way, down. Products q
+ * (struct moe_buckets): gate (if any) and up, each hi then lo when precise,
+ * then down's passes.
+ * xb: room for [n_pad][max(hidden, inter)] floats, used as bf16 pairs. */
+static void moe_ffn_bf16(struct cuda_backend *c, const struct moe_experts *ex, const struct moe_buckets *bk,
+                         const int32_t *d_rows, const struct tensor *x, int64_t n_pad, float *xb, float *g, float *u)
 {
-    const int32_t E = ex->n_expert;
     const int64_t hidden = x->n_cols, inter = ex->up[0].n_rows;
-    __nv_bfloat16 *hi = (__nv_bfloat16 *)xb, *lo = c->precise ? hi + nk * hidden : NULL;
-    const struct tensor *proj[2] = {ex->gate, ex->up};
-    float *dst[2] = {g, u};
-    cuda_gather_bf16(c, (const float *)x->data, x->row_stride, d_rows, nk, hidden, hi, lo);
-    for (int p = 0; p < 2; p++)
-        for (int pass = 0; proj[p] && pass < (lo ? 2 : 1); pass++)
-            if (moe_gemms(c, proj[p], E, start, pass ? lo : hi, hidden, dst[p], inter, pass ? 1.0f : 0.0f) != 0)
-                return;
-    const struct tensor ut = {DT_F32, nk, inter, inter, u, false};
+    __nv_bfloat16 *hi = (__nv_bfloat16 *)xb, *lo = c->precise ? hi + n_pad * hidden : NULL;
+    const int32_t passes = lo ? 2 : 1, n_in = ex->gate ? 2 : 1;
+    cuda_gather_bf16(c, (const float *)x->data, x->row_stride, d_rows, n_pad, hidden, hi, lo);
+    for (int32_t q = 0; q < n_in * passes; q++)
+        if (moe_gemms(c, bk, q, hidden, ex->up[0].row_stride, inter, q % passes ? 1.0f : 0.0f) != 0)
+            return;
+    const struct tensor ut = {DT_F32, n_pad, inter, inter, u, false};
     const struct mm_fused act = {ex->gate ? MM_PRE_SWIGLU : MM_PRE_RELU2, NULL, 0.0f, &ut, false, NULL, NULL};
-    lo = c->precise ? hi + nk * inter : NULL;
-    cuda_pre_split(c, ex->gate ? g : u, inter, nk, (int32_t)inter, &act, hi, lo);
-    for (int pass = 0; pass < (lo ? 2 : 1); pass++)
-        if (moe_gemms(c, ex->down, E, start, pass ? lo : hi, inter, y, hidden, pass ? 1.0f : 0.0f) != 0)
+    lo = c->precise ? hi + n_pad * inter : NULL;
+    cuda_pre_split(c, ex->gate ? g : u, inter, n_pad, (int32_t)inter, &act, hi, lo);
+    for (int32_t pass = 0; pass < passes; pass++)
+        if (moe_gemms(c, bk, n_in * passes + pass, inter, ex->down[0].row_stride, hidden, pass ? 1.0f : 0.0f) != 0)
             return;
 }
 
@@ -673,80 +700,169 @@ static void moe_ffn_any(struct backend *be, const struct moe_experts *ex, const 
     }
 }
 
-/* Larger batches: the plan built on the host (ids copied back, a counting
- * sort), the experts over the compact list (moe_ffn_bf16 / moe_ffn_any),
- * the combine over the whole list. */
-static void moe_ffn_host(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
-                         const struct tensor *weights, const struct moe_experts *ex, bool accumulate)
+static int cmp_i64(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* moe_ffn_bf16's products (struct moe_buckets): experts by padded rows
+ * (key: rows * MOE_MAX_EXPERT + expert), a bucket each run of one size, and
+ * for each product q, in the order moe_ffn_bf16 runs them, the experts'
+ * weight, input (hi, then lo n_pad rows later) and output pointers into ptr
+ * [q][3][n_act]. xc, g, u, y: the device buffers moe_ffn_bf16 takes. */
+static void moe_buckets_fill(struct moe_buckets *bk, int32_t *beg, int32_t *brows, int64_t *key, void **ptr,
+                             const struct moe_experts *ex, const int32_t *start, int64_t n_pad, int64_t hidden,
+                             int32_t passes, float *xc, float *g, float *u, float *y)
+{
+    const int32_t n_act = bk->n_act;
+    const int64_t inter = ex->up[0].n_rows;
+    qsort(key, (size_t)n_act, sizeof *key, cmp_i64);
+    bk->n_bucket = 0;
+    for (int32_t i = 0; i < n_act; i++) {
+        const int32_t rows_e = (int32_t)(key[i] / MOE_MAX_EXPERT);
+        if (i == 0 || rows_e != brows[bk->n_bucket - 1]) {
+            beg[bk->n_bucket] = i;
+            brows[bk->n_bucket++] = rows_e;
+        }
+    }
+    beg[bk->n_bucket] = n_act;
+    bk->beg = beg;
+    bk->n_rows = brows;
+    const struct tensor *proj[3] = {ex->gate, ex->up, ex->down};
+    float *dst[3] = {g, u, y};
+    const __nv_bfloat16 *hi = (const __nv_bfloat16 *)xc;
+    int64_t q = 0;
+    for (int m = 0; m < 3; m++)
+        for (int32_t pass = 0; proj[m] && pass < passes; pass++, q++) {
+            const int64_t K = m < 2 ? hidden : inter, M = m < 2 ? inter : hidden;
+            void **pq = ptr + q * 3 * n_act;
+            for (int32_t i = 0; i < n_act; i++) {
+                const int32_t e = (int32_t)(key[i] % MOE_MAX_EXPERT);
+                pq[i] = proj[m][e].data;
+                pq[n_act + i] = (void *)(hi + (pass ? n_pad * K : 0) + (int64_t)start[e] * K);
+                pq[2 * n_act + i] = dst[m] + (int64_t)start[e] * M;
+            }
+        }
+}
+
+/* moe_ffn_host after the ids (hid [nk]) and weights (hw [nk]) came back:
+ * the counting sort by expert (tokens in increasing order within each; bf16
+ * experts' slices padded), the lists uploaded, the experts, the combine.
+ * Host scratch: tcnt [n], start [E+1], cur [E], beg [E+1], brows [E], key [E]. */
+static void moe_ffn_sorted(struct backend *be, struct tensor *out, const struct tensor *x,
+                           const struct moe_experts *ex, int32_t k, int32_t *hid, const float *hw, int32_t *tcnt,
+                           int32_t *start, int32_t *cur, int32_t *beg, int32_t *brows, int64_t *key, bool accumulate)
 {
     struct cuda_backend *c = cuda_of(be);
-    const int64_t n = x->n_rows, hidden = x->n_cols, inter = ex->up[0].n_rows;
-    const int32_t k = (int32_t)ids->n_cols, E = ex->n_expert;
-    const int64_t nk = n * k;
-    cuda_host_wait(c);
-    /* host: ids [nk], weights [nk], starts [E+1] and fill [E], then uploaded
-     * together: rows [nk], token rows [nk] and weights [nk] (MOE_PLAN_* order) */
-    int32_t *hid = (int32_t *)malloc((size_t)(2 * nk + 2 * E + 1 + 3 * nk + n) * sizeof(int32_t));
-    if (!hid) {
+    const int64_t n = x->n_rows, hidden = x->n_cols, inter = ex->up[0].n_rows, nk = n * k;
+    const int32_t E = ex->n_expert, passes = c->precise ? 2 : 1, n_q = ((ex->gate ? 2 : 1) + 1) * passes;
+    const bool bf16 = moe_bf16(ex);
+    memset(cur, 0, (size_t)E * sizeof(int32_t));
+    for (int64_t i = 0; i < nk; i++) {
+        assert(hid[i] >= 0 && hid[i] < E);
+        cur[hid[i]]++;
+    }
+    struct moe_buckets bk = {};
+    start[0] = 0;
+    for (int32_t e = 0; e < E; e++) {
+        const int32_t rows_e = bf16 && cur[e] ? moe_pad_rows(cur[e]) : cur[e];
+        start[e + 1] = start[e] + rows_e;
+        cur[e] = start[e];
+        if (rows_e)
+            key[bk.n_act++] = (int64_t)rows_e * MOE_MAX_EXPERT + e;
+    }
+    const int64_t n_pad = start[E];
+    /* uploaded: rows [n_pad], token rows [nk] and weights [nk] (MOE_PLAN_*
+     * order), then the products' pointers [n_q][3][n_act]; kept here: the
+     * weights in list order [n_pad] */
+    const size_t list_bytes = ((size_t)(n_pad + 2 * nk) * 4 + 15) & ~(size_t)15;
+    const size_t ptr_bytes = bf16 ? (size_t)n_q * 3 * bk.n_act * sizeof(void *) : 0;
+    char *up = (char *)malloc(list_bytes + ptr_bytes + (size_t)n_pad * sizeof(float));
+    if (!up) {
         c->failed = true;
         err_set("cuda: out of memory");
         return;
     }
-    float *hw = (float *)(hid + nk);
-    int32_t *start = (int32_t *)(hw + nk), *fill = start + E + 1, *up = fill + E;
-    int32_t *rows = up, *tpos = rows + nk, *tcnt = tpos + 2 * nk;
-    float *tw = (float *)(tpos + nk);
-    char *buf = NULL;
-    if (CUDA_CHECK(c, cudaMemcpy2DAsync(hid, (size_t)k * 4, ids->data, (size_t)ids->row_stride * 4, (size_t)k * 4,
-                                        (size_t)n, cudaMemcpyDeviceToHost, c->stream)) != 0 ||
-        CUDA_CHECK(c, cudaMemcpy2DAsync(hw, (size_t)k * 4, weights->data, (size_t)weights->row_stride * 4,
-                                        (size_t)k * 4, (size_t)n, cudaMemcpyDeviceToHost, c->stream)) != 0 ||
-        CUDA_CHECK(c, cudaStreamSynchronize(c->stream)) != 0)
-        goto done;
-    /* counting sort by expert, tokens in increasing order within each */
-    memset(fill, 0, (size_t)E * sizeof(int32_t));
+    int32_t *rows = (int32_t *)up, *tpos = rows + n_pad;
+    float *tw = (float *)(tpos + nk), *wp = (float *)(up + list_bytes + ptr_bytes);
+    memset(rows, 0, (size_t)n_pad * sizeof(int32_t)); /* padding rows gather token 0 */
     for (int64_t i = 0; i < nk; i++) {
-        assert(hid[i] >= 0 && hid[i] < E);
-        fill[hid[i]]++;
-    }
-    start[0] = 0;
-    for (int32_t e = 0; e < E; e++) {
-        start[e + 1] = start[e] + fill[e];
-        fill[e] = start[e];
-    }
-    for (int64_t i = 0; i < nk; i++) {
-        const int32_t p = fill[hid[i]]++;
+        const int32_t p = cur[hid[i]]++;
         rows[p] = (int32_t)(i / k);
-        tw[p] = hw[i];
+        wp[p] = hw[i];
     }
     /* each token's rows in increasing expert order: the order of the list */
     memset(tcnt, 0, (size_t)n * sizeof(int32_t));
-    for (int32_t p = 0; p < (int32_t)nk; p++)
-        hid[rows[p] * k + tcnt[rows[p]]++] = p;
+    for (int32_t e = 0; e < E; e++)
+        for (int32_t p = start[e]; p < cur[e]; p++)
+            hid[rows[p] * k + tcnt[rows[p]]++] = p;
     for (int64_t i = 0; i < nk; i++) {
         tpos[i] = hid[i];
-        hw[i] = tw[hid[i]];
+        tw[i] = wp[hid[i]];
     }
-    memcpy(tw, hw, (size_t)nk * sizeof(float));
-    {
-        const size_t list_bytes = ((size_t)3 * nk * 4 + 15) & ~(size_t)15;
-        const int64_t xw = hidden > inter ? hidden : inter; /* the gathered input, then the activation as bf16 */
-        buf = (char *)cuda_scratch(c, SCR_MOE, list_bytes + (size_t)nk * (2 * inter + hidden + xw) * sizeof(float));
-        if (!buf || CUDA_CHECK(c, cudaMemcpyAsync(buf, up, (size_t)3 * nk * 4, cudaMemcpyHostToDevice, c->stream)) != 0)
-            goto done;
-        const int32_t *d_rows = (const int32_t *)buf, *d_tpos = d_rows + nk;
-        float *xc = (float *)(buf + list_bytes), *g = xc + nk * xw, *u = g + nk * inter, *y = u + nk * inter;
-        if (moe_bf16(ex))
-            moe_ffn_bf16(c, ex, start, d_rows, x, nk, xc, g, u, y);
-        else
-            moe_ffn_any(be, ex, start, d_rows, x, nk, xc, g, u, y);
-        moe_combine(c, out, y, d_tpos, (const float *)(d_tpos + nk), k, accumulate);
-        /* the host lists must outlive the copy above */
-        CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
+    /* sized for the most padding any routing gets (under max(16, count / 8)
+     * an expert), so that the scratch never grows from one layer to the next */
+    const int64_t xw = hidden > inter ? hidden : inter; /* the gathered input, then the activation as bf16 */
+    const int64_t n_cap = bf16 ? nk + nk / 8 + 16 * (int64_t)E : nk;
+    assert(n_pad <= n_cap);
+    const size_t cap_bytes = (((size_t)(n_cap + 2 * nk) * 4 + 15) & ~(size_t)15) +
+                             (bf16 ? (size_t)n_q * 3 * E * sizeof(void *) : 0) +
+                             (size_t)n_cap * (2 * inter + hidden + xw) * sizeof(float);
+    char *buf = (char *)cuda_scratch(c, SCR_MOE, cap_bytes);
+    if (buf) {
+        const int32_t *d_rows = (const int32_t *)buf, *d_tpos = d_rows + n_pad;
+        float *xc = (float *)(buf + list_bytes + ptr_bytes), *g = xc + n_pad * xw, *u = g + n_pad * inter,
+              *y = u + n_pad * inter;
+        bk.d_ptr = (void **)(buf + list_bytes);
+        if (bf16)
+            moe_buckets_fill(&bk, beg, brows, key, (void **)(up + list_bytes), ex, start, n_pad, hidden, passes, xc,
+                             g, u, y);
+        if (CUDA_CHECK(c, cudaMemcpyAsync(buf, up, list_bytes + ptr_bytes, cudaMemcpyHostToDevice, c->stream)) == 0) {
+            if (bf16)
+                moe_ffn_bf16(c, ex, &bk, d_rows, x, n_pad, xc, g, u);
+            else
+                moe_ffn_any(be, ex, start, d_rows, x, nk, xc, g, u, y);
+            moe_combine(c, out, y, d_tpos, (const float *)(d_tpos + nk), k, accumulate);
+            /* the host lists must outlive the copy above */
+            CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
+        }
     }
-done:
+    free(up);
+}
+
+/* Larger batches: the plan built on the host (ids copied back, a counting
+ * sort), the experts over the compact list (moe_ffn_bf16, its experts'
+ * slices padded to a few sizes, or moe_ffn_any), the combine over the whole
+ * list. */
+static void moe_ffn_host(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
+                         const struct tensor *weights, const struct moe_experts *ex, bool accumulate)
+{
+    struct cuda_backend *c = cuda_of(be);
+    const int64_t n = x->n_rows;
+    const int32_t k = (int32_t)ids->n_cols, E = ex->n_expert;
+    const int64_t nk = n * k;
+    cuda_host_wait(c);
+    /* ids [nk], weights [nk], then moe_ffn_sorted's scratch */
+    int32_t *hid = (int32_t *)malloc((size_t)(2 * nk + n + 5 * E + 2) * sizeof(int32_t));
+    int64_t *key = (int64_t *)malloc((size_t)E * sizeof(int64_t));
+    if (!hid || !key) {
+        c->failed = true;
+        err_set("cuda: out of memory");
+    } else {
+        float *hw = (float *)(hid + nk);
+        int32_t *tcnt = (int32_t *)(hw + nk), *start = tcnt + n, *cur = start + E + 1, *beg = cur + E;
+        if (CUDA_CHECK(c, cudaMemcpy2DAsync(hid, (size_t)k * 4, ids->data, (size_t)ids->row_stride * 4,
+                                            (size_t)k * 4, (size_t)n, cudaMemcpyDeviceToHost, c->stream)) == 0 &&
+            CUDA_CHECK(c, cudaMemcpy2DAsync(hw, (size_t)k * 4, weights->data, (size_t)weights->row_stride * 4,
+                                            (size_t)k * 4, (size_t)n, cudaMemcpyDeviceToHost, c->stream)) == 0 &&
+            CUDA_CHECK(c, cudaStreamSynchronize(c->stream)) == 0)
+            moe_ffn_sorted(be, out, x, ex, k, hid, hw, tcnt, start, cur, beg, beg + E + 1, key, accumulate);
+    }
+    free(key);
     free(hid);
 }
+
 /* The layer's table of expert weights on the device (built or rebuilt
  * while the forward waits on the host); NULL on failure. */
 static const uint16_t **moe_table_get(struct cuda_backend *c, const struct moe_experts *ex)
