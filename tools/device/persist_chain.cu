@@ -269,6 +269,7 @@ int main(void)
     c.gu = c.qkv + QKV;
     c.logits = c.gu + 2 * INTER;
     CHECK(cudaMalloc(&c.bar, sizeof(unsigned)));
+    CHECK(cudaDeviceSynchronize()); /* the fills ran on the default stream; the steps run on a non-blocking one */
     const size_t smem = (INTER + WARPS * MAX_ROWS + WARPS) * sizeof(float);
     CHECK(cudaFuncSetAttribute(k_one, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     CHECK(cudaFuncSetAttribute(k_persist, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
