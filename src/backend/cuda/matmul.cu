@@ -43,6 +43,8 @@
  * fp32 kernel. */
 #include "cuda_impl.h"
 
+#include <stdio.h>
+
 #define MMV_WARPS 8
 #define MMV_ROWS (MMV_WARPS * 16)
 #define MMV_KC 128      /* K is split across blocks in multiples of this */
@@ -581,6 +583,24 @@ void cuda_gather_bf16(struct cuda_backend *c, const float *x, int64_t xs, const 
     CUDA_LAUNCHED(c);
 }
 
+/* a cuBLAS product's status: 0, or -1 with the failure recorded (the
+ * first one's message kept) */
+static int gemm_status(struct cuda_backend *c, cublasStatus_t st, const char *fn, int32_t count, int64_t n, int64_t K,
+                       int64_t M)
+{
+    if (st == CUBLAS_STATUS_SUCCESS)
+        return 0;
+    if (!c->failed) {
+        c->failed = true;
+        char times[24] = "";
+        if (count > 1)
+            snprintf(times, sizeof times, "%d x ", (int)count);
+        err_set("cuda: %s %s[%lld x %lld] x [%lld x %lld]^T failed (status %d)", fn, times, (long long)n,
+                (long long)K, (long long)M, (long long)K, (int)st);
+    }
+    return -1;
+}
+
 int cuda_gemm_bf16(struct cuda_backend *c, float *out, int64_t os, const __nv_bfloat16 *x, int64_t n, int64_t K,
                    const void *w, int64_t ws, int64_t M, float beta)
 {
@@ -590,14 +610,7 @@ int cuda_gemm_bf16(struct cuda_backend *c, float *out, int64_t os, const __nv_bf
     const cublasStatus_t st = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)M, (int)n, (int)K, &one, w,
                                            CUDA_R_16BF, (int)ws, x, CUDA_R_16BF, (int)K, &beta, out, CUDA_R_32F,
                                            (int)os, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (st == CUBLAS_STATUS_SUCCESS)
-        return 0;
-    if (!c->failed) {
-        c->failed = true;
-        err_set("cuda: cublasGemmEx [%lld x %lld] x [%lld x %lld]^T failed (status %d)", (long long)n, (long long)K,
-                (long long)M, (long long)K, (int)st);
-    }
-    return -1;
+    return gemm_status(c, st, "cublasGemmEx", 1, n, K, M);
 }
 
 int cuda_gemm_bf16_batched(struct cuda_backend *c, float *const *out, int64_t os, const __nv_bfloat16 *const *x,
@@ -611,14 +624,7 @@ int cuda_gemm_bf16_batched(struct cuda_backend *c, float *const *out, int64_t os
                                                   CUDA_R_16BF, (int)ws, (const void *const *)x, CUDA_R_16BF, (int)K,
                                                   &beta, (void *const *)out, CUDA_R_32F, (int)os, (int)count,
                                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (st == CUBLAS_STATUS_SUCCESS)
-        return 0;
-    if (!c->failed) {
-        c->failed = true;
-        err_set("cuda: cublasGemmBatchedEx %d x [%lld x %lld] x [%lld x %lld]^T failed (status %d)", (int)count,
-                (long long)n, (long long)K, (long long)M, (long long)K, (int)st);
-    }
-    return -1;
+    return gemm_status(c, st, "cublasGemmBatchedEx", count, n, K, M);
 }
 
 /* One row per block: pre(x) as the plain ops compute it (RMSNorm over the

@@ -613,8 +613,9 @@ struct moe_buckets {
 };
 
 /* Rows an expert's slice takes: rounded up to 16, or to the power of two
- * that cuts it in at most 16 parts (under 1/16 of padding past 256 rows),
- * so that similar counts fall in one bucket. */
+ * that cuts it in at most 16 parts (past 256 rows the padding stays under
+ * 1/8 of the count, 1/16 on average), so that similar counts fall in one
+ * bucket. */
 static int32_t moe_pad_rows(int32_t n)
 {
     int32_t u = 16;
