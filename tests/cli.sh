@@ -187,6 +187,8 @@ expect "bench --draft: four ways, identical" 0 '"spec":"tree+ngram"' '"identical
     "$bin" bench --model "$m/kapitsa-tiny" --draft "$m/kapitsa-tiny-draft" --prompt-file "$here/../tools/bench_tasks/edit.txt" --gen 48 --json
 expect "bench at several prompt lengths: a row each with the time to first token" 0 '"prompt":16' '"prompt":48' '"ttft_ms"' -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16,48 --gen 4 --json
+expect "bench: prompts longer than a batch, with a last chunk of another size" 0 '"prompt":16' '"prompt":40' -- \
+    "$bin" bench --model "$m/kapitsa-tiny" --prompt 16,40 --batch 16 --gen 4 --json
 expect "bench --seqs: sequences decoding together" 0 '"seqs":3' '"decode_tok_s_total"' -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --gen 4 --seqs 3 --json
 expect "bench --sample with top_k: the top logits read" 0 "top_k 20, the top logits read" -- \

@@ -409,7 +409,19 @@ int cli_bench(int argc, char **argv)
         printf("[");
     /* One untimed pass first: a kernel's first launch loads it, cuBLAS picks
      * its algorithms and the decode graph is captured on the first steps,
-     * costs a serving engine pays once, not per request. */
+     * costs a serving engine pays once, not per request. Every batch size the
+     * timed prefills run (a prompt's first chunk and its last) is run once
+     * here, so that no length after the first pays them. */
+    for (int32_t l = 0; l < n_lens; l++) {
+        const int64_t first = lens[l] < n_batch ? lens[l] : n_batch, last = lens[l] % n_batch;
+        const int64_t sizes[2] = {first, lens[l] > n_batch && last ? last : 0};
+        for (int32_t j = 0; j < 2 && sizes[j] > 0; j++) {
+            const int32_t sq = bench_prefill(&e, tok, sizes[j], (int32_t)n_batch, pos, seqv, par, want, logits);
+            if (sq < 0)
+                goto done;
+            engine_seq_free(&e, sq);
+        }
+    }
     for (int32_t k = 0; k < S; k++) {
         const int64_t n_warm = lens[0] < n_batch ? lens[0] : n_batch;
         if ((seqs[k] = bench_prefill(&e, tok, n_warm, (int32_t)n_batch, pos, seqv, par, want, logits)) < 0)
