@@ -73,6 +73,17 @@ static void p_free(struct backend *be)
     free(p);
 }
 
+void profile_reset(struct backend *be)
+{
+    if (be->ops->free != p_free)
+        return;
+    struct prof *p = prof_of(be);
+    for (int i = 0; i < P_N; i++) {
+        p->t[i] = 0;
+        p->n[i] = 0;
+    }
+}
+
 static int p_alloc(struct backend *be, struct tensor *t, enum dtype type, int64_t r, int64_t c)
 {
     struct backend *in = prof_of(be)->in;

@@ -11,4 +11,9 @@
 /* Takes ownership of inner. NULL with err_set() if out of memory (inner freed). */
 struct backend *profile_wrap(struct backend *inner);
 
+/* Zeroes the counts when be is a profile wrapper (nothing otherwise): a
+ * caller's untimed warm-up (cuBLAS's algorithm choices, first launches,
+ * scratch growth) stays out of the table. */
+void profile_reset(struct backend *be);
+
 #endif

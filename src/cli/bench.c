@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "../backend/cpu/kern.h"
 #include "../backend/device.h"
+#include "../backend/profile.h"
 #include "../base/err.h"
 #include "../base/pool.h"
 #include "../engine/engine.h"
@@ -441,6 +442,7 @@ int cli_bench(int argc, char **argv)
     }
     for (int32_t k = 0; k < S; k++)
         engine_seq_free(&e, seqs[k]);
+    profile_reset(be);
     for (int32_t l = 0; l < n_lens; l++) {
         n_prompt = lens[l];
         double t0 = now_s();
