@@ -797,6 +797,59 @@ void test_cuda_recurrent(void)
     both_close(&b);
 }
 
+/* A prompt's Mamba2 scan outside precise mode (ssd_gemm.cu: batched bf16
+ * products): one chain of n rows from slot 1, its state kept in slot 2,
+ * against the cpu within bf16's rounding. 300 rows in chunks of 16 (heads
+ * of 16, 4 a group); 4500 rows in chunks of 64, past one segment of 2048
+ * rows twice, the last chunk partial (heads of 24, state 128). */
+static void ssd_prompt_case(struct both *b, const struct ssd_params *sp, int32_t n)
+{
+    int32_t *seq = malloc(sizeof(int32_t) * 4 * (size_t)n), *parent = seq + n, *sin_ = parent + n, *sout = sin_ + n;
+    for (int32_t i = 0; i < n; i++) {
+        seq[i] = 0;
+        parent[i] = i - 1;
+        sin_[i] = 1;
+        sout[i] = i == n - 1 ? 2 : -1;
+    }
+    struct attn_batch ab = {.n_tokens = n, .seq_row = seq, .parent = parent, .state_in = sin_, .state_out = sout};
+    set_batch_both(b, &ab);
+    const int32_t H = sp->n_head, P = sp->head_dim, G = sp->n_group, Ns = sp->d_state;
+    struct pair y, xs, B, Cc, dt, Al, D, dtb, st;
+    pair_make(b, &xs, DT_F32, n, H * P, 1.0f);
+    pair_make(b, &B, DT_F32, n, G * Ns, 1.0f);
+    pair_make(b, &Cc, DT_F32, n, G * Ns, 1.0f);
+    pair_make(b, &dt, DT_F32, n, H, 1.0f);
+    pair_make(b, &Al, DT_F32, 1, H, 1.0f);
+    pair_make(b, &D, DT_F32, 1, H, 1.0f);
+    pair_make(b, &dtb, DT_F32, 1, H, 1.0f);
+    pair_make(b, &y, DT_F32, n, H * P, 0.0f);
+    pair_make(b, &st, DT_F32, 3, H * P * Ns, 0.3f);
+    b->cpu->ops->ssd(b->cpu, &y.c, &xs.c, &B.c, &Cc.c, &dt.c, &Al.c, &D.c, &dtb.c, &st.c, sp);
+    b->gpu->ops->ssd(b->gpu, &y.g, &xs.g, &B.g, &Cc.g, &dt.g, &Al.g, &D.g, &dtb.g, &st.g, sp);
+    const double e = pair_err(b, &y), es = pair_err(b, &st);
+    printf("  ssd prompt of %d rows, chunk %d, fast: err %.3g, states %.3g\n", n, sp->chunk, e, es);
+    CHECK(e < 2e-2 && es < 2e-2, "ssd prompt P %d N %d chunk %d n %d: err %.3g, states %.3g", P, Ns, sp->chunk, n, e,
+          es);
+    struct pair *sl[] = {&y, &xs, &B, &Cc, &dt, &Al, &D, &dtb, &st};
+    for (size_t i = 0; i < sizeof sl / sizeof sl[0]; i++)
+        pair_free(b, sl[i]);
+    free(seq);
+}
+
+void test_cuda_ssd_prompt(void)
+{
+    struct both b;
+    if (both_open(&b, false) != 0)
+        return both_close(&b);
+    const struct ssd_params sps[2] = {{.n_head = 8, .head_dim = 16, .n_group = 2, .d_state = 32, .chunk = 16,
+                                       .dt_min = 0.0f, .dt_lo = 0.001f, .dt_hi = 100.0f},
+                                      {.n_head = 4, .head_dim = 24, .n_group = 2, .d_state = 128, .chunk = 64,
+                                       .dt_min = 0.0f, .dt_lo = 0.001f, .dt_hi = 100.0f}};
+    ssd_prompt_case(&b, &sps[0], 300);
+    ssd_prompt_case(&b, &sps[1], 4500);
+    both_close(&b);
+}
+
 /* A token verified inside a tree gets bitwise the logits it gets decoded alone. */
 /* top_k on the device: the same ids and values as the cpu backend's, ties
  * (the lower column first) and -inf included, for every k */
@@ -913,6 +966,7 @@ void test_cuda_attention(void) { no_cuda(); }
 void test_cuda_rowwise(void) { no_cuda(); }
 void test_cuda_moe(void) { no_cuda(); }
 void test_cuda_recurrent(void) { no_cuda(); }
+void test_cuda_ssd_prompt(void) { no_cuda(); }
 void test_cuda_tree_invariance(void) { no_cuda(); }
 void test_cuda_top_k(void) { no_cuda(); }
 

@@ -414,6 +414,9 @@ static int cu_set_batch(struct backend *be, const struct attn_batch *b)
         if (chain && rows > c->chain_rows)
             c->chain_rows = rows;
     }
+    c->one_chain = c->d.n_grp == 1 && c->n_chain == 1;
+    for (int32_t i = 0; c->one_chain && i < n; i++)
+        c->one_chain = gr[i] == i;
     /* what each sequence row sees, and its place in the bf16 copies */
     c->d.kv_len = d + off;
     int32_t *kl = h + off;

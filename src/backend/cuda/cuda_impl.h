@@ -55,7 +55,7 @@ struct dev_batch {
 
 #define CUDA_KV_TILE 64 /* prefill attention's key tile */
 
-enum { SCR_MATMUL, SCR_BLAS, SCR_ATTN, SCR_REC, SCR_TOPK, SCR_MOE, SCR_KV, SCR_N }; /* scratch buffers (cuda_scratch) */
+enum { SCR_MATMUL, SCR_BLAS, SCR_ATTN, SCR_REC, SCR_TOPK, SCR_MOE, SCR_KV, SCR_SSD, SCR_N }; /* scratch buffers (cuda_scratch) */
 
 struct cuda_backend {
     struct backend base;
@@ -71,6 +71,7 @@ struct cuda_backend {
     int32_t max_vis;      /* largest n_vis of the batch */
     int32_t n_chain;      /* groups with a grp_chain index */
     int32_t chain_rows;   /* rows of the longest of them, 0 if none */
+    bool one_chain;       /* the batch is one such group, its rows in batch order (a prompt) */
     int64_t kv_total;     /* positions in prefill attention's bf16 copies */
     int32_t kv_max;       /* largest kv_len */
     /* batch upload: one pinned host buffer and one device buffer */
@@ -153,6 +154,14 @@ void cuda_pre_split(struct cuda_backend *c, const float *x, int64_t xs, int64_t 
                     __nv_bfloat16 *hi, __nv_bfloat16 *lo);
 /* out [n][M] (os apart) = beta * out + x [n][K] (dense bf16) . w [M][K]^T
  * (bf16, ws apart) on cuBLAS, fp32 accumulation; -1 (failure recorded) on error. */
+/* 0 for CUBLAS_STATUS_SUCCESS; else -1, the failure recorded with what */
+int cuda_blas_status(struct cuda_backend *c, cublasStatus_t st, const char *what);
+/* ssd_gemm.cu: whether cuda_ssd_gemm takes this batch (a prompt's chain of at
+ * least 256 rows, fast mode), and the scan itself (dts: k_ssd_prep's dt, [n][H]) */
+bool cuda_ssd_gemm_takes(const struct cuda_backend *c, const struct ssd_params *p);
+int cuda_ssd_gemm(struct cuda_backend *c, struct tensor *y, const struct tensor *x, const struct tensor *B,
+                  const struct tensor *C, const float *dts, const struct tensor *A_log, const struct tensor *D,
+                  struct tensor *state, const struct ssd_params *p);
 int cuda_gemm_bf16(struct cuda_backend *c, float *out, int64_t os, const __nv_bfloat16 *x, int64_t n, int64_t K,
                    const void *w, int64_t ws, int64_t M, float beta);
 /* cuda_gemm_bf16 for `count` products of one shape, their out, x and w

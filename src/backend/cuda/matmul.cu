@@ -585,20 +585,28 @@ void cuda_gather_bf16(struct cuda_backend *c, const float *x, int64_t xs, const 
 
 /* a cuBLAS product's status: 0, or -1 with the failure recorded (the
  * first one's message kept) */
-static int gemm_status(struct cuda_backend *c, cublasStatus_t st, const char *fn, int32_t count, int64_t n, int64_t K,
-                       int64_t M)
+int cuda_blas_status(struct cuda_backend *c, cublasStatus_t st, const char *what)
 {
     if (st == CUBLAS_STATUS_SUCCESS)
         return 0;
     if (!c->failed) {
         c->failed = true;
-        char times[24] = "";
-        if (count > 1)
-            snprintf(times, sizeof times, "%d x ", (int)count);
-        err_set("cuda: %s %s[%lld x %lld] x [%lld x %lld]^T failed (status %d)", fn, times, (long long)n,
-                (long long)K, (long long)M, (long long)K, (int)st);
+        err_set("cuda: %s failed (status %d)", what, (int)st);
     }
     return -1;
+}
+
+static int gemm_status(struct cuda_backend *c, cublasStatus_t st, const char *fn, int32_t count, int64_t n, int64_t K,
+                       int64_t M)
+{
+    if (st == CUBLAS_STATUS_SUCCESS)
+        return 0;
+    char what[160], times[24] = "";
+    if (count > 1)
+        snprintf(times, sizeof times, "%d x ", (int)count);
+    snprintf(what, sizeof what, "%s %s[%lld x %lld] x [%lld x %lld]^T", fn, times, (long long)n, (long long)K,
+             (long long)M, (long long)K);
+    return cuda_blas_status(c, st, what);
 }
 
 int cuda_gemm_bf16(struct cuda_backend *c, float *out, int64_t os, const __nv_bfloat16 *x, int64_t n, int64_t K,

@@ -17,7 +17,9 @@
  * no state (the delta rule's T, u, w and masked q.k; Mamba2's C.B products)
  * for every chunk at once, then one pass per (sequence, head, slice of the
  * state) over the chunks in order. The cpu's chunked forms equal the step to
- * ~1e-5 relative (tests/unit/test_recurrent.c). */
+ * ~1e-5 relative (tests/unit/test_recurrent.c). Outside precise mode a
+ * prompt's Mamba2 scan runs as batched tensor-core products instead
+ * (ssd_gemm.cu). */
 #include "cuda_impl.h"
 
 #include <math.h>
@@ -709,7 +711,8 @@ void cuda_ssd(struct backend *be, struct tensor *y, const struct tensor *x, cons
     const size_t CH = (size_t)p->chunk, np = (size_t)p->d_state + 1;
     const size_t sm_gram = 2 * CH * np * sizeof(float);
     const size_t sm_pass = (SC_SLICE * np + 2 * CH * SC_SLICE + 2 * CH + SC_SUB * np + SC_SUB * (CH + 1)) * sizeof(float);
-    const bool chunked = c->n_chain > 0 && sm_gram <= 200 * 1024 && sm_pass <= 200 * 1024;
+    const bool gemm = cuda_ssd_gemm_takes(c, p);
+    const bool chunked = !gemm && c->n_chain > 0 && sm_gram <= 200 * 1024 && sm_pass <= 200 * 1024;
     const int32_t n_ci = (int32_t)cdiv(c->chain_rows, p->chunk);
     const size_t n_dt = (size_t)n * p->n_head;
     const size_t n_gram = chunked ? (size_t)c->n_chain * n_ci * p->n_group * CH * CH : 0;
@@ -724,6 +727,10 @@ void cuda_ssd(struct backend *be, struct tensor *y, const struct tensor *x, cons
     k_ssd_prep<<<cdiv((int64_t)n * p->n_head, 256), 256, 0, c->stream>>>(a);
     if (CUDA_LAUNCHED(c) != 0)
         return;
+    if (gemm) {
+        cuda_ssd_gemm(c, y, x, B, C, scr, A_log, D, state, p);
+        return;
+    }
     if (chunked) {
         if (CUDA_CHECK(c, cudaFuncSetAttribute(k_ssd_gram, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)sm_gram)) != 0 ||

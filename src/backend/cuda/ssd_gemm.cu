@@ -1,0 +1,226 @@
+/* ssd_gemm: a prompt's Mamba2 chunked scan as batched tensor-core products
+ * (fast mode). The form is the reference's chunked SSD (transformers'
+ * NemotronH torch_forward, the cpu's ssd_chunked): per chunk c of CH rows
+ * and head h, with a_t the cumulative dt*A inside the chunk and S_c [P][N]
+ * the state entering it,
+ *   y_t     = e^{a_t} C_t S_c^T + sum_{s<=t} (C_t.B_s) e^{a_t-a_s} dt_s x_s + D x_t
+ *   S_{c+1} = e^{a_L} S_c + sum_s e^{a_L-a_s} dt_s x_s B_s^T.
+ * Every product runs for all chunks at once, one
+ * cublasGemmStridedBatchedEx each over (chunk, group) or (chunk, head),
+ * bf16 operands and fp32 sums: C.B per group, the state increments per
+ * group (its heads' x side by side), the states' part of y per group, and
+ * the masked intra-chunk product per head. Only the chain of states, an
+ * elementwise recurrence in fp32, walks the chunks in order. k_ssd_pass (the
+ * precise form, recurrent.cu) keeps each state in shared memory and runs
+ * these products itself, chunk after chunk, on the CUDA cores; this form
+ * trades that serial walk for scratch (~0.5 GB per segment of 2048 rows at
+ * nemotron-nano-9b-v2's shapes). */
+#include "cuda_impl.h"
+
+#include <math.h>
+
+#define SG_ROWS 2048 /* rows per segment: the scratch's bound */
+
+struct sg_args {
+    float *y;
+    int64_t ys;
+    const float *x, *B, *C, *dts;
+    int64_t xs, Bs, Cs;
+    const void *A_log, *D;
+    enum dtype At, Dt;
+    int32_t H, P, G, N, CH, n, row0; /* row0: the segment's first row */
+    /* the segment's buffers, nc chunks (see cuda_ssd_gemm) */
+    float *acum, *Gm, *dS, *Yo, *Yd, *Sc;
+    __nv_bfloat16 *Bb, *Cb, *Xd, *Xw, *W, *Sb;
+};
+
+/* block per (chunk, head), one warp: a_t, the cumulative dt*A (the padding
+ * past the last row adds nothing) */
+__global__ void k_sg_cum(struct sg_args a)
+{
+    __shared__ float s[1024];
+    const int32_t c = blockIdx.x, h = blockIdx.y, t0 = a.row0 + c * a.CH;
+    const float A = -expf(dev_weight(a.A_log, a.At, h));
+    for (int32_t t = threadIdx.x; t < a.CH; t += 32)
+        s[t] = t0 + t < a.n ? a.dts[(int64_t)(t0 + t) * a.H + h] * A : 0.0f;
+    __syncwarp();
+    warp_prefix_sum(s, a.CH);
+    __syncwarp();
+    float *out = a.acum + ((int64_t)c * a.H + h) * a.CH;
+    for (int32_t t = threadIdx.x; t < a.CH; t += 32)
+        out[t] = s[t];
+}
+
+/* block per segment row (the rows past n zero): B and C by group, x by head
+ * (Xd) and, by group with its heads side by side, e^{a_L-a_t} dt_t x_t (Xw) */
+__global__ void k_sg_pack(struct sg_args a)
+{
+    const int32_t r = blockIdx.x, c = r / a.CH, t = r % a.CH, i = a.row0 + r;
+    const bool ok = i < a.n;
+    const int32_t HG = a.H / a.G, Q = HG * a.P;
+    for (int32_t e = threadIdx.x; e < a.G * a.N; e += blockDim.x) {
+        const int32_t g = e / a.N, d = e % a.N;
+        const int64_t o = (((int64_t)c * a.G + g) * a.CH + t) * a.N + d;
+        a.Bb[o] = __float2bfloat16_rn(ok ? a.B[(int64_t)i * a.Bs + e] : 0.0f);
+        a.Cb[o] = __float2bfloat16_rn(ok ? a.C[(int64_t)i * a.Cs + e] : 0.0f);
+    }
+    for (int32_t e = threadIdx.x; e < a.H * a.P; e += blockDim.x) {
+        const int32_t h = e / a.P, p = e % a.P, g = h / HG;
+        const float xv = ok ? a.x[(int64_t)i * a.xs + e] : 0.0f, dt = ok ? a.dts[(int64_t)i * a.H + h] : 0.0f;
+        const float *ac = a.acum + ((int64_t)c * a.H + h) * a.CH;
+        a.Xd[(((int64_t)c * a.H + h) * a.CH + t) * a.P + p] = __float2bfloat16_rn(xv);
+        a.Xw[(((int64_t)c * a.G + g) * a.CH + t) * Q + (h % HG) * a.P + p] =
+            __float2bfloat16_rn(expf(ac[a.CH - 1] - ac[t]) * dt * xv);
+    }
+}
+
+/* block per (chunk and head, row t): W_ts = (C_t.B_s) e^{a_t-a_s} dt_s for s <= t < L, else 0 */
+__global__ void k_sg_mask(struct sg_args a)
+{
+    const int32_t ch = blockIdx.x, t = blockIdx.y, c = ch / a.H, h = ch % a.H, g = h / (a.H / a.G);
+    const int32_t t0 = a.row0 + c * a.CH;
+    const float *ac = a.acum + (int64_t)ch * a.CH, *gr = a.Gm + (((int64_t)c * a.G + g) * a.CH + t) * a.CH;
+    __nv_bfloat16 *w = a.W + ((int64_t)ch * a.CH + t) * a.CH;
+    const bool row = t0 + t < a.n;
+    for (int32_t s = threadIdx.x; s < a.CH; s += blockDim.x)
+        w[s] = __float2bfloat16_rn(row && s <= t ? gr[s] * expf(ac[t] - ac[s]) * a.dts[(int64_t)(t0 + s) * a.H + h]
+                                                 : 0.0f);
+}
+
+/* thread per state entry of every head: the states entering each chunk (bf16
+ * for the products), the fp32 state carried from segment to segment */
+__global__ void k_sg_chain(struct sg_args a, int32_t nc)
+{
+    const int64_t hpn = (int64_t)a.H * a.P * a.N, e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= hpn)
+        return;
+    const int32_t h = (int32_t)(e / ((int64_t)a.P * a.N));
+    float s = a.Sc[e];
+    for (int32_t c = 0; c < nc; c++) {
+        a.Sb[c * hpn + e] = __float2bfloat16_rn(s);
+        s = expf(a.acum[((int64_t)c * a.H + h) * a.CH + a.CH - 1]) * s + a.dS[c * hpn + e];
+    }
+    a.Sc[e] = s;
+}
+
+/* block per row below n: y = e^{a_t} (the states' part) + the chunk's part + D x */
+__global__ void k_sg_out(struct sg_args a)
+{
+    const int32_t r = blockIdx.x, c = r / a.CH, t = r % a.CH, i = a.row0 + r;
+    const int32_t HG = a.H / a.G, Q = HG * a.P;
+    for (int32_t e = threadIdx.x; e < a.H * a.P; e += blockDim.x) {
+        const int32_t h = e / a.P, p = e % a.P, g = h / HG;
+        const float ea = expf(a.acum[((int64_t)c * a.H + h) * a.CH + t]);
+        const float yo = a.Yo[(((int64_t)c * a.G + g) * a.CH + t) * Q + (h % HG) * a.P + p];
+        const float yd = a.Yd[(((int64_t)c * a.H + h) * a.CH + t) * a.P + p];
+        a.y[(int64_t)i * a.ys + e] = ea * yo + yd + dev_weight(a.D, a.Dt, h) * a.x[(int64_t)i * a.xs + e];
+    }
+}
+
+/* 256-byte aligned pieces of one scratch buffer */
+static void *sg_take(char **p, size_t bytes)
+{
+    void *r = *p;
+    *p += (bytes + 255) & ~(size_t)255;
+    return r;
+}
+
+/* count row-major products out = l . r (bf16 in, fp32 out, beta 0), each
+ * operand read as stored ([m][k] or its transpose when l_t, [k][n] or its
+ * transpose when r_t), the i-th at i times the stride: cuBLAS, column-major,
+ * computes out^T = r^T . l^T */
+static int sg_gemm(struct cuda_backend *c, int32_t m, int32_t n, int32_t k, const __nv_bfloat16 *l, bool l_t,
+                   int64_t sl, const __nv_bfloat16 *r, bool r_t, int64_t sr, float *out, int64_t so, int32_t count,
+                   const char *what)
+{
+    const float one = 1.0f, zero = 0.0f;
+    return cuda_blas_status(c,
+                            cublasGemmStridedBatchedEx(c->blas, r_t ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                                       l_t ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &one, r, CUDA_R_16BF,
+                                                       r_t ? k : n, sr, l, CUDA_R_16BF, l_t ? m : k, sl, &zero, out,
+                                                       CUDA_R_32F, n, so, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                            what);
+}
+
+bool cuda_ssd_gemm_takes(const struct cuda_backend *c, const struct ssd_params *p)
+{
+    return !c->precise && c->one_chain && c->b.n_tokens >= 2 * p->chunk && c->b.n_tokens >= 256 &&
+           p->chunk <= 1024 && p->chunk % 8 == 0 && p->head_dim % 8 == 0 && p->d_state % 8 == 0;
+}
+
+int cuda_ssd_gemm(struct cuda_backend *c, struct tensor *y, const struct tensor *x, const struct tensor *B,
+                  const struct tensor *C, const float *dts, const struct tensor *A_log, const struct tensor *D,
+                  struct tensor *state, const struct ssd_params *p)
+{
+    const int32_t n = c->b.n_tokens, H = p->n_head, P = p->head_dim, G = p->n_group, N = p->d_state, CH = p->chunk;
+    const int32_t Q = H / G * P, seg_c = SG_ROWS / CH > 0 ? SG_ROWS / CH : 1, si = c->b.state_in[0];
+    const int32_t so = c->b.state_out[n - 1];
+    assert(si >= 0);
+    const size_t rows = (size_t)seg_c * CH, f = sizeof(float), hb = sizeof(__nv_bfloat16);
+    const size_t hpn = (size_t)H * P * N;
+    const size_t sz[12] = {(size_t)seg_c * H * CH * f,      (size_t)seg_c * G * CH * CH * f,
+                           (size_t)seg_c * hpn * f,          rows * H * P * f,
+                           rows * H * P * f,                 hpn * f,
+                           rows * G * N * hb,                rows * G * N * hb,
+                           rows * H * P * hb,                rows * H * P * hb,
+                           (size_t)seg_c * H * CH * CH * hb, (size_t)seg_c * hpn * hb};
+    size_t total = 0;
+    for (int i = 0; i < 12; i++)
+        total += (sz[i] + 255) & ~(size_t)255;
+    char *scr = (char *)cuda_scratch(c, SCR_SSD, total);
+    if (!scr)
+        return -1;
+    struct sg_args a = {(float *)y->data, y->row_stride, (const float *)x->data, (const float *)B->data,
+                        (const float *)C->data, dts, x->row_stride, B->row_stride, C->row_stride, A_log->data,
+                        D->data, A_log->type, D->type, H, P, G, N, CH, n, 0,
+                        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    float **fp[6] = {&a.acum, &a.Gm, &a.dS, &a.Yo, &a.Yd, &a.Sc};
+    __nv_bfloat16 **bp[6] = {&a.Bb, &a.Cb, &a.Xd, &a.Xw, &a.W, &a.Sb};
+    for (int i = 0; i < 6; i++)
+        *fp[i] = (float *)sg_take(&scr, sz[i]);
+    for (int i = 0; i < 6; i++)
+        *bp[i] = (__nv_bfloat16 *)sg_take(&scr, sz[6 + i]);
+    if (CUDA_CHECK(c, cudaMemcpyAsync(a.Sc, (const float *)state->data + (int64_t)si * state->row_stride,
+                                      hpn * f, cudaMemcpyDeviceToDevice, c->stream)) != 0)
+        return -1;
+    for (int32_t row0 = 0; row0 < n; row0 += seg_c * CH) {
+        const int32_t nc = (int32_t)cdiv(n - row0 < seg_c * CH ? n - row0 : seg_c * CH, CH);
+        a.row0 = row0;
+        k_sg_cum<<<dim3((unsigned)nc, (unsigned)H), 32, 0, c->stream>>>(a);
+        if (CUDA_LAUNCHED(c) != 0)
+            return -1;
+        k_sg_pack<<<(unsigned)(nc * CH), 256, 0, c->stream>>>(a);
+        if (CUDA_LAUNCHED(c) != 0)
+            return -1;
+        /* Gm[c][g][t][s] = C_t.B_s: [CH][N] . [CH][N]^T */
+        if (sg_gemm(c, CH, CH, N, a.Cb, false, (int64_t)CH * N, a.Bb, true, (int64_t)CH * N, a.Gm,
+                    (int64_t)CH * CH, nc * G, "ssd C.B") != 0)
+            return -1;
+        k_sg_mask<<<dim3((unsigned)(nc * H), (unsigned)CH), 128, 0, c->stream>>>(a);
+        if (CUDA_LAUNCHED(c) != 0)
+            return -1;
+        /* dS[c][g][q][d] = sum_t Xw[c][g][t][q] B[c][g][t][d]: [CH][Q]^T . [CH][N] */
+        if (sg_gemm(c, Q, N, CH, a.Xw, true, (int64_t)CH * Q, a.Bb, false, (int64_t)CH * N, a.dS, (int64_t)Q * N,
+                    nc * G, "ssd state increments") != 0)
+            return -1;
+        k_sg_chain<<<cdiv((int64_t)hpn, 256), 256, 0, c->stream>>>(a, nc);
+        if (CUDA_LAUNCHED(c) != 0)
+            return -1;
+        /* Yo[c][g][t][q] = sum_d C[c][g][t][d] Sb[c][g][q][d]: [CH][N] . [Q][N]^T */
+        if (sg_gemm(c, CH, Q, N, a.Cb, false, (int64_t)CH * N, a.Sb, true, (int64_t)Q * N, a.Yo, (int64_t)CH * Q,
+                    nc * G, "ssd states' outputs") != 0)
+            return -1;
+        /* Yd[c][h][t][p] = sum_s W[c][h][t][s] Xd[c][h][s][p]: [CH][CH] . [CH][P] */
+        if (sg_gemm(c, CH, P, CH, a.W, false, (int64_t)CH * CH, a.Xd, false, (int64_t)CH * P, a.Yd, (int64_t)CH * P,
+                    nc * H, "ssd chunks' outputs") != 0)
+            return -1;
+        const int32_t nr = n - row0 < nc * CH ? n - row0 : nc * CH;
+        k_sg_out<<<(unsigned)nr, 256, 0, c->stream>>>(a);
+        if (CUDA_LAUNCHED(c) != 0)
+            return -1;
+    }
+    if (so >= 0 && CUDA_CHECK(c, cudaMemcpyAsync((float *)state->data + (int64_t)so * state->row_stride, a.Sc,
+                                                 hpn * f, cudaMemcpyDeviceToDevice, c->stream)) != 0)
+        return -1;
+    return 0;
+}
