@@ -28,7 +28,7 @@ int test_failures;
     X(test_cuda_rowwise)                                                                                       \
     X(test_cuda_moe)                                                                                           \
     X(test_cuda_recurrent)                                                                                     \
-    X(test_cuda_ssd_prompt)                                                                                    \
+    X(test_cuda_prompt_scans)                                                                                  \
     X(test_cuda_tree_invariance)                                                                               \
     X(test_safetensors_roundtrip)                                                                              \
     X(test_catalog_entries)                                                                                    \

@@ -797,12 +797,14 @@ void test_cuda_recurrent(void)
     both_close(&b);
 }
 
-/* A prompt's Mamba2 scan outside precise mode (ssd_gemm.cu: batched bf16
- * products): one chain of n rows from slot 1, its state kept in slot 2,
- * against the cpu within bf16's rounding. 300 rows in chunks of 16 (heads
- * of 16, 4 a group); 4500 rows in chunks of 64, past one segment of 2048
- * rows twice, the last chunk partial (heads of 24, state 128). */
-static void ssd_prompt_case(struct both *b, const struct ssd_params *sp, int32_t n)
+/* A prompt's scans outside precise mode: one chain of n rows from slot 1,
+ * its state kept in slot 2, against the cpu. Mamba2 (ssd_gemm.cu, bf16
+ * products, within bf16's rounding): 300 rows in chunks of 16 (heads of 16,
+ * 4 a group); 4500 rows in chunks of 64, past one segment of 2048 rows
+ * twice, the last chunk partial (heads of 24, state 128). The delta rule's
+ * pass (delta_gemm.cu, fp32 products): 300 rows (dk 64, dv 24) and 4500
+ * (qwen3.5's 128 x 128), 2 key heads, 4 value heads. */
+static int32_t *prompt_batch(struct both *b, int32_t n)
 {
     int32_t *seq = malloc(sizeof(int32_t) * 4 * (size_t)n), *parent = seq + n, *sin_ = parent + n, *sout = sin_ + n;
     for (int32_t i = 0; i < n; i++) {
@@ -813,6 +815,37 @@ static void ssd_prompt_case(struct both *b, const struct ssd_params *sp, int32_t
     }
     struct attn_batch ab = {.n_tokens = n, .seq_row = seq, .parent = parent, .state_in = sin_, .state_out = sout};
     set_batch_both(b, &ab);
+    return seq;
+}
+
+static void delta_prompt_case(struct both *b, int32_t dk, int32_t dv, int32_t n)
+{
+    int32_t *seq = prompt_batch(b, n);
+    const int32_t Hk = 2, Hv = 4;
+    struct pair q, kk, v, a, bb, Al, dtb, o, st;
+    pair_make(b, &q, DT_F32, n, Hk * dk, 1.0f);
+    pair_make(b, &kk, DT_F32, n, Hk * dk, 1.0f);
+    pair_make(b, &v, DT_F32, n, Hv * dv, 1.0f);
+    pair_make(b, &a, DT_F32, n, Hv, 1.0f);
+    pair_make(b, &bb, DT_F32, n, Hv, 2.0f);
+    pair_make(b, &Al, DT_F32, 1, Hv, 1.0f);
+    pair_make(b, &dtb, DT_F32, 1, Hv, 1.0f);
+    pair_make(b, &o, DT_F32, n, Hv * dv, 0.0f);
+    pair_make(b, &st, DT_F32, 3, Hv * dk * dv, 0.3f);
+    b->cpu->ops->delta_rule(b->cpu, &o.c, &q.c, &kk.c, &v.c, &a.c, &bb.c, &Al.c, &dtb.c, &st.c, Hk, Hv, dk, dv);
+    b->gpu->ops->delta_rule(b->gpu, &o.g, &q.g, &kk.g, &v.g, &a.g, &bb.g, &Al.g, &dtb.g, &st.g, Hk, Hv, dk, dv);
+    const double e = pair_err(b, &o), es = pair_err(b, &st);
+    printf("  delta rule prompt of %d rows, dk %d dv %d, fast: err %.3g, states %.3g\n", n, dk, dv, e, es);
+    CHECK(e < 1e-4 && es < 1e-4, "delta rule prompt dk %d dv %d n %d: err %.3g, states %.3g", dk, dv, n, e, es);
+    struct pair *dl[] = {&q, &kk, &v, &a, &bb, &Al, &dtb, &o, &st};
+    for (size_t i = 0; i < sizeof dl / sizeof dl[0]; i++)
+        pair_free(b, dl[i]);
+    free(seq);
+}
+
+static void ssd_prompt_case(struct both *b, const struct ssd_params *sp, int32_t n)
+{
+    int32_t *seq = prompt_batch(b, n);
     const int32_t H = sp->n_head, P = sp->head_dim, G = sp->n_group, Ns = sp->d_state;
     struct pair y, xs, B, Cc, dt, Al, D, dtb, st;
     pair_make(b, &xs, DT_F32, n, H * P, 1.0f);
@@ -836,7 +869,7 @@ static void ssd_prompt_case(struct both *b, const struct ssd_params *sp, int32_t
     free(seq);
 }
 
-void test_cuda_ssd_prompt(void)
+void test_cuda_prompt_scans(void)
 {
     struct both b;
     if (both_open(&b, false) != 0)
@@ -847,6 +880,8 @@ void test_cuda_ssd_prompt(void)
                                        .dt_min = 0.0f, .dt_lo = 0.001f, .dt_hi = 100.0f}};
     ssd_prompt_case(&b, &sps[0], 300);
     ssd_prompt_case(&b, &sps[1], 4500);
+    delta_prompt_case(&b, 64, 24, 300);
+    delta_prompt_case(&b, 128, 128, 4500);
     both_close(&b);
 }
 
@@ -966,7 +1001,7 @@ void test_cuda_attention(void) { no_cuda(); }
 void test_cuda_rowwise(void) { no_cuda(); }
 void test_cuda_moe(void) { no_cuda(); }
 void test_cuda_recurrent(void) { no_cuda(); }
-void test_cuda_ssd_prompt(void) { no_cuda(); }
+void test_cuda_prompt_scans(void) { no_cuda(); }
 void test_cuda_tree_invariance(void) { no_cuda(); }
 void test_cuda_top_k(void) { no_cuda(); }
 

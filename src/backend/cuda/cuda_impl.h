@@ -156,6 +156,21 @@ void cuda_pre_split(struct cuda_backend *c, const float *x, int64_t xs, int64_t 
  * (bf16, ws apart) on cuBLAS, fp32 accumulation; -1 (failure recorded) on error. */
 /* 0 for CUBLAS_STATUS_SUCCESS; else -1, the failure recorded with what */
 int cuda_blas_status(struct cuda_backend *c, cublasStatus_t st, const char *what);
+/* count row-major products out = alpha l . r + beta out, every operand
+ * packed (its row stride its width), the i-th at i times its stride: l
+ * [m][k] as stored or, when l_t, stored as [k][m]; r [k][n] or, when r_t,
+ * stored as [n][k]; out [m][n], fp32; l and r bf16 or fp32 (the sums fp32) */
+int cuda_gemm_packed(struct cuda_backend *c, int32_t m, int32_t n, int32_t k, float alpha, const void *l, bool l_t,
+                     int64_t sl, const void *r, bool r_t, int64_t sr, float beta, float *out, int64_t so,
+                     int32_t count, bool bf16, const char *what);
+/* the gated delta rule's chunk (torch_chunk_gated_delta_rule's, the cpu's DELTA_CHUNK) */
+#define CUDA_DELTA_CHUNK 64
+/* delta_gemm.cu: whether cuda_delta_gemm takes this batch (a prompt's chain
+ * of at least 256 rows, fast mode), and the pass over k_delta_chunk's
+ * records (rec, rs floats each; qn, kn: the normalised q and k [n][Hk][dk]) */
+bool cuda_delta_gemm_takes(const struct cuda_backend *c);
+int cuda_delta_gemm(struct cuda_backend *c, float *out, int64_t os, const float *qn, const float *kn, const float *rec,
+                    int64_t rs, int32_t Hk, int32_t Hv, int32_t dk, int32_t dv, float *state, int64_t ss);
 /* ssd_gemm.cu: whether cuda_ssd_gemm takes this batch (a prompt's chain of at
  * least 256 rows, fast mode), and the scan itself (dts: k_ssd_prep's dt, [n][H]) */
 bool cuda_ssd_gemm_takes(const struct cuda_backend *c, const struct ssd_params *p);

@@ -609,6 +609,22 @@ static int gemm_status(struct cuda_backend *c, cublasStatus_t st, const char *fn
     return cuda_blas_status(c, st, what);
 }
 
+int cuda_gemm_packed(struct cuda_backend *c, int32_t m, int32_t n, int32_t k, float alpha, const void *l, bool l_t,
+                     int64_t sl, const void *r, bool r_t, int64_t sr, float beta, float *out, int64_t so,
+                     int32_t count, bool bf16, const char *what)
+{
+    if (cuda_op_skip(c) || count == 0)
+        return c->failed ? -1 : 0;
+    const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    /* cuBLAS is column-major: out^T = r^T . l^T */
+    return cuda_blas_status(c,
+                            cublasGemmStridedBatchedEx(c->blas, r_t ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                                       l_t ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, r, t,
+                                                       r_t ? k : n, sr, l, t, l_t ? m : k, sl, &beta, out, CUDA_R_32F,
+                                                       n, so, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                            what);
+}
+
 int cuda_gemm_bf16(struct cuda_backend *c, float *out, int64_t os, const __nv_bfloat16 *x, int64_t n, int64_t K,
                    const void *w, int64_t ws, int64_t M, float beta)
 {

@@ -19,7 +19,8 @@
  * state) over the chunks in order. The cpu's chunked forms equal the step to
  * ~1e-5 relative (tests/unit/test_recurrent.c). Outside precise mode a
  * prompt's Mamba2 scan runs as batched tensor-core products instead
- * (ssd_gemm.cu). */
+ * (ssd_gemm.cu), and its delta rule's pass as batched fp32 products
+ * (delta_gemm.cu). */
 #include "cuda_impl.h"
 
 #include <math.h>
@@ -107,7 +108,7 @@ struct delta_args {
     struct dev_batch bt;
 };
 
-#define DC 64       /* the chunk of torch_chunk_gated_delta_rule (the cpu's DELTA_CHUNK) */
+#define DC CUDA_DELTA_CHUNK
 #define DC_SLICE 32 /* state columns per k_delta_pass block */
 #define DC_TR (DC / 8) /* chunk rows per warp of k_delta_pass (8 warps) */
 
@@ -259,17 +260,18 @@ __global__ void __launch_bounds__(256) k_delta_chunk(struct delta_args a)
         }
         __syncthreads();
     }
-    for (int e = threadIdx.x; e < L * dv; e += blockDim.x) {
+    /* rows past L zero: delta_gemm.cu's products take whole chunks */
+    for (int e = threadIdx.x; e < DC * dv; e += blockDim.x) {
         const int t = e / dv, d = e % dv;
         float acc = 0.0f;
-        for (int s = 0; s <= t; s++)
+        for (int s = 0; t < L && s <= t; s++)
             acc += T[t * ap + s] * beta[s] * Vs[s * dv + d];
         ru[e] = acc;
     }
-    for (int e = threadIdx.x; e < L * dk; e += blockDim.x) {
+    for (int e = threadIdx.x; e < DC * dk; e += blockDim.x) {
         const int t = e / dk, d = e % dk;
         float acc = 0.0f;
-        for (int s = 0; s <= t; s++)
+        for (int s = 0; t < L && s <= t; s++)
             acc += T[t * ap + s] * beta[s] * egc[s] * Ks[s * kp + d];
         rw[e] = acc;
     }
@@ -447,6 +449,10 @@ void cuda_delta_rule(struct backend *be, struct tensor *out, const struct tensor
         k_delta_chunk<<<dim3((unsigned)c->d.n_grp, (unsigned)n_ci, (unsigned)n_v_head), 256, sm_chunk, c->stream>>>(d);
         if (CUDA_LAUNCHED(c) != 0)
             return;
+        if (cuda_delta_gemm_takes(c)) {
+            cuda_delta_gemm(c, d.out, d.os, d.qn, d.kn, d.chunk, rec, n_k_head, n_v_head, k_dim, v_dim, d.state, d.ss);
+            return;
+        }
         k_delta_pass<<<dim3((unsigned)c->d.n_grp, (unsigned)n_v_head, cdiv(v_dim, DC_SLICE)), 256, sm_pass,
                        c->stream>>>(d);
         if (CUDA_LAUNCHED(c) != 0 || c->n_chain == c->d.n_grp)

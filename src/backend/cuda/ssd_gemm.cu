@@ -125,23 +125,6 @@ static void *sg_take(char **p, size_t bytes)
     return r;
 }
 
-/* count row-major products out = l . r (bf16 in, fp32 out, beta 0), each
- * operand read as stored ([m][k] or its transpose when l_t, [k][n] or its
- * transpose when r_t), the i-th at i times the stride: cuBLAS, column-major,
- * computes out^T = r^T . l^T */
-static int sg_gemm(struct cuda_backend *c, int32_t m, int32_t n, int32_t k, const __nv_bfloat16 *l, bool l_t,
-                   int64_t sl, const __nv_bfloat16 *r, bool r_t, int64_t sr, float *out, int64_t so, int32_t count,
-                   const char *what)
-{
-    const float one = 1.0f, zero = 0.0f;
-    return cuda_blas_status(c,
-                            cublasGemmStridedBatchedEx(c->blas, r_t ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                                       l_t ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &one, r, CUDA_R_16BF,
-                                                       r_t ? k : n, sr, l, CUDA_R_16BF, l_t ? m : k, sl, &zero, out,
-                                                       CUDA_R_32F, n, so, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                            what);
-}
-
 bool cuda_ssd_gemm_takes(const struct cuda_backend *c, const struct ssd_params *p)
 {
     return !c->precise && c->one_chain && c->b.n_tokens >= 2 * p->chunk && c->b.n_tokens >= 256 &&
@@ -193,26 +176,26 @@ int cuda_ssd_gemm(struct cuda_backend *c, struct tensor *y, const struct tensor 
         if (CUDA_LAUNCHED(c) != 0)
             return -1;
         /* Gm[c][g][t][s] = C_t.B_s: [CH][N] . [CH][N]^T */
-        if (sg_gemm(c, CH, CH, N, a.Cb, false, (int64_t)CH * N, a.Bb, true, (int64_t)CH * N, a.Gm,
-                    (int64_t)CH * CH, nc * G, "ssd C.B") != 0)
+        if (cuda_gemm_packed(c, CH, CH, N, 1.0f, a.Cb, false, (int64_t)CH * N, a.Bb, true, (int64_t)CH * N, 0.0f,
+                             a.Gm, (int64_t)CH * CH, nc * G, true, "ssd C.B") != 0)
             return -1;
         k_sg_mask<<<dim3((unsigned)(nc * H), (unsigned)CH), 128, 0, c->stream>>>(a);
         if (CUDA_LAUNCHED(c) != 0)
             return -1;
         /* dS[c][g][q][d] = sum_t Xw[c][g][t][q] B[c][g][t][d]: [CH][Q]^T . [CH][N] */
-        if (sg_gemm(c, Q, N, CH, a.Xw, true, (int64_t)CH * Q, a.Bb, false, (int64_t)CH * N, a.dS, (int64_t)Q * N,
-                    nc * G, "ssd state increments") != 0)
+        if (cuda_gemm_packed(c, Q, N, CH, 1.0f, a.Xw, true, (int64_t)CH * Q, a.Bb, false, (int64_t)CH * N, 0.0f,
+                             a.dS, (int64_t)Q * N, nc * G, true, "ssd state increments") != 0)
             return -1;
         k_sg_chain<<<cdiv((int64_t)hpn, 256), 256, 0, c->stream>>>(a, nc);
         if (CUDA_LAUNCHED(c) != 0)
             return -1;
         /* Yo[c][g][t][q] = sum_d C[c][g][t][d] Sb[c][g][q][d]: [CH][N] . [Q][N]^T */
-        if (sg_gemm(c, CH, Q, N, a.Cb, false, (int64_t)CH * N, a.Sb, true, (int64_t)Q * N, a.Yo, (int64_t)CH * Q,
-                    nc * G, "ssd states' outputs") != 0)
+        if (cuda_gemm_packed(c, CH, Q, N, 1.0f, a.Cb, false, (int64_t)CH * N, a.Sb, true, (int64_t)Q * N, 0.0f,
+                             a.Yo, (int64_t)CH * Q, nc * G, true, "ssd states' outputs") != 0)
             return -1;
         /* Yd[c][h][t][p] = sum_s W[c][h][t][s] Xd[c][h][s][p]: [CH][CH] . [CH][P] */
-        if (sg_gemm(c, CH, P, CH, a.W, false, (int64_t)CH * CH, a.Xd, false, (int64_t)CH * P, a.Yd, (int64_t)CH * P,
-                    nc * H, "ssd chunks' outputs") != 0)
+        if (cuda_gemm_packed(c, CH, P, CH, 1.0f, a.W, false, (int64_t)CH * CH, a.Xd, false, (int64_t)CH * P, 0.0f,
+                             a.Yd, (int64_t)CH * P, nc * H, true, "ssd chunks' outputs") != 0)
             return -1;
         const int32_t nr = n - row0 < nc * CH ? n - row0 : nc * CH;
         k_sg_out<<<(unsigned)nr, 256, 0, c->stream>>>(a);
