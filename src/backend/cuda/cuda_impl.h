@@ -152,8 +152,6 @@ void cuda_gather_bf16(struct cuda_backend *c, const float *x, int64_t xs, const 
  * relu^2 or nothing) as dense bf16 hi and, when lo is not NULL, lo. */
 void cuda_pre_split(struct cuda_backend *c, const float *x, int64_t xs, int64_t n, int32_t K, const struct mm_fused *f,
                     __nv_bfloat16 *hi, __nv_bfloat16 *lo);
-/* out [n][M] (os apart) = beta * out + x [n][K] (dense bf16) . w [M][K]^T
- * (bf16, ws apart) on cuBLAS, fp32 accumulation; -1 (failure recorded) on error. */
 /* 0 for CUBLAS_STATUS_SUCCESS; else -1, the failure recorded with what */
 int cuda_blas_status(struct cuda_backend *c, cublasStatus_t st, const char *what);
 /* count row-major products out = alpha l . r + beta out, every operand
@@ -177,6 +175,8 @@ bool cuda_ssd_gemm_takes(const struct cuda_backend *c, const struct ssd_params *
 int cuda_ssd_gemm(struct cuda_backend *c, struct tensor *y, const struct tensor *x, const struct tensor *B,
                   const struct tensor *C, const float *dts, const struct tensor *A_log, const struct tensor *D,
                   struct tensor *state, const struct ssd_params *p);
+/* out [n][M] (os apart) = beta * out + x [n][K] (dense bf16) . w [M][K]^T
+ * (bf16, ws apart) on cuBLAS, fp32 accumulation; -1 (failure recorded) on error. */
 int cuda_gemm_bf16(struct cuda_backend *c, float *out, int64_t os, const __nv_bfloat16 *x, int64_t n, int64_t K,
                    const void *w, int64_t ws, int64_t M, float beta);
 /* cuda_gemm_bf16 for `count` products of one shape, their out, x and w
