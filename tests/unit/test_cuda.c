@@ -499,6 +499,30 @@ void test_cuda_rowwise(void)
     BOTH(b.cpu->ops->copy_rows(b.cpu, &o.c, src, dst, 3), b.gpu->ops->copy_rows(b.gpu, &o.g, src, dst, 3),
          "copy_rows");
 #undef BOTH
+    { /* wide rows: copy_rows in parts (pairs 0-2 in one launch, the last
+       * reading a row the third wrote); rmsnorm_gated with teams of 128
+       * threads (groups of 1250) and of 256 past their kept values (5000) */
+        struct pair wx, wz, wo, ww;
+        pair_make(&b, &wx, DT_F32, 6, 5000, 3.0f);
+        pair_make(&b, &wz, DT_F32, 6, 5000, 3.0f);
+        pair_make(&b, &wo, DT_F32, 6, 5000, 0.0f);
+        pair_make(&b, &ww, DT_BF16, 1, 5000, 1.0f);
+        int32_t s2[4] = {0, 1, 2, 5}, d2[4] = {3, 4, 5, 0};
+        b.cpu->ops->copy_rows(b.cpu, &wx.c, s2, d2, 4);
+        b.gpu->ops->copy_rows(b.gpu, &wx.g, s2, d2, 4);
+        double e = pair_err(&b, &wx);
+        CHECK(e == 0.0, "copy_rows of wide rows: err %.3g", e);
+        for (int gf = 0; gf < 2; gf++) {
+            const int64_t group = gf ? 1250 : 5000;
+            b.cpu->ops->rmsnorm_gated(b.cpu, &wo.c, &wx.c, &wz.c, &ww.c, 1e-6f, group, gf);
+            b.gpu->ops->rmsnorm_gated(b.gpu, &wo.g, &wx.g, &wz.g, &ww.g, 1e-6f, group, gf);
+            e = pair_err(&b, &wo);
+            CHECK(e < 2e-6, "rmsnorm_gated, groups of %lld: err %.3g", (long long)group, e);
+        }
+        struct pair *wl[] = {&wx, &wz, &wo, &ww};
+        for (size_t i = 0; i < sizeof wl / sizeof wl[0]; i++)
+            pair_free(&b, wl[i]);
+    }
     for (int ct = 0; ct < 2; ct++) { /* attn_prep (partial rope: 32 of 48 dims), f32 and bf16 caches: as the
                                       * cpu's pieces (a bf16 row within a rounding), bitwise the gpu's own pieces */
         const enum dtype kt = ct ? DT_BF16 : DT_F32;
@@ -726,19 +750,25 @@ void test_cuda_recurrent(void)
     }
     struct attn_batch ab = {.n_tokens = N, .seq_row = seq, .parent = parent, .state_in = sin_, .state_out = sout};
     set_batch_both(&b, &ab);
-    const int32_t C = 96, K = 4;
+    /* conv1d: width 4 (every model's, unrolled at compile time) and 3 */
+    const int32_t C = 300;
     struct pair x, o, w, bias, st;
     pair_make(&b, &x, DT_F32, N, C, 1.0f);
-    pair_make(&b, &o, DT_F32, N, C, 0.0f);
-    pair_make(&b, &w, DT_BF16, C, K, 0.5f);
     pair_make(&b, &bias, DT_BF16, 1, C, 0.5f);
-    pair_make(&b, &st, DT_F32, 10, (K - 1) * C, 1.0f);
-    b.cpu->ops->conv1d(b.cpu, &o.c, &x.c, &w.c, &bias.c, &st.c);
-    b.gpu->ops->conv1d(b.gpu, &o.g, &x.g, &w.g, &bias.g, &st.g);
-    double e = pair_err(&b, &o), es = pair_err(&b, &st);
-    CHECK(e < 1e-6 && es < 1e-6, "conv1d: err %.3g, states %.3g", e, es);
-    pair_free(&b, &o);
-    pair_free(&b, &st);
+    double e = 0.0, es = 0.0;
+    for (int32_t K = 4; K >= 3; K--) {
+        pair_make(&b, &o, DT_F32, N, C, 0.0f);
+        pair_make(&b, &w, DT_BF16, C, K, 0.5f);
+        pair_make(&b, &st, DT_F32, 10, (K - 1) * C, 1.0f);
+        b.cpu->ops->conv1d(b.cpu, &o.c, &x.c, &w.c, &bias.c, &st.c);
+        b.gpu->ops->conv1d(b.gpu, &o.g, &x.g, &w.g, &bias.g, &st.g);
+        e = pair_err(&b, &o);
+        es = pair_err(&b, &st);
+        CHECK(e < 1e-6 && es < 1e-6, "conv1d K %d: err %.3g, states %.3g", K, e, es);
+        pair_free(&b, &o);
+        pair_free(&b, &w);
+        pair_free(&b, &st);
+    }
     /* gated delta rule: 2 key heads, 4 value heads; dk 64, dv 24 (a partial
      * slice of state columns), then qwen3.5's dk = dv = 128 */
     const int32_t Hk = 2, Hv = 4, dims[2][2] = {{64, 24}, {128, 128}};
@@ -791,7 +821,7 @@ void test_cuda_recurrent(void)
         for (size_t i = 0; i < sizeof sl / sizeof sl[0]; i++)
             pair_free(&b, sl[i]);
     }
-    struct pair *cl[] = {&x, &w, &bias};
+    struct pair *cl[] = {&x, &bias};
     for (size_t i = 0; i < sizeof cl / sizeof cl[0]; i++)
         pair_free(&b, cl[i]);
     both_close(&b);
@@ -885,7 +915,6 @@ void test_cuda_prompt_scans(void)
     both_close(&b);
 }
 
-/* A token verified inside a tree gets bitwise the logits it gets decoded alone. */
 /* top_k on the device: the same ids and values as the cpu backend's, ties
  * (the lower column first) and -inf included, for every k */
 void test_cuda_top_k(void)
@@ -927,6 +956,7 @@ void test_cuda_top_k(void)
     both_close(&b);
 }
 
+/* A token verified inside a tree gets bitwise the logits it gets decoded alone. */
 void test_cuda_tree_invariance(void)
 {
     if (cuda_device_count() == 0) {

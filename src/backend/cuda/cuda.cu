@@ -138,6 +138,21 @@ void *cuda_scratch(struct cuda_backend *c, int which, size_t bytes)
     return c->scr[which];
 }
 
+int cuda_scratch_pieces(struct cuda_backend *c, int which, int n, const size_t *bytes, void **piece)
+{
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += (bytes[i] + 255) & ~(size_t)255;
+    char *p = (char *)cuda_scratch(c, which, total);
+    if (!p)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        piece[i] = p;
+        p += (bytes[i] + 255) & ~(size_t)255;
+    }
+    return 0;
+}
+
 int32_t cuda_device_count(void)
 {
     int n = 0;
@@ -259,47 +274,54 @@ struct copy_pairs {
     int32_t src[COPY_PAIRS], dst[COPY_PAIRS];
 };
 
-/* In order, one row after another: the caller's contract allows a later copy
- * to overwrite a row an earlier one read, as memmove in a loop would. */
-__global__ void k_copy_rows(char *base, size_t row_bytes, size_t words, struct copy_pairs p, int32_t n)
+/* block (x, y): pair y's 32-bit words [x, x+1) * CR_WORDS, eight per thread
+ * loaded before any is stored */
+#define CR_WORDS (8 * 256)
+__global__ void k_copy_rows(char *base, size_t row_bytes, size_t words, struct copy_pairs p)
 {
-    for (int32_t i = 0; i < n; i++) {
-        const uint32_t *s = (const uint32_t *)(base + (size_t)p.src[i] * row_bytes);
-        uint32_t *d = (uint32_t *)(base + (size_t)p.dst[i] * row_bytes);
-        uint32_t v[8];
-        for (size_t w0 = 0; w0 < words; w0 += 8 * blockDim.x) {
-            for (int u = 0; u < 8; u++) {
-                size_t w = w0 + u * blockDim.x + threadIdx.x;
-                v[u] = w < words ? s[w] : 0;
-            }
-            __syncthreads();
-            for (int u = 0; u < 8; u++) {
-                size_t w = w0 + u * blockDim.x + threadIdx.x;
-                if (w < words)
-                    d[w] = v[u];
-            }
-        }
-        __syncthreads();
-    }
+    const uint32_t *s = (const uint32_t *)(base + (size_t)p.src[blockIdx.y] * row_bytes);
+    uint32_t *d = (uint32_t *)(base + (size_t)p.dst[blockIdx.y] * row_bytes), v[8];
+    const size_t w0 = (size_t)blockIdx.x * CR_WORDS + threadIdx.x;
+#pragma unroll
+    for (int u = 0; u < 8; u++)
+        v[u] = w0 + u * 256 < words ? s[w0 + u * 256] : 0;
+#pragma unroll
+    for (int u = 0; u < 8; u++)
+        if (w0 + u * 256 < words)
+            d[w0 + u * 256] = v[u];
 }
 
+/* The caller's contract is memmove in a loop: a later copy may read a row an
+ * earlier one wrote, or overwrite a row an earlier one read. Pairs that
+ * touch no row another one writes run in one launch, every pair and every
+ * part of a row at once; the rest one launch per pair, in order. */
 static void cu_copy_rows(struct backend *be, struct tensor *t, const int32_t *src, const int32_t *dst, int32_t n)
 {
     struct cuda_backend *c = cuda_of(be);
-    size_t es = dtype_size(t->type), row_bytes = (size_t)t->row_stride * es;
+    size_t es = dtype_size(t->type), row_bytes = (size_t)t->row_stride * es, words = (size_t)t->n_cols * es / 4;
     assert(((size_t)t->n_cols * es) % 4 == 0 && row_bytes % 4 == 0);
     if (c->in_forward)
         cuda_host_wait(c);
     if (c->failed)
         return;
-    for (int32_t i0 = 0; i0 < n; i0 += COPY_PAIRS) {
+    const unsigned parts = (unsigned)cdiv((int64_t)words, CR_WORDS);
+    for (int32_t i0 = 0; i0 < n;) {
         struct copy_pairs p;
-        int32_t m = n - i0 < COPY_PAIRS ? n - i0 : COPY_PAIRS;
-        memcpy(p.src, src + i0, (size_t)m * sizeof(int32_t));
-        memcpy(p.dst, dst + i0, (size_t)m * sizeof(int32_t));
-        k_copy_rows<<<1, 256, 0, c->stream>>>((char *)t->data, row_bytes, (size_t)t->n_cols * es / 4, p, m);
+        int32_t m = 0;
+        for (; i0 + m < n && m < COPY_PAIRS; m++) {
+            const int32_t s1 = src[i0 + m], d1 = dst[i0 + m];
+            bool clash = false;
+            for (int32_t j = 0; j < m && !clash; j++)
+                clash = p.dst[j] == s1 || p.dst[j] == d1 || p.src[j] == d1;
+            if (clash)
+                break;
+            p.src[m] = s1;
+            p.dst[m] = d1;
+        }
+        k_copy_rows<<<dim3(parts, (unsigned)m), 256, 0, c->stream>>>((char *)t->data, row_bytes, words, p);
         if (CUDA_LAUNCHED(c) != 0)
             return;
+        i0 += m;
     }
 }
 

@@ -55,7 +55,7 @@ struct dev_batch {
 
 #define CUDA_KV_TILE 64 /* prefill attention's key tile */
 
-enum { SCR_MATMUL, SCR_BLAS, SCR_ATTN, SCR_REC, SCR_TOPK, SCR_MOE, SCR_KV, SCR_SSD, SCR_N }; /* scratch buffers (cuda_scratch) */
+enum { SCR_MATMUL, SCR_BLAS, SCR_ATTN, SCR_REC, SCR_TOPK, SCR_MOE, SCR_KV, SCR_SCAN, SCR_N }; /* scratch buffers (cuda_scratch) */
 
 struct cuda_backend {
     struct backend base;
@@ -112,6 +112,9 @@ void cuda_host_wait(struct cuda_backend *c);
 
 /* At least `bytes` of scratch `which`; NULL (failure recorded) if out of memory. */
 void *cuda_scratch(struct cuda_backend *c, int which, size_t bytes);
+/* Scratch `which` as n pieces of bytes[i] each, 256-byte aligned, into
+ * piece[i]; -1 (failure recorded) if out of memory. */
+int cuda_scratch_pieces(struct cuda_backend *c, int which, int n, const size_t *bytes, void **piece);
 
 /* ops by file */
 int cuda_matmul_init(struct cuda_backend *c);
@@ -164,11 +167,13 @@ int cuda_gemm_packed(struct cuda_backend *c, int32_t m, int32_t n, int32_t k, fl
 /* the gated delta rule's chunk (torch_chunk_gated_delta_rule's, the cpu's DELTA_CHUNK) */
 #define CUDA_DELTA_CHUNK 64
 /* delta_gemm.cu: whether cuda_delta_gemm takes this batch (a prompt's chain
- * of at least 256 rows, fast mode), and the pass over k_delta_chunk's
- * records (rec, rs floats each; qn, kn: the normalised q and k [n][Hk][dk]) */
+ * of at least 256 rows, fast mode), and the whole chunked pass from
+ * k_delta_prep's outputs (qn, kn: the normalised q and k [n][Hk][dk]; gb
+ * [n][Hv][2]: log decay, beta) and v [n][Hv*dv] at row stride vs */
 bool cuda_delta_gemm_takes(const struct cuda_backend *c);
-int cuda_delta_gemm(struct cuda_backend *c, float *out, int64_t os, const float *qn, const float *kn, const float *rec,
-                    int64_t rs, int32_t Hk, int32_t Hv, int32_t dk, int32_t dv, float *state, int64_t ss);
+int cuda_delta_gemm(struct cuda_backend *c, float *out, int64_t os, const float *qn, const float *kn, const float *v,
+                    int64_t vs, const float *gb, int32_t Hk, int32_t Hv, int32_t dk, int32_t dv, float *state,
+                    int64_t ss);
 /* ssd_gemm.cu: whether cuda_ssd_gemm takes this batch (a prompt's chain of at
  * least 256 rows, fast mode), and the scan itself (dts: k_ssd_prep's dt, [n][H]) */
 bool cuda_ssd_gemm_takes(const struct cuda_backend *c, const struct ssd_params *p);

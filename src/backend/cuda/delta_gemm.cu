@@ -1,98 +1,207 @@
-/* delta_gemm: a prompt's pass of the chunked gated delta rule as batched
- * cuBLAS products (fp32), outside precise mode. k_delta_chunk's records
- * hold per chunk c and value head h (recurrent.cu) W [DC][dk], U [DC][dv],
- * the masked decayed q.k products P (stored transposed) and the cumulative
- * log decay g. k_delta_pass walks the chunks with three products each on
- * the CUDA cores:
- *   V' = U - W S;  out = e^{g} q S + P V';  S' = e^{g_L} S + K~^T V'
- * (K~ the rows e^{g_L-g_s} k_s, S the state entering the chunk [dk][dv]).
- * The same algebra regrouped,
+/* delta_gemm: a prompt's chunked gated delta rule as batched cuBLAS products
+ * (fp32), outside precise mode; the cpu's delta_rule_chunk and
+ * torch_chunk_gated_delta_rule are the reference. Per chunk c and value head
+ * h, with g the cumulative log decay and beta the rows' step sizes:
+ *   A_ts = -beta_t (k_t.k_s) e^{g_t-g_s} (s < t), T = (I - A)^-1,
+ *   U = T diag(beta) V,  W = T diag(beta e^{g}) K,
+ *   P_ts = (q_t.k_s) e^{g_t-g_s} (s <= t),
+ * and with K~ the rows e^{g_L-g_s} k_s and S the state entering the chunk:
  *   S' = M S + K~^T U with M = e^{g_L} I - K~^T W,
- *   out = Z S + P U   with Z = e^{g} q - P W,
- * leaves one product per chunk in chunk order (S' = M S + R, every head in
- * one batched call); M, R, Z, P U and the outputs run for all chunks at once.
- * Segments of DG_ROWS rows bound the scratch (~0.2 GB per 2048 rows at
- * qwen3.5-9b's 32 heads of 128 x 128). */
+ *   out = Z S + P U   with Z = e^{g} q - P W.
+ * Everything but T and the chain S' = M S + R (one product per chunk, every
+ * head in one batched call) runs for all chunks at once as products; T is a
+ * 64 x 64 unit lower triangular solve, a thread per column. Segments of
+ * DG_ROWS rows bound the scratch (~0.45 GB at qwen3.5-9b's 32 heads of
+ * 128 x 128). */
 #include "cuda_impl.h"
 
 #include <math.h>
 
 #define DC CUDA_DELTA_CHUNK
 #define DG_ROWS 2048
+#define DG_U 4 /* elements a thread loads before it stores any */
 
 struct dg_args {
     float *out;
     int64_t os;
-    const float *qn, *kn, *rec; /* rec: the chain's first record */
-    int64_t rs;                 /* floats a record */
+    const float *qn, *kn, *v, *gb;
+    int64_t vs;
     int32_t Hk, Hv, dk, dv, n, c0; /* c0: the segment's first chunk */
-    float *Kt, *Z, *M, *O, *S;  /* see cuda_delta_gemm */
+    /* per (chunk, head) of the segment, [c][h] then: */
+    float *Kp, *Qp, *Kt, *Z, *W; /* [DC][dk]: k, q (zero past the prompt), K~, Z */
+    float *Vp, *U, *O;           /* [DC][dv]: v (zero past the prompt), U, the outputs */
+    float *Gk, *Gq, *Te;         /* [DC][DC]: K K^T then T diag(beta); K Q^T then P^T; T diag(beta e^g) */
+    float *gc, *beta;            /* [DC]: cumulative log decay, beta (0 past the prompt) */
+    float *M;                    /* [dk][dk] */
+    float *S;                    /* [c+1][h][dk][dv]: the states entering each chunk, then the last */
 };
 
-static __device__ __forceinline__ const float *dg_rec(const struct dg_args &a, int32_t c, int32_t h)
+/* block per (chunk, head): the chunk's rows packed and zero past the prompt,
+ * g's prefix sums (g 0 past the prompt, so g_L is the last entry), K~, Z's
+ * first term e^{g_t} q_t and M's first term e^{g_L} I */
+__global__ void k_dg_pack(struct dg_args a)
 {
-    return a.rec + ((int64_t)(a.c0 + c) * a.Hv + h) * a.rs;
+    __shared__ float gc[DC];
+    const int32_t c = blockIdx.x, h = blockIdx.y, kh = h / (a.Hv / a.Hk), t0 = (a.c0 + c) * DC;
+    const int32_t L = min(DC, a.n - t0), dk = a.dk, dv = a.dv;
+    const int64_t blk = (int64_t)c * a.Hv + h, ck = blk * DC * dk, cv = blk * DC * dv;
+    if (threadIdx.x < DC) {
+        const int32_t t = threadIdx.x;
+        const int64_t gi = 2 * ((int64_t)(t0 + t) * a.Hv + h);
+        gc[t] = t < L ? a.gb[gi] : 0.0f;
+        a.beta[blk * DC + t] = t < L ? a.gb[gi + 1] : 0.0f;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32)
+        warp_prefix_sum(gc, DC);
+    __syncthreads();
+    const float gl = gc[DC - 1];
+    if (threadIdx.x < DC)
+        a.gc[blk * DC + threadIdx.x] = gc[threadIdx.x];
+    for (int32_t e0 = threadIdx.x; e0 < DC * dk; e0 += DG_U * blockDim.x) {
+        float k[DG_U], q[DG_U];
+#pragma unroll
+        for (int u = 0; u < DG_U; u++) {
+            const int32_t e = e0 + u * blockDim.x, t = e / dk, d = e % dk;
+            const int64_t src = ((int64_t)(t0 + t) * a.Hk + kh) * dk + d;
+            k[u] = e < DC * dk && t < L ? a.kn[src] : 0.0f;
+            q[u] = e < DC * dk && t < L ? a.qn[src] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < DG_U; u++) {
+            const int32_t e = e0 + u * blockDim.x, t = e / dk;
+            if (e < DC * dk) {
+                a.Kp[ck + e] = k[u];
+                a.Qp[ck + e] = q[u];
+                a.Kt[ck + e] = k[u] * expf(gl - gc[t]);
+                a.Z[ck + e] = q[u] * expf(gc[t]);
+            }
+        }
+    }
+    for (int32_t e0 = threadIdx.x; e0 < DC * dv; e0 += DG_U * blockDim.x) {
+        float v[DG_U];
+#pragma unroll
+        for (int u = 0; u < DG_U; u++) {
+            const int32_t e = e0 + u * blockDim.x, t = e / dv, d = e % dv;
+            v[u] = e < DC * dv && t < L ? a.v[(int64_t)(t0 + t) * a.vs + (int64_t)h * dv + d] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < DG_U; u++)
+            if (e0 + u * (int32_t)blockDim.x < DC * dv)
+                a.Vp[cv + e0 + u * blockDim.x] = v[u];
+    }
+    float *m = a.M + blk * dk * dk;
+    for (int32_t e = threadIdx.x; e < dk * dk; e += blockDim.x)
+        m[e] = e / dk == e % dk ? expf(gl) : 0.0f;
 }
 
-/* block per (chunk, head): K~ and Z's first term e^{g_t} q_t (rows past the
- * prompt zero), and e^{g_L} on M's diagonal (M then takes -K~^T W) */
-__global__ void k_dg_prep(struct dg_args a)
+/* block per (chunk, head), thread s per column of T = (I - A)^-1: T_ts =
+ * [t == s] + sum_{m<t} A_tm T_ms, the column in registers (T_ms = 0 for m <
+ * s, and for m >= t before row t is reached), A broadcast from shared
+ * memory. Rows past the prompt have beta 0: A's rows there are zero, so
+ * T diag(beta) and T diag(beta e^g) are zero there and U, W with them. */
+__global__ void __launch_bounds__(DC) k_dg_solve(struct dg_args a)
 {
-    const int32_t c = blockIdx.x, h = blockIdx.y, kh = h / (a.Hv / a.Hk), t0 = (a.c0 + c) * DC;
-    const int32_t L = min(DC, a.n - t0);
-    const float *g = dg_rec(a, c, h) + (int64_t)DC * (a.dk + a.dv + DC);
-    const float gl = g[L - 1];
-    const int64_t blk = (int64_t)c * a.Hv + h;
-    float *kt = a.Kt + blk * DC * a.dk, *z = a.Z + blk * DC * a.dk, *m = a.M + blk * a.dk * a.dk;
-    for (int32_t e = threadIdx.x; e < DC * a.dk; e += blockDim.x) {
-        const int32_t t = e / a.dk, d = e % a.dk;
-        const bool ok = t < L;
-        const int64_t src = ((int64_t)(t0 + t) * a.Hk + kh) * a.dk + d;
-        kt[e] = ok ? a.kn[src] * expf(gl - g[t]) : 0.0f;
-        z[e] = ok ? a.qn[src] * expf(g[t]) : 0.0f;
+    __shared__ float4 A[DC][DC / 4];
+    __shared__ float gc[DC], beta[DC];
+    const int32_t s = threadIdx.x;
+    const int64_t blk = (int64_t)blockIdx.x * a.Hv + blockIdx.y;
+    float *gk = a.Gk + blk * DC * DC, *gq = a.Gq + blk * DC * DC, *te = a.Te + blk * DC * DC;
+    gc[s] = a.gc[blk * DC + s];
+    beta[s] = a.beta[blk * DC + s];
+    __syncthreads();
+    float *af = &A[0][0].x;
+    for (int32_t e = s; e < DC * DC; e += DC) {
+        const int32_t r = e / DC, col = e % DC;
+        af[e] = col < r ? -beta[r] * gk[e] * expf(gc[r] - gc[col]) : 0.0f;
+        gq[e] = r <= col ? gq[e] * expf(gc[col] - gc[r]) : 0.0f; /* P^T: [s][t] = k_s.q_t e^{g_t-g_s} */
     }
-    for (int32_t d = threadIdx.x; d < a.dk; d += blockDim.x)
-        m[(int64_t)d * a.dk + d] = expf(gl);
+    __syncthreads();
+    float x[DC];
+#pragma unroll
+    for (int32_t t = 0; t < DC; t++)
+        x[t] = 0.0f;
+#pragma unroll
+    for (int32_t t = 0; t < DC; t++) {
+        float acc = t == s ? 1.0f : 0.0f;
+#pragma unroll
+        for (int32_t m4 = 0; m4 < (t + 3) / 4; m4++) {
+            const float4 w = A[t][m4];
+            acc += w.x * x[4 * m4];
+            acc += w.y * x[4 * m4 + 1];
+            acc += w.z * x[4 * m4 + 2];
+            acc += w.w * x[4 * m4 + 3];
+        }
+        x[t] = acc;
+    }
+    const float b = beta[s], be = b * expf(gc[s]);
+#pragma unroll
+    for (int32_t t = 0; t < DC; t++) {
+        gk[t * DC + s] = x[t] * b;
+        te[t * DC + s] = x[t] * be;
+    }
 }
 
 /* block per prompt row of the segment: the outputs to their rows */
 __global__ void k_dg_out(struct dg_args a)
 {
-    const int32_t r = blockIdx.x, c = r / DC, t = r % DC, i = a.c0 * DC + r;
-    for (int32_t e = threadIdx.x; e < a.Hv * a.dv; e += blockDim.x) {
-        const int32_t h = e / a.dv, j = e % a.dv;
-        a.out[(int64_t)i * a.os + e] = a.O[(((int64_t)c * a.Hv + h) * DC + t) * a.dv + j];
+    const int32_t r = blockIdx.x, c = r / DC, t = r % DC, i = a.c0 * DC + r, HV = a.Hv * a.dv;
+    for (int32_t e0 = threadIdx.x; e0 < HV; e0 += DG_U * blockDim.x) {
+        float o[DG_U];
+#pragma unroll
+        for (int u = 0; u < DG_U; u++) {
+            const int32_t e = e0 + u * blockDim.x, h = e / a.dv, j = e % a.dv;
+            o[u] = e < HV ? a.O[(((int64_t)c * a.Hv + h) * DC + t) * a.dv + j] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < DG_U; u++)
+            if (e0 + u * (int32_t)blockDim.x < HV)
+                a.out[(int64_t)i * a.os + e0 + u * blockDim.x] = o[u];
     }
-}
-
-static void *dg_take(char **p, size_t bytes)
-{
-    void *r = *p;
-    *p += (bytes + 255) & ~(size_t)255;
-    return r;
 }
 
 bool cuda_delta_gemm_takes(const struct cuda_backend *c) { return !c->precise && c->one_chain && c->b.n_tokens >= 256; }
 
-int cuda_delta_gemm(struct cuda_backend *c, float *out, int64_t os, const float *qn, const float *kn, const float *rec,
-                    int64_t rs, int32_t Hk, int32_t Hv, int32_t dk, int32_t dv, float *state, int64_t ss)
+int cuda_delta_gemm(struct cuda_backend *c, float *out, int64_t os, const float *qn, const float *kn, const float *v,
+                    int64_t vs, const float *gb, int32_t Hk, int32_t Hv, int32_t dk, int32_t dv, float *state,
+                    int64_t ss)
 {
     const int32_t n = c->b.n_tokens, seg_c = DG_ROWS / DC, si = c->b.state_in[0], so = c->b.state_out[n - 1];
     assert(si >= 0);
     const int64_t hkv = (int64_t)Hv * dk * dv, ck = (int64_t)DC * dk, cv = (int64_t)DC * dv, kk = (int64_t)dk * dk;
+    const int64_t cc = (int64_t)DC * DC, sv = (int64_t)dk * dv;
     const size_t f = sizeof(float), nb = (size_t)seg_c * Hv;
-    /* Kt, Z [c][h][DC][dk]; M [c][h][dk][dk]; O [c][h][DC][dv]; S [c+1][h][dk][dv]: the states entering each chunk, then the last */
-    const size_t sz[5] = {nb * ck * f, nb * ck * f, nb * kk * f, nb * cv * f, (size_t)(seg_c + 1) * hkv * f};
-    size_t total = 0;
-    for (int i = 0; i < 5; i++)
-        total += (sz[i] + 255) & ~(size_t)255;
-    char *scr = (char *)cuda_scratch(c, SCR_SSD, total);
-    if (!scr)
+    enum { KP, QP, KT, ZZ, WW, VP, UU, OO, GK, GQ, TE, GC, BETA, MM, SS, N_PIECE };
+    size_t sz[N_PIECE];
+    for (int i = KP; i <= WW; i++)
+        sz[i] = nb * ck * f;
+    for (int i = VP; i <= OO; i++)
+        sz[i] = nb * cv * f;
+    for (int i = GK; i <= TE; i++)
+        sz[i] = nb * cc * f;
+    sz[GC] = sz[BETA] = nb * DC * f;
+    sz[MM] = nb * kk * f;
+    sz[SS] = (size_t)(seg_c + 1) * hkv * f;
+    void *pc[N_PIECE];
+    if (cuda_scratch_pieces(c, SCR_SCAN, N_PIECE, sz, pc) != 0)
         return -1;
-    struct dg_args a = {out, os, qn, kn, rec, rs, Hk, Hv, dk, dv, n, 0, NULL, NULL, NULL, NULL, NULL};
-    float **bufs[5] = {&a.Kt, &a.Z, &a.M, &a.O, &a.S};
-    for (int i = 0; i < 5; i++)
-        *bufs[i] = (float *)dg_take(&scr, sz[i]);
+    struct dg_args a = {};
+    a.out = out;
+    a.os = os;
+    a.qn = qn;
+    a.kn = kn;
+    a.v = v;
+    a.gb = gb;
+    a.vs = vs;
+    a.Hk = Hk;
+    a.Hv = Hv;
+    a.dk = dk;
+    a.dv = dv;
+    a.n = n;
+    float **dst[N_PIECE] = {&a.Kp, &a.Qp, &a.Kt, &a.Z, &a.W, &a.Vp, &a.U, &a.O,
+                            &a.Gk, &a.Gq, &a.Te, &a.gc, &a.beta, &a.M, &a.S};
+    for (int i = 0; i < N_PIECE; i++)
+        *dst[i] = (float *)pc[i];
     if (CUDA_CHECK(c, cudaMemcpyAsync(a.S, state + (int64_t)si * ss, hkv * f, cudaMemcpyDeviceToDevice, c->stream)) !=
         0)
         return -1;
@@ -104,32 +213,38 @@ int cuda_delta_gemm(struct cuda_backend *c, float *out, int64_t os, const float 
         if (c0 > 0 && CUDA_CHECK(c, cudaMemcpyAsync(a.S, a.S + (int64_t)seg_c * hkv, hkv * f,
                                                     cudaMemcpyDeviceToDevice, c->stream)) != 0)
             return -1;
-        if (CUDA_CHECK(c, cudaMemsetAsync(a.M, 0, (size_t)cnt * kk * f, c->stream)) != 0)
+        k_dg_pack<<<dim3((unsigned)nc, (unsigned)Hv), 256, 0, c->stream>>>(a);
+        if (CUDA_LAUNCHED(c) != 0 ||
+            cuda_gemm_packed(c, DC, DC, dk, 1.0f, a.Kp, false, ck, a.Kp, true, ck, 0.0f, a.Gk, cc, cnt, false,
+                             "delta rule K K^T") != 0 ||
+            cuda_gemm_packed(c, DC, DC, dk, 1.0f, a.Kp, false, ck, a.Qp, true, ck, 0.0f, a.Gq, cc, cnt, false,
+                             "delta rule K Q^T") != 0)
             return -1;
-        k_dg_prep<<<dim3((unsigned)nc, (unsigned)Hv), 256, 0, c->stream>>>(a);
-        if (CUDA_LAUNCHED(c) != 0)
-            return -1;
-        const float *W = rec + (int64_t)c0 * Hv * rs, *U = W + ck, *P = U + cv;
-        /* M = e^{g_L} I - K~^T W; R = K~^T U into the next state's place;
-         * Z = e^{g} q - P W; O = P U (P stored transposed) */
-        if (cuda_gemm_packed(c, dk, dk, DC, -1.0f, a.Kt, true, ck, W, false, rs, 1.0f, a.M, kk, cnt, false,
+        k_dg_solve<<<dim3((unsigned)nc, (unsigned)Hv), DC, 0, c->stream>>>(a);
+        /* U = T diag(beta) V; W = T diag(beta e^g) K; M = e^{g_L} I - K~^T W;
+         * R = K~^T U into the next state's place; Z = e^{g} q - P W; O = P U */
+        if (CUDA_LAUNCHED(c) != 0 ||
+            cuda_gemm_packed(c, DC, dv, DC, 1.0f, a.Gk, false, cc, a.Vp, false, cv, 0.0f, a.U, cv, cnt, false,
+                             "delta rule U") != 0 ||
+            cuda_gemm_packed(c, DC, dk, DC, 1.0f, a.Te, false, cc, a.Kp, false, ck, 0.0f, a.W, ck, cnt, false,
+                             "delta rule W") != 0 ||
+            cuda_gemm_packed(c, dk, dk, DC, -1.0f, a.Kt, true, ck, a.W, false, ck, 1.0f, a.M, kk, cnt, false,
                              "delta rule K~^T W") != 0 ||
-            cuda_gemm_packed(c, dk, dv, DC, 1.0f, a.Kt, true, ck, U, false, rs, 0.0f, a.S + hkv,
-                             (int64_t)dk * dv, cnt, false, "delta rule K~^T U") != 0 ||
-            cuda_gemm_packed(c, DC, dk, DC, -1.0f, P, true, rs, W, false, rs, 1.0f, a.Z, ck, cnt, false,
+            cuda_gemm_packed(c, dk, dv, DC, 1.0f, a.Kt, true, ck, a.U, false, cv, 0.0f, a.S + hkv, sv, cnt, false,
+                             "delta rule K~^T U") != 0 ||
+            cuda_gemm_packed(c, DC, dk, DC, -1.0f, a.Gq, true, cc, a.W, false, ck, 1.0f, a.Z, ck, cnt, false,
                              "delta rule P W") != 0 ||
-            cuda_gemm_packed(c, DC, dv, DC, 1.0f, P, true, rs, U, false, rs, 0.0f, a.O, cv, cnt, false,
+            cuda_gemm_packed(c, DC, dv, DC, 1.0f, a.Gq, true, cc, a.U, false, cv, 0.0f, a.O, cv, cnt, false,
                              "delta rule P U") != 0)
             return -1;
         /* the chain: S_{c+1} = M_c S_c + R_c, every head at once */
         for (int32_t j = 0; j < nc; j++)
-            if (cuda_gemm_packed(c, dk, dv, dk, 1.0f, a.M + (int64_t)j * Hv * kk, false, kk, a.S + j * hkv, false,
-                                 (int64_t)dk * dv, 1.0f, a.S + (j + 1) * hkv, (int64_t)dk * dv, Hv, false,
-                                 "delta rule chain") != 0)
+            if (cuda_gemm_packed(c, dk, dv, dk, 1.0f, a.M + (int64_t)j * Hv * kk, false, kk, a.S + j * hkv, false, sv,
+                                 1.0f, a.S + (j + 1) * hkv, sv, Hv, false, "delta rule chain") != 0)
                 return -1;
         /* O += Z S_c */
-        if (cuda_gemm_packed(c, DC, dv, dk, 1.0f, a.Z, false, ck, a.S, false, (int64_t)dk * dv, 1.0f, a.O, cv, cnt,
-                             false, "delta rule Z S") != 0)
+        if (cuda_gemm_packed(c, DC, dv, dk, 1.0f, a.Z, false, ck, a.S, false, sv, 1.0f, a.O, cv, cnt, false,
+                             "delta rule Z S") != 0)
             return -1;
         const int32_t rows = n - c0 * DC < nc * DC ? n - c0 * DC : nc * DC;
         k_dg_out<<<(unsigned)rows, 256, 0, c->stream>>>(a);

@@ -338,26 +338,56 @@ void cuda_permute_cols(struct backend *be, struct tensor *out, const struct tens
 static __device__ __forceinline__ float silu(float z) { return z / (1.0f + expf(-z)); }
 
 /* one warp per (row, group) */
-__global__ void k_rmsnorm_gated(float *out, int64_t os, const float *x, int64_t xs, const float *z, int64_t zs,
-                                const void *w, enum dtype wt, bool w_full, int64_t group, int64_t groups,
-                                int64_t n_items, float eps, bool gate_first)
+#define RG_V 16 /* values a thread keeps */
+
+/* A team of `team` threads (32 to 256, a block's worth of teams) per (row,
+ * group). Each thread loads its first RG_V values at once and keeps them for
+ * the output; a group wider than RG_V * team computes the rest twice. */
+__global__ void __launch_bounds__(256) k_rmsnorm_gated(float *out, int64_t os, const float *x, int64_t xs,
+                                                       const float *z, int64_t zs, const void *w, enum dtype wt,
+                                                       bool w_full, int32_t group, int64_t groups, int64_t n_items,
+                                                       float eps, bool gate_first, int32_t team)
 {
-    const int64_t item = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-    const int lane = threadIdx.x & 31;
-    if (item >= n_items)
-        return;
-    const int64_t r = item / groups, g0 = (item % groups) * group, w0 = w_full ? g0 : 0;
+    __shared__ float part[8];
+    const int32_t lane = threadIdx.x % team, tw = team / 32;
+    const int64_t item = (int64_t)blockIdx.x * (blockDim.x / team) + threadIdx.x / team;
+    const bool ok = item < n_items;
+    const int64_t r = ok ? item / groups : 0, g0 = ok ? (item % groups) * group : 0, w0 = w_full ? g0 : 0;
     const float *a = x + r * xs + g0, *zr = z + r * zs + g0;
-    float ss = 0.0f;
-    for (int64_t c = lane; c < group; c += 32) {
-        const float t = gate_first ? a[c] * silu(zr[c]) : a[c];
-        ss += t * t;
+    float t[RG_V], ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < RG_V; j++) {
+        const int32_t c = lane + j * team;
+        t[j] = ok && c < group ? (gate_first ? a[c] * silu(zr[c]) : a[c]) : 0.0f;
+        ss += t[j] * t[j];
     }
-    const float inv = 1.0f / sqrtf(warp_sum(ss) / (float)group + eps);
+    for (int32_t c = lane + RG_V * team; ok && c < group; c += team) {
+        const float v = gate_first ? a[c] * silu(zr[c]) : a[c];
+        ss += v * v;
+    }
+    ss = warp_sum(ss);
+    if (tw > 1) { /* the team's warps: consecutive warps of the block */
+        if ((threadIdx.x & 31) == 0)
+            part[threadIdx.x >> 5] = ss;
+        __syncthreads();
+        ss = 0.0f;
+        for (int k = 0; k < tw; k++)
+            ss += part[(threadIdx.x / team) * tw + k];
+    }
+    if (!ok)
+        return;
+    const float inv = 1.0f / sqrtf(ss / (float)group + eps);
     float *o = out + r * os + g0;
-    for (int64_t c = lane; c < group; c += 32) {
-        const float t = gate_first ? a[c] * silu(zr[c]) : a[c];
-        const float v = dev_weight(w, wt, w0 + c) * (t * inv);
+#pragma unroll
+    for (int j = 0; j < RG_V; j++) {
+        const int32_t c = lane + j * team;
+        if (c < group) {
+            const float v = dev_weight(w, wt, w0 + c) * (t[j] * inv);
+            o[c] = gate_first ? v : v * silu(zr[c]);
+        }
+    }
+    for (int32_t c = lane + RG_V * team; c < group; c += team) {
+        const float v = dev_weight(w, wt, w0 + c) * ((gate_first ? a[c] * silu(zr[c]) : a[c]) * inv);
         o[c] = gate_first ? v : v * silu(zr[c]);
     }
 }
@@ -366,12 +396,15 @@ void cuda_rmsnorm_gated(struct backend *be, struct tensor *out, const struct ten
                         const struct tensor *w, float eps, int64_t group, bool gate_first)
 {
     struct cuda_backend *c = cuda_of(be);
-    assert(x->n_cols % group == 0 && (w->n_cols == group || w->n_cols == x->n_cols));
+    assert(x->n_cols % group == 0 && (w->n_cols == group || w->n_cols == x->n_cols) && group <= INT32_MAX);
     const int64_t groups = x->n_cols / group, items = x->n_rows * groups;
     if (cuda_op_skip(c) || items == 0)
         return;
-    k_rmsnorm_gated<<<cdiv(items * 32, EW_THREADS), EW_THREADS, 0, c->stream>>>(
+    int32_t team = 32;
+    while (team < 256 && (int64_t)team * RG_V < group)
+        team *= 2;
+    k_rmsnorm_gated<<<cdiv(items * team, 256), 256, 0, c->stream>>>(
         (float *)out->data, out->row_stride, (const float *)x->data, x->row_stride, (const float *)z->data,
-        z->row_stride, w->data, w->type, w->n_cols != group, group, groups, items, eps, gate_first);
+        z->row_stride, w->data, w->type, w->n_cols != group, (int32_t)group, groups, items, eps, gate_first, team);
     CUDA_LAUNCHED(c);
 }

@@ -19,7 +19,7 @@
  * state) over the chunks in order. The cpu's chunked forms equal the step to
  * ~1e-5 relative (tests/unit/test_recurrent.c). Outside precise mode a
  * prompt's Mamba2 scan runs as batched tensor-core products instead
- * (ssd_gemm.cu), and its delta rule's pass as batched fp32 products
+ * (ssd_gemm.cu), and its delta rule as batched fp32 products
  * (delta_gemm.cu). */
 #include "cuda_impl.h"
 
@@ -43,30 +43,63 @@ struct conv_args {
     struct dev_batch b;
 };
 
-__global__ void k_conv1d(struct conv_args a)
+#define CV_ROWS 16 /* rows per block */
+#define CV_U 4     /* rows whose taps are loaded together */
+
+/* block per (256 channels, CV_ROWS rows). Tap t of row i reads the row t
+ * steps up its parent chain or, past the chain's first row, the state's
+ * saved inputs; the first threads walk the rows' chains into tap (an x row,
+ * or -1 - e for the state's entry e). KT: the kernel width when known at
+ * compile time (0: a.K, the tap loops unrolled to 16 and masked past it). */
+template <int KT> __global__ void __launch_bounds__(256) k_conv1d(struct conv_args a)
 {
+    __shared__ int32_t tap[CV_ROWS][16];
+    const int32_t K = KT ? KT : a.K, i0 = blockIdx.y * CV_ROWS, KM = KT ? KT : 16;
+    if (threadIdx.x < CV_ROWS && i0 + (int32_t)threadIdx.x < a.n) {
+        int32_t r = i0 + threadIdx.x, e = K - 2;
+        tap[threadIdx.x][0] = r;
+        for (int32_t t = 1; t < K; t++) {
+            r = r >= 0 ? a.b.parent[r] : -1;
+            tap[threadIdx.x][t] = r >= 0 ? r : -1 - e--;
+        }
+    }
+    __syncthreads();
     const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const int32_t i = blockIdx.y;
     if (c >= a.C)
         return;
-    const float *src[16];
-    int32_t r = i, d = 0;
-    src[d++] = a.x + (int64_t)i * a.xs;
-    while (d < a.K && a.b.parent[r] >= 0) {
-        r = a.b.parent[r];
-        src[d++] = a.x + (int64_t)r * a.xs;
+    const float bias = a.bias ? dev_weight(a.bias, a.bt, c) : 0.0f;
+    float w[KM];
+#pragma unroll
+    for (int32_t t = 0; t < KM; t++)
+        w[t] = t < K ? dev_weight(a.w, a.wt, c * K + (K - 1 - t)) : 0.0f;
+    for (int32_t r0 = 0; r0 < CV_ROWS && i0 + r0 < a.n; r0 += CV_U) {
+        float val[CV_U][KM];
+#pragma unroll
+        for (int32_t u = 0; u < CV_U; u++)
+#pragma unroll
+            for (int32_t t = 0; t < KM; t++) {
+                const int32_t i = i0 + r0 + u, q = t < K && i < a.n ? tap[r0 + u][t] : 0;
+                val[u][t] = q >= 0 ? a.x[(int64_t)q * a.xs + c]
+                                   : a.state[(int64_t)a.b.state_in[i] * a.ss + (int64_t)(-1 - q) * a.C + c];
+            }
+#pragma unroll
+        for (int32_t u = 0; u < CV_U; u++) {
+            const int32_t i = i0 + r0 + u;
+            if (i >= a.n)
+                break;
+            float acc = bias;
+#pragma unroll
+            for (int32_t t = 0; t < KM; t++)
+                acc += t < K ? w[t] * val[u][t] : 0.0f;
+            a.out[(int64_t)i * a.os + c] = acc / (1.0f + expf(-acc));
+            const int32_t so = a.b.state_out[i];
+            if (so >= 0)
+#pragma unroll
+                for (int32_t t = 0; t < KM - 1; t++)
+                    if (t < K - 1)
+                        a.state[(int64_t)so * a.ss + (int64_t)(K - 2 - t) * a.C + c] = val[u][t];
+        }
     }
-    const float *st = a.state + (int64_t)a.b.state_in[i] * a.ss;
-    for (int32_t e = a.K - 2; d < a.K; d++, e--)
-        src[d] = st + (int64_t)e * a.C;
-    float acc = a.bias ? dev_weight(a.bias, a.bt, c) : 0.0f;
-    for (int32_t t = 0; t < a.K; t++)
-        acc += dev_weight(a.w, a.wt, c * a.K + (a.K - 1 - t)) * src[t][c];
-    a.out[(int64_t)i * a.os + c] = acc / (1.0f + expf(-acc));
-    const int32_t so = a.b.state_out[i];
-    if (so >= 0)
-        for (int32_t t = 0; t < a.K - 1; t++)
-            a.state[(int64_t)so * a.ss + (int64_t)(a.K - 2 - t) * a.C + c] = src[t][c];
 }
 
 void cuda_conv1d(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w,
@@ -82,7 +115,11 @@ void cuda_conv1d(struct backend *be, struct tensor *out, const struct tensor *x,
     struct conv_args a = {(float *)out->data, out->row_stride, (const float *)x->data, x->row_stride, w->data,
                           hb ? bias->data : NULL, w->type, hb ? bias->type : DT_F32, (float *)state->data,
                           state->row_stride, K, n, x->n_cols, c->d};
-    k_conv1d<<<dim3(cdiv(x->n_cols, 256), (unsigned)n), 256, 0, c->stream>>>(a);
+    const dim3 grid(cdiv(x->n_cols, 256), cdiv(n, CV_ROWS));
+    if (K == 4)
+        k_conv1d<4><<<grid, 256, 0, c->stream>>>(a);
+    else
+        k_conv1d<0><<<grid, 256, 0, c->stream>>>(a);
     CUDA_LAUNCHED(c);
 }
 
@@ -260,18 +297,17 @@ __global__ void __launch_bounds__(256) k_delta_chunk(struct delta_args a)
         }
         __syncthreads();
     }
-    /* rows past L zero: delta_gemm.cu's products take whole chunks */
-    for (int e = threadIdx.x; e < DC * dv; e += blockDim.x) {
+    for (int e = threadIdx.x; e < L * dv; e += blockDim.x) {
         const int t = e / dv, d = e % dv;
         float acc = 0.0f;
-        for (int s = 0; t < L && s <= t; s++)
+        for (int s = 0; s <= t; s++)
             acc += T[t * ap + s] * beta[s] * Vs[s * dv + d];
         ru[e] = acc;
     }
-    for (int e = threadIdx.x; e < DC * dk; e += blockDim.x) {
+    for (int e = threadIdx.x; e < L * dk; e += blockDim.x) {
         const int t = e / dk, d = e % dk;
         float acc = 0.0f;
-        for (int s = 0; t < L && s <= t; s++)
+        for (int s = 0; s <= t; s++)
             acc += T[t * ap + s] * beta[s] * egc[s] * Ks[s * kp + d];
         rw[e] = acc;
     }
@@ -422,7 +458,8 @@ void cuda_delta_rule(struct backend *be, struct tensor *out, const struct tensor
                            sizeof(float);
     /* k_delta_pass reads rows four head dims at a time and gives each warp
      * whole groups of eight state rows */
-    const bool chunked = c->n_chain > 0 && k_dim % 64 == 0 && sm_chunk <= 200 * 1024 && sm_pass <= 200 * 1024;
+    const bool gemm = cuda_delta_gemm_takes(c);
+    const bool chunked = !gemm && c->n_chain > 0 && k_dim % 64 == 0 && sm_chunk <= 200 * 1024 && sm_pass <= 200 * 1024;
     const int32_t n_ci = (int32_t)cdiv(c->chain_rows, DC);
     const int64_t rec = (int64_t)DC * (k_dim + v_dim + DC + 1);
     const size_t n_in = (size_t)2 * n * n_k_head * k_dim + (size_t)2 * n * n_v_head;
@@ -440,6 +477,10 @@ void cuda_delta_rule(struct backend *be, struct tensor *out, const struct tensor
     k_delta_prep<<<cdiv(items * 32, 256), 256, 0, c->stream>>>(d);
     if (CUDA_LAUNCHED(c) != 0)
         return;
+    if (gemm) {
+        cuda_delta_gemm(c, d.out, d.os, d.qn, d.kn, d.v, d.vs, d.gb, n_k_head, n_v_head, k_dim, v_dim, d.state, d.ss);
+        return;
+    }
     if (chunked) {
         if (CUDA_CHECK(c, cudaFuncSetAttribute(k_delta_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)sm_chunk)) != 0 ||
@@ -449,10 +490,6 @@ void cuda_delta_rule(struct backend *be, struct tensor *out, const struct tensor
         k_delta_chunk<<<dim3((unsigned)c->d.n_grp, (unsigned)n_ci, (unsigned)n_v_head), 256, sm_chunk, c->stream>>>(d);
         if (CUDA_LAUNCHED(c) != 0)
             return;
-        if (cuda_delta_gemm_takes(c)) {
-            cuda_delta_gemm(c, d.out, d.os, d.qn, d.kn, d.chunk, rec, n_k_head, n_v_head, k_dim, v_dim, d.state, d.ss);
-            return;
-        }
         k_delta_pass<<<dim3((unsigned)c->d.n_grp, (unsigned)n_v_head, cdiv(v_dim, DC_SLICE)), 256, sm_pass,
                        c->stream>>>(d);
         if (CUDA_LAUNCHED(c) != 0 || c->n_chain == c->d.n_grp)

@@ -20,6 +20,7 @@
 #include <math.h>
 
 #define SG_ROWS 2048 /* rows per segment: the scratch's bound */
+#define SG_HMAX 1024 /* heads: k_sg_pack's and k_sg_out's tables */
 
 struct sg_args {
     float *y;
@@ -51,40 +52,85 @@ __global__ void k_sg_cum(struct sg_args a)
         out[t] = s[t];
 }
 
+#define SG_U 4 /* elements a thread loads before it stores any */
+
 /* block per segment row (the rows past n zero): B and C by group, x by head
  * (Xd) and, by group with its heads side by side, e^{a_L-a_t} dt_t x_t (Xw) */
-__global__ void k_sg_pack(struct sg_args a)
+__global__ void __launch_bounds__(256) k_sg_pack(struct sg_args a)
 {
+    __shared__ float fac[SG_HMAX]; /* per head: e^{a_L-a_t} dt_t */
     const int32_t r = blockIdx.x, c = r / a.CH, t = r % a.CH, i = a.row0 + r;
     const bool ok = i < a.n;
-    const int32_t HG = a.H / a.G, Q = HG * a.P;
-    for (int32_t e = threadIdx.x; e < a.G * a.N; e += blockDim.x) {
-        const int32_t g = e / a.N, d = e % a.N;
-        const int64_t o = (((int64_t)c * a.G + g) * a.CH + t) * a.N + d;
-        a.Bb[o] = __float2bfloat16_rn(ok ? a.B[(int64_t)i * a.Bs + e] : 0.0f);
-        a.Cb[o] = __float2bfloat16_rn(ok ? a.C[(int64_t)i * a.Cs + e] : 0.0f);
-    }
-    for (int32_t e = threadIdx.x; e < a.H * a.P; e += blockDim.x) {
-        const int32_t h = e / a.P, p = e % a.P, g = h / HG;
-        const float xv = ok ? a.x[(int64_t)i * a.xs + e] : 0.0f, dt = ok ? a.dts[(int64_t)i * a.H + h] : 0.0f;
+    const int32_t HG = a.H / a.G, Q = HG * a.P, GN = a.G * a.N, HP = a.H * a.P;
+    for (int32_t h = threadIdx.x; h < a.H; h += blockDim.x) {
         const float *ac = a.acum + ((int64_t)c * a.H + h) * a.CH;
-        a.Xd[(((int64_t)c * a.H + h) * a.CH + t) * a.P + p] = __float2bfloat16_rn(xv);
-        a.Xw[(((int64_t)c * a.G + g) * a.CH + t) * Q + (h % HG) * a.P + p] =
-            __float2bfloat16_rn(expf(ac[a.CH - 1] - ac[t]) * dt * xv);
+        fac[h] = ok ? expf(ac[a.CH - 1] - ac[t]) * a.dts[(int64_t)i * a.H + h] : 0.0f;
+    }
+    for (int32_t e0 = threadIdx.x; e0 < GN; e0 += SG_U * blockDim.x) {
+        float bv[SG_U], cv[SG_U];
+#pragma unroll
+        for (int u = 0; u < SG_U; u++) {
+            const int32_t e = e0 + u * blockDim.x;
+            bv[u] = ok && e < GN ? a.B[(int64_t)i * a.Bs + e] : 0.0f;
+            cv[u] = ok && e < GN ? a.C[(int64_t)i * a.Cs + e] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < SG_U; u++) {
+            const int32_t e = e0 + u * blockDim.x, g = e / a.N, d = e % a.N;
+            const int64_t o = (((int64_t)c * a.G + g) * a.CH + t) * a.N + d;
+            if (e < GN) {
+                a.Bb[o] = __float2bfloat16_rn(bv[u]);
+                a.Cb[o] = __float2bfloat16_rn(cv[u]);
+            }
+        }
+    }
+    __syncthreads();
+    for (int32_t e0 = threadIdx.x; e0 < HP; e0 += SG_U * blockDim.x) {
+        float xv[SG_U];
+#pragma unroll
+        for (int u = 0; u < SG_U; u++) {
+            const int32_t e = e0 + u * blockDim.x;
+            xv[u] = ok && e < HP ? a.x[(int64_t)i * a.xs + e] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < SG_U; u++) {
+            const int32_t e = e0 + u * blockDim.x, h = e / a.P, p = e % a.P, g = h / HG;
+            if (e < HP) {
+                a.Xd[(((int64_t)c * a.H + h) * a.CH + t) * a.P + p] = __float2bfloat16_rn(xv[u]);
+                a.Xw[(((int64_t)c * a.G + g) * a.CH + t) * Q + (h % HG) * a.P + p] =
+                    __float2bfloat16_rn(fac[h] * xv[u]);
+            }
+        }
     }
 }
 
-/* block per (chunk and head, row t): W_ts = (C_t.B_s) e^{a_t-a_s} dt_s for s <= t < L, else 0 */
-__global__ void k_sg_mask(struct sg_args a)
+/* block per (chunk, head): W_ts = (C_t.B_s) e^{a_t-a_s} dt_s for s <= t < L, else 0 */
+__global__ void __launch_bounds__(256) k_sg_mask(struct sg_args a)
 {
-    const int32_t ch = blockIdx.x, t = blockIdx.y, c = ch / a.H, h = ch % a.H, g = h / (a.H / a.G);
-    const int32_t t0 = a.row0 + c * a.CH;
-    const float *ac = a.acum + (int64_t)ch * a.CH, *gr = a.Gm + (((int64_t)c * a.G + g) * a.CH + t) * a.CH;
-    __nv_bfloat16 *w = a.W + ((int64_t)ch * a.CH + t) * a.CH;
-    const bool row = t0 + t < a.n;
-    for (int32_t s = threadIdx.x; s < a.CH; s += blockDim.x)
-        w[s] = __float2bfloat16_rn(row && s <= t ? gr[s] * expf(ac[t] - ac[s]) * a.dts[(int64_t)(t0 + s) * a.H + h]
-                                                 : 0.0f);
+    __shared__ float ac[1024], dt[1024];
+    const int32_t ch = blockIdx.x, c = ch / a.H, h = ch % a.H, g = h / (a.H / a.G), CH = a.CH, CC = CH * CH;
+    const int32_t t0 = a.row0 + c * CH, L = min(CH, a.n - t0);
+    for (int32_t t = threadIdx.x; t < CH; t += blockDim.x) {
+        ac[t] = a.acum[(int64_t)ch * CH + t];
+        dt[t] = t < L ? a.dts[(int64_t)(t0 + t) * a.H + h] : 0.0f;
+    }
+    __syncthreads();
+    const float *gm = a.Gm + ((int64_t)c * a.G + g) * CC;
+    __nv_bfloat16 *w = a.W + (int64_t)ch * CC;
+    for (int32_t e0 = threadIdx.x; e0 < CC; e0 += 2 * SG_U * blockDim.x) {
+        float v[2 * SG_U];
+#pragma unroll
+        for (int u = 0; u < 2 * SG_U; u++) {
+            const int32_t e = e0 + u * blockDim.x;
+            v[u] = e < CC ? gm[e] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < 2 * SG_U; u++) {
+            const int32_t e = e0 + u * blockDim.x, t = e / CH, s = e - t * CH;
+            if (e < CC)
+                w[e] = __float2bfloat16_rn(t < L && s <= t ? v[u] * expf(ac[t] - ac[s]) * dt[s] : 0.0f);
+        }
+    }
 }
 
 /* thread per state entry of every head: the states entering each chunk (bf16
@@ -104,31 +150,39 @@ __global__ void k_sg_chain(struct sg_args a, int32_t nc)
 }
 
 /* block per row below n: y = e^{a_t} (the states' part) + the chunk's part + D x */
-__global__ void k_sg_out(struct sg_args a)
+__global__ void __launch_bounds__(256) k_sg_out(struct sg_args a)
 {
+    __shared__ float ea[SG_HMAX], dh[SG_HMAX];
     const int32_t r = blockIdx.x, c = r / a.CH, t = r % a.CH, i = a.row0 + r;
-    const int32_t HG = a.H / a.G, Q = HG * a.P;
-    for (int32_t e = threadIdx.x; e < a.H * a.P; e += blockDim.x) {
-        const int32_t h = e / a.P, p = e % a.P, g = h / HG;
-        const float ea = expf(a.acum[((int64_t)c * a.H + h) * a.CH + t]);
-        const float yo = a.Yo[(((int64_t)c * a.G + g) * a.CH + t) * Q + (h % HG) * a.P + p];
-        const float yd = a.Yd[(((int64_t)c * a.H + h) * a.CH + t) * a.P + p];
-        a.y[(int64_t)i * a.ys + e] = ea * yo + yd + dev_weight(a.D, a.Dt, h) * a.x[(int64_t)i * a.xs + e];
+    const int32_t HG = a.H / a.G, Q = HG * a.P, HP = a.H * a.P;
+    for (int32_t h = threadIdx.x; h < a.H; h += blockDim.x) {
+        ea[h] = expf(a.acum[((int64_t)c * a.H + h) * a.CH + t]);
+        dh[h] = dev_weight(a.D, a.Dt, h);
     }
-}
-
-/* 256-byte aligned pieces of one scratch buffer */
-static void *sg_take(char **p, size_t bytes)
-{
-    void *r = *p;
-    *p += (bytes + 255) & ~(size_t)255;
-    return r;
+    __syncthreads();
+    for (int32_t e0 = threadIdx.x; e0 < HP; e0 += SG_U * blockDim.x) {
+        float yo[SG_U], yd[SG_U], xv[SG_U];
+#pragma unroll
+        for (int u = 0; u < SG_U; u++) {
+            const int32_t e = e0 + u * blockDim.x, h = e / a.P, p = e % a.P, g = h / HG;
+            const bool in = e < HP;
+            yo[u] = in ? a.Yo[(((int64_t)c * a.G + g) * a.CH + t) * Q + (h % HG) * a.P + p] : 0.0f;
+            yd[u] = in ? a.Yd[(((int64_t)c * a.H + h) * a.CH + t) * a.P + p] : 0.0f;
+            xv[u] = in ? a.x[(int64_t)i * a.xs + e] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < SG_U; u++) {
+            const int32_t e = e0 + u * blockDim.x, h = e / a.P;
+            if (e < HP)
+                a.y[(int64_t)i * a.ys + e] = ea[h] * yo[u] + yd[u] + dh[h] * xv[u];
+        }
+    }
 }
 
 bool cuda_ssd_gemm_takes(const struct cuda_backend *c, const struct ssd_params *p)
 {
     return !c->precise && c->one_chain && c->b.n_tokens >= 2 * p->chunk && c->b.n_tokens >= 256 &&
-           p->chunk <= 1024 && p->chunk % 8 == 0 && p->head_dim % 8 == 0 && p->d_state % 8 == 0;
+           p->chunk <= 1024 && p->n_head <= SG_HMAX && p->chunk % 8 == 0 && p->head_dim % 8 == 0 && p->d_state % 8 == 0;
 }
 
 int cuda_ssd_gemm(struct cuda_backend *c, struct tensor *y, const struct tensor *x, const struct tensor *B,
@@ -147,22 +201,15 @@ int cuda_ssd_gemm(struct cuda_backend *c, struct tensor *y, const struct tensor 
                            rows * G * N * hb,                rows * G * N * hb,
                            rows * H * P * hb,                rows * H * P * hb,
                            (size_t)seg_c * H * CH * CH * hb, (size_t)seg_c * hpn * hb};
-    size_t total = 0;
-    for (int i = 0; i < 12; i++)
-        total += (sz[i] + 255) & ~(size_t)255;
-    char *scr = (char *)cuda_scratch(c, SCR_SSD, total);
-    if (!scr)
+    void *pc[12];
+    if (cuda_scratch_pieces(c, SCR_SCAN, 12, sz, pc) != 0)
         return -1;
     struct sg_args a = {(float *)y->data, y->row_stride, (const float *)x->data, (const float *)B->data,
                         (const float *)C->data, dts, x->row_stride, B->row_stride, C->row_stride, A_log->data,
                         D->data, A_log->type, D->type, H, P, G, N, CH, n, 0,
-                        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-    float **fp[6] = {&a.acum, &a.Gm, &a.dS, &a.Yo, &a.Yd, &a.Sc};
-    __nv_bfloat16 **bp[6] = {&a.Bb, &a.Cb, &a.Xd, &a.Xw, &a.W, &a.Sb};
-    for (int i = 0; i < 6; i++)
-        *fp[i] = (float *)sg_take(&scr, sz[i]);
-    for (int i = 0; i < 6; i++)
-        *bp[i] = (__nv_bfloat16 *)sg_take(&scr, sz[6 + i]);
+                        (float *)pc[0], (float *)pc[1], (float *)pc[2], (float *)pc[3], (float *)pc[4],
+                        (float *)pc[5], (__nv_bfloat16 *)pc[6], (__nv_bfloat16 *)pc[7], (__nv_bfloat16 *)pc[8],
+                        (__nv_bfloat16 *)pc[9], (__nv_bfloat16 *)pc[10], (__nv_bfloat16 *)pc[11]};
     if (CUDA_CHECK(c, cudaMemcpyAsync(a.Sc, (const float *)state->data + (int64_t)si * state->row_stride,
                                       hpn * f, cudaMemcpyDeviceToDevice, c->stream)) != 0)
         return -1;
@@ -179,7 +226,7 @@ int cuda_ssd_gemm(struct cuda_backend *c, struct tensor *y, const struct tensor 
         if (cuda_gemm_packed(c, CH, CH, N, 1.0f, a.Cb, false, (int64_t)CH * N, a.Bb, true, (int64_t)CH * N, 0.0f,
                              a.Gm, (int64_t)CH * CH, nc * G, true, "ssd C.B") != 0)
             return -1;
-        k_sg_mask<<<dim3((unsigned)(nc * H), (unsigned)CH), 128, 0, c->stream>>>(a);
+        k_sg_mask<<<(unsigned)(nc * H), 256, 0, c->stream>>>(a);
         if (CUDA_LAUNCHED(c) != 0)
             return -1;
         /* dS[c][g][q][d] = sum_t Xw[c][g][t][q] B[c][g][t][d]: [CH][Q]^T . [CH][N] */
