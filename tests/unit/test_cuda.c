@@ -848,6 +848,27 @@ static int32_t *prompt_batch(struct both *b, int32_t n)
     return seq;
 }
 
+/* conv1d over one chain (width 4: the prompt kernel; 3: the tree kernel) */
+static void conv_prompt_case(struct both *b, int32_t K, int32_t n)
+{
+    int32_t *seq = prompt_batch(b, n);
+    const int32_t C = 300;
+    struct pair x, o, w, bias, st;
+    pair_make(b, &x, DT_F32, n, C, 1.0f);
+    pair_make(b, &o, DT_F32, n, C, 0.0f);
+    pair_make(b, &w, DT_BF16, C, K, 0.5f);
+    pair_make(b, &bias, DT_BF16, 1, C, 0.5f);
+    pair_make(b, &st, DT_F32, 3, (K - 1) * C, 1.0f);
+    b->cpu->ops->conv1d(b->cpu, &o.c, &x.c, &w.c, &bias.c, &st.c);
+    b->gpu->ops->conv1d(b->gpu, &o.g, &x.g, &w.g, &bias.g, &st.g);
+    const double e = pair_err(b, &o), es = pair_err(b, &st);
+    CHECK(e < 1e-6 && es < 1e-6, "conv1d prompt K %d n %d: err %.3g, states %.3g", K, n, e, es);
+    struct pair *cl[] = {&x, &o, &w, &bias, &st};
+    for (size_t i = 0; i < sizeof cl / sizeof cl[0]; i++)
+        pair_free(b, cl[i]);
+    free(seq);
+}
+
 static void delta_prompt_case(struct both *b, int32_t dk, int32_t dv, int32_t n)
 {
     int32_t *seq = prompt_batch(b, n);
@@ -912,6 +933,11 @@ void test_cuda_prompt_scans(void)
     ssd_prompt_case(&b, &sps[1], 4500);
     delta_prompt_case(&b, 64, 24, 300);
     delta_prompt_case(&b, 128, 128, 4500);
+    const int32_t conv_n[3] = {2, 17, 300};
+    for (int i = 0; i < 3; i++) {
+        conv_prompt_case(&b, 4, conv_n[i]);
+        conv_prompt_case(&b, 3, conv_n[i]);
+    }
     both_close(&b);
 }
 

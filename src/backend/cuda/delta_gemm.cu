@@ -185,23 +185,12 @@ int cuda_delta_gemm(struct cuda_backend *c, float *out, int64_t os, const float 
     void *pc[N_PIECE];
     if (cuda_scratch_pieces(c, SCR_SCAN, N_PIECE, sz, pc) != 0)
         return -1;
-    struct dg_args a = {};
-    a.out = out;
-    a.os = os;
-    a.qn = qn;
-    a.kn = kn;
-    a.v = v;
-    a.gb = gb;
-    a.vs = vs;
-    a.Hk = Hk;
-    a.Hv = Hv;
-    a.dk = dk;
-    a.dv = dv;
-    a.n = n;
-    float **dst[N_PIECE] = {&a.Kp, &a.Qp, &a.Kt, &a.Z, &a.W, &a.Vp, &a.U, &a.O,
-                            &a.Gk, &a.Gq, &a.Te, &a.gc, &a.beta, &a.M, &a.S};
+    float *bf[N_PIECE];
     for (int i = 0; i < N_PIECE; i++)
-        *dst[i] = (float *)pc[i];
+        bf[i] = (float *)pc[i];
+    struct dg_args a = {out,    os,     qn,     kn,     v,      gb,       vs,     Hk,     Hv,     dk,
+                        dv,     n,      0,      bf[KP], bf[QP], bf[KT],   bf[ZZ], bf[WW], bf[VP], bf[UU],
+                        bf[OO], bf[GK], bf[GQ], bf[TE], bf[GC], bf[BETA], bf[MM], bf[SS]};
     if (CUDA_CHECK(c, cudaMemcpyAsync(a.S, state + (int64_t)si * ss, hkv * f, cudaMemcpyDeviceToDevice, c->stream)) !=
         0)
         return -1;

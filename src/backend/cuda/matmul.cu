@@ -651,6 +651,8 @@ int cuda_gemm_bf16_batched(struct cuda_backend *c, float *const *out, int64_t os
     return gemm_status(c, st, "cublasGemmBatchedEx", count, n, K, M);
 }
 
+#define PS_U 4 /* elements a thread loads before it stores any */
+
 /* One row per block: pre(x) as the plain ops compute it (RMSNorm over the
  * row, SwiGLU with up, relu^2), rounded to bf16 hi and, when lo is not
  * NULL, the rounding left over. */
@@ -662,18 +664,30 @@ __global__ void k_pre_split(const float *__restrict__ x, int64_t xs, enum mm_pre
     const int64_t r = blockIdx.x;
     const float *xr = x + r * xs;
     const float inv = pre == MM_PRE_RMSNORM ? block_rms_inv(xr, K, eps, part) : 1.0f;
-    for (int32_t c = threadIdx.x; c < K; c += blockDim.x) {
-        float v = xr[c];
-        switch (pre) {
-        case MM_PRE_RMSNORM: v = dev_weight(norm, norm_t, c) * (v * inv); break;
-        case MM_PRE_SWIGLU: v = v / (1.0f + expf(-v)) * up[r * us + c]; break;
-        case MM_PRE_RELU2: v = v > 0.0f ? v * v : 0.0f; break;
-        default: break;
+    for (int32_t c0 = threadIdx.x; c0 < K; c0 += PS_U * blockDim.x) {
+        float v[PS_U], u[PS_U];
+#pragma unroll
+        for (int k = 0; k < PS_U; k++) { /* every load before any store */
+            const int32_t c = c0 + k * blockDim.x;
+            v[k] = c < K ? xr[c] : 0.0f;
+            u[k] = c < K && pre == MM_PRE_SWIGLU ? up[r * us + c] : 0.0f;
         }
-        const __nv_bfloat16 h = __float2bfloat16_rn(v);
-        hi[r * K + c] = h;
-        if (lo)
-            lo[r * K + c] = __float2bfloat16_rn(v - __bfloat162float(h));
+#pragma unroll
+        for (int k = 0; k < PS_U; k++) {
+            const int32_t c = c0 + k * blockDim.x;
+            if (c >= K)
+                break;
+            switch (pre) {
+            case MM_PRE_RMSNORM: v[k] = dev_weight(norm, norm_t, c) * (v[k] * inv); break;
+            case MM_PRE_SWIGLU: v[k] = v[k] / (1.0f + expf(-v[k])) * u[k]; break;
+            case MM_PRE_RELU2: v[k] = v[k] > 0.0f ? v[k] * v[k] : 0.0f; break;
+            default: break;
+            }
+            const __nv_bfloat16 h = __float2bfloat16_rn(v[k]);
+            hi[r * K + c] = h;
+            if (lo)
+                lo[r * K + c] = __float2bfloat16_rn(v[k] - __bfloat162float(h));
+        }
     }
 }
 

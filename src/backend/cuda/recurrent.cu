@@ -102,6 +102,46 @@ template <int KT> __global__ void __launch_bounds__(256) k_conv1d(struct conv_ar
     }
 }
 
+/* The same for a batch that is one chain in order (a prompt) and a width of
+ * 4 (every model's): row i's taps are rows i, i-1, ... and, before row 0,
+ * the state's saved inputs from the latest. A thread loads its channel of
+ * the CV_ROWS rows and the 3 before them at once, each x element once. */
+__global__ void __launch_bounds__(256) k_conv1d_chain4(struct conv_args a)
+{
+    enum { K = 4 };
+    const int32_t i0 = blockIdx.y * CV_ROWS;
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= a.C)
+        return;
+    const float *st = a.state + (int64_t)a.b.state_in[0] * a.ss;
+    float v[CV_ROWS + K - 1], w[K]; /* v[m]: row i0 - (K-1) + m */
+#pragma unroll
+    for (int32_t m = 0; m < CV_ROWS + K - 1; m++) {
+        const int32_t j = i0 - (K - 1) + m;
+        v[m] = j >= a.n ? 0.0f : j >= 0 ? a.x[(int64_t)j * a.xs + c] : st[(int64_t)(K - 1 + j) * a.C + c];
+    }
+#pragma unroll
+    for (int32_t t = 0; t < K; t++)
+        w[t] = dev_weight(a.w, a.wt, c * K + (K - 1 - t));
+    const float bias = a.bias ? dev_weight(a.bias, a.bt, c) : 0.0f;
+#pragma unroll
+    for (int32_t r = 0; r < CV_ROWS; r++) {
+        const int32_t i = i0 + r;
+        if (i >= a.n)
+            break;
+        float acc = bias;
+#pragma unroll
+        for (int32_t t = 0; t < K; t++)
+            acc += w[t] * v[r + K - 1 - t];
+        a.out[(int64_t)i * a.os + c] = acc / (1.0f + expf(-acc));
+        const int32_t so = a.b.state_out[i];
+        if (so >= 0)
+#pragma unroll
+            for (int32_t t = 0; t < K - 1; t++)
+                a.state[(int64_t)so * a.ss + (int64_t)(K - 2 - t) * a.C + c] = v[r + K - 1 - t];
+    }
+}
+
 void cuda_conv1d(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w,
                  const struct tensor *bias, struct tensor *state)
 {
@@ -116,10 +156,10 @@ void cuda_conv1d(struct backend *be, struct tensor *out, const struct tensor *x,
                           hb ? bias->data : NULL, w->type, hb ? bias->type : DT_F32, (float *)state->data,
                           state->row_stride, K, n, x->n_cols, c->d};
     const dim3 grid(cdiv(x->n_cols, 256), cdiv(n, CV_ROWS));
-    if (K == 4)
-        k_conv1d<4><<<grid, 256, 0, c->stream>>>(a);
+    if (c->one_chain && K == 4)
+        k_conv1d_chain4<<<grid, 256, 0, c->stream>>>(a);
     else
-        k_conv1d<0><<<grid, 256, 0, c->stream>>>(a);
+        (K == 4 ? k_conv1d<4> : k_conv1d<0>)<<<grid, 256, 0, c->stream>>>(a);
     CUDA_LAUNCHED(c);
 }
 
