@@ -337,7 +337,6 @@ void cuda_permute_cols(struct backend *be, struct tensor *out, const struct tens
 
 static __device__ __forceinline__ float silu(float z) { return z / (1.0f + expf(-z)); }
 
-/* one warp per (row, group) */
 #define RG_V 16 /* values a thread keeps */
 
 /* A team of `team` threads (32 to 256, a block's worth of teams) per (row,
