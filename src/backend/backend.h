@@ -160,7 +160,7 @@ struct mm_fused {
     struct tensor *acc_buf;
 };
 
-#define MM_MAX_W 3
+#define MM_MAX_W 4
 
 /* What a layer's attention does to q and k before reading them (attn_prep). */
 struct attn_prep {

@@ -9,6 +9,22 @@ void layers_trace(const struct model *m, const struct model_trace *trace, int32_
         m->be->ops->read(m->be, x, 0, n, trace->hidden[i]);
 }
 
+void layers_norm_in(const struct model *m, struct model_scratch *s, const struct tensor *norm, int32_t n_w,
+                    struct tensor *const *out, const struct tensor *const *w, const struct tensor *x)
+{
+    struct tensor h = tensor_rows(&s->h, 0, x->n_rows);
+    const struct mm_fused in = {.pre = MM_PRE_RMSNORM, .norm = norm, .eps = m->cfg.rms_eps, .pre_buf = &h};
+    m->be->ops->matmul_fused(m->be, n_w, out, w, x, &in);
+}
+
+void layers_residual(const struct model *m, struct model_scratch *s, struct tensor *x, const struct tensor *y,
+                     const struct tensor *w)
+{
+    struct tensor h = tensor_rows(&s->h, 0, x->n_rows);
+    const struct mm_fused residual = {.accumulate = true, .acc_buf = &h};
+    m->be->ops->matmul_fused(m->be, 1, (struct tensor *const[]){x}, (const struct tensor *const[]){w}, y, &residual);
+}
+
 /* out (+)= down(act(pre(x))): gate and up in one product, with x's RMSNorm
  * folded in when norm is given (into the h scratch where a backend runs
  * the pieces apart), the activation folded into down's input. */

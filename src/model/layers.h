@@ -9,6 +9,13 @@
 
 /* trace->hidden[i] <- x (n rows), when asked for. */
 void layers_trace(const struct model *m, const struct model_trace *trace, int32_t i, const struct tensor *x, int32_t n);
+/* out[i] = (RMSNorm(x) * norm) w[i]^T for n_w <= MM_MAX_W weights: a mixer's
+ * input products with its norm folded in; uses the h scratch. */
+void layers_norm_in(const struct model *m, struct model_scratch *s, const struct tensor *norm, int32_t n_w,
+                    struct tensor *const *out, const struct tensor *const *w, const struct tensor *x);
+/* x += y w^T: a mixer's out-projection added to the residual; uses the h scratch. */
+void layers_residual(const struct model *m, struct model_scratch *s, struct tensor *x, const struct tensor *y,
+                     const struct tensor *w);
 /* x += down(act(RMSNorm(x) * norm)), the layer's dense MLP (SwiGLU, or relu^2
  * for nemotron_h) with its norm and residual; uses the h, g, u, ffn scratch. */
 void layers_mlp(const struct model *m, struct model_scratch *s, const struct layer_weights *L, const struct tensor *norm,

@@ -112,8 +112,8 @@ int nemotron_h_bind(struct model *m)
     return 0;
 }
 
-/* Mamba2 mixer; h in, h out. p1 holds [z | xBC | dt]; p2 [conv out | y]. */
-static void mamba2(const struct model *m, struct model_scratch *s, struct kv_tensors *kv, int32_t l, struct tensor *h,
+/* Mamba2 mixer: x += the mixer of RMSNorm(x). p1 holds [z | xBC | dt]; p2 [conv out | y]. */
+static void mamba2(const struct model *m, struct model_scratch *s, struct kv_tensors *kv, int32_t l, struct tensor *x,
                    int32_t n)
 {
     const struct model_config *c = &m->cfg;
@@ -124,23 +124,25 @@ static void mamba2(const struct model *m, struct model_scratch *s, struct kv_ten
     const int64_t gn = (int64_t)c->ssm_n_group * c->ssm_state;
     struct tensor p1 = tensor_rows(&s->p1, 0, n), p2 = tensor_rows(&s->p2, 0, n);
     struct tensor proj = tensor_cols(&p1, 0, inner + cd + nh);
-    op->matmul(be, &proj, h, &L->in_proj);
+    layers_norm_in(m, s, &L->attn_norm, 1, (struct tensor *const[]){&proj}, (const struct tensor *const[]){&L->in_proj},
+                   x);
     struct tensor z = tensor_cols(&p1, 0, inner), xbc = tensor_cols(&p1, inner, cd), dt = tensor_cols(&p1, inner + cd, nh);
     struct tensor conv = tensor_cols(&p2, 0, cd), y = tensor_cols(&p2, cd, inner);
     const int32_t r = m->rec_layer[l];
     op->conv1d(be, &conv, &xbc, &L->conv_w, c->ssm_conv_bias ? &L->conv_b : NULL, &kv->conv[r]);
-    struct tensor x = tensor_cols(&conv, 0, inner), B = tensor_cols(&conv, inner, gn), C = tensor_cols(&conv, inner + gn, gn);
+    struct tensor xs = tensor_cols(&conv, 0, inner), B = tensor_cols(&conv, inner, gn), C = tensor_cols(&conv, inner + gn, gn);
     const struct ssd_params sp = {
         .n_head = c->ssm_n_head, .head_dim = c->ssm_head_dim, .n_group = c->ssm_n_group, .d_state = c->ssm_state,
         .chunk = c->ssm_chunk, .dt_min = c->ssm_dt_min, .dt_lo = c->ssm_dt_lo, .dt_hi = c->ssm_dt_hi,
     };
-    op->ssd(be, &y, &x, &B, &C, &dt, &L->A_log, &L->D, &L->dt_bias, &kv->ssm[r], &sp);
+    op->ssd(be, &y, &xs, &B, &C, &dt, &L->A_log, &L->D, &L->dt_bias, &kv->ssm[r], &sp);
     op->rmsnorm_gated(be, &y, &y, &z, &L->mix_norm, c->rms_eps, inner / c->ssm_n_group, true);
-    op->matmul(be, h, &y, &L->out_proj);
+    layers_residual(m, s, x, &y, &L->out_proj);
 }
 
+/* x += attention(RMSNorm(x)) */
 static void attention(const struct model *m, struct model_scratch *s, struct kv_tensors *kv, int32_t l,
-                      struct tensor *h, int32_t n)
+                      struct tensor *x, int32_t n)
 {
     const struct model_config *c = &m->cfg;
     const struct layer_weights *L = &m->layers[l];
@@ -148,13 +150,12 @@ static void attention(const struct model *m, struct model_scratch *s, struct kv_
     const struct backend_ops *op = be->ops;
     struct tensor q = tensor_rows(&s->q, 0, n), k = tensor_rows(&s->k, 0, n), v = tensor_rows(&s->v, 0, n);
     struct tensor att = tensor_rows(&s->att, 0, n);
-    op->matmul(be, &q, h, &L->q);
-    op->matmul(be, &k, h, &L->k);
-    op->matmul(be, &v, h, &L->v);
+    layers_norm_in(m, s, &L->attn_norm, 3, (struct tensor *const[]){&q, &k, &v},
+                   (const struct tensor *const[]){&L->q, &L->k, &L->v}, x);
     struct tensor *kc = &kv->k[m->kv_layer[l]], *vc = &kv->v[m->kv_layer[l]];
     op->kv_store(be, kc, vc, &k, &v);
     op->attention(be, &att, &q, kc, vc, c->n_head, c->n_kv_head, c->head_dim, 1.0f / sqrtf((float)c->head_dim));
-    op->matmul(be, h, &att, &L->o);
+    layers_residual(m, s, x, &att, &L->o);
 }
 
 void nemotron_h_forward(const struct model *m, struct model_scratch *s, struct kv_tensors *kv, int32_t n_tokens,
@@ -163,7 +164,7 @@ void nemotron_h_forward(const struct model *m, struct model_scratch *s, struct k
     const struct model_config *c = &m->cfg;
     struct backend *be = m->be;
     const struct backend_ops *op = be->ops;
-    struct tensor x = tensor_rows(&s->x, 0, n_tokens), h = tensor_rows(&s->h, 0, n_tokens);
+    struct tensor x = tensor_rows(&s->x, 0, n_tokens);
     op->embed(be, &x, &m->embed);
     layers_trace(m, trace, 0, &x, n_tokens);
     for (int32_t l = 0; l < c->n_layer; l++) {
@@ -172,13 +173,10 @@ void nemotron_h_forward(const struct model *m, struct model_scratch *s, struct k
             layers_moe(m, s, L, &L->attn_norm, &x, n_tokens);
         } else if (c->layer_mixer[l] != MIX_MAMBA && c->layer_mixer[l] != MIX_ATTN) {
             layers_mlp(m, s, L, &L->attn_norm, &x, n_tokens);
+        } else if (c->layer_mixer[l] == MIX_MAMBA) {
+            mamba2(m, s, kv, l, &x, n_tokens);
         } else {
-            op->rmsnorm(be, &h, &x, &L->attn_norm, c->rms_eps);
-            if (c->layer_mixer[l] == MIX_MAMBA)
-                mamba2(m, s, kv, l, &h, n_tokens);
-            else
-                attention(m, s, kv, l, &h, n_tokens);
-            op->add(be, &x, &h);
+            attention(m, s, kv, l, &x, n_tokens);
         }
         if (l + 1 < c->n_layer)
             layers_trace(m, trace, l + 1, &x, n_tokens);

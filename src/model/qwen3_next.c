@@ -137,9 +137,9 @@ int qwen3_next_bind(struct model *m)
     return 0;
 }
 
-/* Gated full attention; h in, h out (the o-projection). */
+/* Gated full attention: x += attention(RMSNorm(x)). */
 static void gated_attention(const struct model *m, struct model_scratch *s, struct kv_tensors *kv, int32_t l,
-                            struct tensor *h, int32_t n)
+                            struct tensor *x, int32_t n)
 {
     const struct model_config *c = &m->cfg;
     const struct layer_weights *L = &m->layers[l];
@@ -149,17 +149,15 @@ static void gated_attention(const struct model *m, struct model_scratch *s, stru
     struct tensor raw = tensor_rows(&s->p1, 0, n), qg = tensor_rows(&s->p2, 0, n);
     struct tensor k = tensor_rows(&s->k, 0, n), v = tensor_rows(&s->v, 0, n), att = tensor_rows(&s->att, 0, n);
     struct tensor q = tensor_rows(&s->q, 0, n), gate = qg;
-    if (c->attn_out_gate) {
+    if (c->attn_out_gate)
         raw.n_cols = qg.n_cols = 2 * qd;
-        op->matmul(be, &raw, h, &L->q);
+    layers_norm_in(m, s, &L->attn_norm, 3, (struct tensor *const[]){c->attn_out_gate ? &raw : &q, &k, &v},
+                   (const struct tensor *const[]){&L->q, &L->k, &L->v}, x);
+    if (c->attn_out_gate) {
         op->permute_cols(be, &qg, &raw, &m->perm_qg);
         q = tensor_cols(&qg, 0, qd);
         gate = tensor_cols(&qg, qd, qd);
-    } else {
-        op->matmul(be, &q, h, &L->q);
     }
-    op->matmul(be, &k, h, &L->k);
-    op->matmul(be, &v, h, &L->v);
     struct tensor *kc = &kv->k[m->kv_layer[l]], *vc = &kv->v[m->kv_layer[l]];
     const struct attn_prep prep = {&L->q_norm, &L->k_norm, c->rms_eps, c->n_head, c->n_kv_head, c->head_dim,
                                      c->rope_dim, &m->inv_freq, c->rope_attn_factor};
@@ -167,13 +165,13 @@ static void gated_attention(const struct model *m, struct model_scratch *s, stru
     op->attention(be, &att, &q, kc, vc, c->n_head, c->n_kv_head, c->head_dim, 1.0f / sqrtf((float)c->head_dim));
     if (c->attn_out_gate)
         op->sigmoid_mul(be, &att, &gate);
-    op->matmul(be, h, &att, &L->o);
+    layers_residual(m, s, x, &att, &L->o);
 }
 
-/* Gated DeltaNet; h in, h out. p1 holds [qkv (conv_dim) | z | b | a]; p2 the
+/* Gated DeltaNet: x += the mixer of RMSNorm(x). p1 holds [qkv (conv_dim) | z | b | a]; p2 the
  * conv output and then the core output. */
 static void gated_deltanet(const struct model *m, struct model_scratch *s, struct kv_tensors *kv, int32_t l,
-                           struct tensor *h, int32_t n)
+                           struct tensor *x, int32_t n)
 {
     const struct model_config *c = &m->cfg;
     const struct layer_weights *L = &m->layers[l];
@@ -187,15 +185,13 @@ static void gated_deltanet(const struct model *m, struct model_scratch *s, struc
     if (c->delta_qkvz_fused) {
         struct tensor raw = tensor_cols(&p2, 0, cd + vd), raw_ba = tensor_cols(&p2, cd + vd, 2 * Hv);
         struct tensor qkvz = tensor_cols(&p1, 0, cd + vd), ba = tensor_cols(&p1, cd + vd, 2 * Hv);
-        op->matmul(be, &raw, h, &L->in_proj);
-        op->matmul(be, &raw_ba, h, &L->in_b);
+        layers_norm_in(m, s, &L->attn_norm, 2, (struct tensor *const[]){&raw, &raw_ba},
+                       (const struct tensor *const[]){&L->in_proj, &L->in_b}, x);
         op->permute_cols(be, &qkvz, &raw, &m->perm_qkvz);
         op->permute_cols(be, &ba, &raw_ba, &m->perm_ba);
     } else {
-        op->matmul(be, &qkv, h, &L->in_proj);
-        op->matmul(be, &z, h, &L->in_z);
-        op->matmul(be, &b, h, &L->in_b);
-        op->matmul(be, &a, h, &L->in_a);
+        layers_norm_in(m, s, &L->attn_norm, 4, (struct tensor *const[]){&qkv, &z, &b, &a},
+                       (const struct tensor *const[]){&L->in_proj, &L->in_z, &L->in_b, &L->in_a}, x);
     }
     const int32_t r = m->rec_layer[l];
     struct tensor conv = tensor_cols(&p2, 0, cd), core = tensor_cols(&p2, cd, vd);
@@ -204,7 +200,7 @@ static void gated_deltanet(const struct model *m, struct model_scratch *s, struc
     op->delta_rule(be, &core, &q, &k, &v, &a, &b, &L->A_log, &L->dt_bias, &kv->ssm[r], (int32_t)Hk, (int32_t)Hv,
                    (int32_t)dk, (int32_t)dv);
     op->rmsnorm_gated(be, &core, &core, &z, &L->mix_norm, c->rms_eps, dv, false);
-    op->matmul(be, h, &core, &L->out_proj);
+    layers_residual(m, s, x, &core, &L->out_proj);
 }
 
 void qwen3_next_forward(const struct model *m, struct model_scratch *s, struct kv_tensors *kv, int32_t n_tokens,
@@ -213,17 +209,15 @@ void qwen3_next_forward(const struct model *m, struct model_scratch *s, struct k
     const struct model_config *c = &m->cfg;
     struct backend *be = m->be;
     const struct backend_ops *op = be->ops;
-    struct tensor x = tensor_rows(&s->x, 0, n_tokens), h = tensor_rows(&s->h, 0, n_tokens);
+    struct tensor x = tensor_rows(&s->x, 0, n_tokens);
     op->embed(be, &x, &m->embed);
     layers_trace(m, trace, 0, &x, n_tokens);
     for (int32_t l = 0; l < c->n_layer; l++) {
         const struct layer_weights *L = &m->layers[l];
-        op->rmsnorm(be, &h, &x, &L->attn_norm, c->rms_eps);
         if (c->layer_mixer[l] == MIX_ATTN)
-            gated_attention(m, s, kv, l, &h, n_tokens);
+            gated_attention(m, s, kv, l, &x, n_tokens);
         else
-            gated_deltanet(m, s, kv, l, &h, n_tokens);
-        op->add(be, &x, &h);
+            gated_deltanet(m, s, kv, l, &x, n_tokens);
         if (c->layer_ffn[l] == FFN_MOE) {
             layers_moe(m, s, L, &L->ffn_norm, &x, n_tokens);
         } else {
