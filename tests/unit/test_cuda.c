@@ -501,7 +501,8 @@ void test_cuda_rowwise(void)
 #undef BOTH
     { /* wide rows: copy_rows in parts (pairs 0-2 in one launch, the last
        * reading a row the third wrote); rmsnorm_gated with teams of 128
-       * threads (groups of 1250) and of 256 past their kept values (5000) */
+       * threads (groups of 1250), of 256 past their kept values (5000) and
+       * of 32 keeping 7 values (200) */
         struct pair wx, wz, wo, ww;
         pair_make(&b, &wx, DT_F32, 6, 5000, 3.0f);
         pair_make(&b, &wz, DT_F32, 6, 5000, 3.0f);
@@ -512,12 +513,19 @@ void test_cuda_rowwise(void)
         b.gpu->ops->copy_rows(b.gpu, &wx.g, s2, d2, 4);
         double e = pair_err(&b, &wx);
         CHECK(e == 0.0, "copy_rows of wide rows: err %.3g", e);
-        for (int gf = 0; gf < 2; gf++) {
-            const int64_t group = gf ? 1250 : 5000;
-            b.cpu->ops->rmsnorm_gated(b.cpu, &wo.c, &wx.c, &wz.c, &ww.c, 1e-6f, group, gf);
-            b.gpu->ops->rmsnorm_gated(b.gpu, &wo.g, &wx.g, &wz.g, &ww.g, 1e-6f, group, gf);
-            e = pair_err(&b, &wo);
-            CHECK(e < 2e-6, "rmsnorm_gated, groups of %lld: err %.3g", (long long)group, e);
+        /* the last in place, as the models call it; in groups of 200 and 1000 a thread's last value lies past
+         * the group's end for 24 lanes of 32 (clamped loads) */
+        const struct {
+            int64_t group;
+            bool gf, in_place;
+        } rg[4] = {{5000, false, false}, {1250, true, false}, {200, false, false}, {1000, true, true}};
+        for (int i = 0; i < 4; i++) {
+            struct pair *out = rg[i].in_place ? &wx : &wo;
+            b.cpu->ops->rmsnorm_gated(b.cpu, &out->c, &wx.c, &wz.c, &ww.c, 1e-6f, rg[i].group, rg[i].gf);
+            b.gpu->ops->rmsnorm_gated(b.gpu, &out->g, &wx.g, &wz.g, &ww.g, 1e-6f, rg[i].group, rg[i].gf);
+            e = pair_err(&b, out);
+            CHECK(e < 2e-6, "rmsnorm_gated, groups of %lld%s: err %.3g", (long long)rg[i].group,
+                  rg[i].in_place ? " in place" : "", e);
         }
         struct pair *wl[] = {&wx, &wz, &wo, &ww};
         for (size_t i = 0; i < sizeof wl / sizeof wl[0]; i++)
@@ -734,6 +742,52 @@ void test_cuda_moe(void)
  * of 150 rows from slot 2 (both backends take their chunked forms there: the
  * delta rule's chunks of 64, the last partial). Kept states: every tree row,
  * and the chain's last. */
+/* the gated delta rule of the batch set (n rows, states in 10 slots), gpu against cpu */
+static void delta_case(struct both *b, int32_t dk, int32_t dv, int32_t n, const char *what)
+{
+    const int32_t Hk = 2, Hv = 4;
+    struct pair q, kk, v, a, bb, Al, dtb, o, st;
+    pair_make(b, &q, DT_F32, n, Hk * dk, 1.0f);
+    pair_make(b, &kk, DT_F32, n, Hk * dk, 1.0f);
+    pair_make(b, &v, DT_F32, n, Hv * dv, 1.0f);
+    pair_make(b, &a, DT_F32, n, Hv, 1.0f);
+    pair_make(b, &bb, DT_F32, n, Hv, 2.0f);
+    pair_make(b, &Al, DT_F32, 1, Hv, 1.0f);
+    pair_make(b, &dtb, DT_F32, 1, Hv, 1.0f);
+    pair_make(b, &o, DT_F32, n, Hv * dv, 0.0f);
+    pair_make(b, &st, DT_F32, 10, Hv * dk * dv, 0.3f);
+    b->cpu->ops->delta_rule(b->cpu, &o.c, &q.c, &kk.c, &v.c, &a.c, &bb.c, &Al.c, &dtb.c, &st.c, Hk, Hv, dk, dv);
+    b->gpu->ops->delta_rule(b->gpu, &o.g, &q.g, &kk.g, &v.g, &a.g, &bb.g, &Al.g, &dtb.g, &st.g, Hk, Hv, dk, dv);
+    const double e = pair_err(b, &o), es = pair_err(b, &st);
+    CHECK(e < 1e-5 && es < 1e-5, "delta_rule %s dk %d dv %d: err %.3g, states %.3g", what, dk, dv, e, es);
+    struct pair *dl[] = {&q, &kk, &v, &a, &bb, &Al, &dtb, &o, &st};
+    for (size_t i = 0; i < sizeof dl / sizeof dl[0]; i++)
+        pair_free(b, dl[i]);
+}
+
+/* the Mamba2 scan of the batch set (n rows, states in 10 slots), gpu against cpu */
+static void ssd_case(struct both *b, const struct ssd_params *sp, int32_t n, const char *what)
+{
+    const int32_t H = sp->n_head, P = sp->head_dim, G = sp->n_group, Ns = sp->d_state;
+    struct pair y, xs, B, Cc, dt, Al, D, dtb, st;
+    pair_make(b, &xs, DT_F32, n, H * P, 1.0f);
+    pair_make(b, &B, DT_F32, n, G * Ns, 1.0f);
+    pair_make(b, &Cc, DT_F32, n, G * Ns, 1.0f);
+    pair_make(b, &dt, DT_F32, n, H, 1.0f);
+    pair_make(b, &Al, DT_F32, 1, H, 1.0f);
+    pair_make(b, &D, DT_F32, 1, H, 1.0f);
+    pair_make(b, &dtb, DT_F32, 1, H, 1.0f);
+    pair_make(b, &y, DT_F32, n, H * P, 0.0f);
+    pair_make(b, &st, DT_F32, 10, H * P * Ns, 0.3f);
+    b->cpu->ops->ssd(b->cpu, &y.c, &xs.c, &B.c, &Cc.c, &dt.c, &Al.c, &D.c, &dtb.c, &st.c, sp);
+    b->gpu->ops->ssd(b->gpu, &y.g, &xs.g, &B.g, &Cc.g, &dt.g, &Al.g, &D.g, &dtb.g, &st.g, sp);
+    const double e = pair_err(b, &y), es = pair_err(b, &st);
+    CHECK(e < 1e-5 && es < 1e-5, "ssd %s P %d N %d chunk %d: err %.3g, states %.3g", what, P, Ns, sp->chunk, e, es);
+    struct pair *sl[] = {&y, &xs, &B, &Cc, &dt, &Al, &D, &dtb, &st};
+    for (size_t i = 0; i < sizeof sl / sizeof sl[0]; i++)
+        pair_free(b, sl[i]);
+}
+
 void test_cuda_recurrent(void)
 {
     struct both b;
@@ -769,57 +823,30 @@ void test_cuda_recurrent(void)
         pair_free(&b, &w);
         pair_free(&b, &st);
     }
-    /* gated delta rule: 2 key heads, 4 value heads; dk 64, dv 24 (a partial
-     * slice of state columns), then qwen3.5's dk = dv = 128 */
-    const int32_t Hk = 2, Hv = 4, dims[2][2] = {{64, 24}, {128, 128}};
-    struct pair q, kk, v, a, bb, Al, dtb;
-    for (int cfg = 0; cfg < 2; cfg++) {
-        const int32_t dk = dims[cfg][0], dv = dims[cfg][1];
-        pair_make(&b, &q, DT_F32, N, Hk * dk, 1.0f);
-        pair_make(&b, &kk, DT_F32, N, Hk * dk, 1.0f);
-        pair_make(&b, &v, DT_F32, N, Hv * dv, 1.0f);
-        pair_make(&b, &a, DT_F32, N, Hv, 1.0f);
-        pair_make(&b, &bb, DT_F32, N, Hv, 2.0f);
-        pair_make(&b, &Al, DT_F32, 1, Hv, 1.0f);
-        pair_make(&b, &dtb, DT_F32, 1, Hv, 1.0f);
-        pair_make(&b, &o, DT_F32, N, Hv * dv, 0.0f);
-        pair_make(&b, &st, DT_F32, 10, Hv * dk * dv, 0.3f);
-        b.cpu->ops->delta_rule(b.cpu, &o.c, &q.c, &kk.c, &v.c, &a.c, &bb.c, &Al.c, &dtb.c, &st.c, Hk, Hv, dk, dv);
-        b.gpu->ops->delta_rule(b.gpu, &o.g, &q.g, &kk.g, &v.g, &a.g, &bb.g, &Al.g, &dtb.g, &st.g, Hk, Hv, dk, dv);
-        e = pair_err(&b, &o);
-        es = pair_err(&b, &st);
-        CHECK(e < 1e-5 && es < 1e-5, "delta_rule dk %d dv %d: err %.3g, states %.3g", dk, dv, e, es);
-        struct pair *dl[] = {&q, &kk, &v, &a, &bb, &Al, &dtb, &o, &st};
-        for (size_t i = 0; i < sizeof dl / sizeof dl[0]; i++)
-            pair_free(&b, dl[i]);
-    }
-    /* Mamba2: 8 heads of 16 in 2 groups, state 32, chunk 16 (ten chunks); then
-     * 4 heads of 24 (a partial slice of state rows), state 128, chunk 64 */
-    const struct ssd_params sps[2] = {{.n_head = 8, .head_dim = 16, .n_group = 2, .d_state = 32, .chunk = 16,
-                                       .dt_min = 0.0f, .dt_lo = 0.001f, .dt_hi = 100.0f},
-                                      {.n_head = 4, .head_dim = 24, .n_group = 2, .d_state = 128, .chunk = 64,
-                                       .dt_min = 0.0f, .dt_lo = 0.001f, .dt_hi = 100.0f}};
-    struct pair y, xs, B, Cc, dt, D;
-    for (int cfg = 0; cfg < 2; cfg++) {
-        const struct ssd_params *sp = &sps[cfg];
-        const int32_t H = sp->n_head, P = sp->head_dim, G = sp->n_group, Ns = sp->d_state;
-        pair_make(&b, &xs, DT_F32, N, H * P, 1.0f);
-        pair_make(&b, &B, DT_F32, N, G * Ns, 1.0f);
-        pair_make(&b, &Cc, DT_F32, N, G * Ns, 1.0f);
-        pair_make(&b, &dt, DT_F32, N, H, 1.0f);
-        pair_make(&b, &Al, DT_F32, 1, H, 1.0f);
-        pair_make(&b, &D, DT_F32, 1, H, 1.0f);
-        pair_make(&b, &dtb, DT_F32, 1, H, 1.0f);
-        pair_make(&b, &y, DT_F32, N, H * P, 0.0f);
-        pair_make(&b, &st, DT_F32, 10, H * P * Ns, 0.3f);
-        b.cpu->ops->ssd(b.cpu, &y.c, &xs.c, &B.c, &Cc.c, &dt.c, &Al.c, &D.c, &dtb.c, &st.c, sp);
-        b.gpu->ops->ssd(b.gpu, &y.g, &xs.g, &B.g, &Cc.g, &dt.g, &Al.g, &D.g, &dtb.g, &st.g, sp);
-        e = pair_err(&b, &y);
-        es = pair_err(&b, &st);
-        CHECK(e < 1e-5 && es < 1e-5, "ssd P %d N %d chunk %d: err %.3g, states %.3g", P, Ns, sp->chunk, e, es);
-        struct pair *sl[] = {&y, &xs, &B, &Cc, &dt, &Al, &D, &dtb, &st};
-        for (size_t i = 0; i < sizeof sl / sizeof sl[0]; i++)
-            pair_free(&b, sl[i]);
+    const char *what = "tree and chain";
+    for (int batch = 0; batch < 2; batch++) {
+        if (batch == 1) { /* a decode step: four sequences of one row each */
+            const int32_t dseq[4] = {0, 1, 2, 3}, dpar[4] = {-1, -1, -1, -1}, din[4] = {1, 2, 3, 4},
+                          dout[4] = {5, 6, 7, 8};
+            const struct attn_batch db = {.n_tokens = 4, .seq_row = dseq, .parent = dpar, .state_in = din,
+                                          .state_out = dout};
+            set_batch_both(&b, &db);
+            what = "decode";
+        }
+        const int32_t n = batch == 0 ? N : 4;
+        /* gated delta rule: 2 key heads, 4 value heads; dk 64, dv 24 (a
+         * partial slice of state columns), then qwen3.5's dk = dv = 128 */
+        const int32_t dims[2][2] = {{64, 24}, {128, 128}};
+        for (int cfg = 0; cfg < 2; cfg++)
+            delta_case(&b, dims[cfg][0], dims[cfg][1], n, what);
+        /* Mamba2: 8 heads of 16 in 2 groups, state 32, chunk 16 (ten chunks);
+         * then 4 heads of 24 (a partial block of state rows), state 128, chunk 64 */
+        const struct ssd_params sps[2] = {{.n_head = 8, .head_dim = 16, .n_group = 2, .d_state = 32, .chunk = 16,
+                                           .dt_min = 0.0f, .dt_lo = 0.001f, .dt_hi = 100.0f},
+                                          {.n_head = 4, .head_dim = 24, .n_group = 2, .d_state = 128, .chunk = 64,
+                                           .dt_min = 0.0f, .dt_lo = 0.001f, .dt_hi = 100.0f}};
+        for (int cfg = 0; cfg < 2; cfg++)
+            ssd_case(&b, &sps[cfg], n, what);
     }
     struct pair *cl[] = {&x, &bias};
     for (size_t i = 0; i < sizeof cl / sizeof cl[0]; i++)

@@ -337,30 +337,39 @@ void cuda_permute_cols(struct backend *be, struct tensor *out, const struct tens
 
 static __device__ __forceinline__ float silu(float z) { return z / (1.0f + expf(-z)); }
 
-#define RG_V 16 /* values a thread keeps */
-
 /* A team of `team` threads (32 to 256, a block's worth of teams) per (row,
- * group). Each thread loads its first RG_V values at once and keeps them for
- * the output; a group wider than RG_V * team computes the rest twice. */
+ * group). Each thread loads its first V values (of the nv the group gives
+ * it) of x, z and the weight at once, at clamped columns and before any is
+ * used, so that no load waits behind another, and keeps them for the
+ * output; a group wider than V * team computes the rest twice. */
+template <int V>
 __global__ void __launch_bounds__(256) k_rmsnorm_gated(float *out, int64_t os, const float *x, int64_t xs,
                                                        const float *z, int64_t zs, const void *w, enum dtype wt,
                                                        bool w_full, int32_t group, int64_t groups, int64_t n_items,
                                                        float eps, bool gate_first, int32_t team)
 {
     __shared__ float part[8];
-    const int32_t lane = threadIdx.x % team, tw = team / 32;
+    const int32_t lane = threadIdx.x % team, tw = team / 32, nv = (group + team - 1) / team;
     const int64_t item = (int64_t)blockIdx.x * (blockDim.x / team) + threadIdx.x / team;
     const bool ok = item < n_items;
     const int64_t r = ok ? item / groups : 0, g0 = ok ? (item % groups) * group : 0, w0 = w_full ? g0 : 0;
     const float *a = x + r * xs + g0, *zr = z + r * zs + g0;
-    float t[RG_V], ss = 0.0f;
+    float t[V], zv[V], wv[V], ss = 0.0f;
 #pragma unroll
-    for (int j = 0; j < RG_V; j++) {
-        const int32_t c = lane + j * team;
-        t[j] = ok && c < group ? (gate_first ? a[c] * silu(zr[c]) : a[c]) : 0.0f;
-        ss += t[j] * t[j];
-    }
-    for (int32_t c = lane + RG_V * team; ok && c < group; c += team) {
+    for (int j = 0; j < V; j++)
+        if (j < nv) {
+            const int32_t c = min(lane + j * team, group - 1);
+            t[j] = a[c];
+            zv[j] = zr[c];
+            wv[j] = dev_weight(w, wt, w0 + c);
+        }
+#pragma unroll
+    for (int j = 0; j < V; j++)
+        if (j < nv) {
+            t[j] = ok && lane + j * team < group ? (gate_first ? t[j] * silu(zv[j]) : t[j]) : 0.0f;
+            ss += t[j] * t[j];
+        }
+    for (int32_t c = lane + V * team; ok && c < group; c += team) {
         const float v = gate_first ? a[c] * silu(zr[c]) : a[c];
         ss += v * v;
     }
@@ -378,14 +387,14 @@ __global__ void __launch_bounds__(256) k_rmsnorm_gated(float *out, int64_t os, c
     const float inv = 1.0f / sqrtf(ss / (float)group + eps);
     float *o = out + r * os + g0;
 #pragma unroll
-    for (int j = 0; j < RG_V; j++) {
+    for (int j = 0; j < V; j++) {
         const int32_t c = lane + j * team;
-        if (c < group) {
-            const float v = dev_weight(w, wt, w0 + c) * (t[j] * inv);
-            o[c] = gate_first ? v : v * silu(zr[c]);
+        if (j < nv && c < group) {
+            const float v = wv[j] * (t[j] * inv);
+            o[c] = gate_first ? v : v * silu(zv[j]);
         }
     }
-    for (int32_t c = lane + RG_V * team; c < group; c += team) {
+    for (int32_t c = lane + V * team; c < group; c += team) {
         const float v = dev_weight(w, wt, w0 + c) * ((gate_first ? a[c] * silu(zr[c]) : a[c]) * inv);
         o[c] = gate_first ? v : v * silu(zr[c]);
     }
@@ -400,9 +409,11 @@ void cuda_rmsnorm_gated(struct backend *be, struct tensor *out, const struct ten
     if (cuda_op_skip(c) || items == 0)
         return;
     int32_t team = 32;
-    while (team < 256 && (int64_t)team * RG_V < group)
+    while (team < 256 && (int64_t)team * 16 < group)
         team *= 2;
-    k_rmsnorm_gated<<<cdiv(items * team, 256), 256, 0, c->stream>>>(
+    const int64_t nv = (group + team - 1) / team;
+    (nv <= 4 ? k_rmsnorm_gated<4> : nv <= 8 ? k_rmsnorm_gated<8> : k_rmsnorm_gated<16>)<<<cdiv(items * team, 256), 256,
+                                                                                       0, c->stream>>>(
         (float *)out->data, out->row_stride, (const float *)x->data, x->row_stride, (const float *)z->data,
         z->row_stride, w->data, w->type, w->n_cols != group, (int32_t)group, groups, items, eps, gate_first, team);
     CUDA_LAUNCHED(c);

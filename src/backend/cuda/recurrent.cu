@@ -188,6 +188,9 @@ struct delta_args {
 #define DC CUDA_DELTA_CHUNK
 #define DC_SLICE 32 /* state columns per k_delta_pass block */
 #define DC_TR (DC / 8) /* chunk rows per warp of k_delta_pass (8 warps) */
+#define DS_COLS 32 /* state columns per k_delta_step block, a lane each */
+#define DS_WARPS 8
+#define DS_RMAX 32 /* state rows a lane keeps: dk <= DS_WARPS * DS_RMAX */
 
 /* one warp per (token, key head): normalised q (scaled) and k; and per (token, value head) g, beta */
 __global__ void k_delta_prep(struct delta_args a)
@@ -220,49 +223,82 @@ __global__ void k_delta_prep(struct delta_args a)
     }
 }
 
-/* block per (sequence group, value head); thread e owns column e of S [dk][dv] */
-__global__ void k_delta_scan(struct delta_args a)
+/* block per (sequence group, value head, DS_COLS columns of S [dk][dv]), 8
+ * warps: lane = column, warp w keeps rows w, w + 8, ... in registers (loaded
+ * all at once: a decode step is one read and one write of the state). The
+ * sums over the rows (k.S, q.S) add each warp's rows in order, then the
+ * warps in order through shared memory: a row's bits do not depend on its
+ * batch. */
+__global__ void __launch_bounds__(DS_WARPS * 32) k_delta_step(struct delta_args a)
 {
-    extern __shared__ float sm[];
-    const int32_t dk = a.dk, dv = a.dv, Hv = a.Hv;
-    float *S = sm, *q = S + dk * dv, *k = q + dk;
-    const int32_t g = blockIdx.x / Hv, h = blockIdx.x % Hv, kh = h / (Hv / a.Hk), e = threadIdx.x;
+    __shared__ float qs[DS_WARPS * DS_RMAX], ks[DS_WARPS * DS_RMAX], red[2][DS_WARPS][32];
+    const int32_t dk = a.dk, dv = a.dv, Hv = a.Hv, nc = (dv + DS_COLS - 1) / DS_COLS;
+    const int32_t g = blockIdx.x / (Hv * nc), h = blockIdx.x / nc % Hv, kh = h / (Hv / a.Hk);
+    const int32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, e = blockIdx.x % nc * DS_COLS + lane;
+    const bool col = e < dv;
     const int32_t *rows = a.bt.grp_rows + a.bt.grp_start[g], n = a.bt.grp_start[g + 1] - a.bt.grp_start[g];
-    const int64_t off = (int64_t)h * dk * dv;
+    const int64_t off = (int64_t)h * dk * dv + (col ? e : 0);
     if (a.chunk && a.bt.grp_chain[g] >= 0) /* k_delta_pass's */
         return;
+    float S[DS_RMAX];
     int32_t prev = -1;
     for (int32_t r = 0; r < n; r++) {
         const int32_t i = rows[r], p = a.bt.parent[i];
-        __syncthreads();
         if (p < 0 || p != prev) {
             const float *src = a.state + (int64_t)(p < 0 ? a.bt.state_in[i] : a.bt.state_out[p]) * a.ss + off;
-            for (int32_t d = 0; d < dk; d++)
-                S[d * dv + e] = src[d * dv + e];
+#pragma unroll
+            for (int32_t j = 0; j < DS_RMAX; j++) {
+                const int32_t d = warp + DS_WARPS * j;
+                S[j] = d < dk ? src[(int64_t)d * dv] : 0.0f;
+            }
         }
-        for (int32_t d = e; d < dk; d += dv) {
-            q[d] = a.qn[((int64_t)i * a.Hk + kh) * dk + d];
-            k[d] = a.kn[((int64_t)i * a.Hk + kh) * dk + d];
+        __syncthreads(); /* the last row is done with qs, ks */
+        for (int32_t d = threadIdx.x; d < dk; d += blockDim.x) {
+            qs[d] = a.qn[((int64_t)i * a.Hk + kh) * dk + d];
+            ks[d] = a.kn[((int64_t)i * a.Hk + kh) * dk + d];
+        }
+        const float decay = expf(a.gb[2 * ((int64_t)i * Hv + h)]), beta = a.gb[2 * ((int64_t)i * Hv + h) + 1];
+        const float ve = col ? a.v[(int64_t)i * a.vs + (int64_t)h * dv + e] : 0.0f;
+        __syncthreads();
+        float kv = 0.0f;
+#pragma unroll
+        for (int32_t j = 0; j < DS_RMAX; j++) {
+            const int32_t d = warp + DS_WARPS * j;
+            S[j] *= decay;
+            kv += d < dk ? ks[d] * S[j] : 0.0f;
+        }
+        red[0][warp][lane] = kv;
+        __syncthreads();
+        kv = 0.0f;
+#pragma unroll
+        for (int32_t w = 0; w < DS_WARPS; w++)
+            kv += red[0][w][lane];
+        const float delta = (ve - kv) * beta;
+        float o = 0.0f;
+#pragma unroll
+        for (int32_t j = 0; j < DS_RMAX; j++) {
+            const int32_t d = warp + DS_WARPS * j;
+            S[j] += d < dk ? ks[d] * delta : 0.0f;
+            o += d < dk ? qs[d] * S[j] : 0.0f;
+        }
+        red[1][warp][lane] = o;
+        const int32_t so = a.bt.state_out[i];
+        if (so >= 0 && col) {
+            float *dst = a.state + (int64_t)so * a.ss + off;
+#pragma unroll
+            for (int32_t j = 0; j < DS_RMAX; j++) {
+                const int32_t d = warp + DS_WARPS * j;
+                if (d < dk)
+                    dst[(int64_t)d * dv] = S[j];
+            }
         }
         __syncthreads();
-        const float decay = expf(a.gb[2 * ((int64_t)i * Hv + h)]), beta = a.gb[2 * ((int64_t)i * Hv + h) + 1];
-        float kv = 0.0f;
-        for (int32_t d = 0; d < dk; d++) {
-            S[d * dv + e] *= decay;
-            kv += k[d] * S[d * dv + e];
-        }
-        const float delta = (a.v[(int64_t)i * a.vs + (int64_t)h * dv + e] - kv) * beta;
-        float o = 0.0f;
-        for (int32_t d = 0; d < dk; d++) {
-            S[d * dv + e] += k[d] * delta;
-            o += q[d] * S[d * dv + e];
-        }
-        a.out[(int64_t)i * a.os + (int64_t)h * dv + e] = o;
-        const int32_t so = a.bt.state_out[i];
-        if (so >= 0) {
-            float *dst = a.state + (int64_t)so * a.ss + off;
-            for (int32_t d = 0; d < dk; d++)
-                dst[d * dv + e] = S[d * dv + e];
+        if (warp == 0 && col) {
+            o = 0.0f;
+#pragma unroll
+            for (int32_t w = 0; w < DS_WARPS; w++)
+                o += red[1][w][lane];
+            a.out[(int64_t)i * a.os + (int64_t)h * dv + e] = o;
         }
         prev = i;
     }
@@ -487,8 +523,7 @@ void cuda_delta_rule(struct backend *be, struct tensor *out, const struct tensor
 {
     struct cuda_backend *c = cuda_of(be);
     const int32_t n = c->b.n_tokens;
-    const size_t smem = ((size_t)k_dim * v_dim + 2 * (size_t)k_dim) * sizeof(float);
-    assert(n_v_head % n_k_head == 0 && v_dim <= 1024 && smem <= 200 * 1024);
+    assert(n_v_head % n_k_head == 0 && k_dim <= DS_WARPS * DS_RMAX);
     assert(state->n_cols == (int64_t)n_v_head * k_dim * v_dim);
     if (cuda_op_skip(c) || n == 0)
         return;
@@ -535,10 +570,7 @@ void cuda_delta_rule(struct backend *be, struct tensor *out, const struct tensor
         if (CUDA_LAUNCHED(c) != 0 || c->n_chain == c->d.n_grp)
             return;
     }
-    if (smem > 48 * 1024 &&
-        CUDA_CHECK(c, cudaFuncSetAttribute(k_delta_scan, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != 0)
-        return;
-    k_delta_scan<<<(unsigned)(c->d.n_grp * n_v_head), (unsigned)v_dim, smem, c->stream>>>(d);
+    k_delta_step<<<(unsigned)(c->d.n_grp * n_v_head * cdiv(v_dim, DS_COLS)), DS_WARPS * 32, 0, c->stream>>>(d);
     CUDA_LAUNCHED(c);
 }
 
@@ -565,6 +597,8 @@ struct ssd_args {
 
 #define SC_SLICE 16 /* rows of a head's state per k_ssd_pass block */
 #define SC_SUB 32   /* chunk rows staged at a time by k_ssd_pass */
+#define SS_ROWS 16  /* state rows per k_ssd_step block, two a warp */
+#define SS_NMAX 8   /* state columns a lane keeps: d_state <= 32 * SS_NMAX */
 
 __global__ void k_ssd_prep(struct ssd_args a)
 {
@@ -578,54 +612,68 @@ __global__ void k_ssd_prep(struct ssd_args a)
     a.dts_out[t] = d < lo ? lo : d > a.p.dt_hi ? a.p.dt_hi : d;
 }
 
-/* block per (sequence group, head), 256 threads: warp w owns rows a = w, w+8, ... of S [P][N] */
-__global__ void k_ssd_scan(struct ssd_args a)
+/* block per (sequence group, head, SS_ROWS rows of S [P][N]), 8 warps: warp
+ * w keeps rows w and w + 8 of the block's, lane l their columns l, l + 32,
+ * ... in registers (loaded all at once), and loads B and C itself: the warps
+ * never wait for each other. y's sum adds a lane's columns in order, then
+ * the lanes by warp_sum, as every row of every batch does. */
+__global__ void __launch_bounds__(256) k_ssd_step(struct ssd_args a)
 {
-    extern __shared__ float sm[];
-    const int32_t P = a.p.head_dim, N = a.p.d_state, H = a.p.n_head;
-    float *S = sm, *xb = S + P * N, *Bb = xb + P, *Cb = Bb + N;
-    const int32_t g = blockIdx.x / H, h = blockIdx.x % H, grp = h / (H / a.p.n_group);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const int32_t P = a.p.head_dim, N = a.p.d_state, H = a.p.n_head, nr = (P + SS_ROWS - 1) / SS_ROWS;
+    const int32_t g = blockIdx.x / (H * nr), h = blockIdx.x / nr % H, grp = h / (H / a.p.n_group);
+    const int32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, a0 = blockIdx.x % nr * SS_ROWS + warp;
     const int32_t *rows = a.bt.grp_rows + a.bt.grp_start[g], n = a.bt.grp_start[g + 1] - a.bt.grp_start[g];
     const int64_t off = (int64_t)h * P * N;
     const float A = -expf(dev_weight(a.A_log, a.At, h)), Dh = dev_weight(a.D, a.Dt, h);
     if (a.gram && a.bt.grp_chain[g] >= 0) /* k_ssd_pass's */
         return;
+    float S[2][SS_NMAX];
     int32_t prev = -1;
     for (int32_t r = 0; r < n; r++) {
         const int32_t i = rows[r], p = a.bt.parent[i];
-        __syncthreads();
         if (p < 0 || p != prev) {
             const float *src = a.state + (int64_t)(p < 0 ? a.bt.state_in[i] : a.bt.state_out[p]) * a.ss + off;
-            for (int32_t e = threadIdx.x; e < P * N; e += blockDim.x)
-                S[e] = src[e];
+#pragma unroll
+            for (int u = 0; u < 2; u++)
+#pragma unroll
+                for (int m = 0; m < SS_NMAX; m++) {
+                    const int32_t row = a0 + 8 * u, e = lane + 32 * m;
+                    S[u][m] = row < P && e < N ? src[(int64_t)row * N + e] : 0.0f;
+                }
         }
-        for (int32_t e = threadIdx.x; e < P; e += blockDim.x)
-            xb[e] = a.x[(int64_t)i * a.xs + (int64_t)h * P + e];
-        for (int32_t e = threadIdx.x; e < N; e += blockDim.x) {
-            Bb[e] = a.B[(int64_t)i * a.Bs + (int64_t)grp * N + e];
-            Cb[e] = a.C[(int64_t)i * a.Cs + (int64_t)grp * N + e];
+        float Bv[SS_NMAX], Cv[SS_NMAX], xv[2];
+#pragma unroll
+        for (int m = 0; m < SS_NMAX; m++) {
+            const int32_t e = lane + 32 * m;
+            Bv[m] = e < N ? a.B[(int64_t)i * a.Bs + (int64_t)grp * N + e] : 0.0f;
+            Cv[m] = e < N ? a.C[(int64_t)i * a.Cs + (int64_t)grp * N + e] : 0.0f;
         }
-        __syncthreads();
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+            xv[u] = a0 + 8 * u < P ? a.x[(int64_t)i * a.xs + (int64_t)h * P + a0 + 8 * u] : 0.0f;
         const float dt = a.dts_out[(int64_t)i * H + h], dA = expf(dt * A);
-        for (int32_t row = warp; row < P; row += nw) {
-            float *Sa = S + row * N;
-            const float dx = dt * xb[row];
+        const int32_t so = a.bt.state_out[i];
+        float *dst = a.state + (int64_t)(so >= 0 ? so : 0) * a.ss + off;
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int32_t row = a0 + 8 * u;
+            const float dx = dt * xv[u];
             float yv = 0.0f;
-            for (int32_t e = lane; e < N; e += 32) {
-                Sa[e] = Sa[e] * dA + dx * Bb[e];
-                yv += Sa[e] * Cb[e];
+#pragma unroll
+            for (int m = 0; m < SS_NMAX; m++) {
+                S[u][m] = S[u][m] * dA + dx * Bv[m];
+                yv += S[u][m] * Cv[m];
             }
             yv = warp_sum(yv);
+            if (row >= P)
+                continue;
             if (lane == 0)
-                a.y[(int64_t)i * a.ys + (int64_t)h * P + row] = yv + Dh * xb[row];
-        }
-        const int32_t so = a.bt.state_out[i];
-        if (so >= 0) {
-            __syncthreads();
-            float *dst = a.state + (int64_t)so * a.ss + off;
-            for (int32_t e = threadIdx.x; e < P * N; e += blockDim.x)
-                dst[e] = S[e];
+                a.y[(int64_t)i * a.ys + (int64_t)h * P + row] = yv + Dh * xv[u];
+            if (so >= 0)
+#pragma unroll
+                for (int m = 0; m < SS_NMAX; m++)
+                    if (lane + 32 * m < N)
+                        dst[(int64_t)row * N + lane + 32 * m] = S[u][m];
         }
         prev = i;
     }
@@ -785,8 +833,7 @@ void cuda_ssd(struct backend *be, struct tensor *y, const struct tensor *x, cons
 {
     struct cuda_backend *c = cuda_of(be);
     const int32_t n = c->b.n_tokens;
-    const size_t smem = ((size_t)p->head_dim * p->d_state + p->head_dim + 2 * (size_t)p->d_state) * sizeof(float);
-    assert(p->n_head % p->n_group == 0 && smem <= 200 * 1024);
+    assert(p->n_head % p->n_group == 0 && p->d_state <= 32 * SS_NMAX);
     assert(state->n_cols == (int64_t)p->n_head * p->head_dim * p->d_state);
     if (cuda_op_skip(c) || n == 0)
         return;
@@ -828,9 +875,6 @@ void cuda_ssd(struct backend *be, struct tensor *y, const struct tensor *x, cons
         if (CUDA_LAUNCHED(c) != 0 || c->n_chain == c->d.n_grp)
             return;
     }
-    if (smem > 48 * 1024 &&
-        CUDA_CHECK(c, cudaFuncSetAttribute(k_ssd_scan, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != 0)
-        return;
-    k_ssd_scan<<<(unsigned)(c->d.n_grp * p->n_head), 256, smem, c->stream>>>(a);
+    k_ssd_step<<<(unsigned)(c->d.n_grp * p->n_head * cdiv(p->head_dim, SS_ROWS)), 256, 0, c->stream>>>(a);
     CUDA_LAUNCHED(c);
 }
