@@ -3,11 +3,12 @@
  *
  * The conv is parallel over (token, channel): each thread walks its token's
  * parent chain for the K-1 earlier inputs. The step scans are sequential over
- * each sequence's rows: one block per (sequence, head) keeps the head's state
- * in shared memory and applies the recurrent step of the reference
- * (transformers' torch_recurrent_gated_delta_rule, the Mamba2 decode step)
- * token after token, following parents as the cpu backend does (a row whose
- * parent is not the row before reloads its parent's kept state). Per-token
+ * each sequence's rows: a block per (sequence, head, slice of the state)
+ * keeps its slice in registers and applies the recurrent step of the
+ * reference (transformers' torch_recurrent_gated_delta_rule, the Mamba2
+ * decode step) token after token, following parents as the cpu backend does
+ * (a row whose parent is not the row before reloads its parent's kept
+ * state). Per-token
  * inputs that need no state (normalised q/k, decay, beta, dt) are computed
  * first, in parallel.
  *
