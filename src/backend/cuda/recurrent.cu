@@ -8,9 +8,8 @@
  * reference (transformers' torch_recurrent_gated_delta_rule, the Mamba2
  * decode step) token after token, following parents as the cpu backend does
  * (a row whose parent is not the row before reloads its parent's kept
- * state). Per-token
- * inputs that need no state (normalised q/k, decay, beta, dt) are computed
- * first, in parallel.
+ * state). Per-token inputs that need no state (normalised q/k, decay, beta,
+ * dt) are computed first, in parallel.
  *
  * A sequence whose rows are one chain from its committed state (a prefill)
  * takes the chunked forms instead, as the cpu backend does (delta_chunked,
