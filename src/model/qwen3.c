@@ -145,7 +145,6 @@ void qwen3_forward(const struct model *m, struct model_scratch *s, struct kv_ten
     const float scale = 1.0f / sqrtf((float)c->head_dim);
 #define ROWS(t) struct tensor t = tensor_rows(&s->t, 0, n_tokens)
     ROWS(x);
-    ROWS(h);
     ROWS(q);
     ROWS(k);
     ROWS(v);
@@ -155,16 +154,14 @@ void qwen3_forward(const struct model *m, struct model_scratch *s, struct kv_ten
     layers_trace(m, trace, 0, &x, n_tokens);
     for (int32_t l = 0; l < c->n_layer; l++) {
         const struct layer_weights *L = &m->layers[l];
-        const struct mm_fused in = {.pre = MM_PRE_RMSNORM, .norm = &L->attn_norm, .eps = c->rms_eps, .pre_buf = &h};
-        op->matmul_fused(be, 3, (struct tensor *const[]){&q, &k, &v},
-                         (const struct tensor *const[]){&L->q, &L->k, &L->v}, &x, &in);
+        layers_norm_in(m, s, &L->attn_norm, 3, (struct tensor *const[]){&q, &k, &v},
+                       (const struct tensor *const[]){&L->q, &L->k, &L->v}, &x);
         struct tensor *kc = &kv->k[m->kv_layer[l]], *vc = &kv->v[m->kv_layer[l]];
         const struct attn_prep prep = {&L->q_norm, &L->k_norm, c->rms_eps, c->n_head, c->n_kv_head, c->head_dim,
                                          c->rope_dim, &m->inv_freq, c->rope_attn_factor};
         op->attn_prep(be, &q, &k, &v, kc, vc, &prep);
         op->attention(be, &att, &q, kc, vc, c->n_head, c->n_kv_head, c->head_dim, scale);
-        const struct mm_fused residual = {.accumulate = true, .acc_buf = &h};
-        op->matmul_fused(be, 1, (struct tensor *const[]){&x}, (const struct tensor *const[]){&L->o}, &att, &residual);
+        layers_residual(m, s, &x, &att, &L->o);
 
         if (c->layer_ffn[l] == FFN_MOE) {
             layers_moe(m, s, L, &L->ffn_norm, &x, n_tokens);
