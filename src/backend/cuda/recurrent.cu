@@ -8,8 +8,8 @@
  * reference (transformers' torch_recurrent_gated_delta_rule, the Mamba2
  * decode step) token after token, following parents as the cpu backend does
  * (a row whose parent is not the row before reloads its parent's kept
- * state). Per-token inputs that need no state (normalised q/k, decay, beta,
- * dt) are computed first, in parallel.
+ * state), preparing each row's inputs (normalised q/k, decay, beta, dt)
+ * itself: a decode step is one launch per scan.
  *
  * A sequence whose rows are one chain from its committed state (a prefill)
  * takes the chunked forms instead, as the cpu backend does (delta_chunked,
@@ -190,48 +190,62 @@ struct delta_args {
 #define DC_TR (DC / 8) /* chunk rows per warp of k_delta_pass (8 warps) */
 #define DS_COLS 32 /* state columns per k_delta_step block, a lane each */
 #define DS_WARPS 8
-#define DS_RMAX 32 /* state rows a lane keeps: dk <= DS_WARPS * DS_RMAX */
+#define DS_RMAX 32 /* state rows a lane keeps at most: dk <= DS_WARPS * DS_RMAX */
 
-/* one warp per (token, key head): normalised q (scaled) and k; and per (token, value head) g, beta */
+/* a warp: row i's q (normalised, scaled) and k (normalised) of key head kh
+ * into qo and ko; the same function wherever a row is prepared */
+static __device__ __forceinline__ void delta_qk_norm(const struct delta_args &a, int32_t i, int32_t kh, float *qo,
+                                                     float *ko)
+{
+    const int lane = threadIdx.x & 31, dk = a.dk;
+    const float *qr = a.q + (int64_t)i * a.qs + (int64_t)kh * dk, *kr = a.k + (int64_t)i * a.ks + (int64_t)kh * dk;
+    float sq = 0.0f, sk = 0.0f;
+    for (int d = lane; d < dk; d += 32) {
+        sq += qr[d] * qr[d];
+        sk += kr[d] * kr[d];
+    }
+    sq = warp_sum(sq);
+    sk = warp_sum(sk);
+    const float iq = 1.0f / sqrtf(sq + 1e-6f), ik = 1.0f / sqrtf(sk + 1e-6f), scale = 1.0f / sqrtf((float)dk);
+    for (int d = lane; d < dk; d += 32) {
+        qo[d] = qr[d] * iq * scale;
+        ko[d] = kr[d] * ik;
+    }
+}
+
+/* row i's decay log g and beta for value head h */
+static __device__ __forceinline__ float2 delta_gate(const struct delta_args &a, int32_t i, int32_t h)
+{
+    const float bb = a.b[(int64_t)i * a.bs + h], aa = a.a[(int64_t)i * a.as + h];
+    return make_float2(-expf(dev_weight(a.A_log, a.At, h)) * softplus(aa + dev_weight(a.dt_bias, a.dtt, h)),
+                       1.0f / (1.0f + expf(-bb)));
+}
+
+/* for the chunked and product forms: one warp per (token, key head): the
+ * normalised q and k; and per (token, value head) g, beta */
 __global__ void k_delta_prep(struct delta_args a)
 {
     const int64_t item = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-    const int lane = threadIdx.x & 31;
-    if (item < (int64_t)a.n * a.Hk) {
-        const int32_t i = (int32_t)(item / a.Hk), kh = (int32_t)(item % a.Hk), dk = a.dk;
-        const float *qr = a.q + (int64_t)i * a.qs + (int64_t)kh * dk, *kr = a.k + (int64_t)i * a.ks + (int64_t)kh * dk;
-        float sq = 0.0f, sk = 0.0f;
-        for (int d = lane; d < dk; d += 32) {
-            sq += qr[d] * qr[d];
-            sk += kr[d] * kr[d];
-        }
-        sq = warp_sum(sq);
-        sk = warp_sum(sk);
-        const float iq = 1.0f / sqrtf(sq + 1e-6f), ik = 1.0f / sqrtf(sk + 1e-6f), scale = 1.0f / sqrtf((float)dk);
-        float *qo = a.qn + item * dk, *ko = a.kn + item * dk;
-        for (int d = lane; d < dk; d += 32) {
-            qo[d] = qr[d] * iq * scale;
-            ko[d] = kr[d] * ik;
-        }
-    }
+    if (item < (int64_t)a.n * a.Hk)
+        delta_qk_norm(a, (int32_t)(item / a.Hk), (int32_t)(item % a.Hk), a.qn + item * a.dk, a.kn + item * a.dk);
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t < (int64_t)a.n * a.Hv) {
-        const int32_t i = (int32_t)(t / a.Hv), h = (int32_t)(t % a.Hv);
-        const float bb = a.b[(int64_t)i * a.bs + h], aa = a.a[(int64_t)i * a.as + h];
-        a.gb[2 * t] = -expf(dev_weight(a.A_log, a.At, h)) * softplus(aa + dev_weight(a.dt_bias, a.dtt, h));
-        a.gb[2 * t + 1] = 1.0f / (1.0f + expf(-bb));
+        const float2 gb = delta_gate(a, (int32_t)(t / a.Hv), (int32_t)(t % a.Hv));
+        a.gb[2 * t] = gb.x;
+        a.gb[2 * t + 1] = gb.y;
     }
 }
 
 /* block per (sequence group, value head, DS_COLS columns of S [dk][dv]), 8
  * warps: lane = column, warp w keeps rows w, w + 8, ... in registers (loaded
- * all at once: a decode step is one read and one write of the state). The
+ * all at once: a decode step is one read and one write of the state); warp
+ * 0 prepares the row's q and k as k_delta_prep does. The
  * sums over the rows (k.S, q.S) add each warp's rows in order, then the
  * warps in order through shared memory: a row's bits do not depend on its
  * batch. */
-__global__ void __launch_bounds__(DS_WARPS * 32) k_delta_step(struct delta_args a)
+template <int RM> __global__ void __launch_bounds__(DS_WARPS * 32, RM <= 16 ? 2 : 1) k_delta_step(struct delta_args a)
 {
-    __shared__ float qs[DS_WARPS * DS_RMAX], ks[DS_WARPS * DS_RMAX], red[2][DS_WARPS][32];
+    __shared__ float qs[DS_WARPS * RM], ks[DS_WARPS * RM], red[2][DS_WARPS][32];
     const int32_t dk = a.dk, dv = a.dv, Hv = a.Hv, nc = (dv + DS_COLS - 1) / DS_COLS;
     const int32_t g = blockIdx.x / (Hv * nc), h = blockIdx.x / nc % Hv, kh = h / (Hv / a.Hk);
     const int32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, e = blockIdx.x % nc * DS_COLS + lane;
@@ -240,29 +254,28 @@ __global__ void __launch_bounds__(DS_WARPS * 32) k_delta_step(struct delta_args 
     const int64_t off = (int64_t)h * dk * dv + (col ? e : 0);
     if (a.chunk && a.bt.grp_chain[g] >= 0) /* k_delta_pass's */
         return;
-    float S[DS_RMAX];
+    float S[RM];
     int32_t prev = -1;
     for (int32_t r = 0; r < n; r++) {
         const int32_t i = rows[r], p = a.bt.parent[i];
         if (p < 0 || p != prev) {
             const float *src = a.state + (int64_t)(p < 0 ? a.bt.state_in[i] : a.bt.state_out[p]) * a.ss + off;
 #pragma unroll
-            for (int32_t j = 0; j < DS_RMAX; j++) {
+            for (int32_t j = 0; j < RM; j++) {
                 const int32_t d = warp + DS_WARPS * j;
                 S[j] = d < dk ? src[(int64_t)d * dv] : 0.0f;
             }
         }
         __syncthreads(); /* the last row is done with qs, ks */
-        for (int32_t d = threadIdx.x; d < dk; d += blockDim.x) {
-            qs[d] = a.qn[((int64_t)i * a.Hk + kh) * dk + d];
-            ks[d] = a.kn[((int64_t)i * a.Hk + kh) * dk + d];
-        }
-        const float decay = expf(a.gb[2 * ((int64_t)i * Hv + h)]), beta = a.gb[2 * ((int64_t)i * Hv + h) + 1];
+        if (warp == 0)
+            delta_qk_norm(a, i, kh, qs, ks);
+        const float2 gb = delta_gate(a, i, h);
+        const float decay = expf(gb.x), beta = gb.y;
         const float ve = col ? a.v[(int64_t)i * a.vs + (int64_t)h * dv + e] : 0.0f;
         __syncthreads();
         float kv = 0.0f;
 #pragma unroll
-        for (int32_t j = 0; j < DS_RMAX; j++) {
+        for (int32_t j = 0; j < RM; j++) {
             const int32_t d = warp + DS_WARPS * j;
             S[j] *= decay;
             kv += d < dk ? ks[d] * S[j] : 0.0f;
@@ -276,7 +289,7 @@ __global__ void __launch_bounds__(DS_WARPS * 32) k_delta_step(struct delta_args 
         const float delta = (ve - kv) * beta;
         float o = 0.0f;
 #pragma unroll
-        for (int32_t j = 0; j < DS_RMAX; j++) {
+        for (int32_t j = 0; j < RM; j++) {
             const int32_t d = warp + DS_WARPS * j;
             S[j] += d < dk ? ks[d] * delta : 0.0f;
             o += d < dk ? qs[d] * S[j] : 0.0f;
@@ -286,7 +299,7 @@ __global__ void __launch_bounds__(DS_WARPS * 32) k_delta_step(struct delta_args 
         if (so >= 0 && col) {
             float *dst = a.state + (int64_t)so * a.ss + off;
 #pragma unroll
-            for (int32_t j = 0; j < DS_RMAX; j++) {
+            for (int32_t j = 0; j < RM; j++) {
                 const int32_t d = warp + DS_WARPS * j;
                 if (d < dk)
                     dst[(int64_t)d * dv] = S[j];
@@ -549,9 +562,11 @@ void cuda_delta_rule(struct backend *be, struct tensor *out, const struct tensor
                            n_k_head, n_v_head, k_dim, v_dim, n, scr, scr + (size_t)n * n_k_head * k_dim,
                            scr + (size_t)2 * n * n_k_head * k_dim, chunked ? scr + n_in : NULL, rec, n_ci, c->d};
     const int64_t items = (int64_t)n * (n_k_head > n_v_head ? n_k_head : n_v_head);
-    k_delta_prep<<<cdiv(items * 32, 256), 256, 0, c->stream>>>(d);
-    if (CUDA_LAUNCHED(c) != 0)
-        return;
+    if (gemm || chunked) {
+        k_delta_prep<<<cdiv(items * 32, 256), 256, 0, c->stream>>>(d);
+        if (CUDA_LAUNCHED(c) != 0)
+            return;
+    }
     if (gemm) {
         cuda_delta_gemm(c, d.out, d.os, d.qn, d.kn, d.v, d.vs, d.gb, n_k_head, n_v_head, k_dim, v_dim, d.state, d.ss);
         return;
@@ -570,7 +585,8 @@ void cuda_delta_rule(struct backend *be, struct tensor *out, const struct tensor
         if (CUDA_LAUNCHED(c) != 0 || c->n_chain == c->d.n_grp)
             return;
     }
-    k_delta_step<<<(unsigned)(c->d.n_grp * n_v_head * cdiv(v_dim, DS_COLS)), DS_WARPS * 32, 0, c->stream>>>(d);
+    (k_dim <= DS_WARPS * 16 ? k_delta_step<16> : k_delta_step<DS_RMAX>)<<<
+        (unsigned)(c->d.n_grp * n_v_head * cdiv(v_dim, DS_COLS)), DS_WARPS * 32, 0, c->stream>>>(d);
     CUDA_LAUNCHED(c);
 }
 
@@ -600,16 +616,21 @@ struct ssd_args {
 #define SS_ROWS 16  /* state rows per k_ssd_step block, two a warp */
 #define SS_NMAX 8   /* state columns a lane keeps: d_state <= 32 * SS_NMAX */
 
+/* row i's time step for head h: clamp(softplus(dt + dt_bias)) */
+static __device__ __forceinline__ float ssd_dt(const struct ssd_args &a, int32_t i, int32_t h)
+{
+    const float d = softplus(a.dt[(int64_t)i * a.dts + h] + dev_weight(a.dt_bias, a.dtt, h));
+    const float lo = a.p.dt_min > a.p.dt_lo ? a.p.dt_min : a.p.dt_lo;
+    return d < lo ? lo : d > a.p.dt_hi ? a.p.dt_hi : d;
+}
+
+/* for the chunked and product forms: every row's time steps */
 __global__ void k_ssd_prep(struct ssd_args a)
 {
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const int32_t H = a.p.n_head;
-    if (t >= (int64_t)a.n * H)
-        return;
-    const int32_t i = (int32_t)(t / H), h = (int32_t)(t % H);
-    const float d = softplus(a.dt[(int64_t)i * a.dts + h] + dev_weight(a.dt_bias, a.dtt, h));
-    const float lo = a.p.dt_min > a.p.dt_lo ? a.p.dt_min : a.p.dt_lo;
-    a.dts_out[t] = d < lo ? lo : d > a.p.dt_hi ? a.p.dt_hi : d;
+    if (t < (int64_t)a.n * H)
+        a.dts_out[t] = ssd_dt(a, (int32_t)(t / H), (int32_t)(t % H));
 }
 
 /* block per (sequence group, head, SS_ROWS rows of S [P][N]), 8 warps: warp
@@ -651,7 +672,7 @@ __global__ void __launch_bounds__(256) k_ssd_step(struct ssd_args a)
 #pragma unroll
         for (int u = 0; u < 2; u++)
             xv[u] = a0 + 8 * u < P ? a.x[(int64_t)i * a.xs + (int64_t)h * P + a0 + 8 * u] : 0.0f;
-        const float dt = a.dts_out[(int64_t)i * H + h], dA = expf(dt * A);
+        const float dt = ssd_dt(a, i, h), dA = expf(dt * A);
         const int32_t so = a.bt.state_out[i];
         float *dst = a.state + (int64_t)(so >= 0 ? so : 0) * a.ss + off;
 #pragma unroll
@@ -854,9 +875,11 @@ void cuda_ssd(struct backend *be, struct tensor *y, const struct tensor *x, cons
                          C->row_stride, dt->row_stride, A_log->data, D->data, dt_bias->data, A_log->type,
                          D->type, dt_bias->type, (float *)state->data, state->row_stride, *p, n, scr,
                          chunked ? scr + n_dt : NULL, n_ci, c->d};
-    k_ssd_prep<<<cdiv((int64_t)n * p->n_head, 256), 256, 0, c->stream>>>(a);
-    if (CUDA_LAUNCHED(c) != 0)
-        return;
+    if (gemm || chunked) {
+        k_ssd_prep<<<cdiv((int64_t)n * p->n_head, 256), 256, 0, c->stream>>>(a);
+        if (CUDA_LAUNCHED(c) != 0)
+            return;
+    }
     if (gemm) {
         cuda_ssd_gemm(c, y, x, B, C, scr, A_log, D, state, p);
         return;

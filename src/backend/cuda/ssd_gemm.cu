@@ -54,18 +54,43 @@ __global__ void k_sg_cum(struct sg_args a)
 
 #define SG_U 4 /* elements a thread loads before it stores any */
 
+/* (q, r) = (e / d, e % d) for e = e0, e0 + step, ...: one division at the
+ * start, not one an element (the kernels below are bound by instructions) */
+struct divwalk {
+    int32_t q, r, dq, dr, d;
+};
+
+static __device__ __forceinline__ divwalk divwalk_init(int32_t e0, int32_t step, int32_t d)
+{
+    return {e0 / d, e0 % d, step / d, step % d, d};
+}
+
+static __device__ __forceinline__ void divwalk_next(divwalk &w)
+{
+    w.q += w.dq;
+    w.r += w.dr;
+    if (w.r >= w.d) {
+        w.r -= w.d;
+        w.q++;
+    }
+}
+
 /* block per segment row (the rows past n zero): B and C by group, x by head
  * (Xd) and, by group with its heads side by side, e^{a_L-a_t} dt_t x_t (Xw) */
 __global__ void __launch_bounds__(256) k_sg_pack(struct sg_args a)
 {
-    __shared__ float fac[SG_HMAX]; /* per head: e^{a_L-a_t} dt_t */
+    __shared__ float fac[SG_HMAX];   /* per head: e^{a_L-a_t} dt_t */
+    __shared__ int32_t xwo[SG_HMAX]; /* per head: its place in a chunk's Xw, g CH Q + (h % HG) P */
     const int32_t r = blockIdx.x, c = r / a.CH, t = r % a.CH, i = a.row0 + r;
     const bool ok = i < a.n;
     const int32_t HG = a.H / a.G, Q = HG * a.P, GN = a.G * a.N, HP = a.H * a.P;
     for (int32_t h = threadIdx.x; h < a.H; h += blockDim.x) {
         const float *ac = a.acum + ((int64_t)c * a.H + h) * a.CH;
         fac[h] = ok ? expf(ac[a.CH - 1] - ac[t]) * a.dts[(int64_t)i * a.H + h] : 0.0f;
+        xwo[h] = h / HG * a.CH * Q + h % HG * a.P;
     }
+    const int64_t bc0 = (int64_t)c * a.G * a.CH * a.N + (int64_t)t * a.N, gs = (int64_t)a.CH * a.N;
+    divwalk gd = divwalk_init(threadIdx.x, blockDim.x, a.N);
     for (int32_t e0 = threadIdx.x; e0 < GN; e0 += SG_U * blockDim.x) {
         float bv[SG_U], cv[SG_U];
 #pragma unroll
@@ -76,15 +101,18 @@ __global__ void __launch_bounds__(256) k_sg_pack(struct sg_args a)
         }
 #pragma unroll
         for (int u = 0; u < SG_U; u++) {
-            const int32_t e = e0 + u * blockDim.x, g = e / a.N, d = e % a.N;
-            const int64_t o = (((int64_t)c * a.G + g) * a.CH + t) * a.N + d;
-            if (e < GN) {
+            const int64_t o = bc0 + gd.q * gs + gd.r;
+            if (e0 + u * (int32_t)blockDim.x < GN) {
                 a.Bb[o] = __float2bfloat16_rn(bv[u]);
                 a.Cb[o] = __float2bfloat16_rn(cv[u]);
             }
+            divwalk_next(gd);
         }
     }
     __syncthreads();
+    const int64_t xd0 = (int64_t)c * a.H * a.CH * a.P + (int64_t)t * a.P, hs = (int64_t)a.CH * a.P;
+    const int64_t xw0 = (int64_t)c * a.G * a.CH * Q + (int64_t)t * Q;
+    divwalk hp = divwalk_init(threadIdx.x, blockDim.x, a.P);
     for (int32_t e0 = threadIdx.x; e0 < HP; e0 += SG_U * blockDim.x) {
         float xv[SG_U];
 #pragma unroll
@@ -94,12 +122,11 @@ __global__ void __launch_bounds__(256) k_sg_pack(struct sg_args a)
         }
 #pragma unroll
         for (int u = 0; u < SG_U; u++) {
-            const int32_t e = e0 + u * blockDim.x, h = e / a.P, p = e % a.P, g = h / HG;
-            if (e < HP) {
-                a.Xd[(((int64_t)c * a.H + h) * a.CH + t) * a.P + p] = __float2bfloat16_rn(xv[u]);
-                a.Xw[(((int64_t)c * a.G + g) * a.CH + t) * Q + (h % HG) * a.P + p] =
-                    __float2bfloat16_rn(fac[h] * xv[u]);
+            if (e0 + u * (int32_t)blockDim.x < HP) {
+                a.Xd[xd0 + hp.q * hs + hp.r] = __float2bfloat16_rn(xv[u]);
+                a.Xw[xw0 + xwo[hp.q] + hp.r] = __float2bfloat16_rn(fac[hp.q] * xv[u]);
             }
+            divwalk_next(hp);
         }
     }
 }
@@ -153,28 +180,37 @@ __global__ void k_sg_chain(struct sg_args a, int32_t nc)
 __global__ void __launch_bounds__(256) k_sg_out(struct sg_args a)
 {
     __shared__ float ea[SG_HMAX], dh[SG_HMAX];
+    __shared__ int32_t yoo[SG_HMAX]; /* per head: its place in a chunk's Yo, g CH Q + (h % HG) P */
     const int32_t r = blockIdx.x, c = r / a.CH, t = r % a.CH, i = a.row0 + r;
     const int32_t HG = a.H / a.G, Q = HG * a.P, HP = a.H * a.P;
     for (int32_t h = threadIdx.x; h < a.H; h += blockDim.x) {
         ea[h] = expf(a.acum[((int64_t)c * a.H + h) * a.CH + t]);
         dh[h] = dev_weight(a.D, a.Dt, h);
+        yoo[h] = h / HG * a.CH * Q + h % HG * a.P;
     }
     __syncthreads();
+    const int64_t yo0 = (int64_t)c * a.G * a.CH * Q + (int64_t)t * Q;
+    const int64_t yd0 = (int64_t)c * a.H * a.CH * a.P + (int64_t)t * a.P, hs = (int64_t)a.CH * a.P;
+    divwalk hp = divwalk_init(threadIdx.x, blockDim.x, a.P);
     for (int32_t e0 = threadIdx.x; e0 < HP; e0 += SG_U * blockDim.x) {
         float yo[SG_U], yd[SG_U], xv[SG_U];
+        int32_t hv[SG_U];
 #pragma unroll
         for (int u = 0; u < SG_U; u++) {
-            const int32_t e = e0 + u * blockDim.x, h = e / a.P, p = e % a.P, g = h / HG;
+            const int32_t e = e0 + u * blockDim.x;
             const bool in = e < HP;
-            yo[u] = in ? a.Yo[(((int64_t)c * a.G + g) * a.CH + t) * Q + (h % HG) * a.P + p] : 0.0f;
-            yd[u] = in ? a.Yd[(((int64_t)c * a.H + h) * a.CH + t) * a.P + p] : 0.0f;
+            const int32_t h = in ? hp.q : 0;
+            hv[u] = h;
+            yo[u] = in ? a.Yo[yo0 + yoo[h] + hp.r] : 0.0f;
+            yd[u] = in ? a.Yd[yd0 + h * hs + hp.r] : 0.0f;
             xv[u] = in ? a.x[(int64_t)i * a.xs + e] : 0.0f;
+            divwalk_next(hp);
         }
 #pragma unroll
         for (int u = 0; u < SG_U; u++) {
-            const int32_t e = e0 + u * blockDim.x, h = e / a.P;
+            const int32_t e = e0 + u * blockDim.x;
             if (e < HP)
-                a.y[(int64_t)i * a.ys + e] = ea[h] * yo[u] + yd[u] + dh[h] * xv[u];
+                a.y[(int64_t)i * a.ys + e] = ea[hv[u]] * yo[u] + yd[u] + dh[hv[u]] * xv[u];
         }
     }
 }
