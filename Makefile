@@ -21,8 +21,10 @@ CU_OBJ    := $(CU_SRC:%.cu=build/%.o)
 CUDA_DEF  := -DKAPITSA_CUDA
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++
 NVFLAGS   ?= -O3 -g -lineinfo
-NVFLAGS   += -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
-             -Xcompiler -Wall,-Wextra -MMD -MP
+NVFLAGS   += -std=c++17 -Xcompiler -Wall,-Wextra -MMD -MP
+NVARCH    := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+# wgmma is sm_90a's alone: flash_sm90.cu is built for it, plus PTX without it for newer GPUs
+build/src/backend/cuda/flash_sm90.o: NVARCH := -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90
 endif
 
 SRC     := $(wildcard src/base/*.c src/model/*.c src/backend/*.c src/backend/cpu/*.c src/engine/*.c src/tokenizer/*.c src/chat/*.c src/server/*.c src/hub/*.c)
@@ -54,7 +56,7 @@ build/%.o: %.c
 
 build/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -c $< -o $@
+	$(NVCC) $(NVFLAGS) $(NVARCH) -c $< -o $@
 
 build/asan/%.o: %.c
 	@mkdir -p $(dir $@)

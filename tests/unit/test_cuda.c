@@ -1,3 +1,4 @@
+#define _POSIX_C_SOURCE 200809L /* setenv */
 /* Tests of the cuda backend against the cpu backend, op by op on random
  * shapes (normalised error: max |cuda - cpu| / max |cpu|), and at the model
  * level: a token verified inside a tree gets bitwise the logits it gets when
@@ -360,8 +361,9 @@ static void attention_case(struct both *b, int32_t len0, int32_t n_head, int32_t
 }
 
 /* A prefill batch: seq 0 has len0 cached tokens and n0 new rows, seq 1 none
- * cached and n1 new rows, no mask. Runs of rows of one sequence (16 to 64, by
- * the head group) go to the tensor-core kernel, others to the CUDA-core one. */
+ * cached and n1 new rows, no mask: the tensor-core kernels a row tile (up to
+ * 64 rows of one sequence) at a time, except head dim 256 in precise mode
+ * (the CUDA-core kernel). */
 static void prefill_case(struct both *b, int32_t len0, int32_t n0, int32_t n1, int32_t n_head, int32_t n_kv,
                          int32_t hd, double tol)
 {
@@ -412,7 +414,8 @@ void test_cuda_attention(void)
     prefill_case(&b, 5, 96, 37, 6, 2, 64, 2e-5);       /* groups of 3 heads */
     prefill_case(&b, 0, 128, 20, 4, 4, 32, 2e-5);      /* no grouping: 64 rows a block */
     prefill_case(&b, 64, 96, 33, 16, 2, 128, 2e-5);    /* groups of 8: 16 rows a block */
-    prefill_case(&b, 17, 100, 80, 8, 2, 128, 2e-5);    /* runs of 32 broken: CUDA cores */
+    prefill_case(&b, 17, 100, 80, 8, 2, 128, 2e-5);    /* a sequence's rows in tiles of 64 and 36 */
+    prefill_case(&b, 500, 1, 200, 32, 8, 128, 2e-5);   /* one decoded row before a prompt's (a tile of 1) */
     prefill_case(&b, 40, 64, 70, 8, 2, 256, 2e-5);     /* head dim 256, precise: CUDA cores */
     /* a bf16 cache: both backends store the same rounded rows and read them exactly */
     att_kv = DT_BF16;
@@ -426,14 +429,31 @@ void test_cuda_attention(void)
     prefill_case(&b, 40, 64, 70, 8, 2, 256, 2e-5);
     att_kv = DT_F32;
     both_close(&b);
-    /* fast mode: bf16 operands on the tensor cores, within bf16 rounding */
-    if (both_open(&b, false) != 0)
-        return both_close(&b);
-    prefill_case(&b, 300, 128, 101, 32, 8, 128, 2e-2);
-    prefill_case(&b, 40, 64, 70, 4, 2, 32, 2e-2);
-    prefill_case(&b, 300, 128, 101, 16, 4, 256, 2e-2); /* head dim 256: queries staged in shared memory */
-    prefill_case(&b, 70, 192, 64, 16, 8, 256, 2e-2);   /* groups of 2: 64 rows a block */
-    both_close(&b);
+    /* fast mode: bf16 operands on the tensor cores, within bf16 rounding. On
+     * a device of compute capability 9.0, head dims 64 and 128 take
+     * flash_sm90's wgmma kernel; the second pass turns it off
+     * (KAPITSA_CUDA_WGMMA=0) for k_flash's. */
+    const bool wgmma_set = getenv("KAPITSA_CUDA_WGMMA") != NULL;
+    for (int pass = 0; pass < (wgmma_set ? 1 : 2); pass++) {
+        if (pass == 1)
+            setenv("KAPITSA_CUDA_WGMMA", "0", 1);
+        if (both_open(&b, false) != 0) {
+            both_close(&b);
+            break;
+        }
+        prefill_case(&b, 300, 128, 101, 32, 8, 128, 2e-2);
+        prefill_case(&b, 2000, 704, 130, 40, 8, 128, 2e-2); /* groups of 5: one head a block; a long cache */
+        prefill_case(&b, 0, 256, 64, 16, 2, 128, 2e-2);     /* groups of 8 */
+        prefill_case(&b, 77, 192, 100, 8, 2, 64, 2e-2);
+        prefill_case(&b, 500, 1, 200, 32, 8, 128, 2e-2);
+        prefill_case(&b, 17, 100, 80, 40, 8, 128, 2e-2);
+        prefill_case(&b, 40, 64, 70, 4, 2, 32, 2e-2);
+        prefill_case(&b, 300, 128, 101, 16, 4, 256, 2e-2); /* head dim 256: queries staged in shared memory */
+        prefill_case(&b, 70, 192, 64, 16, 8, 256, 2e-2);   /* groups of 2: 64 rows a block */
+        both_close(&b);
+    }
+    if (!wgmma_set)
+        unsetenv("KAPITSA_CUDA_WGMMA");
 }
 
 void test_cuda_rowwise(void)
@@ -831,12 +851,12 @@ void test_cuda_recurrent(void)
         pair_free(&b, &st);
     }
     const char *what = "tree and chain";
+    /* a decode step: four sequences of one row each (the cpu backend reads
+     * the batch's arrays while ops run, so they live as long as the loop) */
+    const int32_t dseq[4] = {0, 1, 2, 3}, dpar[4] = {-1, -1, -1, -1}, din[4] = {1, 2, 3, 4}, dout[4] = {5, 6, 7, 8};
+    const struct attn_batch db = {.n_tokens = 4, .seq_row = dseq, .parent = dpar, .state_in = din, .state_out = dout};
     for (int batch = 0; batch < 2; batch++) {
-        if (batch == 1) { /* a decode step: four sequences of one row each */
-            const int32_t dseq[4] = {0, 1, 2, 3}, dpar[4] = {-1, -1, -1, -1}, din[4] = {1, 2, 3, 4},
-                          dout[4] = {5, 6, 7, 8};
-            const struct attn_batch db = {.n_tokens = 4, .seq_row = dseq, .parent = dpar, .state_in = din,
-                                          .state_out = dout};
+        if (batch == 1) {
             set_batch_both(&b, &db);
             what = "decode";
         }

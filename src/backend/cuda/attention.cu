@@ -21,11 +21,14 @@
  * length depends on the token's own number of keys only, so a token's
  * arithmetic never depends on the batch.
  *
- * Prefill batches whose rows come in runs of 16-64 (by the head group's
- * size) of one sequence, head dims 32/64/128 (and 256 with bf16 operands), go to k_flash on the tensor
- * cores; other runs of 8 rows of one sequence to k_attention (a block takes
- * the 8 tokens, a warp each, all keys, sharing each staged tile); anything
- * else to k_att_decode with one range per token. */
+ * Larger batches without a mask (prefill chunks, beside other sequences'
+ * decoded tokens or not), head dims 32/64/128 (and 256 with bf16 operands),
+ * go to the tensor cores a row tile at a time (d.fa_tile: a sequence's run of
+ * rows cut into pieces of up to 64): on a Hopper GPU outside precise mode,
+ * head dims 64 and 128 to flash_sm90.cu's wgmma kernel, otherwise k_flash;
+ * other batches of runs of 8 rows of one sequence to k_attention (a block
+ * takes the 8 tokens, a warp each, all keys, sharing each staged tile);
+ * anything else to k_att_decode with one range per token. */
 #include "cuda_impl.h"
 
 #include <math.h>
@@ -54,6 +57,7 @@ struct att_args {
     int32_t n, n_head, n_kv_head, hd, gc, n_split, T;
     int32_t max_ranges; /* k_att_decode: a token's keys in at most this many ranges (att_split_len); 0: one */
     int32_t fa_hb, fa_rb; /* k_flash: query heads of one kv head, and 16-row groups, per block */
+    bool sm90;            /* prefill by flash_sm90.cu's wgmma kernel instead of k_flash */
     /* k_flash: bf16 copies of the keys [n_kv_head][kv_total][hd] and values
      * [n_kv_head][hd][kv_total] (precise: the lo halves follow each), a
      * sequence row's positions from b.kv_off[row], b.kv_len[row] of them */
@@ -558,7 +562,7 @@ static void (*att_decode_kernel(bool bf16, int32_t hd))(struct att_args)
  * once per layer, the keys and values the batch's sequences see into dense
  * bf16 copies (K by position, V transposed: a value row per head dim), per
  * kv head, at a 64-aligned offset per sequence row. Then k_flash: a block
- * takes fa_rb groups of 16 consecutive rows of one sequence times fa_hb
+ * takes fa_rb groups of 16 consecutive rows of a row tile times fa_hb
  * query heads sharing one kv head (a warp each, up to 8), and walks the keys
  * in tiles of FA_KT copied (cp.async) into shared memory as they are stored,
  * the next tile while the current one is multiplied, with a running max per
@@ -627,9 +631,14 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
     const int32_t G = a.n_head / a.n_kv_head, groups = G / a.fa_hb;
     const int32_t kvh = blockIdx.y / groups, h = kvh * G + (blockIdx.y % groups) * a.fa_hb + warp % a.fa_hb;
-    const int32_t i0 = blockIdx.x * 16 * a.fa_rb;
+    /* rows [i0, hi) of a row tile (d.fa_tile), 16 * fa_rb of them a block */
+    const int32_t parts = CUDA_FA_ROWS / (16 * a.fa_rb), tile_i = blockIdx.x / parts;
+    const int32_t i0 = a.b.fa_tile[2 * tile_i] + (int32_t)(blockIdx.x % parts) * 16 * a.fa_rb,
+                  hi = a.b.fa_tile[2 * tile_i + 1];
+    if (i0 >= hi)
+        return;
     const int32_t ra = i0 + warp / a.fa_hb * 16 + g, rb = ra + 8;
-    const int32_t va = ra < a.n ? a.b.n_vis[ra] : 0, vb = rb < a.n ? a.b.n_vis[rb] : 0;
+    const int32_t va = ra < hi ? a.b.n_vis[ra] : 0, vb = rb < hi ? a.b.n_vis[rb] : 0;
     const int32_t w_end = __reduce_max_sync(0xffffffffu, max(va, vb));
     if (threadIdx.x == 0)
         v_end = 0;
@@ -642,12 +651,12 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
         const int32_t r0 = i0 + warp / a.fa_hb * 16;
         for (int e = lane; e < 16 * HD / 2; e += 32) {
             const int r = e / (HD / 2), d = e % (HD / 2) * 2;
-            const float2 x = *(const float2 *)(a.q + (int64_t)min(r0 + r, a.n - 1) * a.qs + (int64_t)h * HD + d);
+            const float2 x = *(const float2 *)(a.q + (int64_t)min(r0 + r, hi - 1) * a.qs + (int64_t)h * HD + d);
             *(__nv_bfloat162 *)(qsm + r * QP + d) = __floats2bfloat162_rn(x.x, x.y);
         }
     } else {
-        const float *qa = a.q + (int64_t)min(ra, a.n - 1) * a.qs + (int64_t)h * HD + 2 * cq;
-        const float *qb = a.q + (int64_t)min(rb, a.n - 1) * a.qs + (int64_t)h * HD + 2 * cq;
+        const float *qa = a.q + (int64_t)min(ra, hi - 1) * a.qs + (int64_t)h * HD + 2 * cq;
+        const float *qb = a.q + (int64_t)min(rb, hi - 1) * a.qs + (int64_t)h * HD + 2 * cq;
 #pragma unroll
         for (int kt = 0; kt < NK; kt++) {
             const float2 x0 = *(const float2 *)(qa + kt * 16), x1 = *(const float2 *)(qb + kt * 16);
@@ -815,9 +824,9 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
 #pragma unroll
     for (int j = 0; j < ND; j++) {
         const int d = h * HD + 8 * j + 2 * cq;
-        if (ra < a.n)
+        if (ra < hi)
             *(float2 *)(a.out + (int64_t)ra * a.os + d) = make_float2(o[j][0] * ia, o[j][1] * ia);
-        if (rb < a.n)
+        if (rb < hi)
             *(float2 *)(a.out + (int64_t)rb * a.os + d) = make_float2(o[j][2] * ib, o[j][3] * ib);
     }
 }
@@ -842,6 +851,13 @@ static void flash_run(struct cuda_backend *c, struct att_args *a)
         if (CUDA_LAUNCHED(c) != 0)
             return;
     }
+    if (a->sm90) {
+        const struct flash_sm90_args f = {a->q,        a->qs,        a->out,       a->os,
+                                          a->kb,       a->vt,        a->kv_total,  a->b,
+                                          c->n_fa_tiles, a->n_head, a->n_kv_head, a->scale};
+        cuda_flash_sm90(c, &f, HD);
+        return;
+    }
     const int smem = (2 * (FA_KT * (HD + 8) + HD * (FA_KT + 8)) * (SPLIT ? 2 : 1) +
                       (HD > 128 ? a->fa_hb * a->fa_rb * 16 * (HD + 8) : 0)) *
                      (int)sizeof(__nv_bfloat16);
@@ -849,7 +865,8 @@ static void flash_run(struct cuda_backend *c, struct att_args *a)
         0)
         return;
     const unsigned groups = (unsigned)(a->n_head / a->n_kv_head / a->fa_hb);
-    k_flash<HD, SPLIT><<<dim3(cdiv(a->n, 16 * a->fa_rb), (unsigned)a->n_kv_head * groups),
+    k_flash<HD, SPLIT><<<dim3((unsigned)(c->n_fa_tiles * (CUDA_FA_ROWS / (16 * a->fa_rb))),
+                              (unsigned)a->n_kv_head * groups),
                          (unsigned)(a->fa_hb * a->fa_rb * 32), smem, c->stream>>>(*a);
     CUDA_LAUNCHED(c);
 }
@@ -921,8 +938,9 @@ void cuda_attention(struct backend *be, struct tensor *out, const struct tensor 
             if (G % d == 0)
                 a.fa_hb = d;
         a.fa_rb = FA_MAX_WARPS / a.fa_hb < 4 ? FA_MAX_WARPS / a.fa_hb : 4;
+        a.sm90 = cuda_flash_sm90_fits(c, head_dim);
         /* head dim 256 (qwen3.5): bf16 operands only, precise mode takes the CUDA cores */
-        if (a.vec4 && pairs && att_tileable(&c->b, 16 * a.fa_rb) &&
+        if (a.vec4 && pairs && !c->b.mask &&
             (head_dim == 32 || head_dim == 64 || head_dim == 128 || (head_dim == 256 && !c->precise))) {
             if (head_dim == 32)
                 flash_launch<32>(c, &a);

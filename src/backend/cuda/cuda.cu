@@ -353,7 +353,7 @@ static int cu_set_batch(struct backend *be, const struct attn_batch *b)
     const size_t n_tab = b->seq_row ? (size_t)b->n_seq_rows * b->max_blocks : 0;
     const int32_t n_rows = b->seq_row ? b->n_seq_rows : 0;
     const size_t n_int =
-        (size_t)n * 15 + 1 + n_tab + (size_t)n * vis_stride + (size_t)b->n_out + 2 * (size_t)n_rows + 64;
+        (size_t)n * 17 + 3 + n_tab + (size_t)n * vis_stride + (size_t)b->n_out + 2 * (size_t)n_rows + 64;
     const size_t bytes = n_int * sizeof(int32_t);
     if (bytes > c->up_cap) {
         if (CUDA_CHECK(c, cudaEventSynchronize(c->up_done)) != 0)
@@ -457,6 +457,22 @@ static int cu_set_batch(struct backend *be, const struct attn_batch *b)
         c->kv_total += (kl[r] + CUDA_KV_TILE - 1) / CUDA_KV_TILE * CUDA_KV_TILE;
         c->kv_max = kl[r] > c->kv_max ? kl[r] : c->kv_max;
     }
+    /* prefill attention's row tiles: each run of rows of one sequence cut
+     * into pieces of CUDA_FA_ROWS, so a batch mixing sequences (a prefill
+     * chunk beside other requests' decoded tokens) keeps the tensor cores */
+    c->d.fa_tile = d + off;
+    int32_t *ft = h + off;
+    c->n_fa_tiles = 0;
+    for (int32_t i = 0; b->seq_row && i < n;) {
+        int32_t e = i + 1;
+        while (e < n && e - i < CUDA_FA_ROWS && b->seq_row[e] == b->seq_row[i])
+            e++;
+        ft[2 * c->n_fa_tiles] = i;
+        ft[2 * c->n_fa_tiles + 1] = e;
+        c->n_fa_tiles++;
+        i = e;
+    }
+    off += 2 * (size_t)c->n_fa_tiles;
     assert(off <= n_int);
     if (CUDA_CHECK(c, cudaMemcpyAsync(c->up_dev, c->up_host, off * sizeof(int32_t), cudaMemcpyHostToDevice,
                                       c->stream)) != 0 ||
@@ -551,6 +567,8 @@ struct backend *cuda_backend_init(int32_t dev, bool precise)
     }
     c->n_sm = p.multiProcessorCount;
     c->pdl = p.major >= 9 && !(getenv("KAPITSA_CUDA_PDL") && strcmp(getenv("KAPITSA_CUDA_PDL"), "0") == 0);
+    c->wgmma = p.major == 9 && p.minor == 0 &&
+               !(getenv("KAPITSA_CUDA_WGMMA") && strcmp(getenv("KAPITSA_CUDA_WGMMA"), "0") == 0);
     if (CUDA_CHECK(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != 0 ||
         CUDA_CHECK(c, cudaEventCreateWithFlags(&c->up_done, cudaEventDisableTiming)) != 0 ||
         CUDA_CHECK(c, cudaEventRecord(c->up_done, c->stream)) != 0 ||

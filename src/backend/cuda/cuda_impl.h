@@ -51,9 +51,14 @@ struct dev_batch {
      * and where they start in prefill attention's bf16 copies (multiples of
      * CUDA_KV_TILE; kv_total in all, host side) */
     int32_t *kv_len, *kv_off;
+    /* prefill attention's row tiles [n_fa_tiles][2]: rows [lo, hi) of one
+     * sequence, at most CUDA_FA_ROWS, the batch's runs of a sequence cut in
+     * order (host side: n_fa_tiles) */
+    int32_t *fa_tile;
 };
 
 #define CUDA_KV_TILE 64 /* prefill attention's key tile */
+#define CUDA_FA_ROWS 64 /* ... and its longest row tile */
 
 enum { SCR_MATMUL, SCR_BLAS, SCR_ATTN, SCR_REC, SCR_TOPK, SCR_MOE, SCR_KV, SCR_SCAN, SCR_N }; /* scratch buffers (cuda_scratch) */
 
@@ -64,6 +69,7 @@ struct cuda_backend {
     bool precise;
     bool failed;
     bool pdl; /* products and decode attention launched as programmatic dependents (sm_90+; KAPITSA_CUDA_PDL=0: off) */
+    bool wgmma; /* compute capability 9.0: flash_sm90.cu's kernel runs (KAPITSA_CUDA_WGMMA=0: off) */
     cudaStream_t stream;
     cublasHandle_t blas;
     struct attn_batch b; /* host copy; pointers valid during the forward */
@@ -74,6 +80,7 @@ struct cuda_backend {
     bool one_chain;       /* the batch is one such group, its rows in batch order (a prompt) */
     int64_t kv_total;     /* positions in prefill attention's bf16 copies */
     int32_t kv_max;       /* largest kv_len */
+    int32_t n_fa_tiles;   /* d.fa_tile's */
     /* batch upload: one pinned host buffer and one device buffer */
     void *up_host, *up_dev;
     size_t up_cap;
@@ -125,6 +132,22 @@ void cuda_matmul_fused(struct backend *be, int32_t n_w, struct tensor *const *ou
                        const struct tensor *x, const struct mm_fused *f);
 void cuda_attention(struct backend *be, struct tensor *out, const struct tensor *q, const struct tensor *kc,
                     const struct tensor *vc, int32_t n_head, int32_t n_kv_head, int32_t head_dim, float scale);
+/* flash_sm90.cu: prefill attention by wgmma over attention.cu's bf16 copies
+ * of the keys and transposed values (k_kv_bf16), a block per row tile
+ * (d.fa_tile); head dims 64 and 128, fast mode, c->wgmma */
+struct flash_sm90_args {
+    const float *q; /* [n][n_head * head_dim], rows qs apart */
+    int64_t qs;
+    float *out; /* as q, rows os apart */
+    int64_t os;
+    const __nv_bfloat16 *kb, *vt; /* [n_kv_head][kv_total][head_dim], [n_kv_head][head_dim][kv_total] */
+    int64_t kv_total;
+    struct dev_batch b;
+    int32_t n_tiles, n_head, n_kv_head;
+    float scale;
+};
+bool cuda_flash_sm90_fits(const struct cuda_backend *c, int32_t head_dim);
+void cuda_flash_sm90(struct cuda_backend *c, const struct flash_sm90_args *a, int32_t head_dim);
 
 void cuda_embed(struct backend *be, struct tensor *out, const struct tensor *table);
 void cuda_rmsnorm(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w, float eps);
