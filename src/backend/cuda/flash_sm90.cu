@@ -333,9 +333,10 @@ void cuda_flash_sm90(struct cuda_backend *c, const struct flash_sm90_args *a, in
     assert(cuda_flash_sm90_fits(c, head_dim));
     /* two heads a block where the group allows (they share the key and value
      * tiles), two blocks an SM: at head dim 128 that caps registers at 128
-     * and spills 84 bytes, still faster on qwen3-8b's 16k prefill than one
-     * block of 168 registers (24,980 against 23,581 tok/s, session 23);
-     * otherwise one head a block, without spilling */
+     * and spills (84 bytes in the kernel's first form, 124 now), yet the
+     * first form beat one block of 168 registers on qwen3-8b's 16k prefill
+     * (24,980 against 23,581 tok/s, session 23); otherwise one head a block,
+     * without spilling */
     const bool pairs = a->n_head / a->n_kv_head % 2 == 0;
     if (head_dim == 64)
         pairs ? flash_sm90_run<64, 2, 2>(c, a) : flash_sm90_run<64, 1, 4>(c, a);
