@@ -5,7 +5,7 @@
 set -u
 cd "$(dirname "$0")/server"
 if [ ! -d node_modules/openai ]; then
-    npm install --no-audit --no-fund --loglevel=error >/dev/null 2>&1 || { echo "server: 0 passed, 1 failed (npm install)"; exit 1; }
+    bash ../npm_install.sh . || { echo "server: 0 passed, 1 failed (npm install)"; exit 1; }
 fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
