@@ -202,6 +202,9 @@ expect "bench --kv-type f32" 0 '"kv_type":"F32"' -- \
 expect "KAPITSA_PROFILE over an f32 KV cache" 0 "profile (cpu)" "attention" -- \
     env KAPITSA_PROFILE=1 "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --gen 4 --kv-type f32
 expect "bench --sample needs T,K" 2 "usage" -- "$bin" bench --model "$m/kapitsa-tiny" --sample 0.7
+expect "serve --prefill-chunk 0 is refused" 2 "--prefill-chunk TOKENS" "4096 tokens a step on a GPU" -- \
+    "$bin" serve --prefill-chunk 0
+expect "serve --prefill-chunk past 16384 is refused" 2 "--prefill-chunk TOKENS" -- "$bin" serve --prefill-chunk 20000
 expect "bench --seqs with several prompt lengths is refused" 2 "usage" -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16,48 --seqs 3
 expect "bench --draft with another vocabulary" 1 "vocabulary" -- \

@@ -30,7 +30,8 @@ run bash tests/compare.sh build/kapitsa
 run bash tests/fuzz.sh 10
 run bash tests/server.sh "$PWD/build/kapitsa"
 run bash tests/server.sh "$PWD/build/kapitsa" "--draft $PWD/models/kapitsa-tiny-draft"
-run bash tests/server.sh "$PWD/build/asan/kapitsa"
+# (with a GPU's chunking: a prompt's chunk as large as the batch, the decoding requests' tokens beside it)
+run bash tests/server.sh "$PWD/build/asan/kapitsa" "--prefill-chunk 512"
 # the server under ThreadSanitizer (HTTP threads beside the engine thread, disconnects,
 # SIGTERM): any report fails the run
 tsan_dir=$(mktemp -d)

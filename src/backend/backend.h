@@ -176,6 +176,11 @@ struct backend;
 struct backend_ops {
     const char *name;
     bool kv_bf16; /* kv_store, attn_prep and attention take BF16 caches (else F32 only) */
+    /* Prompt tokens a forward takes by default (the server's chunk, the
+     * command line's batch): enough rows that the products run at the
+     * device's full rate; more costs scratch memory and, in a server, the
+     * time the other requests wait for their next token. */
+    int32_t prefill_chunk;
     void (*free)(struct backend *be);
 
     /* memory */

@@ -381,7 +381,7 @@ int cli_bench(int argc, char **argv)
         k_read = need <= TOP_K_MAX ? need : 0;
     }
     /* each sequence rounded up to whole cache blocks (16 tokens) */
-    if (engine_init(&e, &m, (int32_t)(S * (n_prompt + n_gen + 16)), S, (int32_t)(n_batch > S ? n_batch : S), 0,
+    if (engine_init(&e, &m, (int32_t)(S * (n_prompt + n_gen + 16)), S, (int32_t)(n_batch > S ? n_batch : S), S, 0,
                     kv_type) != 0)
         goto done;
     up = 1;

@@ -128,10 +128,10 @@ int bench_spec(const char *target, const char *draft, const char *prompt_file, i
     n_loaded = 2;
     const int32_t batch = (tree_n > chain_k ? tree_n : chain_k) + 1 < 64 ? 64 : (tree_n > chain_k ? tree_n : chain_k) + 1;
     const int32_t ctx = ids.n + n_gen + (tree_n > chain_k ? tree_n : chain_k) + 2;
-    if (engine_init(&te, &tm, ctx, 1, batch, batch, DT_F32) != 0)
+    if (engine_init(&te, &tm, ctx, 1, batch, batch, batch, DT_F32) != 0)
         goto done;
     n_up = 1;
-    if (engine_init(&de, &dm, ctx, 1, batch, batch, DT_F32) != 0)
+    if (engine_init(&de, &dm, ctx, 1, batch, batch, batch, DT_F32) != 0)
         goto done;
     n_up = 2;
     want = malloc(sizeof(int32_t) * (size_t)n_gen);

@@ -134,10 +134,10 @@ int cli_eval(int argc, char **argv)
             err_set("eval: id %d at %lld outside the vocabulary", ids[i], (long long)i);
             goto done;
         }
-    if (engine_init(&e, &m, EVAL_SEQ + 16, 1, EVAL_CHUNK, 0, DT_F32) != 0)
+    if (engine_init(&e, &m, EVAL_SEQ + 16, 1, EVAL_CHUNK, EVAL_CHUNK, 0, DT_F32) != 0)
         goto done;
     n_up = 1;
-    if (draft && engine_init(&de, &dm, EVAL_SEQ + 16, 1, EVAL_CHUNK, 0, DT_F32) != 0)
+    if (draft && engine_init(&de, &dm, EVAL_SEQ + 16, 1, EVAL_CHUNK, EVAL_CHUNK, 0, DT_F32) != 0)
         goto done;
     n_up += draft != NULL;
     lg = malloc((size_t)EVAL_SEQ * (size_t)V * sizeof(float));

@@ -46,12 +46,15 @@ int cli_serve(int argc, char **argv)
             dst = &o.n_seq, hi = 256;
         else if ((f = cli_flag(argc, argv, &i, "--threads", &v)))
             dst = &o.threads, hi = 1024;
+        else if ((f = cli_flag(argc, argv, &i, "--prefill-chunk", &v)))
+            dst = &o.prefill_chunk, hi = 16384;
         if (f <= 0 || (n = cli_int(v)) < lo || n > hi) {
             fprintf(stderr, "usage: kapitsa serve [--model DIR] [--host ADDR] [--port N] [--api-key KEY] [--name NAME]\n"
                             "                     [--ctx TOKENS] [--parallel N] [--threads N] [--device D]\n"
-                            "                     [--keepalive SECONDS] " CLI_KV_USAGE "\n"
+                            "                     [--prefill-chunk TOKENS] [--keepalive SECONDS] " CLI_KV_USAGE "\n"
                             "                     " CLI_SPEC_USAGE "\n"
-                            "  defaults: models/kapitsa-tiny, 127.0.0.1:11435, 8192 tokens of KV cache (f32), 4 sequences\n");
+                            "  defaults: models/kapitsa-tiny, 127.0.0.1:11435, 8192 tokens of KV cache (bf16), 4 sequences,\n"
+                            "  a prompt fed 4096 tokens a step on a GPU, 128 on the CPU (the other requests decode between)\n");
             return 2;
         }
         if (dst)

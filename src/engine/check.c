@@ -143,7 +143,7 @@ int check_run(const char *dir, struct backend *be, const struct check_opts *o, s
         goto done;
     }
     const int32_t max_tok = L > n_prompt ? L : n_prompt;
-    if (engine_init(&e, &m, L + n_prompt + n_gen + 16, 2, max_tok, 0, o->kv_type) != 0)
+    if (engine_init(&e, &m, L + n_prompt + n_gen + 16, 2, max_tok, max_tok, 0, o->kv_type) != 0)
         goto done;
     engine_up = 1;
     b.logits = malloc((size_t)L * V * sizeof(float));

@@ -9,7 +9,7 @@
 #include <string.h>
 
 int engine_init(struct engine *e, struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_tokens,
-                int32_t n_keep, enum dtype kv_type)
+                int32_t max_out, int32_t n_keep, enum dtype kv_type)
 {
     const struct model_config *c = &m->cfg;
     memset(e, 0, sizeof *e);
@@ -18,8 +18,10 @@ int engine_init(struct engine *e, struct model *m, int32_t n_ctx, int32_t n_seq_
     e->max_tokens = max_tokens;
     e->n_keep = n_keep;
     e->last_n_out = -1;
-    if (max_tokens < 1 || max_tokens > 65536 || n_keep < 0 || n_keep > max_tokens)
-        return err_set("engine: batch size %d or kept rows %d out of range", max_tokens, n_keep);
+    if (max_tokens < 1 || max_tokens > 65536 || max_out < 1 || max_out > max_tokens || n_keep < 0 ||
+        n_keep > max_tokens)
+        return err_set("engine: batch size %d, output rows %d or kept rows %d out of range", max_tokens, max_out,
+                       n_keep);
     if (kv_cache_init(&e->kv, m->be, c->n_attn_layer, c->n_kv_head * c->head_dim, kv_type, n_ctx, n_seq_max, 16) != 0)
         return -1;
     /* slots: the zero slot, one committed per sequence, one per sequence for
@@ -27,7 +29,7 @@ int engine_init(struct engine *e, struct model *m, int32_t n_ctx, int32_t n_seq_
     if (state_cache_init(&e->st, m->be, c, n_seq_max, 1 + 2 * n_seq_max + n_keep) != 0)
         goto fail;
     e->kvt = (struct kv_tensors){e->kv.k, e->kv.v, e->st.conv, e->st.ssm};
-    if (model_scratch_init(&e->s, m, max_tokens) != 0)
+    if (model_scratch_init(&e->s, m, max_tokens, max_out) != 0)
         goto fail;
     size_t n = (size_t)max_tokens;
     int32_t **bufs[] = {&e->slot,     &e->seq_row,  &e->n_kv,        &e->mask_from,  &e->out_rows,
@@ -174,6 +176,12 @@ static int engine_check(const struct engine *e, const struct batch *b)
 {
     if (b->n_tokens < 1 || b->n_tokens > e->max_tokens)
         return err_set("engine: batch of %d tokens (1..%d allowed)", b->n_tokens, e->max_tokens);
+    int32_t n_out = 0;
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        n_out += b->logits[i] != 0;
+    if (n_out > e->s.max_out)
+        return err_set("engine: %d rows want logits, at most %d a forward (engine_init max_out)", n_out,
+                       e->s.max_out);
     for (int32_t i = 0; i < b->n_tokens; i++) {
         int32_t p = b->parent[i];
         if (!kv_seq_valid(&e->kv, b->seq[i]))

@@ -57,13 +57,15 @@ struct engine {
 };
 
 /* n_ctx: cache capacity in tokens (all sequences together); n_seq_max: live
- * sequences; max_tokens: largest batch; n_keep: rows per forward, beyond the
+ * sequences; max_tokens: largest batch; max_out: the most rows of a batch
+ * that want logits (a prefill chunk one, a decode step one per sequence, a
+ * verified tree all its nodes; 1..max_tokens); n_keep: rows per forward, beyond the
  * last of each sequence, whose recurrent state is kept for a commit to end on
  * (speculative trees and chains; 0 is enough for prefill and decoding; no
  * effect on models without recurrent layers); kv_type: the KV cache's
  * dtype, DT_F32 or DT_BF16 (see kv_cache_init). */
 int engine_init(struct engine *e, struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_tokens,
-                int32_t n_keep, enum dtype kv_type);
+                int32_t max_out, int32_t n_keep, enum dtype kv_type);
 void engine_free(struct engine *e);
 
 /* Sequences: a new empty one, or a fork sharing all of src's committed tokens

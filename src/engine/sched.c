@@ -16,7 +16,6 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-#define SCHED_PREFILL_CHUNK 128
 #define SCHED_CACHE_SLOTS 8 /* finished conversations kept for prefix reuse */
 #define SCHED_MAX_QUEUE 32  /* waiting requests beyond which the server says it is overloaded
                                (below the server's 64 connections, so that it can be reached) */
@@ -38,7 +37,7 @@ struct sched {
     pthread_cond_t cv;
     struct sched_req *queue;   /* submitted, not yet admitted */
     struct sched_req **active; /* [n_seq_max] */
-    int32_t n_seq_max, max_batch, n_ctx;
+    int32_t n_seq_max, max_batch, prefill_chunk, n_ctx;
     struct cached cache[SCHED_CACHE_SLOTS];
     uint64_t clock;
     struct sched_stats stats; /* under mu */
@@ -56,11 +55,12 @@ struct sched {
     /* step buffers [max_batch] */
     int32_t *tok, *pos, *seq, *par, *owner;
     uint8_t *want;
-    float *logits; /* [max_batch][vocab] */
-    /* [max_batch][k]: each output row's k largest logits, when every draw
+    int32_t max_out; /* rows a step wants logits for, at most: one a request, a tree's nodes when speculating */
+    float *logits;   /* [max_out][vocab] */
+    /* [max_out][k]: each output row's k largest logits, when every draw
      * needs only those (sampler_top_need; k = 1: every sampler greedy) */
-    int32_t *top_ids; /* [max_batch][TOP_K_MAX] */
-    float *top_vals;  /* [max_batch][TOP_K_MAX] */
+    int32_t *top_ids; /* [max_out][TOP_K_MAX] */
+    float *top_vals;  /* [max_out][TOP_K_MAX] */
 };
 
 struct sched_req *sched_req_new(const int32_t *prompt, int32_t n, const struct sampler_params *sp, int32_t max_tokens,
@@ -453,7 +453,8 @@ static void sched_spec_step(struct sched *s, const int32_t *act, int32_t n_act)
 /* One step over every active request; false when there was nothing to do. */
 static bool sched_step(struct sched *s)
 {
-    int32_t n = 0;
+    /* the decoding requests' tokens are placed whatever the prompts take */
+    int32_t n = 0, n_dec = 0;
     for (int32_t a = 0; a < s->n_seq_max; a++) {
         struct sched_req *r = s->active[a];
         if (!r)
@@ -466,12 +467,20 @@ static bool sched_step(struct sched *s)
             req_finish(s, r, SCHED_CANCELLED, NULL);
             continue;
         }
+        n_dec += r->n_fed >= r->n_prompt;
+    }
+    for (int32_t a = 0; a < s->n_seq_max; a++) {
+        struct sched_req *r = s->active[a];
+        if (!r)
+            continue;
         if (r->n_fed < r->n_prompt) { /* a prefill chunk */
-            int32_t k = r->n_prompt - r->n_fed, room = s->max_batch - n;
-            if (k > SCHED_PREFILL_CHUNK)
-                k = SCHED_PREFILL_CHUNK;
+            int32_t k = r->n_prompt - r->n_fed, room = s->max_batch - n - n_dec;
+            if (k > s->prefill_chunk)
+                k = s->prefill_chunk;
             if (k > room)
                 k = room;
+            if (k < 1)
+                continue;
             /* recurrent models: stop one short of the prompt's end, for the checkpoint there */
             const int32_t ck = r->n_prompt - 1;
             if (engine_is_recurrent(&s->e) && r->n_fed < ck && r->n_fed + k > ck)
@@ -486,8 +495,9 @@ static bool sched_step(struct sched *s)
                 s->owner[n] = a;
             }
             r->n_fed += k;
-        } else if (n < s->max_batch) { /* the last sampled token */
+        } else { /* the last sampled token */
             int32_t len = r->n_prompt + r->n_out;
+            n_dec--;
             s->tok[n] = r->hist[len - 1];
             s->pos[n] = len - 1;
             s->seq[n] = r->seq;
@@ -651,9 +661,14 @@ static void *sched_main(void *arg)
     return NULL;
 }
 
-struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_batch, enum dtype kv_type,
-                        struct model *draft, const struct spec_params *sp)
+struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_batch, int32_t prefill_chunk,
+                        enum dtype kv_type, struct model *draft, const struct spec_params *sp)
 {
+    if (prefill_chunk < 1 || prefill_chunk > max_batch || n_seq_max > max_batch) {
+        err_set("sched: a prefill chunk of %d tokens and %d sequences need a batch of at least as many (%d)",
+                prefill_chunk, n_seq_max, max_batch);
+        return NULL;
+    }
     struct sched *s = calloc(1, sizeof *s);
     if (!s) {
         err_set("sched: out of memory");
@@ -662,17 +677,24 @@ struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32
     s->m = m;
     s->n_seq_max = n_seq_max;
     s->max_batch = max_batch;
+    s->prefill_chunk = prefill_chunk;
     s->n_ctx = n_ctx;
     for (int i = 0; i < SCHED_CACHE_SLOTS; i++)
         s->cache[i].seq = -1;
     s->spec_on = sp && sp->mode != SPEC_OFF;
     s->dm = s->spec_on ? draft : NULL;
-    if (engine_init(&s->e, m, n_ctx, n_seq_max + SCHED_CACHE_SLOTS, max_batch, s->spec_on ? sp->n_nodes + 1 : 0, kv_type) != 0) {
+    const int64_t n_out = (int64_t)n_seq_max * (s->spec_on ? sp->n_nodes + 1 : 1);
+    s->max_out = n_out < max_batch ? (int32_t)n_out : max_batch;
+    if (engine_init(&s->e, m, n_ctx, n_seq_max + SCHED_CACHE_SLOTS, max_batch, s->max_out,
+                    s->spec_on ? sp->n_nodes + 1 : 0, kv_type) != 0) {
         free(s);
         return NULL;
     }
     if (s->spec_on) {
-        if (s->dm && engine_init(&s->de, s->dm, n_ctx, n_seq_max, 256, 256, kv_type) != 0)
+        /* the draft catches up on a prompt in batches of the chunk (at least 256: a tree's rows) */
+        const int32_t d_batch = prefill_chunk > 256 ? prefill_chunk : 256,
+                      d_out = d_batch < SPEC_MAX_NODES + 1 ? d_batch : SPEC_MAX_NODES + 1;
+        if (s->dm && engine_init(&s->de, s->dm, n_ctx, n_seq_max, d_batch, d_out, 256, kv_type) != 0)
             goto fail_engine;
         if (spec_init(&s->k, &s->e, -1, s->dm ? &s->de : NULL, -1, sp, n_ctx) != 0)
             goto fail_draft;
@@ -696,9 +718,9 @@ struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32
     s->par = malloc(n * sizeof(int32_t));
     s->owner = malloc(n * sizeof(int32_t));
     s->want = malloc(n);
-    s->logits = malloc(n * (size_t)m->cfg.vocab_size * sizeof(float));
-    s->top_ids = malloc(n * TOP_K_MAX * sizeof(int32_t));
-    s->top_vals = malloc(n * TOP_K_MAX * sizeof(float));
+    s->logits = malloc((size_t)s->max_out * (size_t)m->cfg.vocab_size * sizeof(float));
+    s->top_ids = malloc((size_t)s->max_out * TOP_K_MAX * sizeof(int32_t));
+    s->top_vals = malloc((size_t)s->max_out * TOP_K_MAX * sizeof(float));
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     if (!s->active || !s->tok || !s->pos || !s->seq || !s->par || !s->owner || !s->want || !s->logits || !s->top_ids || !s->top_vals ||

@@ -73,10 +73,14 @@ struct sched;
  * decoding (none prefilling, none asking for log-probabilities or JSON), each
  * step is a speculative step for all of them: a tree each, verified together
  * in one target forward (the batch, and a hybrid's kept states, split evenly).
+ * max_batch: the most tokens a forward takes; prefill_chunk (1..max_batch):
+ * the most prompt tokens one request feeds a step. A step first makes room
+ * for every decoding request's token, then prompts fill the rest, each up to
+ * its chunk: a long prompt slows the others' decoding, never stops it.
  * kv_type: both engines' KV cache dtype (engine_init). NULL with err_set()
  * on failure. */
-struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_batch, enum dtype kv_type,
-                        struct model *draft, const struct spec_params *sp);
+struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32_t max_batch, int32_t prefill_chunk,
+                        enum dtype kv_type, struct model *draft, const struct spec_params *sp);
 /* Stops the engine thread: every active and queued request finishes as
  * cancelled ("server shutting down") and later submissions are refused; what
  * waits on them returns. sched_free stops first if this was not called. */

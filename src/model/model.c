@@ -114,11 +114,11 @@ void model_free(struct model *m)
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-int model_scratch_init(struct model_scratch *s, const struct model *m, int32_t max_tokens)
+int model_scratch_init(struct model_scratch *s, const struct model *m, int32_t max_tokens, int32_t max_out)
 {
     const struct model_config *c = &m->cfg;
     struct backend *be = m->be;
-    const int64_t n = max_tokens, qd = (int64_t)c->n_head * c->head_dim, kd = (int64_t)c->n_kv_head * c->head_dim;
+    const int64_t n = max_tokens, n_out = max_out, qd = (int64_t)c->n_head * c->head_dim, kd = (int64_t)c->n_kv_head * c->head_dim;
     const int64_t inter = max64(c->intermediate_size, max64(c->moe_intermediate_size, c->shared_intermediate_size));
     /* fused projections: gated q, DeltaNet qkvz+ba, Mamba2 in_proj, and their outputs */
     int64_t wide = c->attn_out_gate ? 2 * qd : 1;
@@ -128,34 +128,35 @@ int model_scratch_init(struct model_scratch *s, const struct model *m, int32_t m
     }
     memset(s, 0, sizeof *s);
     s->max_tokens = max_tokens;
+    s->max_out = max_out;
     const struct {
         struct tensor *t;
         enum dtype type;
-        int64_t cols;
+        int64_t rows, cols;
         bool need;
     } bufs[] = {
-        {&s->x, DT_F32, c->hidden_size, true},
-        {&s->h, DT_F32, c->hidden_size, true},
-        {&s->q, DT_F32, qd, true},
-        {&s->k, DT_F32, kd, true},
-        {&s->v, DT_F32, kd, true},
-        {&s->att, DT_F32, qd, true},
-        {&s->g, DT_F32, inter, true},
-        {&s->u, DT_F32, inter, true},
-        {&s->ffn, DT_F32, c->hidden_size, true},
-        {&s->ffn2, DT_F32, c->hidden_size, c->shared_intermediate_size > 0},
-        {&s->sh_mix, DT_F32, 1, c->shared_gate},
-        {&s->p1, DT_F32, wide, true},
-        {&s->p2, DT_F32, wide, true},
-        {&s->out_h, DT_F32, c->hidden_size, true},
-        {&s->logits, DT_F32, c->vocab_size, true},
-        {&s->router, DT_F32, c->n_expert, c->n_expert > 0},
-        {&s->ids, DT_I32, c->n_expert_used, c->n_expert > 0},
-        {&s->weights, DT_F32, c->n_expert_used, c->n_expert > 0},
-        {&s->moe_ws, DT_F32, 2 * ((int64_t)c->hidden_size + c->moe_intermediate_size), c->n_expert > 0},
+        {&s->x, DT_F32, n, c->hidden_size, true},
+        {&s->h, DT_F32, n, c->hidden_size, true},
+        {&s->q, DT_F32, n, qd, true},
+        {&s->k, DT_F32, n, kd, true},
+        {&s->v, DT_F32, n, kd, true},
+        {&s->att, DT_F32, n, qd, true},
+        {&s->g, DT_F32, n, inter, true},
+        {&s->u, DT_F32, n, inter, true},
+        {&s->ffn, DT_F32, n, c->hidden_size, true},
+        {&s->ffn2, DT_F32, n, c->hidden_size, c->shared_intermediate_size > 0},
+        {&s->sh_mix, DT_F32, n, 1, c->shared_gate},
+        {&s->p1, DT_F32, n, wide, true},
+        {&s->p2, DT_F32, n, wide, true},
+        {&s->out_h, DT_F32, n_out, c->hidden_size, true},
+        {&s->logits, DT_F32, n_out, c->vocab_size, true},
+        {&s->router, DT_F32, n, c->n_expert, c->n_expert > 0},
+        {&s->ids, DT_I32, n, c->n_expert_used, c->n_expert > 0},
+        {&s->weights, DT_F32, n, c->n_expert_used, c->n_expert > 0},
+        {&s->moe_ws, DT_F32, n, 2 * ((int64_t)c->hidden_size + c->moe_intermediate_size), c->n_expert > 0},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (bufs[i].need && be->ops->alloc(be, bufs[i].t, bufs[i].type, n, bufs[i].cols) != 0) {
+        if (bufs[i].need && be->ops->alloc(be, bufs[i].t, bufs[i].type, bufs[i].rows, bufs[i].cols) != 0) {
             model_scratch_free(s, m);
             return -1;
         }

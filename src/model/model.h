@@ -58,12 +58,12 @@ struct kv_tensors {
 };
 
 struct model_scratch {
-    int32_t max_tokens;
+    int32_t max_tokens, max_out;
     struct tensor x, h, q, k, v, att;  /* [max_tokens][...] */
     struct tensor g, u, ffn, ffn2;     /* gate/up [max_tokens][max inter], ffn outs [max_tokens][hidden] */
     struct tensor router, ids, weights, moe_ws, sh_mix;
     struct tensor p1, p2;              /* [max_tokens][widest fused projection] */
-    struct tensor out_h, logits;       /* [max_tokens][hidden], [max_tokens][vocab] */
+    struct tensor out_h, logits;       /* [max_out][hidden], [max_out][vocab] */
 };
 
 /* Optional capture of the residual stream for validation (kapitsa check):
@@ -86,7 +86,10 @@ struct model_opts {
 int model_load(struct model *m, const char *dir, struct backend *be, const struct model_opts *opts);
 void model_free(struct model *m);
 
-int model_scratch_init(struct model_scratch *s, const struct model *m, int32_t max_tokens);
+/* max_tokens: the largest batch; max_out: the most rows of it a forward
+ * computes logits for (a prefill chunk needs one, a verified tree all its
+ * nodes): the logits, a vocabulary wide, are the largest buffer per row. */
+int model_scratch_init(struct model_scratch *s, const struct model *m, int32_t max_tokens, int32_t max_out);
 void model_scratch_free(struct model_scratch *s, const struct model *m);
 
 /* One forward over the batch already given to the backend with set_batch.

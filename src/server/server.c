@@ -261,7 +261,9 @@ int server_run(const struct server_opts *o)
     if (o->draft_dir && model_load(&draft, o->draft_dir, be, NULL) != 0)
         goto done;
     d_loaded = o->draft_dir != NULL;
-    if (!(a.sched = sched_new(&a.model, o->n_ctx, o->n_seq, 512, o->kv_type, d_loaded ? &draft : NULL, &o->spec)))
+    const int32_t chunk = o->prefill_chunk > 0 ? o->prefill_chunk : be->ops->prefill_chunk;
+    if (!(a.sched = sched_new(&a.model, o->n_ctx, o->n_seq, chunk > SERVER_MIN_BATCH ? chunk : SERVER_MIN_BATCH, chunk,
+                              o->kv_type, d_loaded ? &draft : NULL, &o->spec)))
         goto done;
     struct sockaddr_in addr = {0};
     addr.sin_family = AF_INET;
@@ -300,6 +302,8 @@ int server_run(const struct server_opts *o)
             (double)mc->gen_repeat_penalty);
     fprintf(stderr, "  KV cache:      %d tokens over %d sequences, %s (--kv-type f32|bf16)\n", (int)o->n_ctx, (int)o->n_seq,
             o->kv_type == DT_BF16 ? "bf16" : "f32");
+    fprintf(stderr, "  prompts:       fed %d tokens a step on %s, beside the decoding requests (--prefill-chunk)\n",
+            (int)chunk, be->ops->name);
     if (pipe(stop_pipe) != 0) {
         err_set("server: pipe: %s", strerror(errno));
         goto done;

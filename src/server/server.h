@@ -24,12 +24,17 @@ struct server_opts {
     int32_t n_ctx;        /* KV cache tokens over all sequences */
     enum dtype kv_type;   /* the KV cache's dtype: DT_F32 (zero) or DT_BF16 (serve's default) */
     int32_t n_seq;        /* concurrent sequences */
+    int32_t prefill_chunk; /* prompt tokens a request feeds a step; 0: the backend's (backend_ops) */
     int32_t threads;
     const char *device;   /* cpu, cuda[:N], auto (NULL: auto) */
     double keepalive_s;   /* a streaming response idle this long sends a keep-alive; <= 0: 10 */
     const char *draft_dir;  /* KFlash draft model, or NULL */
     struct spec_params spec; /* mode SPEC_OFF: plain decoding */
 };
+
+/* A forward takes the larger of the prefill chunk and this many tokens (the
+ * room the decoding requests' KFlash trees share). */
+#define SERVER_MIN_BATCH 512
 
 /* Serves until SIGINT/SIGTERM. 0 on a clean stop, -1 with err_set() on failure to start. */
 int server_run(const struct server_opts *o);

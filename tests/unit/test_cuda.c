@@ -1016,7 +1016,7 @@ void test_cuda_tree_invariance(void)
         struct backend *be = cuda_backend_init(0, a < 4);
         struct model m;
         struct engine e;
-        CHECK(be && model_load(&m, dir, be, NULL) == 0 && engine_init(&e, &m, 512, 4, 64, 64, DT_F32) == 0, "%s: %s",
+        CHECK(be && model_load(&m, dir, be, NULL) == 0 && engine_init(&e, &m, 512, 4, 64, 64, 64, DT_F32) == 0, "%s: %s",
               archs[a % 4], err_msg());
         const int32_t V = m.cfg.vocab_size, L = 30;
         int32_t prompt[30], pos[30], sq[30], par[30];

@@ -113,7 +113,7 @@ static int fx_open(struct fx *f, const char *arch)
     struct model_opts mo = {.rope_freq_stored_dtype = true};
     snprintf(path, sizeof path, "%s/golden.safetensors", fixture(arch));
     if (model_load(&f->m, fixture(arch), f->be, &mo) != 0 || st_open_file(&f->g, path) != 0 ||
-        engine_init(&f->e, &f->m, 1024, 4, 256, 16, fx_kv) != 0)
+        engine_init(&f->e, &f->m, 1024, 4, 256, 256, 16, fx_kv) != 0)
         return -1;
     const struct st_tensor *t = st_find(&f->g, "prefill_ids");
     f->ids = t->data;
@@ -424,6 +424,28 @@ void test_model_bad_batch(void)
     pos[1] = 1;
     struct batch b = {2, tok, pos, sq, par, want};
     CHECK(engine_forward(&f.e, &b, NULL, NULL) == 2 && engine_commit_all(&f.e) == 0, "%s", err_msg());
+    /* an engine made for one output row a forward (a prefill's last) refuses
+     * two, and gives the one row the logits the larger engine gives */
+    struct engine one;
+    CHECK(engine_init(&one, &f.m, 64, 1, 8, 1, 0, DT_F32) == 0, "%s", err_msg());
+    int32_t s1 = engine_seq_new(&one), s2 = engine_seq_new(&f.e);
+    sq[0] = sq[1] = s1;
+    struct batch b1 = {2, tok, pos, sq, par, want};
+    CHECK(engine_forward(&one, &b1, NULL, NULL) < 0 && strstr(err_msg(), "2 rows want logits"), "%s", err_msg());
+    const int32_t V = f.m.cfg.vocab_size;
+    float *l1 = malloc(sizeof(float) * (size_t)V), *l2 = malloc(sizeof(float) * (size_t)V);
+    uint8_t last[2] = {0, 1};
+    b1.logits = last;
+    CHECK(engine_forward(&one, &b1, l1, NULL) == 1, "%s", err_msg());
+    sq[0] = sq[1] = s2;
+    struct batch b2 = {2, tok, pos, sq, par, last};
+    CHECK(engine_forward(&f.e, &b2, l2, NULL) == 1, "%s", err_msg());
+    CHECK(memcmp(l1, l2, sizeof(float) * (size_t)V) == 0, "one output row: the same logits as with 256");
+    free(l1);
+    free(l2);
+    engine_free(&one);
+    CHECK(engine_init(&one, &f.m, 64, 1, 8, 9, 0, DT_F32) < 0 && strstr(err_msg(), "output rows 9"),
+          "more output rows than the batch: %s", err_msg());
     fx_close(&f);
 }
 
@@ -514,7 +536,7 @@ void test_model_hybrid_no_keep(void)
     struct fx f;
     CHECK(fx_open(&f, "qwen3_5") == 0, "%s", err_msg());
     engine_free(&f.e);
-    CHECK(engine_init(&f.e, &f.m, 512, 2, 64, 0, DT_F32) == 0, "%s", err_msg());
+    CHECK(engine_init(&f.e, &f.m, 512, 2, 64, 64, 0, DT_F32) == 0, "%s", err_msg());
     int32_t s = engine_seq_new(&f.e), tok[3] = {5, 6, 7}, pos[3] = {0, 1, 1}, sq[3] = {s, s, s}, par[3] = {-1, 0, 0};
     uint8_t want[3] = {1, 1, 1};
     struct batch tree = {3, tok, pos, sq, par, want};

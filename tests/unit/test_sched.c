@@ -16,7 +16,7 @@
 static void greedy_ref(struct model *m, const int32_t *prompt, int32_t n, int32_t n_gen, int32_t *out)
 {
     struct engine e;
-    CHECK(engine_init(&e, m, 1024, 1, 256, 0, DT_F32) == 0, "%s", err_msg());
+    CHECK(engine_init(&e, m, 1024, 1, 256, 256, 0, DT_F32) == 0, "%s", err_msg());
     const int32_t V = m->cfg.vocab_size;
     float *lg = malloc(sizeof(float) * (size_t)V);
     int32_t s = engine_seq_new(&e), pos[256], sq[256], par[256];
@@ -90,7 +90,7 @@ void test_sched_hybrid(void)
         greedy_ref(&m, p2, 120, G, w2);
         greedy_ref(&m, p3, 70, G, w3);
 
-        struct sched *s = sched_new(&m, 2048, 2, 64, DT_F32, NULL, NULL);
+        struct sched *s = sched_new(&m, 2048, 2, 64, 64, DT_F32, NULL, NULL);
         CHECK(s != NULL, "%s", err_msg());
         CHECK(finish(submit(s, p1, 80, G, V), w1, G, "first turn") == 0, "nothing to reuse yet");
         int32_t c2 = finish(submit(s, p2, 120, G, V), w2, G, "second turn");
@@ -131,7 +131,7 @@ void test_sched_spec(void)
         struct spec_params sp = spec_defaults();
         sp.n_nodes = 12;
         sp.depth = 6;
-        struct sched *s = sched_new(&m, 4096, 2, 64, DT_F32, with_draft ? &d : NULL, &sp);
+        struct sched *s = sched_new(&m, 4096, 2, 64, 64, DT_F32, with_draft ? &d : NULL, &sp);
         CHECK(s != NULL, "%s", err_msg());
         finish(submit(s, p1, 60, G, V), w1, G, with_draft ? "alone, draft" : "alone, lookup");
         struct sched_stats st0, st;
@@ -200,7 +200,7 @@ void test_sched_stop(void)
     int32_t p[20];
     for (int i = 0; i < 20; i++)
         p[i] = 2 + (i * 29 + 3) % (V - 2);
-    struct sched *s = sched_new(&m, 4096, 1, 64, DT_F32, NULL, NULL);
+    struct sched *s = sched_new(&m, 4096, 1, 64, 64, DT_F32, NULL, NULL);
     CHECK(s != NULL, "%s", err_msg());
     struct sched_req *run = submit(s, p, 20, 3000, V), *queued = submit(s, p, 20, 3000, V);
     CHECK(sched_req_wait(run, 1) >= 1, "the first request generates");
@@ -249,7 +249,7 @@ void test_sched_top_k(void)
     for (int q = 0; q < 3; q++) { /* the reference: whole rows through sampler_sample */
         struct engine e;
         struct sampler sm;
-        CHECK(engine_init(&e, &m, 1024, 1, 64, 0, DT_F32) == 0 && sampler_init(&sm, &sps[q], V) == 0, "%s", err_msg());
+        CHECK(engine_init(&e, &m, 1024, 1, 64, 64, 0, DT_F32) == 0 && sampler_init(&sm, &sps[q], V) == 0, "%s", err_msg());
         float *lg = malloc(sizeof(float) * (size_t)V);
         int32_t s = engine_seq_new(&e), pos[30], sq[30], par[30], hist[64];
         uint8_t w[30];
@@ -268,7 +268,7 @@ void test_sched_top_k(void)
         sampler_free(&sm);
         engine_free(&e);
     }
-    struct sched *sc = sched_new(&m, 4096, 3, 64, DT_F32, NULL, NULL);
+    struct sched *sc = sched_new(&m, 4096, 3, 64, 64, DT_F32, NULL, NULL);
     CHECK(sc != NULL, "%s", err_msg());
     struct sched_req *rs[3];
     for (int q = 0; q < 3; q++) {
@@ -279,6 +279,57 @@ void test_sched_top_k(void)
     for (int q = 0; q < 3; q++)
         finish(rs[q], want[q], G, what[q]);
     sched_free(sc);
+    model_free(&m);
+    be->ops->free(be);
+}
+
+/* Prompts in chunks: a 200-token prompt fed 16 tokens a step answers as a
+ * plain engine run does; a long prompt that comes while another request
+ * decodes, in a slot before it and with chunks as large as the batch, leaves
+ * room in every step for the other's token (one a step while it prefills);
+ * a chunk larger than the batch is refused. */
+void test_sched_prefill_chunks(void)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/qwen3", test_fixtures());
+    struct backend *be = test_backend();
+    struct model m;
+    CHECK(model_load(&m, dir, be, NULL) == 0, "%s", err_msg());
+    const int32_t V = m.cfg.vocab_size, G = 8, LONG = 1200;
+    int32_t p[200], w[8], *lp = malloc(sizeof(int32_t) * LONG);
+    for (int i = 0; i < 200; i++)
+        p[i] = 2 + (i * 43 + 5) % (V - 2);
+    for (int i = 0; i < LONG; i++)
+        lp[i] = 2 + (i * 59 + 13) % (V - 2);
+    greedy_ref(&m, p, 200, G, w);
+    struct sched *s = sched_new(&m, 4096, 2, 64, 16, DT_F32, NULL, NULL);
+    CHECK(s != NULL, "%s", err_msg());
+    finish(submit(s, p, 200, G, V), w, G, "a prompt in chunks of 16");
+    sched_free(s);
+
+    s = sched_new(&m, 4096, 2, 64, 64, DT_F32, NULL, NULL);
+    CHECK(s != NULL, "%s", err_msg());
+    struct sched_req *x = submit(s, p, 10, 2000, V), *a = submit(s, p + 10, 10, 2000, V);
+    CHECK(sched_req_wait(a, 0) >= 1, "the decoding request starts");
+    sched_req_cancel(x); /* frees the first slot: the long prompt takes it, before the decoding request */
+    struct sched_req *b = submit(s, lp, LONG, 1, V);
+    const int32_t a0 = sched_req_wait(a, 0);
+    CHECK(sched_req_wait(b, 0) == 1, "the long prompt is answered");
+    const int32_t a1 = sched_req_wait(a, 0);
+    /* the prompt takes at least LONG / 63 = 20 steps, each with a token of a's */
+    CHECK(a1 - a0 >= 15, "the decoding request made %d tokens while a %d-token prompt was fed", a1 - a0, LONG);
+    sched_req_cancel(a);
+    wait_end(x, 2000);
+    pthread_mutex_unlock(&x->mu);
+    wait_end(a, 2000);
+    pthread_mutex_unlock(&a->mu);
+    sched_req_release(x);
+    sched_req_release(a);
+    sched_req_release(b);
+    sched_free(s);
+    CHECK(sched_new(&m, 4096, 2, 64, 65, DT_F32, NULL, NULL) == NULL && strstr(err_msg(), "prefill chunk"),
+          "a chunk larger than the batch is refused: %s", err_msg());
+    free(lp);
     model_free(&m);
     be->ops->free(be);
 }

@@ -27,7 +27,7 @@ static int pair_open(struct pair *p, const char *target, const char *draft)
     memset(p, 0, sizeof *p);
     p->be = test_backend();
     return model_load(&p->tm, target, p->be, NULL) || model_load(&p->dm, draft, p->be, NULL) ||
-                   engine_init(&p->te, &p->tm, CTX, 2, 64, 64, DT_F32) || engine_init(&p->de, &p->dm, CTX, 2, 64, 64, DT_F32)
+                   engine_init(&p->te, &p->tm, CTX, 2, 64, 64, 64, DT_F32) || engine_init(&p->de, &p->dm, CTX, 2, 64, 64, 64, DT_F32)
                ? -1
                : 0;
 }

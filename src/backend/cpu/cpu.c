@@ -610,6 +610,7 @@ static void cpu_free(struct backend *be)
 static const struct backend_ops cpu_ops = {
     .name = "cpu",
     .kv_bf16 = true,
+    .prefill_chunk = 128,
     .free = cpu_free,
     .alloc = cpu_alloc,
     .release = cpu_release,

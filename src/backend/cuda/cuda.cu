@@ -504,6 +504,7 @@ static void cu_free(struct backend *be)
 static const struct backend_ops cuda_ops = {
     .name = "cuda",
     .kv_bf16 = true,
+    .prefill_chunk = 4096, /* bench's prefill figures: at 4096 the GEMMs reach 68% of the tensor-core peak */
     .free = cu_free,
     .alloc = cu_alloc,
     .release = cu_release,
