@@ -191,6 +191,11 @@ expect "bench: prompts longer than a batch, with a last chunk of another size" 0
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16,40 --batch 16 --gen 4 --json
 expect "bench --seqs: sequences decoding together" 0 '"seqs":3' '"decode_tok_s_total"' -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --gen 4 --seqs 3 --json
+expect "bench --mix: the prompt beside the decoding sequences, in chunks of the batch's rest" 0 '"mix_chunk":29' \
+    '"mix_steps":3' '"mix_ttft_ms"' '"mix_decode_tok_s"' -- \
+    "$bin" bench --model "$m/kapitsa-tiny" --prompt 70 --batch 32 --gen 4 --seqs 3 --mix --json
+expect "bench --mix needs a batch larger than --seqs" 2 "usage" -- \
+    "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --batch 3 --seqs 3 --mix
 expect "bench --sample with top_k: the top logits read" 0 "top_k 20, the top logits read" -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16 --gen 4 --seqs 2 --sample 0.7,20
 expect "bench --sample without top_k: whole rows" 0 "top_k 0, whole rows read" -- \

@@ -123,14 +123,17 @@ static double prefill_flops(const struct model *m, int64_t n)
 static void bench_usage(FILE *f)
 {
     fprintf(f, "usage: kapitsa bench --model DIR [--threads N] [--device D] [--prompt N[,N...]] [--gen M] [--batch B]\n"
-               "                     [--seqs S] [--sample T,K] [--peak-gbs G] [--peak-tflops T] [--kv-type bf16|f32] [--json]\n"
+               "                     [--seqs S] [--sample T,K] [--peak-gbs G] [--peak-tflops T] [--kv-type bf16|f32] [--mix]\n"
+               "                     [--json]\n"
                "  prefill N random tokens (default 512) in batches of B (default 512), then decode M tokens\n"
                "  (several lengths: a row each, with the time to the first token)\n"
                "  (default 64) greedily (--sample: seeded draws at temperature T from the K best, K <= %d\n"
                "  read as such, as the server does; K = 0: whole rows), S sequences at once (default 1, at most 64; each its own copy of the\n"
                "  prompt, one forward per step); prints tok/s and the rooflines: decode, weight bytes per token over\n"
                "  the read bandwidth (measured on the cpu; on a GPU G, default 4800 GB/s, the H200's HBM\n"
-               "  peak); prefill on a GPU, its FLOPs over T (default 790, bf16 tensor cores of an H200)\n"
+               "  peak); prefill on a GPU, its FLOPs over T (default 790, bf16 tensor cores of an H200);\n"
+               "  --mix: then the prompt again as a server feeds it beside the S decoding sequences (chunks of\n"
+               "  B - S tokens and their S tokens a step, B > S): its time to the first token and their speed\n"
                "       kapitsa bench --model DIR --draft DIR --prompt-file FILE [--gen M] [--threads N]\n"
                "                     [--chain K] [--spec-tree N,D] [--json]\n"
                "  KFlash side by side: greedy generation after the file's text, plain, with a draft chain of\n"
@@ -232,6 +235,39 @@ static int32_t bench_prefill(struct engine *e, const int32_t *tok, int64_t n, in
     return seq;
 }
 
+/* One step as a server takes it beside a prompt: the S decoding sequences'
+ * next tokens (rows 0..S, at npos) and rows [done, done + k) of the prompt
+ * in sequence q. The decoders' next tokens come back in next (npos moves
+ * on); 1 when the step held the prompt's last row, 0 if not, -1 on failure.
+ * Buffers: tok, pos, seqv, par, want [S + k], ids [S + 1]. */
+static int bench_mix_step(struct engine *e, const int32_t *prompt, int64_t n_prompt, int64_t done, int32_t k, int32_t q,
+                          int32_t S, const int32_t *seqs, int32_t *next, int32_t *npos, int32_t *tok, int32_t *pos,
+                          int32_t *seqv, int32_t *par, uint8_t *want, int32_t *ids)
+{
+    for (int32_t i = 0; i < S; i++) {
+        tok[i] = next[i];
+        pos[i] = npos[i];
+        seqv[i] = seqs[i];
+        par[i] = -1;
+        want[i] = 1;
+    }
+    for (int32_t i = 0; i < k; i++) {
+        tok[S + i] = prompt[done + i];
+        pos[S + i] = (int32_t)(done + i);
+        seqv[S + i] = q;
+        par[S + i] = i ? S + i - 1 : -1;
+        want[S + i] = done + i == n_prompt - 1;
+    }
+    struct batch b = {S + k, tok, pos, seqv, par, want};
+    if (engine_forward(e, &b, NULL, NULL) < 0 || engine_out_top(e, 1, ids, NULL) != 0 || engine_commit_all(e) != 0)
+        return -1;
+    for (int32_t i = 0; i < S; i++) {
+        next[i] = ids[i];
+        npos[i]++;
+    }
+    return done + k == n_prompt;
+}
+
 int cli_bench(int argc, char **argv)
 {
     if (argc > 0 && strcmp(argv[0], "compare") == 0)
@@ -241,7 +277,7 @@ int cli_bench(int argc, char **argv)
     int64_t lens[8] = {512};
     int32_t n_lens = 1;
     int tree_n = 24, tree_d = 8;
-    int json = 0;
+    int json = 0, mix = 0;
     float sample_t = 0.0f;
     int sample_k = 0;
     double peak_gbs = 4800, peak_tflops = 790;
@@ -258,8 +294,8 @@ int cli_bench(int argc, char **argv)
             bench_usage(stdout);
             return 0;
         }
-        if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
+        if (strcmp(argv[i], "--json") == 0 || strcmp(argv[i], "--mix") == 0) {
+            *(argv[i][2] == 'j' ? &json : &mix) = 1;
             continue;
         }
         if ((f = cli_flag(argc, argv, &i, "--model", &dir)) != 0 ||
@@ -340,7 +376,7 @@ int cli_bench(int argc, char **argv)
         return bench_spec(dir, draft, prompt_file, (int32_t)n_gen, (int32_t)threads, device, (int32_t)chain_k, tree_n, tree_d,
                           json);
     }
-    if (!dir || n_seqs > BENCH_MAX_SEQS || (n_seqs > 1 && n_lens > 1)) {
+    if (!dir || n_seqs > BENCH_MAX_SEQS || (n_seqs > 1 && n_lens > 1) || (mix && (n_lens > 1 || n_batch <= n_seqs))) {
         bench_usage(stderr);
         return 2;
     }
@@ -352,7 +388,7 @@ int cli_bench(int argc, char **argv)
     struct model m;
     struct engine e;
     float *logits = NULL;
-    int32_t *tok = NULL, *pos = NULL, *seqv = NULL, *par = NULL;
+    int32_t *tok = NULL, *pos = NULL, *seqv = NULL, *par = NULL, *mtok = NULL;
     uint8_t *want = NULL;
     int rc = 1, loaded = 0, up = 0;
     /* --sample: a seeded sampler per sequence; k_read (below) the top logits a step reads, 0: whole rows */
@@ -380,9 +416,12 @@ int cli_bench(int argc, char **argv)
         const int32_t need = sampler_top_need(&smp[0]);
         k_read = need <= TOP_K_MAX ? need : 0;
     }
+    /* --mix: the prompt again in chunks of the batch's rest beside the S
+     * decoders (a first step of each chunk size untimed, in a sequence of its own) */
+    const int64_t chunk = n_batch - S, mix_steps = mix ? (n_prompt + chunk - 1) / chunk + 2 : 0;
     /* each sequence rounded up to whole cache blocks (16 tokens) */
-    if (engine_init(&e, &m, (int32_t)(S * (n_prompt + n_gen + 16)), S, (int32_t)(n_batch > S ? n_batch : S), S, 0,
-                    kv_type) != 0)
+    const int64_t n_ctx = S * (n_prompt + n_gen + mix_steps + 16) + (mix ? n_prompt + 2 * chunk + 32 : 0);
+    if (engine_init(&e, &m, (int32_t)n_ctx, S + mix, (int32_t)(n_batch > S ? n_batch : S), S + mix, 0, kv_type) != 0)
         goto done;
     up = 1;
     const int32_t V = m.cfg.vocab_size;
@@ -392,7 +431,8 @@ int cli_bench(int argc, char **argv)
     seqv = malloc((size_t)n_batch * sizeof(int32_t));
     par = malloc((size_t)n_batch * sizeof(int32_t));
     want = malloc((size_t)n_batch);
-    if (!logits || !tok || !pos || !seqv || !par || !want) {
+    mtok = malloc((size_t)n_batch * sizeof(int32_t));
+    if (!logits || !tok || !pos || !seqv || !par || !want || !mtok) {
         err_set("bench: out of memory");
         goto done;
     }
@@ -401,7 +441,8 @@ int cli_bench(int argc, char **argv)
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         tok[i] = (int32_t)((s >> 33) % (uint64_t)V);
     }
-    double t_prefill = 0, t_decode = 0;
+    double t_prefill = 0, t_decode = 0, t_mix = 0;
+    int32_t mix_n = 0, mix_ids[BENCH_MAX_SEQS + 1]; /* --mix: its timed steps, each step's next tokens */
     const bool gpu = strcmp(be->ops->name, "cpu") != 0;
     if (n_lens > 1 && !json)
         printf("model    %s (%s, %s)\n%8s %14s %14s %16s %14s\n", dir, m.cfg.model_type, be->ops->name, "prompt",
@@ -483,6 +524,33 @@ int cli_bench(int argc, char **argv)
                 goto done;
         }
         t_decode = now_s() - t0;
+        if (mix) {
+            /* untimed first: a step of each size the timed pass takes (its
+             * first chunk, and its last where that differs), in a sequence of its own */
+            for (int32_t k = 0; k < S; k++)
+                npos[k] = (int32_t)(n_prompt + n_gen);
+            const int32_t first = (int32_t)(n_prompt < chunk ? n_prompt : chunk),
+                          last = (int32_t)(n_prompt > chunk ? n_prompt % chunk : 0);
+            int32_t q = engine_seq_new(&e);
+            if (q < 0 ||
+                bench_mix_step(&e, tok, n_prompt, 0, first, q, S, seqs, next, npos, mtok, pos, seqv, par, want,
+                               mix_ids) < 0 ||
+                (last && bench_mix_step(&e, tok, n_prompt, first, last, q, S, seqs, next, npos, mtok, pos, seqv, par,
+                                        want, mix_ids) < 0))
+                goto done;
+            engine_seq_free(&e, q);
+            if ((q = engine_seq_new(&e)) < 0)
+                goto done;
+            t0 = now_s();
+            for (int64_t done = 0, r = 0; r == 0; done += chunk, mix_n++) {
+                const int32_t k = (int32_t)(n_prompt - done < chunk ? n_prompt - done : chunk);
+                if ((r = bench_mix_step(&e, tok, n_prompt, done, k, q, S, seqs, next, npos, mtok, pos, seqv, par, want,
+                                        mix_ids)) < 0)
+                    goto done;
+            }
+            t_mix = now_s() - t0;
+            engine_seq_free(&e, q);
+        }
         for (int32_t k = 0; k < S; k++)
             engine_seq_free(&e, seqs[k]);
         if (n_lens == 1)
@@ -512,15 +580,22 @@ int cli_bench(int argc, char **argv)
     /* dc: tokens per second of each sequence */
     double pf = (double)n_prompt / t_prefill, dc = (double)n_gen / t_decode, roof = bw / bytes;
     double pflops = prefill_flops(&m, n_prompt) / t_prefill / 1e12;
-    if (json)
+    /* --mix: the prompt's first token beside the decoders, and their speed meanwhile */
+    const double mix_dc = mix ? mix_n / t_mix : 0;
+    if (json) {
         printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"prompt\":%lld,\"gen\":%lld,"
                "\"prefill_tok_s\":%.2f,\"prefill_tflops\":%.2f,\"decode_tok_s\":%.2f,"
                "\"decode_bytes_per_token\":%.0f,\"cache_bytes_per_token\":%.0f,\"read_bandwidth_gb_s\":%.2f,"
                "\"decode_roofline_tok_s\":%.2f,\"decode_of_roofline\":%.3f,\"prefill_of_peak\":%.3f,\"seqs\":%d,"
-               "\"decode_tok_s_total\":%.2f,\"kv_type\":\"%s\"}\n",
+               "\"decode_tok_s_total\":%.2f,\"kv_type\":\"%s\",\"ttft_ms\":%.2f",
                dir, be->ops->name, nth, (long long)n_prompt, (long long)n_gen, pf, pflops, dc, wbytes, cbytes,
-               bw / 1e9, roof, dc / roof, gpu ? pflops / peak_tflops : 0.0, S, S * dc, dtype_name(kv_type));
-    else {
+               bw / 1e9, roof, dc / roof, gpu ? pflops / peak_tflops : 0.0, S, S * dc, dtype_name(kv_type),
+               1e3 * t_prefill);
+        if (mix)
+            printf(",\"mix_chunk\":%lld,\"mix_steps\":%d,\"mix_ttft_ms\":%.2f,\"mix_decode_tok_s\":%.2f",
+                   (long long)chunk, mix_n, 1e3 * t_mix, mix_dc);
+        printf("}\n");
+    } else {
         printf("model    %s (%s, %s", dir, m.cfg.model_type, be->ops->name);
         if (!gpu)
             printf(", %d threads", nth);
@@ -540,6 +615,10 @@ int cli_bench(int argc, char **argv)
             printf(" + %.1f MB of caches (%s KV)%s", S * cbytes / 1e6, dtype_name(kv_type), S > 1 ? " (all sequences)" : "");
         printf(" per step at %.2f GB/s %s = %.2f tok/s; decode reaches %.0f%%\n", bw / 1e9, gpu ? "peak" : "read",
                roof, 100 * dc / roof);
+        if (mix)
+            printf("mixed    the prompt again in %d steps of %lld tokens beside the %d decoding: first token in %.1f ms "
+                   "(alone %.1f ms), decode %.2f tok/s per sequence meanwhile (alone %.2f)\n",
+                   mix_n, (long long)chunk, S, 1e3 * t_mix, 1e3 * t_prefill, mix_dc, dc);
     }
     rc = 0;
 done:
@@ -551,6 +630,7 @@ done:
     free(seqv);
     free(par);
     free(want);
+    free(mtok);
     for (int32_t k = 0; k < n_smp; k++)
         sampler_free(&smp[k]);
     if (up)
