@@ -778,7 +778,11 @@ static void moe_ffn_sorted(struct backend *be, struct tensor *out, const struct 
      * order), then the products' pointers [n_q][3][n_act]; kept here: the
      * weights in list order [n_pad] */
     const size_t list_bytes = ((size_t)(n_pad + 2 * nk) * 4 + 15) & ~(size_t)15;
-    const size_t ptr_bytes = bf16 ? (size_t)n_q * 3 * bk.n_act * sizeof(void *) : 0;
+    /* rounded to 16 bytes: the bf16 inputs after them go to cuBLAS's batched
+     * products, which take every pointer in the arrays as 16-byte aligned (an
+     * odd count of active experts with gate, up and down in one pass left
+     * them 8 bytes off: NaN outputs) */
+    const size_t ptr_bytes = bf16 ? ((size_t)n_q * 3 * bk.n_act * sizeof(void *) + 15) & ~(size_t)15 : 0;
     char *up = (char *)malloc(list_bytes + ptr_bytes + (size_t)n_pad * sizeof(float));
     if (!up) {
         c->failed = true;
@@ -808,7 +812,7 @@ static void moe_ffn_sorted(struct backend *be, struct tensor *out, const struct 
     const int64_t n_cap = bf16 ? nk + nk / 8 + 16 * (int64_t)E : nk;
     assert(n_pad <= n_cap);
     const size_t cap_bytes = (((size_t)(n_cap + 2 * nk) * 4 + 15) & ~(size_t)15) +
-                             (bf16 ? (size_t)n_q * 3 * E * sizeof(void *) : 0) +
+                             (bf16 ? ((size_t)n_q * 3 * E * sizeof(void *) + 15) & ~(size_t)15 : 0) +
                              (size_t)n_cap * (2 * inter + hidden + xw) * sizeof(float);
     char *buf = (char *)cuda_scratch(c, SCR_MOE, cap_bytes);
     if (buf) {
