@@ -51,6 +51,7 @@ struct engine {
     int32_t *slot, *seq_row, *n_kv, *mask_from, *out_rows;
     int32_t *state_in, *state_out; /* recurrent state slots of each row */
     uint8_t *mask; /* [max_tokens][max_tokens] */
+    int32_t *seq_rows, *seq_last; /* [n_seq_max]: a forward's rows of each sequence so far, and its last */
     /* the last forward, for engine_commit */
     int32_t last_n, last_n_out;
     int32_t *last_seq, *last_parent, *last_index; /* index: position of the row among its sequence's rows */
