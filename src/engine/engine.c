@@ -348,24 +348,31 @@ int engine_commit(struct engine *e, int32_t seq, const int32_t *rows, int32_t n)
 
 int engine_commit_all(struct engine *e)
 {
-    for (int pass = 0; pass < 2; pass++) /* validate every sequence before changing any */
-        for (int32_t s = 0; s < e->kv.n_seq_max; s++) {
-            int32_t n = 0, prev = -1;
-            for (int32_t i = 0; i < e->last_n; i++)
-                if (e->last_seq[i] == s) {
-                    if (e->last_parent[i] != prev)
-                        return err_set("engine: commit: the rows of sequence %d are not one chain", s);
-                    prev = i;
-                    n++;
-                }
-            if (pass == 1 && n > 0) {
-                e->kv.len[s] += n;
-                if (e->st.n_rec_layer) {
-                    state_seq_set(&e->st, s, e->state_out[prev]);
-                    e->state_out[prev] = -1;
-                }
-            }
+    /* every sequence validated before any changes: its rows one chain */
+    for (int32_t i = 0; i < e->last_n; i++)
+        if (e->last_seq[i] >= 0) {
+            e->seq_rows[e->last_seq[i]] = 0;
+            e->seq_last[e->last_seq[i]] = -1;
         }
+    for (int32_t i = 0; i < e->last_n; i++) {
+        const int32_t s = e->last_seq[i];
+        if (s < 0)
+            continue;
+        if (e->last_parent[i] != e->seq_last[s])
+            return err_set("engine: commit: the rows of sequence %d are not one chain", s);
+        e->seq_last[s] = i;
+        e->seq_rows[s]++;
+    }
+    for (int32_t i = 0; i < e->last_n; i++) {
+        const int32_t s = e->last_seq[i];
+        if (s < 0 || e->seq_last[s] != i)
+            continue;
+        e->kv.len[s] += e->seq_rows[s];
+        if (e->st.n_rec_layer) {
+            state_seq_set(&e->st, s, e->state_out[i]);
+            e->state_out[i] = -1;
+        }
+    }
     for (int32_t i = 0; i < e->last_n; i++)
         e->last_seq[i] = -1;
     return 0;

@@ -424,6 +424,16 @@ void test_model_bad_batch(void)
     pos[1] = 1;
     struct batch b = {2, tok, pos, sq, par, want};
     CHECK(engine_forward(&f.e, &b, NULL, NULL) == 2 && engine_commit_all(&f.e) == 0, "%s", err_msg());
+    /* two siblings beside a chain of another sequence: commit_all takes nothing of either */
+    int32_t s3 = engine_seq_new(&f.e), t4[4] = {5, 6, 7, 8}, p4[4] = {2, 0, 2, 1}, q4[4] = {s, s3, s, s3},
+            r4[4] = {-1, -1, -1, 1};
+    uint8_t w4[4] = {0, 0, 1, 1};
+    struct batch tb = {4, t4, p4, q4, r4, w4};
+    CHECK(engine_forward(&f.e, &tb, NULL, NULL) == 2, "%s", err_msg());
+    CHECK(engine_commit_all(&f.e) < 0 && strstr(err_msg(), "not one chain") && f.e.kv.len[s] == 2 &&
+              f.e.kv.len[s3] == 0,
+          "a tree is not committed whole: %s (lengths %d, %d)", err_msg(), f.e.kv.len[s], f.e.kv.len[s3]);
+    engine_seq_free(&f.e, s3);
     /* an engine made for one output row a forward (a prefill's last) refuses
      * two, and gives the one row the logits the larger engine gives */
     struct engine one;
