@@ -125,7 +125,8 @@ static void bench_usage(FILE *f)
     fprintf(f, "usage: kapitsa bench --model DIR [--threads N] [--device D] [--prompt N[,N...]] [--gen M] [--batch B]\n"
                "                     [--seqs S] [--sample T,K] [--peak-gbs G] [--peak-tflops T] [--kv-type bf16|f32] [--mix]\n"
                "                     [--json]\n"
-               "  prefill N random tokens (default 512) in batches of B (default 512), then decode M tokens\n"
+               "  prefill N random tokens (default 512) in batches of B (default 512; on a GPU 4096, the\n"
+               "  server's chunk there), then decode M tokens\n"
                "  (several lengths: a row each, with the time to the first token)\n"
                "  (default 64) greedily (--sample: seeded draws at temperature T from the K best, K <= %d\n"
                "  read as such, as the server does; K = 0: whole rows), S sequences at once (default 1, at most 64; each its own copy of the\n"
@@ -273,7 +274,8 @@ int cli_bench(int argc, char **argv)
     if (argc > 0 && strcmp(argv[0], "compare") == 0)
         return bench_compare(argc - 1, argv + 1);
     const char *dir = NULL, *v, *tok_dir = NULL, *corpus = NULL, *draft = NULL, *prompt_file = NULL, *device = NULL;
-    int64_t threads = 0, n_prompt = 512, n_gen = 64, n_batch = 512, chain_k = 4, n_seqs = 1;
+    /* n_batch 0: the larger of 512 and the backend's prefill chunk (a GPU's 4096, as the server feeds a prompt) */
+    int64_t threads = 0, n_prompt = 512, n_gen = 64, n_batch = 0, chain_k = 4, n_seqs = 1;
     int64_t lens[8] = {512};
     int32_t n_lens = 1;
     int tree_n = 24, tree_d = 8;
@@ -376,7 +378,7 @@ int cli_bench(int argc, char **argv)
         return bench_spec(dir, draft, prompt_file, (int32_t)n_gen, (int32_t)threads, device, (int32_t)chain_k, tree_n, tree_d,
                           json);
     }
-    if (!dir || n_seqs > BENCH_MAX_SEQS || (n_seqs > 1 && n_lens > 1) || (mix && (n_lens > 1 || n_batch <= n_seqs))) {
+    if (!dir || n_seqs > BENCH_MAX_SEQS || (n_seqs > 1 && n_lens > 1) || (mix && (n_lens > 1 || (n_batch && n_batch <= n_seqs)))) {
         bench_usage(stderr);
         return 2;
     }
@@ -397,6 +399,8 @@ int cli_bench(int argc, char **argv)
     if (!be || model_load(&m, dir, be, NULL) != 0)
         goto done;
     loaded = 1;
+    if (n_batch == 0)
+        n_batch = be->ops->prefill_chunk > 512 ? be->ops->prefill_chunk : 512;
     for (int32_t l = 0; l < n_lens; l++)
         n_prompt = lens[l] > n_prompt ? lens[l] : n_prompt;
     const int32_t S = (int32_t)n_seqs;
