@@ -297,8 +297,12 @@ int cli_bench(int argc, char **argv)
             bench_usage(stdout);
             return 0;
         }
-        if (strcmp(argv[i], "--json") == 0 || strcmp(argv[i], "--mix") == 0) {
-            *(argv[i][2] == 'j' ? &json : &mix) = 1;
+        if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+            continue;
+        }
+        if (strcmp(argv[i], "--mix") == 0) {
+            mix = 1;
             continue;
         }
         if ((f = cli_flag(argc, argv, &i, "--model", &dir)) != 0 ||

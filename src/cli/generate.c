@@ -24,10 +24,7 @@ int cli_gen_init(struct cli_gen *g, struct model *m, struct model *dm, const str
     g->tok = tok;
     g->ctx = ctx + kp->n_nodes + 2; /* a tree is written beyond the committed tokens */
     const int32_t keep = kp->mode == SPEC_OFF ? 0 : kp->n_nodes + 1;
-    /* a prompt in batches of the backend's chunk, at least 256 (a tree's rows,
-     * the draft's catch-up); logits for up to a whole tree's nodes */
-    const int32_t batch = m->be->ops->prefill_chunk > 256 ? m->be->ops->prefill_chunk : 256,
-                  n_out = batch < SPEC_MAX_NODES + 1 ? batch : SPEC_MAX_NODES + 1;
+    const int32_t batch = spec_engine_batch(m->be->ops->prefill_chunk), n_out = spec_engine_out(batch);
     if (engine_init(&g->e, m, g->ctx, 1, batch, n_out, keep, kv_type) != 0)
         return -1;
     if (dm && engine_init(&g->de, dm, g->ctx, 1, batch, n_out, 256, kv_type) != 0)

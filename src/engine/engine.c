@@ -201,6 +201,33 @@ static int engine_check(const struct engine *e, const struct batch *b)
     return 0;
 }
 
+/* One pass over rows [0, n) of sequences seq (-1: a row to skip) with
+ * parents parent: e->seq_rows[s] ends as sequence s's row count and
+ * e->seq_last[s] as its last row; index (may be NULL) gets each row's place
+ * among its sequence's rows. Returns the first row whose parent is not the
+ * row before it in its sequence (a tree, or a chain out of order), or -1. */
+static int32_t engine_walk(struct engine *e, const int32_t *seq, const int32_t *parent, int32_t n, int32_t *index)
+{
+    for (int32_t i = 0; i < n; i++)
+        if (seq[i] >= 0) {
+            e->seq_rows[seq[i]] = 0;
+            e->seq_last[seq[i]] = -1;
+        }
+    int32_t broken = -1;
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t s = seq[i];
+        if (s < 0)
+            continue;
+        if (index)
+            index[i] = e->seq_rows[s];
+        e->seq_rows[s]++;
+        if (parent[i] != e->seq_last[s] && broken < 0)
+            broken = i;
+        e->seq_last[s] = i;
+    }
+    return broken;
+}
+
 int32_t engine_forward(struct engine *e, const struct batch *b, float *logits, const struct model_trace *trace)
 {
     e->last_n_out = -1;
@@ -209,20 +236,9 @@ int32_t engine_forward(struct engine *e, const struct batch *b, float *logits, c
     engine_drop_pending(e);
     struct kv_cache *kv = &e->kv;
     const int32_t n = b->n_tokens;
-    int need_mask = 0;
     /* index of each row among its sequence's rows; chain test (one pass: a
      * quadratic scan cost 8.6 ms of host time per 4096-row chunk) */
-    for (int32_t i = 0; i < n; i++) {
-        e->seq_rows[b->seq[i]] = 0;
-        e->seq_last[b->seq[i]] = -1;
-    }
-    for (int32_t i = 0; i < n; i++) {
-        const int32_t s = b->seq[i];
-        e->last_index[i] = e->seq_rows[s]++;
-        if (b->parent[i] != e->seq_last[s])
-            need_mask = 1;
-        e->seq_last[s] = i;
-    }
+    const int need_mask = engine_walk(e, b->seq, b->parent, n, e->last_index) >= 0;
     for (int32_t i = 0; i < n; i++)
         if (e->seq_last[b->seq[i]] == i && kv_seq_reserve(kv, b->seq[i], e->last_index[i] + 1) != 0)
             return -1;
@@ -349,20 +365,9 @@ int engine_commit(struct engine *e, int32_t seq, const int32_t *rows, int32_t n)
 int engine_commit_all(struct engine *e)
 {
     /* every sequence validated before any changes: its rows one chain */
-    for (int32_t i = 0; i < e->last_n; i++)
-        if (e->last_seq[i] >= 0) {
-            e->seq_rows[e->last_seq[i]] = 0;
-            e->seq_last[e->last_seq[i]] = -1;
-        }
-    for (int32_t i = 0; i < e->last_n; i++) {
-        const int32_t s = e->last_seq[i];
-        if (s < 0)
-            continue;
-        if (e->last_parent[i] != e->seq_last[s])
-            return err_set("engine: commit: the rows of sequence %d are not one chain", s);
-        e->seq_last[s] = i;
-        e->seq_rows[s]++;
-    }
+    const int32_t broken = engine_walk(e, e->last_seq, e->last_parent, e->last_n, NULL);
+    if (broken >= 0)
+        return err_set("engine: commit: the rows of sequence %d are not one chain", e->last_seq[broken]);
     for (int32_t i = 0; i < e->last_n; i++) {
         const int32_t s = e->last_seq[i];
         if (s < 0 || e->seq_last[s] != i)

@@ -691,10 +691,8 @@ struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32
         return NULL;
     }
     if (s->spec_on) {
-        /* the draft catches up on a prompt in batches of the chunk (at least 256: a tree's rows) */
-        const int32_t d_batch = prefill_chunk > 256 ? prefill_chunk : 256,
-                      d_out = d_batch < SPEC_MAX_NODES + 1 ? d_batch : SPEC_MAX_NODES + 1;
-        if (s->dm && engine_init(&s->de, s->dm, n_ctx, n_seq_max, d_batch, d_out, 256, kv_type) != 0)
+        const int32_t d_batch = spec_engine_batch(prefill_chunk);
+        if (s->dm && engine_init(&s->de, s->dm, n_ctx, n_seq_max, d_batch, spec_engine_out(d_batch), 256, kv_type) != 0)
             goto fail_engine;
         if (spec_init(&s->k, &s->e, -1, s->dm ? &s->de : NULL, -1, sp, n_ctx) != 0)
             goto fail_draft;

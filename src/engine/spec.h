@@ -38,6 +38,13 @@ enum spec_mode { SPEC_OFF, SPEC_CHAIN, SPEC_TREE };
 #define SPEC_MAX_NODES 256
 #define SPEC_MAX_DEPTH 32
 
+/* The batch of an engine that a one-sequence speculation drives (run and
+ * chat's target, any draft): a prompt in batches of the backend's chunk, at
+ * least 256 (a tree's rows, a draft's catch-up before them); its forwards
+ * want logits for up to a whole tree's nodes (engine_init max_out). */
+static inline int32_t spec_engine_batch(int32_t prefill_chunk) { return prefill_chunk > 256 ? prefill_chunk : 256; }
+static inline int32_t spec_engine_out(int32_t batch) { return batch < SPEC_MAX_NODES + 1 ? batch : SPEC_MAX_NODES + 1; }
+
 struct spec_params {
     enum spec_mode mode;
     int32_t n_nodes;     /* tree: node budget below the root; chain: its length */
