@@ -91,8 +91,9 @@ static double host_val(const void *h, enum dtype t, int64_t i)
     return t == DT_BF16 ? bf16_to_f32(((const uint16_t *)h)[i]) : ((const float *)h)[i];
 }
 
-/* max |gpu - cpu| / max |cpu| over an F32 or BF16 pair */
-static double pair_err(struct both *b, const struct pair *p)
+/* max |gpu - cpu| / max |cpu| over an F32 or BF16 pair, over the rows keep
+ * marks (NULL: every row) */
+static double pair_err_rows(struct both *b, const struct pair *p, const bool *keep)
 {
     const int64_t n = p->c.n_rows * p->c.n_cols;
     const enum dtype t = p->c.type;
@@ -102,6 +103,8 @@ static double pair_err(struct both *b, const struct pair *p)
     b->gpu->ops->read(b->gpu, &p->g, 0, p->g.n_rows, y);
     double mx = 0, d = 0;
     for (int64_t i = 0; i < n; i++) {
+        if (keep && !keep[i / p->c.n_cols])
+            continue;
         const double xv = host_val(x, t, i), yv = host_val(y, t, i);
         mx = fmax(mx, fabs(xv));
         d = fmax(d, fabs(xv - yv));
@@ -111,6 +114,11 @@ static double pair_err(struct both *b, const struct pair *p)
     free(x);
     free(y);
     return mx > 0 ? d / mx : d;
+}
+
+static double pair_err(struct both *b, const struct pair *p)
+{
+    return pair_err_rows(b, p, NULL);
 }
 
 static void set_batch_both(struct both *b, const struct attn_batch *ab)
@@ -430,7 +438,7 @@ void test_cuda_attention(void)
     att_kv = DT_F32;
     both_close(&b);
     /* fast mode: bf16 operands on the tensor cores, within bf16 rounding. On
-     * a device of compute capability 9.0, head dims 64 and 128 take
+     * a device of compute capability 9.0, head dims 64, 128 and 256 take
      * flash_sm90's wgmma kernel; the second pass turns it off
      * (KAPITSA_CUDA_WGMMA=0) for k_flash's. */
     const bool wgmma_set = getenv("KAPITSA_CUDA_WGMMA") != NULL;
@@ -450,6 +458,7 @@ void test_cuda_attention(void)
         prefill_case(&b, 40, 64, 70, 4, 2, 32, 2e-2);
         prefill_case(&b, 300, 128, 101, 16, 4, 256, 2e-2); /* head dim 256: queries staged in shared memory */
         prefill_case(&b, 70, 192, 64, 16, 8, 256, 2e-2);   /* groups of 2: 64 rows a block */
+        prefill_case(&b, 33, 150, 60, 12, 4, 256, 2e-2);   /* groups of 3: one head a block */
         both_close(&b);
     }
     if (!wgmma_set)
@@ -612,9 +621,13 @@ void test_cuda_rowwise(void)
 
 /* The moe op against the cpu for n in ns (each <= n_max): experts in n_t
  * dtypes (bf16, then f16), every routing mode, the result written, then
- * added to a residual; tol: the outputs' error bound (2e-5 precise). */
+ * added to a residual; tol: the outputs' error bound (2e-5 precise). fast:
+ * the gpu backend is not precise; past CUDA_SMALL_N tokens its router reads
+ * h rounded to bf16, so a row whose experts' logits are close may pick
+ * others than the cpu: up to an eighth of the rows may, and the errors are
+ * taken over the rows whose picks agree. */
 static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t inter, const int32_t *ns, int n_ns,
-                     int n_t, double tol)
+                     int n_t, double tol, bool fast)
 {
     int32_t n_max = 0;
     for (int i = 0; i < n_ns; i++)
@@ -624,7 +637,8 @@ static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t 
                 *down = calloc((size_t)(2 * E), sizeof *down);
     struct tensor *tc = calloc((size_t)(12 * E), sizeof *tc);
     int32_t *ic = calloc((size_t)(2 * n_max * k), sizeof *ic), *ig = ic + n_max * k;
-    assert(gate && up && down && tc && ic);
+    bool *same = calloc((size_t)n_max, sizeof *same);
+    assert(gate && up && down && tc && ic && same);
     pair_make(b, &lg, DT_F32, n_max, E, 0.0f);
     pair_make(b, &bias, DT_F32, 1, E, 0.5f);
     pair_make(b, &x, DT_F32, n_max, hid, 1.0f);
@@ -685,25 +699,36 @@ static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t 
                 b->gpu->ops->moe(b->gpu, &og, &rg[1], &mg, false);
                 b->cpu->ops->read(b->cpu, &rc[3], 0, n, (float *)ic);
                 b->gpu->ops->read(b->gpu, &rg[3], 0, n, (float *)ig);
-                CHECK(memcmp(ic, ig, (size_t)n * k * sizeof(int32_t)) == 0, "moe E %d n %d mode %d: ids differ", E,
-                      n, mode);
+                int32_t n_swapped = 0;
+                for (int32_t r = 0; r < n_max; r++) {
+                    same[r] = r < n && memcmp(ic + r * k, ig + r * k, (size_t)k * sizeof(int32_t)) == 0;
+                    n_swapped += r < n && !same[r];
+                }
+                const int32_t may_swap = fast && n > CUDA_SMALL_N ? n / 8 : 0;
+                CHECK(n_swapped <= may_swap, "moe E %d n %d mode %d: %d rows' ids differ (%d may)", E, n, mode,
+                      n_swapped, may_swap);
                 /* the weights follow the logits, which follow two products' rounding (2-3e-6 seen) */
-                double e = fmax(fmax(pair_err(b, &h), pair_err(b, &lg)), pair_err(b, &wts));
+                double e = fmax(fmax(pair_err_rows(b, &h, same), pair_err_rows(b, &lg, same)),
+                                pair_err_rows(b, &wts, same));
                 CHECK(e < fmax(tol, 1e-5), "moe E %d n %d mode %d: h, logits or weights err %.3g", E, n, mode, e);
-                e = pair_err(b, &out);
+                e = pair_err_rows(b, &out, same);
                 CHECK(e < tol, "moe E %d %s n %d mode %d: err %.3g", E, t ? "f16" : "bf16", n, mode, e);
                 float *r0 = row0 + (size_t)(t * 3 + mode) * hid;
                 b->gpu->ops->read(b->gpu, &og, 0, 1, ni == 0 ? r0 : rowb);
                 CHECK(ni == 0 || n > CUDA_SMALL_N || memcmp(r0, rowb, (size_t)hid * sizeof(float)) == 0,
                       "moe E %d hid %d n %d mode %d: row 0 differs from its output in a batch of %d", E, hid, n, mode,
                       ns[0]);
+                /* the residual afresh: rows whose picks swapped in an earlier case would carry their difference */
+                b->cpu->ops->write(b->cpu, &res.c, 0, n_max, res.host);
+                b->gpu->ops->write(b->gpu, &res.g, 0, n_max, res.host);
                 b->cpu->ops->moe(b->cpu, &sc, &rc[1], &mc, true);
                 b->gpu->ops->moe(b->gpu, &sg, &rg[1], &mg, true);
-                e = pair_err(b, &res);
+                e = pair_err_rows(b, &res, same);
                 CHECK(e < tol, "moe added E %d %s n %d mode %d: err %.3g", E, t ? "f16" : "bf16", n, mode, e);
             }
     free(row0);
     free(rowb);
+    free(same);
     for (int t = 0; t < n_t; t++)
         for (int e = 0; e < E; e++) {
             pair_free(b, &gate[t * E + e]);
@@ -737,24 +762,22 @@ void test_cuda_moe(void)
     if (both_open(&b, true) != 0)
         return both_close(&b);
     const int32_t small[] = {1, 8, 9, 64, 70}, wide[] = {4, 8}, large[] = {300}, many[] = {1, 9};
-    moe_case(&b, 16, 4, 64, 40, small, 5, 2, 2e-5);
-    moe_case(&b, 128, 8, 4096, 16, wide, 2, 1, 2e-5);
-    moe_case(&b, 4, 2, 200, 72, large, 1, 1, 2e-5);
-    moe_case(&b, 256, 8, 64, 16, many, 2, 1, 2e-5);
-    moe_case(&b, 1024, 10, 64, 16, many, 2, 1, 2e-5);
+    moe_case(&b, 16, 4, 64, 40, small, 5, 2, 2e-5, false);
+    moe_case(&b, 128, 8, 4096, 16, wide, 2, 1, 2e-5, false);
+    moe_case(&b, 4, 2, 200, 72, large, 1, 1, 2e-5, false);
+    moe_case(&b, 256, 8, 64, 16, many, 2, 1, 2e-5, false);
+    moe_case(&b, 1024, 10, 64, 16, many, 2, 1, 2e-5, false);
     /* K split in slices for a lone token (gate/up 4 of 128, down 2 of 128),
      * then the same rows in batches */
     const int32_t alone[] = {1, 9, 3};
-    moe_case(&b, 16, 4, 512, 256, alone, 3, 1, 2e-5);
+    moe_case(&b, 16, 4, 512, 256, alone, 3, 1, 2e-5, false);
     both_close(&b);
     /* fast mode (bf16 activations, one product where precise makes two):
-     * the small forms again, within bf16 rounding. Past 64 tokens the
-     * router's product rounds h to bf16 too, so the picks may differ from
-     * the cpu's where two experts' logits are close: the 300-token case's
-     * do, these do not */
+     * the small forms again, within bf16 rounding (70 tokens: the router
+     * past CUDA_SMALL_N, where picks may swap) */
     if (both_open(&b, false) != 0)
         return both_close(&b);
-    moe_case(&b, 16, 4, 64, 40, small, 5, 1, 1e-2);
+    moe_case(&b, 16, 4, 64, 40, small, 5, 1, 1e-2, true);
     both_close(&b);
 }
 

@@ -25,7 +25,7 @@
  * decoded tokens or not), head dims 32/64/128 (and 256 with bf16 operands),
  * go to the tensor cores a row tile at a time (d.fa_tile: a sequence's run of
  * rows cut into pieces of up to 64): on a Hopper GPU outside precise mode,
- * head dims 64 and 128 to flash_sm90.cu's wgmma kernel, otherwise k_flash;
+ * head dims 64, 128 and 256 to flash_sm90.cu's wgmma kernel, otherwise k_flash;
  * other batches of runs of 8 rows of one sequence to k_attention (a block
  * takes the 8 tokens, a warp each, all keys, sharing each staged tile);
  * anything else to k_att_decode with one range per token. */

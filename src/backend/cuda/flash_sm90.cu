@@ -1,5 +1,5 @@
 /* flash_sm90: prefill attention on Hopper's warpgroup tensor cores (wgmma),
- * bf16 operands (fast mode), head dims 64 and 128.
+ * bf16 operands (fast mode), head dims 64, 128 and 256.
  *
  * It reads what attention.cu's k_kv_bf16 makes for k_flash: bf16 copies of
  * each sequence row's keys [kv head][position][hd] and transposed values
@@ -11,7 +11,10 @@
  * tile reaches past a row's keys), the running max and the exponentials in
  * registers, as k_flash does them but with the scale folded into exp2's
  * argument (a warp's 16 rows of a wgmma accumulator are laid out as
- * mma.sync's); then O += P V with P from registers. k_flash issues a warp's
+ * mma.sync's); then O += P V with P from registers (at head dim 256 as two
+ * products of 128 value rows: a wgmma's N is at most 256, and one of 256
+ * would want the whole accumulator in one instruction's operand list, which
+ * is no faster than two of 128). k_flash issues a warp's
  * mma.sync for 16 rows and reads its operands from shared memory per warp; a
  * warpgroup's wgmma reads them once for 64 rows and runs asynchronously.
  *
@@ -279,13 +282,21 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
             o[j][2] *= cb;
             o[j][3] *= cb;
         }
+        /* at head dim 256 the compiler would otherwise finish the rescaling
+         * after the fence, and ptxas serialises the products around it (C7519) */
+        if constexpr (HD == 256)
+            wg_pin<ND>(o);
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < FW_KT / 16; kk++) {
-            if constexpr (HD == 128)
+            if constexpr (HD == 256) {
                 wg_rs_n128(o, p[kk], fw_desc(vs_s + kk * 32));
-            else
+                wg_rs_n128(o + 16, p[kk], fw_desc(vs_s + 128 * 128 + kk * 32));
+            } else if constexpr (HD == 128) {
+                wg_rs_n128(o, p[kk], fw_desc(vs_s + kk * 32));
+            } else {
                 wg_rs_n64(o, p[kk], fw_desc(vs_s + kk * 32));
+            }
         }
         wg_commit();
         wg_wait_all();
@@ -325,7 +336,7 @@ static void flash_sm90_run(struct cuda_backend *c, const struct flash_sm90_args 
 
 bool cuda_flash_sm90_fits(const struct cuda_backend *c, int32_t head_dim)
 {
-    return c->wgmma && !c->precise && (head_dim == 64 || head_dim == 128);
+    return c->wgmma && !c->precise && (head_dim == 64 || head_dim == 128 || head_dim == 256);
 }
 
 void cuda_flash_sm90(struct cuda_backend *c, const struct flash_sm90_args *a, int32_t head_dim)
@@ -336,10 +347,13 @@ void cuda_flash_sm90(struct cuda_backend *c, const struct flash_sm90_args *a, in
      * and spills (84 bytes in the kernel's first form, 124 now), yet the
      * first form beat one block of 168 registers on qwen3-8b's 16k prefill
      * (24,980 against 23,581 tok/s, session 23); otherwise one head a block,
-     * without spilling */
+     * without spilling. Head dim 256: 128 accumulators a thread for O alone
+     * and 197 KB of shared memory for two heads, so one block an SM */
     const bool pairs = a->n_head / a->n_kv_head % 2 == 0;
     if (head_dim == 64)
         pairs ? flash_sm90_run<64, 2, 2>(c, a) : flash_sm90_run<64, 1, 4>(c, a);
-    else
+    else if (head_dim == 128)
         pairs ? flash_sm90_run<128, 2, 2>(c, a) : flash_sm90_run<128, 1, 3>(c, a);
+    else
+        pairs ? flash_sm90_run<256, 2, 1>(c, a) : flash_sm90_run<256, 1, 1>(c, a);
 }
