@@ -404,6 +404,71 @@ static void prefill_case(struct both *b, int32_t len0, int32_t n0, int32_t n1, i
     free(n_kvv);
 }
 
+/* A large batch as the server makes it: n_dec requests decoding (a token
+ * each, contexts of len_dec + 37 r keys) first, then n1 rows of a prompt
+ * with len0 cached. Against the cpu within tol; and each decoding row's
+ * output bitwise what the gpu gives it in a batch of the decoding rows
+ * alone (decode attention either way, not a prompt's row tiles). */
+static void mixed_case(struct both *b, int32_t n_dec, int32_t len_dec, int32_t len0, int32_t n1, int32_t n_head,
+                       int32_t n_kv, int32_t hd, double tol)
+{
+    const int32_t bs = 16, n = n_dec + n1, n_rows = n_dec + 1;
+    const int32_t max_blocks = ((len_dec + 37 * n_dec > len0 + n1 ? len_dec + 37 * n_dec : len0 + n1) + 1) / bs + 1;
+    const int32_t n_blocks = n_rows * max_blocks;
+    int32_t *table = calloc((size_t)n_blocks, sizeof(int32_t)), *pos = calloc((size_t)n, sizeof(int32_t));
+    int32_t *slot = calloc((size_t)n, sizeof(int32_t)), *seq = calloc((size_t)n, sizeof(int32_t));
+    int32_t *n_kvv = calloc((size_t)n, sizeof(int32_t));
+    for (int32_t i = 0; i < n_blocks; i++)
+        table[i] = n_blocks - 1 - i;
+    for (int32_t i = 0; i < n; i++) {
+        seq[i] = i < n_dec ? i : n_dec;
+        pos[i] = i < n_dec ? len_dec + 37 * i : len0 + i - n_dec;
+        slot[i] = table[seq[i] * max_blocks + pos[i] / bs] * bs + pos[i] % bs;
+        n_kvv[i] = pos[i] + 1;
+    }
+    struct attn_batch ab = {.n_tokens = n, .pos = pos, .slot = slot, .seq_row = seq, .n_kv = n_kvv,
+                            .mask_from = n_kvv, .block_table = table, .n_seq_rows = n_rows,
+                            .max_blocks = max_blocks, .block_size = bs};
+    struct pair kc, vc, q, k, v, out;
+    pair_make(b, &kc, att_kv, (int64_t)n_blocks * bs, n_kv * hd, 1.0f);
+    pair_make(b, &vc, att_kv, (int64_t)n_blocks * bs, n_kv * hd, 1.0f);
+    pair_make(b, &q, DT_F32, n, n_head * hd, 2.0f);
+    pair_make(b, &k, DT_F32, n, n_kv * hd, 2.0f);
+    pair_make(b, &v, DT_F32, n, n_kv * hd, 1.0f);
+    pair_make(b, &out, DT_F32, n, n_head * hd, 0.0f);
+    set_batch_both(b, &ab);
+    b->cpu->ops->kv_store(b->cpu, &kc.c, &vc.c, &k.c, &v.c);
+    b->gpu->ops->kv_store(b->gpu, &kc.g, &vc.g, &k.g, &v.g);
+    b->cpu->ops->attention(b->cpu, &out.c, &q.c, &kc.c, &vc.c, n_head, n_kv, hd, 0.125f);
+    b->gpu->ops->attention(b->gpu, &out.g, &q.g, &kc.g, &vc.g, n_head, n_kv, hd, 0.125f);
+    const double e = pair_err(b, &out);
+    CHECK(e < tol, "mixed batch, %d decoding beside %d prompt rows, heads %d/%d hd %d: err %.3g (bound %.3g)", n_dec,
+          n1, n_head, n_kv, hd, e, tol);
+    /* the decoding rows alone: the same cache, their queries */
+    struct attn_batch da = ab;
+    da.n_tokens = n_dec;
+    set_batch_both(b, &da);
+    struct tensor o2, qd = tensor_rows(&q.g, 0, n_dec);
+    CHECK(b->gpu->ops->alloc(b->gpu, &o2, DT_F32, n_dec, n_head * hd) == 0, "%s", err_msg());
+    b->gpu->ops->attention(b->gpu, &o2, &qd, &kc.g, &vc.g, n_head, n_kv, hd, 0.125f);
+    const size_t bytes = (size_t)n_dec * n_head * hd * sizeof(float);
+    float *y1 = malloc(bytes), *y2 = malloc(bytes);
+    b->gpu->ops->read(b->gpu, &out.g, 0, n_dec, y1);
+    b->gpu->ops->read(b->gpu, &o2, 0, n_dec, y2);
+    CHECK(memcmp(y1, y2, bytes) == 0, "mixed batch hd %d: a decoding row's output depends on the prompt beside it", hd);
+    b->gpu->ops->release(b->gpu, &o2);
+    free(y1);
+    free(y2);
+    struct pair *all[] = {&kc, &vc, &q, &k, &v, &out};
+    for (int i = 0; i < 6; i++)
+        pair_free(b, all[i]);
+    free(table);
+    free(pos);
+    free(slot);
+    free(seq);
+    free(n_kvv);
+}
+
 void test_cuda_attention(void)
 {
     struct both b;
@@ -425,6 +490,8 @@ void test_cuda_attention(void)
     prefill_case(&b, 17, 100, 80, 8, 2, 128, 2e-5);    /* a sequence's rows in tiles of 64 and 36 */
     prefill_case(&b, 500, 1, 200, 32, 8, 128, 2e-5);   /* one decoded row before a prompt's (a tile of 1) */
     prefill_case(&b, 40, 64, 70, 8, 2, 256, 2e-5);     /* head dim 256, precise: CUDA cores */
+    mixed_case(&b, 4, 3000, 100, 200, 32, 8, 128, 2e-5);
+    mixed_case(&b, 70, 40, 0, 30, 16, 4, 64, 2e-5);    /* more decoding rows than a decode batch: one range each */
     /* a bf16 cache: both backends store the same rounded rows and read them exactly */
     att_kv = DT_BF16;
     attention_case(&b, 9, 6, 2, 20, 0);
@@ -435,6 +502,7 @@ void test_cuda_attention(void)
     prefill_case(&b, 300, 128, 101, 32, 8, 128, 2e-5);
     prefill_case(&b, 17, 100, 80, 8, 2, 128, 2e-5);
     prefill_case(&b, 40, 64, 70, 8, 2, 256, 2e-5);
+    mixed_case(&b, 4, 3000, 100, 200, 32, 8, 128, 2e-5);
     att_kv = DT_F32;
     both_close(&b);
     /* fast mode: bf16 operands on the tensor cores, within bf16 rounding. On
@@ -459,6 +527,8 @@ void test_cuda_attention(void)
         prefill_case(&b, 300, 128, 101, 16, 4, 256, 2e-2); /* head dim 256: queries staged in shared memory */
         prefill_case(&b, 70, 192, 64, 16, 8, 256, 2e-2);   /* groups of 2: 64 rows a block */
         prefill_case(&b, 33, 150, 60, 12, 4, 256, 2e-2);   /* groups of 3: one head a block */
+        mixed_case(&b, 4, 3000, 100, 200, 32, 8, 128, 2e-2);
+        mixed_case(&b, 3, 700, 0, 130, 16, 4, 256, 2e-2);
         both_close(&b);
     }
     if (!wgmma_set)

@@ -26,6 +26,8 @@
  * go to the tensor cores a row tile at a time (d.fa_tile: a sequence's run of
  * rows cut into pieces of up to 64): on a Hopper GPU outside precise mode,
  * head dims 64, 128 and 256 to flash_sm90.cu's wgmma kernel, otherwise k_flash;
+ * a sequence's lone token there (a request decoding beside a prompt's chunk)
+ * to k_att_decode, which gives it the bits it gets decoded alone;
  * other batches of runs of 8 rows of one sequence to k_attention (a block
  * takes the 8 tokens, a warp each, all keys, sharing each staged tile);
  * anything else to k_att_decode with one range per token. */
@@ -56,6 +58,7 @@ struct att_args {
     float *part; /* [n][n_head][n_split][hd+2]: acc, max, sum; NULL: write normalised output */
     int32_t n, n_head, n_kv_head, hd, gc, n_split, T;
     int32_t max_ranges; /* k_att_decode: a token's keys in at most this many ranges (att_split_len); 0: one */
+    const int32_t *sel; /* k_att_decode, k_att_merge: the batch row of each token of the grid (NULL: the same) */
     int32_t fa_hb, fa_rb; /* k_flash: query heads of one kv head, and 16-row groups, per block */
     bool sm90;            /* prefill by flash_sm90.cu's wgmma kernel instead of k_flash */
     /* k_flash: bf16 copies of the keys [n_kv_head][kv_total][hd] and values
@@ -417,7 +420,7 @@ __global__ void k_att_decode(struct att_args a)
     const int32_t stage = ATT_TILE * (a.kpb + a.vpb);
     float *qs = (float *)(sm_raw + ATT_STAGES * stage); /* [gc][hd] */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int32_t i = blockIdx.x / a.n_kv_head, kvh = blockIdx.x % a.n_kv_head;
+    const int32_t j = blockIdx.x / a.n_kv_head, kvh = blockIdx.x % a.n_kv_head, i = a.sel ? a.sel[j] : j;
     const int32_t G = a.n_head / a.n_kv_head, h0 = kvh * G + blockIdx.z * a.gc;
     const int32_t gc = min(a.gc, G - (int32_t)blockIdx.z * a.gc);
     grid_dep_wait(); /* q and the new keys: attn_prep's */
@@ -468,7 +471,7 @@ __global__ void k_att_decode(struct att_args a)
         return;
     const int32_t h = h0 + warp;
     if (a.part) {
-        float *pp = a.part + (((int64_t)i * a.n_head + h) * a.n_split + blockIdx.y) * (hd + 2);
+        float *pp = a.part + (((int64_t)j * a.n_head + h) * a.n_split + blockIdx.y) * (hd + 2);
 #pragma unroll
         for (int c = 0; c < C::N; c++)
             if (C::ok(hd, lane, c))
@@ -493,12 +496,12 @@ __global__ void k_att_decode(struct att_args a)
 __global__ void __launch_bounds__(ATT_MERGE_WARPS * 32) k_att_merge(struct att_args a)
 {
     __shared__ float red[ATT_MERGE_WARPS][ATT_MAX_HD + 1];
-    const int32_t i = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head, hd = a.hd;
+    const int32_t j = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head, hd = a.hd, i = a.sel ? a.sel[j] : j;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     grid_dep_wait();
     const int32_t n_vis = a.b.n_vis[i], split_len = att_split_len(a, n_vis);
     const int32_t n_used = (n_vis + split_len - 1) / split_len;
-    const float *p = a.part + ((int64_t)i * a.n_head + h) * a.n_split * (hd + 2);
+    const float *p = a.part + ((int64_t)j * a.n_head + h) * a.n_split * (hd + 2);
     float mx = -INFINITY;
     for (int32_t s = threadIdx.x; s < n_used; s += blockDim.x)
         mx = fmaxf(mx, p[s * (hd + 2) + hd]);
@@ -882,6 +885,19 @@ static void flash_launch(struct cuda_backend *c, struct att_args *a)
         flash_run<HD, false>(c, a);
 }
 
+/* the flash kernel for the head dim: 256 with bf16 operands only */
+static void flash_pick(struct cuda_backend *c, struct att_args *a, int32_t head_dim)
+{
+    if (head_dim == 32)
+        flash_launch<32>(c, a);
+    else if (head_dim == 64)
+        flash_launch<64>(c, a);
+    else if (head_dim == 128)
+        flash_launch<128>(c, a);
+    else
+        flash_run<256, false>(c, a);
+}
+
 /* Whether the batch's rows come in runs of T consecutive rows of one
  * sequence without a mask (prefill chunks), so a block may share key tiles. */
 static bool att_tileable(const struct attn_batch *b, int32_t T)
@@ -892,6 +908,55 @@ static bool att_tileable(const struct attn_batch *b, int32_t T)
         if (i % T && b->seq_row[i] != b->seq_row[i - i % T])
             return false;
     return true;
+}
+
+/* k_att_decode, and k_att_merge over its ranges, for n_tok tokens: the
+ * batch's rows sel (NULL: rows 0..n_tok-1), the longest seeing max_vis keys;
+ * n_gz groups of a.gc query heads a kv head */
+static void att_decode_run(struct cuda_backend *c, struct att_args a, int32_t n_tok, const int32_t *sel,
+                           int32_t max_vis, int32_t n_gz, const struct tensor *kc)
+{
+    const int32_t n_kv_head = a.n_kv_head, n_head = a.n_head, head_dim = a.hd;
+    a.sel = sel;
+    /* a token's keys in ranges of whole tiles, up to max_ranges of them
+     * (att_split_len): about ATT_RANGE_BLOCKS blocks a token whatever the model, so
+     * that a long range keeps the ring busy for many tiles (ranges a quarter
+     * as long decoded a 25k-token context 8% slower with a bf16 cache: every
+     * block filling its ring was the cost); many tokens one range each
+     * (their partial sums would not fit) */
+    a.max_ranges = ATT_RANGE_BLOCKS / (n_kv_head * n_gz);
+    a.max_ranges = a.max_ranges < ATT_MIN_RANGES ? ATT_MIN_RANGES
+                   : a.max_ranges > ATT_MAX_RANGES ? ATT_MAX_RANGES
+                                                   : a.max_ranges;
+    if (n_tok > CUDA_SMALL_N)
+        a.max_ranges = 0;
+    const int32_t vis_tiles = (max_vis + ATT_TILE - 1) / ATT_TILE;
+    a.n_split = a.max_ranges == 0 ? 1 : vis_tiles < a.max_ranges ? vis_tiles : a.max_ranges;
+    a.n_split = a.n_split < 1 ? 1 : a.n_split;
+    a.part = NULL;
+    if (a.n_split > 1) {
+        a.part = (float *)cuda_scratch(c, SCR_ATTN, (size_t)n_tok * n_head * a.n_split * (head_dim + 2) * sizeof(float));
+        if (!a.part)
+            return;
+    }
+    /* staged K rows an odd number of 16-byte units apart: the lanes' row reads hit distinct banks */
+    const int32_t rb = head_dim * (a.kv16 ? 2 : 4);
+    a.kpb = (rb + 31) / 32 * 32 + 16;
+    a.vpb = (rb + 15) / 16 * 16;
+    const uint64_t al = (uint64_t)kc->row_stride * (a.kv16 ? 2 : 4) | (uint64_t)rb | (uintptr_t)a.kc |
+                        (uintptr_t)a.vc;
+    assert(al % 8 == 0); /* a.vec4 */
+    a.cb = al % 16 == 0 ? 16 : 8;
+    const size_t smem = (size_t)ATT_STAGES * ATT_TILE * (a.kpb + a.vpb) + (size_t)a.gc * head_dim * sizeof(float);
+    void (*dec)(struct att_args) = att_decode_kernel(a.kv16, head_dim);
+    if (smem > 48 * 1024 &&
+        CUDA_CHECK(c, cudaFuncSetAttribute(dec, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != 0)
+        return;
+    if (cuda_launch_dep(c, dec, dim3((unsigned)(n_tok * n_kv_head), (unsigned)a.n_split, (unsigned)n_gz),
+                        dim3(32 * (unsigned)(a.gc < 4 ? 4 : a.gc)), smem, a) != 0 ||
+        !a.part)
+        return;
+    cuda_launch_dep(c, k_att_merge, dim3((unsigned)(n_tok * n_head)), dim3(ATT_MERGE_WARPS * 32), 0, a);
 }
 
 void cuda_attention(struct backend *be, struct tensor *out, const struct tensor *q, const struct tensor *kc,
@@ -927,6 +992,7 @@ void cuda_attention(struct backend *be, struct tensor *out, const struct tensor 
     gc = gc > ATT_MAX_G ? ATT_MAX_G : gc;
     const int32_t n_gz = (G + gc - 1) / gc;
     a.gc = (G + n_gz - 1) / n_gz; /* even groups */
+    const bool dec_ok = a.vec4 && q->row_stride % 4 == 0 && ((uintptr_t)q->data & 15) == 0;
     if (n > CUDA_SMALL_N) {
         /* the flash kernel reads q and writes out in pairs, K and V 16 bytes at a time */
         const bool pairs = q->row_stride % 2 == 0 && out->row_stride % 2 == 0 && ((uintptr_t)q->data & 7) == 0 &&
@@ -940,16 +1006,12 @@ void cuda_attention(struct backend *be, struct tensor *out, const struct tensor 
         a.fa_rb = FA_MAX_WARPS / a.fa_hb < 4 ? FA_MAX_WARPS / a.fa_hb : 4;
         a.sm90 = cuda_flash_sm90_fits(c, head_dim);
         /* head dim 256 (qwen3.5): bf16 operands only, precise mode takes the CUDA cores */
-        if (a.vec4 && pairs && !c->b.mask &&
+        if (a.vec4 && pairs && !c->b.mask && (dec_ok || c->n_dec == 0) &&
             (head_dim == 32 || head_dim == 64 || head_dim == 128 || (head_dim == 256 && !c->precise))) {
-            if (head_dim == 32)
-                flash_launch<32>(c, &a);
-            else if (head_dim == 64)
-                flash_launch<64>(c, &a);
-            else if (head_dim == 128)
-                flash_launch<128>(c, &a);
-            else
-                flash_run<256, false>(c, &a);
+            if (c->n_fa_tiles > 0)
+                flash_pick(c, &a, head_dim);
+            if (c->n_dec > 0 && !c->failed)
+                att_decode_run(c, a, c->n_dec, c->d.dec_rows, c->dec_max_vis, n_gz, kc);
             return;
         }
         if (att_tileable(&c->b, ATT_PREFILL_T)) {
@@ -966,48 +1028,10 @@ void cuda_attention(struct backend *be, struct tensor *out, const struct tensor 
             return;
         }
     }
-    if (!a.vec4 || q->row_stride % 4 != 0 || ((uintptr_t)q->data & 15) != 0) {
+    if (!dec_ok) {
         c->failed = true;
         err_set("cuda: attention takes head dims that are multiples of 4 (this model's: %d)", (int)head_dim);
         return;
     }
-    /* a token's keys in ranges of whole tiles, up to max_ranges of them
-     * (att_split_len): about ATT_RANGE_BLOCKS blocks a token whatever the model, so
-     * that a long range keeps the ring busy for many tiles (ranges a quarter
-     * as long decoded a 25k-token context 8% slower with a bf16 cache: every
-     * block filling its ring was the cost); large batches one range per
-     * token (their partial sums would not fit) */
-    a.max_ranges = ATT_RANGE_BLOCKS / (n_kv_head * n_gz);
-    a.max_ranges = a.max_ranges < ATT_MIN_RANGES ? ATT_MIN_RANGES
-                   : a.max_ranges > ATT_MAX_RANGES ? ATT_MAX_RANGES
-                                                   : a.max_ranges;
-    if (n > CUDA_SMALL_N)
-        a.max_ranges = 0;
-    const int32_t vis_tiles = (c->max_vis + ATT_TILE - 1) / ATT_TILE;
-    a.n_split = a.max_ranges == 0 ? 1 : vis_tiles < a.max_ranges ? vis_tiles : a.max_ranges;
-    a.n_split = a.n_split < 1 ? 1 : a.n_split;
-    a.part = NULL;
-    if (a.n_split > 1) {
-        a.part = (float *)cuda_scratch(c, SCR_ATTN, (size_t)n * n_head * a.n_split * (head_dim + 2) * sizeof(float));
-        if (!a.part)
-            return;
-    }
-    /* staged K rows an odd number of 16-byte units apart: the lanes' row reads hit distinct banks */
-    const int32_t rb = head_dim * (a.kv16 ? 2 : 4);
-    a.kpb = (rb + 31) / 32 * 32 + 16;
-    a.vpb = (rb + 15) / 16 * 16;
-    const uint64_t al = (uint64_t)kc->row_stride * (a.kv16 ? 2 : 4) | (uint64_t)rb | (uintptr_t)kc->data |
-                        (uintptr_t)vc->data;
-    assert(al % 8 == 0); /* a.vec4 */
-    a.cb = al % 16 == 0 ? 16 : 8;
-    const size_t smem = (size_t)ATT_STAGES * ATT_TILE * (a.kpb + a.vpb) + (size_t)a.gc * head_dim * sizeof(float);
-    void (*dec)(struct att_args) = att_decode_kernel(a.kv16, head_dim);
-    if (smem > 48 * 1024 &&
-        CUDA_CHECK(c, cudaFuncSetAttribute(dec, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != 0)
-        return;
-    if (cuda_launch_dep(c, dec, dim3((unsigned)(n * n_kv_head), (unsigned)a.n_split, (unsigned)n_gz),
-                        dim3(32 * (unsigned)(a.gc < 4 ? 4 : a.gc)), smem, a) != 0 ||
-        !a.part)
-        return;
-    cuda_launch_dep(c, k_att_merge, dim3((unsigned)(n * n_head)), dim3(ATT_MERGE_WARPS * 32), 0, a);
+    att_decode_run(c, a, n, NULL, c->max_vis, n_gz, kc);
 }

@@ -353,7 +353,7 @@ static int cu_set_batch(struct backend *be, const struct attn_batch *b)
     const size_t n_tab = b->seq_row ? (size_t)b->n_seq_rows * b->max_blocks : 0;
     const int32_t n_rows = b->seq_row ? b->n_seq_rows : 0;
     const size_t n_int =
-        (size_t)n * 17 + 3 + n_tab + (size_t)n * vis_stride + (size_t)b->n_out + 2 * (size_t)n_rows + 64;
+        (size_t)n * 18 + 3 + n_tab + (size_t)n * vis_stride + (size_t)b->n_out + 2 * (size_t)n_rows + 64;
     const size_t bytes = n_int * sizeof(int32_t);
     if (bytes > c->up_cap) {
         if (CUDA_CHECK(c, cudaEventSynchronize(c->up_done)) != 0)
@@ -439,7 +439,8 @@ static int cu_set_batch(struct backend *be, const struct attn_batch *b)
     c->one_chain = c->d.n_grp == 1 && c->n_chain == 1;
     for (int32_t i = 0; c->one_chain && i < n; i++)
         c->one_chain = gr[i] == i;
-    /* what each sequence row sees, and its place in the bf16 copies */
+    /* what each sequence row of more than one token sees, and its place in
+     * the bf16 copies (ko counts the rows' tokens first) */
     c->d.kv_len = d + off;
     int32_t *kl = h + off;
     off += (size_t)n_rows;
@@ -447,9 +448,42 @@ static int cu_set_batch(struct backend *be, const struct attn_batch *b)
     int32_t *ko = h + off;
     off += (size_t)n_rows;
     memset(kl, 0, (size_t)n_rows * sizeof(int32_t));
+    memset(ko, 0, (size_t)n_rows * sizeof(int32_t));
+    for (int32_t i = 0; n_rows && i < n; i++)
+        ko[b->seq_row[i]]++;
     for (int32_t i = 0; n_rows && b->n_kv && i < n; i++)
-        if (b->n_kv[i] > kl[b->seq_row[i]])
+        if (ko[b->seq_row[i]] > 1 && b->n_kv[i] > kl[b->seq_row[i]])
             kl[b->seq_row[i]] = b->n_kv[i];
+    /* a sequence's lone token (a decoding request beside a prompt's chunk)
+     * takes decode attention in a large batch too: the bits it would get
+     * decoded alone, without a 64-row tile or a copy of its keys */
+    c->d.dec_rows = d + off;
+    int32_t *dr = h + off;
+    c->n_dec = c->dec_max_vis = 0;
+    for (int32_t i = 0; n_rows && i < n; i++)
+        if (ko[b->seq_row[i]] == 1) {
+            dr[c->n_dec++] = i;
+            c->dec_max_vis = b->n_kv && nv[i] > c->dec_max_vis ? nv[i] : c->dec_max_vis;
+        }
+    off += (size_t)c->n_dec;
+    /* prefill attention's row tiles: each run of rows of one sequence cut
+     * into pieces of CUDA_FA_ROWS, so a batch mixing sequences (a prefill
+     * chunk beside other requests' decoded tokens) keeps the tensor cores */
+    c->d.fa_tile = d + off;
+    int32_t *ft = h + off;
+    c->n_fa_tiles = 0;
+    for (int32_t i = 0; n_rows && i < n;) {
+        int32_t e = i + 1;
+        while (e < n && e - i < CUDA_FA_ROWS && b->seq_row[e] == b->seq_row[i])
+            e++;
+        if (ko[b->seq_row[i]] > 1) {
+            ft[2 * c->n_fa_tiles] = i;
+            ft[2 * c->n_fa_tiles + 1] = e;
+            c->n_fa_tiles++;
+        }
+        i = e;
+    }
+    off += 2 * (size_t)c->n_fa_tiles;
     c->kv_total = 0;
     c->kv_max = 0;
     for (int32_t r = 0; r < n_rows; r++) {
@@ -457,22 +491,6 @@ static int cu_set_batch(struct backend *be, const struct attn_batch *b)
         c->kv_total += (kl[r] + CUDA_KV_TILE - 1) / CUDA_KV_TILE * CUDA_KV_TILE;
         c->kv_max = kl[r] > c->kv_max ? kl[r] : c->kv_max;
     }
-    /* prefill attention's row tiles: each run of rows of one sequence cut
-     * into pieces of CUDA_FA_ROWS, so a batch mixing sequences (a prefill
-     * chunk beside other requests' decoded tokens) keeps the tensor cores */
-    c->d.fa_tile = d + off;
-    int32_t *ft = h + off;
-    c->n_fa_tiles = 0;
-    for (int32_t i = 0; b->seq_row && i < n;) {
-        int32_t e = i + 1;
-        while (e < n && e - i < CUDA_FA_ROWS && b->seq_row[e] == b->seq_row[i])
-            e++;
-        ft[2 * c->n_fa_tiles] = i;
-        ft[2 * c->n_fa_tiles + 1] = e;
-        c->n_fa_tiles++;
-        i = e;
-    }
-    off += 2 * (size_t)c->n_fa_tiles;
     assert(off <= n_int);
     if (CUDA_CHECK(c, cudaMemcpyAsync(c->up_dev, c->up_host, off * sizeof(int32_t), cudaMemcpyHostToDevice,
                                       c->stream)) != 0 ||

@@ -52,9 +52,12 @@ struct dev_batch {
      * CUDA_KV_TILE; kv_total in all, host side) */
     int32_t *kv_len, *kv_off;
     /* prefill attention's row tiles [n_fa_tiles][2]: rows [lo, hi) of one
-     * sequence, at most CUDA_FA_ROWS, the batch's runs of a sequence cut in
-     * order (host side: n_fa_tiles) */
+     * sequence, at most CUDA_FA_ROWS, the runs of the sequences of more than
+     * one token cut in order (host side: n_fa_tiles) */
     int32_t *fa_tile;
+    /* [n_dec] the rows that are their sequence's only token, in order: a
+     * large batch's attention decodes them (host side: n_dec) */
+    int32_t *dec_rows;
 };
 
 #define CUDA_KV_TILE 64 /* prefill attention's key tile */
@@ -81,6 +84,8 @@ struct cuda_backend {
     int64_t kv_total;     /* positions in prefill attention's bf16 copies */
     int32_t kv_max;       /* largest kv_len */
     int32_t n_fa_tiles;   /* d.fa_tile's */
+    int32_t n_dec;        /* d.dec_rows' */
+    int32_t dec_max_vis;  /* largest n_vis of those rows */
     /* batch upload: one pinned host buffer and one device buffer */
     void *up_host, *up_dev;
     size_t up_cap;
