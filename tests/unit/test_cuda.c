@@ -295,41 +295,61 @@ void test_cuda_matmul_fused(void)
  * *resized: whether the gpu's output differs (bitwise) when the same caches
  * are cut to their first cache_rows rows. */
 static enum dtype att_kv = DT_F32;
+
+/* an attention case's caches (rows random), queries, new keys and values of
+ * the batch, and output, on both backends */
+struct att_pairs {
+    struct pair kc, vc, q, k, v, out;
+};
+
+/* makes the pairs, stores the batch's keys and values and runs attention on both backends */
+static void att_pairs_run(struct both *b, struct att_pairs *p, const struct attn_batch *ab, int64_t cache_rows,
+                          int32_t n_head, int32_t n_kv, int32_t hd, float scale)
+{
+    const int32_t n = ab->n_tokens;
+    pair_make(b, &p->kc, att_kv, cache_rows, n_kv * hd, 1.0f);
+    pair_make(b, &p->vc, att_kv, cache_rows, n_kv * hd, 1.0f);
+    pair_make(b, &p->q, DT_F32, n, n_head * hd, 2.0f);
+    pair_make(b, &p->k, DT_F32, n, n_kv * hd, 2.0f);
+    pair_make(b, &p->v, DT_F32, n, n_kv * hd, 1.0f);
+    pair_make(b, &p->out, DT_F32, n, n_head * hd, 0.0f);
+    set_batch_both(b, ab);
+    b->cpu->ops->kv_store(b->cpu, &p->kc.c, &p->vc.c, &p->k.c, &p->v.c);
+    b->gpu->ops->kv_store(b->gpu, &p->kc.g, &p->vc.g, &p->k.g, &p->v.g);
+    b->cpu->ops->attention(b->cpu, &p->out.c, &p->q.c, &p->kc.c, &p->vc.c, n_head, n_kv, hd, scale);
+    b->gpu->ops->attention(b->gpu, &p->out.g, &p->q.g, &p->kc.g, &p->vc.g, n_head, n_kv, hd, scale);
+}
+
+static void att_pairs_free(struct both *b, struct att_pairs *p)
+{
+    struct pair *all[] = {&p->kc, &p->vc, &p->q, &p->k, &p->v, &p->out};
+    for (int i = 0; i < 6; i++)
+        pair_free(b, all[i]);
+}
+
 static double att_compare(struct both *b, const struct attn_batch *ab, int64_t cache_rows, int64_t spare,
                           int32_t n_head, int32_t n_kv, int32_t hd, float scale, double *cache_err, bool *resized)
 {
     const int32_t n = ab->n_tokens;
-    struct pair kc, vc, q, k, v, out;
-    pair_make(b, &kc, att_kv, cache_rows + spare, n_kv * hd, 1.0f);
-    pair_make(b, &vc, att_kv, cache_rows + spare, n_kv * hd, 1.0f);
-    pair_make(b, &q, DT_F32, n, n_head * hd, 2.0f);
-    pair_make(b, &k, DT_F32, n, n_kv * hd, 2.0f);
-    pair_make(b, &v, DT_F32, n, n_kv * hd, 1.0f);
-    pair_make(b, &out, DT_F32, n, n_head * hd, 0.0f);
-    set_batch_both(b, ab);
-    b->cpu->ops->kv_store(b->cpu, &kc.c, &vc.c, &k.c, &v.c);
-    b->gpu->ops->kv_store(b->gpu, &kc.g, &vc.g, &k.g, &v.g);
-    b->cpu->ops->attention(b->cpu, &out.c, &q.c, &kc.c, &vc.c, n_head, n_kv, hd, scale);
-    b->gpu->ops->attention(b->gpu, &out.g, &q.g, &kc.g, &vc.g, n_head, n_kv, hd, scale);
-    const double e = pair_err(b, &out);
-    *cache_err = pair_err(b, &kc);
+    struct att_pairs p;
+    att_pairs_run(b, &p, ab, cache_rows + spare, n_head, n_kv, hd, scale);
+    const double e = pair_err(b, &p.out);
+    *cache_err = pair_err(b, &p.kc);
     if (spare > 0) {
         struct tensor out2;
-        const struct tensor kcut = tensor_rows(&kc.g, 0, cache_rows), vcut = tensor_rows(&vc.g, 0, cache_rows);
+        const struct tensor kcut = tensor_rows(&p.kc.g, 0, cache_rows), vcut = tensor_rows(&p.vc.g, 0, cache_rows);
         const size_t bytes = (size_t)n * n_head * hd * sizeof(float);
         float *y1 = malloc(bytes), *y2 = malloc(bytes);
         CHECK(b->gpu->ops->alloc(b->gpu, &out2, DT_F32, n, n_head * hd) == 0, "%s", err_msg());
-        b->gpu->ops->attention(b->gpu, &out2, &q.g, &kcut, &vcut, n_head, n_kv, hd, scale);
-        b->gpu->ops->read(b->gpu, &out.g, 0, n, y1);
+        b->gpu->ops->attention(b->gpu, &out2, &p.q.g, &kcut, &vcut, n_head, n_kv, hd, scale);
+        b->gpu->ops->read(b->gpu, &p.out.g, 0, n, y1);
         b->gpu->ops->read(b->gpu, &out2, 0, n, y2);
         *resized = memcmp(y1, y2, bytes) != 0;
         b->gpu->ops->release(b->gpu, &out2);
         free(y1);
         free(y2);
     }
-    struct pair *all[] = {&kc, &vc, &q, &k, &v, &out};
-    for (int i = 0; i < 6; i++)
-        pair_free(b, all[i]);
+    att_pairs_free(b, &p);
     return e;
 }
 
@@ -429,39 +449,27 @@ static void mixed_case(struct both *b, int32_t n_dec, int32_t len_dec, int32_t l
     struct attn_batch ab = {.n_tokens = n, .pos = pos, .slot = slot, .seq_row = seq, .n_kv = n_kvv,
                             .mask_from = n_kvv, .block_table = table, .n_seq_rows = n_rows,
                             .max_blocks = max_blocks, .block_size = bs};
-    struct pair kc, vc, q, k, v, out;
-    pair_make(b, &kc, att_kv, (int64_t)n_blocks * bs, n_kv * hd, 1.0f);
-    pair_make(b, &vc, att_kv, (int64_t)n_blocks * bs, n_kv * hd, 1.0f);
-    pair_make(b, &q, DT_F32, n, n_head * hd, 2.0f);
-    pair_make(b, &k, DT_F32, n, n_kv * hd, 2.0f);
-    pair_make(b, &v, DT_F32, n, n_kv * hd, 1.0f);
-    pair_make(b, &out, DT_F32, n, n_head * hd, 0.0f);
-    set_batch_both(b, &ab);
-    b->cpu->ops->kv_store(b->cpu, &kc.c, &vc.c, &k.c, &v.c);
-    b->gpu->ops->kv_store(b->gpu, &kc.g, &vc.g, &k.g, &v.g);
-    b->cpu->ops->attention(b->cpu, &out.c, &q.c, &kc.c, &vc.c, n_head, n_kv, hd, 0.125f);
-    b->gpu->ops->attention(b->gpu, &out.g, &q.g, &kc.g, &vc.g, n_head, n_kv, hd, 0.125f);
-    const double e = pair_err(b, &out);
+    struct att_pairs p;
+    att_pairs_run(b, &p, &ab, (int64_t)n_blocks * bs, n_head, n_kv, hd, 0.125f);
+    const double e = pair_err(b, &p.out);
     CHECK(e < tol, "mixed batch, %d decoding beside %d prompt rows, heads %d/%d hd %d: err %.3g (bound %.3g)", n_dec,
           n1, n_head, n_kv, hd, e, tol);
     /* the decoding rows alone: the same cache, their queries */
     struct attn_batch da = ab;
     da.n_tokens = n_dec;
     set_batch_both(b, &da);
-    struct tensor o2, qd = tensor_rows(&q.g, 0, n_dec);
+    struct tensor o2, qd = tensor_rows(&p.q.g, 0, n_dec);
     CHECK(b->gpu->ops->alloc(b->gpu, &o2, DT_F32, n_dec, n_head * hd) == 0, "%s", err_msg());
-    b->gpu->ops->attention(b->gpu, &o2, &qd, &kc.g, &vc.g, n_head, n_kv, hd, 0.125f);
+    b->gpu->ops->attention(b->gpu, &o2, &qd, &p.kc.g, &p.vc.g, n_head, n_kv, hd, 0.125f);
     const size_t bytes = (size_t)n_dec * n_head * hd * sizeof(float);
     float *y1 = malloc(bytes), *y2 = malloc(bytes);
-    b->gpu->ops->read(b->gpu, &out.g, 0, n_dec, y1);
+    b->gpu->ops->read(b->gpu, &p.out.g, 0, n_dec, y1);
     b->gpu->ops->read(b->gpu, &o2, 0, n_dec, y2);
     CHECK(memcmp(y1, y2, bytes) == 0, "mixed batch hd %d: a decoding row's output depends on the prompt beside it", hd);
     b->gpu->ops->release(b->gpu, &o2);
     free(y1);
     free(y2);
-    struct pair *all[] = {&kc, &vc, &q, &k, &v, &out};
-    for (int i = 0; i < 6; i++)
-        pair_free(b, all[i]);
+    att_pairs_free(b, &p);
     free(table);
     free(pos);
     free(slot);

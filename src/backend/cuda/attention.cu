@@ -819,19 +819,7 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
         }
         __syncthreads(); /* every warp is done with this stage before it is refilled */
     }
-    la += __shfl_xor_sync(0xffffffffu, la, 1);
-    la += __shfl_xor_sync(0xffffffffu, la, 2);
-    lb += __shfl_xor_sync(0xffffffffu, lb, 1);
-    lb += __shfl_xor_sync(0xffffffffu, lb, 2);
-    const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
-#pragma unroll
-    for (int j = 0; j < ND; j++) {
-        const int d = h * HD + 8 * j + 2 * cq;
-        if (ra < hi)
-            *(float2 *)(a.out + (int64_t)ra * a.os + d) = make_float2(o[j][0] * ia, o[j][1] * ia);
-        if (rb < hi)
-            *(float2 *)(a.out + (int64_t)rb * a.os + d) = make_float2(o[j][2] * ib, o[j][3] * ib);
-    }
+    flash_store<ND, HD>(a, o, la, lb, ra, rb, hi, h, cq);
 }
 
 /* The bf16 copies of the keys and values each sequence row of the batch sees

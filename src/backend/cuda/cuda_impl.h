@@ -446,6 +446,29 @@ static __device__ __forceinline__ void split_bf16x2(float x, float y, uint32_t *
     *lo = *(const uint32_t *)&l;
 }
 
+/* A flash kernel's end for a warp's two rows ra and rb = ra + 8 of a tile
+ * (those below hi): their softmax sums la, lb completed across the quad's
+ * lanes, and the mma accumulators o[j] (columns 8j + 2cq and + 1 of head h,
+ * rows a then b) written to a.out (rows a.os apart) divided by them. */
+template <int ND, int HD, typename A>
+static __device__ __forceinline__ void flash_store(const A &a, const float (&o)[ND][4], float la, float lb, int32_t ra,
+                                                   int32_t rb, int32_t hi, int32_t h, int cq)
+{
+    la += __shfl_xor_sync(0xffffffffu, la, 1);
+    la += __shfl_xor_sync(0xffffffffu, la, 2);
+    lb += __shfl_xor_sync(0xffffffffu, lb, 1);
+    lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+    const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
+#pragma unroll
+    for (int j = 0; j < ND; j++) {
+        const int d = h * HD + 8 * j + 2 * cq;
+        if (ra < hi)
+            *(float2 *)(a.out + (int64_t)ra * a.os + d) = make_float2(o[j][0] * ia, o[j][1] * ia);
+        if (rb < hi)
+            *(float2 *)(a.out + (int64_t)rb * a.os + d) = make_float2(o[j][2] * ib, o[j][3] * ib);
+    }
+}
+
 static inline unsigned cdiv(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 
 #endif

@@ -56,12 +56,22 @@ static __device__ __forceinline__ uint64_t fw_desc(uint32_t s)
 static __device__ __forceinline__ void wg_fence(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 static __device__ __forceinline__ void wg_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 static __device__ __forceinline__ void wg_wait_all(void) { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+/* a wgmma accumulator's registers as asm operands: row j of d[][4], or its first 8 or 16 rows */
+#define FW_ACC1(d, j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+#define FW_ACC8(d)                                                                                             \
+    FW_ACC1(d, 0), FW_ACC1(d, 1), FW_ACC1(d, 2), FW_ACC1(d, 3), FW_ACC1(d, 4), FW_ACC1(d, 5), FW_ACC1(d, 6),   \
+        FW_ACC1(d, 7)
+#define FW_ACC16(d)                                                                                            \
+    FW_ACC8(d), FW_ACC1(d, 8), FW_ACC1(d, 9), FW_ACC1(d, 10), FW_ACC1(d, 11), FW_ACC1(d, 12), FW_ACC1(d, 13),  \
+        FW_ACC1(d, 14), FW_ACC1(d, 15)
+
 /* keeps the compiler from touching accumulators across an asynchronous product */
 template <int N> static __device__ __forceinline__ void wg_pin(float (*d)[4])
 {
 #pragma unroll
     for (int j = 0; j < N; j++)
-        asm volatile("" : "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])::"memory");
+        asm volatile("" : FW_ACC1(d, j)::"memory");
 }
 /* shared memory written by the threads (generic proxy) is read by wgmma (async proxy) after the next barrier */
 static __device__ __forceinline__ void fence_async_shared(void)
@@ -74,14 +84,7 @@ static __device__ __forceinline__ void wg_ss_n64(float (*d)[4], uint64_t da, uin
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 : FW_ACC8(d)
                  : "l"(da), "l"(db), "r"(acc));
 }
 
@@ -90,14 +93,7 @@ static __device__ __forceinline__ void wg_rs_n64(float (*d)[4], const uint32_t *
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 : FW_ACC8(d)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
@@ -106,22 +102,7 @@ static __device__ __forceinline__ void wg_rs_n128(float (*d)[4], const uint32_t 
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
-                   "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
-                   "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
-                   "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
-                   "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
-                   "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
-                   "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
-                   "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
-                   "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+                 : FW_ACC16(d)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
@@ -303,19 +284,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
         wg_pin<ND>(o);
         __syncthreads(); /* every warpgroup is done with this stage before it is refilled */
     }
-    la += __shfl_xor_sync(0xffffffffu, la, 1);
-    la += __shfl_xor_sync(0xffffffffu, la, 2);
-    lb += __shfl_xor_sync(0xffffffffu, lb, 1);
-    lb += __shfl_xor_sync(0xffffffffu, lb, 2);
-    const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
-#pragma unroll
-    for (int j = 0; j < ND; j++) {
-        const int d = h * HD + 8 * j + 2 * cq;
-        if (ra < hi)
-            *(float2 *)(a.out + (int64_t)ra * a.os + d) = make_float2(o[j][0] * ia, o[j][1] * ia);
-        if (rb < hi)
-            *(float2 *)(a.out + (int64_t)rb * a.os + d) = make_float2(o[j][2] * ib, o[j][3] * ib);
-    }
+    flash_store<ND, HD>(a, o, la, lb, ra, rb, hi, h, cq);
 #else
     (void)a;
     __trap(); /* launched only where the sm_90a build runs (c->wgmma) */
