@@ -9,6 +9,14 @@ void layers_trace(const struct model *m, const struct model_trace *trace, int32_
         m->be->ops->read(m->be, x, 0, n, trace->hidden[i]);
 }
 
+struct tensor layers_embed(const struct model *m, struct model_scratch *s, int32_t n, const struct model_trace *trace)
+{
+    struct tensor x = tensor_rows(&s->x, 0, n);
+    m->be->ops->embed(m->be, &x, &m->embed);
+    layers_trace(m, trace, 0, &x, n);
+    return x;
+}
+
 void layers_norm_in(const struct model *m, struct model_scratch *s, const struct tensor *norm, int32_t n_w,
                     struct tensor *const *out, const struct tensor *const *w, const struct tensor *x)
 {
@@ -87,6 +95,15 @@ void layers_moe(const struct model *m, struct model_scratch *s, const struct lay
     }
     be->ops->add(be, &ffn, &sh);
     be->ops->add(be, x, &ffn);
+}
+
+void layers_ffn(const struct model *m, struct model_scratch *s, int32_t l, const struct tensor *norm, struct tensor *x,
+                int32_t n)
+{
+    if (m->cfg.layer_ffn[l] == FFN_MOE)
+        layers_moe(m, s, &m->layers[l], norm, x, n);
+    else
+        layers_mlp(m, s, &m->layers[l], norm, x, n);
 }
 
 void layers_logits(const struct model *m, struct model_scratch *s, const struct tensor *x, int32_t n, int32_t n_out,

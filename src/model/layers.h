@@ -9,6 +9,9 @@
 
 /* trace->hidden[i] <- x (n rows), when asked for. */
 void layers_trace(const struct model *m, const struct model_trace *trace, int32_t i, const struct tensor *x, int32_t n);
+/* The residual stream of a forward of n tokens: the first n rows of the x
+ * scratch, holding their embeddings (traced as layer 0's input). */
+struct tensor layers_embed(const struct model *m, struct model_scratch *s, int32_t n, const struct model_trace *trace);
 /* out[i] = (RMSNorm(x) * norm) w[i]^T for n_w <= MM_MAX_W weights: a mixer's
  * input products with its norm folded in; uses the h scratch. */
 void layers_norm_in(const struct model *m, struct model_scratch *s, const struct tensor *norm, int32_t n_w,
@@ -25,6 +28,10 @@ void layers_mlp(const struct model *m, struct model_scratch *s, const struct lay
  * with a shared expert the g, u, ffn, ffn2 scratch. */
 void layers_moe(const struct model *m, struct model_scratch *s, const struct layer_weights *L, const struct tensor *norm,
                 struct tensor *x, int32_t n);
+/* Layer l's feed-forward block on x after RMSNorm by norm: the MoE block or
+ * the dense MLP, as the config says. */
+void layers_ffn(const struct model *m, struct model_scratch *s, int32_t l, const struct tensor *norm, struct tensor *x,
+                int32_t n);
 /* Final norm of x into the trace slot n_layer, then the logits of the batch's output rows. */
 void layers_logits(const struct model *m, struct model_scratch *s, const struct tensor *x, int32_t n, int32_t n_out,
                    const struct model_trace *trace);

@@ -162,22 +162,15 @@ void nemotron_h_forward(const struct model *m, struct model_scratch *s, struct k
                         int32_t n_out, const struct model_trace *trace)
 {
     const struct model_config *c = &m->cfg;
-    struct backend *be = m->be;
-    const struct backend_ops *op = be->ops;
-    struct tensor x = tensor_rows(&s->x, 0, n_tokens);
-    op->embed(be, &x, &m->embed);
-    layers_trace(m, trace, 0, &x, n_tokens);
+    struct tensor x = layers_embed(m, s, n_tokens, trace);
     for (int32_t l = 0; l < c->n_layer; l++) {
-        const struct layer_weights *L = &m->layers[l];
-        if (c->layer_ffn[l] == FFN_MOE) {
-            layers_moe(m, s, L, &L->attn_norm, &x, n_tokens);
-        } else if (c->layer_mixer[l] != MIX_MAMBA && c->layer_mixer[l] != MIX_ATTN) {
-            layers_mlp(m, s, L, &L->attn_norm, &x, n_tokens);
-        } else if (c->layer_mixer[l] == MIX_MAMBA) {
+        /* a layer is one block: Mamba2, attention, or a feed-forward (MLP or MoE) */
+        if (c->layer_mixer[l] == MIX_MAMBA)
             mamba2(m, s, kv, l, &x, n_tokens);
-        } else {
+        else if (c->layer_mixer[l] == MIX_ATTN)
             attention(m, s, kv, l, &x, n_tokens);
-        }
+        else
+            layers_ffn(m, s, l, &m->layers[l].attn_norm, &x, n_tokens);
         if (l + 1 < c->n_layer)
             layers_trace(m, trace, l + 1, &x, n_tokens);
     }

@@ -144,14 +144,12 @@ void qwen3_forward(const struct model *m, struct model_scratch *s, struct kv_ten
     const struct backend_ops *op = be->ops;
     const float scale = 1.0f / sqrtf((float)c->head_dim);
 #define ROWS(t) struct tensor t = tensor_rows(&s->t, 0, n_tokens)
-    ROWS(x);
     ROWS(q);
     ROWS(k);
     ROWS(v);
     ROWS(att);
 #undef ROWS
-    op->embed(be, &x, &m->embed);
-    layers_trace(m, trace, 0, &x, n_tokens);
+    struct tensor x = layers_embed(m, s, n_tokens, trace);
     for (int32_t l = 0; l < c->n_layer; l++) {
         const struct layer_weights *L = &m->layers[l];
         layers_norm_in(m, s, &L->attn_norm, 3, (struct tensor *const[]){&q, &k, &v},
@@ -162,12 +160,7 @@ void qwen3_forward(const struct model *m, struct model_scratch *s, struct kv_ten
         op->attn_prep(be, &q, &k, &v, kc, vc, &prep);
         op->attention(be, &att, &q, kc, vc, c->n_head, c->n_kv_head, c->head_dim, scale);
         layers_residual(m, s, &x, &att, &L->o);
-
-        if (c->layer_ffn[l] == FFN_MOE) {
-            layers_moe(m, s, L, &L->ffn_norm, &x, n_tokens);
-        } else {
-            layers_mlp(m, s, L, &L->ffn_norm, &x, n_tokens);
-        }
+        layers_ffn(m, s, l, &L->ffn_norm, &x, n_tokens);
         if (l + 1 < c->n_layer)
             layers_trace(m, trace, l + 1, &x, n_tokens);
     }

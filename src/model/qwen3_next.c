@@ -207,22 +207,13 @@ void qwen3_next_forward(const struct model *m, struct model_scratch *s, struct k
                         int32_t n_out, const struct model_trace *trace)
 {
     const struct model_config *c = &m->cfg;
-    struct backend *be = m->be;
-    const struct backend_ops *op = be->ops;
-    struct tensor x = tensor_rows(&s->x, 0, n_tokens);
-    op->embed(be, &x, &m->embed);
-    layers_trace(m, trace, 0, &x, n_tokens);
+    struct tensor x = layers_embed(m, s, n_tokens, trace);
     for (int32_t l = 0; l < c->n_layer; l++) {
-        const struct layer_weights *L = &m->layers[l];
         if (c->layer_mixer[l] == MIX_ATTN)
             gated_attention(m, s, kv, l, &x, n_tokens);
         else
             gated_deltanet(m, s, kv, l, &x, n_tokens);
-        if (c->layer_ffn[l] == FFN_MOE) {
-            layers_moe(m, s, L, &L->ffn_norm, &x, n_tokens);
-        } else {
-            layers_mlp(m, s, L, &L->ffn_norm, &x, n_tokens);
-        }
+        layers_ffn(m, s, l, &m->layers[l].ffn_norm, &x, n_tokens);
         if (l + 1 < c->n_layer)
             layers_trace(m, trace, l + 1, &x, n_tokens);
     }
