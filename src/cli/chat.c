@@ -4,7 +4,6 @@
  * only what the template added (the previous reply and the new message).
  * Without --model it talks to the embedded default. */
 #define _GNU_SOURCE
-#include "../backend/device.h"
 #include "../base/err.h"
 #include "../chat/template.h"
 #include "cli.h"
@@ -140,10 +139,7 @@ int cli_chat(int argc, char **argv)
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return 1;
     }
-    struct backend *be = device_open(device, (int32_t)threads, false);
-    struct tokenizer *tok = tok_load(dir);
-    struct chat_template *ct = tok ? chat_template_load(dir, NULL) : NULL;
-    struct model m, dm;
+    struct cli_models cm;
     struct cli_gen g = {0};
     json_t *msgs = json_array(), *kw = json_pack("{s:b}", "enable_thinking", think);
     char *line = NULL;
@@ -162,16 +158,12 @@ int cli_chat(int argc, char **argv)
             read_history(in.hist);
         }
     }
-    int rc = 1, loaded = 0, d_loaded = 0, up = 0;
-    if (!be || !tok || !ct || model_load(&m, dir, be, NULL) != 0)
+    int rc = 1, up = 0;
+    if (cli_models_open(&cm, device, (int32_t)threads, dir, draft_dir, true) != 0)
         goto done;
-    loaded = 1;
-    if (draft_dir && model_load(&dm, draft_dir, be, NULL) != 0)
-        goto done;
-    d_loaded = draft_dir != NULL;
-    if (!temp_set && m.cfg.gen_given)
-        sampler_params_from_config(&sp, &m.cfg);
-    if (cli_gen_init(&g, &m, d_loaded ? &dm : NULL, tok, &sp, &kp, (int32_t)n_ctx, kv_type) != 0)
+    if (!temp_set && cm.m.cfg.gen_given)
+        sampler_params_from_config(&sp, &cm.m.cfg);
+    if (cli_gen_init(&g, &cm.m, cm.d_loaded ? &cm.dm : NULL, cm.tok, &sp, &kp, (int32_t)n_ctx, kv_type) != 0)
         goto done;
     up = 1;
     g.dim_reasoning = isatty(1) != 0;
@@ -208,9 +200,9 @@ int cli_chat(int argc, char **argv)
             continue;
         json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", line));
         size_t tlen = 0;
-        char *text = chat_template_render(ct, msgs, NULL, true, kw, &tlen), *reply = NULL;
+        char *text = chat_template_render(cm.ct, msgs, NULL, true, kw, &tlen), *reply = NULL;
         struct tok_ids ids = {0};
-        int ok = text && tok_encode(tok, text, tlen, &ids) == 0 &&
+        int ok = text && tok_encode(cm.tok, text, tlen, &ids) == 0 &&
                  cli_gen_turn(&g, ids.ids, ids.n, max_tokens, stdout, &reply) == 0;
         free(text);
         tok_ids_free(&ids);
@@ -238,13 +230,6 @@ done:
     json_decref(kw);
     if (up)
         cli_gen_free(&g);
-    if (d_loaded)
-        model_free(&dm);
-    if (loaded)
-        model_free(&m);
-    chat_template_free(ct);
-    tok_free(tok);
-    if (be)
-        be->ops->free(be);
+    cli_models_close(&cm);
     return rc;
 }

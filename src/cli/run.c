@@ -2,7 +2,6 @@
  * stream the text to stdout. Without --model it runs the embedded default,
  * models/kapitsa-tiny (KAPITSA_MODEL overrides). */
 #define _GNU_SOURCE
-#include "../backend/device.h"
 #include "../base/err.h"
 #include "../base/path.h"
 #include "../chat/template.h"
@@ -122,37 +121,31 @@ int cli_run(int argc, char **argv)
         free(owned);
         return 2;
     }
-    struct backend *be = device_open(device, (int32_t)threads, false);
-    struct tokenizer *tok = tok_load(dir);
-    struct chat_template *ct = chat && tok ? chat_template_load(dir, NULL) : NULL;
-    struct model m, dm;
+    struct cli_models cm;
     struct cli_gen g = {0};
     struct tok_ids ids = {0};
     char *text = NULL;
-    int rc = 1, loaded = 0, d_loaded = 0, up = 0;
-    if (!be || !tok || (chat && !ct) || model_load(&m, dir, be, NULL) != 0)
+    int rc = 1, up = 0;
+    if (cli_models_open(&cm, device, (int32_t)threads, dir, draft_dir, chat) != 0)
         goto done;
-    loaded = 1;
-    if (draft_dir && model_load(&dm, draft_dir, be, NULL) != 0)
-        goto done;
-    d_loaded = draft_dir != NULL;
     size_t tlen = strlen(prompt);
     if (chat) {
         json_t *msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", prompt);
         json_t *kw = json_pack("{s:b}", "enable_thinking", 0);
-        text = chat_template_render(ct, msgs, NULL, true, kw, &tlen);
+        text = chat_template_render(cm.ct, msgs, NULL, true, kw, &tlen);
         json_decref(msgs);
         json_decref(kw);
         if (!text)
             goto done;
     }
-    if (tok_encode(tok, text ? text : prompt, tlen, &ids) != 0)
+    if (tok_encode(cm.tok, text ? text : prompt, tlen, &ids) != 0)
         goto done;
     if (ids.n == 0) {
         err_set("run: the prompt is empty");
         goto done;
     }
-    if (cli_gen_init(&g, &m, d_loaded ? &dm : NULL, tok, &sp, &kp, ids.n + (int32_t)max_tokens + 1, kv_type) != 0)
+    if (cli_gen_init(&g, &cm.m, cm.d_loaded ? &cm.dm : NULL, cm.tok, &sp, &kp, ids.n + (int32_t)max_tokens + 1,
+                     kv_type) != 0)
         goto done;
     up = 1;
     char tkey[9000];
@@ -174,13 +167,6 @@ done:
     free(text);
     free(owned);
     tok_ids_free(&ids);
-    if (d_loaded)
-        model_free(&dm);
-    if (loaded)
-        model_free(&m);
-    chat_template_free(ct);
-    tok_free(tok);
-    if (be)
-        be->ops->free(be);
+    cli_models_close(&cm);
     return rc;
 }
