@@ -580,55 +580,33 @@ static struct node *binop(struct parser *p, const char *op, struct node *a, stru
     return n;
 }
 
-static struct node *parse_pow(struct parser *p)
-{
-    struct node *n = parse_unary(p);
-    while (is_op(peek(p), "**")) {
-        int32_t l = next(p)->line;
-        n = binop(p, "**", n, parse_unary(p), l);
-    }
-    return n;
-}
+/* The arithmetic levels, loosest first: a level's operands are the next
+ * level's expressions (the last level's, unary ones), its operators left
+ * associative. */
+static const char *const arith_ops[][4] = {{"~"}, {"+", "-"}, {"*", "/", "//", "%"}, {"**"}};
+#define ARITH_LEVELS ((int)(sizeof arith_ops / sizeof arith_ops[0]))
 
-static struct node *parse_mul(struct parser *p)
+static struct node *parse_arith(struct parser *p, int level)
 {
-    struct node *n = parse_pow(p);
+    if (level == ARITH_LEVELS)
+        return parse_unary(p);
+    struct node *n = parse_arith(p, level + 1);
     for (;;) {
         struct tok *t = peek(p);
-        const char *op = is_op(t, "*") ? "*" : is_op(t, "/") ? "/" : is_op(t, "//") ? "//" : is_op(t, "%") ? "%" : NULL;
+        const char *op = NULL;
+        for (int i = 0; i < 4 && arith_ops[level][i] && !op; i++)
+            if (is_op(t, arith_ops[level][i]))
+                op = arith_ops[level][i];
         if (!op)
             return n;
         next(p);
-        n = binop(p, op, n, parse_pow(p), t->line);
+        n = binop(p, op, n, parse_arith(p, level + 1), t->line);
     }
-}
-
-static struct node *parse_add(struct parser *p)
-{
-    struct node *n = parse_mul(p);
-    for (;;) {
-        struct tok *t = peek(p);
-        const char *op = is_op(t, "+") ? "+" : is_op(t, "-") ? "-" : NULL;
-        if (!op)
-            return n;
-        next(p);
-        n = binop(p, op, n, parse_mul(p), t->line);
-    }
-}
-
-static struct node *parse_concat(struct parser *p)
-{
-    struct node *n = parse_add(p);
-    while (is_op(peek(p), "~")) {
-        int32_t l = next(p)->line;
-        n = binop(p, "~", n, parse_add(p), l);
-    }
-    return n;
 }
 
 static struct node *parse_compare(struct parser *p)
 {
-    struct node *n = parse_concat(p);
+    struct node *n = parse_arith(p, 0);
     for (;;) {
         struct tok *t = peek(p);
         const char *op = NULL;
@@ -645,7 +623,7 @@ static struct node *parse_compare(struct parser *p)
         if (!op)
             return n;
         next(p);
-        n = binop(p, op, n, parse_concat(p), t->line);
+        n = binop(p, op, n, parse_arith(p, 0), t->line);
     }
 }
 
