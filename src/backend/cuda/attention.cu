@@ -705,12 +705,7 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
     if (end > 0)
         fetch(0, 0);
     for (int32_t tile = 0, st = 0; tile < end; tile += FA_KT, st ^= 1) {
-        if (tile + FA_KT < end) {
-            fetch(tile + FA_KT, st ^ 1);
-            cp_async_wait_one();
-        } else {
-            cp_async_wait_all();
-        }
+        flash_ring_next(fetch, tile, FA_KT, end, st);
         __syncthreads(); /* tile's copy is in for every thread */
         const __nv_bfloat16 *kh = (const __nv_bfloat16 *)smem_raw + st * STAGE, *vh = kh + FA_KT * KP;
         const __nv_bfloat16 *kl = vh + HD * VP, *vl = kl + FA_KT * KP;

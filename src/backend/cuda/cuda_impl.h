@@ -446,6 +446,20 @@ static __device__ __forceinline__ void split_bf16x2(float x, float y, uint32_t *
     *lo = *(const uint32_t *)&l;
 }
 
+/* A flash kernel's two-stage ring at key tile `tile` (stage st): the next
+ * tile's copies requested into the other stage by fetch(tile + kt, st ^ 1)
+ * where there is one below end, and this tile's awaited. */
+template <typename F>
+static __device__ __forceinline__ void flash_ring_next(F &fetch, int32_t tile, int32_t kt, int32_t end, int st)
+{
+    if (tile + kt < end) {
+        fetch(tile + kt, st ^ 1);
+        cp_async_wait_one();
+    } else {
+        cp_async_wait_all();
+    }
+}
+
 /* A flash kernel's end for a warp's two rows ra and rb = ra + 8 of a tile
  * (those below hi): their softmax sums la, lb completed across the quad's
  * lanes, and the mma accumulators o[j] (columns 8j + 2cq and + 1 of head h,

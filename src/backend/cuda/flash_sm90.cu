@@ -189,12 +189,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
     if (end > 0)
         fetch(0, 0);
     for (int32_t tile = 0, st = 0; tile < end; tile += FW_KT, st ^= 1) {
-        if (tile + FW_KT < end) {
-            fetch(tile + FW_KT, st ^ 1);
-            cp_async_wait_one();
-        } else {
-            cp_async_wait_all();
-        }
+        flash_ring_next(fetch, tile, FW_KT, end, st);
         fence_async_shared();
         __syncthreads(); /* the tile (and, the first time, the queries) in for every warpgroup */
         const uint32_t ks_s = stages_s + st * 2 * TILE, vs_s = ks_s + TILE;
