@@ -325,7 +325,6 @@ static void list_push(struct parser *p, struct node_list *l, struct node *n)
 }
 
 static struct node *parse_expr(struct parser *p);
-static struct node *parse_or(struct parser *p);
 static struct node *parse_unary(struct parser *p);
 static struct node *parse_unary_inner(struct parser *p, struct tok *t);
 
@@ -639,25 +638,14 @@ static struct node *parse_not(struct parser *p)
     return parse_compare(p);
 }
 
-static struct node *parse_and(struct parser *p)
+/* a and b ..., or with is_or a or b ... over and-expressions: left associative */
+static struct node *parse_logic(struct parser *p, bool is_or)
 {
-    struct node *n = parse_not(p);
-    while (is_name(peek(p), "and")) {
-        struct node *a = mk(p, N_AND, next(p)->line);
+    struct node *n = is_or ? parse_logic(p, false) : parse_not(p);
+    while (is_name(peek(p), is_or ? "or" : "and")) {
+        struct node *a = mk(p, is_or ? N_OR : N_AND, next(p)->line);
         a->a = n;
-        a->b = parse_not(p);
-        n = a;
-    }
-    return n;
-}
-
-static struct node *parse_or(struct parser *p)
-{
-    struct node *n = parse_and(p);
-    while (is_name(peek(p), "or")) {
-        struct node *a = mk(p, N_OR, next(p)->line);
-        a->a = n;
-        a->b = parse_and(p);
+        a->b = is_or ? parse_logic(p, false) : parse_not(p);
         n = a;
     }
     return n;
@@ -666,11 +654,11 @@ static struct node *parse_or(struct parser *p)
 static struct node *parse_expr(struct parser *p)
 {
     enter(p);
-    struct node *n = parse_or(p);
+    struct node *n = parse_logic(p, true);
     while (is_name(peek(p), "if")) {
         struct node *c = mk(p, N_COND, next(p)->line);
         c->a = n;
-        c->b = parse_or(p);
+        c->b = parse_logic(p, true);
         if (is_name(peek(p), "else")) {
             next(p);
             c->c = parse_expr(p);
@@ -799,7 +787,7 @@ static int parse_body_inner(struct parser *p, struct node_list *out, const char 
             parse_targets(p, &n->args, false);
             if (!is_name(next(p), "in"))
                 perr(p, kw->line, "expected 'in' in for loop", NULL, 0);
-            n->a = parse_or(p); /* not parse_expr: a trailing `if` filters the loop */
+            n->a = parse_logic(p, true); /* not parse_expr: a trailing `if` filters the loop */
             if (is_name(peek(p), "if")) {
                 next(p);
                 n->d = parse_expr(p);
