@@ -133,8 +133,6 @@ int cli_chat(int argc, char **argv)
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return 2;
     }
-    if (!dir)
-        dir = cli_default_model();
     if (!(dir = cli_model_dir(dir))) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return 1;

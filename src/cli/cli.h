@@ -30,8 +30,6 @@ int bench_spec(const char *target, const char *draft, const char *prompt_file, i
                int32_t chain_k, int32_t tree_n, int32_t tree_d, int json);
 /* kapitsa bench compare (compare.c): the same OpenAI workload against several servers. */
 int bench_compare(int argc, char **argv);
-/* The embedded default model folder (KAPITSA_MODEL, ./models/kapitsa-tiny, or beside the binary). */
-const char *cli_default_model(void);
 
 /* Shared flag parsing: "--name value". Returns 1 and sets *val when argv[*i]
  * is --name (advancing *i), 0 when it is another flag, -1 when the value is missing. */
@@ -64,8 +62,9 @@ void cli_spec_tune_save(const struct spec *s, const char *key);
 /* The key: host name, the two folders' real paths, the thread count. */
 void cli_spec_key(char *key, size_t n, const char *model, const char *draft, int32_t threads);
 /* A model reference (a folder, a catalog name, or a hub id in the Hugging Face
- * cache) to its folder; the string lives until exit. NULL with err_set() when
- * it cannot be found (the message says how to pull it). */
+ * cache; NULL: the embedded default model) to its folder; the string lives
+ * until exit. NULL with err_set() when it cannot be found (the message says
+ * how to pull it). */
 const char *cli_model_dir(const char *ref);
 /* Parses a positive integer; -1 on error. */
 int64_t cli_int(const char *s);

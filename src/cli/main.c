@@ -1,11 +1,14 @@
 /* kapitsa: command-line entry point; dispatches to the subcommands in src/cli. */
 #include "cli.h"
 
+#include "../base/path.h"
 #include "../hub/cache.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(FILE *f)
 {
@@ -55,12 +58,25 @@ int cli_kv_flag(int argc, char **argv, int *i, enum dtype *type)
     return -1;
 }
 
+/* The embedded default model folder: KAPITSA_MODEL, ./models/kapitsa-tiny, or beside the binary. */
+static const char *default_model(void)
+{
+    static char path[PATH_MAX + 32];
+    const char *env = getenv("KAPITSA_MODEL");
+    if (env && *env)
+        return env;
+    if (access("models/kapitsa-tiny/config.json", R_OK) == 0)
+        return "models/kapitsa-tiny";
+    path_beside_exe("models/kapitsa-tiny", path, sizeof path);
+    return path;
+}
+
 const char *cli_model_dir(const char *ref)
 {
     static char dirs[4][4608];
     static int next;
     char *out = dirs[next++ % 4];
-    return hub_model_dir(ref, out, sizeof dirs[0]) == 0 ? out : NULL;
+    return hub_model_dir(ref ? ref : default_model(), out, sizeof dirs[0]) == 0 ? out : NULL;
 }
 
 int64_t cli_int(const char *s)

@@ -3,7 +3,6 @@
  * models/kapitsa-tiny (KAPITSA_MODEL overrides). */
 #define _GNU_SOURCE
 #include "../base/err.h"
-#include "../base/path.h"
 #include "../chat/template.h"
 #include "../engine/engine.h"
 #include "../engine/sampler.h"
@@ -12,23 +11,9 @@
 #include "cli.h"
 #include "generate.h"
 
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-const char *cli_default_model(void)
-{
-    static char path[PATH_MAX + 32];
-    const char *env = getenv("KAPITSA_MODEL");
-    if (env && *env)
-        return env;
-    if (access("models/kapitsa-tiny/config.json", R_OK) == 0)
-        return "models/kapitsa-tiny";
-    path_beside_exe("models/kapitsa-tiny", path, sizeof path);
-    return path;
-}
 
 static void run_usage(FILE *f)
 {
@@ -97,8 +82,6 @@ int cli_run(int argc, char **argv)
         run_usage(stderr);
         return 2;
     }
-    if (!dir)
-        dir = cli_default_model();
     if (!(dir = cli_model_dir(dir))) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return 1;

@@ -66,8 +66,6 @@ int cli_serve(int argc, char **argv)
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return 2;
     }
-    if (!o.model_dir)
-        o.model_dir = cli_default_model();
     if (!(o.model_dir = cli_model_dir(o.model_dir))) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return 1;
