@@ -125,6 +125,45 @@ void cpu_conv1d(struct backend *be, struct tensor *out, const struct tensor *x, 
     pool_run(c->pool, conv_task, &j, c->b.n_tokens);
 }
 
+/* ---- a recurrence's rows ---- */
+
+/* An op's two forms over one head's state S: chunked over a chain of n rows
+ * from the committed state, and one row's step. */
+struct rec_forms {
+    void (*chunked)(const void *job, const int32_t *rows, int32_t n, int32_t h, float *S);
+    void (*step)(const void *job, float *S, int32_t i, int32_t h);
+};
+
+/* Head h of a group's rows (states of sz floats at column h * sz of each
+ * state row): a chain from the committed state in one chunked pass, else row
+ * by row from each row's parent's state (or the committed one); the states
+ * the batch asks for are kept. */
+static void rec_rows(const struct attn_batch *b, struct tensor *state, const int32_t *rows, int32_t n, int32_t h,
+                     int64_t sz, float *S, const struct rec_forms *f, const void *job)
+{
+    const int64_t off = (int64_t)h * sz;
+    if (backend_rows_chain(b, rows, n) && n > 1) {
+        memcpy(S, f32_row(state, b->state_in[rows[0]]) + off, (size_t)sz * sizeof(float));
+        f->chunked(job, rows, n, h, S);
+        if (b->state_out[rows[n - 1]] >= 0)
+            memcpy(f32_row(state, b->state_out[rows[n - 1]]) + off, S, (size_t)sz * sizeof(float));
+        return;
+    }
+    int32_t prev = -1;
+    for (int32_t r = 0; r < n; r++) {
+        const int32_t i = rows[r], p = b->parent[i];
+        if (p < 0 || p != prev) {
+            int32_t slot = p < 0 ? b->state_in[i] : b->state_out[p];
+            assert(slot >= 0);
+            memcpy(S, f32_row(state, slot) + off, (size_t)sz * sizeof(float));
+        }
+        f->step(job, S, i, h);
+        if (b->state_out[i] >= 0)
+            memcpy(f32_row(state, b->state_out[i]) + off, S, (size_t)sz * sizeof(float));
+        prev = i;
+    }
+}
+
 /* ---- gated delta rule ---- */
 
 struct delta_job {
@@ -244,39 +283,32 @@ static void delta_chunked(const struct delta_job *j, const int32_t *rows, int32_
     }
 }
 
+/* rec_forms for the delta rule: the scratch past S (a state's dk * dv floats) holds q, k and tmp */
+static void delta_chunked_form(const void *job, const int32_t *rows, int32_t n, int32_t h, float *S)
+{
+    const struct delta_job *j = job;
+    delta_chunked(j, rows, n, h, S, S + (int64_t)j->dk * j->dv);
+}
+
+static void delta_step_form(const void *job, float *S, int32_t i, int32_t h)
+{
+    const struct delta_job *j = job;
+    const int32_t dk = j->dk, dv = j->dv;
+    float *q = S + (int64_t)dk * dv, *k = q + dk, *tmp = k + dk;
+    const float *v;
+    float gg, beta;
+    delta_inputs(j, i, h, q, k, &v, &gg, &beta);
+    delta_step(j->c->k, S, q, k, v, gg, beta, dk, dv, f32_row(j->out, i) + (int64_t)h * dv, tmp);
+}
+
 static void delta_task(void *ctx, int32_t task, int32_t worker)
 {
+    static const struct rec_forms forms = {delta_chunked_form, delta_step_form};
     const struct delta_job *j = ctx;
     const struct cpu_backend *c = j->c;
-    const struct attn_batch *b = &c->b;
-    const int32_t g = task / j->Hv, h = task % j->Hv, dk = j->dk, dv = j->dv;
-    const int32_t *rows = c->grp_rows + c->grp_start[g], n = c->grp_start[g + 1] - c->grp_start[g];
-    const int64_t sz = (int64_t)dk * dv, off = (int64_t)h * sz;
-    float *S = j->scratch + worker * c->scratch_per_worker, *ws = S + sz;
-    if (backend_rows_chain(b, rows, n) && n > 1) {
-        memcpy(S, f32_row(j->state, b->state_in[rows[0]]) + off, (size_t)sz * sizeof(float));
-        delta_chunked(j, rows, n, h, S, ws);
-        if (b->state_out[rows[n - 1]] >= 0)
-            memcpy(f32_row(j->state, b->state_out[rows[n - 1]]) + off, S, (size_t)sz * sizeof(float));
-        return;
-    }
-    float *q = ws, *k = q + dk, *tmp = k + dk;
-    int32_t prev = -1;
-    for (int32_t r = 0; r < n; r++) {
-        const int32_t i = rows[r], p = b->parent[i];
-        if (p < 0 || p != prev) {
-            int32_t slot = p < 0 ? b->state_in[i] : b->state_out[p];
-            assert(slot >= 0);
-            memcpy(S, f32_row(j->state, slot) + off, (size_t)sz * sizeof(float));
-        }
-        const float *v;
-        float gg, beta;
-        delta_inputs(j, i, h, q, k, &v, &gg, &beta);
-        delta_step(c->k, S, q, k, v, gg, beta, dk, dv, f32_row(j->out, i) + (int64_t)h * dv, tmp);
-        if (b->state_out[i] >= 0)
-            memcpy(f32_row(j->state, b->state_out[i]) + off, S, (size_t)sz * sizeof(float));
-        prev = i;
-    }
+    const int32_t g = task / j->Hv, h = task % j->Hv;
+    rec_rows(&c->b, j->state, c->grp_rows + c->grp_start[g], c->grp_start[g + 1] - c->grp_start[g], h,
+             (int64_t)j->dk * j->dv, j->scratch + worker * c->scratch_per_worker, &forms, j);
 }
 
 void cpu_delta_rule(struct backend *be, struct tensor *out, const struct tensor *q, const struct tensor *k,
@@ -374,35 +406,21 @@ static void ssd_chunked(const struct ssd_job *j, const int32_t *rows, int32_t n,
     }
 }
 
+static void ssd_chunked_form(const void *job, const int32_t *rows, int32_t n, int32_t h, float *S)
+{
+    ssd_chunked(job, rows, n, h, S);
+}
+
+static void ssd_step_form(const void *job, float *S, int32_t i, int32_t h) { ssd_step(job, S, i, h); }
+
 static void ssd_task(void *ctx, int32_t task, int32_t worker)
 {
+    static const struct rec_forms forms = {ssd_chunked_form, ssd_step_form};
     const struct ssd_job *j = ctx;
     const struct cpu_backend *c = j->c;
-    const struct attn_batch *b = &c->b;
     const int32_t H = j->p->n_head, g = task / H, h = task % H;
-    const int32_t *rows = c->grp_rows + c->grp_start[g], n = c->grp_start[g + 1] - c->grp_start[g];
-    const int64_t sz = (int64_t)j->p->head_dim * j->p->d_state, off = (int64_t)h * sz;
-    float *S = j->scratch + worker * c->scratch_per_worker;
-    if (backend_rows_chain(b, rows, n) && n > 1) {
-        memcpy(S, f32_row(j->state, b->state_in[rows[0]]) + off, (size_t)sz * sizeof(float));
-        ssd_chunked(j, rows, n, h, S);
-        if (b->state_out[rows[n - 1]] >= 0)
-            memcpy(f32_row(j->state, b->state_out[rows[n - 1]]) + off, S, (size_t)sz * sizeof(float));
-        return;
-    }
-    int32_t prev = -1;
-    for (int32_t r = 0; r < n; r++) {
-        const int32_t i = rows[r], p = b->parent[i];
-        if (p < 0 || p != prev) {
-            int32_t slot = p < 0 ? b->state_in[i] : b->state_out[p];
-            assert(slot >= 0);
-            memcpy(S, f32_row(j->state, slot) + off, (size_t)sz * sizeof(float));
-        }
-        ssd_step(j, S, i, h);
-        if (b->state_out[i] >= 0)
-            memcpy(f32_row(j->state, b->state_out[i]) + off, S, (size_t)sz * sizeof(float));
-        prev = i;
-    }
+    rec_rows(&c->b, j->state, c->grp_rows + c->grp_start[g], c->grp_start[g + 1] - c->grp_start[g], h,
+             (int64_t)j->p->head_dim * j->p->d_state, j->scratch + worker * c->scratch_per_worker, &forms, j);
 }
 
 void cpu_ssd(struct backend *be, struct tensor *y, const struct tensor *x, const struct tensor *B, const struct tensor *C,
