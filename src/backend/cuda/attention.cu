@@ -757,10 +757,8 @@ __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
                     xa = fmaxf(xa, s[j][c]);
                     xb = fmaxf(xb, s[j][2 + c]);
                 }
-            xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));
-            xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));
-            xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));
-            xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
+            xa = quad_max(xa);
+            xb = quad_max(xb);
             const float ca = xa == -INFINITY ? 1.0f : exp2f(ma - xa), cb = xb == -INFINITY ? 1.0f : exp2f(mb - xb);
             ma = xa;
             mb = xb;

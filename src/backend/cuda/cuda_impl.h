@@ -446,6 +446,19 @@ static __device__ __forceinline__ void split_bf16x2(float x, float y, uint32_t *
     *lo = *(const uint32_t *)&l;
 }
 
+/* the max and the sum over a quad's 4 lanes: an mma accumulator row's */
+static __device__ __forceinline__ float quad_max(float x)
+{
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+static __device__ __forceinline__ float quad_sum(float x)
+{
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
 /* A flash kernel's two-stage ring at key tile `tile` (stage st): the next
  * tile's copies requested into the other stage by fetch(tile + kt, st ^ 1)
  * where there is one below end, and this tile's awaited. */
@@ -468,10 +481,8 @@ template <int ND, int HD, typename A>
 static __device__ __forceinline__ void flash_store(const A &a, const float (&o)[ND][4], float la, float lb, int32_t ra,
                                                    int32_t rb, int32_t hi, int32_t h, int cq)
 {
-    la += __shfl_xor_sync(0xffffffffu, la, 1);
-    la += __shfl_xor_sync(0xffffffffu, la, 2);
-    lb += __shfl_xor_sync(0xffffffffu, lb, 1);
-    lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+    la = quad_sum(la);
+    lb = quad_sum(lb);
     const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
 #pragma unroll
     for (int j = 0; j < ND; j++) {

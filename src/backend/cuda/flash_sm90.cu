@@ -222,10 +222,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
                     xb = fmaxf(xb, s[j][2 + c]);
                 }
         }
-        xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));
-        xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));
-        xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));
-        xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
+        xa = quad_max(xa);
+        xb = quad_max(xb);
         xa = fmaxf(ma, xa * scale2);
         xb = fmaxf(mb, xb * scale2);
         const float ca = xa == -INFINITY ? 1.0f : exp2f(ma - xa), cb = xb == -INFINITY ? 1.0f : exp2f(mb - xb);
