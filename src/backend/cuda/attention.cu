@@ -895,7 +895,7 @@ static bool att_tileable(const struct attn_batch *b, int32_t T)
  * batch's rows sel (NULL: rows 0..n_tok-1), the longest seeing max_vis keys;
  * n_gz groups of a.gc query heads a kv head */
 static void att_decode_run(struct cuda_backend *c, struct att_args a, int32_t n_tok, const int32_t *sel,
-                           int32_t max_vis, int32_t n_gz, const struct tensor *kc)
+                           int32_t max_vis, int32_t n_gz)
 {
     const int32_t n_kv_head = a.n_kv_head, n_head = a.n_head, head_dim = a.hd;
     a.sel = sel;
@@ -924,7 +924,7 @@ static void att_decode_run(struct cuda_backend *c, struct att_args a, int32_t n_
     const int32_t rb = head_dim * (a.kv16 ? 2 : 4);
     a.kpb = (rb + 31) / 32 * 32 + 16;
     a.vpb = (rb + 15) / 16 * 16;
-    const uint64_t al = (uint64_t)kc->row_stride * (a.kv16 ? 2 : 4) | (uint64_t)rb | (uintptr_t)a.kc |
+    const uint64_t al = (uint64_t)a.ks * (a.kv16 ? 2 : 4) | (uint64_t)rb | (uintptr_t)a.kc |
                         (uintptr_t)a.vc;
     assert(al % 8 == 0); /* a.vec4 */
     a.cb = al % 16 == 0 ? 16 : 8;
@@ -992,7 +992,7 @@ void cuda_attention(struct backend *be, struct tensor *out, const struct tensor 
             if (c->n_fa_tiles > 0)
                 flash_pick(c, &a, head_dim);
             if (c->n_dec > 0 && !c->failed)
-                att_decode_run(c, a, c->n_dec, c->d.dec_rows, c->dec_max_vis, n_gz, kc);
+                att_decode_run(c, a, c->n_dec, c->d.dec_rows, c->dec_max_vis, n_gz);
             return;
         }
         if (att_tileable(&c->b, ATT_PREFILL_T)) {
@@ -1014,5 +1014,5 @@ void cuda_attention(struct backend *be, struct tensor *out, const struct tensor 
         err_set("cuda: attention takes head dims that are multiples of 4 (this model's: %d)", (int)head_dim);
         return;
     }
-    att_decode_run(c, a, n, NULL, c->max_vis, n_gz, kc);
+    att_decode_run(c, a, n, NULL, c->max_vis, n_gz);
 }
