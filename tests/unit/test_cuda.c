@@ -127,6 +127,19 @@ static void set_batch_both(struct both *b, const struct attn_batch *ab)
     CHECK(b->gpu->ops->set_batch(b->gpu, ab) == 0, "%s", err_msg());
 }
 
+/* whether two gpu tensors of the same shape hold the same bits */
+static bool gpu_bits_equal(struct both *b, const struct tensor *x, const struct tensor *y)
+{
+    const size_t bytes = (size_t)(x->n_rows * x->n_cols) * dtype_size(x->type);
+    void *y1 = malloc(bytes), *y2 = malloc(bytes);
+    b->gpu->ops->read(b->gpu, x, 0, x->n_rows, y1);
+    b->gpu->ops->read(b->gpu, y, 0, y->n_rows, y2);
+    const bool same = memcmp(y1, y2, bytes) == 0;
+    free(y1);
+    free(y2);
+    return same;
+}
+
 void test_cuda_matmul(void)
 {
     struct both b;
@@ -338,16 +351,10 @@ static double att_compare(struct both *b, const struct attn_batch *ab, int64_t c
     if (spare > 0) {
         struct tensor out2;
         const struct tensor kcut = tensor_rows(&p.kc.g, 0, cache_rows), vcut = tensor_rows(&p.vc.g, 0, cache_rows);
-        const size_t bytes = (size_t)n * n_head * hd * sizeof(float);
-        float *y1 = malloc(bytes), *y2 = malloc(bytes);
         CHECK(b->gpu->ops->alloc(b->gpu, &out2, DT_F32, n, n_head * hd) == 0, "%s", err_msg());
         b->gpu->ops->attention(b->gpu, &out2, &p.q.g, &kcut, &vcut, n_head, n_kv, hd, scale);
-        b->gpu->ops->read(b->gpu, &p.out.g, 0, n, y1);
-        b->gpu->ops->read(b->gpu, &out2, 0, n, y2);
-        *resized = memcmp(y1, y2, bytes) != 0;
+        *resized = !gpu_bits_equal(b, &p.out.g, &out2);
         b->gpu->ops->release(b->gpu, &out2);
-        free(y1);
-        free(y2);
     }
     att_pairs_free(b, &p);
     return e;
@@ -424,6 +431,45 @@ static void prefill_case(struct both *b, int32_t len0, int32_t n0, int32_t n1, i
     free(n_kvv);
 }
 
+/* A batch of n rows without a mask for the attention tests: row i of
+ * sequence seq[i] (< n_seq) at position pos[i], seeing positions 0..pos[i];
+ * each sequence's blocks of 16 placed in reverse order in a cache of
+ * cache_rows rows. The caller keeps seq and pos alive while ab is used. */
+struct test_batch {
+    int32_t *table, *slot, *n_kv;
+    int64_t cache_rows;
+    struct attn_batch ab;
+};
+
+static void test_batch_make(struct test_batch *t, int32_t n, const int32_t *seq, const int32_t *pos, int32_t n_seq)
+{
+    const int32_t bs = 16;
+    int32_t max_pos = 0;
+    for (int32_t i = 0; i < n; i++)
+        max_pos = pos[i] > max_pos ? pos[i] : max_pos;
+    const int32_t max_blocks = max_pos / bs + 1, n_blocks = n_seq * max_blocks;
+    t->table = calloc((size_t)n_blocks, sizeof(int32_t));
+    t->slot = calloc((size_t)n, sizeof(int32_t));
+    t->n_kv = calloc((size_t)n, sizeof(int32_t));
+    for (int32_t i = 0; i < n_blocks; i++)
+        t->table[i] = n_blocks - 1 - i;
+    for (int32_t i = 0; i < n; i++) {
+        t->slot[i] = t->table[seq[i] * max_blocks + pos[i] / bs] * bs + pos[i] % bs;
+        t->n_kv[i] = pos[i] + 1;
+    }
+    t->cache_rows = (int64_t)n_blocks * bs;
+    t->ab = (struct attn_batch){.n_tokens = n, .pos = pos, .slot = t->slot, .seq_row = seq, .n_kv = t->n_kv,
+                                .mask_from = t->n_kv, .block_table = t->table, .n_seq_rows = n_seq,
+                                .max_blocks = max_blocks, .block_size = bs};
+}
+
+static void test_batch_free(struct test_batch *t)
+{
+    free(t->table);
+    free(t->slot);
+    free(t->n_kv);
+}
+
 /* A large batch as the server makes it: n_dec requests decoding (a token
  * each, contexts of len_dec + 37 r keys) first, then n1 rows of a prompt
  * with len0 cached. Against the cpu within tol; and each decoding row's
@@ -432,25 +478,17 @@ static void prefill_case(struct both *b, int32_t len0, int32_t n0, int32_t n1, i
 static void mixed_case(struct both *b, int32_t n_dec, int32_t len_dec, int32_t len0, int32_t n1, int32_t n_head,
                        int32_t n_kv, int32_t hd, double tol)
 {
-    const int32_t bs = 16, n = n_dec + n1, n_rows = n_dec + 1;
-    const int32_t max_blocks = ((len_dec + 37 * n_dec > len0 + n1 ? len_dec + 37 * n_dec : len0 + n1) + 1) / bs + 1;
-    const int32_t n_blocks = n_rows * max_blocks;
-    int32_t *table = calloc((size_t)n_blocks, sizeof(int32_t)), *pos = calloc((size_t)n, sizeof(int32_t));
-    int32_t *slot = calloc((size_t)n, sizeof(int32_t)), *seq = calloc((size_t)n, sizeof(int32_t));
-    int32_t *n_kvv = calloc((size_t)n, sizeof(int32_t));
-    for (int32_t i = 0; i < n_blocks; i++)
-        table[i] = n_blocks - 1 - i;
+    const int32_t n = n_dec + n1;
+    int32_t *pos = calloc((size_t)n, sizeof(int32_t)), *seq = calloc((size_t)n, sizeof(int32_t));
     for (int32_t i = 0; i < n; i++) {
         seq[i] = i < n_dec ? i : n_dec;
         pos[i] = i < n_dec ? len_dec + 37 * i : len0 + i - n_dec;
-        slot[i] = table[seq[i] * max_blocks + pos[i] / bs] * bs + pos[i] % bs;
-        n_kvv[i] = pos[i] + 1;
     }
-    struct attn_batch ab = {.n_tokens = n, .pos = pos, .slot = slot, .seq_row = seq, .n_kv = n_kvv,
-                            .mask_from = n_kvv, .block_table = table, .n_seq_rows = n_rows,
-                            .max_blocks = max_blocks, .block_size = bs};
+    struct test_batch tb;
+    test_batch_make(&tb, n, seq, pos, n_dec + 1);
+    const struct attn_batch ab = tb.ab;
     struct att_pairs p;
-    att_pairs_run(b, &p, &ab, (int64_t)n_blocks * bs, n_head, n_kv, hd, 0.125f);
+    att_pairs_run(b, &p, &ab, tb.cache_rows, n_head, n_kv, hd, 0.125f);
     const double e = pair_err(b, &p.out);
     CHECK(e < tol, "mixed batch, %d decoding beside %d prompt rows, heads %d/%d hd %d: err %.3g (bound %.3g)", n_dec,
           n1, n_head, n_kv, hd, e, tol);
@@ -461,20 +499,13 @@ static void mixed_case(struct both *b, int32_t n_dec, int32_t len_dec, int32_t l
     struct tensor o2, qd = tensor_rows(&p.q.g, 0, n_dec);
     CHECK(b->gpu->ops->alloc(b->gpu, &o2, DT_F32, n_dec, n_head * hd) == 0, "%s", err_msg());
     b->gpu->ops->attention(b->gpu, &o2, &qd, &p.kc.g, &p.vc.g, n_head, n_kv, hd, 0.125f);
-    const size_t bytes = (size_t)n_dec * n_head * hd * sizeof(float);
-    float *y1 = malloc(bytes), *y2 = malloc(bytes);
-    b->gpu->ops->read(b->gpu, &p.out.g, 0, n_dec, y1);
-    b->gpu->ops->read(b->gpu, &o2, 0, n_dec, y2);
-    CHECK(memcmp(y1, y2, bytes) == 0, "mixed batch hd %d: a decoding row's output depends on the prompt beside it", hd);
+    const struct tensor od = tensor_rows(&p.out.g, 0, n_dec);
+    CHECK(gpu_bits_equal(b, &od, &o2), "mixed batch hd %d: a decoding row's output depends on the prompt beside it", hd);
     b->gpu->ops->release(b->gpu, &o2);
-    free(y1);
-    free(y2);
     att_pairs_free(b, &p);
-    free(table);
+    test_batch_free(&tb);
     free(pos);
-    free(slot);
     free(seq);
-    free(n_kvv);
 }
 
 void test_cuda_attention(void)
@@ -668,13 +699,8 @@ void test_cuda_rowwise(void)
             const double e = pair_err(&b, fused[t]);
             CHECK(e < (t >= 2 && ct ? 1.0 / 128 : 2e-6), "attn_prep (%s cache) output %d: err %.3g", dtype_name(kt), t,
                   e);
-            const size_t bytes = (size_t)(fused[t]->g.n_rows * fused[t]->g.n_cols) * dtype_size(fused[t]->g.type);
-            void *y1 = malloc(bytes), *y2 = malloc(bytes);
-            b.gpu->ops->read(b.gpu, &fused[t]->g, 0, fused[t]->g.n_rows, y1);
-            b.gpu->ops->read(b.gpu, &pieces[t]->g, 0, pieces[t]->g.n_rows, y2);
-            CHECK(memcmp(y1, y2, bytes) == 0, "attn_prep (%s cache) output %d: not its pieces' bits", dtype_name(kt), t);
-            free(y1);
-            free(y2);
+            CHECK(gpu_bits_equal(&b, &fused[t]->g, &pieces[t]->g), "attn_prep (%s cache) output %d: not its pieces' bits",
+                  dtype_name(kt), t);
         }
         struct pair *ps[] = {&q, &k, &v, &kc, &vc, &qn, &kn, &q2, &k2, &kc2, &vc2};
         for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
