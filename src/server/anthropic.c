@@ -19,9 +19,8 @@ enum MHD_Result http_anthropic_error(struct MHD_Connection *c, unsigned status, 
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    http_error_message(msg, sizeof msg, status, type, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "kapitsa: error %u %s: %s\n", status, type, msg); /* the request log line of a refusal */
     return http_json(c, status, json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", type, "message", msg));
 }
 

@@ -8,6 +8,7 @@
 #include "../tokenizer/tokenizer.h"
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <microhttpd.h>
 
 struct app {
@@ -23,6 +24,9 @@ struct app {
 
 /* Queues a JSON response; takes the reference to body. */
 enum MHD_Result http_json(struct MHD_Connection *c, unsigned status, json_t *body);
+/* An error's message from fmt and ap into msg [cap], logged as the request's
+ * line (status and type beside it): what each API's error shape carries. */
+void http_error_message(char *msg, size_t cap, unsigned status, const char *type, const char *fmt, va_list ap);
 /* An OpenAI-shaped error: {"error": {"message", "type", "param", "code"}}. */
 enum MHD_Result http_openai_error(struct MHD_Connection *c, unsigned status, const char *type, const char *fmt, ...);
 

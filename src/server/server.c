@@ -41,14 +41,19 @@ enum MHD_Result http_json(struct MHD_Connection *c, unsigned status, json_t *bod
     return ret;
 }
 
+void http_error_message(char *msg, size_t cap, unsigned status, const char *type, const char *fmt, va_list ap)
+{
+    vsnprintf(msg, cap, fmt, ap);
+    fprintf(stderr, "kapitsa: error %u %s: %s\n", status, type, msg);
+}
+
 enum MHD_Result http_openai_error(struct MHD_Connection *c, unsigned status, const char *type, const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    http_error_message(msg, sizeof msg, status, type, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "kapitsa: error %u %s: %s\n", status, type, msg); /* the request log line of a refusal */
     return http_json(c, status, json_pack("{s:{s:s,s:s,s:n,s:n}}", "error", "message", msg, "type", type, "param",
                                           "code"));
 }
