@@ -311,6 +311,20 @@ static struct node *mk(struct parser *p, enum node_kind k, int32_t line)
     return n;
 }
 
+/* The next token, a name (or an integer, with ints: x.0), as a node of kind
+ * k carrying it, over a (NULL: none); what is the error when it is not one. */
+static struct node *mk_named(struct parser *p, enum node_kind k, struct node *a, bool ints, const char *what)
+{
+    struct tok *t = next(p);
+    if (t->kind != T_NAME && !(ints && t->kind == T_INT))
+        perr(p, t->line, what, NULL, 0);
+    struct node *n = mk(p, k, t->line);
+    n->a = a;
+    n->s = t->s;
+    n->len = t->len;
+    return n;
+}
+
 static void list_push(struct parser *p, struct node_list *l, struct node *n)
 {
     if (l->n == l->cap) {
@@ -460,14 +474,7 @@ static struct node *parse_postfix(struct parser *p, struct node *n)
         struct tok *t = peek(p);
         if (is_op(t, ".")) {
             next(p);
-            struct tok *nm = next(p);
-            if (nm->kind != T_NAME && nm->kind != T_INT)
-                perr(p, nm->line, "expected an attribute name", NULL, 0);
-            struct node *a = mk(p, N_ATTR, nm->line);
-            a->a = n;
-            a->s = nm->s;
-            a->len = nm->len;
-            n = a;
+            n = mk_named(p, N_ATTR, n, true, "expected an attribute name");
         } else if (is_op(t, "[")) {
             next(p);
             struct node *lo = NULL, *hi = NULL, *st = NULL;
@@ -510,13 +517,7 @@ static struct node *parse_filters(struct parser *p, struct node *n)
         struct tok *t = peek(p);
         if (is_op(t, "|")) {
             next(p);
-            struct tok *nm = next(p);
-            if (nm->kind != T_NAME)
-                perr(p, nm->line, "expected a filter name", NULL, 0);
-            struct node *f = mk(p, N_FILTER, nm->line);
-            f->a = n;
-            f->s = nm->s;
-            f->len = nm->len;
+            struct node *f = mk_named(p, N_FILTER, n, false, "expected a filter name");
             if (is_op(peek(p), "(")) {
                 next(p);
                 parse_args(p, f);
@@ -676,22 +677,10 @@ static void parse_targets(struct parser *p, struct node_list *out, bool allow_at
     if (paren)
         next(p);
     for (;;) {
-        struct tok *t = next(p);
-        if (t->kind != T_NAME)
-            perr(p, t->line, "expected a variable name", NULL, 0);
-        struct node *n = mk(p, N_NAME, t->line);
-        n->s = t->s;
-        n->len = t->len;
+        struct node *n = mk_named(p, N_NAME, NULL, false, "expected a variable name");
         if (allow_attr && is_op(peek(p), ".")) {
             next(p);
-            struct tok *a = next(p);
-            if (a->kind != T_NAME)
-                perr(p, a->line, "expected an attribute name", NULL, 0);
-            struct node *at = mk(p, N_ATTR, a->line);
-            at->a = n;
-            at->s = a->s;
-            at->len = a->len;
-            n = at;
+            n = mk_named(p, N_ATTR, n, false, "expected an attribute name");
         }
         list_push(p, out, n);
         if (!is_op(peek(p), ","))
@@ -826,12 +815,7 @@ static int parse_body_inner(struct parser *p, struct node_list *out, const char 
             n->len = nm->len;
             expect_op(p, "(");
             while (!is_op(peek(p), ")")) {
-                struct tok *a = next(p);
-                if (a->kind != T_NAME)
-                    perr(p, a->line, "expected a parameter name", NULL, 0);
-                struct node *pn = mk(p, N_NAME, a->line);
-                pn->s = a->s;
-                pn->len = a->len;
+                struct node *pn = mk_named(p, N_NAME, NULL, false, "expected a parameter name");
                 if (is_op(peek(p), "=")) {
                     next(p);
                     pn->a = parse_expr(p); /* default */
