@@ -8,8 +8,8 @@
 #include "../tokenizer/tokenizer.h"
 
 #include <jansson.h>
-#include <stdarg.h>
 #include <microhttpd.h>
+#include <stdarg.h>
 
 struct app {
     struct model model;
