@@ -431,45 +431,6 @@ static void prefill_case(struct both *b, int32_t len0, int32_t n0, int32_t n1, i
     free(n_kvv);
 }
 
-/* A batch of n rows without a mask for the attention tests: row i of
- * sequence seq[i] (< n_seq) at position pos[i], seeing positions 0..pos[i];
- * each sequence's blocks of 16 placed in reverse order in a cache of
- * cache_rows rows. The caller keeps seq and pos alive while ab is used. */
-struct test_batch {
-    int32_t *table, *slot, *n_kv;
-    int64_t cache_rows;
-    struct attn_batch ab;
-};
-
-static void test_batch_make(struct test_batch *t, int32_t n, const int32_t *seq, const int32_t *pos, int32_t n_seq)
-{
-    const int32_t bs = 16;
-    int32_t max_pos = 0;
-    for (int32_t i = 0; i < n; i++)
-        max_pos = pos[i] > max_pos ? pos[i] : max_pos;
-    const int32_t max_blocks = max_pos / bs + 1, n_blocks = n_seq * max_blocks;
-    t->table = calloc((size_t)n_blocks, sizeof(int32_t));
-    t->slot = calloc((size_t)n, sizeof(int32_t));
-    t->n_kv = calloc((size_t)n, sizeof(int32_t));
-    for (int32_t i = 0; i < n_blocks; i++)
-        t->table[i] = n_blocks - 1 - i;
-    for (int32_t i = 0; i < n; i++) {
-        t->slot[i] = t->table[seq[i] * max_blocks + pos[i] / bs] * bs + pos[i] % bs;
-        t->n_kv[i] = pos[i] + 1;
-    }
-    t->cache_rows = (int64_t)n_blocks * bs;
-    t->ab = (struct attn_batch){.n_tokens = n, .pos = pos, .slot = t->slot, .seq_row = seq, .n_kv = t->n_kv,
-                                .mask_from = t->n_kv, .block_table = t->table, .n_seq_rows = n_seq,
-                                .max_blocks = max_blocks, .block_size = bs};
-}
-
-static void test_batch_free(struct test_batch *t)
-{
-    free(t->table);
-    free(t->slot);
-    free(t->n_kv);
-}
-
 /* A large batch as the server makes it: n_dec requests decoding (a token
  * each, contexts of len_dec + 37 r keys) first, then n1 rows of a prompt
  * with len0 cached. Against the cpu within tol; and each decoding row's
@@ -478,17 +439,25 @@ static void test_batch_free(struct test_batch *t)
 static void mixed_case(struct both *b, int32_t n_dec, int32_t len_dec, int32_t len0, int32_t n1, int32_t n_head,
                        int32_t n_kv, int32_t hd, double tol)
 {
-    const int32_t n = n_dec + n1;
-    int32_t *pos = calloc((size_t)n, sizeof(int32_t)), *seq = calloc((size_t)n, sizeof(int32_t));
+    const int32_t bs = 16, n = n_dec + n1, n_rows = n_dec + 1;
+    const int32_t max_blocks = ((len_dec + 37 * n_dec > len0 + n1 ? len_dec + 37 * n_dec : len0 + n1) + 1) / bs + 1;
+    const int32_t n_blocks = n_rows * max_blocks;
+    int32_t *table = calloc((size_t)n_blocks, sizeof(int32_t)), *pos = calloc((size_t)n, sizeof(int32_t));
+    int32_t *slot = calloc((size_t)n, sizeof(int32_t)), *seq = calloc((size_t)n, sizeof(int32_t));
+    int32_t *n_kvv = calloc((size_t)n, sizeof(int32_t));
+    for (int32_t i = 0; i < n_blocks; i++)
+        table[i] = n_blocks - 1 - i;
     for (int32_t i = 0; i < n; i++) {
         seq[i] = i < n_dec ? i : n_dec;
         pos[i] = i < n_dec ? len_dec + 37 * i : len0 + i - n_dec;
+        slot[i] = table[seq[i] * max_blocks + pos[i] / bs] * bs + pos[i] % bs;
+        n_kvv[i] = pos[i] + 1;
     }
-    struct test_batch tb;
-    test_batch_make(&tb, n, seq, pos, n_dec + 1);
-    const struct attn_batch ab = tb.ab;
+    struct attn_batch ab = {.n_tokens = n, .pos = pos, .slot = slot, .seq_row = seq, .n_kv = n_kvv,
+                            .mask_from = n_kvv, .block_table = table, .n_seq_rows = n_rows,
+                            .max_blocks = max_blocks, .block_size = bs};
     struct att_pairs p;
-    att_pairs_run(b, &p, &ab, tb.cache_rows, n_head, n_kv, hd, 0.125f);
+    att_pairs_run(b, &p, &ab, (int64_t)n_blocks * bs, n_head, n_kv, hd, 0.125f);
     const double e = pair_err(b, &p.out);
     CHECK(e < tol, "mixed batch, %d decoding beside %d prompt rows, heads %d/%d hd %d: err %.3g (bound %.3g)", n_dec,
           n1, n_head, n_kv, hd, e, tol);
@@ -503,9 +472,11 @@ static void mixed_case(struct both *b, int32_t n_dec, int32_t len_dec, int32_t l
     CHECK(gpu_bits_equal(b, &od, &o2), "mixed batch hd %d: a decoding row's output depends on the prompt beside it", hd);
     b->gpu->ops->release(b->gpu, &o2);
     att_pairs_free(b, &p);
-    test_batch_free(&tb);
+    free(table);
     free(pos);
+    free(slot);
     free(seq);
+    free(n_kvv);
 }
 
 void test_cuda_attention(void)
