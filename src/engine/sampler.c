@@ -253,14 +253,35 @@ static bool logits_raw(const struct sampler_params *p)
     return p->n_bias == 0 && p->repeat_penalty == 1.0f && p->presence_penalty == 0 && p->frequency_penalty == 0;
 }
 
+/* The banned tokens when every bias is a ban (-inf, as ignore_eos sets:
+ * such a token is never drawn, whatever its logit) and no penalty applies,
+ * so that the draw is the raw logits' with those ids left out; else -1. */
+static int32_t n_bans(const struct sampler_params *p)
+{
+    if (p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0)
+        return -1;
+    for (int32_t i = 0; i < p->n_bias; i++)
+        if (!(isinf(p->bias[i]) && p->bias[i] < 0))
+            return -1;
+    return p->n_bias;
+}
+
+static bool is_banned(const struct sampler_params *p, int32_t id)
+{
+    for (int32_t i = 0; i < p->n_bias; i++)
+        if (p->bias_id[i] == id)
+            return true;
+    return false;
+}
+
 bool sampler_greedy(const struct sampler *s) { return s->p.temperature == 0 && logits_raw(&s->p); }
 
 int32_t sampler_top_need(const struct sampler *s)
 {
     const struct sampler_params *p = &s->p;
-    if (!logits_raw(p))
-        return 0;
-    return p->temperature == 0 ? 1 : p->top_k > 0 && p->top_k < s->n_vocab ? p->top_k : 0;
+    const int32_t bans = n_bans(p);
+    const int32_t need = p->temperature == 0 ? 1 : p->top_k > 0 && p->top_k < s->n_vocab ? p->top_k : 0;
+    return bans < 0 || need == 0 ? 0 : need + bans;
 }
 
 /* A seeded draw from the n weighted candidates of the last dist. */
@@ -289,19 +310,25 @@ int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *hi
 
 int32_t sampler_dist_top(struct sampler *s, const int32_t *ids, const float *vals, int32_t k)
 {
-    const int32_t need = sampler_top_need(s);
-    assert(need >= 1 && k >= need);
+    const int32_t need = sampler_top_need(s), n = need - n_bans(&s->p);
+    assert(need >= 1 && k >= need && (vals || s->p.temperature == 0));
+    /* the n largest logits of tokens not banned, where sampler_dist's top-k
+     * pass puts them (k >= need leaves at least n of them) */
+    int32_t m = 0, first = -1;
+    for (int32_t i = 0; i < k && m < n; i++) {
+        if (is_banned(&s->p, ids[i]))
+            continue;
+        first = first < 0 ? i : first;
+        s->idx[m++] = ids[i];
+        if (vals)
+            s->logits[ids[i]] = vals[i];
+    }
+    assert(m == n);
     if (s->p.temperature == 0) {
-        s->idx[0] = ids[0];
         s->w[0] = 1.0;
         return 1;
     }
-    /* the candidates and their logits where sampler_dist's top-k pass puts them */
-    for (int32_t i = 0; i < need; i++) {
-        s->idx[i] = ids[i];
-        s->logits[ids[i]] = vals[i];
-    }
-    return dist_filter(s, s->logits, vals[0], need, true);
+    return dist_filter(s, s->logits, vals[first], n, true);
 }
 
 int32_t sampler_sample_top(struct sampler *s, const int32_t *ids, const float *vals, int32_t k)

@@ -59,13 +59,15 @@ int32_t sampler_dist(struct sampler *s, const float *logits, const int32_t *hist
 /* A uniform draw in [0, 1) from the sampler's seeded stream. */
 double sampler_uniform(struct sampler *s);
 /* How many of the largest raw logits a draw needs, when those are all it
- * needs: 1 when greedy (sampler_greedy), top_k when that filter is on and no
- * bias or penalty changes the logits first; 0 when it needs them all. */
+ * needs: 1 when greedy, top_k when that filter is on, plus one per banned
+ * token (a bias of -inf, as ignore_eos sets), when no other bias and no
+ * penalty changes the logits first; 0 when it needs them all. */
 int32_t sampler_top_need(const struct sampler *s);
 /* The draw sampler_sample makes (the same token for the same seed and state)
  * from only the k >= sampler_top_need(s) largest logits: ids/vals in the
- * backend's top_k order (larger first, then the lower id), so that a GPU
- * copies k numbers per row instead of the vocabulary. */
+ * backend's top_k order (larger first, then the lower id), banned tokens
+ * among them skipped, so that a GPU copies k numbers per row instead of the
+ * vocabulary. */
 int32_t sampler_sample_top(struct sampler *s, const int32_t *ids, const float *vals, int32_t k);
 /* sampler_dist from the same k largest logits (vals may be NULL when greedy):
  * the same candidates in the same order with the same weights. */

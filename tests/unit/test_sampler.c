@@ -202,7 +202,9 @@ void test_sampler_candidates(void)
 
 /* sampler_sample_top from a row's top_k (the backend's order) draws the token
  * sampler_sample draws from the whole row, for the same seed, draw after draw,
- * and sampler_top_need says when the top is enough. */
+ * with and without banned tokens (three of the row's largest logits at
+ * -inf, as ignore_eos bans the end), and sampler_top_need says when the top
+ * is enough. */
 void test_sampler_top(void)
 {
     enum { V = 5000 };
@@ -216,25 +218,38 @@ void test_sampler_top(void)
         float t, top_p, min_p;
         int32_t top_k;
     } cases[] = {{0.0f, 1, 0, 0}, {1.0f, 1, 0, 1}, {0.7f, 0.95f, 0, 20}, {1.3f, 1, 0.1f, 32}, {0.5f, 0.5f, 0.05f, 7}};
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    for (size_t c = 0; c < 2 * (sizeof cases / sizeof cases[0]); c++) {
+        const size_t q = c / 2;
+        const int32_t n_ban = c % 2 ? 3 : 0;
         struct sampler_params sp = sampler_defaults();
-        sp.temperature = cases[c].t;
-        sp.top_p = cases[c].top_p;
-        sp.min_p = cases[c].min_p;
-        sp.top_k = cases[c].top_k;
+        sp.temperature = cases[q].t;
+        sp.top_p = cases[q].top_p;
+        sp.min_p = cases[q].min_p;
+        /* the bans come in the top too */
+        sp.top_k = cases[q].top_k + n_ban > TOP_K_MAX ? TOP_K_MAX - n_ban : cases[q].top_k;
         sp.seed = 1234 + c;
+        int32_t ids[TOP_K_MAX];
+        float vals[TOP_K_MAX];
+        backend_top_k_row(lg, V, TOP_K_MAX, ids, vals);
+        for (int32_t i = 0; i < n_ban; i++) {
+            sp.bias_id[i] = ids[2 * i];
+            sp.bias[i] = -INFINITY;
+        }
+        sp.n_bias = n_ban;
         struct sampler a, b;
         CHECK(sampler_init(&a, &sp, V) == 0 && sampler_init(&b, &sp, V) == 0, "%s", err_msg());
         const int32_t need = sampler_top_need(&a);
-        CHECK(need == (cases[c].t == 0 ? 1 : cases[c].top_k), "case %zu: top_need %d", c, need);
-        int32_t ids[TOP_K_MAX];
-        float vals[TOP_K_MAX];
+        CHECK(need == (cases[q].t == 0 ? 1 : sp.top_k) + n_ban, "case %zu: top_need %d", c, need);
+        int32_t banned_drawn = 0;
         for (int d = 0; d < 300; d++) {
             lg[(d * 97) % V] += 0.5f; /* a row that changes a little every draw */
             backend_top_k_row(lg, V, TOP_K_MAX, ids, vals);
             const int32_t want = sampler_sample(&a, lg, NULL, 0), got = sampler_sample_top(&b, ids, vals, TOP_K_MAX);
             CHECK(got == want, "case %zu draw %d: %d from the top, %d from the row", c, d, got, want);
+            for (int32_t i = 0; i < n_ban; i++)
+                banned_drawn += got == sp.bias_id[i];
         }
+        CHECK(banned_drawn == 0, "case %zu: a banned token drawn %d times", c, banned_drawn);
         sampler_free(&a);
         sampler_free(&b);
     }
@@ -248,5 +263,12 @@ void test_sampler_top(void)
     sp.repeat_penalty = 1.1f;
     CHECK(sampler_init(&s, &sp, V) == 0, "%s", err_msg());
     CHECK(sampler_top_need(&s) == 0, "a penalty changes logits the top was taken from: the whole row");
+    sampler_free(&s);
+    sp.repeat_penalty = 1.0f;
+    sp.n_bias = 2;
+    sp.bias_id[0] = 3, sp.bias[0] = -INFINITY;
+    sp.bias_id[1] = 4, sp.bias[1] = -100.0f;
+    CHECK(sampler_init(&s, &sp, V) == 0, "%s", err_msg());
+    CHECK(sampler_top_need(&s) == 0, "a finite bias may lift a token into the top: the whole row");
     sampler_free(&s);
 }

@@ -9,6 +9,7 @@
 #include "../../src/engine/sched.h"
 #include "test.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -227,7 +228,8 @@ void test_sched_stop(void)
 }
 
 /* A request sampling with top_k (and one with top_k and top_p, beside a greedy
- * one in the same batches) reads only each row's top logits from the engine
+ * one in the same batches, and two with banned tokens, as ignore_eos bans the
+ * end: greedy, and top_k) reads only each row's top logits from the engine
  * (sampler_sample_top) and draws the tokens a sampler over the whole rows
  * draws with the same seed. */
 void test_sched_top_k(void)
@@ -241,12 +243,22 @@ void test_sched_top_k(void)
     int32_t p[30];
     for (int i = 0; i < 30; i++)
         p[i] = 2 + (i * 31 + 7) % (V - 2);
-    struct sampler_params sps[3] = {sampler_defaults(), sampler_defaults(), sampler_defaults()};
+    enum { NQ = 5 };
+    struct sampler_params sps[NQ];
+    for (int q = 0; q < NQ; q++)
+        sps[q] = sampler_defaults();
     sps[0].temperature = 1.2f, sps[0].top_k = 8, sps[0].seed = 11;
     sps[1].temperature = 0.9f, sps[1].top_k = 20, sps[1].top_p = 0.8f, sps[1].seed = 12;
     sps[2].temperature = 0.0f;
-    int32_t want[3][24];
-    for (int q = 0; q < 3; q++) { /* the reference: whole rows through sampler_sample */
+    sps[3].temperature = 0.0f;
+    sps[4].temperature = 1.2f, sps[4].top_k = 8, sps[4].seed = 11;
+    int32_t want[NQ][24];
+    for (int q = 0; q < NQ; q++) { /* the reference: whole rows through sampler_sample */
+        if (q >= 3) { /* banned: the greedy request's first two tokens */
+            sps[q].n_bias = 2;
+            sps[q].bias_id[0] = want[2][0], sps[q].bias[0] = -INFINITY;
+            sps[q].bias_id[1] = want[2][1], sps[q].bias[1] = -INFINITY;
+        }
         struct engine e;
         struct sampler sm;
         CHECK(engine_init(&e, &m, 1024, 1, 64, 64, 0, DT_F32) == 0 && sampler_init(&sm, &sps[q], V) == 0, "%s", err_msg());
@@ -268,15 +280,17 @@ void test_sched_top_k(void)
         sampler_free(&sm);
         engine_free(&e);
     }
-    struct sched *sc = sched_new(&m, 4096, 3, 64, 64, DT_F32, NULL, NULL);
+    CHECK(want[3][0] != want[2][0], "the ban changes the greedy output");
+    struct sched *sc = sched_new(&m, 4096, NQ, 64, 64, DT_F32, NULL, NULL);
     CHECK(sc != NULL, "%s", err_msg());
-    struct sched_req *rs[3];
-    for (int q = 0; q < 3; q++) {
+    struct sched_req *rs[NQ];
+    for (int q = 0; q < NQ; q++) {
         rs[q] = sched_req_new(p, 30, &sps[q], G, V);
         CHECK(rs[q] && sched_submit(sc, rs[q]) == 0, "%s", err_msg());
     }
-    const char *what[3] = {"top_k 8", "top_k 20, top_p 0.8", "greedy beside them"};
-    for (int q = 0; q < 3; q++)
+    const char *what[NQ] = {"top_k 8", "top_k 20, top_p 0.8", "greedy beside them", "greedy, two tokens banned",
+                            "top_k 8, two tokens banned"};
+    for (int q = 0; q < NQ; q++)
         finish(rs[q], want[q], G, what[q]);
     sched_free(sc);
     model_free(&m);

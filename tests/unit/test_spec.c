@@ -235,6 +235,28 @@ void test_spec_top(void)
                (long long)steps, top_ks[c]);
         sampler_free(&sa);
         sampler_free(&sb);
+        /* two of those tokens banned (as ignore_eos bans the end): the top
+         * lists, two longer, against whole rows (the bias of 0 kept) */
+        gp.n_bias = 3;
+        gp.bias_id[1] = a[0], gp.bias[1] = -INFINITY;
+        gp.bias_id[2] = a[1] != a[0] ? a[1] : a[2], gp.bias[2] = -INFINITY;
+        CHECK(sampler_init(&sb, &gp, p.tm.cfg.vocab_size) == 0 && sampler_top_need(&sb) == 0, "%s", err_msg());
+        speculative(&p, &sb, &sp, prompt, 64, 300, b);
+        gp.bias_id[0] = gp.bias_id[2], gp.bias[0] = -INFINITY;
+        gp.n_bias = 2;
+        CHECK(sampler_init(&sa, &gp, p.tm.cfg.vocab_size) == 0 && sampler_top_need(&sa) == top_ks[c] + 2, "%s",
+              err_msg());
+        speculative(&p, &sa, &sp, prompt, 64, 300, a);
+        int32_t n_banned = 0;
+        first = -1;
+        for (int i = 0; i < 300; i++) {
+            first = first < 0 && a[i] != b[i] ? i : first;
+            n_banned += a[i] == gp.bias_id[0] || a[i] == gp.bias_id[1];
+        }
+        CHECK(first < 0 && n_banned == 0, "T %.1f top_k %d, two banned: top lists and whole rows differ at %d, %d banned",
+              temps[c], top_ks[c], first, n_banned);
+        sampler_free(&sa);
+        sampler_free(&sb);
     }
     pair_close(&p);
 }
