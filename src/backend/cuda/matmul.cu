@@ -52,8 +52,8 @@
 #define MMV_UNROLL 4    /* k32 blocks of weights loaded together per lane */
 #define MMV_PAD 32      /* bf16 past each staged row: token rows 64 bytes apart mod 128, no bank conflicts */
 #define MMV_RMS_K_MAX 32768 /* the widest input an RMSNorm is fused for */
-#define MMV_SL_BATCH 3  /* k_mmv_slices: input loads a lane has in flight while staging */
 #define MMV_SL_K_MAX 1024 /* k_mmv_slices: the longest slice a warp stages alone (longer: slower than k_mmv) */
+#define MMV_SL_SEGS (MMV_SL_K_MAX / 128) /* k_mmv_slices: a lane's loads of its slice, all in flight at once */
 
 /* 16 bytes of weights, read once: not kept in L1. A load of the mma
  * fragments' shape reads 64 bytes of each of eight rows; asked to fetch the
@@ -464,24 +464,23 @@ __global__ void __launch_bounds__(COMB ? MMV_COMB_WARPS * 32 : MMV_WARPS * 32, C
     grid_dep_wait();
     const bool rms = a.pre == MM_PRE_RMSNORM;
     float ss = 0.0f; /* the slice's sum of squares: segments of 128 in order, each its warp's tree */
-    for (int s0 = 0; s0 < segs; s0 += MMV_SL_BATCH) {
-        float4 xv[MMV_SL_BATCH];
+    /* every load of the slice in flight at once (one trip to the L2) */
+    float4 xv[MMV_SL_SEGS];
 #pragma unroll
-        for (int j = 0; j < MMV_SL_BATCH; j++) {
-            const int c = 4 * ((s0 + j) * 32 + lane);
-            xv[j] = c < len ? *(const float4 *)(xr + k_beg + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
+    for (int j = 0; j < MMV_SL_SEGS; j++) {
+        const int c = 4 * (j * 32 + lane);
+        xv[j] = j < segs && c < len ? *(const float4 *)(xr + k_beg + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
 #pragma unroll
-        for (int j = 0; j < MMV_SL_BATCH; j++) {
-            const int c = 4 * ((s0 + j) * 32 + lane);
-            if (s0 + j >= segs)
-                break;
-            const float4 x = xv[j];
-            if (c < len)
-                mmv_stage4<LO>(sh + c, sl + c, mmv_pre(a, x, ur, k_beg + c));
-            if (rms)
-                ss += warp_sum(x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w);
-        }
+    for (int j = 0; j < MMV_SL_SEGS; j++) {
+        const int c = 4 * (j * 32 + lane);
+        if (j >= segs)
+            break;
+        const float4 x = xv[j];
+        if (c < len)
+            mmv_stage4<LO>(sh + c, sl + c, mmv_pre(a, x, ur, k_beg + c));
+        if (rms)
+            ss += warp_sum(x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w);
     }
     /* the second group of weights only once the input's loads are issued:
      * requested with the first, before them, qwen3-30b-a3b decoded 4-6%
