@@ -247,15 +247,10 @@ int32_t sampler_dist(struct sampler *s, const float *logits, const int32_t *hist
     return dist_filter(s, lg, mx, n, sorted);
 }
 
-/* Whether nothing (bias, penalties) changes the logits before the filters. */
-static bool logits_raw(const struct sampler_params *p)
-{
-    return p->n_bias == 0 && p->repeat_penalty == 1.0f && p->presence_penalty == 0 && p->frequency_penalty == 0;
-}
-
 /* The banned tokens when every bias is a ban (-inf, as ignore_eos sets:
  * such a token is never drawn, whatever its logit) and no penalty applies,
- * so that the draw is the raw logits' with those ids left out; else -1. */
+ * so that the draw is the raw logits' with those ids left out; else -1.
+ * 0: nothing changes the logits before the filters. */
 static int32_t n_bans(const struct sampler_params *p)
 {
     if (p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0)
@@ -274,7 +269,7 @@ static bool is_banned(const struct sampler_params *p, int32_t id)
     return false;
 }
 
-bool sampler_greedy(const struct sampler *s) { return s->p.temperature == 0 && logits_raw(&s->p); }
+bool sampler_greedy(const struct sampler *s) { return s->p.temperature == 0 && n_bans(&s->p) == 0; }
 
 int32_t sampler_top_need(const struct sampler *s)
 {
@@ -314,11 +309,10 @@ int32_t sampler_dist_top(struct sampler *s, const int32_t *ids, const float *val
     assert(need >= 1 && k >= need && (vals || s->p.temperature == 0));
     /* the n largest logits of tokens not banned, where sampler_dist's top-k
      * pass puts them (k >= need leaves at least n of them) */
-    int32_t m = 0, first = -1;
+    int32_t m = 0;
     for (int32_t i = 0; i < k && m < n; i++) {
         if (is_banned(&s->p, ids[i]))
             continue;
-        first = first < 0 ? i : first;
         s->idx[m++] = ids[i];
         if (vals)
             s->logits[ids[i]] = vals[i];
@@ -328,7 +322,7 @@ int32_t sampler_dist_top(struct sampler *s, const int32_t *ids, const float *val
         s->w[0] = 1.0;
         return 1;
     }
-    return dist_filter(s, s->logits, vals[first], n, true);
+    return dist_filter(s, s->logits, s->logits[s->idx[0]], n, true);
 }
 
 int32_t sampler_sample_top(struct sampler *s, const int32_t *ids, const float *vals, int32_t k)
