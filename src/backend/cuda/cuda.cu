@@ -350,8 +350,31 @@ static int cu_set_batch(struct backend *be, const struct attn_batch *b)
         for (int32_t i = 0; i < n; i++)
             if (b->n_kv[i] - b->mask_from[i] > vis_stride)
                 vis_stride = b->n_kv[i] - b->mask_from[i];
-    const size_t n_tab = b->seq_row ? (size_t)b->n_seq_rows * b->max_blocks : 0;
-    const int32_t n_rows = b->seq_row ? b->n_seq_rows : 0;
+    /* the block table's rows the batch's tokens use, renumbered in order of
+     * first use: a step uploads those, not every sequence's (a server keeps
+     * a row for each slot and cached conversation, each as wide as the
+     * whole cache). A batch without a table (recurrent state only) keeps
+     * its rows as given. */
+    const bool paged = b->seq_row && b->block_table;
+    int32_t n_rows = 0;
+    if (paged) {
+        if (b->n_seq_rows > c->row_map_cap) {
+            int32_t *m = (int32_t *)realloc(c->row_map, (size_t)b->n_seq_rows * sizeof *m);
+            if (!m) {
+                c->failed = true;
+                err_set("cuda: out of host memory for a batch of %d sequence rows", b->n_seq_rows);
+                return -1;
+            }
+            c->row_map = m;
+            c->row_map_cap = b->n_seq_rows;
+        }
+        for (int32_t r = 0; r < b->n_seq_rows; r++)
+            c->row_map[r] = -1;
+        for (int32_t i = 0; i < n; i++)
+            if (c->row_map[b->seq_row[i]] < 0)
+                c->row_map[b->seq_row[i]] = n_rows++;
+    }
+    const size_t n_tab = (size_t)n_rows * b->max_blocks;
     const size_t n_int =
         (size_t)n * 18 + 3 + n_tab + (size_t)n * vis_stride + (size_t)b->n_out + 2 * (size_t)n_rows + 64;
     const size_t bytes = n_int * sizeof(int32_t);
@@ -384,15 +407,32 @@ static int cu_set_batch(struct backend *be, const struct attn_batch *b)
     PUT(token, b->token, n);
     PUT(pos, b->pos, n);
     PUT(slot, b->slot, n);
-    PUT(seq_row, b->seq_row, n);
+    c->d.seq_row = d + off; /* the rows renumbered, below */
+    int32_t *sr = h + off;
+    off += (size_t)n;
     PUT(n_kv, b->n_kv, n);
     PUT(mask_from, b->mask_from, n);
     PUT(parent, b->parent, n);
     PUT(state_in, b->state_in, n);
     PUT(state_out, b->state_out, n);
     PUT(out_rows, b->out_rows, b->n_out);
-    PUT(block_table, b->block_table, n_tab);
+    c->d.block_table = d + off;
+    int32_t *tab = h + off;
+    off += n_tab;
 #undef PUT
+    /* the rows as the device and the host code below see them */
+    for (int32_t i = 0; i < n; i++)
+        sr[i] = paged ? c->row_map[b->seq_row[i]] : b->seq_row ? b->seq_row[i] : -1;
+    if (paged) {
+        for (int32_t r = 0; r < b->n_seq_rows; r++)
+            if (c->row_map[r] >= 0)
+                memcpy(tab + (size_t)c->row_map[r] * b->max_blocks, b->block_table + (size_t)r * b->max_blocks,
+                       (size_t)b->max_blocks * sizeof(int32_t));
+        c->b.seq_row = sr;
+        c->b.block_table = tab;
+        c->b.n_seq_rows = n_rows;
+        b = &c->b;
+    }
     /* n_vis and vis */
     c->d.n_vis = d + off;
     int32_t *nv = h + off;
@@ -513,6 +553,7 @@ static void cu_free(struct backend *be)
     cuda_moe_tables_free(c);
     cudaFree(c->up_dev);
     cudaFreeHost(c->up_host);
+    free(c->row_map);
     cudaEventDestroy(c->up_done);
     cublasDestroy(c->blas);
     cudaStreamDestroy(c->stream);

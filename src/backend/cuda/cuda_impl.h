@@ -89,6 +89,9 @@ struct cuda_backend {
     /* batch upload: one pinned host buffer and one device buffer */
     void *up_host, *up_dev;
     size_t up_cap;
+    /* a sequence row's place among the batch's rows (-1: unused); grow-only */
+    int32_t *row_map;
+    int32_t row_map_cap;
     cudaEvent_t up_done;
     /* grow-only device scratch (split-K partials, cuBLAS operands, attention
      * partials, recurrent inputs); sized by the first forward of the largest batch */
