@@ -179,11 +179,13 @@ void cuda_gather_rows(struct cuda_backend *c, struct tensor *out, const struct t
                       int32_t n);
 
 /* Row rows[i] of x, i < n, as dense bf16 hi [n][K] and, when lo is not
- * NULL, the rounding left over lo = x - hi. */
+ * NULL, the rounding left over lo = x - hi. It reads 8 floats at a time:
+ * K a multiple of 8, x's rows 16-byte aligned. */
 void cuda_gather_bf16(struct cuda_backend *c, const float *x, int64_t xs, const int32_t *rows, int64_t n, int64_t K,
                       __nv_bfloat16 *hi, __nv_bfloat16 *lo);
 /* pre(x) of rows x [n][K] (see struct mm_fused: RMSNorm, SwiGLU with f->up,
- * relu^2 or nothing) as dense bf16 hi and, when lo is not NULL, lo. */
+ * relu^2 or nothing) as dense bf16 hi and, when lo is not NULL, lo; K and
+ * the rows of x and f->up as cuda_gather_bf16 takes them. */
 void cuda_pre_split(struct cuda_backend *c, const float *x, int64_t xs, int64_t n, int32_t K, const struct mm_fused *f,
                     __nv_bfloat16 *hi, __nv_bfloat16 *lo);
 /* 0 for CUBLAS_STATUS_SUCCESS; else -1, the failure recorded with what */
@@ -341,6 +343,20 @@ static __device__ __forceinline__ float warp_sum(float v)
     return v;
 }
 
+/* v summed over the block: each warp's tree, then the warps in order
+ * (part: 32 floats of shared memory, once a kernel); every thread gets it */
+static __device__ __forceinline__ float block_sum(float v, float *part)
+{
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float tot = 0.0f;
+    for (unsigned k = 0; k < blockDim.x >> 5; k++)
+        tot += part[k];
+    return tot;
+}
+
 /* 1 / sqrt(mean(xr[0..d)^2) + eps), the row summed by the whole block
  * (part: 32 floats of shared memory); every thread gets it. */
 static __device__ __forceinline__ float block_rms_inv(const float *xr, int64_t d, float eps, float *part)
@@ -348,14 +364,7 @@ static __device__ __forceinline__ float block_rms_inv(const float *xr, int64_t d
     float ss = 0.0f;
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
         ss += xr[c] * xr[c];
-    ss = warp_sum(ss);
-    if ((threadIdx.x & 31) == 0)
-        part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    float tot = 0.0f;
-    for (unsigned k = 0; k < blockDim.x >> 5; k++)
-        tot += part[k];
-    return 1.0f / sqrtf(tot / (float)d + eps);
+    return 1.0f / sqrtf(block_sum(ss, part) / (float)d + eps);
 }
 
 /* x[0..n) in shared memory replaced by its inclusive prefix sums; called by

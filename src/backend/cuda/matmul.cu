@@ -562,27 +562,74 @@ __global__ void k_mm_simt(const float *__restrict__ x, int64_t xs, int32_t n, co
         out[(int64_t)t * os + r] = acc;
 }
 
-/* Row rows[i] of x -> hi (and lo = x - hi when lo is not NULL) as dense bf16 [n][K]. */
-__global__ void k_gather_bf16(const float *__restrict__ x, int64_t xs, const int32_t *rows, int32_t n, int32_t K,
-                              __nv_bfloat16 *hi, __nv_bfloat16 *lo)
+/* v[0..8) -> hi[0..8) as bf16 (one 16-byte store) and, lo given, the
+ * rounding left over, element by element as the cpu rounds */
+static __device__ __forceinline__ void split8(const float *v, __nv_bfloat16 *hi, __nv_bfloat16 *lo)
 {
-    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    __nv_bfloat162 h[4], l[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+        l[i] = __floats2bfloat162_rn(v[2 * i] - __low2float(h[i]), v[2 * i + 1] - __high2float(h[i]));
+    }
+    *(uint4 *)hi = *(const uint4 *)h;
+    if (lo)
+        *(uint4 *)lo = *(const uint4 *)l;
+}
+
+/* p[0..8) into v (p 16-byte aligned) */
+static __device__ __forceinline__ void load8(float *v, const float *p)
+{
+    const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+/* x's rows 16-byte aligned and K a multiple of 8: what the kernels below take */
+static bool rows_vec8(const float *x, int64_t xs, int64_t K)
+{
+    return K % 8 == 0 && xs % 4 == 0 && ((uintptr_t)x & 15) == 0;
+}
+
+/* Row rows[i] of x (rows NULL: row i) with SwiGLU (up's row i), relu^2 or
+ * nothing applied -> hi [n][K] as bf16 and, lo given, the rounding left
+ * over; 8 elements a thread (rows_vec8, up's rows too). */
+__global__ void k_split_bf16(const float *__restrict__ x, int64_t xs, const int32_t *rows, enum mm_pre pre,
+                             const float *__restrict__ up, int64_t us, int32_t n, int32_t K, __nv_bfloat16 *hi,
+                             __nv_bfloat16 *lo)
+{
+    const int64_t e = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (e >= (int64_t)n * K)
         return;
-    const float v = x[rows[e / K] * xs + e % K];
-    const __nv_bfloat16 h = __float2bfloat16_rn(v);
-    hi[e] = h;
-    if (lo)
-        lo[e] = __float2bfloat16_rn(v - __bfloat162float(h));
+    const int64_t r = e / K, c = e % K;
+    float v[8];
+    load8(v, x + (rows ? rows[r] : r) * xs + c);
+    if (pre == MM_PRE_SWIGLU) {
+        float u[8];
+        load8(u, up + r * us + c);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            v[k] = v[k] / (1.0f + expf(-v[k])) * u[k];
+    } else if (pre == MM_PRE_RELU2) {
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            v[k] = v[k] > 0.0f ? v[k] * v[k] : 0.0f;
+    }
+    split8(v, hi + e, lo ? lo + e : NULL);
+}
+
+static void split_launch(struct cuda_backend *c, const float *x, int64_t xs, const int32_t *rows, enum mm_pre pre,
+                         const float *up, int64_t us, int64_t n, int32_t K, __nv_bfloat16 *hi, __nv_bfloat16 *lo)
+{
+    k_split_bf16<<<cdiv(n * K / 8, 256), 256, 0, c->stream>>>(x, xs, rows, pre, up, us, (int32_t)n, K, hi, lo);
+    CUDA_LAUNCHED(c);
 }
 
 void cuda_gather_bf16(struct cuda_backend *c, const float *x, int64_t xs, const int32_t *rows, int64_t n, int64_t K,
                       __nv_bfloat16 *hi, __nv_bfloat16 *lo)
 {
-    if (cuda_op_skip(c) || n == 0)
-        return;
-    k_gather_bf16<<<cdiv(n * K, 256), 256, 0, c->stream>>>(x, xs, rows, (int32_t)n, (int32_t)K, hi, lo);
-    CUDA_LAUNCHED(c);
+    assert(rows_vec8(x, xs, K));
+    if (!cuda_op_skip(c) && n > 0)
+        split_launch(c, x, xs, rows, MM_PRE_NONE, NULL, 0, n, (int32_t)K, hi, lo);
 }
 
 /* a cuBLAS product's status: 0, or -1 with the failure recorded (the
@@ -653,56 +700,46 @@ int cuda_gemm_bf16_batched(struct cuda_backend *c, float *const *out, int64_t os
     return gemm_status(c, st, "cublasGemmBatchedEx", count, n, K, M);
 }
 
-#define PS_U 4 /* elements a thread loads before it stores any */
-
-/* One row per block: pre(x) as the plain ops compute it (RMSNorm over the
- * row, SwiGLU with up, relu^2), rounded to bf16 hi and, when lo is not
- * NULL, the rounding left over. */
-__global__ void k_pre_split(const float *__restrict__ x, int64_t xs, enum mm_pre pre, const void *norm,
-                            enum dtype norm_t, float eps, const float *__restrict__ up, int64_t us, int32_t K,
-                            __nv_bfloat16 *hi, __nv_bfloat16 *lo)
+/* One row per block, 8 elements a thread (rows_vec8): x's RMSNorm as the
+ * plain op computes it, rounded as k_split_bf16 rounds. */
+__global__ void k_norm_split(const float *__restrict__ x, int64_t xs, const void *norm, enum dtype norm_t, float eps,
+                             int32_t K, __nv_bfloat16 *hi, __nv_bfloat16 *lo)
 {
     __shared__ float part[32];
     const int64_t r = blockIdx.x;
     const float *xr = x + r * xs;
-    const float inv = pre == MM_PRE_RMSNORM ? block_rms_inv(xr, K, eps, part) : 1.0f;
-    for (int32_t c0 = threadIdx.x; c0 < K; c0 += PS_U * blockDim.x) {
-        float v[PS_U], u[PS_U];
+    float ss = 0.0f, v[8];
+    for (int32_t c = 8 * threadIdx.x; c < K; c += 8 * blockDim.x) {
+        load8(v, xr + c);
 #pragma unroll
-        for (int k = 0; k < PS_U; k++) { /* every load before any store */
-            const int32_t c = c0 + k * blockDim.x;
-            v[k] = c < K ? xr[c] : 0.0f;
-            u[k] = c < K && pre == MM_PRE_SWIGLU ? up[r * us + c] : 0.0f;
-        }
+        for (int k = 0; k < 8; k++)
+            ss += v[k] * v[k];
+    }
+    const float inv = 1.0f / sqrtf(block_sum(ss, part) / (float)K + eps);
+    for (int32_t c = 8 * threadIdx.x; c < K; c += 8 * blockDim.x) {
+        load8(v, xr + c);
 #pragma unroll
-        for (int k = 0; k < PS_U; k++) {
-            const int32_t c = c0 + k * blockDim.x;
-            if (c >= K)
-                break;
-            switch (pre) {
-            case MM_PRE_RMSNORM: v[k] = dev_weight(norm, norm_t, c) * (v[k] * inv); break;
-            case MM_PRE_SWIGLU: v[k] = v[k] / (1.0f + expf(-v[k])) * u[k]; break;
-            case MM_PRE_RELU2: v[k] = v[k] > 0.0f ? v[k] * v[k] : 0.0f; break;
-            default: break;
-            }
-            const __nv_bfloat16 h = __float2bfloat16_rn(v[k]);
-            hi[r * K + c] = h;
-            if (lo)
-                lo[r * K + c] = __float2bfloat16_rn(v[k] - __bfloat162float(h));
-        }
+        for (int k = 0; k < 8; k++)
+            v[k] = dev_weight(norm, norm_t, c + k) * (v[k] * inv);
+        split8(v, hi + r * K + c, lo ? lo + r * K + c : NULL);
     }
 }
 
 void cuda_pre_split(struct cuda_backend *c, const float *x, int64_t xs, int64_t n, int32_t K, const struct mm_fused *f,
                     __nv_bfloat16 *hi, __nv_bfloat16 *lo)
 {
+    const bool swiglu = f->pre == MM_PRE_SWIGLU;
+    assert(rows_vec8(x, xs, K) && (!swiglu || rows_vec8((const float *)f->up->data, f->up->row_stride, K)));
     if (cuda_op_skip(c) || n == 0)
         return;
-    k_pre_split<<<(unsigned)n, 512, 0, c->stream>>>(
-        x, xs, f->pre, f->pre == MM_PRE_RMSNORM ? f->norm->data : NULL,
-        f->pre == MM_PRE_RMSNORM ? f->norm->type : DT_F32, f->eps,
-        f->pre == MM_PRE_SWIGLU ? (const float *)f->up->data : NULL, f->pre == MM_PRE_SWIGLU ? f->up->row_stride : 0,
-        K, hi, lo);
+    if (f->pre != MM_PRE_RMSNORM) {
+        split_launch(c, x, xs, NULL, f->pre, swiglu ? (const float *)f->up->data : NULL,
+                     swiglu ? f->up->row_stride : 0, n, K, hi, lo);
+        return;
+    }
+    const int32_t threads = (int32_t)(cdiv(K / 8, 32) * 32);
+    k_norm_split<<<(unsigned)n, threads < 512 ? threads : 512, 0, c->stream>>>(x, xs, f->norm->data, f->norm->type,
+                                                                                f->eps, K, hi, lo);
     CUDA_LAUNCHED(c);
 }
 

@@ -758,7 +758,9 @@ static void moe_ffn_sorted(struct backend *be, struct tensor *out, const struct 
     struct cuda_backend *c = cuda_of(be);
     const int64_t n = x->n_rows, hidden = x->n_cols, inter = ex->up[0].n_rows, nk = n * k;
     const int32_t E = ex->n_expert, passes = c->precise ? 2 : 1, n_q = ((ex->gate ? 2 : 1) + 1) * passes;
-    const bool bf16 = moe_bf16(ex);
+    /* the bf16 products' inputs are staged 8 floats at a time */
+    const bool bf16 = moe_bf16(ex) && hidden % 8 == 0 && inter % 8 == 0 && x->row_stride % 4 == 0 &&
+                      ((uintptr_t)x->data & 15) == 0;
     memset(cur, 0, (size_t)E * sizeof(int32_t));
     for (int64_t i = 0; i < nk; i++) {
         assert(hid[i] >= 0 && hid[i] < E);
