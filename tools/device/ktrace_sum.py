@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""ktrace_sum: one forward of a ktrace.c timeline, kernel by kernel.
+
+The window runs from the n-th last launch of a marker kernel (default
+k_embed, which opens every forward) to the next one, or to the end of the
+trace. Each kernel's line gives its start within the window, its time, and
+the gap between the latest end so far and its start (negative: it started
+while an earlier kernel still ran, as a programmatic dependent). The
+totals by kernel name then say where the window's time went.
+
+  python3 tools/device/ktrace_sum.py /tmp/k.csv [--marker k_embed] [--nth 2] [--lines]
+"""
+import argparse
+import collections
+import csv
+import re
+
+
+def short(name):
+    """The kernel's name without its argument list or return type."""
+    name = re.sub(r"\(.*$", "", name)
+    return re.sub(r"^void ", "", name)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("csv")
+    ap.add_argument("--marker", default="k_embed", help="the kernel that opens a window")
+    ap.add_argument("--nth", type=int, default=2, help="which marker launch from the end opens the window")
+    ap.add_argument("--lines", action="store_true", help="print every kernel of the window")
+    a = ap.parse_args()
+    with open(a.csv, newline="") as f:
+        rows = [(int(r["start_ns"]), int(r["end_ns"]), r["grid"], r["block"], r["graph"], short(r["name"]))
+                for r in csv.DictReader(f)]
+    rows.sort()
+    marks = [i for i, r in enumerate(rows) if r[5].startswith(a.marker)]
+    if len(marks) < a.nth:
+        raise SystemExit(f"ktrace_sum: {len(marks)} launches of {a.marker}, fewer than {a.nth}")
+    lo = marks[-a.nth]
+    hi = marks[-a.nth + 1] if a.nth > 1 else len(rows)
+    win = rows[lo:hi]
+    t0 = win[0][0]
+    by = collections.OrderedDict()
+    prev_end = None
+    for s, e, grid, block, graph, name in win:
+        gap = (s - prev_end) / 1e3 if prev_end is not None else 0.0
+        if a.lines:
+            print(f"{(s - t0) / 1e3:9.2f} {(e - s) / 1e3:8.2f} {gap:7.2f}  {name} grid {grid} block {block}")
+        t = by.setdefault(name, [0, 0.0, 0.0])
+        t[0] += 1
+        t[1] += (e - s) / 1e3
+        t[2] += gap
+        prev_end = e if prev_end is None else max(prev_end, e)
+    span = (max(r[1] for r in win) - t0) / 1e3
+    busy = sum(t[1] for t in by.values())
+    print(f"window: {len(win)} kernels, {span:.1f} us from the first start to the last end; "
+          f"kernel time {busy:.1f} us (overlaps counted twice)")
+    print(f"{'count':>6} {'time us':>9} {'gaps us':>9}  kernel")
+    for name, (n, t, g) in sorted(by.items(), key=lambda kv: -kv[1][1]):
+        print(f"{n:6d} {t:9.1f} {g:9.1f}  {name}")
+
+
+if __name__ == "__main__":
+    main()
