@@ -1024,15 +1024,15 @@ void cuda_matmul_fused(struct backend *be, int32_t n_w, struct tensor *const *ou
         assert(x->n_cols == w[i]->n_cols && out[i]->n_rows == n && out[i]->n_cols == w[i]->n_rows);
     if (cuda_op_skip(c) || n == 0)
         return;
-    bool bf16 = true;
+    /* both paths read SwiGLU's up as they read x, 16 bytes at a time */
+    bool fits = f->pre != MM_PRE_SWIGLU || (f->up->row_stride % 4 == 0 && ((uintptr_t)f->up->data & 15) == 0);
     for (int32_t i = 0; i < n_w; i++)
-        bf16 = bf16 && mmv_fits(x, w[i]);
-    if (bf16 && n > CUDA_SMALL_N) {
+        fits = fits && mmv_fits(x, w[i]);
+    if (fits && n > CUDA_SMALL_N) {
         mm_prefill(c, n_w, out, w, x, f);
         return;
     }
-    if (bf16 && (f->pre != MM_PRE_SWIGLU || (f->up->row_stride % 4 == 0 && ((uintptr_t)f->up->data & 15) == 0)) &&
-        (f->pre != MM_PRE_RMSNORM || x->n_cols <= MMV_RMS_K_MAX)) {
+    if (fits && (f->pre != MM_PRE_RMSNORM || x->n_cols <= MMV_RMS_K_MAX)) {
         mmv_launch(c, n_w, out, w, x, f);
         return;
     }
