@@ -508,4 +508,11 @@ static __device__ __forceinline__ void flash_store(const A &a, const float (&o)[
 
 static inline unsigned cdiv(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 
+/* rows of K floats, xs apart, that a kernel reads 8 at a time: K a multiple
+ * of 8 and every row 16-byte aligned */
+static inline bool cuda_rows_vec8(const float *x, int64_t xs, int64_t K)
+{
+    return K % 8 == 0 && xs % 4 == 0 && ((uintptr_t)x & 15) == 0;
+}
+
 #endif

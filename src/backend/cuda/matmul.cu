@@ -584,15 +584,9 @@ static __device__ __forceinline__ void load8(float *v, const float *p)
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 
-/* x's rows 16-byte aligned and K a multiple of 8: what the kernels below take */
-static bool rows_vec8(const float *x, int64_t xs, int64_t K)
-{
-    return K % 8 == 0 && xs % 4 == 0 && ((uintptr_t)x & 15) == 0;
-}
-
 /* Row rows[i] of x (rows NULL: row i) with SwiGLU (up's row i), relu^2 or
  * nothing applied -> hi [n][K] as bf16 and, lo given, the rounding left
- * over; 8 elements a thread (rows_vec8, up's rows too). */
+ * over; 8 elements a thread (cuda_rows_vec8, up's rows too). */
 __global__ void k_split_bf16(const float *__restrict__ x, int64_t xs, const int32_t *rows, enum mm_pre pre,
                              const float *__restrict__ up, int64_t us, int32_t n, int32_t K, __nv_bfloat16 *hi,
                              __nv_bfloat16 *lo)
@@ -627,7 +621,7 @@ static void split_launch(struct cuda_backend *c, const float *x, int64_t xs, con
 void cuda_gather_bf16(struct cuda_backend *c, const float *x, int64_t xs, const int32_t *rows, int64_t n, int64_t K,
                       __nv_bfloat16 *hi, __nv_bfloat16 *lo)
 {
-    assert(rows_vec8(x, xs, K));
+    assert(cuda_rows_vec8(x, xs, K));
     if (!cuda_op_skip(c) && n > 0)
         split_launch(c, x, xs, rows, MM_PRE_NONE, NULL, 0, n, (int32_t)K, hi, lo);
 }
@@ -700,7 +694,7 @@ int cuda_gemm_bf16_batched(struct cuda_backend *c, float *const *out, int64_t os
     return gemm_status(c, st, "cublasGemmBatchedEx", count, n, K, M);
 }
 
-/* One row per block, 8 elements a thread (rows_vec8): x's RMSNorm as the
+/* One row per block, 8 elements a thread (cuda_rows_vec8): x's RMSNorm as the
  * plain op computes it, rounded as k_split_bf16 rounds. */
 __global__ void k_norm_split(const float *__restrict__ x, int64_t xs, const void *norm, enum dtype norm_t, float eps,
                              int32_t K, __nv_bfloat16 *hi, __nv_bfloat16 *lo)
@@ -729,7 +723,7 @@ void cuda_pre_split(struct cuda_backend *c, const float *x, int64_t xs, int64_t 
                     __nv_bfloat16 *hi, __nv_bfloat16 *lo)
 {
     const bool swiglu = f->pre == MM_PRE_SWIGLU;
-    assert(rows_vec8(x, xs, K) && (!swiglu || rows_vec8((const float *)f->up->data, f->up->row_stride, K)));
+    assert(cuda_rows_vec8(x, xs, K) && (!swiglu || cuda_rows_vec8((const float *)f->up->data, f->up->row_stride, K)));
     if (cuda_op_skip(c) || n == 0)
         return;
     if (f->pre != MM_PRE_RMSNORM) {
@@ -806,8 +800,8 @@ int cuda_matmul_init(struct cuda_backend *c)
 /* the small-batch kernel reads weights and activations 16 bytes at a time */
 static bool mmv_fits(const struct tensor *x, const struct tensor *w)
 {
-    return w->type == DT_BF16 && x->n_cols % 8 == 0 && w->row_stride % 8 == 0 && ((uintptr_t)w->data & 15) == 0 &&
-           x->row_stride % 4 == 0 && ((uintptr_t)x->data & 15) == 0;
+    return w->type == DT_BF16 && w->row_stride % 8 == 0 && ((uintptr_t)w->data & 15) == 0 &&
+           cuda_rows_vec8((const float *)x->data, x->row_stride, x->n_cols);
 }
 
 /* What every launch of a product takes from its shape: bx (blocks of
@@ -1025,7 +1019,7 @@ void cuda_matmul_fused(struct backend *be, int32_t n_w, struct tensor *const *ou
     if (cuda_op_skip(c) || n == 0)
         return;
     /* both paths read SwiGLU's up as they read x, 16 bytes at a time */
-    bool fits = f->pre != MM_PRE_SWIGLU || (f->up->row_stride % 4 == 0 && ((uintptr_t)f->up->data & 15) == 0);
+    bool fits = f->pre != MM_PRE_SWIGLU || cuda_rows_vec8((const float *)f->up->data, f->up->row_stride, x->n_cols);
     for (int32_t i = 0; i < n_w; i++)
         fits = fits && mmv_fits(x, w[i]);
     if (fits && n > CUDA_SMALL_N) {

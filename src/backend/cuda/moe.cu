@@ -759,8 +759,7 @@ static void moe_ffn_sorted(struct backend *be, struct tensor *out, const struct 
     const int64_t n = x->n_rows, hidden = x->n_cols, inter = ex->up[0].n_rows, nk = n * k;
     const int32_t E = ex->n_expert, passes = c->precise ? 2 : 1, n_q = ((ex->gate ? 2 : 1) + 1) * passes;
     /* the bf16 products' inputs are staged 8 floats at a time */
-    const bool bf16 = moe_bf16(ex) && hidden % 8 == 0 && inter % 8 == 0 && x->row_stride % 4 == 0 &&
-                      ((uintptr_t)x->data & 15) == 0;
+    const bool bf16 = moe_bf16(ex) && inter % 8 == 0 && cuda_rows_vec8((const float *)x->data, x->row_stride, hidden);
     memset(cur, 0, (size_t)E * sizeof(int32_t));
     for (int64_t i = 0; i < nk; i++) {
         assert(hid[i] >= 0 && hid[i] < E);
@@ -939,8 +938,8 @@ void cuda_moe(struct backend *be, struct tensor *out, const struct tensor *x, co
     assert(mb->ws->n_rows >= n && mb->ws->n_cols >= 2 * (hidden + inter) && E <= MOE_MAX_EXPERT);
     if (cuda_op_skip(c) || n == 0)
         return;
-    const bool small = n <= CUDA_SMALL_N && hidden % 8 == 0 && inter % 8 == 0 && h->row_stride % 4 == 0 &&
-                       ((uintptr_t)h->data & 15) == 0;
+    const bool small =
+        n <= CUDA_SMALL_N && inter % 8 == 0 && cuda_rows_vec8((const float *)h->data, h->row_stride, hidden);
     const uint16_t **tab = small && moe_bf16(ex) ? moe_table_get(c, ex) : NULL;
     if (c->failed)
         return;
@@ -960,7 +959,7 @@ void cuda_moe(struct backend *be, struct tensor *out, const struct tensor *x, co
     float *g = (float *)(buf + plan_pad), *u = g + (int64_t)nk * inter, *y = u + (int64_t)nk * inter;
     const struct tensor *rw = mb->router;
     if (rw->type == DT_BF16 && rw->row_stride % 8 == 0 && ((uintptr_t)rw->data & 15) == 0 &&
-        hidden <= 32 * 8 * MOE_GATE_KC && x->row_stride % 4 == 0 && ((uintptr_t)x->data & 15) == 0) {
+        hidden <= 32 * 8 * MOE_GATE_KC && cuda_rows_vec8((const float *)x->data, x->row_stride, hidden)) {
         const int32_t chunks = (int32_t)cdiv(n, MOE_GATE_N);
         const gate_args ga = {
             moe_route_args(c, mb, plan, max_act), (const float *)x->data, x->row_stride, (float *)h->data,
