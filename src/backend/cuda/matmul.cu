@@ -566,15 +566,14 @@ __global__ void k_mm_simt(const float *__restrict__ x, int64_t xs, int32_t n, co
  * rounding left over, element by element as the cpu rounds */
 static __device__ __forceinline__ void split8(const float *v, __nv_bfloat16 *hi, __nv_bfloat16 *lo)
 {
-    __nv_bfloat162 h[4], l[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-        l[i] = __floats2bfloat162_rn(v[2 * i] - __low2float(h[i]), v[2 * i + 1] - __high2float(h[i]));
-    }
-    *(uint4 *)hi = *(const uint4 *)h;
+    uint4 h, l;
+    split_bf16x2(v[0], v[1], &h.x, &l.x);
+    split_bf16x2(v[2], v[3], &h.y, &l.y);
+    split_bf16x2(v[4], v[5], &h.z, &l.z);
+    split_bf16x2(v[6], v[7], &h.w, &l.w);
+    *(uint4 *)hi = h;
     if (lo)
-        *(uint4 *)lo = *(const uint4 *)l;
+        *(uint4 *)lo = l;
 }
 
 /* p[0..8) into v (p 16-byte aligned) */
