@@ -603,9 +603,11 @@ static bool moe_bf16(const struct moe_experts *ex)
  * tokens, each too small to fill the GPU and quicker to run than to
  * enqueue). The padding rows gather token 0: finite, computed, never
  * combined. Experts are ordered by padded rows, bucket b their range
- * beg[b]..beg[b+1] in that order, of n_rows[b] rows each; d_ptr, on the
- * device, holds for product q (see moe_ffn_bf16) the weight, input and
- * output pointers of each expert in that order: [q][3][n_act]. */
+ * beg[b]..beg[b+1] in that order, of n_rows[b] rows each. A product runs
+ * `width` weights of each expert in one call a bucket (gate and up, which
+ * share the input: width 2; down: width 1): d_ptr, on the device, holds its
+ * weight, input and output pointers [3][width * n_act], bucket b's entries
+ * from width * beg[b], each weight's experts in the bucket's order. */
 struct moe_buckets {
     int32_t n_act, n_bucket;
     const int32_t *beg, *n_rows; /* host [n_bucket + 1], [n_bucket] */
@@ -624,17 +626,19 @@ static int32_t moe_pad_rows(int32_t n)
     return (n + u - 1) / u * u;
 }
 
-/* product q: out[e] = beta * out[e] + x[e] . w[e]^T for every active expert
- * (d_ptr's pointers), one batched call a bucket */
-static int moe_gemms(struct cuda_backend *c, const struct moe_buckets *bk, int32_t q, int64_t K, int64_t ws,
-                     int64_t M, float beta)
+/* The product whose pointers start at ptr (struct moe_buckets), width
+ * weights an expert: out = beta * out + x . w^T for every entry, one
+ * batched call a bucket */
+static int moe_gemms(struct cuda_backend *c, const struct moe_buckets *bk, void *const *ptr, int32_t width, int64_t K,
+                     int64_t ws, int64_t M, float beta)
 {
-    void *const *ptr = bk->d_ptr + (int64_t)q * 3 * bk->n_act;
+    const int64_t n_e = (int64_t)width * bk->n_act;
     for (int32_t b = 0; b < bk->n_bucket; b++) {
-        const int32_t i = bk->beg[b];
-        if (cuda_gemm_bf16_batched(c, (float *const *)(ptr + 2 * bk->n_act + i), M,
-                                   (const __nv_bfloat16 *const *)(ptr + bk->n_act + i), bk->n_rows[b], K,
-                                   (const void *const *)(ptr + i), ws, M, beta, bk->beg[b + 1] - i) != 0)
+        const int64_t i = (int64_t)width * bk->beg[b];
+        if (cuda_gemm_bf16_batched(c, (float *const *)(ptr + 2 * n_e + i), M,
+                                   (const __nv_bfloat16 *const *)(ptr + n_e + i), bk->n_rows[b], K,
+                                   (const void *const *)(ptr + i), ws, M, beta,
+                                   width * (bk->beg[b + 1] - bk->beg[b])) != 0)
             return -1;
     }
     return 0;
@@ -642,9 +646,9 @@ static int moe_gemms(struct cuda_backend *c, const struct moe_buckets *bk, int32
 
 /* The experts of a large batch in bf16: the padded compact rows gathered
  * and rounded to bf16 once (hi, and lo when precise: a second product adds
- * it), gate and up, the activation rounded the same way, down. Products q
- * (struct moe_buckets): gate (if any) and up, each hi then lo when precise,
- * then down's passes.
+ * it), gate and up, the activation rounded the same way, down. Products
+ * (struct moe_buckets), in d_ptr's order: gate (if any) and up together,
+ * hi then lo when precise, then down's passes.
  * xb: room for [n_pad][max(hidden, inter)] floats, used as bf16 pairs. */
 static void moe_ffn_bf16(struct cuda_backend *c, const struct moe_experts *ex, const struct moe_buckets *bk,
                          const int32_t *d_rows, const struct tensor *x, int64_t n_pad, float *xb, float *g, float *u)
@@ -652,16 +656,17 @@ static void moe_ffn_bf16(struct cuda_backend *c, const struct moe_experts *ex, c
     const int64_t hidden = x->n_cols, inter = ex->up[0].n_rows;
     __nv_bfloat16 *hi = (__nv_bfloat16 *)xb, *lo = c->precise ? hi + n_pad * hidden : NULL;
     const int32_t passes = lo ? 2 : 1, n_in = ex->gate ? 2 : 1;
+    void *const *ptr = bk->d_ptr;
     cuda_gather_bf16(c, (const float *)x->data, x->row_stride, d_rows, n_pad, hidden, hi, lo);
-    for (int32_t q = 0; q < n_in * passes; q++)
-        if (moe_gemms(c, bk, q, hidden, ex->up[0].row_stride, inter, q % passes ? 1.0f : 0.0f) != 0)
+    for (int32_t pass = 0; pass < passes; pass++, ptr += 3 * n_in * bk->n_act)
+        if (moe_gemms(c, bk, ptr, n_in, hidden, ex->up[0].row_stride, inter, pass ? 1.0f : 0.0f) != 0)
             return;
     const struct tensor ut = {DT_F32, n_pad, inter, inter, u, false};
     const struct mm_fused act = {ex->gate ? MM_PRE_SWIGLU : MM_PRE_RELU2, NULL, 0.0f, &ut, false, NULL, NULL};
     lo = c->precise ? hi + n_pad * inter : NULL;
     cuda_pre_split(c, ex->gate ? g : u, inter, n_pad, (int32_t)inter, &act, hi, lo);
-    for (int32_t pass = 0; pass < passes; pass++)
-        if (moe_gemms(c, bk, n_in * passes + pass, inter, ex->down[0].row_stride, hidden, pass ? 1.0f : 0.0f) != 0)
+    for (int32_t pass = 0; pass < passes; pass++, ptr += 3 * bk->n_act)
+        if (moe_gemms(c, bk, ptr, 1, inter, ex->down[0].row_stride, hidden, pass ? 1.0f : 0.0f) != 0)
             return;
 }
 
@@ -709,9 +714,9 @@ static int cmp_i64(const void *a, const void *b)
 
 /* moe_ffn_bf16's products (struct moe_buckets): experts by padded rows
  * (key: rows * MOE_MAX_EXPERT + expert), a bucket each run of one size, and
- * for each product q, in the order moe_ffn_bf16 runs them, the experts'
- * weight, input (hi, then lo n_pad rows later) and output pointers into ptr
- * [q][3][n_act]. xc, g, u, y: the device buffers moe_ffn_bf16 takes. */
+ * for each product, in the order moe_ffn_bf16 runs them, the weight, input
+ * (hi, then lo n_pad rows later) and output pointers of its entries into
+ * ptr. xc, g, u, y: the device buffers moe_ffn_bf16 takes. */
 static void moe_buckets_fill(struct moe_buckets *bk, int32_t *beg, int32_t *brows, int64_t *key, void **ptr,
                              const struct moe_experts *ex, const int32_t *start, int64_t n_pad, int64_t hidden,
                              int32_t passes, float *xc, float *g, float *u, float *y)
@@ -730,21 +735,28 @@ static void moe_buckets_fill(struct moe_buckets *bk, int32_t *beg, int32_t *brow
     beg[bk->n_bucket] = n_act;
     bk->beg = beg;
     bk->n_rows = brows;
-    const struct tensor *proj[3] = {ex->gate, ex->up, ex->down};
-    float *dst[3] = {g, u, y};
+    /* the products: gate and up (or up alone) a pass, then down a pass */
+    const struct tensor *in_w[2] = {ex->gate ? ex->gate : ex->up, ex->up};
+    float *in_dst[2] = {ex->gate ? g : u, u};
+    const int32_t n_in = ex->gate ? 2 : 1;
     const __nv_bfloat16 *hi = (const __nv_bfloat16 *)xc;
-    int64_t q = 0;
-    for (int m = 0; m < 3; m++)
-        for (int32_t pass = 0; proj[m] && pass < passes; pass++, q++) {
-            const int64_t K = m < 2 ? hidden : inter, M = m < 2 ? inter : hidden;
-            void **pq = ptr + q * 3 * n_act;
-            for (int32_t i = 0; i < n_act; i++) {
-                const int32_t e = (int32_t)(key[i] % MOE_MAX_EXPERT);
-                pq[i] = proj[m][e].data;
-                pq[n_act + i] = (void *)(hi + (pass ? n_pad * K : 0) + (int64_t)start[e] * K);
-                pq[2 * n_act + i] = dst[m] + (int64_t)start[e] * M;
-            }
+    for (int32_t q = 0; q < 2 * passes; q++) {
+        const bool down = q >= passes;
+        const int32_t width = down ? 1 : n_in, pass = q % passes;
+        const int64_t K = down ? inter : hidden, M = down ? hidden : inter, n_e = (int64_t)width * n_act;
+        for (int32_t b = 0; b < bk->n_bucket; b++) {
+            const int32_t cnt = beg[b + 1] - beg[b];
+            for (int32_t m = 0; m < width; m++)
+                for (int32_t k = 0; k < cnt; k++) {
+                    const int32_t e = (int32_t)(key[beg[b] + k] % MOE_MAX_EXPERT);
+                    const int64_t j = (int64_t)width * beg[b] + (int64_t)m * cnt + k;
+                    ptr[j] = down ? ex->down[e].data : in_w[m][e].data;
+                    ptr[n_e + j] = (void *)(hi + (pass ? n_pad * K : 0) + (int64_t)start[e] * K);
+                    ptr[2 * n_e + j] = (down ? y : in_dst[m]) + (int64_t)start[e] * M;
+                }
         }
+        ptr += 3 * n_e;
+    }
 }
 
 /* moe_ffn_host after the ids (hid [nk]) and weights (hw [nk]) came back:
@@ -776,8 +788,9 @@ static void moe_ffn_sorted(struct backend *be, struct tensor *out, const struct 
     }
     const int64_t n_pad = start[E];
     /* uploaded: rows [n_pad], token rows [nk] and weights [nk] (MOE_PLAN_*
-     * order), then the products' pointers [n_q][3][n_act]; kept here: the
-     * weights in list order [n_pad] */
+     * order), then the products' pointers, 3 for each of the n_q weight
+     * passes of each expert (moe_buckets_fill); kept here: the weights in
+     * list order [n_pad] */
     const size_t list_bytes = ((size_t)(n_pad + 2 * nk) * 4 + 15) & ~(size_t)15;
     /* rounded to 16 bytes: the bf16 inputs after them go to cuBLAS's batched
      * products, which take every pointer in the arrays as 16-byte aligned (an
