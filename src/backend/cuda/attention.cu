@@ -618,6 +618,50 @@ __global__ void k_kv_bf16(struct att_args a)
     }
 }
 
+/* k_kv_bf16 for a bf16 cache in fast mode, where the copy changes no bits:
+ * each thread moves 16 bytes (8 dims of a key) of K and of V; the value
+ * tile is transposed through shared memory, a row of 65 values a head dim
+ * (an odd pitch: a chunk's 8 stores land in distinct banks but for pairs),
+ * and written 8 keys at a time. A tile reaching past the row's keys writes
+ * zeros there: a row's copy starts 64-aligned, so the whole tile is its. */
+#define KV_VP (FA_KT + 1)
+template <int HD>
+__global__ void k_kv_copy16(struct att_args a)
+{
+    constexpr int CH = HD / 8; /* 16-byte chunks of a key's head */
+    __shared__ __nv_bfloat16 vs[HD * KV_VP];
+    const int32_t s = blockIdx.y, kvh = blockIdx.z, p0 = blockIdx.x * FA_KT, len = a.b.kv_len[s];
+    if (p0 >= len)
+        return;
+    const int64_t base = (int64_t)a.b.kv_off[s] + p0, total = a.kv_total;
+    const int32_t *table = a.b.block_table + (int64_t)s * a.max_blocks;
+    const __nv_bfloat16 *kc = (const __nv_bfloat16 *)a.kc, *vc = (const __nv_bfloat16 *)a.vc;
+    for (int e = threadIdx.x; e < FA_KT * CH; e += blockDim.x) {
+        const int key = e / CH, c = e % CH, p = p0 + key;
+        uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+        if (p < len) {
+            const int64_t src = (int64_t)(table[p / a.block_size] * a.block_size + p % a.block_size) * a.ks +
+                                (int64_t)kvh * HD + c * 8;
+            kv = *(const uint4 *)(kc + src);
+            vv = *(const uint4 *)(vc + src);
+        }
+        *(uint4 *)(a.kb + ((int64_t)kvh * total + base + key) * HD + c * 8) = kv;
+        const __nv_bfloat16 *v8 = (const __nv_bfloat16 *)&vv;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            vs[(c * 8 + j) * KV_VP + key] = v8[j];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < HD * (FA_KT / 8); e += blockDim.x) {
+        const int d = e / (FA_KT / 8), c = e % (FA_KT / 8);
+        __align__(16) __nv_bfloat16 v8[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            v8[j] = vs[d * KV_VP + c * 8 + j];
+        *(uint4 *)(a.vt + ((int64_t)kvh * HD + d) * total + base + c * 8) = *(const uint4 *)v8;
+    }
+}
+
 template <int HD, bool SPLIT>
 __global__ void __launch_bounds__(FA_MAX_WARPS * 32) k_flash(struct att_args a)
 {
@@ -830,8 +874,11 @@ static void flash_run(struct cuda_backend *c, struct att_args *a)
     a->vt = (__nv_bfloat16 *)(buf + copies);
     a->kv_total = c->kv_total;
     if (c->kv_max > 0) {
-        k_kv_bf16<HD, SPLIT><<<dim3(cdiv(c->kv_max, FA_KT), (unsigned)n_rows, (unsigned)a->n_kv_head), 256, 0,
-                               c->stream>>>(*a);
+        const dim3 grid((unsigned)cdiv(c->kv_max, FA_KT), (unsigned)n_rows, (unsigned)a->n_kv_head);
+        if (!SPLIT && a->kv16 && a->ks % 8 == 0 && ((uintptr_t)a->kc & 15) == 0 && ((uintptr_t)a->vc & 15) == 0)
+            k_kv_copy16<HD><<<grid, 256, 0, c->stream>>>(*a);
+        else
+            k_kv_bf16<HD, SPLIT><<<grid, 256, 0, c->stream>>>(*a);
         if (CUDA_LAUNCHED(c) != 0)
             return;
     }

@@ -837,14 +837,15 @@ static void moe_ffn_sorted(struct backend *be, struct tensor *out, const struct 
         if (bf16)
             moe_buckets_fill(&bk, beg, brows, key, (void **)(up + list_bytes), ex, start, n_pad, hidden, passes, xc,
                              g, u, y);
+        /* from pageable memory: the copy returns once it has staged the
+         * lists, so they may be freed at once, and the host goes on to
+         * enqueue the next layer while the GPU runs this one's experts */
         if (CUDA_CHECK(c, cudaMemcpyAsync(buf, up, list_bytes + ptr_bytes, cudaMemcpyHostToDevice, c->stream)) == 0) {
             if (bf16)
                 moe_ffn_bf16(c, ex, &bk, d_rows, x, n_pad, xc, g, u);
             else
                 moe_ffn_any(be, ex, start, d_rows, x, nk, xc, g, u, y);
             moe_combine(c, out, y, d_tpos, (const float *)(d_tpos + nk), k, accumulate);
-            /* the host lists must outlive the copy above */
-            CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
         }
     }
     free(up);
