@@ -17,7 +17,11 @@ import re
 
 
 def short(name):
-    """The kernel's name without its argument list or return type."""
+    """The kernel's name without its argument list, return type or mangling
+    (CUPTI reports C++ kernels by their mangled names: _Z7k_embedPf...)."""
+    m = re.match(r"_Z(\d+)", name)
+    if m:
+        return name[m.end():m.end() + int(m.group(1))]
     name = re.sub(r"\(.*$", "", name)
     return re.sub(r"^void ", "", name)
 
