@@ -550,7 +550,7 @@ static void cu_free(struct backend *be)
     for (int i = 0; i < SCR_N; i++)
         cudaFree(c->scr[i]);
     cudaFree(c->counters);
-    cuda_moe_tables_free(c);
+    cuda_moe_free(c);
     cudaFree(c->up_dev);
     cudaFreeHost(c->up_host);
     free(c->row_map);

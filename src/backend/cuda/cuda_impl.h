@@ -114,6 +114,13 @@ struct cuda_backend {
     bool in_forward, dirty, capturing, replaying, graphs_off;
     struct moe_table *moe_tabs; /* [n_moe_tabs] expert weight tables on the device, one per MoE layer met */
     int32_t n_moe_tabs;
+    /* a large MoE batch's host side: its ids and weights back, its sorted
+     * lists out (moe_ffn_host). Pinned, so both copies are DMA without
+     * staging; grow-only. A layer's upload from it may still be pending
+     * when the host moves on: the next layer writes it only after waiting
+     * for its own ids, which the stream orders after that upload. */
+    void *moe_pin;
+    size_t moe_pin_cap;
 };
 
 #define CUDA_MAX_COUNTERS 8192
@@ -260,7 +267,7 @@ int cuda_matmul_grouped_combine(struct cuda_backend *c, const struct mm_group *g
 
 void cuda_moe(struct backend *be, struct tensor *out, const struct tensor *x, const struct moe_block *mb,
               bool accumulate);
-void cuda_moe_tables_free(struct cuda_backend *c);
+void cuda_moe_free(struct cuda_backend *c);
 
 void cuda_conv1d(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w,
                  const struct tensor *bias, struct tensor *state);

@@ -759,13 +759,49 @@ static void moe_buckets_fill(struct moe_buckets *bk, int32_t *beg, int32_t *brow
     }
 }
 
+/* The most padded rows any routing of nk rows over E experts gets (under
+ * max(16, count / 8) an expert; moe_pad_rows), and the bytes of
+ * moe_ffn_sorted's uploaded lists for them: rows [n_cap], token rows and
+ * weights [nk] each, the products' pointers (at most 3 weights a pass, 2
+ * passes, 3 pointers an expert), then the weights in list order [n_cap]. */
+static int64_t moe_cap_rows(int64_t nk, int32_t E)
+{
+    return nk + nk / 8 + 16 * (int64_t)E;
+}
+
+static size_t moe_up_bytes(int64_t nk, int32_t E)
+{
+    const int64_t n_cap = moe_cap_rows(nk, E);
+    return (((size_t)(n_cap + 2 * nk) * 4 + 15) & ~(size_t)15) + (((size_t)6 * 3 * E * sizeof(void *) + 15) & ~(size_t)15) +
+           (size_t)n_cap * sizeof(float);
+}
+
+/* c->moe_pin, at least bytes; NULL (c failed) if it cannot be had */
+static char *moe_pinned(struct cuda_backend *c, size_t bytes)
+{
+    if (bytes <= c->moe_pin_cap)
+        return (char *)c->moe_pin;
+    /* the stream may still be uploading from the old buffer */
+    if (CUDA_CHECK(c, cudaStreamSynchronize(c->stream)) != 0)
+        return NULL;
+    cudaFreeHost(c->moe_pin);
+    c->moe_pin = NULL;
+    c->moe_pin_cap = 0;
+    if (CUDA_CHECK(c, cudaMallocHost(&c->moe_pin, bytes)) != 0)
+        return NULL;
+    c->moe_pin_cap = bytes;
+    return (char *)c->moe_pin;
+}
+
 /* moe_ffn_host after the ids (hid [nk]) and weights (hw [nk]) came back:
  * the counting sort by expert (tokens in increasing order within each; bf16
  * experts' slices padded), the lists uploaded, the experts, the combine.
- * Host scratch: tcnt [n], start [E+1], cur [E], beg [E+1], brows [E], key [E]. */
+ * Host scratch: tcnt [n], start [E+1], cur [E], beg [E+1], brows [E], key [E];
+ * up: the pinned lists, room for moe_up_bytes(nk, E). */
 static void moe_ffn_sorted(struct backend *be, struct tensor *out, const struct tensor *x,
                            const struct moe_experts *ex, int32_t k, int32_t *hid, const float *hw, int32_t *tcnt,
-                           int32_t *start, int32_t *cur, int32_t *beg, int32_t *brows, int64_t *key, bool accumulate)
+                           int32_t *start, int32_t *cur, int32_t *beg, int32_t *brows, int64_t *key, char *up,
+                           bool accumulate)
 {
     struct cuda_backend *c = cuda_of(be);
     const int64_t n = x->n_rows, hidden = x->n_cols, inter = ex->up[0].n_rows, nk = n * k;
@@ -797,12 +833,7 @@ static void moe_ffn_sorted(struct backend *be, struct tensor *out, const struct 
      * odd count of active experts with gate, up and down in one pass left
      * them 8 bytes off: NaN outputs) */
     const size_t ptr_bytes = bf16 ? ((size_t)n_q * 3 * bk.n_act * sizeof(void *) + 15) & ~(size_t)15 : 0;
-    char *up = (char *)malloc(list_bytes + ptr_bytes + (size_t)n_pad * sizeof(float));
-    if (!up) {
-        c->failed = true;
-        err_set("cuda: out of memory");
-        return;
-    }
+    assert(n_q <= 6 && list_bytes + ptr_bytes + (size_t)n_pad * sizeof(float) <= moe_up_bytes(nk, E));
     int32_t *rows = (int32_t *)up, *tpos = rows + n_pad;
     float *tw = (float *)(tpos + nk), *wp = (float *)(up + list_bytes + ptr_bytes);
     memset(rows, 0, (size_t)n_pad * sizeof(int32_t)); /* padding rows gather token 0 */
@@ -823,7 +854,7 @@ static void moe_ffn_sorted(struct backend *be, struct tensor *out, const struct 
     /* sized for the most padding any routing gets (under max(16, count / 8)
      * an expert), so that the scratch never grows from one layer to the next */
     const int64_t xw = hidden > inter ? hidden : inter; /* the gathered input, then the activation as bf16 */
-    const int64_t n_cap = bf16 ? nk + nk / 8 + 16 * (int64_t)E : nk;
+    const int64_t n_cap = bf16 ? moe_cap_rows(nk, E) : nk;
     assert(n_pad <= n_cap);
     const size_t cap_bytes = (((size_t)(n_cap + 2 * nk) * 4 + 15) & ~(size_t)15) +
                              (bf16 ? ((size_t)n_q * 3 * E * sizeof(void *) + 15) & ~(size_t)15 : 0) +
@@ -837,9 +868,9 @@ static void moe_ffn_sorted(struct backend *be, struct tensor *out, const struct 
         if (bf16)
             moe_buckets_fill(&bk, beg, brows, key, (void **)(up + list_bytes), ex, start, n_pad, hidden, passes, xc,
                              g, u, y);
-        /* from pageable memory: the copy returns once it has staged the
-         * lists, so they may be freed at once, and the host goes on to
-         * enqueue the next layer while the GPU runs this one's experts */
+        /* not waited for: the host goes on to enqueue the next layer while
+         * the GPU runs this one's experts (c->moe_pin says why up outlives
+         * the copy) */
         if (CUDA_CHECK(c, cudaMemcpyAsync(buf, up, list_bytes + ptr_bytes, cudaMemcpyHostToDevice, c->stream)) == 0) {
             if (bf16)
                 moe_ffn_bf16(c, ex, &bk, d_rows, x, n_pad, xc, g, u);
@@ -848,7 +879,6 @@ static void moe_ffn_sorted(struct backend *be, struct tensor *out, const struct 
             moe_combine(c, out, y, d_tpos, (const float *)(d_tpos + nk), k, accumulate);
         }
     }
-    free(up);
 }
 
 /* Larger batches: the plan built on the host (ids copied back, a counting
@@ -863,24 +893,22 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
     const int32_t k = (int32_t)ids->n_cols, E = ex->n_expert;
     const int64_t nk = n * k;
     cuda_host_wait(c);
-    /* ids [nk], weights [nk], then moe_ffn_sorted's scratch */
-    int32_t *hid = (int32_t *)malloc((size_t)(2 * nk + n + 5 * E + 2) * sizeof(int32_t));
-    int64_t *key = (int64_t *)malloc((size_t)E * sizeof(int64_t));
-    if (!hid || !key) {
-        c->failed = true;
-        err_set("cuda: out of memory");
-    } else {
-        float *hw = (float *)(hid + nk);
-        int32_t *tcnt = (int32_t *)(hw + nk), *start = tcnt + n, *cur = start + E + 1, *beg = cur + E;
-        if (CUDA_CHECK(c, cudaMemcpy2DAsync(hid, (size_t)k * 4, ids->data, (size_t)ids->row_stride * 4,
-                                            (size_t)k * 4, (size_t)n, cudaMemcpyDeviceToHost, c->stream)) == 0 &&
-            CUDA_CHECK(c, cudaMemcpy2DAsync(hw, (size_t)k * 4, weights->data, (size_t)weights->row_stride * 4,
-                                            (size_t)k * 4, (size_t)n, cudaMemcpyDeviceToHost, c->stream)) == 0 &&
-            CUDA_CHECK(c, cudaStreamSynchronize(c->stream)) == 0)
-            moe_ffn_sorted(be, out, x, ex, k, hid, hw, tcnt, start, cur, beg, beg + E + 1, key, accumulate);
-    }
-    free(key);
-    free(hid);
+    /* ids [nk], weights [nk], moe_ffn_sorted's scratch, its keys, its lists */
+    const size_t ints = ((size_t)(2 * nk + n + 5 * E + 2) * sizeof(int32_t) + 15) & ~(size_t)15;
+    const size_t keys = ((size_t)E * sizeof(int64_t) + 15) & ~(size_t)15;
+    char *pin = moe_pinned(c, ints + keys + moe_up_bytes(nk, E));
+    if (!pin)
+        return;
+    int32_t *hid = (int32_t *)pin;
+    float *hw = (float *)(hid + nk);
+    int32_t *tcnt = (int32_t *)(hw + nk), *start = tcnt + n, *cur = start + E + 1, *beg = cur + E;
+    if (CUDA_CHECK(c, cudaMemcpy2DAsync(hid, (size_t)k * 4, ids->data, (size_t)ids->row_stride * 4, (size_t)k * 4,
+                                        (size_t)n, cudaMemcpyDeviceToHost, c->stream)) == 0 &&
+        CUDA_CHECK(c, cudaMemcpy2DAsync(hw, (size_t)k * 4, weights->data, (size_t)weights->row_stride * 4,
+                                        (size_t)k * 4, (size_t)n, cudaMemcpyDeviceToHost, c->stream)) == 0 &&
+        CUDA_CHECK(c, cudaStreamSynchronize(c->stream)) == 0)
+        moe_ffn_sorted(be, out, x, ex, k, hid, hw, tcnt, start, cur, beg, beg + E + 1, (int64_t *)(pin + ints),
+                       pin + ints + keys, accumulate);
 }
 
 /* The layer's table of expert weights on the device (built or rebuilt
@@ -930,8 +958,11 @@ static const uint16_t **moe_table_get(struct cuda_backend *c, const struct moe_e
     return tab->dev;
 }
 
-void cuda_moe_tables_free(struct cuda_backend *c)
+void cuda_moe_free(struct cuda_backend *c)
 {
+    cudaFreeHost(c->moe_pin);
+    c->moe_pin = NULL;
+    c->moe_pin_cap = 0;
     for (int32_t i = 0; i < c->n_moe_tabs; i++) {
         free(c->moe_tabs[i].host);
         cudaFree(c->moe_tabs[i].dev);
