@@ -614,16 +614,58 @@ struct moe_buckets {
     void **d_ptr;
 };
 
-/* Rows an expert's slice takes: rounded up to 16, or to the power of two
- * that cuts it in at most 16 parts (past 256 rows the padding stays under
- * 1/8 of the count, 1/16 on average), so that similar counts fall in one
- * bucket. */
-static int32_t moe_pad_rows(int32_t n)
+static int cmp_i64(const void *a, const void *b)
 {
-    int32_t u = 16;
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Rows an expert's slice takes: rounded up to the unit u, or to the power
+ * of two that cuts it in at most 16 parts (past 16 u rows the padding stays
+ * under 1/8 of the count, 1/16 on average), so that similar counts fall in
+ * one bucket. */
+static int32_t moe_pad_rows(int32_t n, int32_t u)
+{
     while (u * 16 < n)
         u *= 2;
     return (n + u - 1) / u * u;
+}
+
+#define MOE_UNIT_MAX 128
+/* The unit (16 to MOE_UNIT_MAX) for experts of cnt [E] rows, by a cost in
+ * microseconds: each bucket costs its `calls` batched cuBLAS calls (about
+ * 20 us each, the host enqueueing them and the GPU's ramp and tail; a
+ * layer's experts were host-bound at 512 tokens), each padded row its
+ * row_flops at 400 TFLOP/s. On the H200 the 12-layer qwen3-30b-a3b's
+ * 512-token prefill ran about 15% faster at 64 than at 16, nemotron-3-nano's best
+ * at 32; a few tokens an expert keep 16. A unit whose padding would pass
+ * moe_cap_rows is not taken. tmp: [E] scratch. */
+static int32_t moe_pick_unit(const int32_t *cnt, int32_t E, double row_flops, int32_t calls, int64_t *tmp)
+{
+    int64_t nk = 0;
+    for (int32_t e = 0; e < E; e++)
+        nk += cnt[e];
+    int32_t best = 16;
+    double best_cost = 0.0;
+    for (int32_t u = 16; u <= MOE_UNIT_MAX; u *= 2) {
+        int32_t n_act = 0;
+        int64_t pad = 0;
+        for (int32_t e = 0; e < E; e++)
+            if (cnt[e]) {
+                tmp[n_act] = moe_pad_rows(cnt[e], u);
+                pad += tmp[n_act++] - cnt[e];
+            }
+        qsort(tmp, (size_t)n_act, sizeof *tmp, cmp_i64);
+        int32_t n_bucket = 0;
+        for (int32_t i = 0; i < n_act; i++)
+            n_bucket += i == 0 || tmp[i] != tmp[i - 1];
+        const double cost = 20.0 * calls * n_bucket + (double)pad * row_flops / 4e8;
+        if (u == 16 || (cost < best_cost && pad <= nk + 16 * (int64_t)E)) { /* moe_cap_rows */
+            best = u;
+            best_cost = cost;
+        }
+    }
+    return best;
 }
 
 /* The product whose pointers start at ptr (struct moe_buckets), width
@@ -706,11 +748,6 @@ static void moe_ffn_any(struct backend *be, const struct moe_experts *ex, const 
     }
 }
 
-static int cmp_i64(const void *a, const void *b)
-{
-    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
 
 /* moe_ffn_bf16's products (struct moe_buckets): experts by padded rows
  * (key: rows * MOE_MAX_EXPERT + expert), a bucket each run of one size, and
@@ -759,14 +796,15 @@ static void moe_buckets_fill(struct moe_buckets *bk, int32_t *beg, int32_t *brow
     }
 }
 
-/* The most padded rows any routing of nk rows over E experts gets (under
- * max(16, count / 8) an expert; moe_pad_rows), and the bytes of
+/* The most padded rows any routing of nk rows over E experts gets: unit 16
+ * pads under max(16, count / 8) an expert (moe_pad_rows), and moe_pick_unit
+ * takes a larger unit only while its padding stays under nk + 16 E, and the bytes of
  * moe_ffn_sorted's uploaded lists for them: rows [n_cap], token rows and
  * weights [nk] each, the products' pointers (at most 3 weights a pass, 2
  * passes, 3 pointers an expert), then the weights in list order [n_cap]. */
 static int64_t moe_cap_rows(int64_t nk, int32_t E)
 {
-    return nk + nk / 8 + 16 * (int64_t)E;
+    return 2 * nk + 16 * (int64_t)E;
 }
 
 static size_t moe_up_bytes(int64_t nk, int32_t E)
@@ -814,9 +852,12 @@ static void moe_ffn_sorted(struct backend *be, struct tensor *out, const struct 
         cur[hid[i]]++;
     }
     struct moe_buckets bk = {};
+    /* a bucket's calls: gate and up together (or up), then down, each pass */
+    const int32_t unit =
+        bf16 ? moe_pick_unit(cur, E, 2.0 * (double)hidden * (double)inter * (ex->gate ? 3 : 2), 2 * passes, key) : 0;
     start[0] = 0;
     for (int32_t e = 0; e < E; e++) {
-        const int32_t rows_e = bf16 && cur[e] ? moe_pad_rows(cur[e]) : cur[e];
+        const int32_t rows_e = bf16 && cur[e] ? moe_pad_rows(cur[e], unit) : cur[e];
         start[e + 1] = start[e] + rows_e;
         cur[e] = start[e];
         if (rows_e)
@@ -851,8 +892,8 @@ static void moe_ffn_sorted(struct backend *be, struct tensor *out, const struct 
         tpos[i] = hid[i];
         tw[i] = wp[hid[i]];
     }
-    /* sized for the most padding any routing gets (under max(16, count / 8)
-     * an expert), so that the scratch never grows from one layer to the next */
+    /* sized for the most padding any routing gets (moe_cap_rows), so that
+     * the scratch never grows from one layer to the next */
     const int64_t xw = hidden > inter ? hidden : inter; /* the gathered input, then the activation as bf16 */
     const int64_t n_cap = bf16 ? moe_cap_rows(nk, E) : nk;
     assert(n_pad <= n_cap);
