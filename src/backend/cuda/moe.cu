@@ -637,8 +637,8 @@ static int32_t moe_pad_rows(int32_t n, int32_t u)
  * 20 us each, the host enqueueing them and the GPU's ramp and tail; a
  * layer's experts were host-bound at 512 tokens), each padded row its
  * row_flops at 400 TFLOP/s. On the H200 the 12-layer qwen3-30b-a3b's
- * 512-token prefill ran about 15% faster at 64 than at 16, nemotron-3-nano's best
- * at 32; a few tokens an expert keep 16. A unit whose padding would pass
+ * 512-token prefill ran about 15% faster at 64 than at 16,
+ * nemotron-3-nano's best at 32; a few tokens an expert keep 16. A unit whose padding would pass
  * moe_cap_rows is not taken. tmp: [E] scratch. */
 static int32_t moe_pick_unit(const int32_t *cnt, int32_t E, double row_flops, int32_t calls, int64_t *tmp)
 {
@@ -810,8 +810,9 @@ static int64_t moe_cap_rows(int64_t nk, int32_t E)
 static size_t moe_up_bytes(int64_t nk, int32_t E)
 {
     const int64_t n_cap = moe_cap_rows(nk, E);
-    return (((size_t)(n_cap + 2 * nk) * 4 + 15) & ~(size_t)15) + (((size_t)6 * 3 * E * sizeof(void *) + 15) & ~(size_t)15) +
-           (size_t)n_cap * sizeof(float);
+    const size_t lists = ((size_t)(n_cap + 2 * nk) * 4 + 15) & ~(size_t)15,
+                 ptrs = ((size_t)6 * 3 * E * sizeof(void *) + 15) & ~(size_t)15;
+    return lists + ptrs + (size_t)n_cap * sizeof(float);
 }
 
 /* c->moe_pin, at least bytes; NULL (c failed) if it cannot be had */
