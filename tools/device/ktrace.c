@@ -9,7 +9,11 @@
  * concurrency; kernels replayed from CUDA graphs included) and writes one
  * CSV line per kernel as CUPTI hands the records over, to KTRACE_OUT
  * (default ktrace.csv): start and end in ns, grid, block, graph id (0 when
- * launched directly), name. tools/device/ktrace_sum.py reads it back.
+ * launched directly), name. Copies come as lines whose grid is "copy"
+ * (name: direction and bytes). With KTRACE_API=1 the host's runtime and
+ * driver API calls come too, grid "api" (name: the call), on the same
+ * clock: they show what the host did while the GPU waited.
+ * tools/device/ktrace_sum.py reads it back.
  *
  *   L=$(dirname $(find /usr/local/cuda/ -name 'libcupti.so' | head -1))
  *   gcc -std=c11 -O2 -shared -fPIC -I/usr/local/cuda/include tools/device/ktrace.c \
@@ -39,6 +43,25 @@ static void CUPTIAPI kt_completed(CUcontext ctx, uint32_t stream, uint8_t *buffe
     (void)ctx, (void)stream, (void)size;
     CUpti_Activity *rec = NULL;
     while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+        if (rec->kind == CUPTI_ACTIVITY_KIND_RUNTIME || rec->kind == CUPTI_ACTIVITY_KIND_DRIVER) {
+            const CUpti_ActivityAPI *a = (const CUpti_ActivityAPI *)rec;
+            const char *name = NULL;
+            cuptiGetCallbackName(rec->kind == CUPTI_ACTIVITY_KIND_RUNTIME ? CUPTI_CB_DOMAIN_RUNTIME_API
+                                                                          : CUPTI_CB_DOMAIN_DRIVER_API,
+                                 a->cbid, &name);
+            fprintf(kt_out, "%llu,%llu,api,-,0,\"%s\"\n", (unsigned long long)a->start, (unsigned long long)a->end,
+                    name ? name : "?");
+            continue;
+        }
+        if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+            const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)rec;
+            const char *dir = m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOD   ? "HtoD"
+                              : m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH ? "DtoH"
+                                                                               : "other";
+            fprintf(kt_out, "%llu,%llu,copy,-,%u,\"memcpy %s %llu B\"\n", (unsigned long long)m->start,
+                    (unsigned long long)m->end, m->graphId, dir, (unsigned long long)m->bytes);
+            continue;
+        }
         if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
             continue;
         const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
@@ -67,9 +90,14 @@ int InitializeInjection(void)
         return 0;
     }
     fprintf(kt_out, "start_ns,end_ns,grid,block,graph,name\n");
+    const char *api = getenv("KTRACE_API");
     if (cuptiActivityRegisterCallbacks(kt_requested, kt_completed) != CUPTI_SUCCESS ||
-        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) {
-        fprintf(stderr, "ktrace: CUPTI refused the kernel activity records\n");
+        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS ||
+        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS ||
+        (api && atoi(api) > 0 &&
+         (cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME) != CUPTI_SUCCESS ||
+          cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER) != CUPTI_SUCCESS))) {
+        fprintf(stderr, "ktrace: CUPTI refused the activity records\n");
         fclose(kt_out);
         return 0;
     }

@@ -5,6 +5,7 @@
 #   bash tools/device/ktrace.sh OUT.csv [ktrace_sum options --] bench arguments...
 # e.g. bash tools/device/ktrace.sh /tmp/q8.csv --lines -- --model /dev/shm/q8 --device cuda --prompt 512 --gen 16
 # The default window is the second-to-last forward (a decode step when --gen > 1).
+# KTRACE_API=1 in the environment adds the host's CUDA API calls to the trace.
 set -euo pipefail
 out=$1
 shift

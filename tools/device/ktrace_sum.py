@@ -3,10 +3,12 @@
 
 The window runs from the n-th last launch of a marker kernel (default
 k_embed, which opens every forward) to the next one, or to the end of the
-trace. Each kernel's line gives its start within the window, its time, and
-the gap between the latest end so far and its start (negative: it started
-while an earlier kernel still ran, as a programmatic dependent). The
-totals by kernel name then say where the window's time went.
+trace. Each kernel's (or copy's) line gives its start within the window,
+its time, and the gap between the latest end so far and its start
+(negative: it started while an earlier kernel still ran, as a programmatic
+dependent). The totals by kernel name then say where the window's time
+went. Host API calls (traced with KTRACE_API=1) are listed among them as
+"host" lines, outside the gaps, and totalled apart.
 
   python3 tools/device/ktrace_sum.py /tmp/k.csv [--marker k_embed] [--nth 2] [--lines]
 """
@@ -37,32 +39,45 @@ def main():
         rows = [(int(r["start_ns"]), int(r["end_ns"]), r["grid"], r["block"], r["graph"], short(r["name"]))
                 for r in csv.DictReader(f)]
     rows.sort()
-    marks = [i for i, r in enumerate(rows) if r[5].startswith(a.marker)]
+    marks = [r[0] for r in rows if r[2] not in ("api", "copy") and r[5].startswith(a.marker)]
     if len(marks) < a.nth:
         raise SystemExit(f"ktrace_sum: {len(marks)} launches of {a.marker}, fewer than {a.nth}")
     lo = marks[-a.nth]
-    hi = marks[-a.nth + 1] if a.nth > 1 else len(rows)
-    win = rows[lo:hi]
+    hi = marks[-a.nth + 1] if a.nth > 1 else None
+    win = [r for r in rows if r[0] >= lo and (hi is None or r[0] < hi)]
     t0 = win[0][0]
     by = collections.OrderedDict()
+    host = collections.OrderedDict()
     prev_end = None
     for s, e, grid, block, graph, name in win:
+        if grid == "api":
+            if a.lines:
+                print(f"{(s - t0) / 1e3:9.2f} {(e - s) / 1e3:8.2f} {'':7}  host {name}")
+            t = host.setdefault(name, [0, 0.0])
+            t[0] += 1
+            t[1] += (e - s) / 1e3
+            continue
         gap = (s - prev_end) / 1e3 if prev_end is not None else 0.0
         if a.lines:
-            print(f"{(s - t0) / 1e3:9.2f} {(e - s) / 1e3:8.2f} {gap:7.2f}  {name} grid {grid} block {block}")
+            where = "" if grid == "copy" else f" grid {grid} block {block}"
+            print(f"{(s - t0) / 1e3:9.2f} {(e - s) / 1e3:8.2f} {gap:7.2f}  {name}{where}")
         t = by.setdefault(name, [0, 0.0, 0.0])
         t[0] += 1
         t[1] += (e - s) / 1e3
         t[2] += gap
         prev_end = e if prev_end is None else max(prev_end, e)
-    span = (max(r[1] for r in win) - t0) / 1e3
+    dev = [r for r in win if r[2] != "api"]
+    span = (max(r[1] for r in dev) - t0) / 1e3
     busy = sum(t[1] for t in by.values())
-    print(f"window: {len(win)} kernels, {span:.1f} us from the first start to the last end; "
-          f"kernel time {busy:.1f} us (overlaps counted twice)")
-    print(f"{'count':>6} {'time us':>9} {'gaps us':>9}  kernel")
+    print(f"window: {len(dev)} kernels and copies, {span:.1f} us from the first start to the last end; "
+          f"their time {busy:.1f} us (overlaps counted twice)")
+    print(f"{'count':>6} {'time us':>9} {'gaps us':>9}  kernel or copy")
     for name, (n, t, g) in sorted(by.items(), key=lambda kv: -kv[1][1]):
         print(f"{n:6d} {t:9.1f} {g:9.1f}  {name}")
-
+    if host:
+        print(f"{'count':>6} {'time us':>9}  host API call (KTRACE_API=1; nested driver calls counted again)")
+        for name, (n, t) in sorted(host.items(), key=lambda kv: -kv[1][1]):
+            print(f"{n:6d} {t:9.1f}  {name}")
 
 if __name__ == "__main__":
     main()
