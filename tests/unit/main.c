@@ -21,6 +21,7 @@ int test_failures;
     X(test_ops_attention_long)                                                                                 \
     X(test_ops_moe)                                                                                            \
     X(test_ops_top_k)                                                                                          \
+    X(test_moe_sort)                                                                                           \
     X(test_cuda_top_k)                                                                                         \
     X(test_cuda_matmul)                                                                                        \
     X(test_cuda_matmul_fused)                                                                                  \

@@ -22,6 +22,10 @@
  * the activation and combine over the whole list. */
 #include "cuda_impl.h"
 
+extern "C" {
+#include "moe_sort.h"
+}
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -596,91 +600,29 @@ static bool moe_bf16(const struct moe_experts *ex)
     return !ex->gate || ex->gate[0].row_stride == ex->up[0].row_stride;
 }
 
-/* A large batch's experts in bf16 as batched cuBLAS products: each expert's
- * slice of the compact list is padded (moe_pad_rows), and experts of one
- * padded size share one cublasGemmBatchedEx call a product (a few calls
- * where one GEMM an expert made 384 a layer for qwen3-30b-a3b at 4096
- * tokens, each too small to fill the GPU and quicker to run than to
- * enqueue). The padding rows gather token 0: finite, computed, never
- * combined. Experts are ordered by padded rows, bucket b their range
- * beg[b]..beg[b+1] in that order, of n_rows[b] rows each. A product runs
- * `width` weights of each expert in one call a bucket (gate and up, which
- * share the input: width 2; down: width 1): d_ptr, on the device, holds its
- * weight, input and output pointers [3][width * n_act], bucket b's entries
- * from width * beg[b], each weight's experts in the bucket's order. */
-struct moe_buckets {
-    int32_t n_act, n_bucket;
-    const int32_t *beg, *n_rows; /* host [n_bucket + 1], [n_bucket] */
-    void **d_ptr;
-};
+/* A large batch's experts in bf16 as batched cuBLAS products over the
+ * list moe_sort_build makes: experts whose slices have one padded size (a
+ * bucket) share one cublasGemmBatchedEx call a product (a few calls where
+ * one GEMM an expert made 384 a layer for qwen3-30b-a3b at 4096 tokens,
+ * each too small to fill the GPU and quicker to run than to enqueue). A
+ * product runs `width` weights of each expert in one call a bucket (gate
+ * and up, which share the input: width 2; down: width 1): d_ptr, on the
+ * device, holds its weight, input and output pointers [3][width * n_act],
+ * bucket b's entries from width * beg[b], each weight's experts in the
+ * bucket's order. */
 
-static int cmp_i64(const void *a, const void *b)
-{
-    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Rows an expert's slice takes: rounded up to the unit u, or to the power
- * of two that cuts it in at most 16 parts (past 16 u rows the padding stays
- * under 1/8 of the count, 1/16 on average), so that similar counts fall in
- * one bucket. */
-static int32_t moe_pad_rows(int32_t n, int32_t u)
-{
-    while (u * 16 < n)
-        u *= 2;
-    return (n + u - 1) / u * u;
-}
-
-#define MOE_UNIT_MAX 128
-/* The unit (16 to MOE_UNIT_MAX) for experts of cnt [E] rows, by a cost in
- * microseconds: each bucket costs its `calls` batched cuBLAS calls (about
- * 20 us each, the host enqueueing them and the GPU's ramp and tail; a
- * layer's experts were host-bound at 512 tokens), each padded row its
- * row_flops at 400 TFLOP/s. On the H200 the 12-layer qwen3-30b-a3b's
- * 512-token prefill ran about 15% faster at 64 than at 16,
- * nemotron-3-nano's best at 32; a few tokens an expert keep 16. A unit whose padding would pass
- * moe_cap_rows is not taken. tmp: [E] scratch. */
-static int32_t moe_pick_unit(const int32_t *cnt, int32_t E, double row_flops, int32_t calls, int64_t *tmp)
-{
-    int64_t nk = 0;
-    for (int32_t e = 0; e < E; e++)
-        nk += cnt[e];
-    int32_t best = 16;
-    double best_cost = 0.0;
-    for (int32_t u = 16; u <= MOE_UNIT_MAX; u *= 2) {
-        int32_t n_act = 0;
-        int64_t pad = 0;
-        for (int32_t e = 0; e < E; e++)
-            if (cnt[e]) {
-                tmp[n_act] = moe_pad_rows(cnt[e], u);
-                pad += tmp[n_act++] - cnt[e];
-            }
-        qsort(tmp, (size_t)n_act, sizeof *tmp, cmp_i64);
-        int32_t n_bucket = 0;
-        for (int32_t i = 0; i < n_act; i++)
-            n_bucket += i == 0 || tmp[i] != tmp[i - 1];
-        const double cost = 20.0 * calls * n_bucket + (double)pad * row_flops / 4e8;
-        if (u == 16 || (cost < best_cost && pad <= nk + 16 * (int64_t)E)) { /* moe_cap_rows */
-            best = u;
-            best_cost = cost;
-        }
-    }
-    return best;
-}
-
-/* The product whose pointers start at ptr (struct moe_buckets), width
- * weights an expert: out = beta * out + x . w^T for every entry, one
- * batched call a bucket */
-static int moe_gemms(struct cuda_backend *c, const struct moe_buckets *bk, void *const *ptr, int32_t width, int64_t K,
+/* The product whose pointers start at ptr, width weights an expert:
+ * out = beta * out + x . w^T for every entry, one batched call a bucket */
+static int moe_gemms(struct cuda_backend *c, const struct moe_sort *s, void *const *ptr, int32_t width, int64_t K,
                      int64_t ws, int64_t M, float beta)
 {
-    const int64_t n_e = (int64_t)width * bk->n_act;
-    for (int32_t b = 0; b < bk->n_bucket; b++) {
-        const int64_t i = (int64_t)width * bk->beg[b];
+    const int64_t n_e = (int64_t)width * s->n_act;
+    for (int32_t b = 0; b < s->n_bucket; b++) {
+        const int64_t i = (int64_t)width * s->beg[b];
         if (cuda_gemm_bf16_batched(c, (float *const *)(ptr + 2 * n_e + i), M,
-                                   (const __nv_bfloat16 *const *)(ptr + n_e + i), bk->n_rows[b], K,
+                                   (const __nv_bfloat16 *const *)(ptr + n_e + i), s->n_rows[b], K,
                                    (const void *const *)(ptr + i), ws, M, beta,
-                                   width * (bk->beg[b + 1] - bk->beg[b])) != 0)
+                                   width * (s->beg[b + 1] - s->beg[b])) != 0)
             return -1;
     }
     return 0;
@@ -688,27 +630,28 @@ static int moe_gemms(struct cuda_backend *c, const struct moe_buckets *bk, void 
 
 /* The experts of a large batch in bf16: the padded compact rows gathered
  * and rounded to bf16 once (hi, and lo when precise: a second product adds
- * it), gate and up, the activation rounded the same way, down. Products
- * (struct moe_buckets), in d_ptr's order: gate (if any) and up together,
- * hi then lo when precise, then down's passes.
+ * it), gate and up, the activation rounded the same way, down. Products,
+ * in d_ptr's order (moe_ptrs_fill): gate (if any) and up together, hi then
+ * lo when precise, then down's passes.
  * xb: room for [n_pad][max(hidden, inter)] floats, used as bf16 pairs. */
-static void moe_ffn_bf16(struct cuda_backend *c, const struct moe_experts *ex, const struct moe_buckets *bk,
-                         const int32_t *d_rows, const struct tensor *x, int64_t n_pad, float *xb, float *g, float *u)
+static void moe_ffn_bf16(struct cuda_backend *c, const struct moe_experts *ex, const struct moe_sort *s,
+                         void *const *d_ptr, const int32_t *d_rows, const struct tensor *x, float *xb, float *g,
+                         float *u)
 {
-    const int64_t hidden = x->n_cols, inter = ex->up[0].n_rows;
+    const int64_t hidden = x->n_cols, inter = ex->up[0].n_rows, n_pad = s->n_pad;
     __nv_bfloat16 *hi = (__nv_bfloat16 *)xb, *lo = c->precise ? hi + n_pad * hidden : NULL;
     const int32_t passes = lo ? 2 : 1, n_in = ex->gate ? 2 : 1;
-    void *const *ptr = bk->d_ptr;
+    void *const *ptr = d_ptr;
     cuda_gather_bf16(c, (const float *)x->data, x->row_stride, d_rows, n_pad, hidden, hi, lo);
-    for (int32_t pass = 0; pass < passes; pass++, ptr += 3 * n_in * bk->n_act)
-        if (moe_gemms(c, bk, ptr, n_in, hidden, ex->up[0].row_stride, inter, pass ? 1.0f : 0.0f) != 0)
+    for (int32_t pass = 0; pass < passes; pass++, ptr += 3 * n_in * s->n_act)
+        if (moe_gemms(c, s, ptr, n_in, hidden, ex->up[0].row_stride, inter, pass ? 1.0f : 0.0f) != 0)
             return;
     const struct tensor ut = {DT_F32, n_pad, inter, inter, u, false};
     const struct mm_fused act = {ex->gate ? MM_PRE_SWIGLU : MM_PRE_RELU2, NULL, 0.0f, &ut, false, NULL, NULL};
     lo = c->precise ? hi + n_pad * inter : NULL;
     cuda_pre_split(c, ex->gate ? g : u, inter, n_pad, (int32_t)inter, &act, hi, lo);
-    for (int32_t pass = 0; pass < passes; pass++, ptr += 3 * bk->n_act)
-        if (moe_gemms(c, bk, ptr, 1, inter, ex->down[0].row_stride, hidden, pass ? 1.0f : 0.0f) != 0)
+    for (int32_t pass = 0; pass < passes; pass++, ptr += 3 * s->n_act)
+        if (moe_gemms(c, s, ptr, 1, inter, ex->down[0].row_stride, hidden, pass ? 1.0f : 0.0f) != 0)
             return;
 }
 
@@ -749,30 +692,14 @@ static void moe_ffn_any(struct backend *be, const struct moe_experts *ex, const 
 }
 
 
-/* moe_ffn_bf16's products (struct moe_buckets): experts by padded rows
- * (key: rows * MOE_MAX_EXPERT + expert), a bucket each run of one size, and
- * for each product, in the order moe_ffn_bf16 runs them, the weight, input
- * (hi, then lo n_pad rows later) and output pointers of its entries into
- * ptr. xc, g, u, y: the device buffers moe_ffn_bf16 takes. */
-static void moe_buckets_fill(struct moe_buckets *bk, int32_t *beg, int32_t *brows, int64_t *key, void **ptr,
-                             const struct moe_experts *ex, const int32_t *start, int64_t n_pad, int64_t hidden,
-                             int32_t passes, float *xc, float *g, float *u, float *y)
+/* moe_ffn_bf16's products, in the order it runs them: for each, the
+ * weight, input (hi, then lo n_pad rows later) and output pointers of its
+ * entries into ptr. xc, g, u, y: the device buffers moe_ffn_bf16 takes. */
+static void moe_ptrs_fill(void **ptr, const struct moe_sort *s, const struct moe_experts *ex, int64_t hidden,
+                          int32_t passes, float *xc, float *g, float *u, float *y)
 {
-    const int32_t n_act = bk->n_act;
-    const int64_t inter = ex->up[0].n_rows;
-    qsort(key, (size_t)n_act, sizeof *key, cmp_i64);
-    bk->n_bucket = 0;
-    for (int32_t i = 0; i < n_act; i++) {
-        const int32_t rows_e = (int32_t)(key[i] / MOE_MAX_EXPERT);
-        if (i == 0 || rows_e != brows[bk->n_bucket - 1]) {
-            beg[bk->n_bucket] = i;
-            brows[bk->n_bucket++] = rows_e;
-        }
-    }
-    beg[bk->n_bucket] = n_act;
-    bk->beg = beg;
-    bk->n_rows = brows;
-    /* the products: gate and up (or up alone) a pass, then down a pass */
+    const int32_t n_act = s->n_act;
+    const int64_t inter = ex->up[0].n_rows, n_pad = s->n_pad;
     const struct tensor *in_w[2] = {ex->gate ? ex->gate : ex->up, ex->up};
     float *in_dst[2] = {ex->gate ? g : u, u};
     const int32_t n_in = ex->gate ? 2 : 1;
@@ -781,38 +708,19 @@ static void moe_buckets_fill(struct moe_buckets *bk, int32_t *beg, int32_t *brow
         const bool down = q >= passes;
         const int32_t width = down ? 1 : n_in, pass = q % passes;
         const int64_t K = down ? inter : hidden, M = down ? hidden : inter, n_e = (int64_t)width * n_act;
-        for (int32_t b = 0; b < bk->n_bucket; b++) {
-            const int32_t cnt = beg[b + 1] - beg[b];
+        for (int32_t b = 0; b < s->n_bucket; b++) {
+            const int32_t cnt = s->beg[b + 1] - s->beg[b];
             for (int32_t m = 0; m < width; m++)
                 for (int32_t k = 0; k < cnt; k++) {
-                    const int32_t e = (int32_t)(key[beg[b] + k] % MOE_MAX_EXPERT);
-                    const int64_t j = (int64_t)width * beg[b] + (int64_t)m * cnt + k;
+                    const int32_t e = s->order[s->beg[b] + k];
+                    const int64_t j = (int64_t)width * s->beg[b] + (int64_t)m * cnt + k;
                     ptr[j] = down ? ex->down[e].data : in_w[m][e].data;
-                    ptr[n_e + j] = (void *)(hi + (pass ? n_pad * K : 0) + (int64_t)start[e] * K);
-                    ptr[2 * n_e + j] = (down ? y : in_dst[m]) + (int64_t)start[e] * M;
+                    ptr[n_e + j] = (void *)(hi + (pass ? n_pad * K : 0) + (int64_t)s->start[e] * K);
+                    ptr[2 * n_e + j] = (down ? y : in_dst[m]) + (int64_t)s->start[e] * M;
                 }
         }
         ptr += 3 * n_e;
     }
-}
-
-/* The most padded rows any routing of nk rows over E experts gets: unit 16
- * pads under max(16, count / 8) an expert (moe_pad_rows), and moe_pick_unit
- * takes a larger unit only while its padding stays under nk + 16 E, and the bytes of
- * moe_ffn_sorted's uploaded lists for them: rows [n_cap], token rows and
- * weights [nk] each, the products' pointers (at most 3 weights a pass, 2
- * passes, 3 pointers an expert), then the weights in list order [n_cap]. */
-static int64_t moe_cap_rows(int64_t nk, int32_t E)
-{
-    return 2 * nk + 16 * (int64_t)E;
-}
-
-static size_t moe_up_bytes(int64_t nk, int32_t E)
-{
-    const int64_t n_cap = moe_cap_rows(nk, E);
-    const size_t lists = ((size_t)(n_cap + 2 * nk) * 4 + 15) & ~(size_t)15,
-                 ptrs = ((size_t)6 * 3 * E * sizeof(void *) + 15) & ~(size_t)15;
-    return lists + ptrs + (size_t)n_cap * sizeof(float);
 }
 
 /* c->moe_pin, at least bytes; NULL (c failed) if it cannot be had */
@@ -832,125 +740,81 @@ static char *moe_pinned(struct cuda_backend *c, size_t bytes)
     return (char *)c->moe_pin;
 }
 
-/* moe_ffn_host after the ids (hid [nk]) and weights (hw [nk]) came back:
- * the counting sort by expert (tokens in increasing order within each; bf16
- * experts' slices padded), the lists uploaded, the experts, the combine.
- * Host scratch: tcnt [n], start [E+1], cur [E], beg [E+1], brows [E], key [E];
- * up: the pinned lists, room for moe_up_bytes(nk, E). */
-static void moe_ffn_sorted(struct backend *be, struct tensor *out, const struct tensor *x,
-                           const struct moe_experts *ex, int32_t k, int32_t *hid, const float *hw, int32_t *tcnt,
-                           int32_t *start, int32_t *cur, int32_t *beg, int32_t *brows, int64_t *key, char *up,
-                           bool accumulate)
-{
-    struct cuda_backend *c = cuda_of(be);
-    const int64_t n = x->n_rows, hidden = x->n_cols, inter = ex->up[0].n_rows, nk = n * k;
-    const int32_t E = ex->n_expert, passes = c->precise ? 2 : 1, n_q = ((ex->gate ? 2 : 1) + 1) * passes;
-    /* the bf16 products' inputs are staged 8 floats at a time */
-    const bool bf16 = moe_bf16(ex) && inter % 8 == 0 && cuda_rows_vec8((const float *)x->data, x->row_stride, hidden);
-    memset(cur, 0, (size_t)E * sizeof(int32_t));
-    for (int64_t i = 0; i < nk; i++) {
-        assert(hid[i] >= 0 && hid[i] < E);
-        cur[hid[i]]++;
-    }
-    struct moe_buckets bk = {};
-    /* a bucket's calls: gate and up together (or up), then down, each pass */
-    const int32_t unit =
-        bf16 ? moe_pick_unit(cur, E, 2.0 * (double)hidden * (double)inter * (ex->gate ? 3 : 2), 2 * passes, key) : 0;
-    start[0] = 0;
-    for (int32_t e = 0; e < E; e++) {
-        const int32_t rows_e = bf16 && cur[e] ? moe_pad_rows(cur[e], unit) : cur[e];
-        start[e + 1] = start[e] + rows_e;
-        cur[e] = start[e];
-        if (rows_e)
-            key[bk.n_act++] = (int64_t)rows_e * MOE_MAX_EXPERT + e;
-    }
-    const int64_t n_pad = start[E];
-    /* uploaded: rows [n_pad], token rows [nk] and weights [nk] (MOE_PLAN_*
-     * order), then the products' pointers, 3 for each of the n_q weight
-     * passes of each expert (moe_buckets_fill); kept here: the weights in
-     * list order [n_pad] */
-    const size_t list_bytes = ((size_t)(n_pad + 2 * nk) * 4 + 15) & ~(size_t)15;
-    /* rounded to 16 bytes: the bf16 inputs after them go to cuBLAS's batched
-     * products, which take every pointer in the arrays as 16-byte aligned (an
-     * odd count of active experts with gate, up and down in one pass left
-     * them 8 bytes off: NaN outputs) */
-    const size_t ptr_bytes = bf16 ? ((size_t)n_q * 3 * bk.n_act * sizeof(void *) + 15) & ~(size_t)15 : 0;
-    assert(n_q <= 6 && list_bytes + ptr_bytes + (size_t)n_pad * sizeof(float) <= moe_up_bytes(nk, E));
-    int32_t *rows = (int32_t *)up, *tpos = rows + n_pad;
-    float *tw = (float *)(tpos + nk), *wp = (float *)(up + list_bytes + ptr_bytes);
-    memset(rows, 0, (size_t)n_pad * sizeof(int32_t)); /* padding rows gather token 0 */
-    for (int64_t i = 0; i < nk; i++) {
-        const int32_t p = cur[hid[i]]++;
-        rows[p] = (int32_t)(i / k);
-        wp[p] = hw[i];
-    }
-    /* each token's rows in increasing expert order: the order of the list */
-    memset(tcnt, 0, (size_t)n * sizeof(int32_t));
-    for (int32_t e = 0; e < E; e++)
-        for (int32_t p = start[e]; p < cur[e]; p++)
-            hid[rows[p] * k + tcnt[rows[p]]++] = p;
-    for (int64_t i = 0; i < nk; i++) {
-        tpos[i] = hid[i];
-        tw[i] = wp[hid[i]];
-    }
-    /* sized for the most padding any routing gets (moe_cap_rows), so that
-     * the scratch never grows from one layer to the next */
-    const int64_t xw = hidden > inter ? hidden : inter; /* the gathered input, then the activation as bf16 */
-    const int64_t n_cap = bf16 ? moe_cap_rows(nk, E) : nk;
-    assert(n_pad <= n_cap);
-    const size_t cap_bytes = (((size_t)(n_cap + 2 * nk) * 4 + 15) & ~(size_t)15) +
-                             (bf16 ? ((size_t)n_q * 3 * E * sizeof(void *) + 15) & ~(size_t)15 : 0) +
-                             (size_t)n_cap * (2 * inter + hidden + xw) * sizeof(float);
-    char *buf = (char *)cuda_scratch(c, SCR_MOE, cap_bytes);
-    if (buf) {
-        const int32_t *d_rows = (const int32_t *)buf, *d_tpos = d_rows + n_pad;
-        float *xc = (float *)(buf + list_bytes + ptr_bytes), *g = xc + n_pad * xw, *u = g + n_pad * inter,
-              *y = u + n_pad * inter;
-        bk.d_ptr = (void **)(buf + list_bytes);
-        if (bf16)
-            moe_buckets_fill(&bk, beg, brows, key, (void **)(up + list_bytes), ex, start, n_pad, hidden, passes, xc,
-                             g, u, y);
-        /* not waited for: the host goes on to enqueue the next layer while
-         * the GPU runs this one's experts (c->moe_pin says why up outlives
-         * the copy) */
-        if (CUDA_CHECK(c, cudaMemcpyAsync(buf, up, list_bytes + ptr_bytes, cudaMemcpyHostToDevice, c->stream)) == 0) {
-            if (bf16)
-                moe_ffn_bf16(c, ex, &bk, d_rows, x, n_pad, xc, g, u);
-            else
-                moe_ffn_any(be, ex, start, d_rows, x, nk, xc, g, u, y);
-            moe_combine(c, out, y, d_tpos, (const float *)(d_tpos + nk), k, accumulate);
-        }
-    }
-}
-
-/* Larger batches: the plan built on the host (ids copied back, a counting
- * sort), the experts over the compact list (moe_ffn_bf16, its experts'
- * slices padded to a few sizes, or moe_ffn_any), the combine over the whole
- * list. */
+/* Larger batches: the ids and weights copied back, sorted by expert on the
+ * host (moe_sort_build; bf16 experts' slices padded), the lists uploaded,
+ * the experts over the compact list (moe_ffn_bf16 or moe_ffn_any), the
+ * combine over the whole list. */
 static void moe_ffn_host(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
                          const struct tensor *weights, const struct moe_experts *ex, bool accumulate)
 {
     struct cuda_backend *c = cuda_of(be);
-    const int64_t n = x->n_rows;
+    const int64_t n = x->n_rows, hidden = x->n_cols, inter = ex->up[0].n_rows;
     const int32_t k = (int32_t)ids->n_cols, E = ex->n_expert;
-    const int64_t nk = n * k;
+    const int64_t nk = n * k, n_cap = moe_sort_cap_rows(nk, E);
+    const int32_t passes = c->precise ? 2 : 1, n_q = ((ex->gate ? 2 : 1) + 1) * passes;
+    /* the bf16 products' inputs are staged 8 floats at a time */
+    const bool bf16 = moe_bf16(ex) && inter % 8 == 0 && cuda_rows_vec8((const float *)x->data, x->row_stride, hidden);
     cuda_host_wait(c);
-    /* ids [nk], weights [nk], moe_ffn_sorted's scratch, its keys, its lists */
-    const size_t ints = ((size_t)(2 * nk + n + 5 * E + 2) * sizeof(int32_t) + 15) & ~(size_t)15;
-    const size_t keys = ((size_t)E * sizeof(int64_t) + 15) & ~(size_t)15;
-    char *pin = moe_pinned(c, ints + keys + moe_up_bytes(nk, E));
+    /* pinned (c->moe_pin): ids and weights [nk] each; the list
+     * moe_sort_build writes (rows [n_pad], token rows [nk], weights [nk])
+     * and the products' pointers, 3 for each of the n_q weight passes of
+     * each expert, uploaded together; moe_sort's arrays. The pointers are
+     * 16-byte aligned: cuBLAS's batched products take every pointer in the
+     * arrays as 16-byte aligned (an odd count of active experts with gate,
+     * up and down in one pass left them 8 bytes off: NaN outputs). */
+    const size_t in_bytes = ((size_t)2 * nk * 4 + 15) & ~(size_t)15,
+                 list_cap = ((size_t)(n_cap + 2 * nk) * 4 + 15) & ~(size_t)15,
+                 ptr_cap = ((size_t)n_q * 3 * E * sizeof(void *) + 15) & ~(size_t)15,
+                 sort_bytes = (size_t)(5 * E + 2) * 4,
+                 key_off = (in_bytes + list_cap + ptr_cap + sort_bytes + 7) & ~(size_t)7;
+    char *pin = moe_pinned(c, key_off + (size_t)E * sizeof(int64_t));
     if (!pin)
         return;
     int32_t *hid = (int32_t *)pin;
     float *hw = (float *)(hid + nk);
-    int32_t *tcnt = (int32_t *)(hw + nk), *start = tcnt + n, *cur = start + E + 1, *beg = cur + E;
+    char *up = pin + in_bytes;
+    int32_t *arr = (int32_t *)(up + list_cap + ptr_cap);
+    struct moe_sort s = {};
+    s.start = arr;
+    s.order = arr + E + 1;
+    s.beg = s.order + E;
+    s.n_rows = s.beg + E + 1;
     if (CUDA_CHECK(c, cudaMemcpy2DAsync(hid, (size_t)k * 4, ids->data, (size_t)ids->row_stride * 4, (size_t)k * 4,
-                                        (size_t)n, cudaMemcpyDeviceToHost, c->stream)) == 0 &&
+                                        (size_t)n, cudaMemcpyDeviceToHost, c->stream)) != 0 ||
         CUDA_CHECK(c, cudaMemcpy2DAsync(hw, (size_t)k * 4, weights->data, (size_t)weights->row_stride * 4,
-                                        (size_t)k * 4, (size_t)n, cudaMemcpyDeviceToHost, c->stream)) == 0 &&
-        CUDA_CHECK(c, cudaStreamSynchronize(c->stream)) == 0)
-        moe_ffn_sorted(be, out, x, ex, k, hid, hw, tcnt, start, cur, beg, beg + E + 1, (int64_t *)(pin + ints),
-                       pin + ints + keys, accumulate);
+                                        (size_t)k * 4, (size_t)n, cudaMemcpyDeviceToHost, c->stream)) != 0 ||
+        CUDA_CHECK(c, cudaStreamSynchronize(c->stream)) != 0)
+        return;
+    /* a bucket's calls: gate and up together (or up), then down, each pass */
+    moe_sort_build(&s, (int32_t *)up, hid, hw, n, k, E, bf16, 2.0 * (double)hidden * (double)inter * (ex->gate ? 3 : 2),
+                   2 * passes, s.n_rows + E, (int64_t *)(pin + key_off));
+    const size_t list_bytes = ((size_t)(s.n_pad + 2 * nk) * 4 + 15) & ~(size_t)15,
+                 ptr_bytes = bf16 ? (size_t)n_q * 3 * s.n_act * sizeof(void *) : 0;
+    /* scratch sized for the most padding any routing gets, so that it
+     * never grows from one layer to the next */
+    const int64_t xw = hidden > inter ? hidden : inter; /* the gathered input, then the activation as bf16 */
+    const int64_t rows_cap = bf16 ? n_cap : nk;
+    const size_t cap_bytes =
+        list_cap + (bf16 ? ptr_cap : 0) + (size_t)rows_cap * (2 * inter + hidden + xw) * sizeof(float);
+    char *buf = (char *)cuda_scratch(c, SCR_MOE, cap_bytes);
+    if (!buf)
+        return;
+    const int32_t *d_rows = (const int32_t *)buf, *d_tpos = d_rows + s.n_pad;
+    void **d_ptr = (void **)(buf + list_bytes);
+    float *xc = (float *)(buf + list_bytes + ((ptr_bytes + 15) & ~(size_t)15)), *g = xc + s.n_pad * xw,
+          *u = g + s.n_pad * inter, *y = u + s.n_pad * inter;
+    if (bf16)
+        moe_ptrs_fill((void **)(up + list_bytes), &s, ex, hidden, passes, xc, g, u, y);
+    /* not waited for: the host goes on to enqueue the next layer while the
+     * GPU runs this one's experts (c->moe_pin says why up outlives the
+     * copy) */
+    if (CUDA_CHECK(c, cudaMemcpyAsync(buf, up, list_bytes + ptr_bytes, cudaMemcpyHostToDevice, c->stream)) != 0)
+        return;
+    if (bf16)
+        moe_ffn_bf16(c, ex, &s, d_ptr, d_rows, x, xc, g, u);
+    else
+        moe_ffn_any(be, ex, s.start, d_rows, x, nk, xc, g, u, y);
+    moe_combine(c, out, y, d_tpos, (const float *)(d_tpos + nk), k, accumulate);
 }
 
 /* The layer's table of expert weights on the device (built or rebuilt

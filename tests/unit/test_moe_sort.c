@@ -1,0 +1,191 @@
+/* Tests of moe_sort, the host-side sort of a large MoE batch the cuda
+ * backend's expert products run over: every routed row lands once, in its
+ * expert's slice, tokens in order; each token's rows come back in
+ * increasing expert order with their weights; slices are padded to a few
+ * sizes within the cap; buckets group equal sizes; and the padding unit
+ * follows its cost (runs without a GPU). */
+#include "../../src/backend/cuda/moe_sort.h"
+#include "test.h"
+
+#include <stdlib.h>
+
+/* a routing of n tokens, k distinct experts each out of E, skewed toward
+ * low ids when skew (some experts get many rows, some none) */
+static void route(int32_t *ids, float *w, int64_t n, int32_t k, int32_t E, bool skew, unsigned *seed)
+{
+    for (int64_t t = 0; t < n; t++)
+        for (int32_t j = 0; j < k; j++) {
+            int32_t e;
+            bool dup;
+            do {
+                const int32_t r = (int32_t)(rand_r(seed) % (unsigned)E);
+                e = skew ? (int32_t)((int64_t)r * r / E) : r;
+                dup = false;
+                for (int32_t m = 0; m < j; m++)
+                    dup |= ids[t * k + m] == e;
+            } while (dup);
+            ids[t * k + j] = e;
+            w[t * k + j] = (float)(t * k + j) + 0.5f;
+        }
+}
+
+/* s checked against the routing it was built from; the number of failed
+ * properties */
+static int verify(const struct moe_sort *s, const int32_t *ids, const float *w, int64_t n, int32_t k, int32_t E,
+                  bool pad)
+{
+    int bad = 0;
+    const int64_t nk = n * k;
+    int32_t *cnt = calloc((size_t)E, sizeof *cnt);
+    for (int64_t i = 0; i < nk; i++)
+        cnt[ids[i]]++;
+    bad += s->start[0] != 0 || s->start[E] != s->n_pad || s->n_pad > moe_sort_cap_rows(nk, E);
+    int32_t n_act = 0;
+    for (int32_t e = 0; e < E; e++) {
+        const int32_t size = s->start[e + 1] - s->start[e];
+        n_act += cnt[e] > 0;
+        bad += pad ? size != (cnt[e] ? moe_sort_pad_rows(cnt[e], s->unit) : 0) : size != cnt[e];
+        /* the slice: its tokens, increasing, each routed to e; then token 0 */
+        int32_t prev = -1, seen = 0;
+        for (int32_t p = s->start[e]; p < s->start[e] + cnt[e]; p++) {
+            const int32_t t = s->rows[p];
+            bool routed = false;
+            for (int32_t j = 0; j < k && t >= 0 && t < n; j++)
+                routed |= ids[(int64_t)t * k + j] == e;
+            bad += !routed || t <= prev;
+            prev = t;
+            seen++;
+        }
+        for (int32_t p = s->start[e] + cnt[e]; p < s->start[e + 1]; p++)
+            bad += s->rows[p] != 0;
+        bad += seen != cnt[e];
+    }
+    bad += s->n_act != n_act;
+    /* each token's rows: in its experts' slices, increasing, with the weights of those picks */
+    for (int64_t t = 0; t < n; t++) {
+        int32_t prev_e = -1;
+        for (int32_t j = 0; j < k; j++) {
+            const int32_t p = s->tpos[t * k + j];
+            int32_t e = 0;
+            while (e < E && !(p >= s->start[e] && p < s->start[e + 1]))
+                e++;
+            bad += e == E || s->rows[p] != t || e <= prev_e;
+            float want = -1.0f;
+            for (int32_t m = 0; m < k; m++)
+                if (ids[t * k + m] == e)
+                    want = w[t * k + m];
+            bad += s->tw[t * k + j] != want;
+            prev_e = e;
+        }
+    }
+    /* buckets: every active expert once, sizes equal within one and increasing across */
+    int32_t *in = calloc((size_t)E, sizeof *in);
+    bad += s->beg[0] != 0 || s->beg[s->n_bucket] != s->n_act;
+    for (int32_t b = 0; b < s->n_bucket; b++) {
+        bad += b > 0 && s->n_rows[b] <= s->n_rows[b - 1];
+        for (int32_t i = s->beg[b]; i < s->beg[b + 1]; i++) {
+            const int32_t e = s->order[i];
+            bad += e < 0 || e >= E || cnt[e] == 0 || s->start[e + 1] - s->start[e] != s->n_rows[b] || in[e]++;
+        }
+    }
+    free(in);
+    free(cnt);
+    return bad;
+}
+
+struct built {
+    struct moe_sort s;
+    int32_t *list, *arr, *cur;
+    int64_t *key;
+};
+
+static void build(struct built *b, const int32_t *ids, const float *w, int64_t n, int32_t k, int32_t E, bool pad,
+                  double row_flops)
+{
+    const int64_t nk = n * k;
+    b->list = malloc((size_t)(moe_sort_cap_rows(nk, E) + 2 * nk) * sizeof(int32_t));
+    b->arr = malloc((size_t)(4 * E + 2) * sizeof(int32_t));
+    b->cur = malloc((size_t)E * sizeof(int32_t));
+    b->key = malloc((size_t)E * sizeof(int64_t));
+    b->s = (struct moe_sort){0};
+    b->s.start = b->arr;
+    b->s.order = b->arr + E + 1;
+    b->s.beg = b->s.order + E;
+    b->s.n_rows = b->s.beg + E + 1;
+    moe_sort_build(&b->s, b->list, ids, w, n, k, E, pad, row_flops, 2, b->cur, b->key);
+}
+
+static void built_free(struct built *b)
+{
+    free(b->list);
+    free(b->arr);
+    free(b->cur);
+    free(b->key);
+}
+
+void test_moe_sort(void)
+{
+    unsigned seed = 7;
+    CHECK(moe_sort_pad_rows(1, 16) == 16 && moe_sort_pad_rows(16, 16) == 16 && moe_sort_pad_rows(17, 16) == 32 &&
+              moe_sort_pad_rows(256, 16) == 256 && moe_sort_pad_rows(257, 16) == 288 &&
+              moe_sort_pad_rows(33, 64) == 64 && moe_sort_pad_rows(1025, 64) == 1152,
+          "pad_rows: a multiple of the unit, the unit doubled past 16 of them");
+    /* qwen3-30b-a3b's experts (hidden 2048, intermediate 768, gate, up and
+     * down), and shapes of the fixtures and of nemotron's 6-of-128 */
+    const struct {
+        int64_t n;
+        int32_t k, E;
+        bool skew, pad;
+        double row_flops;
+    } cases[] = {
+        {512, 8, 128, false, true, 2.0 * 2048 * 768 * 3},   {4096, 8, 128, false, true, 2.0 * 2048 * 768 * 3},
+        {512, 6, 128, true, true, 2.0 * 2688 * 1856 * 2},   {300, 2, 4, false, true, 2.0 * 64 * 32 * 3},
+        {70, 8, 1024, true, true, 2.0 * 2048 * 512 * 3},    {65, 1, 3, true, false, 1.0},
+        {1000, 10, 512, true, true, 2.0 * 2048 * 512 * 3},  {1, 32, 32, false, true, 1.0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int64_t n = cases[c].n, nk = n * cases[c].k;
+        int32_t *ids = malloc((size_t)nk * sizeof *ids);
+        float *w = malloc((size_t)nk * sizeof *w);
+        route(ids, w, n, cases[c].k, cases[c].E, cases[c].skew, &seed);
+        struct built b;
+        build(&b, ids, w, n, cases[c].k, cases[c].E, cases[c].pad, cases[c].row_flops);
+        CHECK(verify(&b.s, ids, w, n, cases[c].k, cases[c].E, cases[c].pad) == 0, "case %zu: the sorted list", c);
+        CHECK(cases[c].pad ? b.s.unit >= 16 && b.s.unit <= MOE_SORT_UNIT_MAX : b.s.unit == 0, "case %zu: unit %d", c,
+              b.s.unit);
+        if (c == 4)
+            CHECK(b.s.unit == 16, "a few rows an expert keep unit 16, got %d", b.s.unit);
+        built_free(&b);
+        free(ids);
+        free(w);
+    }
+    /* expert e routed e + 1 rows, one pick a token: counts 1..128, spread
+     * wide. For qwen3-30b-a3b's rows, unit 16 makes 8 buckets (cost 320 +
+     * 23 us), 32 makes 4 (160 + 47), 64 makes 2 (80 + 95), 128 one (40 +
+     * 192): 64. Rows nearly free take one bucket (128, whose padding 8128
+     * stays under the cap, 8256 + 16 * 128); rows dear keep 16. */
+    const int32_t E = 128;
+    const int64_t n = E * (E + 1) / 2;
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    float *w = malloc((size_t)n * sizeof *w);
+    int64_t t = 0;
+    for (int32_t e = 0; e < E; e++)
+        for (int32_t r = 0; r <= e; r++, t++) {
+            ids[t] = (e * 37) % E; /* the counts away from the ids' order */
+            w[t] = 1.0f;
+        }
+    const struct {
+        double row_flops;
+        int32_t unit, n_bucket;
+    } want[] = {{2.0 * 2048 * 768 * 3, 64, 2}, {1.0, 128, 1}, {1e12, 16, 8}};
+    for (size_t c = 0; c < sizeof want / sizeof want[0]; c++) {
+        struct built b;
+        build(&b, ids, w, n, 1, E, true, want[c].row_flops);
+        CHECK(b.s.unit == want[c].unit && b.s.n_bucket == want[c].n_bucket, "row cost %g: unit %d in %d buckets",
+              want[c].row_flops, b.s.unit, b.s.n_bucket);
+        CHECK(verify(&b.s, ids, w, n, 1, E, true) == 0, "row cost %g: the sorted list", want[c].row_flops);
+        built_free(&b);
+    }
+    free(ids);
+    free(w);
+}
