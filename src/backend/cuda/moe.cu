@@ -609,10 +609,8 @@ static bool moe_bf16(const struct moe_experts *ex)
  * and up, which share the input: width 2; down: width 1): d_ptr, on the
  * device, holds its weight, input and output pointers [3][width * n_act],
  * bucket b's entries from width * beg[b], each weight's experts in the
- * bucket's order. */
-
-/* The product whose pointers start at ptr, width weights an expert:
- * out = beta * out + x . w^T for every entry, one batched call a bucket */
+ * bucket's order. moe_gemms runs the product whose pointers start at ptr:
+ * out = beta * out + x . w^T for every entry, one batched call a bucket. */
 static int moe_gemms(struct cuda_backend *c, const struct moe_sort *s, void *const *ptr, int32_t width, int64_t K,
                      int64_t ws, int64_t M, float beta)
 {
@@ -690,7 +688,6 @@ static void moe_ffn_any(struct backend *be, const struct moe_experts *ex, const 
         cuda_matmul(be, &ye, &ue, &ex->down[e]);
     }
 }
-
 
 /* moe_ffn_bf16's products, in the order it runs them: for each, the
  * weight, input (hi, then lo n_pad rows later) and output pointers of its
