@@ -782,9 +782,11 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
                                         (size_t)k * 4, (size_t)n, cudaMemcpyDeviceToHost, c->stream)) != 0 ||
         CUDA_CHECK(c, cudaStreamSynchronize(c->stream)) != 0)
         return;
-    /* a bucket's calls: gate and up together (or up), then down, each pass */
-    moe_sort_build(&s, (int32_t *)up, hid, hw, n, k, E, bf16, 2.0 * (double)hidden * (double)inter * (ex->gate ? 3 : 2),
-                   2 * passes, s.n_rows + E, (int64_t *)(pin + key_off));
+    /* a bucket's calls: gate and up together (or up), then down, each
+     * pass; a row's FLOPs: its weights', each pass */
+    const double row_flops = 2.0 * (double)hidden * (double)inter * (ex->gate ? 3 : 2) * passes;
+    moe_sort_build(&s, (int32_t *)up, hid, hw, n, k, E, bf16, row_flops, 2 * passes, s.n_rows + E,
+                   (int64_t *)(pin + key_off));
     const size_t list_bytes = ((size_t)(s.n_pad + 2 * nk) * 4 + 15) & ~(size_t)15,
                  ptr_bytes = bf16 ? (size_t)n_q * 3 * s.n_act * sizeof(void *) : 0;
     /* scratch sized for the most padding any routing gets, so that it
