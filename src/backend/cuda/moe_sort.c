@@ -43,7 +43,7 @@ static int32_t pick_unit(const int64_t *key, int32_t n_act, int64_t nk, int32_t 
             padding += r - c;
         }
         const double cost = 20.0 * calls * n_bucket + (double)padding * row_flops / 4e8;
-        if (u == 16 || (cost < best_cost && padding <= nk + 16 * (int64_t)E)) { /* moe_sort_cap_rows */
+        if (u == 16 || (cost < best_cost && nk + padding <= moe_sort_cap_rows(nk, E))) {
             best = u;
             best_cost = cost;
         }
