@@ -185,6 +185,11 @@ expect "run --spec tree without a draft" 2 "needs --draft" -- "$bin" run --spec 
 expect "run --spec with a bad name" 2 "--spec takes" -- "$bin" run --spec fast "x"
 expect "bench --draft: four ways, identical" 0 '"spec":"tree+ngram"' '"identical":true' -- \
     "$bin" bench --model "$m/kapitsa-tiny" --draft "$m/kapitsa-tiny-draft" --prompt-file "$here/../tools/bench_tasks/edit.txt" --gen 48 --json
+for f in qwen3 qwen3_moe nemotron_h_moe qwen3_5_wrapper qwen3_next; do
+    expect "bench: $f's prefill FLOPs as its files count them (no embedding, no LM head)" 0 \
+        "\"prefill_flops\":$(python3 "$here/prefill_flops.py" "$fx/$f" 40)," -- \
+        "$bin" bench --model "$fx/$f" --prompt 40 --gen 1 --json
+done
 expect "bench at several prompt lengths: a row each with the time to first token" 0 '"prompt":16' '"prompt":48' '"ttft_ms"' -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16,48 --gen 4 --json
 expect "bench: prompts longer than a batch, with a last chunk of another size" 0 '"prompt":16' '"prompt":40' -- \

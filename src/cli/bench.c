@@ -102,14 +102,17 @@ static double cache_bytes(const struct engine *e, double ctx)
 
 /* FLOPs of a prefill of n tokens that keeps one row's logits: two per weight
  * element of the decoder (experts at their active share) per token, and the
- * causal attention products (q.k and p.v over n(n+1)/2 pairs per head). */
+ * causal attention products (q.k and p.v over n(n+1)/2 pairs per head). The
+ * embedding table is a lookup, and the LM head runs for one row: neither
+ * counts. The embedding is found as the checkpoint's tensor, not by the
+ * bound tensor's data, which a GPU backend holds as its own copy. */
 static double prefill_flops(const struct model *m, int64_t n)
 {
     const struct model_config *c = &m->cfg;
     double w = 0;
     for (int32_t i = 0; i < m->st.n_tensors; i++) {
         const struct st_tensor *t = &m->st.tensors[i];
-        if (t->n_dim != 2 || strncmp(t->name, c->prefix, strlen(c->prefix)) != 0 || t->data == m->embed.data)
+        if (t->n_dim != 2 || strncmp(t->name, c->prefix, strlen(c->prefix)) != 0 || t == m->embed_stored)
             continue;
         double e = (double)t->n_bytes / (double)dtype_size(t->type);
         if (strstr(t->name, ".experts."))
@@ -593,12 +596,12 @@ int cli_bench(int argc, char **argv)
     const double mix_dc = mix ? mix_n / t_mix : 0;
     if (json) {
         printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"prompt\":%lld,\"gen\":%lld,"
-               "\"prefill_tok_s\":%.2f,\"prefill_tflops\":%.2f,\"decode_tok_s\":%.2f,"
+               "\"prefill_tok_s\":%.2f,\"prefill_tflops\":%.2f,\"prefill_flops\":%.0f,\"decode_tok_s\":%.2f,"
                "\"decode_bytes_per_token\":%.0f,\"cache_bytes_per_token\":%.0f,\"read_bandwidth_gb_s\":%.2f,"
                "\"decode_roofline_tok_s\":%.2f,\"decode_of_roofline\":%.3f,\"prefill_of_peak\":%.3f,\"seqs\":%d,"
                "\"decode_tok_s_total\":%.2f,\"kv_type\":\"%s\",\"ttft_ms\":%.2f",
-               dir, be->ops->name, nth, (long long)n_prompt, (long long)n_gen, pf, pflops, dc, wbytes, cbytes,
-               bw / 1e9, roof, dc / roof, gpu ? pflops / peak_tflops : 0.0, S, S * dc, dtype_name(kv_type),
+               dir, be->ops->name, nth, (long long)n_prompt, (long long)n_gen, pf, pflops, prefill_flops(&m, n_prompt),
+               dc, wbytes, cbytes, bw / 1e9, roof, dc / roof, gpu ? pflops / peak_tflops : 0.0, S, S * dc, dtype_name(kv_type),
                1e3 * t_prefill);
         if (mix)
             printf(",\"mix_chunk\":%lld,\"mix_steps\":%d,\"mix_ttft_ms\":%.2f,\"mix_decode_tok_s\":%.2f",
