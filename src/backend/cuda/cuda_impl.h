@@ -114,11 +114,12 @@ struct cuda_backend {
     bool in_forward, dirty, capturing, replaying, graphs_off;
     struct moe_table *moe_tabs; /* [n_moe_tabs] expert weight tables on the device, one per MoE layer met */
     int32_t n_moe_tabs;
-    /* a large MoE batch's host side: its ids and weights back, its sorted
-     * lists out (moe_ffn_host). Pinned, so both copies are DMA without
-     * staging; grow-only. A layer's upload from it may still be pending
-     * when the host moves on: the next layer writes it only after waiting
-     * for its own ids, which the stream orders after that upload. */
+    /* a large MoE batch's host side: its experts' row counts back, its
+     * plan's slices and products' pointers out (moe_ffn_host). Pinned, so
+     * both copies are DMA without staging; grow-only. A layer's upload from
+     * it may still be pending when the host moves on: the next layer writes
+     * it only after waiting for its own counts, which the stream orders
+     * after that upload. */
     void *moe_pin;
     size_t moe_pin_cap;
 };

@@ -737,9 +737,67 @@ static char *moe_pinned(struct cuda_backend *c, size_t bytes)
     return (char *)c->moe_pin;
 }
 
-/* Larger batches: the ids and weights copied back, sorted by expert on the
- * host (moe_sort_build; bf16 experts' slices padded), the lists uploaded,
- * the experts over the compact list (moe_ffn_bf16 or moe_ffn_any), the
+/* The routing's rows an expert: cnt[e] for ids [n][k] (row stride is), a
+ * block an expert */
+__global__ void k_moe_count(const int32_t *ids, int64_t is, int32_t n, int32_t k, int32_t *cnt)
+{
+    const int32_t e = blockIdx.x;
+    const int64_t nk = (int64_t)n * k;
+    int32_t c = 0;
+    for (int64_t c0 = 0; c0 < nk; c0 += blockDim.x) {
+        const int64_t i = c0 + threadIdx.x;
+        c += __syncthreads_count(i < nk && ids[(i / k) * is + i % k] == e);
+    }
+    if (threadIdx.x == 0)
+        cnt[e] = c;
+}
+
+/* The list of a plan (moe_sort_plan, start [E + 1] uploaded), a block an
+ * expert: its slice's rows (tokens in increasing order, then token 0 for
+ * the padding), and for each of its tokens the row in tpos and the weight
+ * in tw at the token's place for the expert, the rank of its id among the
+ * token's picks (top-k picks are distinct): each token's rows in increasing
+ * expert order, the order the combine adds them in, as the cpu does. */
+__global__ void __launch_bounds__(256) k_moe_scatter(const int32_t *ids, int64_t is, const float *w, int64_t ws,
+                                                     int32_t n, int32_t k, const int32_t *start, int32_t *rows,
+                                                     int32_t *tpos, float *tw)
+{
+    __shared__ int32_t wc[8];
+    const int32_t e = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t nk = (int64_t)n * k;
+    int32_t p0 = start[e];
+    for (int64_t c0 = 0; c0 < nk; c0 += blockDim.x) {
+        const int64_t i = c0 + threadIdx.x, t = i / k;
+        const bool hit = i < nk && ids[t * is + i % k] == e;
+        const unsigned m = __ballot_sync(0xffffffffu, hit);
+        if (lane == 0)
+            wc[warp] = __popc(m);
+        __syncthreads();
+        int32_t before = 0, all = 0;
+        for (int32_t q = 0; q < (int32_t)(blockDim.x >> 5); q++) {
+            before += q < warp ? wc[q] : 0;
+            all += wc[q];
+        }
+        if (hit) {
+            const int32_t p = p0 + before + __popc(m & ((1u << lane) - 1u));
+            int32_t r = 0;
+            for (int32_t j = 0; j < k; j++)
+                r += ids[t * is + j] < e;
+            rows[p] = (int32_t)t;
+            tpos[t * k + r] = p;
+            tw[t * k + r] = w[t * ws + i % k];
+        }
+        p0 += all;
+        __syncthreads();
+    }
+    for (int32_t p = p0 + threadIdx.x; p < start[e + 1]; p += blockDim.x)
+        rows[p] = 0; /* padding rows gather token 0: finite, computed, never combined */
+}
+
+/* Larger batches: each expert's rows counted on the GPU and copied back,
+ * the plan made on the host (moe_sort_plan; bf16 experts' slices padded),
+ * its slices and products' pointers uploaded, the list filled on the GPU
+ * (k_moe_scatter), the experts over it (moe_ffn_bf16 or moe_ffn_any), the
  * combine over the whole list. */
 static void moe_ffn_host(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
                          const struct tensor *weights, const struct moe_experts *ex, bool accumulate)
@@ -752,68 +810,71 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
     /* the bf16 products' inputs are staged 8 floats at a time */
     const bool bf16 = moe_bf16(ex) && inter % 8 == 0 && cuda_rows_vec8((const float *)x->data, x->row_stride, hidden);
     cuda_host_wait(c);
-    /* pinned (c->moe_pin): ids and weights [nk] each; the list
-     * moe_sort_build writes (rows [n_pad], token rows [nk], weights [nk])
-     * and the products' pointers, 3 for each of the n_q weight passes of
-     * each expert, uploaded together; moe_sort's arrays. The pointers are
+    /* The scratch: the counts [E]; the slices' starts [E + 1] and the
+     * products' pointers (3 for each of the n_q weight passes of each
+     * expert), uploaded together; the list (rows [n_pad], token rows [nk],
+     * weights [nk]); the experts' inputs and outputs. Pinned
+     * (c->moe_pin): the counts back, then the starts and pointers as they
+     * go up, then the plan's other arrays and sort keys. The pointers are
      * 16-byte aligned: cuBLAS's batched products take every pointer in the
      * arrays as 16-byte aligned (an odd count of active experts with gate,
      * up and down in one pass left them 8 bytes off: NaN outputs). */
-    const size_t in_bytes = ((size_t)2 * nk * 4 + 15) & ~(size_t)15,
-                 list_cap = ((size_t)(n_cap + 2 * nk) * 4 + 15) & ~(size_t)15,
+    const size_t cnt_bytes = ((size_t)E * 4 + 15) & ~(size_t)15, start_bytes = ((size_t)(E + 1) * 4 + 15) & ~(size_t)15,
                  ptr_cap = ((size_t)n_q * 3 * E * sizeof(void *) + 15) & ~(size_t)15,
-                 sort_bytes = (size_t)(5 * E + 2) * 4,
-                 key_off = (in_bytes + list_cap + ptr_cap + sort_bytes + 7) & ~(size_t)7;
+                 list_cap = ((size_t)(n_cap + 2 * nk) * 4 + 15) & ~(size_t)15,
+                 plan_bytes = ((size_t)(3 * E + 1) * 4 + 7) & ~(size_t)7;
+    const size_t up_off = cnt_bytes, key_off = cnt_bytes + start_bytes + ptr_cap + plan_bytes;
     char *pin = moe_pinned(c, key_off + (size_t)E * sizeof(int64_t));
-    if (!pin)
+    const int64_t xw = hidden > inter ? hidden : inter; /* the gathered input, then the activation as bf16 */
+    const int64_t rows_cap = bf16 ? n_cap : nk;
+    /* sized for the most padding any routing gets, so that it never grows
+     * from one layer to the next */
+    char *buf = pin ? (char *)cuda_scratch(c, SCR_MOE, cnt_bytes + start_bytes + ptr_cap + list_cap +
+                                                          (size_t)rows_cap * (2 * inter + hidden + xw) * sizeof(float))
+                    : NULL;
+    if (!buf)
         return;
-    int32_t *hid = (int32_t *)pin;
-    float *hw = (float *)(hid + nk);
-    char *up = pin + in_bytes;
-    int32_t *arr = (int32_t *)(up + list_cap + ptr_cap);
+    int32_t *d_cnt = (int32_t *)buf, *d_start = (int32_t *)(buf + up_off);
+    void **d_ptr = (void **)(buf + up_off + start_bytes);
+    int32_t *d_rows = (int32_t *)(buf + up_off + start_bytes + ptr_cap);
+    int32_t *cnt = (int32_t *)pin, *arr = (int32_t *)(pin + key_off - plan_bytes);
     struct moe_sort s = {};
-    s.start = arr;
-    s.order = arr + E + 1;
-    s.beg = s.order + E;
+    s.start = (int32_t *)(pin + up_off);
+    s.order = arr;
+    s.beg = arr + E;
     s.n_rows = s.beg + E + 1;
-    if (CUDA_CHECK(c, cudaMemcpy2DAsync(hid, (size_t)k * 4, ids->data, (size_t)ids->row_stride * 4, (size_t)k * 4,
-                                        (size_t)n, cudaMemcpyDeviceToHost, c->stream)) != 0 ||
-        CUDA_CHECK(c, cudaMemcpy2DAsync(hw, (size_t)k * 4, weights->data, (size_t)weights->row_stride * 4,
-                                        (size_t)k * 4, (size_t)n, cudaMemcpyDeviceToHost, c->stream)) != 0 ||
+    k_moe_count<<<E, 256, 0, c->stream>>>((const int32_t *)ids->data, ids->row_stride, (int32_t)n, k, d_cnt);
+    if (CUDA_LAUNCHED(c) != 0 ||
+        CUDA_CHECK(c, cudaMemcpyAsync(cnt, d_cnt, (size_t)E * 4, cudaMemcpyDeviceToHost, c->stream)) != 0 ||
         CUDA_CHECK(c, cudaStreamSynchronize(c->stream)) != 0)
         return;
     /* a bucket's calls: gate and up together (or up), then down, each
      * pass; a row's FLOPs: its weights', each pass */
     const double row_flops = 2.0 * (double)hidden * (double)inter * (ex->gate ? 3 : 2) * passes;
-    moe_sort_build(&s, (int32_t *)up, hid, hw, n, k, E, bf16, row_flops, 2 * passes, s.n_rows + E,
-                   (int64_t *)(pin + key_off));
-    const size_t list_bytes = ((size_t)(s.n_pad + 2 * nk) * 4 + 15) & ~(size_t)15,
-                 ptr_bytes = bf16 ? (size_t)n_q * 3 * s.n_act * sizeof(void *) : 0;
-    /* scratch sized for the most padding any routing gets, so that it
-     * never grows from one layer to the next */
-    const int64_t xw = hidden > inter ? hidden : inter; /* the gathered input, then the activation as bf16 */
-    const int64_t rows_cap = bf16 ? n_cap : nk;
-    const size_t cap_bytes =
-        list_cap + (bf16 ? ptr_cap : 0) + (size_t)rows_cap * (2 * inter + hidden + xw) * sizeof(float);
-    char *buf = (char *)cuda_scratch(c, SCR_MOE, cap_bytes);
-    if (!buf)
-        return;
-    const int32_t *d_rows = (const int32_t *)buf, *d_tpos = d_rows + s.n_pad;
-    void **d_ptr = (void **)(buf + list_bytes);
-    float *xc = (float *)(buf + list_bytes + ((ptr_bytes + 15) & ~(size_t)15)), *g = xc + s.n_pad * xw,
+    moe_sort_plan(&s, cnt, E, bf16, row_flops, 2 * passes, (int64_t *)(pin + key_off));
+    const size_t ptr_bytes = bf16 ? (size_t)n_q * 3 * s.n_act * sizeof(void *) : 0;
+    int32_t *d_tpos = d_rows + s.n_pad;
+    float *d_tw = (float *)(d_tpos + nk);
+    float *xc = (float *)(buf + up_off + start_bytes + ptr_cap + list_cap), *g = xc + s.n_pad * xw,
           *u = g + s.n_pad * inter, *y = u + s.n_pad * inter;
     if (bf16)
-        moe_ptrs_fill((void **)(up + list_bytes), &s, ex, hidden, passes, xc, g, u, y);
+        moe_ptrs_fill((void **)(pin + up_off + start_bytes), &s, ex, hidden, passes, xc, g, u, y);
     /* not waited for: the host goes on to enqueue the next layer while the
-     * GPU runs this one's experts (c->moe_pin says why up outlives the
-     * copy) */
-    if (CUDA_CHECK(c, cudaMemcpyAsync(buf, up, list_bytes + ptr_bytes, cudaMemcpyHostToDevice, c->stream)) != 0)
+     * GPU runs this one's experts (c->moe_pin says why the pinned buffer
+     * outlives the copy) */
+    if (CUDA_CHECK(c, cudaMemcpyAsync(d_start, pin + up_off, start_bytes + ptr_bytes, cudaMemcpyHostToDevice,
+                                      c->stream)) != 0)
+        return;
+    k_moe_scatter<<<E, 256, 0, c->stream>>>((const int32_t *)ids->data, ids->row_stride,
+                                            (const float *)weights->data, weights->row_stride, (int32_t)n, k, d_start,
+                                            d_rows, d_tpos, d_tw);
+    if (CUDA_LAUNCHED(c) != 0)
         return;
     if (bf16)
         moe_ffn_bf16(c, ex, &s, d_ptr, d_rows, x, xc, g, u);
     else
         moe_ffn_any(be, ex, s.start, d_rows, x, nk, xc, g, u, y);
-    moe_combine(c, out, y, d_tpos, (const float *)(d_tpos + nk), k, accumulate);
+    moe_combine(c, out, y, d_tpos, d_tw, k, accumulate);
 }
 
 /* The layer's table of expert weights on the device (built or rebuilt

@@ -1,6 +1,5 @@
-/* moe_sort: a large MoE batch's routed rows sorted by expert on the host
- * (see moe_sort.h). The list's order is the one the cpu backend's MoE sums
- * in: each token's experts in increasing id. */
+/* moe_sort: the plan of a large MoE batch's list sorted by expert, on the
+ * host (see moe_sort.h). */
 #include "moe_sort.h"
 
 #include <assert.h>
@@ -51,29 +50,23 @@ static int32_t pick_unit(const int64_t *key, int32_t n_act, int64_t nk, int32_t 
     return best;
 }
 
-void moe_sort_build(struct moe_sort *s, int32_t *list, const int32_t *ids, const float *weights, int64_t n, int32_t k,
-                    int32_t E, bool pad, double row_flops, int32_t calls, int32_t *cur, int64_t *key)
+void moe_sort_plan(struct moe_sort *s, const int32_t *cnt, int32_t E, bool pad, double row_flops, int32_t calls,
+                   int64_t *key)
 {
-    assert(k >= 1 && k <= MOE_SORT_MAX_K && E >= 1);
-    const int64_t nk = n * k;
-    for (int32_t e = 0; e < E; e++)
-        cur[e] = 0;
-    for (int64_t i = 0; i < nk; i++) {
-        assert(ids[i] >= 0 && ids[i] < E);
-        cur[ids[i]]++;
-    }
+    assert(E >= 1);
+    int64_t nk = 0;
     s->n_act = 0;
-    for (int32_t e = 0; e < E; e++)
-        if (cur[e])
-            key[s->n_act++] = (int64_t)cur[e] << 32 | e;
+    for (int32_t e = 0; e < E; e++) {
+        assert(cnt[e] >= 0);
+        nk += cnt[e];
+        if (cnt[e])
+            key[s->n_act++] = (int64_t)cnt[e] << 32 | e;
+    }
     qsort(key, (size_t)s->n_act, sizeof *key, cmp_i64);
     s->unit = pad ? pick_unit(key, s->n_act, nk, E, row_flops, calls) : 0;
     s->start[0] = 0;
-    for (int32_t e = 0; e < E; e++) {
-        const int32_t r = pad && cur[e] ? moe_sort_pad_rows(cur[e], s->unit) : cur[e];
-        s->start[e + 1] = s->start[e] + r;
-        cur[e] = s->start[e];
-    }
+    for (int32_t e = 0; e < E; e++)
+        s->start[e + 1] = s->start[e] + (pad && cnt[e] ? moe_sort_pad_rows(cnt[e], s->unit) : cnt[e]);
     s->n_pad = s->start[E];
     assert(s->n_pad <= moe_sort_cap_rows(nk, E));
     s->n_bucket = 0;
@@ -86,31 +79,4 @@ void moe_sort_build(struct moe_sort *s, int32_t *list, const int32_t *ids, const
         }
     }
     s->beg[s->n_bucket] = s->n_act;
-    s->rows = list;
-    s->tpos = list + s->n_pad;
-    s->tw = (float *)(s->tpos + nk);
-    for (int64_t p = 0; p < s->n_pad; p++)
-        s->rows[p] = 0; /* padding rows gather token 0 */
-    /* tokens in increasing order, each one's picks by increasing expert id:
-     * every slice gets its tokens in order, every token its rows in the
-     * order of the list */
-    for (int64_t t = 0; t < n; t++) {
-        int32_t id[MOE_SORT_MAX_K];
-        float w[MOE_SORT_MAX_K];
-        for (int32_t j = 0; j < k; j++) {
-            int32_t m = j;
-            for (; m > 0 && id[m - 1] > ids[t * k + j]; m--) {
-                id[m] = id[m - 1];
-                w[m] = w[m - 1];
-            }
-            id[m] = ids[t * k + j];
-            w[m] = weights[t * k + j];
-        }
-        for (int32_t j = 0; j < k; j++) {
-            const int32_t p = cur[id[j]]++;
-            s->rows[p] = (int32_t)t;
-            s->tpos[t * k + j] = p;
-            s->tw[t * k + j] = w[j];
-        }
-    }
 }

@@ -1,14 +1,15 @@
-/* moe_sort: a large MoE batch's routed rows sorted by expert, on the host,
- * for the cuda backend's batched expert products (moe.cu). Plain C, so
- * that machines without a GPU build and test it.
+/* moe_sort: the plan of a large MoE batch's list sorted by expert, made
+ * on the host from the experts' row counts, for the cuda backend's batched
+ * expert products (moe.cu). Plain C, so that machines without a GPU build
+ * and test it.
  *
- * The routing's n tokens with k picks each (ids and weights [n][k], nk = n k
- * in all) become one compact list: expert e's rows at start[e]..start[e+1],
- * its tokens in increasing order, then padding rows (token 0: finite,
- * computed, never combined) up to moe_sort_pad_rows of its count. Experts of
- * one padded size form a bucket: cuBLAS runs a bucket's experts in one
- * batched call, so fewer buckets mean fewer calls, more padding more FLOPs;
- * the padding unit is picked by that cost. */
+ * The routing's n tokens with k picks each (nk rows in all) become one
+ * compact list, which the GPU fills (k_moe_scatter): expert e's rows at
+ * start[e]..start[e+1], its tokens in increasing order, then padding rows
+ * up to moe_sort_pad_rows of its count. Experts of one padded size form a
+ * bucket: cuBLAS runs a bucket's experts in one batched call, so fewer
+ * buckets mean fewer calls, more padding more FLOPs; the padding unit is
+ * picked by that cost. */
 #ifndef KAPITSA_MOE_SORT_H
 #define KAPITSA_MOE_SORT_H
 
@@ -28,10 +29,7 @@ int32_t moe_sort_pad_rows(int32_t n, int32_t u);
  * only while its padding stays under nk + 16 E. */
 int64_t moe_sort_cap_rows(int64_t nk, int32_t E);
 
-#define MOE_SORT_MAX_K 32 /* picks a token */
-
-/* The sorted list. Its arrays belong to the caller; moe_sort_build fills
- * them and points rows, tpos and tw into the list it was given. */
+/* The plan. Its arrays belong to the caller; moe_sort_plan fills them. */
 struct moe_sort {
     int32_t n_act;    /* experts with rows */
     int32_t n_bucket; /* distinct slice sizes */
@@ -41,19 +39,14 @@ struct moe_sort {
     int32_t *order;   /* [E] the active experts by slice size, bucket by bucket */
     int32_t *beg;     /* [E + 1] bucket b: order[beg[b]..beg[b+1]] */
     int32_t *n_rows;  /* [E] bucket b's rows an expert */
-    int32_t *rows;    /* [n_pad] the list: each row's token */
-    int32_t *tpos;    /* [nk] token t's rows, tpos[t k + j], in increasing expert order */
-    float *tw;        /* [nk] their routing weights */
 };
 
-/* Sorts ids and weights ([n][k], row-major; each id < E) into s. list:
- * room for moe_sort_cap_rows(nk, E) + 2 nk int32, where rows, then tpos,
- * then tw are put, in the order moe.cu uploads them.
- * With pad, slices are padded at the unit of least cost: each bucket costs
- * `calls` batched calls of about 20 us (the host enqueueing them, the GPU's
- * ramp and tail), each padded row row_flops at 400 TFLOP/s. Without pad,
- * slices are the counts. Scratch: cur [E], key [E]. */
-void moe_sort_build(struct moe_sort *s, int32_t *list, const int32_t *ids, const float *weights, int64_t n, int32_t k,
-                    int32_t E, bool pad, double row_flops, int32_t calls, int32_t *cur, int64_t *key);
+/* The plan for experts of cnt [E] rows. With pad, slices are padded at the
+ * unit of least cost: each bucket costs `calls` batched calls of about 20 us
+ * (the host enqueueing them, the GPU's ramp and tail), each padded row
+ * row_flops at 400 TFLOP/s. Without pad, slices are the counts. Scratch:
+ * key [E]. */
+void moe_sort_plan(struct moe_sort *s, const int32_t *cnt, int32_t E, bool pad, double row_flops, int32_t calls,
+                   int64_t *key);
 
 #endif
