@@ -564,24 +564,44 @@ static void moe_route(struct cuda_backend *c, const struct moe_block *mb, int32_
 }
 
 /* out[r] (+)= the sum over r's picks, in increasing expert order, of
- * weight * y[row] (added to out once whole, as the cpu adds it) */
+ * weight * y[row] (added to out once whole, as the cpu adds it); V columns
+ * a thread (4 where every row starts 16-byte aligned: the combine reads
+ * k rows of y for each row it writes, the most bytes of a large MoE
+ * batch's memory-bound kernels). */
+template <int V>
 __global__ void k_moe_combine(float *out, int64_t os, const float *y, int64_t ys, const int32_t *tpos, const float *tw,
                               int32_t k, int64_t cols, bool accumulate)
 {
-    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
+    const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V, r = blockIdx.y;
     if (c >= cols)
         return;
-    float o = 0.0f;
-    for (int32_t j = 0; j < k; j++)
-        o += tw[r * k + j] * y[(int64_t)tpos[r * k + j] * ys + c];
-    out[r * os + c] = accumulate ? out[r * os + c] + o : o;
+    float o[V] = {};
+    for (int32_t j = 0; j < k; j++) {
+        const float wj = tw[r * k + j], *yr = y + (int64_t)tpos[r * k + j] * ys + c;
+        if (V == 4) {
+            const float4 v = *(const float4 *)yr;
+            o[0] += wj * v.x;
+            o[1] += wj * v.y;
+            o[2] += wj * v.z;
+            o[3] += wj * v.w;
+        } else {
+            o[0] += wj * yr[0];
+        }
+    }
+    for (int32_t q = 0; q < V; q++)
+        out[r * os + c + q] = accumulate ? out[r * os + c + q] + o[q] : o[q];
 }
 
 static void moe_combine(struct cuda_backend *c, struct tensor *out, const float *y, const int32_t *tpos,
                         const float *tw, int32_t k, bool accumulate)
 {
-    k_moe_combine<<<dim3(cdiv(out->n_cols, 256), (unsigned)out->n_rows), 256, 0, c->stream>>>(
-        (float *)out->data, out->row_stride, y, out->n_cols, tpos, tw, k, out->n_cols, accumulate);
+    const int64_t cols = out->n_cols;
+    if (cols % 4 == 0 && out->row_stride % 4 == 0 && ((uintptr_t)out->data & 15) == 0 && ((uintptr_t)y & 15) == 0)
+        k_moe_combine<4><<<dim3(cdiv(cols / 4, 256), (unsigned)out->n_rows), 256, 0, c->stream>>>(
+            (float *)out->data, out->row_stride, y, cols, tpos, tw, k, cols, accumulate);
+    else
+        k_moe_combine<1><<<dim3(cdiv(cols, 256), (unsigned)out->n_rows), 256, 0, c->stream>>>(
+            (float *)out->data, out->row_stride, y, cols, tpos, tw, k, cols, accumulate);
     CUDA_LAUNCHED(c);
 }
 
@@ -737,64 +757,81 @@ static char *moe_pinned(struct cuda_backend *c, size_t bytes)
     return (char *)c->moe_pin;
 }
 
-/* The routing's rows an expert: cnt[e] for ids [n][k] (row stride is), a
- * block an expert */
-__global__ void k_moe_count(const int32_t *ids, int64_t is, int32_t n, int32_t k, int32_t *cnt)
+/* A large batch's routing list in chunks of MOE_CHUNK picks (pick i: token
+ * i / k's i % k-th id), each chunk's rows an expert in hist [n_chunk][E]:
+ * its own count here, before k_moe_total turns the counts into offsets. */
+#define MOE_CHUNK 256
+__global__ void __launch_bounds__(MOE_CHUNK) k_moe_hist(const int32_t *ids, int64_t is, int32_t n, int32_t k,
+                                                        int32_t E, int32_t *hist)
 {
-    const int32_t e = blockIdx.x;
-    const int64_t nk = (int64_t)n * k;
-    int32_t c = 0;
-    for (int64_t c0 = 0; c0 < nk; c0 += blockDim.x) {
-        const int64_t i = c0 + threadIdx.x;
-        c += __syncthreads_count(i < nk && ids[(i / k) * is + i % k] == e);
-    }
-    if (threadIdx.x == 0)
-        cnt[e] = c;
+    __shared__ int32_t h[MOE_MAX_EXPERT];
+    for (int32_t e = threadIdx.x; e < E; e += blockDim.x)
+        h[e] = 0;
+    __syncthreads();
+    const int64_t i = (int64_t)blockIdx.x * MOE_CHUNK + threadIdx.x;
+    if (i < (int64_t)n * k)
+        atomicAdd(&h[ids[(i / k) * is + i % k]], 1);
+    __syncthreads();
+    for (int32_t e = threadIdx.x; e < E; e += blockDim.x)
+        hist[(int64_t)blockIdx.x * E + e] = h[e];
 }
 
-/* The list of a plan (moe_sort_plan, start [E + 1] uploaded), a block an
- * expert: its slice's rows (tokens in increasing order, then token 0 for
- * the padding), and for each of its tokens the row in tpos and the weight
- * in tw at the token's place for the expert, the rank of its id among the
- * token's picks (top-k picks are distinct): each token's rows in increasing
- * expert order, the order the combine adds them in, as the cpu does. */
-__global__ void __launch_bounds__(256) k_moe_scatter(const int32_t *ids, int64_t is, const float *w, int64_t ws,
-                                                     int32_t n, int32_t k, const int32_t *start, int32_t *rows,
-                                                     int32_t *tpos, float *tw)
+/* A thread an expert: hist's counts become each chunk's first row within
+ * the expert's slice (the rows of the chunks before it), cnt[e] the
+ * expert's rows in all. */
+__global__ void k_moe_total(int32_t *hist, int32_t n_chunk, int32_t E, int32_t *cnt)
 {
-    __shared__ int32_t wc[8];
-    const int32_t e = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t nk = (int64_t)n * k;
-    int32_t p0 = start[e];
-    for (int64_t c0 = 0; c0 < nk; c0 += blockDim.x) {
-        const int64_t i = c0 + threadIdx.x, t = i / k;
-        const bool hit = i < nk && ids[t * is + i % k] == e;
-        const unsigned m = __ballot_sync(0xffffffffu, hit);
-        if (lane == 0)
-            wc[warp] = __popc(m);
-        __syncthreads();
-        int32_t before = 0, all = 0;
-        for (int32_t q = 0; q < (int32_t)(blockDim.x >> 5); q++) {
-            before += q < warp ? wc[q] : 0;
-            all += wc[q];
-        }
-        if (hit) {
-            const int32_t p = p0 + before + __popc(m & ((1u << lane) - 1u));
-            int32_t r = 0;
-            for (int32_t j = 0; j < k; j++)
-                r += ids[t * is + j] < e;
-            rows[p] = (int32_t)t;
-            tpos[t * k + r] = p;
-            tw[t * k + r] = w[t * ws + i % k];
-        }
-        p0 += all;
-        __syncthreads();
+    const int32_t e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= E)
+        return;
+    int32_t sum = 0;
+    for (int32_t q = 0; q < n_chunk; q++) {
+        const int32_t v = hist[(int64_t)q * E + e];
+        hist[(int64_t)q * E + e] = sum;
+        sum += v;
     }
-    for (int32_t p = p0 + threadIdx.x; p < start[e + 1]; p += blockDim.x)
-        rows[p] = 0; /* padding rows gather token 0: finite, computed, never combined */
+    cnt[e] = sum;
 }
 
-/* Larger batches: each expert's rows counted on the GPU and copied back,
+/* The list of a plan (moe_sort_plan, start [E + 1] uploaded), a block a
+ * chunk: each pick's row in its expert's slice (the slice's start, the
+ * chunk's offset, the picks of the expert before it in the chunk, so that
+ * a slice's tokens come in increasing order), and for each of its tokens
+ * the row in tpos and the weight in tw at the token's place for the
+ * expert, the rank of its id among the token's picks (top-k picks are
+ * distinct): each token's rows in increasing expert order, the order the
+ * combine adds them in, as the cpu does. The blocks also fill the slices'
+ * padding rows, an expert at a time. */
+__global__ void __launch_bounds__(MOE_CHUNK) k_moe_scatter(const int32_t *ids, int64_t is, const float *w, int64_t ws,
+                                                           int32_t n, int32_t k, int32_t E, const int32_t *start,
+                                                           const int32_t *hist, const int32_t *cnt, int32_t *rows,
+                                                           int32_t *tpos, float *tw)
+{
+    __shared__ int32_t id[MOE_CHUNK];
+    const int64_t i = (int64_t)blockIdx.x * MOE_CHUNK + threadIdx.x, t = i / k;
+    const bool real = i < (int64_t)n * k;
+    const int32_t e = real ? ids[t * is + i % k] : -1;
+    id[threadIdx.x] = e;
+    __syncthreads();
+    if (real) {
+        int32_t before = 0;
+        for (int32_t j = 0; j < (int32_t)threadIdx.x; j++)
+            before += id[j] == e;
+        const int32_t p = start[e] + hist[(int64_t)blockIdx.x * E + e] + before;
+        int32_t r = 0;
+        for (int32_t j = 0; j < k; j++)
+            r += ids[t * is + j] < e;
+        rows[p] = (int32_t)t;
+        tpos[t * k + r] = p;
+        tw[t * k + r] = w[t * ws + i % k];
+    }
+    for (int32_t x = blockIdx.x; x < E; x += gridDim.x)
+        for (int32_t p = start[x] + cnt[x] + threadIdx.x; p < start[x + 1]; p += blockDim.x)
+            rows[p] = 0; /* padding rows gather token 0: finite, computed, never combined */
+}
+
+/* Larger batches: each expert's rows counted on the GPU (a chunk of picks
+ * a block: k_moe_hist, k_moe_total) and copied back,
  * the plan made on the host (moe_sort_plan; bf16 experts' slices padded),
  * its slices and products' pointers uploaded, the list filled on the GPU
  * (k_moe_scatter), the experts over it (moe_ffn_bf16 or moe_ffn_any), the
@@ -806,6 +843,7 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
     const int64_t n = x->n_rows, hidden = x->n_cols, inter = ex->up[0].n_rows;
     const int32_t k = (int32_t)ids->n_cols, E = ex->n_expert;
     const int64_t nk = n * k, n_cap = moe_sort_cap_rows(nk, E);
+    const int32_t n_chunk = (int32_t)((nk + MOE_CHUNK - 1) / MOE_CHUNK);
     const int32_t passes = c->precise ? 2 : 1, n_q = ((ex->gate ? 2 : 1) + 1) * passes;
     /* the bf16 products' inputs are staged 8 floats at a time */
     const bool bf16 = moe_bf16(ex) && inter % 8 == 0 && cuda_rows_vec8((const float *)x->data, x->row_stride, hidden);
@@ -813,7 +851,8 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
     /* The scratch: the counts [E]; the slices' starts [E + 1] and the
      * products' pointers (3 for each of the n_q weight passes of each
      * expert), uploaded together; the list (rows [n_pad], token rows [nk],
-     * weights [nk]); the experts' inputs and outputs. Pinned
+     * weights [nk]); the chunks' counts (hist [n_chunk][E]); the experts'
+     * inputs and outputs. Pinned
      * (c->moe_pin): the counts back, then the starts and pointers as they
      * go up, then the plan's other arrays and sort keys. The pointers are
      * 16-byte aligned: cuBLAS's batched products take every pointer in the
@@ -822,6 +861,7 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
     const size_t cnt_bytes = ((size_t)E * 4 + 15) & ~(size_t)15, start_bytes = ((size_t)(E + 1) * 4 + 15) & ~(size_t)15,
                  ptr_cap = ((size_t)n_q * 3 * E * sizeof(void *) + 15) & ~(size_t)15,
                  list_cap = ((size_t)(n_cap + 2 * nk) * 4 + 15) & ~(size_t)15,
+                 hist_bytes = ((size_t)n_chunk * E * 4 + 15) & ~(size_t)15,
                  plan_bytes = ((size_t)(3 * E + 1) * 4 + 7) & ~(size_t)7;
     const size_t up_off = cnt_bytes, key_off = cnt_bytes + start_bytes + ptr_cap + plan_bytes;
     char *pin = moe_pinned(c, key_off + (size_t)E * sizeof(int64_t));
@@ -829,7 +869,7 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
     const int64_t rows_cap = bf16 ? n_cap : nk;
     /* sized for the most padding any routing gets, so that it never grows
      * from one layer to the next */
-    char *buf = pin ? (char *)cuda_scratch(c, SCR_MOE, cnt_bytes + start_bytes + ptr_cap + list_cap +
+    char *buf = pin ? (char *)cuda_scratch(c, SCR_MOE, cnt_bytes + start_bytes + ptr_cap + list_cap + hist_bytes +
                                                           (size_t)rows_cap * (2 * inter + hidden + xw) * sizeof(float))
                     : NULL;
     if (!buf)
@@ -837,13 +877,18 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
     int32_t *d_cnt = (int32_t *)buf, *d_start = (int32_t *)(buf + up_off);
     void **d_ptr = (void **)(buf + up_off + start_bytes);
     int32_t *d_rows = (int32_t *)(buf + up_off + start_bytes + ptr_cap);
+    int32_t *d_hist = (int32_t *)(buf + up_off + start_bytes + ptr_cap + list_cap);
     int32_t *cnt = (int32_t *)pin, *arr = (int32_t *)(pin + key_off - plan_bytes);
     struct moe_sort s = {};
     s.start = (int32_t *)(pin + up_off);
     s.order = arr;
     s.beg = arr + E;
     s.n_rows = s.beg + E + 1;
-    k_moe_count<<<E, 256, 0, c->stream>>>((const int32_t *)ids->data, ids->row_stride, (int32_t)n, k, d_cnt);
+    k_moe_hist<<<n_chunk, MOE_CHUNK, 0, c->stream>>>((const int32_t *)ids->data, ids->row_stride, (int32_t)n, k, E,
+                                                     d_hist);
+    if (CUDA_LAUNCHED(c) != 0)
+        return;
+    k_moe_total<<<(E + 127) / 128, 128, 0, c->stream>>>(d_hist, n_chunk, E, d_cnt);
     if (CUDA_LAUNCHED(c) != 0 ||
         CUDA_CHECK(c, cudaMemcpyAsync(cnt, d_cnt, (size_t)E * 4, cudaMemcpyDeviceToHost, c->stream)) != 0 ||
         CUDA_CHECK(c, cudaStreamSynchronize(c->stream)) != 0)
@@ -855,7 +900,7 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
     const size_t ptr_bytes = bf16 ? (size_t)n_q * 3 * s.n_act * sizeof(void *) : 0;
     int32_t *d_tpos = d_rows + s.n_pad;
     float *d_tw = (float *)(d_tpos + nk);
-    float *xc = (float *)(buf + up_off + start_bytes + ptr_cap + list_cap), *g = xc + s.n_pad * xw,
+    float *xc = (float *)(buf + up_off + start_bytes + ptr_cap + list_cap + hist_bytes), *g = xc + s.n_pad * xw,
           *u = g + s.n_pad * inter, *y = u + s.n_pad * inter;
     if (bf16)
         moe_ptrs_fill((void **)(pin + up_off + start_bytes), &s, ex, hidden, passes, xc, g, u, y);
@@ -865,9 +910,9 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
     if (CUDA_CHECK(c, cudaMemcpyAsync(d_start, pin + up_off, start_bytes + ptr_bytes, cudaMemcpyHostToDevice,
                                       c->stream)) != 0)
         return;
-    k_moe_scatter<<<E, 256, 0, c->stream>>>((const int32_t *)ids->data, ids->row_stride,
-                                            (const float *)weights->data, weights->row_stride, (int32_t)n, k, d_start,
-                                            d_rows, d_tpos, d_tw);
+    k_moe_scatter<<<n_chunk, MOE_CHUNK, 0, c->stream>>>((const int32_t *)ids->data, ids->row_stride,
+                                                        (const float *)weights->data, weights->row_stride, (int32_t)n,
+                                                        k, E, d_start, d_hist, d_cnt, d_rows, d_tpos, d_tw);
     if (CUDA_LAUNCHED(c) != 0)
         return;
     if (bf16)
