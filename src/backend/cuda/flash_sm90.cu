@@ -73,6 +73,17 @@ template <int N> static __device__ __forceinline__ void wg_pin(float (*d)[4])
     for (int j = 0; j < N; j++)
         asm volatile("" : FW_ACC1(d, j)::"memory");
 }
+/* 2^x as the MUFU computes it, results below 2^-126 flushed to zero: exp2f
+ * without fast math adds a compare and two multiplies a score to keep
+ * those subnormal, and a subnormal p weighs nothing beside a row's sum of
+ * at least 1 (the row's max scores exp2(0)) */
+static __device__ __forceinline__ float fw_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* shared memory written by the threads (generic proxy) is read by wgmma (async proxy) after the next barrier */
 static __device__ __forceinline__ void fence_async_shared(void)
 {
@@ -189,9 +200,15 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
     if (end > 0)
         fetch(0, 0);
     for (int32_t tile = 0, st = 0; tile < end; tile += FW_KT, st ^= 1) {
-        flash_ring_next(fetch, tile, FW_KT, end, st);
+        cp_async_wait_all();
         fence_async_shared();
-        __syncthreads(); /* the tile (and, the first time, the queries) in for every warpgroup */
+        /* the tile (and, the first time, the queries) in for every
+         * warpgroup, and every warpgroup done with the last tile: its stage
+         * takes the next (one barrier a tile, where a barrier after each
+         * tile's products was a fifth of the warps' stalls) */
+        __syncthreads();
+        if (tile + FW_KT < end)
+            fetch(tile + FW_KT, st ^ 1);
         const uint32_t ks_s = stages_s + st * 2 * TILE, vs_s = ks_s + TILE;
         wg_fence();
 #pragma unroll
@@ -226,7 +243,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
         xb = quad_max(xb);
         xa = fmaxf(ma, xa * scale2);
         xb = fmaxf(mb, xb * scale2);
-        const float ca = xa == -INFINITY ? 1.0f : exp2f(ma - xa), cb = xb == -INFINITY ? 1.0f : exp2f(mb - xb);
+        const float ca = xa == -INFINITY ? 1.0f : fw_exp2(ma - xa), cb = xb == -INFINITY ? 1.0f : fw_exp2(mb - xb);
         ma = xa;
         mb = xb;
         la *= ca;
@@ -239,8 +256,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
             float e[4];
 #pragma unroll
             for (int c = 0; c < 2; c++) {
-                e[c] = exp2f(fmaf(s[j][c], scale2, -sa));
-                e[2 + c] = exp2f(fmaf(s[j][2 + c], scale2, -sb));
+                e[c] = fw_exp2(fmaf(s[j][c], scale2, -sa));
+                e[2 + c] = fw_exp2(fmaf(s[j][2 + c], scale2, -sb));
                 la += e[c];
                 lb += e[2 + c];
             }
@@ -275,7 +292,6 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
         wg_commit();
         wg_wait_all();
         wg_pin<ND>(o);
-        __syncthreads(); /* every warpgroup is done with this stage before it is refilled */
     }
     flash_store<ND, HD>(a, o, la, lb, ra, rb, hi, h, cq);
 #else

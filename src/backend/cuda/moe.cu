@@ -776,21 +776,28 @@ __global__ void __launch_bounds__(MOE_CHUNK) k_moe_hist(const int32_t *ids, int6
         hist[(int64_t)blockIdx.x * E + e] = h[e];
 }
 
-/* A thread an expert: hist's counts become each chunk's first row within
- * the expert's slice (the rows of the chunks before it), cnt[e] the
- * expert's rows in all. */
+/* A warp an expert: hist's counts become each chunk's first row within the
+ * expert's slice (the rows of the chunks before it), 32 chunks a step as a
+ * warp's scan; cnt[e] the expert's rows in all. */
 __global__ void k_moe_total(int32_t *hist, int32_t n_chunk, int32_t E, int32_t *cnt)
 {
-    const int32_t e = blockIdx.x * blockDim.x + threadIdx.x;
+    const int32_t e = (int32_t)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
     if (e >= E)
         return;
-    int32_t sum = 0;
-    for (int32_t q = 0; q < n_chunk; q++) {
-        const int32_t v = hist[(int64_t)q * E + e];
-        hist[(int64_t)q * E + e] = sum;
-        sum += v;
+    int32_t base = 0;
+    for (int32_t q0 = 0; q0 < n_chunk; q0 += 32) {
+        const int32_t q = q0 + lane, v = q < n_chunk ? hist[(int64_t)q * E + e] : 0;
+        int32_t incl = v;
+        for (int32_t d = 1; d < 32; d <<= 1) {
+            const int32_t o = __shfl_up_sync(0xffffffffu, incl, d);
+            incl += lane >= d ? o : 0;
+        }
+        if (q < n_chunk)
+            hist[(int64_t)q * E + e] = base + incl - v;
+        base += __shfl_sync(0xffffffffu, incl, 31);
     }
-    cnt[e] = sum;
+    if (lane == 0)
+        cnt[e] = base;
 }
 
 /* The list of a plan (moe_sort_plan, start [E + 1] uploaded), a block a
@@ -888,7 +895,7 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
                                                      d_hist);
     if (CUDA_LAUNCHED(c) != 0)
         return;
-    k_moe_total<<<(E + 127) / 128, 128, 0, c->stream>>>(d_hist, n_chunk, E, d_cnt);
+    k_moe_total<<<(E + 7) / 8, 256, 0, c->stream>>>(d_hist, n_chunk, E, d_cnt);
     if (CUDA_LAUNCHED(c) != 0 ||
         CUDA_CHECK(c, cudaMemcpyAsync(cnt, d_cnt, (size_t)E * 4, cudaMemcpyDeviceToHost, c->stream)) != 0 ||
         CUDA_CHECK(c, cudaStreamSynchronize(c->stream)) != 0)
