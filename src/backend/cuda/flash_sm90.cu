@@ -172,20 +172,30 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
     const __nv_bfloat16 *kb = a.kb + ((int64_t)kvh * total + kv0) * HD, *vt = a.vt + (int64_t)kvh * HD * total + kv0;
     uint8_t *const stages = sm + NWG * TILE;
     const uint32_t stages_s = sm_s + NWG * TILE, qs_s = sm_s + wg * TILE;
-    /* a stage: the key tile [HD / 64][64 keys][64], then the value tile [HD][64 keys]; zeros past end */
+    /* a stage: the key tile [HD / 64][64 keys][64], then the value tile
+     * [HD][64 keys]; zeros past end. A thread copies one 16-byte column of
+     * key rows kr0, kr0 + KR, ... and of value rows vr0, vr0 + VR, ...:
+     * its columns and bases are fixed, only the row steps, so the copies'
+     * addresses cost an add each (computed from scratch each copy, they
+     * and the softmax spilled past the 128 registers two blocks an SM allow) */
+    constexpr int T = NWG * 128, CK = HD / 8, KR = T / CK, VR = T / (FW_KT / 8);
+    const int kc = tid % CK, kr0 = tid / CK, vc = tid % (FW_KT / 8), vr0 = tid / (FW_KT / 8);
+    const uint32_t k_sm = (uint32_t)(kc / 8) * SUB + (uint32_t)kr0 * 128, v_sm = fw_swz(vr0, vc * 8);
+    const __nv_bfloat16 *const k_src = kb + kc * 8, *const v_src = vt + (int64_t)vr0 * total + vc * 8;
     auto fetch = [&](int32_t tile, int st) {
         uint8_t *ks = stages + st * 2 * TILE, *vs = ks + TILE;
-        for (int e = tid; e < FW_KT * HD / 8; e += NWG * 128) {
-            const int key = e / (HD / 8), c = e % (HD / 8);
+#pragma unroll
+        for (int i = 0; i < FW_KT / KR; i++) {
+            const int key = kr0 + i * KR;
             const bool in = tile + key < end;
-            cp_async16(ks + (c / 8) * SUB + fw_swz(key, c % 8 * 8), kb + (int64_t)(in ? tile + key : 0) * HD + c * 8,
-                       in ? 16 : 0);
+            cp_async16(ks + k_sm + (uint32_t)(i * KR) * 128 + ((((kc % 8) ^ key) & 7) << 4),
+                       k_src + (int64_t)(in ? tile + key : 0) * HD, in ? 16 : 0);
         }
-        for (int e = tid; e < HD * FW_KT / 8; e += NWG * 128) {
-            const int d = e / (FW_KT / 8), c = e % (FW_KT / 8);
-            const int valid = min(max(end - (tile + c * 8), 0), 8);
-            cp_async16(vs + fw_swz(d, c * 8), vt + (int64_t)d * total + (valid ? tile + c * 8 : 0), valid * 2);
-        }
+        const int valid = min(max(end - (tile + vc * 8), 0), 8);
+#pragma unroll
+        for (int i = 0; i < HD / VR; i++)
+            cp_async16(vs + v_sm + (uint32_t)(i * VR) * 128, v_src + (int64_t)i * VR * total + (valid ? tile : -vc * 8),
+                       valid * 2);
         cp_async_commit();
     };
     float o[ND][4], s[NJ][4];
