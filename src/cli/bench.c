@@ -591,7 +591,7 @@ int cli_bench(int argc, char **argv)
     double bw = gpu ? peak_gbs * 1e9 : measure_bandwidth(nth), bytes = wbytes + S * cbytes;
     /* dc: tokens per second of each sequence */
     double pf = (double)n_prompt / t_prefill, dc = (double)n_gen / t_decode, roof = bw / bytes;
-    double pflops = prefill_flops(&m, n_prompt) / t_prefill / 1e12;
+    const double flops = prefill_flops(&m, n_prompt), pflops = flops / t_prefill / 1e12;
     /* --mix: the prompt's first token beside the decoders, and their speed meanwhile */
     const double mix_dc = mix ? mix_n / t_mix : 0;
     if (json) {
@@ -600,8 +600,8 @@ int cli_bench(int argc, char **argv)
                "\"decode_bytes_per_token\":%.0f,\"cache_bytes_per_token\":%.0f,\"read_bandwidth_gb_s\":%.2f,"
                "\"decode_roofline_tok_s\":%.2f,\"decode_of_roofline\":%.3f,\"prefill_of_peak\":%.3f,\"seqs\":%d,"
                "\"decode_tok_s_total\":%.2f,\"kv_type\":\"%s\",\"ttft_ms\":%.2f",
-               dir, be->ops->name, nth, (long long)n_prompt, (long long)n_gen, pf, pflops, prefill_flops(&m, n_prompt),
-               dc, wbytes, cbytes, bw / 1e9, roof, dc / roof, gpu ? pflops / peak_tflops : 0.0, S, S * dc, dtype_name(kv_type),
+               dir, be->ops->name, nth, (long long)n_prompt, (long long)n_gen, pf, pflops, flops, dc, wbytes, cbytes,
+               bw / 1e9, roof, dc / roof, gpu ? pflops / peak_tflops : 0.0, S, S * dc, dtype_name(kv_type),
                1e3 * t_prefill);
         if (mix)
             printf(",\"mix_chunk\":%lld,\"mix_steps\":%d,\"mix_ttft_ms\":%.2f,\"mix_decode_tok_s\":%.2f",
