@@ -276,12 +276,17 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
             p[j / 2][j % 2 * 2] = *(const uint32_t *)&x;
             p[j / 2][j % 2 * 2 + 1] = *(const uint32_t *)&y;
         }
+        /* a warp whose 16 rows all kept their maxima would multiply by 1:
+         * skipped, the same bits (a row's maximum changes less often the
+         * more keys it has seen) */
+        if (!__all_sync(0xffffffffu, ca == 1.0f && cb == 1.0f)) {
 #pragma unroll
-        for (int j = 0; j < ND; j++) {
-            o[j][0] *= ca;
-            o[j][1] *= ca;
-            o[j][2] *= cb;
-            o[j][3] *= cb;
+            for (int j = 0; j < ND; j++) {
+                o[j][0] *= ca;
+                o[j][1] *= ca;
+                o[j][2] *= cb;
+                o[j][3] *= cb;
+            }
         }
         /* at head dim 256 the compiler would otherwise finish the rescaling
          * after the fence, and ptxas serialises the products around it (C7519) */
