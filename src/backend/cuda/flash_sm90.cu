@@ -31,7 +31,6 @@
 #include <math.h>
 
 #define FW_ROWS CUDA_FA_ROWS /* query rows per warpgroup: a row tile (d.fa_tile) */
-#define FW_KT 64   /* keys per tile */
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FW_WGMMA 1
@@ -99,6 +98,15 @@ static __device__ __forceinline__ void wg_ss_n64(float (*d)[4], uint64_t da, uin
                  : "l"(da), "l"(db), "r"(acc));
 }
 
+/* d (= or +=, acc) A B: A [64][16] and B [128][16] K-major in shared memory */
+static __device__ __forceinline__ void wg_ss_n128(float (*d)[4], uint64_t da, uint64_t db, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : FW_ACC16(d)
+                 : "l"(da), "l"(db), "r"(acc));
+}
+
 /* d += A B: A [64][16] in registers (mma.sync's row-operand layout per warp), B [64][16] K-major in shared memory */
 static __device__ __forceinline__ void wg_rs_n64(float (*d)[4], const uint32_t *a, uint64_t db)
 {
@@ -119,14 +127,19 @@ static __device__ __forceinline__ void wg_rs_n128(float (*d)[4], const uint32_t 
 
 #endif
 
-/* grid: (row tiles of 64, kv heads x head groups of nwg); nwg warpgroups, one query head each, the same rows */
-template <int HD, int NWG, int MINB>
+/* grid: (row tiles of 64, kv heads x head groups of nwg); nwg warpgroups,
+ * one query head each, the same rows; KT keys a tile (64 or 128) */
+template <int HD, int NWG, int MINB, int KT>
 __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_constant__ flash_sm90_args a)
 {
 #if FW_WGMMA
-    constexpr int NK = HD / 16, ND = HD / 8, NJ = FW_KT / 8;
-    constexpr uint32_t TILE = HD * 128; /* bytes of a [64][HD] query or key tile, or a [HD][64] value tile */
-    constexpr uint32_t SUB = 64 * 128;  /* a 64-wide column slice of a query or key tile */
+    static_assert(KT == 64 || KT == 128, "a key tile is one or two 64-key slices");
+    constexpr int NK = HD / 16, ND = HD / 8, NJ = KT / 8;
+    constexpr uint32_t QTILE = HD * 128; /* bytes of a [64][HD] query tile */
+    constexpr uint32_t KVT = HD * KT * 2; /* bytes of a [KT][HD] key tile or a [HD][KT] value tile */
+    constexpr uint32_t SUB = 64 * 128;    /* a 64-wide column slice of a query tile */
+    constexpr uint32_t KSUB = KT * 128;   /* ... of a key tile */
+    constexpr uint32_t VSUB = HD * 128;   /* a 64-key slice of a value tile */
     extern __shared__ uint8_t fw_raw[];
     __shared__ int32_t v_end, v_full;
     /* the atoms' swizzle is of address bits: tiles start 1024-aligned */
@@ -149,7 +162,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
         v_full = INT32_MAX;
     }
     /* the warpgroup's queries as bf16, rows past the tile repeating its last */
-    uint8_t *const qs = sm + wg * TILE;
+    uint8_t *const qs = sm + wg * QTILE;
     for (int e = tid & 127; e < FW_ROWS * HD / 8; e += 128) {
         const int r = e / (HD / 8), c = e % (HD / 8);
         const float2 *src = (const float2 *)(a.q + (int64_t)min(i0 + r, hi - 1) * a.qs + (int64_t)h * HD + c * 8);
@@ -170,22 +183,23 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
     const int32_t end = v_end, full = v_full; /* every warpgroup has the same rows: one range for the block */
     const int64_t total = a.kv_total, kv0 = a.b.kv_off[a.b.seq_row[i0]];
     const __nv_bfloat16 *kb = a.kb + ((int64_t)kvh * total + kv0) * HD, *vt = a.vt + (int64_t)kvh * HD * total + kv0;
-    uint8_t *const stages = sm + NWG * TILE;
-    const uint32_t stages_s = sm_s + NWG * TILE, qs_s = sm_s + wg * TILE;
-    /* a stage: the key tile [HD / 64][64 keys][64], then the value tile
-     * [HD][64 keys]; zeros past end. A thread copies one 16-byte column of
+    uint8_t *const stages = sm + NWG * QTILE;
+    const uint32_t stages_s = sm_s + NWG * QTILE, qs_s = sm_s + wg * QTILE;
+    /* a stage: the key tile [HD / 64][KT keys][64], then the value tile
+     * [KT / 64][HD][64 keys]; zeros past end. A thread copies one 16-byte column of
      * key rows kr0, kr0 + KR, ... and of value rows vr0, vr0 + VR, ...:
      * its columns and bases are fixed, only the row steps, so the copies'
      * addresses cost an add each (computed from scratch each copy, they
      * and the softmax spilled past the 128 registers two blocks an SM allow) */
-    constexpr int T = NWG * 128, CK = HD / 8, KR = T / CK, VR = T / (FW_KT / 8);
-    const int kc = tid % CK, kr0 = tid / CK, vc = tid % (FW_KT / 8), vr0 = tid / (FW_KT / 8);
-    const uint32_t k_sm = (uint32_t)(kc / 8) * SUB + (uint32_t)kr0 * 128, v_sm = fw_swz(vr0, vc * 8);
+    constexpr int T = NWG * 128, CK = HD / 8, KR = T / CK, VR = T / (KT / 8);
+    const int kc = tid % CK, kr0 = tid / CK, vc = tid % (KT / 8), vr0 = tid / (KT / 8);
+    const uint32_t k_sm = (uint32_t)(kc / 8) * KSUB + (uint32_t)kr0 * 128,
+                   v_sm = (uint32_t)(vc / 8) * VSUB + fw_swz(vr0, vc % 8 * 8);
     const __nv_bfloat16 *const k_src = kb + kc * 8, *const v_src = vt + (int64_t)vr0 * total + vc * 8;
     auto fetch = [&](int32_t tile, int st) {
-        uint8_t *ks = stages + st * 2 * TILE, *vs = ks + TILE;
+        uint8_t *ks = stages + st * 2 * KVT, *vs = ks + KVT;
 #pragma unroll
-        for (int i = 0; i < FW_KT / KR; i++) {
+        for (int i = 0; i < KT / KR; i++) {
             const int key = kr0 + i * KR;
             const bool in = tile + key < end;
             cp_async16(ks + k_sm + (uint32_t)(i * KR) * 128 + ((((kc % 8) ^ key) & 7) << 4),
@@ -209,7 +223,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
     const float scale2 = a.scale * 1.44269504088896341f; /* the running maxima are in base 2 */
     if (end > 0)
         fetch(0, 0);
-    for (int32_t tile = 0, st = 0; tile < end; tile += FW_KT, st ^= 1) {
+    for (int32_t tile = 0, st = 0; tile < end; tile += KT, st ^= 1) {
         cp_async_wait_all();
         fence_async_shared();
         /* the tile (and, the first time, the queries) in for every
@@ -217,13 +231,18 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
          * takes the next (one barrier a tile, where a barrier after each
          * tile's products was a fifth of the warps' stalls) */
         __syncthreads();
-        if (tile + FW_KT < end)
-            fetch(tile + FW_KT, st ^ 1);
-        const uint32_t ks_s = stages_s + st * 2 * TILE, vs_s = ks_s + TILE;
+        if (tile + KT < end)
+            fetch(tile + KT, st ^ 1);
+        const uint32_t ks_s = stages_s + st * 2 * KVT, vs_s = ks_s + KVT;
         wg_fence();
 #pragma unroll
-        for (int kt = 0; kt < NK; kt++)
-            wg_ss_n64(s, fw_desc(qs_s + kt / 4 * SUB + kt % 4 * 32), fw_desc(ks_s + kt / 4 * SUB + kt % 4 * 32), kt > 0);
+        for (int kt = 0; kt < NK; kt++) {
+            const uint64_t dq = fw_desc(qs_s + kt / 4 * SUB + kt % 4 * 32), dk = fw_desc(ks_s + kt / 4 * KSUB + kt % 4 * 32);
+            if constexpr (KT == 128)
+                wg_ss_n128(s, dq, dk, kt > 0);
+            else
+                wg_ss_n64(s, dq, dk, kt > 0);
+        }
         wg_commit();
         wg_wait_all();
         wg_pin<NJ>(s);
@@ -231,7 +250,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
          * agree) over the unscaled scores, kept scaled into base 2: exp(x) =
          * 2^(x log2 e), one multiply-add and exp2 a score */
         float xa = -INFINITY, xb = -INFINITY;
-        if (tile + FW_KT <= full) {
+        if (tile + KT <= full) {
 #pragma unroll
             for (int j = 0; j < NJ; j++) {
                 xa = fmaxf(xa, fmaxf(s[j][0], s[j][1]));
@@ -260,7 +279,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
         lb *= cb;
         /* a row with no key yet keeps zeros (its max is -inf) */
         const float sa = xa == -INFINITY ? 0.0f : xa, sb = xb == -INFINITY ? 0.0f : xb;
-        uint32_t p[FW_KT / 16][4];
+        uint32_t p[KT / 16][4];
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
             float e[4];
@@ -294,14 +313,15 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
             wg_pin<ND>(o);
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < FW_KT / 16; kk++) {
+        for (int kk = 0; kk < KT / 16; kk++) {
+            const uint32_t v_s = vs_s + kk / 4 * VSUB + kk % 4 * 32;
             if constexpr (HD == 256) {
-                wg_rs_n128(o, p[kk], fw_desc(vs_s + kk * 32));
-                wg_rs_n128(o + 16, p[kk], fw_desc(vs_s + 128 * 128 + kk * 32));
+                wg_rs_n128(o, p[kk], fw_desc(v_s));
+                wg_rs_n128(o + 16, p[kk], fw_desc(v_s + 128 * 128));
             } else if constexpr (HD == 128) {
-                wg_rs_n128(o, p[kk], fw_desc(vs_s + kk * 32));
+                wg_rs_n128(o, p[kk], fw_desc(v_s));
             } else {
-                wg_rs_n64(o, p[kk], fw_desc(vs_s + kk * 32));
+                wg_rs_n64(o, p[kk], fw_desc(v_s));
             }
         }
         wg_commit();
@@ -315,15 +335,15 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
 #endif
 }
 
-template <int HD, int NWG, int MINB>
+template <int HD, int NWG, int MINB, int KT>
 static void flash_sm90_run(struct cuda_backend *c, const struct flash_sm90_args *a)
 {
-    const int smem = (NWG + 4) * HD * 128 + 1024; /* queries, two stages of keys and values, alignment */
-    if (CUDA_CHECK(c, cudaFuncSetAttribute(k_flash_sm90<HD, NWG, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) !=
-        0)
+    const int smem = NWG * HD * 128 + 4 * HD * KT * 2 + 1024; /* queries, two stages of keys and values, alignment */
+    if (CUDA_CHECK(c, cudaFuncSetAttribute(k_flash_sm90<HD, NWG, MINB, KT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           smem)) != 0)
         return;
     const unsigned groups = (unsigned)(a->n_head / a->n_kv_head / NWG);
-    k_flash_sm90<HD, NWG, MINB><<<dim3((unsigned)a->n_tiles, (unsigned)a->n_kv_head * groups), NWG * 128, smem, c->stream>>>(*a);
+    k_flash_sm90<HD, NWG, MINB, KT><<<dim3((unsigned)a->n_tiles, (unsigned)a->n_kv_head * groups), NWG * 128, smem, c->stream>>>(*a);
     CUDA_LAUNCHED(c);
 }
 
@@ -343,10 +363,17 @@ void cuda_flash_sm90(struct cuda_backend *c, const struct flash_sm90_args *a, in
      * without spilling. Head dim 256: 128 accumulators a thread for O alone
      * and 197 KB of shared memory for two heads, so one block an SM */
     const bool pairs = a->n_head / a->n_kv_head % 2 == 0;
+    static int kt = -1;
+    if (kt < 0) {
+        const char *e = getenv("KAPITSA_FW_KT");
+        kt = e ? atoi(e) : 128;
+    }
     if (head_dim == 64)
-        pairs ? flash_sm90_run<64, 2, 2>(c, a) : flash_sm90_run<64, 1, 4>(c, a);
+        pairs ? flash_sm90_run<64, 2, 2, 64>(c, a) : flash_sm90_run<64, 1, 4, 64>(c, a);
+    else if (head_dim == 128 && pairs)
+        kt == 128 ? flash_sm90_run<128, 2, 1, 128>(c, a) : flash_sm90_run<128, 2, 2, 64>(c, a);
     else if (head_dim == 128)
-        pairs ? flash_sm90_run<128, 2, 2>(c, a) : flash_sm90_run<128, 1, 3>(c, a);
+        flash_sm90_run<128, 1, 3, 64>(c, a);
     else
-        pairs ? flash_sm90_run<256, 2, 1>(c, a) : flash_sm90_run<256, 1, 1>(c, a);
+        pairs ? flash_sm90_run<256, 2, 1, 64>(c, a) : flash_sm90_run<256, 1, 1, 64>(c, a);
 }
