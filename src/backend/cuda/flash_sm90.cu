@@ -55,6 +55,8 @@ static __device__ __forceinline__ uint64_t fw_desc(uint32_t s)
 static __device__ __forceinline__ void wg_fence(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 static __device__ __forceinline__ void wg_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 static __device__ __forceinline__ void wg_wait_all(void) { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+/* all but the most recent group */
+static __device__ __forceinline__ void wg_wait_one(void) { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 
 /* a wgmma accumulator's registers as asm operands: row j of d[][4], or its first 8 or 16 rows */
 #define FW_ACC1(d, j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
@@ -140,6 +142,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
     constexpr uint32_t SUB = 64 * 128;    /* a 64-wide column slice of a query tile */
     constexpr uint32_t KSUB = KT * 128;   /* ... of a key tile */
     constexpr uint32_t VSUB = HD * 128;   /* a 64-key slice of a value tile */
+    constexpr int NST = KT == 128 ? 3 : 2; /* stages of keys and values */
     extern __shared__ uint8_t fw_raw[];
     __shared__ int32_t v_end, v_full;
     /* the atoms' swizzle is of address bits: tiles start 1024-aligned */
@@ -221,20 +224,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
         s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
     float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
     const float scale2 = a.scale * 1.44269504088896341f; /* the running maxima are in base 2 */
-    if (end > 0)
-        fetch(0, 0);
-    for (int32_t tile = 0, st = 0; tile < end; tile += KT, st ^= 1) {
-        cp_async_wait_all();
-        fence_async_shared();
-        /* the tile (and, the first time, the queries) in for every
-         * warpgroup, and every warpgroup done with the last tile: its stage
-         * takes the next (one barrier a tile, where a barrier after each
-         * tile's products was a fifth of the warps' stalls) */
-        __syncthreads();
-        if (tile + KT < end)
-            fetch(tile + KT, st ^ 1);
-        const uint32_t ks_s = stages_s + st * 2 * KVT, vs_s = ks_s + KVT;
-        wg_fence();
+    /* S = Q K^T for the key tile at ks_s (one commit group) */
+    auto qk = [&](uint32_t ks_s) {
 #pragma unroll
         for (int kt = 0; kt < NK; kt++) {
             const uint64_t dq = fw_desc(qs_s + kt / 4 * SUB + kt % 4 * 32), dk = fw_desc(ks_s + kt / 4 * KSUB + kt % 4 * 32);
@@ -244,11 +235,29 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
                 wg_ss_n64(s, dq, dk, kt > 0);
         }
         wg_commit();
-        wg_wait_all();
-        wg_pin<NJ>(s);
-        /* causal mask past full, the running max per row (a row's 4 lanes
-         * agree) over the unscaled scores, kept scaled into base 2: exp(x) =
-         * 2^(x log2 e), one multiply-add and exp2 a score */
+    };
+    /* O += P V for the value tile at vs_s (one commit group) */
+    auto pv = [&](const uint32_t (*p)[4], uint32_t vs_s) {
+#pragma unroll
+        for (int kk = 0; kk < KT / 16; kk++) {
+            const uint32_t v_s = vs_s + kk / 4 * VSUB + kk % 4 * 32;
+            if constexpr (HD == 256) {
+                wg_rs_n128(o, p[kk], fw_desc(v_s));
+                wg_rs_n128(o + 16, p[kk], fw_desc(v_s + 128 * 128));
+            } else if constexpr (HD == 128) {
+                wg_rs_n128(o, p[kk], fw_desc(v_s));
+            } else {
+                wg_rs_n64(o, p[kk], fw_desc(v_s));
+            }
+        }
+        wg_commit();
+    };
+    /* the softmax of the tile's scores s into p (bf16, the row operand of
+     * P V): the causal mask past full, the running max per row (a row's 4
+     * lanes agree) over the unscaled scores, kept scaled into base 2: exp(x)
+     * = 2^(x log2 e), one multiply-add and exp2 a score; the sums la, lb
+     * rescaled and added to; ca, cb: the rows' corrections for O */
+    auto softmax = [&](int32_t tile, uint32_t (*p)[4], float &ca, float &cb) {
         float xa = -INFINITY, xb = -INFINITY;
         if (tile + KT <= full) {
 #pragma unroll
@@ -272,14 +281,14 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
         xb = quad_max(xb);
         xa = fmaxf(ma, xa * scale2);
         xb = fmaxf(mb, xb * scale2);
-        const float ca = xa == -INFINITY ? 1.0f : fw_exp2(ma - xa), cb = xb == -INFINITY ? 1.0f : fw_exp2(mb - xb);
+        ca = xa == -INFINITY ? 1.0f : fw_exp2(ma - xa);
+        cb = xb == -INFINITY ? 1.0f : fw_exp2(mb - xb);
         ma = xa;
         mb = xb;
         la *= ca;
         lb *= cb;
         /* a row with no key yet keeps zeros (its max is -inf) */
         const float sa = xa == -INFINITY ? 0.0f : xa, sb = xb == -INFINITY ? 0.0f : xb;
-        uint32_t p[KT / 16][4];
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
             float e[4];
@@ -295,9 +304,11 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
             p[j / 2][j % 2 * 2] = *(const uint32_t *)&x;
             p[j / 2][j % 2 * 2 + 1] = *(const uint32_t *)&y;
         }
-        /* a warp whose 16 rows all kept their maxima would multiply by 1:
-         * skipped, the same bits (a row's maximum changes less often the
-         * more keys it has seen) */
+    };
+    /* a warp whose 16 rows all kept their maxima would multiply by 1:
+     * skipped, the same bits (a row's maximum changes less often the more
+     * keys it has seen) */
+    auto rescale = [&](float ca, float cb) {
         if (!__all_sync(0xffffffffu, ca == 1.0f && cb == 1.0f)) {
 #pragma unroll
             for (int j = 0; j < ND; j++) {
@@ -307,26 +318,89 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
                 o[j][3] *= cb;
             }
         }
-        /* at head dim 256 the compiler would otherwise finish the rescaling
-         * after the fence, and ptxas serialises the products around it (C7519) */
-        if constexpr (HD == 256)
-            wg_pin<ND>(o);
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < KT / 16; kk++) {
-            const uint32_t v_s = vs_s + kk / 4 * VSUB + kk % 4 * 32;
-            if constexpr (HD == 256) {
-                wg_rs_n128(o, p[kk], fw_desc(v_s));
-                wg_rs_n128(o + 16, p[kk], fw_desc(v_s + 128 * 128));
-            } else if constexpr (HD == 128) {
-                wg_rs_n128(o, p[kk], fw_desc(v_s));
+    };
+    if (end > 0)
+        fetch(0, 0);
+    if constexpr (NST == 3) {
+        /* the products of a tile overlap the softmax: tile t's S = Q K^T
+         * and tile t - 1's O += P V are issued together, S awaited, the
+         * softmax worked out while P V runs (its P in pp, the new one in p),
+         * then O rescaled. Three stages: t's keys, t - 1's values and t + 1's
+         * copies in flight */
+        uint32_t p[KT / 16][4], pp[KT / 16][4];
+        uint32_t vs_prev = 0;
+        for (int32_t tile = 0, st = 0; tile < end; tile += KT, st = st == NST - 1 ? 0 : st + 1) {
+            cp_async_wait_all();
+            fence_async_shared();
+            /* the tile in for every warpgroup, and every warpgroup done with
+             * tile t - 2's stage, which takes t + 1 */
+            __syncthreads();
+            if (tile + KT < end)
+                fetch(tile + KT, st == NST - 1 ? 0 : st + 1);
+            const uint32_t ks_s = stages_s + st * 2 * KVT;
+            wg_fence();
+            qk(ks_s);
+            if (tile > 0) {
+                wg_fence(); /* ptxas wants one in the branch too (C7519) */
+                pv(pp, vs_prev);
+                wg_wait_one();
             } else {
-                wg_rs_n64(o, p[kk], fw_desc(v_s));
+                wg_wait_all();
             }
+            wg_pin<NJ>(s);
+            float ca, cb;
+            softmax(tile, p, ca, cb);
+            wg_wait_all();
+            wg_pin<ND>(o);
+            rescale(ca, cb);
+            /* done here, not after the next fence, where ptxas would
+             * serialise the products around them (C7519) */
+            wg_pin<ND>(o);
+#pragma unroll
+            for (int kk = 0; kk < KT / 16; kk++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    pp[kk][i] = p[kk][i];
+                    asm volatile("" : "+r"(pp[kk][i])::"memory");
+                }
+            vs_prev = ks_s + KVT;
         }
-        wg_commit();
-        wg_wait_all();
-        wg_pin<ND>(o);
+        if (end > 0) {
+            wg_fence();
+            pv(pp, vs_prev);
+            wg_wait_all();
+            wg_pin<ND>(o);
+        }
+    } else {
+        for (int32_t tile = 0, st = 0; tile < end; tile += KT, st ^= 1) {
+            cp_async_wait_all();
+            fence_async_shared();
+            /* the tile (and, the first time, the queries) in for every
+             * warpgroup, and every warpgroup done with the last tile: its
+             * stage takes the next (one barrier a tile, where a barrier
+             * after each tile's products was a fifth of the warps' stalls) */
+            __syncthreads();
+            if (tile + KT < end)
+                fetch(tile + KT, st ^ 1);
+            const uint32_t ks_s = stages_s + st * 2 * KVT;
+            wg_fence();
+            qk(ks_s);
+            wg_wait_all();
+            wg_pin<NJ>(s);
+            uint32_t p[KT / 16][4];
+            float ca, cb;
+            softmax(tile, p, ca, cb);
+            rescale(ca, cb);
+            /* at head dim 256 the compiler would otherwise finish the
+             * rescaling after the fence, and ptxas serialises the products
+             * around it (C7519) */
+            if constexpr (HD == 256)
+                wg_pin<ND>(o);
+            wg_fence();
+            pv(p, ks_s + KVT);
+            wg_wait_all();
+            wg_pin<ND>(o);
+        }
     }
     flash_store<ND, HD>(a, o, la, lb, ra, rb, hi, h, cq);
 #else
@@ -338,7 +412,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
 template <int HD, int NWG, int MINB, int KT>
 static void flash_sm90_run(struct cuda_backend *c, const struct flash_sm90_args *a)
 {
-    const int smem = NWG * HD * 128 + 4 * HD * KT * 2 + 1024; /* queries, two stages of keys and values, alignment */
+    const int smem = NWG * HD * 128 + (KT == 128 ? 3 : 2) * 2 * HD * KT * 2 + 1024; /* queries, the stages of keys and values, alignment */
     if (CUDA_CHECK(c, cudaFuncSetAttribute(k_flash_sm90<HD, NWG, MINB, KT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            smem)) != 0)
         return;
