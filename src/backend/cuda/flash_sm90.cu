@@ -352,6 +352,11 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
             softmax(tile, p, ca, cb);
             wg_wait_all();
             wg_pin<ND>(o);
+            /* P V read pp from its registers until now: held live to here,
+             * or the compiler reuses them for the softmax's values */
+#pragma unroll
+            for (int kk = 0; kk < KT / 16; kk++)
+                asm volatile("" : "+r"(pp[kk][0]), "+r"(pp[kk][1]), "+r"(pp[kk][2]), "+r"(pp[kk][3])::"memory");
             rescale(ca, cb);
             /* done here, not after the next fence, where ptxas would
              * serialise the products around them (C7519) */
@@ -359,10 +364,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
 #pragma unroll
             for (int kk = 0; kk < KT / 16; kk++)
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
+                for (int i = 0; i < 4; i++)
                     pp[kk][i] = p[kk][i];
-                    asm volatile("" : "+r"(pp[kk][i])::"memory");
-                }
             vs_prev = ks_s + KVT;
         }
         if (end > 0) {
