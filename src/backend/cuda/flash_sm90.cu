@@ -252,12 +252,12 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
         }
         wg_commit();
     };
-    /* the softmax of the tile's scores s into p (bf16, the row operand of
-     * P V): the causal mask past full, the running max per row (a row's 4
-     * lanes agree) over the unscaled scores, kept scaled into base 2: exp(x)
-     * = 2^(x log2 e), one multiply-add and exp2 a score; the sums la, lb
-     * rescaled and added to; ca, cb: the rows' corrections for O */
-    auto softmax = [&](int32_t tile, uint32_t (*p)[4], float &ca, float &cb) {
+    /* the softmax of the tile's scores, in place in s: the causal mask past
+     * full, the running max per row (a row's 4 lanes agree) over the
+     * unscaled scores, kept scaled into base 2: exp(x) = 2^(x log2 e), one
+     * multiply-add and exp2 a score; the sums la, lb rescaled and added to;
+     * ca, cb: the rows' corrections for O */
+    auto softmax = [&](int32_t tile, float &ca, float &cb) {
         float xa = -INFINITY, xb = -INFINITY;
         if (tile + KT <= full) {
 #pragma unroll
@@ -290,17 +290,21 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
         /* a row with no key yet keeps zeros (its max is -inf) */
         const float sa = xa == -INFINITY ? 0.0f : xa, sb = xb == -INFINITY ? 0.0f : xb;
 #pragma unroll
-        for (int j = 0; j < NJ; j++) {
-            float e[4];
+        for (int j = 0; j < NJ; j++)
 #pragma unroll
             for (int c = 0; c < 2; c++) {
-                e[c] = fw_exp2(fmaf(s[j][c], scale2, -sa));
-                e[2 + c] = fw_exp2(fmaf(s[j][2 + c], scale2, -sb));
-                la += e[c];
-                lb += e[2 + c];
+                s[j][c] = fw_exp2(fmaf(s[j][c], scale2, -sa));
+                s[j][2 + c] = fw_exp2(fmaf(s[j][2 + c], scale2, -sb));
+                la += s[j][c];
+                lb += s[j][2 + c];
             }
-            /* the accumulator's key tiles 2kk and 2kk+1 make the row operand of the product's k16 step kk */
-            const __nv_bfloat162 x = __floats2bfloat162_rn(e[0], e[1]), y = __floats2bfloat162_rn(e[2], e[3]);
+    };
+    /* the exponentials as bf16, the row operand of P V: the accumulator's
+     * key tiles 2kk and 2kk+1 make its k16 step kk */
+    auto to_p = [&](uint32_t (*p)[4]) {
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const __nv_bfloat162 x = __floats2bfloat162_rn(s[j][0], s[j][1]), y = __floats2bfloat162_rn(s[j][2], s[j][3]);
             p[j / 2][j % 2 * 2] = *(const uint32_t *)&x;
             p[j / 2][j % 2 * 2 + 1] = *(const uint32_t *)&y;
         }
@@ -322,55 +326,54 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
     if (end > 0)
         fetch(0, 0);
     if constexpr (NST == 3) {
-        /* the products of a tile overlap the softmax: tile t's S = Q K^T
-         * and tile t - 1's O += P V are issued together, S awaited, the
-         * softmax worked out while P V runs (its P in pp, the new one in p),
-         * then O rescaled. Three stages: t's keys, t - 1's values and t + 1's
-         * copies in flight */
-        uint32_t p[KT / 16][4], pp[KT / 16][4];
-        uint32_t vs_prev = 0;
-        for (int32_t tile = 0, st = 0; tile < end; tile += KT, st = st == NST - 1 ? 0 : st + 1) {
+        /* the products of a tile overlap the softmax (FA3's order): tile t's
+         * S = Q K^T and tile t - 1's O += P V are issued together, S
+         * awaited, its softmax worked out while P V runs, then P V awaited
+         * and only then P rewritten (wgmma reads its row operand from the
+         * registers until it is done), O rescaled before the next P V.
+         * Three stages: t's keys, t - 1's values and t + 1's copies */
+        /* tile t in for every warpgroup, and every warpgroup done with
+         * tile t - 2's stage, which takes t + 1 */
+        auto arrive = [&](int32_t tile, int st) {
             cp_async_wait_all();
             fence_async_shared();
-            /* the tile in for every warpgroup, and every warpgroup done with
-             * tile t - 2's stage, which takes t + 1 */
             __syncthreads();
             if (tile + KT < end)
                 fetch(tile + KT, st == NST - 1 ? 0 : st + 1);
+        };
+        uint32_t p[KT / 16][4];
+        float ca, cb;
+        if (end > 0) { /* the first tile alone: no P V before it */
+            arrive(0, 0);
+            wg_fence();
+            qk(stages_s);
+            wg_wait_all();
+            wg_pin<NJ>(s);
+            softmax(0, ca, cb);
+            to_p(p);
+        }
+        uint32_t vs_prev = stages_s + KVT;
+        for (int32_t tile = KT, st = 1; tile < end; tile += KT, st = st == NST - 1 ? 0 : st + 1) {
+            arrive(tile, st);
             const uint32_t ks_s = stages_s + st * 2 * KVT;
+            rescale(ca, cb);
+            wg_pin<ND>(o);
             wg_fence();
             qk(ks_s);
-            if (tile > 0) {
-                wg_fence(); /* ptxas wants one in the branch too (C7519) */
-                pv(pp, vs_prev);
-                wg_wait_one();
-            } else {
-                wg_wait_all();
-            }
+            pv(p, vs_prev);
+            wg_wait_one();
             wg_pin<NJ>(s);
-            float ca, cb;
-            softmax(tile, p, ca, cb);
+            softmax(tile, ca, cb);
             wg_wait_all();
             wg_pin<ND>(o);
-            /* P V read pp from its registers until now: held live to here,
-             * or the compiler reuses them for the softmax's values */
-#pragma unroll
-            for (int kk = 0; kk < KT / 16; kk++)
-                asm volatile("" : "+r"(pp[kk][0]), "+r"(pp[kk][1]), "+r"(pp[kk][2]), "+r"(pp[kk][3])::"memory");
-            rescale(ca, cb);
-            /* done here, not after the next fence, where ptxas would
-             * serialise the products around them (C7519) */
-            wg_pin<ND>(o);
-#pragma unroll
-            for (int kk = 0; kk < KT / 16; kk++)
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-                    pp[kk][i] = p[kk][i];
+            to_p(p);
             vs_prev = ks_s + KVT;
         }
         if (end > 0) {
+            rescale(ca, cb);
+            wg_pin<ND>(o);
             wg_fence();
-            pv(pp, vs_prev);
+            pv(p, vs_prev);
             wg_wait_all();
             wg_pin<ND>(o);
         }
@@ -392,7 +395,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
             wg_pin<NJ>(s);
             uint32_t p[KT / 16][4];
             float ca, cb;
-            softmax(tile, p, ca, cb);
+            softmax(tile, ca, cb);
+            to_p(p);
             rescale(ca, cb);
             /* at head dim 256 the compiler would otherwise finish the
              * rescaling after the fence, and ptxas serialises the products
