@@ -28,7 +28,15 @@
  * the kernel only on a device of compute capability 9.0 (c->wgmma). */
 #include "cuda_impl.h"
 
+#include <cudaTypedefs.h>
 #include <math.h>
+
+/* the tensor maps of the bf16 copies the producer warp fetches tiles by:
+ * keys [n_kv_head][kv_total][HD] in boxes of 64 dims x 128 keys, transposed
+ * values [n_kv_head][HD][kv_total] in boxes of 64 keys x HD dims */
+struct fw_maps {
+    CUtensorMap k, v;
+};
 
 #define FW_ROWS CUDA_FA_ROWS /* query rows per warpgroup: a row tile (d.fa_tile) */
 
@@ -127,12 +135,43 @@ static __device__ __forceinline__ void wg_rs_n128(float (*d)[4], const uint32_t 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
+static __device__ __forceinline__ void mbar_init(uint64_t *b, unsigned n)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(b)), "r"(n));
+}
+static __device__ __forceinline__ void mbar_expect(uint64_t *b, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(b)),
+                 "r"(bytes)
+                 : "memory");
+}
+static __device__ __forceinline__ void mbar_arrive(uint64_t *b)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"((unsigned)__cvta_generic_to_shared(b)) : "memory");
+}
+static __device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity)
+{
+    asm volatile("{\n .reg .pred p;\n W_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W_%=;\n}\n" ::"r"(
+                     (unsigned)__cvta_generic_to_shared(b)),
+                 "r"(parity)
+                 : "memory");
+}
+/* a box of map m at coordinates (x, y, z) into shared memory at dst, completing on mbarrier bar */
+static __device__ __forceinline__ void tma3(uint32_t dst, const CUtensorMap *m, int x, int y, int z, uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst),
+                 "l"((uint64_t)m), "r"(x), "r"(y), "r"(z), "r"((unsigned)__cvta_generic_to_shared(bar))
+                 : "memory");
+}
+
 #endif
 
 /* grid: (row tiles of 64, kv heads x head groups of nwg); nwg warpgroups,
- * one query head each, the same rows; KT keys a tile (64 or 128) */
-template <int HD, int NWG, int MINB, int KT>
-__global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_constant__ flash_sm90_args a)
+ * one query head each, the same rows; KT keys a tile (64 or 128); TMA: a
+ * producer warpgroup after them fetches the tiles by the tensor maps m */
+template <int HD, int NWG, int MINB, int KT, bool TMA>
+__global__ void __launch_bounds__(NWG * 128 + (TMA ? 128 : 0), MINB)
+    k_flash_sm90(const __grid_constant__ flash_sm90_args a, const __grid_constant__ fw_maps m)
 {
 #if FW_WGMMA
     static_assert(KT == 64 || KT == 128, "a key tile is one or two 64-key slices");
@@ -145,6 +184,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
     constexpr int NST = KT == 128 ? 3 : 2; /* stages of keys and values */
     extern __shared__ uint8_t fw_raw[];
     __shared__ int32_t v_end, v_full;
+    __shared__ uint64_t full_bar[NST], empty_bar[NST]; /* TMA: a stage's tile in; its last user done */
     /* the atoms' swizzle is of address bits: tiles start 1024-aligned */
     const uint32_t raw_s = (uint32_t)__cvta_generic_to_shared(fw_raw), pad = (1024 - (raw_s & 1023)) & 1023;
     uint8_t *const sm = fw_raw + pad;
@@ -163,10 +203,17 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
     if (tid == 0) {
         v_end = 0;
         v_full = INT32_MAX;
+        if (TMA) {
+            for (int i = 0; i < NST; i++) {
+                mbar_init(&full_bar[i], 1);
+                mbar_init(&empty_bar[i], NWG * 4);
+            }
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
     }
     /* the warpgroup's queries as bf16, rows past the tile repeating its last */
     uint8_t *const qs = sm + wg * QTILE;
-    for (int e = tid & 127; e < FW_ROWS * HD / 8; e += 128) {
+    for (int e = tid & 127; e < FW_ROWS * HD / 8 && wg < NWG; e += 128) {
         const int r = e / (HD / 8), c = e % (HD / 8);
         const float2 *src = (const float2 *)(a.q + (int64_t)min(i0 + r, hi - 1) * a.qs + (int64_t)h * HD + c * 8);
         uint32_t v[4];
@@ -182,6 +229,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
         atomicMax(&v_end, w_end);
         atomicMin(&v_full, w_full);
     }
+    fence_async_shared();
     __syncthreads();
     const int32_t end = v_end, full = v_full; /* every warpgroup has the same rows: one range for the block */
     const int64_t total = a.kv_total, kv0 = a.b.kv_off[a.b.seq_row[i0]];
@@ -325,7 +373,73 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
     };
     if (end > 0)
         fetch(0, 0);
-    if constexpr (NST == 3) {
+    if constexpr (TMA) {
+        /* a producer warp fetches the tiles into the three stages by TMA,
+         * each stage's arrival on full_bar; each consumer warp arrives on
+         * empty_bar when its warpgroup's P V of the stage is done. A tile
+         * runs past end into the next rows' copies (finite: every copy's
+         * padding is written) or past kv_total (zeros): masked scores, P 0 */
+        if (wg == NWG) {
+            /* the producer warpgroup gives its registers to the consumers
+             * (launched at 168 a thread: 40 here, 232 there) */
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+            if (warp == 0 && lane == 0)
+                for (int32_t tile = 0, t = 0; tile < end; tile += KT, t++) {
+                    const int st = t % NST;
+                    if (t >= NST)
+                        mbar_wait(&empty_bar[st], (t / NST & 1) ^ 1);
+                    const uint32_t ks_s = stages_s + st * 2 * KVT;
+                    mbar_expect(&full_bar[st], 2 * KVT);
+#pragma unroll
+                    for (int c = 0; c < HD / 64; c++)
+                        tma3(ks_s + c * KSUB, &m.k, c * 64, (int)kv0 + tile, kvh, &full_bar[st]);
+#pragma unroll
+                    for (int c = 0; c < KT / 64; c++)
+                        tma3(ks_s + KVT + c * VSUB, &m.v, (int)kv0 + tile + c * 64, 0, kvh, &full_bar[st]);
+                }
+            return;
+        }
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        uint32_t p[KT / 16][4];
+        float ca, cb;
+        if (end > 0) { /* the first tile alone: no P V before it */
+            mbar_wait(&full_bar[0], 0);
+            wg_fence();
+            qk(stages_s);
+            wg_wait_all();
+            wg_pin<NJ>(s);
+            softmax(0, ca, cb);
+            to_p(p);
+        }
+        uint32_t vs_prev = stages_s + KVT;
+        for (int32_t tile = KT, t = 1; tile < end; tile += KT, t++) {
+            const int st = t % NST;
+            mbar_wait(&full_bar[st], t / NST & 1);
+            const uint32_t ks_s = stages_s + st * 2 * KVT;
+            rescale(ca, cb);
+            wg_pin<ND>(o);
+            wg_fence();
+            qk(ks_s);
+            pv(p, vs_prev);
+            wg_wait_one();
+            wg_pin<NJ>(s);
+            softmax(tile, ca, cb);
+            wg_wait_all();
+            wg_pin<ND>(o);
+            if (lane == 0)
+                mbar_arrive(&empty_bar[(t - 1) % NST]);
+            to_p(p);
+            vs_prev = ks_s + KVT;
+        }
+        if (end > 0) {
+            rescale(ca, cb);
+            wg_pin<ND>(o);
+            wg_fence();
+            pv(p, vs_prev);
+            wg_wait_all();
+            wg_pin<ND>(o);
+        }
+    } else if constexpr (NST == 3) {
         /* the products of a tile overlap the softmax (FA3's order): tile t's
          * S = Q K^T and tile t - 1's O += P V are issued together, S
          * awaited, its softmax worked out while P V runs, then P V awaited
@@ -416,16 +530,42 @@ __global__ void __launch_bounds__(NWG * 128, MINB) k_flash_sm90(const __grid_con
 #endif
 }
 
-template <int HD, int NWG, int MINB, int KT>
-static void flash_sm90_run(struct cuda_backend *c, const struct flash_sm90_args *a)
+template <int HD, int NWG, int MINB, int KT, bool TMA = false>
+static void flash_sm90_run(struct cuda_backend *c, const struct flash_sm90_args *a, const struct fw_maps *m)
 {
     const int smem = NWG * HD * 128 + (KT == 128 ? 3 : 2) * 2 * HD * KT * 2 + 1024; /* queries, the stages of keys and values, alignment */
-    if (CUDA_CHECK(c, cudaFuncSetAttribute(k_flash_sm90<HD, NWG, MINB, KT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    if (CUDA_CHECK(c, cudaFuncSetAttribute(k_flash_sm90<HD, NWG, MINB, KT, TMA>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            smem)) != 0)
         return;
     const unsigned groups = (unsigned)(a->n_head / a->n_kv_head / NWG);
-    k_flash_sm90<HD, NWG, MINB, KT><<<dim3((unsigned)a->n_tiles, (unsigned)a->n_kv_head * groups), NWG * 128, smem, c->stream>>>(*a);
+    k_flash_sm90<HD, NWG, MINB, KT, TMA><<<dim3((unsigned)a->n_tiles, (unsigned)a->n_kv_head * groups),
+                                           NWG * 128 + (TMA ? 128 : 0), smem, c->stream>>>(*a, *m);
     CUDA_LAUNCHED(c);
+}
+
+static PFN_cuTensorMapEncodeTiled_v12000 fw_encode;
+
+/* the tensor maps of a's copies at head dim hd; false where the driver has no encoder or refuses */
+static bool fw_maps_make(struct fw_maps *m, const struct flash_sm90_args *a, int32_t hd)
+{
+    if (!fw_encode) {
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&fw_encode, 12000, cudaEnableDefault,
+                                             &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess) {
+            fw_encode = NULL;
+            return false;
+        }
+    }
+    const cuuint64_t T = (cuuint64_t)a->kv_total, H = (cuuint64_t)hd, NKV = (cuuint64_t)a->n_kv_head;
+    const cuuint64_t kd[3] = {H, T, NKV}, ks[2] = {H * 2, T * H * 2}, vd[3] = {T, H, NKV}, vs[2] = {T * 2, H * T * 2};
+    const cuuint32_t kb[3] = {64, 128, 1}, vb[3] = {64, (cuuint32_t)hd, 1}, es[3] = {1, 1, 1};
+    return fw_encode(&m->k, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)a->kb, kd, ks, kb, es,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS &&
+           fw_encode(&m->v, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)a->vt, vd, vs, vb, es,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 bool cuda_flash_sm90_fits(const struct cuda_backend *c, int32_t head_dim)
@@ -447,14 +587,17 @@ void cuda_flash_sm90(struct cuda_backend *c, const struct flash_sm90_args *a, in
     static int kt = -1;
     if (kt < 0) {
         const char *e = getenv("KAPITSA_FW_KT");
-        kt = e ? atoi(e) : 128;
+        kt = e ? atoi(e) : 1;
     }
+    struct fw_maps m = {};
     if (head_dim == 64)
-        pairs ? flash_sm90_run<64, 2, 2, 64>(c, a) : flash_sm90_run<64, 1, 4, 64>(c, a);
+        pairs ? flash_sm90_run<64, 2, 2, 64>(c, a, &m) : flash_sm90_run<64, 1, 4, 64>(c, a, &m);
+    else if (head_dim == 128 && pairs && kt == 1 && fw_maps_make(&m, a, head_dim))
+        flash_sm90_run<128, 2, 1, 128, true>(c, a, &m);
     else if (head_dim == 128 && pairs)
-        kt == 128 ? flash_sm90_run<128, 2, 1, 128>(c, a) : flash_sm90_run<128, 2, 2, 64>(c, a);
+        kt == 128 ? flash_sm90_run<128, 2, 1, 128>(c, a, &m) : flash_sm90_run<128, 2, 2, 64>(c, a, &m);
     else if (head_dim == 128)
-        flash_sm90_run<128, 1, 3, 64>(c, a);
+        flash_sm90_run<128, 1, 3, 64>(c, a, &m);
     else
-        pairs ? flash_sm90_run<256, 2, 1, 64>(c, a) : flash_sm90_run<256, 1, 1, 64>(c, a);
+        pairs ? flash_sm90_run<256, 2, 1, 64>(c, a, &m) : flash_sm90_run<256, 1, 1, 64>(c, a, &m);
 }
