@@ -592,8 +592,14 @@ void cuda_flash_sm90(struct cuda_backend *c, const struct flash_sm90_args *a, in
     struct fw_maps m = {};
     if (head_dim == 64)
         pairs ? flash_sm90_run<64, 2, 2, 64>(c, a, &m) : flash_sm90_run<64, 1, 4, 64>(c, a, &m);
-    else if (head_dim == 128 && pairs && kt == 1 && fw_maps_make(&m, a, head_dim))
+    else if (head_dim == 128 && pairs && kt == 1 && fw_maps_make(&m, a, head_dim)) {
+        if (getenv("KAPITSA_FW_DEBUG"))
+            fprintf(stderr, "fw tma: kv_total %lld tiles %d heads %d/%d kb %p vt %p\n", (long long)a->kv_total, a->n_tiles,
+                    a->n_head, a->n_kv_head, (const void *)a->kb, (const void *)a->vt);
         flash_sm90_run<128, 2, 1, 128, true>(c, a, &m);
+        if (getenv("KAPITSA_FW_DEBUG"))
+            fprintf(stderr, "fw tma: %s\n", cudaGetErrorString(cudaStreamSynchronize(c->stream)));
+    }
     else if (head_dim == 128 && pairs)
         kt == 128 ? flash_sm90_run<128, 2, 1, 128>(c, a, &m) : flash_sm90_run<128, 2, 2, 64>(c, a, &m);
     else if (head_dim == 128)
