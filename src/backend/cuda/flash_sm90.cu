@@ -30,6 +30,7 @@
 
 #include <cudaTypedefs.h>
 #include <math.h>
+#include <stdio.h>
 
 /* the tensor maps of the bf16 copies the producer warp fetches tiles by:
  * keys [n_kv_head][kv_total][HD] in boxes of 64 dims x 128 keys, transposed
