@@ -372,7 +372,7 @@ __global__ void __launch_bounds__(NWG * 128 + (TMA ? 128 : 0), MINB)
             }
         }
     };
-    if (end > 0)
+    if (!TMA && end > 0)
         fetch(0, 0);
     if constexpr (TMA) {
         /* a producer warp fetches the tiles into the three stages by TMA,
