@@ -212,9 +212,42 @@ __global__ void __launch_bounds__(NWG * 128 + (TMA ? 128 : 0), MINB)
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
     }
+    __syncthreads();
+    uint8_t *const stages = sm + NWG * QTILE;
+    const uint32_t stages_s = sm_s + NWG * QTILE, qs_s = sm_s + wg * QTILE;
+    const int64_t total = a.kv_total, kv0 = a.b.kv_off[a.b.seq_row[i0]];
+    if (TMA && wg == NWG) {
+        /* the producer: it fetches the tiles into the stages by TMA, each
+         * stage's arrival on full_bar, from the start, while the consumers
+         * stage their queries; each consumer warp arrives on empty_bar when
+         * its warpgroup's P V of the stage is done. A tile runs past end into
+         * the next rows' copies (finite: every copy's padding is written) or
+         * past kv_total (zeros): masked scores, P 0. Its registers go to the
+         * consumers (launched at 168 a thread: 40 here, 232 there) */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (warp != 0)
+            return;
+        const int32_t end = __reduce_max_sync(0xffffffffu, max(i0 + lane < hi ? a.b.n_vis[i0 + lane] : 0,
+                                                                i0 + 32 + lane < hi ? a.b.n_vis[i0 + 32 + lane] : 0));
+        if (lane == 0)
+            for (int32_t tile = 0, t = 0; tile < end; tile += KT, t++) {
+                const int st = t % NST;
+                if (t >= NST)
+                    mbar_wait(&empty_bar[st], (t / NST & 1) ^ 1);
+                const uint32_t ks_s = stages_s + st * 2 * KVT;
+                mbar_expect(&full_bar[st], 2 * KVT);
+#pragma unroll
+                for (int c = 0; c < HD / 64; c++)
+                    tma3(ks_s + c * KSUB, &m.k, c * 64, (int)kv0 + tile, kvh, &full_bar[st]);
+#pragma unroll
+                for (int c = 0; c < KT / 64; c++)
+                    tma3(ks_s + KVT + c * VSUB, &m.v, (int)kv0 + tile + c * 64, 0, kvh, &full_bar[st]);
+            }
+        return;
+    }
     /* the warpgroup's queries as bf16, rows past the tile repeating its last */
     uint8_t *const qs = sm + wg * QTILE;
-    for (int e = tid & 127; e < FW_ROWS * HD / 8 && wg < NWG; e += 128) {
+    for (int e = tid & 127; e < FW_ROWS * HD / 8; e += 128) {
         const int r = e / (HD / 8), c = e % (HD / 8);
         const float2 *src = (const float2 *)(a.q + (int64_t)min(i0 + r, hi - 1) * a.qs + (int64_t)h * HD + c * 8);
         uint32_t v[4];
@@ -225,18 +258,15 @@ __global__ void __launch_bounds__(NWG * 128 + (TMA ? 128 : 0), MINB)
         }
         *(uint4 *)(qs + (c / 8) * SUB + fw_swz(r, c % 8 * 8)) = make_uint4(v[0], v[1], v[2], v[3]);
     }
-    __syncthreads();
     if (lane == 0) {
         atomicMax(&v_end, w_end);
         atomicMin(&v_full, w_full);
     }
     fence_async_shared();
-    __syncthreads();
+    /* the consumers' barrier (all threads but the producer's) */
+    asm volatile("bar.sync 1, %0;\n" ::"n"(NWG * 128) : "memory");
     const int32_t end = v_end, full = v_full; /* every warpgroup has the same rows: one range for the block */
-    const int64_t total = a.kv_total, kv0 = a.b.kv_off[a.b.seq_row[i0]];
     const __nv_bfloat16 *kb = a.kb + ((int64_t)kvh * total + kv0) * HD, *vt = a.vt + (int64_t)kvh * HD * total + kv0;
-    uint8_t *const stages = sm + NWG * QTILE;
-    const uint32_t stages_s = sm_s + NWG * QTILE, qs_s = sm_s + wg * QTILE;
     /* a stage: the key tile [HD / 64][KT keys][64], then the value tile
      * [KT / 64][HD][64 keys]; zeros past end. A thread copies one 16-byte column of
      * key rows kr0, kr0 + KR, ... and of value rows vr0, vr0 + VR, ...:
@@ -375,31 +405,6 @@ __global__ void __launch_bounds__(NWG * 128 + (TMA ? 128 : 0), MINB)
     if (!TMA && end > 0)
         fetch(0, 0);
     if constexpr (TMA) {
-        /* a producer warp fetches the tiles into the three stages by TMA,
-         * each stage's arrival on full_bar; each consumer warp arrives on
-         * empty_bar when its warpgroup's P V of the stage is done. A tile
-         * runs past end into the next rows' copies (finite: every copy's
-         * padding is written) or past kv_total (zeros): masked scores, P 0 */
-        if (wg == NWG) {
-            /* the producer warpgroup gives its registers to the consumers
-             * (launched at 168 a thread: 40 here, 232 there) */
-            asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-            if (warp == 0 && lane == 0)
-                for (int32_t tile = 0, t = 0; tile < end; tile += KT, t++) {
-                    const int st = t % NST;
-                    if (t >= NST)
-                        mbar_wait(&empty_bar[st], (t / NST & 1) ^ 1);
-                    const uint32_t ks_s = stages_s + st * 2 * KVT;
-                    mbar_expect(&full_bar[st], 2 * KVT);
-#pragma unroll
-                    for (int c = 0; c < HD / 64; c++)
-                        tma3(ks_s + c * KSUB, &m.k, c * 64, (int)kv0 + tile, kvh, &full_bar[st]);
-#pragma unroll
-                    for (int c = 0; c < KT / 64; c++)
-                        tma3(ks_s + KVT + c * VSUB, &m.v, (int)kv0 + tile + c * 64, 0, kvh, &full_bar[st]);
-                }
-            return;
-        }
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
         uint32_t p[KT / 16][4];
         float ca, cb;
