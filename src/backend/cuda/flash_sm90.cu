@@ -18,6 +18,16 @@
  * mma.sync for 16 rows and reads its operands from shared memory per warp; a
  * warpgroup's wgmma reads them once for 64 rows and runs asynchronously.
  *
+ * At head dim 128 with two heads a block (qwen3's shapes) the block follows
+ * FlashAttention-3's layout: a producer warpgroup fetches tiles of 128 keys
+ * by TMA (cp.async.bulk.tensor, the tensor maps' 128-byte swizzle being the
+ * operands' layout) into three stages, handing them over through mbarriers,
+ * so the two consumer warpgroups never wait for each other; and each
+ * consumer issues tile t's S = Q K^T together with tile t - 1's O += P V,
+ * working out t's softmax while P V runs. Other shapes, or a driver without
+ * tensor maps: every thread copies 64-key tiles by cp.async into two stages,
+ * one barrier a tile, the products and the softmax in turn.
+ *
  * Operands sit in the 128-byte-swizzled K-major layout of the PTX ISA's
  * wgmma matrix descriptors: rows of 64 bf16 (128 bytes), 8-row atoms of 1024
  * bytes, the 16-byte chunk c of row r stored at chunk c ^ (r % 8); a k16
@@ -30,7 +40,6 @@
 
 #include <cudaTypedefs.h>
 #include <math.h>
-#include <stdio.h>
 
 /* the tensor maps of the bf16 copies the producer warp fetches tiles by:
  * keys [n_kv_head][kv_total][HD] in boxes of 64 dims x 128 keys, transposed
@@ -168,21 +177,22 @@ static __device__ __forceinline__ void tma3(uint32_t dst, const CUtensorMap *m, 
 #endif
 
 /* grid: (row tiles of 64, kv heads x head groups of nwg); nwg warpgroups,
- * one query head each, the same rows; KT keys a tile (64 or 128); TMA: a
- * producer warpgroup after them fetches the tiles by the tensor maps m */
-template <int HD, int NWG, int MINB, int KT, bool TMA>
+ * one query head each, the same rows. TMA: a producer warpgroup after them
+ * fetches tiles of 128 keys by the tensor maps m into three stages;
+ * otherwise every thread copies tiles of 64 keys into two */
+template <int HD, int NWG, int MINB, bool TMA>
 __global__ void __launch_bounds__(NWG * 128 + (TMA ? 128 : 0), MINB)
     k_flash_sm90(const __grid_constant__ flash_sm90_args a, const __grid_constant__ fw_maps m)
 {
 #if FW_WGMMA
-    static_assert(KT == 64 || KT == 128, "a key tile is one or two 64-key slices");
+    constexpr int KT = TMA ? 128 : 64; /* keys a tile */
     constexpr int NK = HD / 16, ND = HD / 8, NJ = KT / 8;
     constexpr uint32_t QTILE = HD * 128; /* bytes of a [64][HD] query tile */
     constexpr uint32_t KVT = HD * KT * 2; /* bytes of a [KT][HD] key tile or a [HD][KT] value tile */
     constexpr uint32_t SUB = 64 * 128;    /* a 64-wide column slice of a query tile */
     constexpr uint32_t KSUB = KT * 128;   /* ... of a key tile */
     constexpr uint32_t VSUB = HD * 128;   /* a 64-key slice of a value tile */
-    constexpr int NST = KT == 128 ? 3 : 2; /* stages of keys and values */
+    constexpr int NST = TMA ? 3 : 2;     /* stages of keys and values */
     extern __shared__ uint8_t fw_raw[];
     __shared__ int32_t v_end, v_full;
     __shared__ uint64_t full_bar[NST], empty_bar[NST]; /* TMA: a stage's tile in; its last user done */
@@ -445,58 +455,6 @@ __global__ void __launch_bounds__(NWG * 128 + (TMA ? 128 : 0), MINB)
             wg_wait_all();
             wg_pin<ND>(o);
         }
-    } else if constexpr (NST == 3) {
-        /* the products of a tile overlap the softmax (FA3's order): tile t's
-         * S = Q K^T and tile t - 1's O += P V are issued together, S
-         * awaited, its softmax worked out while P V runs, then P V awaited
-         * and only then P rewritten (wgmma reads its row operand from the
-         * registers until it is done), O rescaled before the next P V.
-         * Three stages: t's keys, t - 1's values and t + 1's copies */
-        /* tile t in for every warpgroup, and every warpgroup done with
-         * tile t - 2's stage, which takes t + 1 */
-        auto arrive = [&](int32_t tile, int st) {
-            cp_async_wait_all();
-            fence_async_shared();
-            __syncthreads();
-            if (tile + KT < end)
-                fetch(tile + KT, st == NST - 1 ? 0 : st + 1);
-        };
-        uint32_t p[KT / 16][4];
-        float ca, cb;
-        if (end > 0) { /* the first tile alone: no P V before it */
-            arrive(0, 0);
-            wg_fence();
-            qk(stages_s);
-            wg_wait_all();
-            wg_pin<NJ>(s);
-            softmax(0, ca, cb);
-            to_p(p);
-        }
-        uint32_t vs_prev = stages_s + KVT;
-        for (int32_t tile = KT, st = 1; tile < end; tile += KT, st = st == NST - 1 ? 0 : st + 1) {
-            arrive(tile, st);
-            const uint32_t ks_s = stages_s + st * 2 * KVT;
-            rescale(ca, cb);
-            wg_pin<ND>(o);
-            wg_fence();
-            qk(ks_s);
-            pv(p, vs_prev);
-            wg_wait_one();
-            wg_pin<NJ>(s);
-            softmax(tile, ca, cb);
-            wg_wait_all();
-            wg_pin<ND>(o);
-            to_p(p);
-            vs_prev = ks_s + KVT;
-        }
-        if (end > 0) {
-            rescale(ca, cb);
-            wg_pin<ND>(o);
-            wg_fence();
-            pv(p, vs_prev);
-            wg_wait_all();
-            wg_pin<ND>(o);
-        }
     } else {
         for (int32_t tile = 0, st = 0; tile < end; tile += KT, st ^= 1) {
             cp_async_wait_all();
@@ -536,42 +494,44 @@ __global__ void __launch_bounds__(NWG * 128 + (TMA ? 128 : 0), MINB)
 #endif
 }
 
-template <int HD, int NWG, int MINB, int KT, bool TMA = false>
+template <int HD, int NWG, int MINB, bool TMA = false>
 static void flash_sm90_run(struct cuda_backend *c, const struct flash_sm90_args *a, const struct fw_maps *m)
 {
-    const int smem = NWG * HD * 128 + (KT == 128 ? 3 : 2) * 2 * HD * KT * 2 + 1024; /* queries, the stages of keys and values, alignment */
-    if (CUDA_CHECK(c, cudaFuncSetAttribute(k_flash_sm90<HD, NWG, MINB, KT, TMA>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    constexpr int KT = TMA ? 128 : 64, NST = TMA ? 3 : 2;
+    const int smem = NWG * HD * 128 + NST * 2 * HD * KT * 2 + 1024; /* queries, the stages of keys and values, alignment */
+    if (CUDA_CHECK(c, cudaFuncSetAttribute(k_flash_sm90<HD, NWG, MINB, TMA>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            smem)) != 0)
         return;
     const unsigned groups = (unsigned)(a->n_head / a->n_kv_head / NWG);
-    k_flash_sm90<HD, NWG, MINB, KT, TMA><<<dim3((unsigned)a->n_tiles, (unsigned)a->n_kv_head * groups),
-                                           NWG * 128 + (TMA ? 128 : 0), smem, c->stream>>>(*a, *m);
+    k_flash_sm90<HD, NWG, MINB, TMA><<<dim3((unsigned)a->n_tiles, (unsigned)a->n_kv_head * groups),
+                                       NWG * 128 + (TMA ? 128 : 0), smem, c->stream>>>(*a, *m);
     CUDA_LAUNCHED(c);
 }
 
-static PFN_cuTensorMapEncodeTiled_v12000 fw_encode;
-
-/* the tensor maps of a's copies at head dim hd; false where the driver has no encoder or refuses */
-static bool fw_maps_make(struct fw_maps *m, const struct flash_sm90_args *a, int32_t hd)
+bool cuda_flash_sm90_init(struct cuda_backend *c)
 {
-    if (!fw_encode) {
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&fw_encode, 12000, cudaEnableDefault,
-                                             &q) != cudaSuccess ||
-            q != cudaDriverEntryPointSuccess) {
-            fw_encode = NULL;
-            return false;
-        }
-    }
+    cudaDriverEntryPointQueryResult q;
+    return cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &c->tma_encode, 12000, cudaEnableDefault, &q) ==
+               cudaSuccess &&
+           q == cudaDriverEntryPointSuccess;
+}
+
+/* the tensor maps of a's copies at head dim hd; false where the driver has
+ * no encoder (c->tma_encode NULL) or refuses */
+static bool fw_maps_make(const struct cuda_backend *c, struct fw_maps *m, const struct flash_sm90_args *a, int32_t hd)
+{
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = (PFN_cuTensorMapEncodeTiled_v12000)c->tma_encode;
+    if (!encode)
+        return false;
     const cuuint64_t T = (cuuint64_t)a->kv_total, H = (cuuint64_t)hd, NKV = (cuuint64_t)a->n_kv_head;
     const cuuint64_t kd[3] = {H, T, NKV}, ks[2] = {H * 2, T * H * 2}, vd[3] = {T, H, NKV}, vs[2] = {T * 2, H * T * 2};
     const cuuint32_t kb[3] = {64, 128, 1}, vb[3] = {64, (cuuint32_t)hd, 1}, es[3] = {1, 1, 1};
-    return fw_encode(&m->k, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)a->kb, kd, ks, kb, es,
-                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS &&
-           fw_encode(&m->v, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)a->vt, vd, vs, vb, es,
-                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    return encode(&m->k, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)a->kb, kd, ks, kb, es,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS &&
+           encode(&m->v, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)a->vt, vd, vs, vb, es,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 bool cuda_flash_sm90_fits(const struct cuda_backend *c, int32_t head_dim)
@@ -582,34 +542,23 @@ bool cuda_flash_sm90_fits(const struct cuda_backend *c, int32_t head_dim)
 void cuda_flash_sm90(struct cuda_backend *c, const struct flash_sm90_args *a, int32_t head_dim)
 {
     assert(cuda_flash_sm90_fits(c, head_dim));
-    /* two heads a block where the group allows (they share the key and value
-     * tiles), two blocks an SM: at head dim 128 that caps registers at 128
-     * and spills (84 bytes in the kernel's first form, 124 now), yet the
-     * first form beat one block of 168 registers on qwen3-8b's 16k prefill
-     * (24,980 against 23,581 tok/s, session 23); otherwise one head a block,
-     * without spilling. Head dim 256: 128 accumulators a thread for O alone
-     * and 197 KB of shared memory for two heads, so one block an SM */
+    /* Two heads a block where the group allows (they share the key and
+     * value tiles). Head dim 128: with a producer warpgroup and tiles of 128
+     * keys, one block an SM (225 KB of shared memory, 232 registers a
+     * consumer thread): qwen3-8b's 16k prefill 7% faster, 32k 10%, than the
+     * form below (session 31); without tensor maps, two blocks an SM of
+     * 64-key tiles (128 registers, a few bytes spilled). Otherwise one head
+     * a block, without spilling. Head dim 256: 128 accumulators a thread
+     * for O alone and 197 KB of shared memory for two heads, so one block
+     * an SM */
     const bool pairs = a->n_head / a->n_kv_head % 2 == 0;
-    static int kt = -1;
-    if (kt < 0) {
-        const char *e = getenv("KAPITSA_FW_KT");
-        kt = e ? atoi(e) : 1;
-    }
     struct fw_maps m = {};
     if (head_dim == 64)
-        pairs ? flash_sm90_run<64, 2, 2, 64>(c, a, &m) : flash_sm90_run<64, 1, 4, 64>(c, a, &m);
-    else if (head_dim == 128 && pairs && kt == 1 && fw_maps_make(&m, a, head_dim)) {
-        if (getenv("KAPITSA_FW_DEBUG"))
-            fprintf(stderr, "fw tma: kv_total %lld tiles %d heads %d/%d kb %p vt %p\n", (long long)a->kv_total, a->n_tiles,
-                    a->n_head, a->n_kv_head, (const void *)a->kb, (const void *)a->vt);
-        flash_sm90_run<128, 2, 1, 128, true>(c, a, &m);
-        if (getenv("KAPITSA_FW_DEBUG"))
-            fprintf(stderr, "fw tma: %s\n", cudaGetErrorString(cudaStreamSynchronize(c->stream)));
-    }
-    else if (head_dim == 128 && pairs)
-        kt == 128 ? flash_sm90_run<128, 2, 1, 128>(c, a, &m) : flash_sm90_run<128, 2, 2, 64>(c, a, &m);
+        pairs ? flash_sm90_run<64, 2, 2>(c, a, &m) : flash_sm90_run<64, 1, 4>(c, a, &m);
+    else if (head_dim == 128 && pairs && fw_maps_make(c, &m, a, head_dim))
+        flash_sm90_run<128, 2, 1, true>(c, a, &m);
     else if (head_dim == 128)
-        flash_sm90_run<128, 1, 3, 64>(c, a, &m);
+        pairs ? flash_sm90_run<128, 2, 2>(c, a, &m) : flash_sm90_run<128, 1, 3>(c, a, &m);
     else
-        pairs ? flash_sm90_run<256, 2, 1, 64>(c, a, &m) : flash_sm90_run<256, 1, 1, 64>(c, a, &m);
+        pairs ? flash_sm90_run<256, 2, 1>(c, a, &m) : flash_sm90_run<256, 1, 1>(c, a, &m);
 }
