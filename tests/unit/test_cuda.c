@@ -517,11 +517,15 @@ void test_cuda_attention(void)
     both_close(&b);
     /* fast mode: bf16 operands on the tensor cores, within bf16 rounding. On
      * a device of compute capability 9.0, head dims 64, 128 and 256 take
-     * flash_sm90's wgmma kernel; the second pass turns it off
+     * flash_sm90's wgmma kernel (at head dim 128 with two heads a block, its
+     * tiles fetched by TMA); the second pass fetches them by cp.async
+     * (KAPITSA_CUDA_TMA=0), the third turns wgmma off
      * (KAPITSA_CUDA_WGMMA=0) for k_flash's. */
-    const bool wgmma_set = getenv("KAPITSA_CUDA_WGMMA") != NULL;
-    for (int pass = 0; pass < (wgmma_set ? 1 : 2); pass++) {
+    const bool wgmma_set = getenv("KAPITSA_CUDA_WGMMA") != NULL || getenv("KAPITSA_CUDA_TMA") != NULL;
+    for (int pass = 0; pass < (wgmma_set ? 1 : 3); pass++) {
         if (pass == 1)
+            setenv("KAPITSA_CUDA_TMA", "0", 1);
+        if (pass == 2)
             setenv("KAPITSA_CUDA_WGMMA", "0", 1);
         if (both_open(&b, false) != 0) {
             both_close(&b);
@@ -541,8 +545,10 @@ void test_cuda_attention(void)
         mixed_case(&b, 3, 700, 0, 130, 16, 4, 256, 2e-2);
         both_close(&b);
     }
-    if (!wgmma_set)
+    if (!wgmma_set) {
+        unsetenv("KAPITSA_CUDA_TMA");
         unsetenv("KAPITSA_CUDA_WGMMA");
+    }
 }
 
 void test_cuda_rowwise(void)

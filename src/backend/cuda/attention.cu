@@ -590,23 +590,21 @@ __global__ void k_kv_bf16(struct att_args a)
     for (int d0 = 0; d0 < HD; d0 += DS) {
         for (int e = threadIdx.x; e < FA_KT * DS; e += blockDim.x) {
             const int key = e / DS, d = d0 + e % DS, p = p0 + key;
-            if (p >= len)
-                continue;
-            const int64_t src = (int64_t)(table[p / a.block_size] * a.block_size + p % a.block_size) * a.ks +
-                                (int64_t)kvh * HD + d;
-            const float k = kv_at(a.kc, a.kv16, src);
+            /* past the row's keys: zeros (flash_sm90's tiles read them) */
+            const int64_t src = p < len ? (int64_t)(table[p / a.block_size] * a.block_size + p % a.block_size) * a.ks +
+                                              (int64_t)kvh * HD + d
+                                        : -1;
+            const float k = src < 0 ? 0.0f : kv_at(a.kc, a.kv16, src);
             const __nv_bfloat16 h = __float2bfloat16_rn(k);
             __nv_bfloat16 *kb = a.kb + ((int64_t)kvh * total + base + key) * HD + d;
             kb[0] = h;
             if (SPLIT)
                 kb[lo_k] = __float2bfloat16_rn(k - __bfloat162float(h));
-            vs[key][d - d0] = kv_at(a.vc, a.kv16, src);
+            vs[key][d - d0] = src < 0 ? 0.0f : kv_at(a.vc, a.kv16, src);
         }
         __syncthreads();
         for (int e = threadIdx.x; e < FA_KT * DS; e += blockDim.x) {
             const int d = e / FA_KT, key = e % FA_KT;
-            if (p0 + key >= len)
-                continue;
             const float v = vs[key][d];
             const __nv_bfloat16 h = __float2bfloat16_rn(v);
             __nv_bfloat16 *vt = a.vt + ((int64_t)kvh * HD + d0 + d) * total + base + key;

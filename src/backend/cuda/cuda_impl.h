@@ -73,6 +73,7 @@ struct cuda_backend {
     bool failed;
     bool pdl; /* products and decode attention launched as programmatic dependents (sm_90+; KAPITSA_CUDA_PDL=0: off) */
     bool wgmma; /* compute capability 9.0: flash_sm90.cu's kernel runs (KAPITSA_CUDA_WGMMA=0: off) */
+    void *tma_encode; /* the driver's cuTensorMapEncodeTiled where c->wgmma and it has one, else NULL (KAPITSA_CUDA_TMA=0: NULL) */
     cudaStream_t stream;
     cublasHandle_t blas;
     struct attn_batch b; /* host copy; pointers valid during the forward */
@@ -163,6 +164,8 @@ struct flash_sm90_args {
     float scale;
 };
 bool cuda_flash_sm90_fits(const struct cuda_backend *c, int32_t head_dim);
+/* the tensor-map encoder into c->tma_encode; false where the driver has none (flash_sm90 then copies by cp.async) */
+bool cuda_flash_sm90_init(struct cuda_backend *c);
 void cuda_flash_sm90(struct cuda_backend *c, const struct flash_sm90_args *a, int32_t head_dim);
 
 void cuda_embed(struct backend *be, struct tensor *out, const struct tensor *table);
