@@ -25,8 +25,8 @@
 struct moe_gemm_args {
     const int32_t *tiles;    /* [n_tiles][2]: the expert, the tile's first row */
     const int32_t *start;    /* [E + 1] the experts' slices */
-    const CUtensorMap *w[2]; /* per blockIdx.z: the experts' weight maps [E] */
-    float *out[2];           /* per blockIdx.z: [rows][N] */
+    const CUtensorMap *w[2]; /* per product: the experts' weight maps [E] */
+    float *out[2];           /* per product: [rows][N] */
     int32_t N, K;
 };
 
@@ -39,8 +39,13 @@ __global__ void __launch_bounds__(384, 1) k_moe_gemm(const __grid_constant__ moe
     __shared__ uint64_t full_bar[MG_NS], empty_bar[MG_NS]; /* a stage's copies in; its consumers done */
     const uint32_t raw_s = (uint32_t)__cvta_generic_to_shared(mg_raw), sm_s = raw_s + ((1024 - (raw_s & 1023)) & 1023);
     const int tid = threadIdx.x, wg = tid >> 7, warp = tid >> 5 & 3, lane = tid & 31, g = lane >> 2, cq = lane & 3;
-    const int32_t e = a.tiles[2 * blockIdx.x], row0 = a.tiles[2 * blockIdx.x + 1];
-    const int32_t n0 = (int32_t)blockIdx.y * MG_BN, z = (int32_t)blockIdx.z, n_k = (a.K + MG_BK - 1) / MG_BK;
+    /* x: the output columns (then the second product), y: the tile; a
+     * tile's blocks run together and share its rows through the L2, and
+     * an expert's tiles follow each other and share its weights, where
+     * the tiles fastest read every row from memory once a column block */
+    const int32_t n_n = (a.N + MG_BN - 1) / MG_BN, n0 = (int32_t)(blockIdx.x % n_n) * MG_BN,
+                  z = (int32_t)(blockIdx.x / n_n), n_k = (a.K + MG_BK - 1) / MG_BK;
+    const int32_t e = a.tiles[2 * blockIdx.y], row0 = a.tiles[2 * blockIdx.y + 1];
     if (tid == 0) {
         for (int i = 0; i < MG_NS; i++) {
             mbar_init(&full_bar[i], 1);
@@ -151,6 +156,7 @@ int cuda_moe_gemm(struct cuda_backend *c, const void *w0, const void *w1, const 
         return -1;
     const moe_gemm_args a = {tiles, start, {(const CUtensorMap *)w0, (const CUtensorMap *)w1}, {out0, out1},
                              (int32_t)N, (int32_t)K};
-    k_moe_gemm<<<dim3((unsigned)n_tiles, cdiv(N, MG_BN), w1 ? 2 : 1), 384, smem, c->stream>>>(a, xm);
+    assert(n_tiles <= 65535); /* a grid's y */
+    k_moe_gemm<<<dim3(cdiv(N, MG_BN) * (w1 ? 2 : 1), (unsigned)n_tiles), 384, smem, c->stream>>>(a, xm);
     return CUDA_LAUNCHED(c);
 }
