@@ -908,9 +908,9 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
     cuda_host_wait(c);
     /* The scratch: the counts [E]; the slices' starts [E + 1] and the
      * products' pointers (3 for each of the n_q weight passes of each
-     * expert) or the grouped products' tiles, uploaded together; the list (rows [n_pad], token rows [nk],
-     * weights [nk]); the chunks' counts (hist [n_chunk][E]); the experts'
-     * inputs and outputs. Pinned
+     * expert) or the grouped products' tiles, uploaded together; the list
+     * (rows [n_pad], token rows [nk], weights [nk]); the chunks' counts
+     * (hist [n_chunk][E]); the experts' inputs and outputs. Pinned
      * (c->moe_pin): the counts back, then the starts and pointers as they
      * go up, then the plan's other arrays and sort keys. The pointers are
      * 16-byte aligned: cuBLAS's batched products take every pointer in the
