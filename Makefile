@@ -23,8 +23,8 @@ CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudar
 NVFLAGS   ?= -O3 -g -lineinfo
 NVFLAGS   += -std=c++17 -Xcompiler -Wall,-Wextra -MMD -MP
 NVARCH    := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
-# wgmma is sm_90a's alone: flash_sm90.cu is built for it, plus PTX without it for newer GPUs
-build/src/backend/cuda/flash_sm90.o: NVARCH := -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90
+# wgmma is sm_90a's alone: flash_sm90.cu and moe_gemm.cu are built for it, plus PTX without it for newer GPUs
+build/src/backend/cuda/flash_sm90.o build/src/backend/cuda/moe_gemm.o: NVARCH := -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90
 endif
 
 SRC     := $(wildcard src/base/*.c src/model/*.c src/backend/*.c src/backend/cpu/*.c src/backend/cuda/*.c src/engine/*.c src/tokenizer/*.c src/chat/*.c src/server/*.c src/hub/*.c)

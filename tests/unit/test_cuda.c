@@ -855,11 +855,26 @@ void test_cuda_moe(void)
     both_close(&b);
     /* fast mode (bf16 activations, one product where precise makes two):
      * the small forms again, within bf16 rounding (70 tokens: the router
-     * past CUDA_SMALL_N, where picks may swap) */
-    if (both_open(&b, false) != 0)
-        return both_close(&b);
-    moe_case(&b, 16, 4, 64, 40, small, 5, 1, 1e-2, true);
-    both_close(&b);
+     * past CUDA_SMALL_N, where picks may swap); 600 tokens over 8 experts
+     * (slices of ~150 rows: two of moe_gemm.cu's 128-row tiles, inputs
+     * of 256 and 192 in stages of 64, 192 outputs in a tile of 256). On
+     * Hopper large batches take moe_gemm.cu's grouped products; the second
+     * pass (KAPITSA_CUDA_TMA=0) cuBLAS's batched ones. */
+    const int32_t big[] = {600};
+    const bool tma_set = getenv("KAPITSA_CUDA_TMA") != NULL;
+    for (int pass = 0; pass < (tma_set ? 1 : 2); pass++) {
+        if (pass == 1)
+            setenv("KAPITSA_CUDA_TMA", "0", 1);
+        if (both_open(&b, false) != 0) {
+            both_close(&b);
+            break;
+        }
+        moe_case(&b, 16, 4, 64, 40, small, 5, 1, 1e-2, true);
+        moe_case(&b, 8, 2, 256, 192, big, 1, 1, 1e-2, true);
+        both_close(&b);
+    }
+    if (!tma_set)
+        unsetenv("KAPITSA_CUDA_TMA");
 }
 
 /* the gated delta rule of the batch set (n rows, states in n_slots slots),

@@ -166,6 +166,23 @@ struct flash_sm90_args {
 bool cuda_flash_sm90_fits(const struct cuda_backend *c, int32_t head_dim);
 /* the tensor-map encoder into c->tma_encode; false where the driver has none (flash_sm90 then copies by cp.async) */
 bool cuda_flash_sm90_init(struct cuda_backend *c);
+
+/* moe_gemm.cu: a large batch's expert products in fast mode on Hopper, one
+ * grouped launch a product over the unpadded sorted list */
+#define MOE_GEMM_ROWS 128 /* rows of one expert's slice a block: the host's tiles */
+bool cuda_moe_gemm_fits(const struct cuda_backend *c);
+/* the tensor maps of a layer's expert weights on the device, [3][E] (gate,
+ * up, down; gate's zeros where there is none), for cuda_moe_gemm; freed by
+ * cudaFree. NULL on failure (c->failed, a message). */
+void *cuda_moe_gemm_maps(struct cuda_backend *c, const struct moe_experts *ex);
+/* out0 = x . w0^T (and out1 = x . w1^T where w1 is not NULL) over the rows
+ * of tiles [n_tiles][2] (an expert e, a first row; the tile's rows run to
+ * min(row + MOE_GEMM_ROWS, start[e + 1])): x [n_rows][K] bf16 (K a multiple
+ * of 8), w0 and w1 an [E] array of cuda_moe_gemm_maps' maps of [N][K]
+ * weights, outputs [n_rows][N] fp32. 0, or -1 with c->failed. */
+int cuda_moe_gemm(struct cuda_backend *c, const void *w0, const void *w1, const __nv_bfloat16 *x, int64_t n_rows,
+                  int64_t K, int64_t N, const int32_t *tiles, int32_t n_tiles, const int32_t *start, float *out0,
+                  float *out1);
 void cuda_flash_sm90(struct cuda_backend *c, const struct flash_sm90_args *a, int32_t head_dim);
 
 void cuda_embed(struct backend *be, struct tensor *out, const struct tensor *table);

@@ -37,8 +37,8 @@
  * PTX without the kernel's body, for newer GPUs), and the backend launches
  * the kernel only on a device of compute capability 9.0 (c->wgmma). */
 #include "cuda_impl.h"
+#include "sm90.h"
 
-#include <cudaTypedefs.h>
 #include <math.h>
 
 /* the tensor maps of the bf16 copies the producer warp fetches tiles by:
@@ -50,48 +50,7 @@ struct fw_maps {
 
 #define FW_ROWS CUDA_FA_ROWS /* query rows per warpgroup: a row tile (d.fa_tile) */
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define FW_WGMMA 1
-#else
-#define FW_WGMMA 0
-#endif
-
 #if FW_WGMMA
-/* byte offset of bf16 element k (< 64) of row r in a swizzled tile of 128-byte rows */
-static __device__ __forceinline__ uint32_t fw_swz(int r, int k)
-{
-    return (uint32_t)(r * 128 + ((((k >> 3) ^ r) & 7) << 4) + (k & 7) * 2);
-}
-
-/* descriptor of a K-major, 128-byte-swizzled operand at shared address s:
- * 8-row atoms 1024 bytes apart (the leading offset is unused in this mode) */
-static __device__ __forceinline__ uint64_t fw_desc(uint32_t s)
-{
-    return (uint64_t)((s & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
-}
-
-static __device__ __forceinline__ void wg_fence(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-static __device__ __forceinline__ void wg_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-static __device__ __forceinline__ void wg_wait_all(void) { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-/* all but the most recent group */
-static __device__ __forceinline__ void wg_wait_one(void) { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
-
-/* a wgmma accumulator's registers as asm operands: row j of d[][4], or its first 8 or 16 rows */
-#define FW_ACC1(d, j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
-#define FW_ACC8(d)                                                                                             \
-    FW_ACC1(d, 0), FW_ACC1(d, 1), FW_ACC1(d, 2), FW_ACC1(d, 3), FW_ACC1(d, 4), FW_ACC1(d, 5), FW_ACC1(d, 6),   \
-        FW_ACC1(d, 7)
-#define FW_ACC16(d)                                                                                            \
-    FW_ACC8(d), FW_ACC1(d, 8), FW_ACC1(d, 9), FW_ACC1(d, 10), FW_ACC1(d, 11), FW_ACC1(d, 12), FW_ACC1(d, 13),  \
-        FW_ACC1(d, 14), FW_ACC1(d, 15)
-
-/* keeps the compiler from touching accumulators across an asynchronous product */
-template <int N> static __device__ __forceinline__ void wg_pin(float (*d)[4])
-{
-#pragma unroll
-    for (int j = 0; j < N; j++)
-        asm volatile("" : FW_ACC1(d, j)::"memory");
-}
 /* 2^x as the MUFU computes it, results below 2^-126 flushed to zero: exp2f
  * without fast math adds a compare and two multiplies a score to keep
  * those subnormal, and a subnormal p weighs nothing beside a row's sum of
@@ -101,77 +60,6 @@ static __device__ __forceinline__ float fw_exp2(float x)
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
-}
-
-/* shared memory written by the threads (generic proxy) is read by wgmma (async proxy) after the next barrier */
-static __device__ __forceinline__ void fence_async_shared(void)
-{
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-/* d (= or +=, acc) A B: A [64][16] and B [64][16] K-major in shared memory */
-static __device__ __forceinline__ void wg_ss_n64(float (*d)[4], uint64_t da, uint64_t db, int acc)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : FW_ACC8(d)
-                 : "l"(da), "l"(db), "r"(acc));
-}
-
-/* d (= or +=, acc) A B: A [64][16] and B [128][16] K-major in shared memory */
-static __device__ __forceinline__ void wg_ss_n128(float (*d)[4], uint64_t da, uint64_t db, int acc)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : FW_ACC16(d)
-                 : "l"(da), "l"(db), "r"(acc));
-}
-
-/* d += A B: A [64][16] in registers (mma.sync's row-operand layout per warp), B [64][16] K-major in shared memory */
-static __device__ __forceinline__ void wg_rs_n64(float (*d)[4], const uint32_t *a, uint64_t db)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
-                 : FW_ACC8(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
-}
-
-/* d += A B: A [64][16] in registers (mma.sync's row-operand layout per warp), B [128][16] K-major in shared memory */
-static __device__ __forceinline__ void wg_rs_n128(float (*d)[4], const uint32_t *a, uint64_t db)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
-                 : FW_ACC16(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
-}
-
-static __device__ __forceinline__ void mbar_init(uint64_t *b, unsigned n)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(b)), "r"(n));
-}
-static __device__ __forceinline__ void mbar_expect(uint64_t *b, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(b)),
-                 "r"(bytes)
-                 : "memory");
-}
-static __device__ __forceinline__ void mbar_arrive(uint64_t *b)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"((unsigned)__cvta_generic_to_shared(b)) : "memory");
-}
-static __device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity)
-{
-    asm volatile("{\n .reg .pred p;\n W_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W_%=;\n}\n" ::"r"(
-                     (unsigned)__cvta_generic_to_shared(b)),
-                 "r"(parity)
-                 : "memory");
-}
-/* a box of map m at coordinates (x, y, z) into shared memory at dst, completing on mbarrier bar */
-static __device__ __forceinline__ void tma3(uint32_t dst, const CUtensorMap *m, int x, int y, int z, uint64_t *bar)
-{
-    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst),
-                 "l"((uint64_t)m), "r"(x), "r"(y), "r"(z), "r"((unsigned)__cvta_generic_to_shared(bar))
-                 : "memory");
 }
 
 #endif
@@ -266,7 +154,7 @@ __global__ void __launch_bounds__(NWG * 128 + (TMA ? 128 : 0), MINB)
             const __nv_bfloat162 p = __float22bfloat162_rn(src[i]);
             v[i] = *(const uint32_t *)&p;
         }
-        *(uint4 *)(qs + (c / 8) * SUB + fw_swz(r, c % 8 * 8)) = make_uint4(v[0], v[1], v[2], v[3]);
+        *(uint4 *)(qs + (c / 8) * SUB + wg_swz(r, c % 8 * 8)) = make_uint4(v[0], v[1], v[2], v[3]);
     }
     if (lane == 0) {
         atomicMax(&v_end, w_end);
@@ -286,7 +174,7 @@ __global__ void __launch_bounds__(NWG * 128 + (TMA ? 128 : 0), MINB)
     constexpr int T = NWG * 128, CK = HD / 8, KR = T / CK, VR = T / (KT / 8);
     const int kc = tid % CK, kr0 = tid / CK, vc = tid % (KT / 8), vr0 = tid / (KT / 8);
     const uint32_t k_sm = (uint32_t)(kc / 8) * KSUB + (uint32_t)kr0 * 128,
-                   v_sm = (uint32_t)(vc / 8) * VSUB + fw_swz(vr0, vc % 8 * 8);
+                   v_sm = (uint32_t)(vc / 8) * VSUB + wg_swz(vr0, vc % 8 * 8);
     const __nv_bfloat16 *const k_src = kb + kc * 8, *const v_src = vt + (int64_t)vr0 * total + vc * 8;
     auto fetch = [&](int32_t tile, int st) {
         uint8_t *ks = stages + st * 2 * KVT, *vs = ks + KVT;
@@ -317,7 +205,7 @@ __global__ void __launch_bounds__(NWG * 128 + (TMA ? 128 : 0), MINB)
     auto qk = [&](uint32_t ks_s) {
 #pragma unroll
         for (int kt = 0; kt < NK; kt++) {
-            const uint64_t dq = fw_desc(qs_s + kt / 4 * SUB + kt % 4 * 32), dk = fw_desc(ks_s + kt / 4 * KSUB + kt % 4 * 32);
+            const uint64_t dq = wg_desc(qs_s + kt / 4 * SUB + kt % 4 * 32), dk = wg_desc(ks_s + kt / 4 * KSUB + kt % 4 * 32);
             if constexpr (KT == 128)
                 wg_ss_n128(s, dq, dk, kt > 0);
             else
@@ -331,12 +219,12 @@ __global__ void __launch_bounds__(NWG * 128 + (TMA ? 128 : 0), MINB)
         for (int kk = 0; kk < KT / 16; kk++) {
             const uint32_t v_s = vs_s + kk / 4 * VSUB + kk % 4 * 32;
             if constexpr (HD == 256) {
-                wg_rs_n128(o, p[kk], fw_desc(v_s));
-                wg_rs_n128(o + 16, p[kk], fw_desc(v_s + 128 * 128));
+                wg_rs_n128(o, p[kk], wg_desc(v_s));
+                wg_rs_n128(o + 16, p[kk], wg_desc(v_s + 128 * 128));
             } else if constexpr (HD == 128) {
-                wg_rs_n128(o, p[kk], fw_desc(v_s));
+                wg_rs_n128(o, p[kk], wg_desc(v_s));
             } else {
-                wg_rs_n64(o, p[kk], fw_desc(v_s));
+                wg_rs_n64(o, p[kk], wg_desc(v_s));
             }
         }
         wg_commit();
@@ -516,22 +404,28 @@ bool cuda_flash_sm90_init(struct cuda_backend *c)
            q == cudaDriverEntryPointSuccess;
 }
 
-/* the tensor maps of a's copies at head dim hd; false where the driver has
- * no encoder (c->tma_encode NULL) or refuses */
-static bool fw_maps_make(const struct cuda_backend *c, struct fw_maps *m, const struct flash_sm90_args *a, int32_t hd)
+int cuda_tma_map(const struct cuda_backend *c, CUtensorMap *m, const void *base, int rank, const uint64_t *dims,
+                 const uint64_t *strides, const uint32_t *box)
 {
     const PFN_cuTensorMapEncodeTiled_v12000 encode = (PFN_cuTensorMapEncodeTiled_v12000)c->tma_encode;
-    if (!encode)
-        return false;
-    const cuuint64_t T = (cuuint64_t)a->kv_total, H = (cuuint64_t)hd, NKV = (cuuint64_t)a->n_kv_head;
-    const cuuint64_t kd[3] = {H, T, NKV}, ks[2] = {H * 2, T * H * 2}, vd[3] = {T, H, NKV}, vs[2] = {T * 2, H * T * 2};
-    const cuuint32_t kb[3] = {64, 128, 1}, vb[3] = {64, (cuuint32_t)hd, 1}, es[3] = {1, 1, 1};
-    return encode(&m->k, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)a->kb, kd, ks, kb, es,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS &&
-           encode(&m->v, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)a->vt, vd, vs, vb, es,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    const cuuint32_t es[3] = {1, 1, 1};
+    assert(rank == 2 || rank == 3);
+    return encode && encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, (cuuint32_t)rank, (void *)base, (const cuuint64_t *)dims,
+                            (const cuuint64_t *)strides, (const cuuint32_t *)box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS
+               ? 0
+               : -1;
+}
+
+/* the tensor maps of a's copies at head dim hd; false where the driver has
+ * no encoder or refuses */
+static bool fw_maps_make(const struct cuda_backend *c, struct fw_maps *m, const struct flash_sm90_args *a, int32_t hd)
+{
+    const uint64_t T = (uint64_t)a->kv_total, H = (uint64_t)hd, NKV = (uint64_t)a->n_kv_head;
+    const uint64_t kd[3] = {H, T, NKV}, ks[2] = {H * 2, T * H * 2}, vd[3] = {T, H, NKV}, vs[2] = {T * 2, H * T * 2};
+    const uint32_t kb[3] = {64, 128, 1}, vb[3] = {64, (uint32_t)hd, 1};
+    return cuda_tma_map(c, &m->k, a->kb, 3, kd, ks, kb) == 0 && cuda_tma_map(c, &m->v, a->vt, 3, vd, vs, vb) == 0;
 }
 
 bool cuda_flash_sm90_fits(const struct cuda_backend *c, int32_t head_dim)

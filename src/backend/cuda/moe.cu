@@ -18,9 +18,12 @@
  * batches build the same lists on the host (the ids copied back, a counting
  * sort), gather every expert's rows at once, run each expert's products over
  * its slice (bf16 experts: cuBLAS on inputs rounded to bf16 once, the slices
- * padded to a few sizes and the experts of one size in one batched call) and
- * the activation and combine over the whole list. */
+ * padded to a few sizes and the experts of one size in one batched call;
+ * on Hopper in fast mode moe_gemm.cu's grouped products over unpadded
+ * slices) and the activation and combine over the whole list. */
 #include "cuda_impl.h"
+
+#include <cuda.h>
 
 extern "C" {
 #include "moe_sort.h"
@@ -35,12 +38,14 @@ extern "C" {
 
 /* A layer's expert weight pointers on the device: [3][n_expert] (gate, up,
  * down; gate NULL for relu^2 experts), and the host copy they are checked
- * against, so that a model loaded where another was never finds its table. */
+ * against, so that a model loaded where another was never finds its table;
+ * the weights' tensor maps for moe_gemm.cu, made at their first need. */
 struct moe_table {
     const struct tensor *up;
     int32_t n_expert;
     const void **host;
     const uint16_t **dev;
+    void *maps; /* cuda_moe_gemm_maps' [3][n_expert], or NULL */
 };
 
 static __device__ int64_t route_best(const float *p, int64_t E, const int32_t *taken, int32_t n_taken,
@@ -673,6 +678,47 @@ static void moe_ffn_bf16(struct cuda_backend *c, const struct moe_experts *ex, c
             return;
 }
 
+static struct moe_table *moe_table_get(struct cuda_backend *c, const struct moe_experts *ex);
+
+/* The experts of a large batch in bf16 on moe_gemm.cu's grouped products,
+ * fast mode: the unpadded compact rows gathered and rounded to bf16, gate
+ * and up in one launch, the activation rounded the same way, down. tiles:
+ * [n_tiles][2] on the device (moe_tiles_fill); maps: the layer's
+ * cuda_moe_gemm_maps. xb: room for [n][max(hidden, inter)] floats, used as
+ * bf16 pairs. */
+static void moe_ffn_grouped(struct cuda_backend *c, const struct moe_experts *ex, const struct moe_sort *s,
+                            const CUtensorMap *maps, const int32_t *d_tiles, int32_t n_tiles, const int32_t *d_start,
+                            const int32_t *d_rows, const struct tensor *x, float *xb, float *g, float *u, float *y)
+{
+    const int64_t hidden = x->n_cols, inter = ex->up[0].n_rows, n = s->n_pad, E = ex->n_expert;
+    __nv_bfloat16 *hi = (__nv_bfloat16 *)xb;
+    cuda_gather_bf16(c, (const float *)x->data, x->row_stride, d_rows, n, hidden, hi, NULL);
+    if (cuda_moe_gemm(c, ex->gate ? maps : maps + E, ex->gate ? maps + E : NULL, hi, n, hidden, inter, d_tiles,
+                      n_tiles, d_start, ex->gate ? g : u, ex->gate ? u : NULL) != 0)
+        return;
+    const struct tensor ut = {DT_F32, n, inter, inter, u, false};
+    const struct mm_fused act = {ex->gate ? MM_PRE_SWIGLU : MM_PRE_RELU2, NULL, 0.0f, &ut, false, NULL, NULL};
+    cuda_pre_split(c, ex->gate ? g : u, inter, n, (int32_t)inter, &act, hi, NULL);
+    cuda_moe_gemm(c, maps + 2 * E, NULL, hi, n, inter, hidden, d_tiles, n_tiles, d_start, y, NULL);
+}
+
+/* moe_ffn_grouped's tiles [n_tiles][2] into t: an expert, the first row of
+ * MOE_GEMM_ROWS of its slice; the largest experts first, so that the last
+ * wave is short. The count. */
+static int32_t moe_tiles_fill(int32_t *t, const struct moe_sort *s)
+{
+    int32_t n = 0;
+    for (int32_t i = s->n_act - 1; i >= 0; i--) {
+        const int32_t e = s->order[i];
+        for (int32_t r = s->start[e]; r < s->start[e + 1]; r += MOE_GEMM_ROWS) {
+            t[2 * n] = e;
+            t[2 * n + 1] = r;
+            n++;
+        }
+    }
+    return n;
+}
+
 /* The experts of a large batch in any dtype: the compact rows gathered as
  * fp32 (xc: [nk][hidden]), each expert's products over its slice (cuBLAS for
  * long bf16 slices), the activation over all rows. */
@@ -854,26 +900,33 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
     const int32_t passes = c->precise ? 2 : 1, n_q = ((ex->gate ? 2 : 1) + 1) * passes;
     /* the bf16 products' inputs are staged 8 floats at a time */
     const bool bf16 = moe_bf16(ex) && inter % 8 == 0 && cuda_rows_vec8((const float *)x->data, x->row_stride, hidden);
+    /* fast mode on Hopper: moe_gemm.cu's grouped products, no padding */
+    struct moe_table *tab = bf16 && cuda_moe_gemm_fits(c) ? moe_table_get(c, ex) : NULL;
+    if (tab && !tab->maps && !(tab->maps = cuda_moe_gemm_maps(c, ex)))
+        return;
+    const bool grouped = tab != NULL, pad = bf16 && !grouped;
     cuda_host_wait(c);
     /* The scratch: the counts [E]; the slices' starts [E + 1] and the
      * products' pointers (3 for each of the n_q weight passes of each
-     * expert), uploaded together; the list (rows [n_pad], token rows [nk],
-     * weights [nk]); the chunks' counts (hist [n_chunk][E]); the experts'
-     * inputs and outputs. Pinned
+     * expert) or the grouped products' tiles, uploaded together; the list
+     * (rows [n_pad], token rows [nk], weights [nk]); the chunks' counts
+     * (hist [n_chunk][E]); the experts' inputs and outputs. Pinned
      * (c->moe_pin): the counts back, then the starts and pointers as they
      * go up, then the plan's other arrays and sort keys. The pointers are
      * 16-byte aligned: cuBLAS's batched products take every pointer in the
      * arrays as 16-byte aligned (an odd count of active experts with gate,
      * up and down in one pass left them 8 bytes off: NaN outputs). */
     const size_t cnt_bytes = ((size_t)E * 4 + 15) & ~(size_t)15, start_bytes = ((size_t)(E + 1) * 4 + 15) & ~(size_t)15,
-                 ptr_cap = ((size_t)n_q * 3 * E * sizeof(void *) + 15) & ~(size_t)15,
+                 ptr_cap = ((grouped ? (size_t)(nk / MOE_GEMM_ROWS + E) * 2 * 4 : (size_t)n_q * 3 * E * sizeof(void *)) +
+                            15) &
+                           ~(size_t)15,
                  list_cap = ((size_t)(n_cap + 2 * nk) * 4 + 15) & ~(size_t)15,
                  hist_bytes = ((size_t)n_chunk * E * 4 + 15) & ~(size_t)15,
                  plan_bytes = ((size_t)(3 * E + 1) * 4 + 7) & ~(size_t)7;
     const size_t up_off = cnt_bytes, key_off = cnt_bytes + start_bytes + ptr_cap + plan_bytes;
     char *pin = moe_pinned(c, key_off + (size_t)E * sizeof(int64_t));
     const int64_t xw = hidden > inter ? hidden : inter; /* the gathered input, then the activation as bf16 */
-    const int64_t rows_cap = bf16 ? n_cap : nk;
+    const int64_t rows_cap = pad ? n_cap : nk;
     /* sized for the most padding any routing gets, so that it never grows
      * from one layer to the next */
     char *buf = pin ? (char *)cuda_scratch(c, SCR_MOE, cnt_bytes + start_bytes + ptr_cap + list_cap + hist_bytes +
@@ -903,13 +956,14 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
     /* a bucket's calls: gate and up together (or up), then down, each
      * pass; a row's FLOPs: its weights', each pass */
     const double row_flops = 2.0 * (double)hidden * (double)inter * (ex->gate ? 3 : 2) * passes;
-    moe_sort_plan(&s, cnt, E, bf16, row_flops, 2 * passes, (int64_t *)(pin + key_off));
-    const size_t ptr_bytes = bf16 ? (size_t)n_q * 3 * s.n_act * sizeof(void *) : 0;
+    moe_sort_plan(&s, cnt, E, pad, row_flops, 2 * passes, (int64_t *)(pin + key_off));
+    const int32_t n_tiles = grouped ? moe_tiles_fill((int32_t *)(pin + up_off + start_bytes), &s) : 0;
+    const size_t ptr_bytes = grouped ? (size_t)n_tiles * 2 * 4 : pad ? (size_t)n_q * 3 * s.n_act * sizeof(void *) : 0;
     int32_t *d_tpos = d_rows + s.n_pad;
     float *d_tw = (float *)(d_tpos + nk);
     float *xc = (float *)(buf + up_off + start_bytes + ptr_cap + list_cap + hist_bytes), *g = xc + s.n_pad * xw,
           *u = g + s.n_pad * inter, *y = u + s.n_pad * inter;
-    if (bf16)
+    if (pad)
         moe_ptrs_fill((void **)(pin + up_off + start_bytes), &s, ex, hidden, passes, xc, g, u, y);
     /* not waited for: the host goes on to enqueue the next layer while the
      * GPU runs this one's experts (c->moe_pin says why the pinned buffer
@@ -922,7 +976,10 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
                                                         k, E, d_start, d_hist, d_cnt, d_rows, d_tpos, d_tw);
     if (CUDA_LAUNCHED(c) != 0)
         return;
-    if (bf16)
+    if (grouped)
+        moe_ffn_grouped(c, ex, &s, (const CUtensorMap *)tab->maps, (const int32_t *)d_ptr, n_tiles, d_start, d_rows, x,
+                        xc, g, u, y);
+    else if (pad)
         moe_ffn_bf16(c, ex, &s, d_ptr, d_rows, x, xc, g, u);
     else
         moe_ffn_any(be, ex, s.start, d_rows, x, nk, xc, g, u, y);
@@ -931,7 +988,7 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
 
 /* The layer's table of expert weights on the device (built or rebuilt
  * while the forward waits on the host); NULL on failure. */
-static const uint16_t **moe_table_get(struct cuda_backend *c, const struct moe_experts *ex)
+static struct moe_table *moe_table_get(struct cuda_backend *c, const struct moe_experts *ex)
 {
     const int32_t E = ex->n_expert;
     const struct tensor *mats[3] = {ex->gate, ex->up, ex->down};
@@ -944,7 +1001,7 @@ static const uint16_t **moe_table_get(struct cuda_backend *c, const struct moe_e
         for (int32_t e = 0; e < E && same; e++)
             same = tab->host[m * E + e] == (mats[m] ? mats[m][e].data : NULL);
     if (same)
-        return tab->dev;
+        return tab;
     cuda_host_wait(c);
     if (!tab) {
         struct moe_table *grown =
@@ -960,6 +1017,7 @@ static const uint16_t **moe_table_get(struct cuda_backend *c, const struct moe_e
         tab->n_expert = E;
         tab->host = (const void **)calloc((size_t)3 * E, sizeof(void *));
         tab->dev = NULL;
+        tab->maps = NULL;
         if (!tab->host || CUDA_CHECK(c, cudaMalloc((void **)&tab->dev, (size_t)3 * E * sizeof(void *))) != 0) {
             c->failed = true;
             err_set("cuda: out of memory for the expert table");
@@ -969,11 +1027,13 @@ static const uint16_t **moe_table_get(struct cuda_backend *c, const struct moe_e
     for (int m = 0; m < 3; m++)
         for (int32_t e = 0; e < E; e++)
             tab->host[m * E + e] = mats[m] ? mats[m][e].data : NULL;
+    cudaFree(tab->maps); /* another model's weights: made again at their first need */
+    tab->maps = NULL;
     if (CUDA_CHECK(c, cudaMemcpyAsync(tab->dev, tab->host, (size_t)3 * E * sizeof(void *), cudaMemcpyHostToDevice,
                                       c->stream)) != 0 ||
         CUDA_CHECK(c, cudaStreamSynchronize(c->stream)) != 0)
         return NULL;
-    return tab->dev;
+    return tab;
 }
 
 void cuda_moe_free(struct cuda_backend *c)
@@ -984,6 +1044,7 @@ void cuda_moe_free(struct cuda_backend *c)
     for (int32_t i = 0; i < c->n_moe_tabs; i++) {
         free(c->moe_tabs[i].host);
         cudaFree(c->moe_tabs[i].dev);
+        cudaFree(c->moe_tabs[i].maps);
     }
     free(c->moe_tabs);
     c->moe_tabs = NULL;
@@ -1003,7 +1064,8 @@ void cuda_moe(struct backend *be, struct tensor *out, const struct tensor *x, co
         return;
     const bool small =
         n <= CUDA_SMALL_N && inter % 8 == 0 && cuda_rows_vec8((const float *)h->data, h->row_stride, hidden);
-    const uint16_t **tab = small && moe_bf16(ex) ? moe_table_get(c, ex) : NULL;
+    const struct moe_table *mt = small && moe_bf16(ex) ? moe_table_get(c, ex) : NULL;
+    const uint16_t **tab = mt ? mt->dev : NULL;
     if (c->failed)
         return;
     if (!tab) {
