@@ -629,7 +629,8 @@ struct backend *cuda_backend_init(int32_t dev, bool precise)
     c->pdl = p.major >= 9 && !(getenv("KAPITSA_CUDA_PDL") && strcmp(getenv("KAPITSA_CUDA_PDL"), "0") == 0);
     c->wgmma = p.major == 9 && p.minor == 0 &&
                !(getenv("KAPITSA_CUDA_WGMMA") && strcmp(getenv("KAPITSA_CUDA_WGMMA"), "0") == 0);
-    /* KAPITSA_CUDA_TMA=0: flash_sm90 copies every tile by cp.async */
+    /* KAPITSA_CUDA_TMA=0: flash_sm90 copies every tile by cp.async, a large
+     * MoE batch's experts run on cuBLAS */
     if (!c->wgmma || (getenv("KAPITSA_CUDA_TMA") && strcmp(getenv("KAPITSA_CUDA_TMA"), "0") == 0) ||
         !cuda_flash_sm90_init(c))
         c->tma_encode = NULL;

@@ -164,7 +164,8 @@ struct flash_sm90_args {
     float scale;
 };
 bool cuda_flash_sm90_fits(const struct cuda_backend *c, int32_t head_dim);
-/* the tensor-map encoder into c->tma_encode; false where the driver has none (flash_sm90 then copies by cp.async) */
+/* the tensor-map encoder into c->tma_encode; false where the driver has none
+ * (flash_sm90 then copies by cp.async, moe.cu's large batches use cuBLAS) */
 bool cuda_flash_sm90_init(struct cuda_backend *c);
 
 /* moe_gemm.cu: a large batch's expert products in fast mode on Hopper, one
