@@ -102,13 +102,8 @@ __global__ void __launch_bounds__(NWG * 128 + (TMA ? 128 : 0), MINB)
     if (tid == 0) {
         v_end = 0;
         v_full = INT32_MAX;
-        if (TMA) {
-            for (int i = 0; i < NST; i++) {
-                mbar_init(&full_bar[i], 1);
-                mbar_init(&empty_bar[i], NWG * 4);
-            }
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        }
+        if (TMA)
+            mbar_ring_init(full_bar, empty_bar, NST, NWG * 4);
     }
     __syncthreads();
     uint8_t *const stages = sm + NWG * QTILE;

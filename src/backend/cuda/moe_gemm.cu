@@ -46,13 +46,8 @@ __global__ void __launch_bounds__(384, 1) k_moe_gemm(const __grid_constant__ moe
     const int32_t n_n = (a.N + MG_BN - 1) / MG_BN, n0 = (int32_t)(blockIdx.x % n_n) * MG_BN,
                   z = (int32_t)(blockIdx.x / n_n), n_k = (a.K + MG_BK - 1) / MG_BK;
     const int32_t e = a.tiles[2 * blockIdx.y], row0 = a.tiles[2 * blockIdx.y + 1];
-    if (tid == 0) {
-        for (int i = 0; i < MG_NS; i++) {
-            mbar_init(&full_bar[i], 1);
-            mbar_init(&empty_bar[i], 8);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (tid == 0)
+        mbar_ring_init(full_bar, empty_bar, MG_NS, 8);
     __syncthreads();
     if (wg == 2) { /* the producer: its registers go to the consumers (168 at launch: 40 here, 232 there) */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");

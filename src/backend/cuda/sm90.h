@@ -131,6 +131,18 @@ static __device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity)
                  "r"(parity)
                  : "memory");
 }
+/* a ring of n stages handed from one TMA producer to consumer warps: full[i]
+ * completes with the producer's arrival and its copies' bytes, empty[i]
+ * with an arrival from each of the `consumers` warps done with the stage.
+ * One thread calls it, before the block's first barrier. */
+static __device__ __forceinline__ void mbar_ring_init(uint64_t *full, uint64_t *empty, int n, unsigned consumers)
+{
+    for (int i = 0; i < n; i++) {
+        mbar_init(&full[i], 1);
+        mbar_init(&empty[i], consumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
 /* a box of map m at coordinates (x, y, z) into shared memory at dst, completing on mbarrier bar */
 static __device__ __forceinline__ void tma3(uint32_t dst, const CUtensorMap *m, int x, int y, int z, uint64_t *bar)
 {
