@@ -251,17 +251,19 @@ void test_cuda_matmul_fused(void)
                 pair_free(&b, &ab);
             }
     /* a K split across blocks (their sums of squares added by the last; a
-     * lone token's by the warps of one block), and rows enough for whole
-     * waves with K whole (each block's own sums); precise, then fast (bf16
-     * activations, within their rounding of the cpu) */
-    const int32_t inv_M[] = {Ms[0], 32768}, inv_K[] = {K, 256};
-    for (int sh = 0; sh < 4; sh++) {
-        if (sh == 2) {
+     * lone token's by the warps of one block), rows enough for whole waves
+     * with K whole (each block's own sums), and more units than a wave (a
+     * block taking several in turn, its slice staged once); precise, then
+     * fast (bf16 activations, within their rounding of the cpu) */
+    const int32_t inv_M[] = {Ms[0], 32768, 40960}, inv_K[] = {K, 256, 1024};
+    const int n_inv = (int)(sizeof inv_M / sizeof inv_M[0]);
+    for (int sh = 0; sh < 2 * n_inv; sh++) {
+        if (sh == n_inv) {
             both_close(&b);
             if (both_open(&b, false) != 0)
                 return both_close(&b);
         }
-        const int32_t M = inv_M[sh % 2], Ki = inv_K[sh % 2], n_max = 64, r = 3;
+        const int32_t M = inv_M[sh % n_inv], Ki = inv_K[sh % n_inv], n_max = 64, r = 3;
         struct pair x, norm, w, o1, o2;
         pair_make(&b, &x, DT_F32, n_max, Ki, 1.0f);
         pair_make(&b, &norm, DT_BF16, 1, Ki, 1.0f);
@@ -282,7 +284,7 @@ void test_cuda_matmul_fused(void)
             CHECK(memcmp(y1, y2, (size_t)M * 4) == 0, "matmul_fused [%d x %d]: row %d alone differs from it in a batch of %d",
                   M, Ki, r, nb[i]);
         }
-        if (sh >= 2) {
+        if (sh >= n_inv) {
             /* the cpu normalises into x's own copy, not read again */
             const struct mm_fused fc = {MM_PRE_RMSNORM, &norm.c, 1e-6f, NULL, false, &x.c, NULL};
             struct tensor *o2c = &o2.c;
