@@ -1008,8 +1008,9 @@ void test_cuda_recurrent(void)
  * products, within bf16's rounding): 300 rows in chunks of 16 (heads of 16,
  * 4 a group); 4500 rows in chunks of 64, past one segment of 2048 rows
  * twice, the last chunk partial (heads of 24, state 128). The delta rule's
- * pass (delta_gemm.cu, fp32 products): 300 rows (dk 64, dv 24) and 4500
- * (qwen3.5's 128 x 128), 2 key heads, 4 value heads. */
+ * pass (delta_gemm.cu, fp32 operands on TF32 tensor cores, within their
+ * rounding: errors of 6e-4 and 9e-4 measured on an H200): 300 rows (dk 64,
+ * dv 24) and 4500 (qwen3.5's 128 x 128), 2 key heads, 4 value heads. */
 static int32_t *prompt_batch(struct both *b, int32_t n)
 {
     int32_t *seq = malloc(sizeof(int32_t) * 4 * (size_t)n), *parent = seq + n, *sin_ = parent + n, *sout = sin_ + n;
@@ -1045,11 +1046,11 @@ static void conv_prompt_case(struct both *b, int32_t K, int32_t n)
     free(seq);
 }
 
-/* a prompt's delta rule in fast mode (fp32 products) */
+/* a prompt's delta rule in fast mode (TF32 products) */
 static void delta_prompt_case(struct both *b, int32_t dk, int32_t dv, int32_t n)
 {
     int32_t *seq = prompt_batch(b, n);
-    delta_case(b, dk, dv, n, 3, 1e-4, "prompt, fast");
+    delta_case(b, dk, dv, n, 3, 5e-3, "prompt, fast");
     free(seq);
 }
 

@@ -1,7 +1,8 @@
 /* delta_gemm: a prompt's chunked gated delta rule as batched cuBLAS products
- * (fp32), outside precise mode; the cpu's delta_rule_chunk and
- * torch_chunk_gated_delta_rule are the reference. Per chunk c and value head
- * h, with g the cumulative log decay and beta the rows' step sizes:
+ * (fp32 operands on TF32 tensor cores), outside precise mode; the cpu's
+ * delta_rule_chunk and torch_chunk_gated_delta_rule are the reference. Per
+ * chunk c and value head h, with g the cumulative log decay and beta the
+ * rows' step sizes:
  *   A_ts = -beta_t (k_t.k_s) e^{g_t-g_s} (s < t), T = (I - A)^-1,
  *   U = T diag(beta) V,  W = T diag(beta e^{g}) K,
  *   P_ts = (q_t.k_s) e^{g_t-g_s} (s <= t),
