@@ -927,7 +927,8 @@ static void mmv_run(struct cuda_backend *c, mmv_args *a, int32_t n_z, int32_t fi
 {
     int64_t m_sum;
     int32_t bx = mmv_setup(c, a, n_z, fill_z, f, &m_sum);
-    if (mmv_sliceable(a) && (a->plan || (int64_t)bx * a->n_split <= c->mmv_per_sm * c->n_sm)) {
+    const int32_t resident = c->mmv_per_sm * c->n_sm;
+    if (mmv_sliceable(a) && (a->plan || (int64_t)bx * a->n_split <= resident)) {
         /* as many warps as k_mmv's blocks would have, in blocks of 16 rows */
         bx = mmv_rows16(a);
         cuda_launch_dep(c, c->precise ? k_mmv_slices<true, false> : k_mmv_slices<false, false>, dim3(bx, 1, n_z),
@@ -962,7 +963,6 @@ static void mmv_run(struct cuda_backend *c, mmv_args *a, int32_t n_z, int32_t fi
      * of blocks, each staging its slice once and requesting its next unit's
      * weights before ending the one before (qwen3-8b's products of 24 tokens
      * on an H200: 5% faster; a lone token's: 1% slower, so not for one tile) */
-    const int32_t resident = c->mmv_per_sm * c->n_sm;
     if (a->nb > 1 && !a->plan && ks >= a->kslice && (int64_t)bx * a->n_split > resident && resident >= a->n_split) {
         a->per_split = resident / a->n_split < bx ? resident / a->n_split : bx;
         cuda_launch_dep(c, mmv_kernel(a->nb, c->precise, true), dim3(a->per_split * a->n_split),
