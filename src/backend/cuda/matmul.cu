@@ -257,7 +257,9 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
             wi++;
         blk = r - (wi ? a.bx_end[wi - 1] : 0);
         M = a.M[wi];
-        const uint16_t *wm = a.plan ? a.ew[wi][expert] : a.w[wi];
+        const uint16_t *wm = a.w[wi];
+        if (a.plan)
+            wm = a.ew[wi][expert];
         const int r0 = blk * MMV_ROWS + warp * 16;
         ok0 = r0 + g < M;
         ok1 = r0 + g + 8 < M;
