@@ -617,9 +617,10 @@ void test_cuda_rowwise(void)
          "copy_rows");
 #undef BOTH
     { /* wide rows: copy_rows in parts (pairs 0-2 in one launch, the last
-       * reading a row the third wrote); rmsnorm_gated with teams of 128
-       * threads (groups of 1250), of 256 past their kept values (5000) and
-       * of 32 keeping 7 values (200) */
+       * reading a row the third wrote); rmsnorm_gated by single columns
+       * with teams of 128 threads (groups of 1250, not a multiple of 4), and
+       * by 4 columns with teams of 256 past their kept units (5000), of 32
+       * keeping 2 units (200) and of 128 (1000) */
         struct pair wx, wz, wo, ww;
         pair_make(&b, &wx, DT_F32, 6, 5000, 3.0f);
         pair_make(&b, &wz, DT_F32, 6, 5000, 3.0f);
@@ -630,8 +631,8 @@ void test_cuda_rowwise(void)
         b.gpu->ops->copy_rows(b.gpu, &wx.g, s2, d2, 4);
         double e = pair_err(&b, &wx);
         CHECK(e == 0.0, "copy_rows of wide rows: err %.3g", e);
-        /* the last in place, as the models call it; in groups of 200 and 1000 a thread's last value lies past
-         * the group's end for 24 lanes of 32 (clamped loads) */
+        /* the last in place, as the models call it; in groups of 200, 1000 and 1250 the last unit of some
+         * threads lies past the group's end (clamped loads) */
         const struct {
             int64_t group;
             bool gf, in_place;

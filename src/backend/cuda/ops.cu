@@ -337,41 +337,85 @@ void cuda_permute_cols(struct backend *be, struct tensor *out, const struct tens
 
 static __device__ __forceinline__ float silu(float z) { return z / (1.0f + expf(-z)); }
 
+/* VEC consecutive floats at p (VEC 4: 16-byte aligned), and VEC weights at i */
+template <int VEC> static __device__ __forceinline__ void ld_vec(float *d, const float *p)
+{
+    if (VEC == 4) {
+        const float4 v = *(const float4 *)p;
+        d[0] = v.x, d[1] = v.y, d[2] = v.z, d[3] = v.w;
+    } else {
+        d[0] = *p;
+    }
+}
+template <int VEC> static __device__ __forceinline__ void st_vec(float *p, const float *d)
+{
+    if (VEC == 4)
+        *(float4 *)p = make_float4(d[0], d[1], d[2], d[3]);
+    else
+        *p = d[0];
+}
+template <int VEC> static __device__ __forceinline__ void w_vec(float *d, const void *w, enum dtype t, int64_t i)
+{
+    if (VEC == 4 && t == DT_BF16) {
+        const uint2 u = *(const uint2 *)((const uint16_t *)w + i);
+        const float4 v = bf16x4(u.x, u.y);
+        d[0] = v.x, d[1] = v.y, d[2] = v.z, d[3] = v.w;
+    } else if (VEC == 4 && t == DT_F32) {
+        ld_vec<VEC>(d, (const float *)w + i);
+    } else {
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            d[e] = dev_weight(w, t, i + e);
+    }
+}
+
 /* A team of `team` threads (32 to 256, a block's worth of teams) per (row,
- * group). Each thread loads its first V values (of the nv the group gives
- * it) of x, z and the weight at once, at clamped columns and before any is
- * used, so that no load waits behind another, and keeps them for the
- * output; a group wider than V * team computes the rest twice. */
-template <int V>
+ * group), each taking units of VEC consecutive columns (VEC 4: 16-byte
+ * loads and stores, where the group, strides and pointers allow them). Each
+ * thread loads its first V units (of the nv the group gives it) of x, z and
+ * the weight at once, at clamped units and before any is used, so that no
+ * load waits behind another, and keeps them for the output; a group wider
+ * than V * VEC * team computes the rest twice. */
+template <int V, int VEC>
 __global__ void __launch_bounds__(256) k_rmsnorm_gated(float *out, int64_t os, const float *x, int64_t xs,
                                                        const float *z, int64_t zs, const void *w, enum dtype wt,
                                                        bool w_full, int32_t group, int64_t groups, int64_t n_items,
                                                        float eps, bool gate_first, int32_t team)
 {
     __shared__ float part[8];
-    const int32_t lane = threadIdx.x % team, tw = team / 32, nv = (group + team - 1) / team;
+    const int32_t lane = threadIdx.x % team, tw = team / 32, n_u = group / VEC, nv = (n_u + team - 1) / team;
     const int64_t item = (int64_t)blockIdx.x * (blockDim.x / team) + threadIdx.x / team;
     const bool ok = item < n_items;
     const int64_t r = ok ? item / groups : 0, g0 = ok ? (item % groups) * group : 0, w0 = w_full ? g0 : 0;
     const float *a = x + r * xs + g0, *zr = z + r * zs + g0;
-    float t[V], zv[V], wv[V], ss = 0.0f;
+    float t[V][VEC], zv[V][VEC], wv[V][VEC], ss = 0.0f;
 #pragma unroll
     for (int j = 0; j < V; j++)
         if (j < nv) {
-            const int32_t c = min(lane + j * team, group - 1);
-            t[j] = a[c];
-            zv[j] = zr[c];
-            wv[j] = dev_weight(w, wt, w0 + c);
+            const int32_t c = min(lane + j * team, n_u - 1) * VEC;
+            ld_vec<VEC>(t[j], a + c);
+            ld_vec<VEC>(zv[j], zr + c);
+            w_vec<VEC>(wv[j], w, wt, w0 + c);
         }
 #pragma unroll
     for (int j = 0; j < V; j++)
         if (j < nv) {
-            t[j] = ok && lane + j * team < group ? (gate_first ? t[j] * silu(zv[j]) : t[j]) : 0.0f;
-            ss += t[j] * t[j];
+            const bool in = ok && lane + j * team < n_u;
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                t[j][e] = in ? (gate_first ? t[j][e] * silu(zv[j][e]) : t[j][e]) : 0.0f;
+                ss += t[j][e] * t[j][e];
+            }
         }
-    for (int32_t c = lane + V * team; ok && c < group; c += team) {
-        const float v = gate_first ? a[c] * silu(zr[c]) : a[c];
-        ss += v * v;
+    for (int32_t u = lane + V * team; ok && u < n_u; u += team) {
+        float av[VEC], zz[VEC];
+        ld_vec<VEC>(av, a + u * VEC);
+        ld_vec<VEC>(zz, zr + u * VEC);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) {
+            const float v = gate_first ? av[e] * silu(zz[e]) : av[e];
+            ss += v * v;
+        }
     }
     ss = warp_sum(ss);
     if (tw > 1) { /* the team's warps: consecutive warps of the block */
@@ -388,15 +432,28 @@ __global__ void __launch_bounds__(256) k_rmsnorm_gated(float *out, int64_t os, c
     float *o = out + r * os + g0;
 #pragma unroll
     for (int j = 0; j < V; j++) {
-        const int32_t c = lane + j * team;
-        if (j < nv && c < group) {
-            const float v = wv[j] * (t[j] * inv);
-            o[c] = gate_first ? v : v * silu(zv[j]);
+        const int32_t u = lane + j * team;
+        if (j < nv && u < n_u) {
+            float ov[VEC];
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                const float v = wv[j][e] * (t[j][e] * inv);
+                ov[e] = gate_first ? v : v * silu(zv[j][e]);
+            }
+            st_vec<VEC>(o + u * VEC, ov);
         }
     }
-    for (int32_t c = lane + V * team; c < group; c += team) {
-        const float v = dev_weight(w, wt, w0 + c) * ((gate_first ? a[c] * silu(zr[c]) : a[c]) * inv);
-        o[c] = gate_first ? v : v * silu(zr[c]);
+    for (int32_t u = lane + V * team; u < n_u; u += team) {
+        float av[VEC], zz[VEC], ww[VEC], ov[VEC];
+        ld_vec<VEC>(av, a + u * VEC);
+        ld_vec<VEC>(zz, zr + u * VEC);
+        w_vec<VEC>(ww, w, wt, w0 + u * VEC);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) {
+            const float v = ww[e] * ((gate_first ? av[e] * silu(zz[e]) : av[e]) * inv);
+            ov[e] = gate_first ? v : v * silu(zz[e]);
+        }
+        st_vec<VEC>(o + u * VEC, ov);
     }
 }
 
@@ -408,13 +465,23 @@ void cuda_rmsnorm_gated(struct backend *be, struct tensor *out, const struct ten
     const int64_t groups = x->n_cols / group, items = x->n_rows * groups;
     if (cuda_op_skip(c) || items == 0)
         return;
+    const bool vec = group % 4 == 0 && out->row_stride % 4 == 0 && x->row_stride % 4 == 0 &&
+                     z->row_stride % 4 == 0 && ((uintptr_t)out->data | (uintptr_t)x->data | (uintptr_t)z->data) % 16 == 0;
+    const int64_t n_u = vec ? group / 4 : group;
+    const int32_t v_max = vec ? 2 : 16;
     int32_t team = 32;
-    while (team < 256 && (int64_t)team * 16 < group)
+    while (team < 256 && (int64_t)team * v_max < n_u)
         team *= 2;
-    const int64_t nv = (group + team - 1) / team;
-    (nv <= 4 ? k_rmsnorm_gated<4> : nv <= 8 ? k_rmsnorm_gated<8> : k_rmsnorm_gated<16>)<<<cdiv(items * team, 256), 256,
-                                                                                       0, c->stream>>>(
-        (float *)out->data, out->row_stride, (const float *)x->data, x->row_stride, (const float *)z->data,
-        z->row_stride, w->data, w->type, w->n_cols != group, (int32_t)group, groups, items, eps, gate_first, team);
+    const int64_t nv = (n_u + team - 1) / team;
+    void (*k)(float *, int64_t, const float *, int64_t, const float *, int64_t, const void *, enum dtype, bool,
+              int32_t, int64_t, int64_t, float, bool, int32_t) =
+        vec      ? (nv <= 2 ? k_rmsnorm_gated<2, 4> : k_rmsnorm_gated<4, 4>)
+        : nv <= 4 ? k_rmsnorm_gated<4, 1>
+        : nv <= 8 ? k_rmsnorm_gated<8, 1>
+                  : k_rmsnorm_gated<16, 1>;
+    k<<<cdiv(items * team, 256), 256, 0, c->stream>>>((float *)out->data, out->row_stride, (const float *)x->data,
+                                                      x->row_stride, (const float *)z->data, z->row_stride, w->data,
+                                                      w->type, w->n_cols != group, (int32_t)group, groups, items, eps,
+                                                      gate_first, team);
     CUDA_LAUNCHED(c);
 }
