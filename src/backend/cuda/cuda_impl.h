@@ -229,10 +229,11 @@ int cuda_gemm_packed(struct cuda_backend *c, int32_t m, int32_t n, int32_t k, fl
 /* the gated delta rule's chunk (torch_chunk_gated_delta_rule's, the cpu's DELTA_CHUNK) */
 #define CUDA_DELTA_CHUNK 64
 /* delta_gemm.cu: whether cuda_delta_gemm takes this batch (a prompt's chain
- * of at least 256 rows, fast mode), and the whole chunked pass from
+ * of at least 256 rows, fast mode, k head dims dk a multiple of 4 up to 128),
+ * and the whole chunked pass from
  * k_delta_prep's outputs (qn, kn: the normalised q and k [n][Hk][dk]; gb
  * [n][Hv][2]: log decay, beta) and v [n][Hv*dv] at row stride vs */
-bool cuda_delta_gemm_takes(const struct cuda_backend *c);
+bool cuda_delta_gemm_takes(const struct cuda_backend *c, int32_t dk);
 int cuda_delta_gemm(struct cuda_backend *c, float *out, int64_t os, const float *qn, const float *kn, const float *v,
                     int64_t vs, const float *gb, int32_t Hk, int32_t Hv, int32_t dk, int32_t dv, float *state,
                     int64_t ss);

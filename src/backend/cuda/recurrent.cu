@@ -546,7 +546,7 @@ void cuda_delta_rule(struct backend *be, struct tensor *out, const struct tensor
                            sizeof(float);
     /* k_delta_pass reads rows four head dims at a time and gives each warp
      * whole groups of eight state rows */
-    const bool gemm = cuda_delta_gemm_takes(c);
+    const bool gemm = cuda_delta_gemm_takes(c, k_dim);
     const bool chunked = !gemm && c->n_chain > 0 && k_dim % 64 == 0 && sm_chunk <= 200 * 1024 && sm_pass <= 200 * 1024;
     const int32_t n_ci = (int32_t)cdiv(c->chain_rows, DC);
     const int64_t rec = (int64_t)DC * (k_dim + v_dim + DC + 1);
