@@ -196,8 +196,8 @@ static size_t dg_chain_smem(int32_t dk)
  * in one launch (R_j waits in S_{j+1}'s place). N_{j+1} is fetched into
  * shared memory and R_{j+1} into registers while chunk j's product runs.
  * On an H200 a chunk's step takes ~6 us for qwen3.5-9b's 32 heads (cuBLAS's
- * batched product per chunk ~9), bound by fetching N_j (64 KB a block): the
- * step did not shorten without the products, nor with N two chunks ahead. The products in 3xTF32 (hi.hi + hi.lo + lo.hi, each its own
+ * batched product per chunk ~9); without the products it still took ~4 us,
+ * fetching N_j (64 KB a block), and N two chunks ahead did not shorten it. The products in 3xTF32 (hi.hi + hi.lo + lo.hi, each its own
  * accumulator), about fp32's accuracy: the chain carries each chunk's
  * rounding on to the next; the state slice is kept split. Shared memory
  * past dk (N's rows and columns, the state's rows) and columns past dv stay
