@@ -682,24 +682,21 @@ static struct moe_table *moe_table_get(struct cuda_backend *c, const struct moe_
 
 /* The experts of a large batch in bf16 on moe_gemm.cu's grouped products,
  * fast mode: the unpadded compact rows gathered and rounded to bf16, gate
- * and up in one launch, the activation rounded the same way, down. tiles:
- * [n_tiles][2] on the device (moe_tiles_fill); maps: the layer's
- * cuda_moe_gemm_maps. xb: room for [n][max(hidden, inter)] floats, used as
- * bf16 pairs. */
+ * and up in one launch that stores their activation in bf16 (in g's place,
+ * or u's without a gate), down. tiles: [n_tiles][2] on the device
+ * (moe_tiles_fill); maps: the layer's cuda_moe_gemm_maps. xb: room for
+ * [n][hidden] floats, used as bf16 pairs. */
 static void moe_ffn_grouped(struct cuda_backend *c, const struct moe_experts *ex, const struct moe_sort *s,
                             const CUtensorMap *maps, const int32_t *d_tiles, int32_t n_tiles, const int32_t *d_start,
                             const int32_t *d_rows, const struct tensor *x, float *xb, float *g, float *u, float *y)
 {
     const int64_t hidden = x->n_cols, inter = ex->up[0].n_rows, n = s->n_pad, E = ex->n_expert;
-    __nv_bfloat16 *hi = (__nv_bfloat16 *)xb;
+    __nv_bfloat16 *hi = (__nv_bfloat16 *)xb, *act = (__nv_bfloat16 *)(ex->gate ? g : u);
     cuda_gather_bf16(c, (const float *)x->data, x->row_stride, d_rows, n, hidden, hi, NULL);
     if (cuda_moe_gemm(c, ex->gate ? maps : maps + E, ex->gate ? maps + E : NULL, hi, n, hidden, inter, d_tiles,
-                      n_tiles, d_start, ex->gate ? g : u, ex->gate ? u : NULL) != 0)
+                      n_tiles, d_start, ex->gate ? MM_PRE_SWIGLU : MM_PRE_RELU2, NULL, act) != 0)
         return;
-    const struct tensor ut = {DT_F32, n, inter, inter, u, false};
-    const struct mm_fused act = {ex->gate ? MM_PRE_SWIGLU : MM_PRE_RELU2, NULL, 0.0f, &ut, false, NULL, NULL};
-    cuda_pre_split(c, ex->gate ? g : u, inter, n, (int32_t)inter, &act, hi, NULL);
-    cuda_moe_gemm(c, maps + 2 * E, NULL, hi, n, inter, hidden, d_tiles, n_tiles, d_start, y, NULL);
+    cuda_moe_gemm(c, maps + 2 * E, NULL, act, n, inter, hidden, d_tiles, n_tiles, d_start, MM_PRE_NONE, y, NULL);
 }
 
 /* moe_ffn_grouped's tiles [n_tiles][2] into t: an expert, the first row of

@@ -8,7 +8,12 @@
  * one expert's slice (a tile, listed by the host) and 256 output columns:
  * a producer warpgroup fetches the rows' inputs and the expert's weights by
  * TMA, 64 inputs a stage in four stages, and two consumer warpgroups of 64
- * rows run m64n256k16 wgmma on them (sm90.h). A tile reaching past its
+ * rows run m64n256k16 wgmma on them (sm90.h). The experts' first products
+ * end in their activation: SwiGLU's block takes 128 columns of gate and the
+ * same 128 of up, relu^2's 256 of up, and each stores the activation as
+ * bf16, rounded as k_split_bf16 rounds it, the down product's input (the
+ * fp32 products and their pass through k_split_bf16 moved ~400 MB a layer
+ * of qwen3-30b-a3b's 4096-token prefill). A tile reaching past its
  * slice reads the next slice's rows (finite) or, past the list, zeros, and
  * stores only its own; inputs past K and weight rows past N are zeros. The
  * slices need no padding: the host plans them unpadded.
@@ -25,10 +30,30 @@
 struct moe_gemm_args {
     const int32_t *tiles;    /* [n_tiles][2]: the expert, the tile's first row */
     const int32_t *start;    /* [E + 1] the experts' slices */
-    const CUtensorMap *w[2]; /* per product: the experts' weight maps [E] */
-    float *out[2];           /* per product: [rows][N] */
+    const CUtensorMap *w[2]; /* the experts' weight maps [E]: the product's, or SwiGLU's gate and up */
+    float *out;              /* MM_PRE_NONE: [rows][N] */
+    __nv_bfloat16 *act;      /* otherwise: the activation [rows][N] */
+    enum mm_pre pre;         /* MM_PRE_NONE, MM_PRE_SWIGLU or MM_PRE_RELU2 */
     int32_t N, K;
 };
+
+#if FW_WGMMA
+/* a pair of activations, as k_split_bf16 computes and rounds them: SwiGLU
+ * of x and u, or (glu false) relu^2 of x */
+template <bool GLU> static __device__ __forceinline__ uint32_t mg_act(float x0, float x1, float u0, float u1)
+{
+    if (GLU) {
+        x0 = x0 / (1.0f + expf(-x0)) * u0;
+        x1 = x1 / (1.0f + expf(-x1)) * u1;
+    } else {
+        x0 = x0 > 0.0f ? x0 * x0 : 0.0f;
+        x1 = x1 > 0.0f ? x1 * x1 : 0.0f;
+    }
+    uint32_t h, l;
+    split_bf16x2(x0, x1, &h, &l);
+    return h;
+}
+#endif
 
 __global__ void __launch_bounds__(384, 1) k_moe_gemm(const __grid_constant__ moe_gemm_args a,
                                                      const __grid_constant__ CUtensorMap x)
@@ -39,12 +64,12 @@ __global__ void __launch_bounds__(384, 1) k_moe_gemm(const __grid_constant__ moe
     __shared__ uint64_t full_bar[MG_NS], empty_bar[MG_NS]; /* a stage's copies in; its consumers done */
     const uint32_t raw_s = (uint32_t)__cvta_generic_to_shared(mg_raw), sm_s = raw_s + ((1024 - (raw_s & 1023)) & 1023);
     const int tid = threadIdx.x, wg = tid >> 7, warp = tid >> 5 & 3, lane = tid & 31, g = lane >> 2, cq = lane & 3;
-    /* x: the output columns (then the second product), y: the tile; a
-     * tile's blocks run together and share its rows through the L2, and
-     * an expert's tiles follow each other and share its weights, where
-     * the tiles fastest read every row from memory once a column block */
-    const int32_t n_n = (a.N + MG_BN - 1) / MG_BN, n0 = (int32_t)(blockIdx.x % n_n) * MG_BN,
-                  z = (int32_t)(blockIdx.x / n_n), n_k = (a.K + MG_BK - 1) / MG_BK;
+    /* x: the output columns, y: the tile; a tile's blocks run together and
+     * share its rows through the L2, and an expert's tiles follow each
+     * other and share its weights, where the tiles fastest read every row
+     * from memory once a column block */
+    const bool glu = a.pre == MM_PRE_SWIGLU;
+    const int32_t n0 = (int32_t)blockIdx.x * (glu ? MG_BN / 2 : MG_BN), n_k = (a.K + MG_BK - 1) / MG_BK;
     const int32_t e = a.tiles[2 * blockIdx.y], row0 = a.tiles[2 * blockIdx.y + 1];
     if (tid == 0)
         mbar_ring_init(full_bar, empty_bar, MG_NS, 8);
@@ -58,7 +83,9 @@ __global__ void __launch_bounds__(384, 1) k_moe_gemm(const __grid_constant__ moe
                     mbar_wait(&empty_bar[st], (kt / MG_NS & 1) ^ 1);
                 mbar_expect(&full_bar[st], STAGE);
                 tma2(sm_s + st * STAGE, &x, kt * MG_BK, row0, &full_bar[st]);
-                tma2(sm_s + st * STAGE + A_BYTES, a.w[z] + e, kt * MG_BK, n0, &full_bar[st]);
+                tma2(sm_s + st * STAGE + A_BYTES, a.w[0] + e, kt * MG_BK, n0, &full_bar[st]);
+                if (glu) /* up's rows after gate's: accumulators j and j + 16 hold the same output */
+                    tma2(sm_s + st * STAGE + A_BYTES + MG_BN / 2 * 128, a.w[1] + e, kt * MG_BK, n0, &full_bar[st]);
             }
         return;
     }
@@ -84,16 +111,31 @@ __global__ void __launch_bounds__(384, 1) k_moe_gemm(const __grid_constant__ moe
     wg_wait_all();
     wg_pin<32>(d);
     const int32_t end = min(row0 + MOE_GEMM_ROWS, a.start[e + 1]), ra = row0 + wg * 64 + warp * 16 + g, rb = ra + 8;
-    float *const out = a.out[z];
+    const int64_t oa = (int64_t)ra * a.N + n0 + 2 * cq, ob = (int64_t)rb * a.N + n0 + 2 * cq;
+    if (a.pre == MM_PRE_NONE) {
 #pragma unroll
-    for (int j = 0; j < 32; j++) {
-        const int32_t col = n0 + 8 * j + 2 * cq;
-        if (col >= a.N)
-            break;
-        if (ra < end)
-            *(float2 *)(out + (int64_t)ra * a.N + col) = make_float2(d[j][0], d[j][1]);
-        if (rb < end)
-            *(float2 *)(out + (int64_t)rb * a.N + col) = make_float2(d[j][2], d[j][3]);
+        for (int j = 0; j < 32 && n0 + 8 * j < a.N; j++) {
+            if (ra < end)
+                *(float2 *)(a.out + oa + 8 * j) = make_float2(d[j][0], d[j][1]);
+            if (rb < end)
+                *(float2 *)(a.out + ob + 8 * j) = make_float2(d[j][2], d[j][3]);
+        }
+    } else if (glu) {
+#pragma unroll
+        for (int j = 0; j < 16 && n0 + 8 * j < a.N; j++) {
+            if (ra < end)
+                *(uint32_t *)(a.act + oa + 8 * j) = mg_act<true>(d[j][0], d[j][1], d[j + 16][0], d[j + 16][1]);
+            if (rb < end)
+                *(uint32_t *)(a.act + ob + 8 * j) = mg_act<true>(d[j][2], d[j][3], d[j + 16][2], d[j + 16][3]);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 32 && n0 + 8 * j < a.N; j++) {
+            if (ra < end)
+                *(uint32_t *)(a.act + oa + 8 * j) = mg_act<false>(d[j][0], d[j][1], 0.0f, 0.0f);
+            if (rb < end)
+                *(uint32_t *)(a.act + ob + 8 * j) = mg_act<false>(d[j][2], d[j][3], 0.0f, 0.0f);
+        }
     }
 #else
     (void)a;
@@ -115,7 +157,7 @@ void *cuda_moe_gemm_maps(struct cuda_backend *c, const struct moe_experts *ex)
         for (int32_t e = 0; mats[m] && e < E; e++) {
             const struct tensor *t = &mats[m][e];
             const uint64_t dims[2] = {(uint64_t)t->n_cols, (uint64_t)t->n_rows}, stride[1] = {(uint64_t)t->row_stride * 2};
-            const uint32_t box[2] = {MG_BK, MG_BN};
+            const uint32_t box[2] = {MG_BK, (uint32_t)(m < 2 && ex->gate ? MG_BN / 2 : MG_BN)};
             if (cuda_tma_map(c, &host[m * E + e], t->data, 2, dims, stride, box) != 0)
                 goto fail;
         }
@@ -133,9 +175,10 @@ fail:
 }
 
 int cuda_moe_gemm(struct cuda_backend *c, const void *w0, const void *w1, const __nv_bfloat16 *x, int64_t n_rows,
-                  int64_t K, int64_t N, const int32_t *tiles, int32_t n_tiles, const int32_t *start, float *out0,
-                  float *out1)
+                  int64_t K, int64_t N, const int32_t *tiles, int32_t n_tiles, const int32_t *start, enum mm_pre pre,
+                  float *out, __nv_bfloat16 *act)
 {
+    assert((pre == MM_PRE_SWIGLU) == (w1 != NULL) && (pre == MM_PRE_NONE) == (out != NULL) && N % 2 == 0);
     if (cuda_op_skip(c) || n_tiles == 0)
         return c->failed ? -1 : 0;
     CUtensorMap xm;
@@ -149,9 +192,10 @@ int cuda_moe_gemm(struct cuda_backend *c, const void *w0, const void *w1, const 
     const int smem = MG_NS * (MOE_GEMM_ROWS + MG_BN) * 128 + 1024;
     if (CUDA_CHECK(c, cudaFuncSetAttribute(k_moe_gemm, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != 0)
         return -1;
-    const moe_gemm_args a = {tiles, start, {(const CUtensorMap *)w0, (const CUtensorMap *)w1}, {out0, out1},
-                             (int32_t)N, (int32_t)K};
+    const moe_gemm_args a = {
+        tiles, start, {(const CUtensorMap *)w0, (const CUtensorMap *)w1}, out, act, pre, (int32_t)N, (int32_t)K,
+    };
     assert(n_tiles <= 65535); /* a grid's y */
-    k_moe_gemm<<<dim3(cdiv(N, MG_BN) * (w1 ? 2 : 1), (unsigned)n_tiles), 384, smem, c->stream>>>(a, xm);
+    k_moe_gemm<<<dim3(cdiv(N, w1 ? MG_BN / 2 : MG_BN), (unsigned)n_tiles), 384, smem, c->stream>>>(a, xm);
     return CUDA_LAUNCHED(c);
 }
