@@ -39,7 +39,7 @@ struct moe_gemm_args {
 
 #if FW_WGMMA
 /* a pair of activations, as k_split_bf16 computes and rounds them: SwiGLU
- * of x and u, or (glu false) relu^2 of x */
+ * of x and u, or (GLU false) relu^2 of x */
 template <bool GLU> static __device__ __forceinline__ uint32_t mg_act(float x0, float x1, float u0, float u1)
 {
     if (GLU) {
