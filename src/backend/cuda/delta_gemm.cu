@@ -1,7 +1,7 @@
 /* delta_gemm: a prompt's chunked gated delta rule as batched cuBLAS products
  * (fp32 operands on TF32 tensor cores) and a chain kernel, outside precise
- * mode; the cpu's
- * delta_rule_chunk and torch_chunk_gated_delta_rule are the reference. Per
+ * mode; the cpu's delta_rule_chunk and torch_chunk_gated_delta_rule are the
+ * reference. Per
  * chunk c and value head h, with g the cumulative log decay and beta the
  * rows' step sizes:
  *   A_ts = -beta_t (k_t.k_s) e^{g_t-g_s} (s < t), T = (I - A)^-1,
@@ -13,8 +13,8 @@
  * Everything but T and the chain S' = e^{g_L} S + N S + R runs for all
  * chunks at once as products; T is a 64 x 64 unit lower triangular solve, a
  * thread per column; the chain is one launch, each block carrying a head's
- * slice of state columns from chunk to chunk. Segments of DG_ROWS rows bound the
- * scratch (~0.45 GB at qwen3.5-9b's 32 heads of 128 x 128). */
+ * slice of state columns from chunk to chunk. Segments of DG_ROWS rows bound
+ * the scratch (~0.45 GB at qwen3.5-9b's 32 heads of 128 x 128). */
 #include "cuda_impl.h"
 
 #include <math.h>
@@ -197,11 +197,11 @@ static size_t dg_chain_smem(int32_t dk)
  * shared memory and R_{j+1} into registers while chunk j's product runs.
  * On an H200 a chunk's step takes ~6 us for qwen3.5-9b's 32 heads (cuBLAS's
  * batched product per chunk ~9); without the products it still took ~4 us,
- * fetching N_j (64 KB a block), and N two chunks ahead did not shorten it. The products in 3xTF32 (hi.hi + hi.lo + lo.hi, each its own
- * accumulator), about fp32's accuracy: the chain carries each chunk's
- * rounding on to the next; the state slice is kept split. Shared memory
- * past dk (N's rows and columns, the state's rows) and columns past dv stay
- * zero. */
+ * fetching N_j (64 KB a block), and N two chunks ahead did not shorten it.
+ * The products in 3xTF32 (hi.hi + hi.lo + lo.hi, each its own accumulator),
+ * about fp32's accuracy: the chain carries each chunk's rounding on to the
+ * next; the state slice is kept split. Shared memory past dk (N's rows and
+ * columns, the state's rows) and columns past dv stay zero. */
 __global__ void __launch_bounds__(DG_CK / 16 * DG_WN * 32) k_dg_chain(struct dg_args a, int32_t nc)
 {
     extern __shared__ float sm[];
