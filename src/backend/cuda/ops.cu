@@ -466,7 +466,8 @@ void cuda_rmsnorm_gated(struct backend *be, struct tensor *out, const struct ten
     if (cuda_op_skip(c) || items == 0)
         return;
     const bool vec = group % 4 == 0 && out->row_stride % 4 == 0 && x->row_stride % 4 == 0 &&
-                     z->row_stride % 4 == 0 && ((uintptr_t)out->data | (uintptr_t)x->data | (uintptr_t)z->data) % 16 == 0;
+                     z->row_stride % 4 == 0 &&
+                     ((uintptr_t)out->data | (uintptr_t)x->data | (uintptr_t)z->data | (uintptr_t)w->data) % 16 == 0;
     const int64_t n_u = vec ? group / 4 : group;
     const int32_t v_max = vec ? 2 : 16;
     int32_t team = 32;
