@@ -356,12 +356,9 @@ template <int VEC> static __device__ __forceinline__ void st_vec(float *p, const
 }
 template <int VEC> static __device__ __forceinline__ void w_vec(float *d, const void *w, enum dtype t, int64_t i)
 {
-    if (VEC == 4 && t == DT_BF16) {
-        const uint2 u = *(const uint2 *)((const uint16_t *)w + i);
-        const float4 v = bf16x4(u.x, u.y);
+    if (VEC == 4 && (t == DT_BF16 || t == DT_F32)) {
+        const float4 v = kv_at4(w, t == DT_BF16, i);
         d[0] = v.x, d[1] = v.y, d[2] = v.z, d[3] = v.w;
-    } else if (VEC == 4 && t == DT_F32) {
-        ld_vec<VEC>(d, (const float *)w + i);
     } else {
 #pragma unroll
         for (int e = 0; e < VEC; e++)
