@@ -796,6 +796,8 @@ static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t 
                                 pair_err_rows(b, &wts, same));
                 CHECK(e < fmax(tol, 1e-5), "moe E %d n %d mode %d: h, logits or weights err %.3g", E, n, mode, e);
                 e = pair_err_rows(b, &out, same);
+                if (fast && n > CUDA_SMALL_N)
+                    printf("  moe, fast, E %d n %d mode %d: err %.3g\n", E, n, mode, e);
                 CHECK(e < tol, "moe E %d %s n %d mode %d: err %.3g", E, t ? "f16" : "bf16", n, mode, e);
                 float *r0 = row0 + (size_t)(t * 3 + mode) * hid;
                 b->gpu->ops->read(b->gpu, &og, 0, 1, ni == 0 ? r0 : rowb);

@@ -179,13 +179,12 @@ void *cuda_moe_gemm_maps(struct cuda_backend *c, const struct moe_experts *ex);
 /* Over the rows of tiles [n_tiles][2] (an expert e, a first row; the tile's
  * rows run to min(row + MOE_GEMM_ROWS, start[e + 1])), x [n_rows][K] bf16
  * (K a multiple of 8) times [N][K] weights (N even; w0 and w1 [E] arrays of
- * cuda_moe_gemm_maps' maps): pre MM_PRE_NONE, out = x . w0^T [n_rows][N]
- * fp32; MM_PRE_SWIGLU, act = silu(x . w0^T) * (x . w1^T) and MM_PRE_RELU2
- * (w1 NULL), act = relu(x . w0^T)^2, [n_rows][N] rounded to bf16. 0, or -1
- * with c->failed. */
+ * cuda_moe_gemm_maps' maps), out [n_rows][N] rounded to bf16: x . w0^T
+ * (MM_PRE_NONE), silu(x . w0^T) * (x . w1^T) (MM_PRE_SWIGLU) or
+ * relu(x . w0^T)^2 (MM_PRE_RELU2, w1 NULL). 0, or -1 with c->failed. */
 int cuda_moe_gemm(struct cuda_backend *c, const void *w0, const void *w1, const __nv_bfloat16 *x, int64_t n_rows,
                   int64_t K, int64_t N, const int32_t *tiles, int32_t n_tiles, const int32_t *start, enum mm_pre pre,
-                  float *out, __nv_bfloat16 *act);
+                  __nv_bfloat16 *out);
 void cuda_flash_sm90(struct cuda_backend *c, const struct flash_sm90_args *a, int32_t head_dim);
 
 void cuda_embed(struct backend *be, struct tensor *out, const struct tensor *table);

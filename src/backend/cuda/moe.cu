@@ -569,12 +569,12 @@ static void moe_route(struct cuda_backend *c, const struct moe_block *mb, int32_
 }
 
 /* out[r] (+)= the sum over r's picks, in increasing expert order, of
- * weight * y[row] (added to out once whole, as the cpu adds it); V columns
- * a thread (4 where every row starts 16-byte aligned: the combine reads
- * k rows of y for each row it writes, the most bytes of a large MoE
- * batch's memory-bound kernels). */
-template <int V>
-__global__ void k_moe_combine(float *out, int64_t os, const float *y, int64_t ys, const int32_t *tpos, const float *tw,
+ * weight * y[row] (added to out once whole, as the cpu adds it); y fp32 or
+ * (the grouped products') bf16; V columns a thread (4 where every row
+ * starts 16-byte aligned: the combine reads k rows of y for each row it
+ * writes, the most bytes of a large MoE batch's memory-bound kernels). */
+template <typename T, int V>
+__global__ void k_moe_combine(float *out, int64_t os, const T *y, int64_t ys, const int32_t *tpos, const float *tw,
                               int32_t k, int64_t cols, bool accumulate)
 {
     const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V, r = blockIdx.y;
@@ -582,30 +582,37 @@ __global__ void k_moe_combine(float *out, int64_t os, const float *y, int64_t ys
         return;
     float o[V] = {};
     for (int32_t j = 0; j < k; j++) {
-        const float wj = tw[r * k + j], *yr = y + (int64_t)tpos[r * k + j] * ys + c;
-        if (V == 4) {
-            const float4 v = *(const float4 *)yr;
-            o[0] += wj * v.x;
-            o[1] += wj * v.y;
-            o[2] += wj * v.z;
-            o[3] += wj * v.w;
+        const float wj = tw[r * k + j];
+        const T *yr = y + (int64_t)tpos[r * k + j] * ys + c;
+        float v[V];
+        if (V == 4 && sizeof(T) == 4) {
+            const float4 f = *(const float4 *)yr;
+            v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+        } else if (V == 4) {
+            const uint2 u = *(const uint2 *)yr;
+            const float4 f = bf16x4(u.x, u.y);
+            v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
         } else {
-            o[0] += wj * yr[0];
+            v[0] = (float)yr[0];
         }
+        for (int q = 0; q < V; q++)
+            o[q] += wj * v[q];
     }
     for (int32_t q = 0; q < V; q++)
         out[r * os + c + q] = accumulate ? out[r * os + c + q] + o[q] : o[q];
 }
 
-static void moe_combine(struct cuda_backend *c, struct tensor *out, const float *y, const int32_t *tpos,
-                        const float *tw, int32_t k, bool accumulate)
+template <typename T>
+static void moe_combine(struct cuda_backend *c, struct tensor *out, const T *y, const int32_t *tpos, const float *tw,
+                        int32_t k, bool accumulate)
 {
     const int64_t cols = out->n_cols;
-    if (cols % 4 == 0 && out->row_stride % 4 == 0 && ((uintptr_t)out->data & 15) == 0 && ((uintptr_t)y & 15) == 0)
-        k_moe_combine<4><<<dim3(cdiv(cols / 4, 256), (unsigned)out->n_rows), 256, 0, c->stream>>>(
+    if (cols % 4 == 0 && out->row_stride % 4 == 0 && ((uintptr_t)out->data & 15) == 0 &&
+        ((uintptr_t)y & (4 * sizeof(T) - 1)) == 0)
+        k_moe_combine<T, 4><<<dim3(cdiv(cols / 4, 256), (unsigned)out->n_rows), 256, 0, c->stream>>>(
             (float *)out->data, out->row_stride, y, cols, tpos, tw, k, cols, accumulate);
     else
-        k_moe_combine<1><<<dim3(cdiv(cols, 256), (unsigned)out->n_rows), 256, 0, c->stream>>>(
+        k_moe_combine<T, 1><<<dim3(cdiv(cols, 256), (unsigned)out->n_rows), 256, 0, c->stream>>>(
             (float *)out->data, out->row_stride, y, cols, tpos, tw, k, cols, accumulate);
     CUDA_LAUNCHED(c);
 }
@@ -683,20 +690,21 @@ static struct moe_table *moe_table_get(struct cuda_backend *c, const struct moe_
 /* The experts of a large batch in bf16 on moe_gemm.cu's grouped products,
  * fast mode: the unpadded compact rows gathered and rounded to bf16, gate
  * and up in one launch that stores their activation in bf16 (in g's place,
- * or u's without a gate), down. tiles: [n_tiles][2] on the device
- * (moe_tiles_fill); maps: the layer's cuda_moe_gemm_maps. xb: room for
- * [n][hidden] floats, used as bf16 pairs. */
+ * or u's without a gate), down into y [n][hidden] as bf16. tiles:
+ * [n_tiles][2] on the device (moe_tiles_fill); maps: the layer's
+ * cuda_moe_gemm_maps. xb: room for [n][hidden] floats, used as bf16 pairs. */
 static void moe_ffn_grouped(struct cuda_backend *c, const struct moe_experts *ex, const struct moe_sort *s,
                             const CUtensorMap *maps, const int32_t *d_tiles, int32_t n_tiles, const int32_t *d_start,
-                            const int32_t *d_rows, const struct tensor *x, float *xb, float *g, float *u, float *y)
+                            const int32_t *d_rows, const struct tensor *x, float *xb, float *g, float *u,
+                            __nv_bfloat16 *y)
 {
     const int64_t hidden = x->n_cols, inter = ex->up[0].n_rows, n = s->n_pad, E = ex->n_expert;
     __nv_bfloat16 *hi = (__nv_bfloat16 *)xb, *act = (__nv_bfloat16 *)(ex->gate ? g : u);
     cuda_gather_bf16(c, (const float *)x->data, x->row_stride, d_rows, n, hidden, hi, NULL);
     if (cuda_moe_gemm(c, ex->gate ? maps : maps + E, ex->gate ? maps + E : NULL, hi, n, hidden, inter, d_tiles,
-                      n_tiles, d_start, ex->gate ? MM_PRE_SWIGLU : MM_PRE_RELU2, NULL, act) != 0)
+                      n_tiles, d_start, ex->gate ? MM_PRE_SWIGLU : MM_PRE_RELU2, act) != 0)
         return;
-    cuda_moe_gemm(c, maps + 2 * E, NULL, act, n, inter, hidden, d_tiles, n_tiles, d_start, MM_PRE_NONE, y, NULL);
+    cuda_moe_gemm(c, maps + 2 * E, NULL, act, n, inter, hidden, d_tiles, n_tiles, d_start, MM_PRE_NONE, y);
 }
 
 /* moe_ffn_grouped's tiles [n_tiles][2] into t: an expert, the first row of
@@ -973,10 +981,13 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
                                                         k, E, d_start, d_hist, d_cnt, d_rows, d_tpos, d_tw);
     if (CUDA_LAUNCHED(c) != 0)
         return;
-    if (grouped)
+    if (grouped) {
         moe_ffn_grouped(c, ex, &s, (const CUtensorMap *)tab->maps, (const int32_t *)d_ptr, n_tiles, d_start, d_rows, x,
-                        xc, g, u, y);
-    else if (pad)
+                        xc, g, u, (__nv_bfloat16 *)y);
+        moe_combine(c, out, (const __nv_bfloat16 *)y, d_tpos, d_tw, k, accumulate);
+        return;
+    }
+    if (pad)
         moe_ffn_bf16(c, ex, &s, d_ptr, d_rows, x, xc, g, u);
     else
         moe_ffn_any(be, ex, s.start, d_rows, x, nk, xc, g, u, y);

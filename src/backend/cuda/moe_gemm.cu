@@ -3,8 +3,11 @@
  * of equally padded slices (moe.cu's moe_gemms).
  *
  * out[r] = x[r] . w[e]^T for every row r of expert e's slice of the sorted
- * list, bf16 operands, fp32 accumulation and output: what cuBLAS's
- * products compute, up to the order of the sums. A block takes 128 rows of
+ * list, bf16 operands, fp32 accumulation, the output rounded to bf16: what
+ * cuBLAS's products compute, up to the order of the sums, and then a bf16
+ * store (the down product's fp32 outputs, written here and read back by the
+ * combine, were the largest traffic of a prefill's MoE layer: 268 MB each
+ * way a layer of qwen3-30b-a3b at 4096 tokens). A block takes 128 rows of
  * one expert's slice (a tile, listed by the host) and 256 output columns:
  * a producer warpgroup fetches the rows' inputs and the expert's weights by
  * TMA, 64 inputs a stage in four stages, and two consumer warpgroups of 64
@@ -31,21 +34,20 @@ struct moe_gemm_args {
     const int32_t *tiles;    /* [n_tiles][2]: the expert, the tile's first row */
     const int32_t *start;    /* [E + 1] the experts' slices */
     const CUtensorMap *w[2]; /* the experts' weight maps [E]: the product's, or SwiGLU's gate and up */
-    float *out;              /* MM_PRE_NONE: [rows][N] */
-    __nv_bfloat16 *act;      /* otherwise: the activation [rows][N] */
+    __nv_bfloat16 *out;      /* [rows][N]: the product, or its activation */
     enum mm_pre pre;         /* MM_PRE_NONE, MM_PRE_SWIGLU or MM_PRE_RELU2 */
     int32_t N, K;
 };
 
 #if FW_WGMMA
-/* a pair of activations, as k_split_bf16 computes and rounds them: SwiGLU
- * of x and u, or (GLU false) relu^2 of x */
-template <bool GLU> static __device__ __forceinline__ uint32_t mg_act(float x0, float x1, float u0, float u1)
+/* a pair of outputs rounded to bf16 as k_split_bf16 rounds them: SwiGLU of
+ * x and u, relu^2 of x, or x */
+template <enum mm_pre P> static __device__ __forceinline__ uint32_t mg_out(float x0, float x1, float u0, float u1)
 {
-    if (GLU) {
+    if (P == MM_PRE_SWIGLU) {
         x0 = x0 / (1.0f + expf(-x0)) * u0;
         x1 = x1 / (1.0f + expf(-x1)) * u1;
-    } else {
+    } else if (P == MM_PRE_RELU2) {
         x0 = x0 > 0.0f ? x0 * x0 : 0.0f;
         x1 = x1 > 0.0f ? x1 * x1 : 0.0f;
     }
@@ -112,29 +114,29 @@ __global__ void __launch_bounds__(384, 1) k_moe_gemm(const __grid_constant__ moe
     wg_pin<32>(d);
     const int32_t end = min(row0 + MOE_GEMM_ROWS, a.start[e + 1]), ra = row0 + wg * 64 + warp * 16 + g, rb = ra + 8;
     const int64_t oa = (int64_t)ra * a.N + n0 + 2 * cq, ob = (int64_t)rb * a.N + n0 + 2 * cq;
-    if (a.pre == MM_PRE_NONE) {
-#pragma unroll
-        for (int j = 0; j < 32 && n0 + 8 * j < a.N; j++) {
-            if (ra < end)
-                *(float2 *)(a.out + oa + 8 * j) = make_float2(d[j][0], d[j][1]);
-            if (rb < end)
-                *(float2 *)(a.out + ob + 8 * j) = make_float2(d[j][2], d[j][3]);
-        }
-    } else if (glu) {
+    if (glu) {
 #pragma unroll
         for (int j = 0; j < 16 && n0 + 8 * j < a.N; j++) {
             if (ra < end)
-                *(uint32_t *)(a.act + oa + 8 * j) = mg_act<true>(d[j][0], d[j][1], d[j + 16][0], d[j + 16][1]);
+                *(uint32_t *)(a.out + oa + 8 * j) = mg_out<MM_PRE_SWIGLU>(d[j][0], d[j][1], d[j + 16][0], d[j + 16][1]);
             if (rb < end)
-                *(uint32_t *)(a.act + ob + 8 * j) = mg_act<true>(d[j][2], d[j][3], d[j + 16][2], d[j + 16][3]);
+                *(uint32_t *)(a.out + ob + 8 * j) = mg_out<MM_PRE_SWIGLU>(d[j][2], d[j][3], d[j + 16][2], d[j + 16][3]);
+        }
+    } else if (a.pre == MM_PRE_RELU2) {
+#pragma unroll
+        for (int j = 0; j < 32 && n0 + 8 * j < a.N; j++) {
+            if (ra < end)
+                *(uint32_t *)(a.out + oa + 8 * j) = mg_out<MM_PRE_RELU2>(d[j][0], d[j][1], 0.0f, 0.0f);
+            if (rb < end)
+                *(uint32_t *)(a.out + ob + 8 * j) = mg_out<MM_PRE_RELU2>(d[j][2], d[j][3], 0.0f, 0.0f);
         }
     } else {
 #pragma unroll
         for (int j = 0; j < 32 && n0 + 8 * j < a.N; j++) {
             if (ra < end)
-                *(uint32_t *)(a.act + oa + 8 * j) = mg_act<false>(d[j][0], d[j][1], 0.0f, 0.0f);
+                *(uint32_t *)(a.out + oa + 8 * j) = mg_out<MM_PRE_NONE>(d[j][0], d[j][1], 0.0f, 0.0f);
             if (rb < end)
-                *(uint32_t *)(a.act + ob + 8 * j) = mg_act<false>(d[j][2], d[j][3], 0.0f, 0.0f);
+                *(uint32_t *)(a.out + ob + 8 * j) = mg_out<MM_PRE_NONE>(d[j][2], d[j][3], 0.0f, 0.0f);
         }
     }
 #else
@@ -176,9 +178,9 @@ fail:
 
 int cuda_moe_gemm(struct cuda_backend *c, const void *w0, const void *w1, const __nv_bfloat16 *x, int64_t n_rows,
                   int64_t K, int64_t N, const int32_t *tiles, int32_t n_tiles, const int32_t *start, enum mm_pre pre,
-                  float *out, __nv_bfloat16 *act)
+                  __nv_bfloat16 *out)
 {
-    assert((pre == MM_PRE_SWIGLU) == (w1 != NULL) && (pre == MM_PRE_NONE) == (out != NULL) && N % 2 == 0);
+    assert((pre == MM_PRE_SWIGLU) == (w1 != NULL) && N % 2 == 0);
     if (cuda_op_skip(c) || n_tiles == 0)
         return c->failed ? -1 : 0;
     CUtensorMap xm;
@@ -193,7 +195,7 @@ int cuda_moe_gemm(struct cuda_backend *c, const void *w0, const void *w1, const 
     if (CUDA_CHECK(c, cudaFuncSetAttribute(k_moe_gemm, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) != 0)
         return -1;
     const moe_gemm_args a = {
-        tiles, start, {(const CUtensorMap *)w0, (const CUtensorMap *)w1}, out, act, pre, (int32_t)N, (int32_t)K,
+        tiles, start, {(const CUtensorMap *)w0, (const CUtensorMap *)w1}, out, pre, (int32_t)N, (int32_t)K,
     };
     assert(n_tiles <= 65535); /* a grid's y */
     k_moe_gemm<<<dim3(cdiv(N, w1 ? MG_BN / 2 : MG_BN), (unsigned)n_tiles), 384, smem, c->stream>>>(a, xm);
