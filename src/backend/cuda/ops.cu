@@ -156,6 +156,10 @@ struct prep_args {
     const int32_t *pos, *slot;
 };
 
+/* a lane's values of a head, c = lane + 32 j: every load of the head is in
+ * flight at once (a loop over c waits for each load in turn) */
+#define PREP_V (ATT_PREP_MAX_HD / 32)
+
 __global__ void __launch_bounds__(PREP_WARPS * 32) k_attn_prep(const __grid_constant__ prep_args a)
 {
     __shared__ float buf[PREP_WARPS][ATT_PREP_MAX_HD];
@@ -164,41 +168,84 @@ __global__ void __launch_bounds__(PREP_WARPS * 32) k_attn_prep(const __grid_cons
     grid_dep_wait(); /* q, k and v: the product's */
     if (item >= a.n_head + 2 * a.n_kv_head)
         return;
+    const int64_t slot = (int64_t)a.slot[i] * a.cs;
+    float xv[PREP_V];
     if (item >= a.n_head + a.n_kv_head) { /* a v head */
         const int64_t off = (int64_t)(item - a.n_head - a.n_kv_head) * hd;
+        const float *v = a.v + i * a.vs + off;
+#pragma unroll
+        for (int j = 0; j < PREP_V; j++)
+            if (lane + 32 * j < hd)
+                xv[j] = v[lane + 32 * j];
         grid_dep_launch();
-        for (int32_t c = lane; c < hd; c += 32)
-            kv_put(a.vc, a.kv16, (int64_t)a.slot[i] * a.cs + off + c, a.v[i * a.vs + off + c]);
+#pragma unroll
+        for (int j = 0; j < PREP_V; j++)
+            if (lane + 32 * j < hd)
+                kv_put(a.vc, a.kv16, slot + off + lane + 32 * j, xv[j]);
         return;
     }
     const bool is_q = item < a.n_head;
     float *x = is_q ? a.q + i * a.qs + (int64_t)item * hd : a.k + i * a.ks + (int64_t)(item - a.n_head) * hd;
     const void *w = is_q ? a.qn : a.kn;
     const enum dtype wt = is_q ? a.qn_t : a.kn_t;
-    float *b = buf[warp];
+    float wv[PREP_V];
+#pragma unroll
+    for (int j = 0; j < PREP_V; j++)
+        if (lane + 32 * j < hd)
+            xv[j] = x[lane + 32 * j];
+    if (wt == DT_BF16) {
+#pragma unroll
+        for (int j = 0; j < PREP_V; j++)
+            if (lane + 32 * j < hd)
+                wv[j] = __bfloat162float(((const __nv_bfloat16 *)w)[lane + 32 * j]);
+    } else {
+#pragma unroll
+        for (int j = 0; j < PREP_V; j++)
+            if (lane + 32 * j < hd)
+                wv[j] = dev_weight(w, wt, lane + 32 * j);
+    }
+    const float p = a.half > 0 ? (float)a.pos[i] : 0.0f;
     float ss = 0.0f;
-    for (int32_t c = lane; c < hd; c += 32)
-        ss += x[c] * x[c];
+#pragma unroll
+    for (int j = 0; j < PREP_V; j++)
+        if (lane + 32 * j < hd)
+            ss += xv[j] * xv[j];
     const float inv = 1.0f / sqrtf(warp_sum(ss) / (float)hd + a.eps);
-    for (int32_t c = lane; c < hd; c += 32)
-        b[c] = dev_weight(w, wt, c) * (x[c] * inv);
+    float *b = buf[warp];
+#pragma unroll
+    for (int j = 0; j < PREP_V; j++)
+        if (lane + 32 * j < hd)
+            b[lane + 32 * j] = wv[j] * (xv[j] * inv);
     __syncwarp();
     if (a.half > 0) {
-        const float p = (float)a.pos[i];
-        for (int32_t d = lane; d < a.half; d += 32) {
-            const float ang = p * a.inv_freq[d];
-            const float cs = cosf(ang) * a.scale, sn = sinf(ang) * a.scale;
-            const float x1 = b[d], x2 = b[d + a.half];
-            b[d] = x1 * cs - x2 * sn;
-            b[d + a.half] = x2 * cs + x1 * sn;
+        float fr[PREP_V / 2];
+#pragma unroll
+        for (int j = 0; j < PREP_V / 2; j++)
+            if (lane + 32 * j < a.half)
+                fr[j] = a.inv_freq[lane + 32 * j];
+#pragma unroll
+        for (int j = 0; j < PREP_V / 2; j++) {
+            const int d = lane + 32 * j;
+            if (d < a.half) {
+                const float ang = p * fr[j];
+                const float cs = cosf(ang) * a.scale, sn = sinf(ang) * a.scale;
+                const float x1 = b[d], x2 = b[d + a.half];
+                b[d] = x1 * cs - x2 * sn;
+                b[d + a.half] = x2 * cs + x1 * sn;
+            }
         }
         __syncwarp();
     }
     grid_dep_launch();
-    for (int32_t c = lane; c < hd; c += 32) {
-        x[c] = b[c];
-        if (!is_q)
-            kv_put(a.kc, a.kv16, (int64_t)a.slot[i] * a.cs + (int64_t)(item - a.n_head) * hd + c, b[c]);
+    const int64_t koff = slot + (int64_t)(item - a.n_head) * hd;
+#pragma unroll
+    for (int j = 0; j < PREP_V; j++) {
+        const int c = lane + 32 * j;
+        if (c < hd) {
+            x[c] = b[c];
+            if (!is_q)
+                kv_put(a.kc, a.kv16, koff + c, b[c]);
+        }
     }
 }
 
