@@ -151,48 +151,63 @@ struct prep_args {
     const void *qn, *kn;
     enum dtype qn_t, kn_t;
     float eps, scale;
-    int32_t n_head, n_kv_head, hd, half;
+    int32_t n_head, n_kv_head, hd, half, n_tokens;
     const float *inv_freq;
     const int32_t *pos, *slot;
 };
 
-/* a lane's values of a head, c = lane + 32 j: every load of the head is in
- * flight at once (a loop over c waits for each load in turn) */
+/* A warp takes one head of PREP_T tokens, a lane the values c = lane + 32 j
+ * of each: every load of them is in flight at once (a loop over c waits for
+ * each load in turn, and one head's 512 bytes a warp leave the memory idle
+ * between a block's short chains of waits). */
 #define PREP_V (ATT_PREP_MAX_HD / 32)
+#ifndef PREP_T
+#define PREP_T 2
+#endif
 
 __global__ void __launch_bounds__(PREP_WARPS * 32) k_attn_prep(const __grid_constant__ prep_args a)
 {
-    __shared__ float buf[PREP_WARPS][ATT_PREP_MAX_HD];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, i = blockIdx.y;
+    __shared__ float buf[PREP_WARPS][PREP_T][ATT_PREP_MAX_HD];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, i0 = blockIdx.y * PREP_T;
     const int32_t item = blockIdx.x * PREP_WARPS + warp, hd = a.hd;
     grid_dep_wait(); /* q, k and v: the product's */
     if (item >= a.n_head + 2 * a.n_kv_head)
         return;
-    const int64_t slot = (int64_t)a.slot[i] * a.cs;
-    float xv[PREP_V];
+    const int n_t = min(PREP_T, a.n_tokens - i0);
+    int64_t slot[PREP_T];
+#pragma unroll
+    for (int t = 0; t < PREP_T; t++)
+        slot[t] = t < n_t ? (int64_t)a.slot[i0 + t] * a.cs : 0;
+    float xv[PREP_T][PREP_V];
     if (item >= a.n_head + a.n_kv_head) { /* a v head */
         const int64_t off = (int64_t)(item - a.n_head - a.n_kv_head) * hd;
-        const float *v = a.v + i * a.vs + off;
 #pragma unroll
-        for (int j = 0; j < PREP_V; j++)
-            if (lane + 32 * j < hd)
-                xv[j] = v[lane + 32 * j];
+        for (int t = 0; t < PREP_T; t++)
+#pragma unroll
+            for (int j = 0; j < PREP_V; j++)
+                if (t < n_t && lane + 32 * j < hd)
+                    xv[t][j] = a.v[(i0 + t) * a.vs + off + lane + 32 * j];
         grid_dep_launch();
 #pragma unroll
-        for (int j = 0; j < PREP_V; j++)
-            if (lane + 32 * j < hd)
-                kv_put(a.vc, a.kv16, slot + off + lane + 32 * j, xv[j]);
+        for (int t = 0; t < PREP_T; t++)
+#pragma unroll
+            for (int j = 0; j < PREP_V; j++)
+                if (t < n_t && lane + 32 * j < hd)
+                    kv_put(a.vc, a.kv16, slot[t] + off + lane + 32 * j, xv[t][j]);
         return;
     }
     const bool is_q = item < a.n_head;
-    float *x = is_q ? a.q + i * a.qs + (int64_t)item * hd : a.k + i * a.ks + (int64_t)(item - a.n_head) * hd;
+    float *x = is_q ? a.q + i0 * a.qs + (int64_t)item * hd : a.k + i0 * a.ks + (int64_t)(item - a.n_head) * hd;
+    const int64_t xs = is_q ? a.qs : a.ks;
     const void *w = is_q ? a.qn : a.kn;
     const enum dtype wt = is_q ? a.qn_t : a.kn_t;
-    float wv[PREP_V];
 #pragma unroll
-    for (int j = 0; j < PREP_V; j++)
-        if (lane + 32 * j < hd)
-            xv[j] = x[lane + 32 * j];
+    for (int t = 0; t < PREP_T; t++)
+#pragma unroll
+        for (int j = 0; j < PREP_V; j++)
+            if (t < n_t && lane + 32 * j < hd)
+                xv[t][j] = x[t * xs + lane + 32 * j];
+    float wv[PREP_V];
     if (wt == DT_BF16) {
 #pragma unroll
         for (int j = 0; j < PREP_V; j++)
@@ -204,49 +219,63 @@ __global__ void __launch_bounds__(PREP_WARPS * 32) k_attn_prep(const __grid_cons
             if (lane + 32 * j < hd)
                 wv[j] = dev_weight(w, wt, lane + 32 * j);
     }
-    const float p = a.half > 0 ? (float)a.pos[i] : 0.0f;
-    float ss = 0.0f;
-#pragma unroll
-    for (int j = 0; j < PREP_V; j++)
-        if (lane + 32 * j < hd)
-            ss += xv[j] * xv[j];
-    const float inv = 1.0f / sqrtf(warp_sum(ss) / (float)hd + a.eps);
-    float *b = buf[warp];
-#pragma unroll
-    for (int j = 0; j < PREP_V; j++)
-        if (lane + 32 * j < hd)
-            b[lane + 32 * j] = wv[j] * (xv[j] * inv);
-    __syncwarp();
+    float fr[PREP_V / 2], p[PREP_T];
     if (a.half > 0) {
-        float fr[PREP_V / 2];
 #pragma unroll
         for (int j = 0; j < PREP_V / 2; j++)
             if (lane + 32 * j < a.half)
                 fr[j] = a.inv_freq[lane + 32 * j];
 #pragma unroll
-        for (int j = 0; j < PREP_V / 2; j++) {
-            const int d = lane + 32 * j;
-            if (d < a.half) {
-                const float ang = p * fr[j];
-                const float cs = cosf(ang) * a.scale, sn = sinf(ang) * a.scale;
-                const float x1 = b[d], x2 = b[d + a.half];
-                b[d] = x1 * cs - x2 * sn;
-                b[d + a.half] = x2 * cs + x1 * sn;
+        for (int t = 0; t < PREP_T; t++)
+            p[t] = t < n_t ? (float)a.pos[i0 + t] : 0.0f;
+    }
+#pragma unroll
+    for (int t = 0; t < PREP_T; t++) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < PREP_V; j++)
+            if (lane + 32 * j < hd)
+                ss += xv[t][j] * xv[t][j];
+        const float inv = 1.0f / sqrtf(warp_sum(ss) / (float)hd + a.eps);
+#pragma unroll
+        for (int j = 0; j < PREP_V; j++)
+            if (lane + 32 * j < hd)
+                buf[warp][t][lane + 32 * j] = wv[j] * (xv[t][j] * inv);
+    }
+    __syncwarp();
+    if (a.half > 0) {
+#pragma unroll
+        for (int t = 0; t < PREP_T; t++) {
+            float *b = buf[warp][t];
+#pragma unroll
+            for (int j = 0; j < PREP_V / 2; j++) {
+                const int d = lane + 32 * j;
+                if (d < a.half) {
+                    float sn, cs;
+                    sincosf(p[t] * fr[j], &sn, &cs);
+                    sn *= a.scale;
+                    cs *= a.scale;
+                    const float x1 = b[d], x2 = b[d + a.half];
+                    b[d] = x1 * cs - x2 * sn;
+                    b[d + a.half] = x2 * cs + x1 * sn;
+                }
             }
         }
         __syncwarp();
     }
     grid_dep_launch();
-    const int64_t koff = slot + (int64_t)(item - a.n_head) * hd;
+    const int64_t koff = (int64_t)(item - a.n_head) * hd;
 #pragma unroll
-    for (int j = 0; j < PREP_V; j++) {
-        const int c = lane + 32 * j;
-        if (c < hd) {
-            x[c] = b[c];
-            if (!is_q)
-                kv_put(a.kc, a.kv16, koff + c, b[c]);
+    for (int t = 0; t < PREP_T; t++)
+#pragma unroll
+        for (int j = 0; j < PREP_V; j++) {
+            const int c = lane + 32 * j;
+            if (t < n_t && c < hd) {
+                x[t * xs + c] = buf[warp][t][c];
+                if (!is_q)
+                    kv_put(a.kc, a.kv16, slot[t] + koff + c, buf[warp][t][c]);
+            }
         }
-    }
 }
 
 void cuda_attn_prep(struct backend *be, struct tensor *q, struct tensor *k, const struct tensor *v,
@@ -279,11 +308,12 @@ void cuda_attn_prep(struct backend *be, struct tensor *q, struct tensor *k, cons
     a.n_kv_head = p->n_kv_head;
     a.hd = p->head_dim;
     a.half = p->rope_dim / 2;
+    a.n_tokens = c->b.n_tokens;
     a.inv_freq = (const float *)p->inv_freq->data;
     a.pos = c->d.pos;
     a.slot = c->d.slot;
     const int32_t items = p->n_head + 2 * p->n_kv_head;
-    cuda_launch_dep(c, k_attn_prep, dim3(cdiv(items, PREP_WARPS), (unsigned)c->b.n_tokens), dim3(PREP_WARPS * 32), 0,
+    cuda_launch_dep(c, k_attn_prep, dim3(cdiv(items, PREP_WARPS), cdiv(c->b.n_tokens, PREP_T)), dim3(PREP_WARPS * 32), 0,
                     a);
 }
 
