@@ -161,9 +161,7 @@ struct prep_args {
  * each load in turn, and one head's 512 bytes a warp leave the memory idle
  * between a block's short chains of waits). */
 #define PREP_V (ATT_PREP_MAX_HD / 32)
-#ifndef PREP_T
 #define PREP_T 2
-#endif
 
 __global__ void __launch_bounds__(PREP_WARPS * 32) k_attn_prep(const __grid_constant__ prep_args a)
 {
