@@ -157,9 +157,9 @@ struct prep_args {
 };
 
 /* A warp takes one head of PREP_T tokens, a lane the values c = lane + 32 j
- * of each: every load of them is in flight at once (a loop over c waits for
- * each load in turn, and one head's 512 bytes a warp leave the memory idle
- * between a block's short chains of waits). */
+ * of each, every load of them in flight at once (loops over c issued them
+ * one after another: 5% slower at 4096 tokens; 4 tokens a warp: 15%
+ * slower). */
 #define PREP_V (ATT_PREP_MAX_HD / 32)
 #define PREP_T 2
 
