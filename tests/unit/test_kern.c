@@ -119,6 +119,18 @@ void test_kern_matmul(void)
             kern_matmul_fn fb = wt == DT_F32 ? k->matmul_f32 : wt == DT_BF16 ? k->matmul_bf16 : k->matmul_f16;
             fa(x, xs, nx, w, ws, kk, o1, os, j0, j1);
             fb(x, xs, nx, w, ws, kk, o2, os, j0, j1);
+            /* a token alone (decode) has the bits it has in a batch (a
+             * server's step, a KFlash tree), in either table */
+            float *alone = calloc((size_t)os, sizeof(float));
+            for (int32_t t = 0; t < nx; t++) {
+                fb(x + t * xs, xs, 1, w, ws, kk, alone, os, j0, j1);
+                CHECK(memcmp(alone + j0, o2 + t * os + j0, (size_t)(j1 - j0) * sizeof(float)) == 0,
+                      "%s %s: row %d of %d differs alone, k=%lld", k->name, dtype_name(wt), t, nx, (long long)kk);
+                fa(x + t * xs, xs, 1, w, ws, kk, alone, os, j0, j1);
+                CHECK(memcmp(alone + j0, o1 + t * os + j0, (size_t)(j1 - j0) * sizeof(float)) == 0,
+                      "ref %s: row %d of %d differs alone, k=%lld", dtype_name(wt), t, nx, (long long)kk);
+            }
+            free(alone);
             for (int32_t t = 0; t < nx; t++)
                 for (int64_t j = 0; j < m; j++) {
                     double mag = 0;

@@ -59,24 +59,20 @@ static float KFN(to_f32_f32)(const void *w, int64_t i) { return ((const float *)
         for (; j < j1; j++)                                                                              \
             KFN(tile_##SUFFIX)(x, xs, NT, w, ws, k, out, os, j, 1);                                      \
     }                                                                                                    \
+    /* one row at a time (one sequential stream, which the hardware prefetches   \
+     * best), its sum in the tile's order: a token alone has the bits it has in  \
+     * any batch */                                                                                      \
     KERN_INLINE void KFN(gemv_##SUFFIX)(const float *x, const WT *w, int64_t ws, int64_t k, float *out,      \
                                          int64_t j0, int64_t j1)                                            \
     {                                                                                                    \
-        const int64_t k4 = k - k % (4 * VW);                                                             \
+        const int64_t kv = k - k % VW;                                                                   \
         for (int64_t j = j0; j < j1; j++) {                                                              \
             const WT *wr = w + j * ws;                                                                   \
-            VF a0 = V_ZERO(), a1 = V_ZERO(), a2 = V_ZERO(), a3 = V_ZERO();                               \
-            int64_t c = 0;                                                                               \
-            for (; c < k4; c += 4 * VW) {                                                                \
-                a0 = V_FMA(V_LOAD(x + c), LOADW(wr + c), a0);                                            \
-                a1 = V_FMA(V_LOAD(x + c + VW), LOADW(wr + c + VW), a1);                                  \
-                a2 = V_FMA(V_LOAD(x + c + 2 * VW), LOADW(wr + c + 2 * VW), a2);                          \
-                a3 = V_FMA(V_LOAD(x + c + 3 * VW), LOADW(wr + c + 3 * VW), a3);                          \
-            }                                                                                            \
-            for (; c + VW <= k; c += VW)                                                                 \
-                a0 = V_FMA(V_LOAD(x + c), LOADW(wr + c), a0);                                            \
-            float s = V_HSUM(V_ADD(V_ADD(a0, a1), V_ADD(a2, a3)));                                       \
-            for (; c < k; c++)                                                                           \
+            VF a = V_ZERO();                                                                             \
+            for (int64_t c = 0; c < kv; c += VW)                                                         \
+                a = V_FMA(V_LOAD(x + c), LOADW(wr + c), a);                                              \
+            float s = V_HSUM(a);                                                                         \
+            for (int64_t c = kv; c < k; c++)                                                             \
                 s += x[c] * KFN(to_f32_##SUFFIX)(wr, c);                                                 \
             out[j] = s;                                                                                  \
         }                                                                                                \
