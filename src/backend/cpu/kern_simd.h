@@ -59,30 +59,17 @@ static float KFN(to_f32_f32)(const void *w, int64_t i) { return ((const float *)
         for (; j < j1; j++)                                                                              \
             KFN(tile_##SUFFIX)(x, xs, NT, w, ws, k, out, os, j, 1);                                      \
     }                                                                                                    \
-    /* one row at a time (one sequential stream, which the hardware prefetches   \
-     * best), its sum in the tile's order: a token alone has the bits it has in  \
-     * any batch */                                                                                      \
-    KERN_INLINE void KFN(gemv_##SUFFIX)(const float *x, const WT *w, int64_t ws, int64_t k, float *out,      \
-                                         int64_t j0, int64_t j1)                                            \
-    {                                                                                                    \
-        const int64_t kv = k - k % VW;                                                                   \
-        for (int64_t j = j0; j < j1; j++) {                                                              \
-            const WT *wr = w + j * ws;                                                                   \
-            VF a = V_ZERO();                                                                             \
-            for (int64_t c = 0; c < kv; c += VW)                                                         \
-                a = V_FMA(V_LOAD(x + c), LOADW(wr + c), a);                                              \
-            float s = V_HSUM(a);                                                                         \
-            for (int64_t c = kv; c < k; c++)                                                             \
-                s += x[c] * KFN(to_f32_##SUFFIX)(wr, c);                                                 \
-            out[j] = s;                                                                                  \
-        }                                                                                                \
-    }                                                                                                    \
     static void KFN(matmul_##SUFFIX)(const float *x, int64_t xs, int32_t n_x, const void *wv, int64_t ws, \
                                      int64_t k, float *out, int64_t os, int64_t j0, int64_t j1)             \
     {                                                                                                    \
         const WT *w = wv;                                                                                \
         switch (n_x) {                                                                                   \
-        case 1: KFN(gemv_##SUFFIX)(x, w, ws, k, out, j0, j1); break;                                     \
+        case 1: /* a weight row at a time: one sequential stream, which the hardware prefetches \
+                 * best; each row summed as a batch's tile sums it, so a token alone has   \
+                 * the bits it has in any batch */                                         \
+            for (int64_t j = j0; j < j1; j++)                                                            \
+                KFN(tile_##SUFFIX)(x, xs, 1, w, ws, k, out, os, j, 1);                                   \
+            break;                                                                                       \
         case 2: KFN(rows_##SUFFIX)(x, xs, 2, w, ws, k, out, os, j0, j1); break;                          \
         case 3: KFN(rows_##SUFFIX)(x, xs, 3, w, ws, k, out, os, j0, j1); break;                          \
         default: KFN(rows_##SUFFIX)(x, xs, 4, w, ws, k, out, os, j0, j1); break;                         \
