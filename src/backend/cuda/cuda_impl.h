@@ -213,6 +213,11 @@ void cuda_gather_rows(struct cuda_backend *c, struct tensor *out, const struct t
  * K a multiple of 8, x's rows 16-byte aligned. */
 void cuda_gather_bf16(struct cuda_backend *c, const float *x, int64_t xs, const int32_t *rows, int64_t n, int64_t K,
                       __nv_bfloat16 *hi, __nv_bfloat16 *lo);
+/* Row t of x [n][K], t < n, as bf16 into rows tpos[t k + j], j < k, of out
+ * [][K] (a large MoE batch's list: each token's row once per pick, the
+ * row read once); K and x's rows as cuda_gather_bf16 takes them. */
+void cuda_scatter_bf16(struct cuda_backend *c, const float *x, int64_t xs, const int32_t *tpos, int64_t n, int32_t k,
+                       int64_t K, __nv_bfloat16 *out);
 /* pre(x) of rows x [n][K] (see struct mm_fused: RMSNorm, SwiGLU with f->up,
  * relu^2 or nothing) as dense bf16 hi and, when lo is not NULL, lo; K and
  * the rows of x and f->up as cuda_gather_bf16 takes them. */

@@ -658,6 +658,36 @@ static void split_launch(struct cuda_backend *c, const float *x, int64_t xs, con
     CUDA_LAUNCHED(c);
 }
 
+/* Row t of x as bf16 into rows tpos[t k + j], j < k, of out [][K]: a block
+ * a token, 8 elements a thread, the row read once for its k copies */
+__global__ void k_scatter_bf16(const float *__restrict__ x, int64_t xs, const int32_t *__restrict__ tpos, int32_t k,
+                               int32_t K, __nv_bfloat16 *out)
+{
+    const int64_t t = blockIdx.x;
+    for (int32_t c = threadIdx.x * 8; c < K; c += blockDim.x * 8) {
+        float v[8];
+        load8(v, x + t * xs + c);
+        uint4 h;
+        uint32_t l;
+        split_bf16x2(v[0], v[1], &h.x, &l);
+        split_bf16x2(v[2], v[3], &h.y, &l);
+        split_bf16x2(v[4], v[5], &h.z, &l);
+        split_bf16x2(v[6], v[7], &h.w, &l);
+        for (int32_t j = 0; j < k; j++)
+            *(uint4 *)(out + (int64_t)tpos[t * k + j] * K + c) = h;
+    }
+}
+
+void cuda_scatter_bf16(struct cuda_backend *c, const float *x, int64_t xs, const int32_t *tpos, int64_t n, int32_t k,
+                       int64_t K, __nv_bfloat16 *out)
+{
+    assert(cuda_rows_vec8(x, xs, K));
+    if (cuda_op_skip(c) || n == 0)
+        return;
+    k_scatter_bf16<<<(unsigned)n, 256, 0, c->stream>>>(x, xs, tpos, k, (int32_t)K, out);
+    CUDA_LAUNCHED(c);
+}
+
 void cuda_gather_bf16(struct cuda_backend *c, const float *x, int64_t xs, const int32_t *rows, int64_t n, int64_t K,
                       __nv_bfloat16 *hi, __nv_bfloat16 *lo)
 {

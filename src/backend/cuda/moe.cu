@@ -688,19 +688,21 @@ static void moe_ffn_bf16(struct cuda_backend *c, const struct moe_experts *ex, c
 static struct moe_table *moe_table_get(struct cuda_backend *c, const struct moe_experts *ex);
 
 /* The experts of a large batch in bf16 on moe_gemm.cu's grouped products,
- * fast mode: the unpadded compact rows gathered and rounded to bf16, gate
+ * fast mode: the unpadded compact rows rounded to bf16 (each token's row
+ * scattered to its k places in the list, tpos [n_tokens][k]), gate
  * and up in one launch that stores their activation in bf16 (in g's place,
  * or u's without a gate), down into y [n][hidden] as bf16. tiles:
  * [n_tiles][2] on the device (moe_tiles_fill); maps: the layer's
  * cuda_moe_gemm_maps. xb: room for [n][hidden] floats, used as bf16 pairs. */
 static void moe_ffn_grouped(struct cuda_backend *c, const struct moe_experts *ex, const struct moe_sort *s,
                             const CUtensorMap *maps, const int32_t *d_tiles, int32_t n_tiles, const int32_t *d_start,
-                            const int32_t *d_rows, const struct tensor *x, float *xb, float *g, float *u,
+                            const int32_t *d_tpos, int32_t k, const struct tensor *x, float *xb, float *g, float *u,
                             __nv_bfloat16 *y)
 {
     const int64_t hidden = x->n_cols, inter = ex->up[0].n_rows, n = s->n_pad, E = ex->n_expert;
     __nv_bfloat16 *hi = (__nv_bfloat16 *)xb, *act = (__nv_bfloat16 *)(ex->gate ? g : u);
-    cuda_gather_bf16(c, (const float *)x->data, x->row_stride, d_rows, n, hidden, hi, NULL);
+    assert(n == x->n_rows * k); /* unpadded: every row of the list is a token's pick */
+    cuda_scatter_bf16(c, (const float *)x->data, x->row_stride, d_tpos, x->n_rows, k, hidden, hi);
     if (cuda_moe_gemm(c, ex->gate ? maps : maps + E, ex->gate ? maps + E : NULL, hi, n, hidden, inter, d_tiles,
                       n_tiles, d_start, ex->gate ? MM_PRE_SWIGLU : MM_PRE_RELU2, act) != 0)
         return;
@@ -982,8 +984,8 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
     if (CUDA_LAUNCHED(c) != 0)
         return;
     if (grouped) {
-        moe_ffn_grouped(c, ex, &s, (const CUtensorMap *)tab->maps, (const int32_t *)d_ptr, n_tiles, d_start, d_rows, x,
-                        xc, g, u, (__nv_bfloat16 *)y);
+        moe_ffn_grouped(c, ex, &s, (const CUtensorMap *)tab->maps, (const int32_t *)d_ptr, n_tiles, d_start, d_tpos, k,
+                        x, xc, g, u, (__nv_bfloat16 *)y);
         moe_combine(c, out, (const __nv_bfloat16 *)y, d_tpos, d_tw, k, accumulate);
         return;
     }
