@@ -55,6 +55,21 @@ template <enum mm_pre P> static __device__ __forceinline__ uint32_t mg_out(float
     split_bf16x2(x0, x1, &h, &l);
     return h;
 }
+
+/* one operand's 256 output columns from n0 (past N: none) of rows a and b,
+ * where they are inside the tile */
+template <enum mm_pre P>
+static __device__ __forceinline__ void mg_store(__nv_bfloat16 *out, const float (*d)[4], int32_t N, int32_t n0,
+                                                int64_t oa, int64_t ob, bool in_a, bool in_b)
+{
+#pragma unroll
+    for (int j = 0; j < 32 && n0 + 8 * j < N; j++) {
+        if (in_a)
+            *(uint32_t *)(out + oa + 8 * j) = mg_out<P>(d[j][0], d[j][1], 0.0f, 0.0f);
+        if (in_b)
+            *(uint32_t *)(out + ob + 8 * j) = mg_out<P>(d[j][2], d[j][3], 0.0f, 0.0f);
+    }
+}
 #endif
 
 __global__ void __launch_bounds__(384, 1) k_moe_gemm(const __grid_constant__ moe_gemm_args a,
@@ -123,21 +138,9 @@ __global__ void __launch_bounds__(384, 1) k_moe_gemm(const __grid_constant__ moe
                 *(uint32_t *)(a.out + ob + 8 * j) = mg_out<MM_PRE_SWIGLU>(d[j][2], d[j][3], d[j + 16][2], d[j + 16][3]);
         }
     } else if (a.pre == MM_PRE_RELU2) {
-#pragma unroll
-        for (int j = 0; j < 32 && n0 + 8 * j < a.N; j++) {
-            if (ra < end)
-                *(uint32_t *)(a.out + oa + 8 * j) = mg_out<MM_PRE_RELU2>(d[j][0], d[j][1], 0.0f, 0.0f);
-            if (rb < end)
-                *(uint32_t *)(a.out + ob + 8 * j) = mg_out<MM_PRE_RELU2>(d[j][2], d[j][3], 0.0f, 0.0f);
-        }
+        mg_store<MM_PRE_RELU2>(a.out, d, a.N, n0, oa, ob, ra < end, rb < end);
     } else {
-#pragma unroll
-        for (int j = 0; j < 32 && n0 + 8 * j < a.N; j++) {
-            if (ra < end)
-                *(uint32_t *)(a.out + oa + 8 * j) = mg_out<MM_PRE_NONE>(d[j][0], d[j][1], 0.0f, 0.0f);
-            if (rb < end)
-                *(uint32_t *)(a.out + ob + 8 * j) = mg_out<MM_PRE_NONE>(d[j][2], d[j][3], 0.0f, 0.0f);
-        }
+        mg_store<MM_PRE_NONE>(a.out, d, a.N, n0, oa, ob, ra < end, rb < end);
     }
 #else
     (void)a;

@@ -205,6 +205,9 @@ __global__ void __launch_bounds__(PREP_WARPS * 32) k_attn_prep(const __grid_cons
         for (int j = 0; j < PREP_V; j++)
             if (t < n_t && lane + 32 * j < hd)
                 xv[t][j] = x[t * xs + lane + 32 * j];
+    /* bf16 (every checkpoint's norms) apart: dev_weight's switch inside the
+     * unrolled loop puts each load behind its own branch, where this loop
+     * issues them together */
     float wv[PREP_V];
     if (wt == DT_BF16) {
 #pragma unroll
