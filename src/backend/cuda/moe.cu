@@ -156,6 +156,32 @@ static __device__ void moe_plan_build(const route_args &a, int32_t *sid, float *
     }
 }
 
+/* The plan of one token (a decode step), by its routing warp alone: the
+ * plan moe_plan_build makes of it, without the block's scans and waits.
+ * sid, sw [k]: the token's routed ids and weights; each expert has one
+ * row, its place among the ids in increasing order. */
+static __device__ void moe_plan_one(const route_args &a, const int32_t *sid, const float *sw)
+{
+    const int lane = threadIdx.x & 31, k = a.k;
+    const int32_t id = lane < k ? sid[lane] : 0;
+    int rank = 0;
+    for (int j = 0; j < k; j++)
+        rank += __shfl_sync(0xffffffffu, id, j) < id;
+    int32_t *plan = a.plan, *rows = plan + MOE_PLAN_ROWS(a.max_act), *tpos = rows + k;
+    float *tw = (float *)(tpos + k);
+    if (lane < k) {
+        plan[MOE_PLAN_EXPERT + rank] = id;
+        plan[MOE_PLAN_BEG(a.max_act) + rank] = rank;
+        rows[rank] = 0;
+        tpos[rank] = rank;
+        tw[rank] = sw[lane];
+    }
+    if (lane == 0) {
+        plan[0] = k;
+        plan[MOE_PLAN_BEG(a.max_act) + k] = k;
+    }
+}
+
 /* A float's order as an unsigned key (-0 taken as +0), above 0: the key
  * of no candidate. */
 static __device__ __forceinline__ unsigned route_key(float v)
@@ -412,7 +438,8 @@ __global__ void k_moe_route(const __grid_constant__ route_args a)
  * waiting for x. Each block stages every token's x, sums its squares (a
  * warp a token), scales it in place to h as the cpu does, writes its slice
  * of h and its experts' logits (fp32 products of h as written); the last
- * block to arrive routes the tokens, a warp each, and builds the plan.
+ * block to arrive routes the tokens, a warp each, and builds the plan (a
+ * lone token's warp alone: moe_plan_one).
  * Larger batches (up to CUDA_SMALL_N) come in chunks of MOE_GATE_N tokens,
  * blockIdx.y a chunk, without the routing: k_moe_route routes them with the
  * same function, so a token's h, logits and picks have the same bits in
@@ -524,6 +551,15 @@ __global__ void __launch_bounds__(MOE_GATE_N * 32) k_moe_gate(const __grid_const
     if (!is_last)
         return;
     const bool regs = route_in_regs(a.r);
+    if (n == 1 && regs) { /* a decode step: one warp routes and plans */
+        if (warp == 0) {
+            route_regs_any(a.r, 0, sid, sw);
+            moe_plan_one(a.r, sid, sw);
+            if (lane == 0)
+                *a.r.count = 0;
+        }
+        return;
+    }
     if (warp < n && regs)
         route_regs_any(a.r, warp, sid + warp * a.r.k, sw + warp * a.r.k);
     else if (warp < n) {
