@@ -857,6 +857,9 @@ void test_cuda_moe(void)
      * then the same rows in batches */
     const int32_t alone[] = {1, 9, 3};
     moe_case(&b, 16, 4, 512, 256, alone, 3, 1, 2e-5, false);
+    /* gate/up of 1536 inputs in 12 slices of 128 on an H200 (more than
+     * MMV_WARPS: a lone token's block of 12 warps, as nemotron-3-nano's 11) */
+    moe_case(&b, 8, 4, 1536, 256, alone, 3, 1, 2e-5, false);
     both_close(&b);
     /* fast mode (bf16 activations, one product where precise makes two):
      * the small forms again, within bf16 rounding (70 tokens: the router
@@ -875,6 +878,7 @@ void test_cuda_moe(void)
             break;
         }
         moe_case(&b, 16, 4, 64, 40, small, 5, 1, 1e-2, true);
+        moe_case(&b, 8, 4, 1536, 256, alone, 3, 1, 1e-2, true);
         moe_case(&b, 8, 2, 256, 192, big, 1, 1, 1e-2, true);
         both_close(&b);
     }

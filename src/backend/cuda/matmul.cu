@@ -445,8 +445,9 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
 }
 
 /* One token with K split in at most MMV_WARPS slices, a grid of one wave
- * (decoding's q/k/v and o) or slot z of a grouped product (its one row
- * times its expert's weights): a block per 16 rows, a warp per slice, each
+ * (decoding's q/k/v and o), or in up to MMV_SL_WARPS, slot z of a grouped
+ * product (its one row times its expert's weights: nemotron-3-nano's
+ * 2688 inputs in 11 slices of 256): a block per 16 rows, a warp per slice, each
  * warp staging its own slice of the input; the block adds the slices'
  * partial products (and RMSNorm's sums of squares) in split order in
  * shared memory: the same sums k_mmv's last block makes, without the trip
@@ -457,9 +458,9 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
  * warp w taking slot w / n_split, and adds the slots' rows weighted, in the
  * token's pick order, to the output, the bits of the grouped product
  * followed by k_moe_combine. */
-constexpr int MMV_COMB_WARPS = 16; /* COMB: k_pick * n_split at most */
+constexpr int MMV_SL_WARPS = 16; /* a block's warps at most: a grouped product's slices, COMB's k_pick * n_split */
 template <bool LO, bool COMB>
-__global__ void __launch_bounds__(COMB ? MMV_COMB_WARPS * 32 : MMV_WARPS * 32, COMB ? 1 : 2)
+__global__ void __launch_bounds__(MMV_SL_WARPS * 32, 1)
     k_mmv_slices(const __grid_constant__ mmv_args a)
 {
     extern __shared__ uint4 smem_raw[];
@@ -931,10 +932,12 @@ static int32_t mmv_setup(struct cuda_backend *c, mmv_args *a, int32_t n_z, int32
     return bx;
 }
 
-/* a lone token's product fits k_mmv_slices: K in 2 to MMV_WARPS slices a warp can stage */
+/* a lone token's product fits k_mmv_slices: K in 2 to MMV_WARPS slices (a
+ * grouped product's: MMV_SL_WARPS) a warp can stage */
 static bool mmv_sliceable(const mmv_args *a)
 {
-    return a->n == 1 && a->n_split > 1 && a->n_split <= MMV_WARPS && a->kslice <= MMV_SL_K_MAX;
+    return a->n == 1 && a->n_split > 1 && a->n_split <= (a->plan ? MMV_SL_WARPS : MMV_WARPS) &&
+           a->kslice <= MMV_SL_K_MAX;
 }
 
 /* k_mmv_slices' blocks: 16 rows each, weight after weight (a->bx_end) */
@@ -1070,7 +1073,7 @@ int cuda_matmul_grouped_combine(struct cuda_backend *c, const struct mm_group *g
     mmv_args a = mmv_grouped_args(g, 1, outs, 0, x, xs, K);
     int64_t m_sum;
     mmv_setup(c, &a, g->max_act, g->fill_slots, f, &m_sum);
-    if (!mmv_sliceable(&a) || g->max_act != k || k * a.n_split > MMV_COMB_WARPS)
+    if (!mmv_sliceable(&a) || g->max_act != k || k * a.n_split > MMV_SL_WARPS)
         return -1;
     if (cuda_op_skip(c))
         return 0;
