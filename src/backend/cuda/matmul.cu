@@ -669,11 +669,7 @@ __global__ void k_scatter_bf16(const float *__restrict__ x, int64_t xs, const in
         float v[8];
         load8(v, x + t * xs + c);
         uint4 h;
-        uint32_t l;
-        split_bf16x2(v[0], v[1], &h.x, &l);
-        split_bf16x2(v[2], v[3], &h.y, &l);
-        split_bf16x2(v[4], v[5], &h.z, &l);
-        split_bf16x2(v[6], v[7], &h.w, &l);
+        split8(v, (__nv_bfloat16 *)&h, NULL);
         for (int32_t j = 0; j < k; j++)
             *(uint4 *)(out + (int64_t)tpos[t * k + j] * K + c) = h;
     }
