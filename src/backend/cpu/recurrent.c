@@ -216,31 +216,60 @@ static void delta_step(const struct kern *kn, float *S, const float *q, const fl
     }
 }
 
+/* out [n][os] = x [n][xs] . w [m][ws]^T over k inputs, in the kern's tiles */
+static void rec_mm(const struct kern *kn, const float *x, int64_t xs, int32_t n, const float *w, int64_t ws, int64_t k,
+                   float *out, int64_t os, int64_t m)
+{
+    for (int32_t t = 0; t < n; t += KERN_MAX_NX)
+        kn->matmul_f32(x + (int64_t)t * xs, xs, n - t < KERN_MAX_NX ? n - t : KERN_MAX_NX, w, ws, k,
+                       out + (int64_t)t * os, os, 0, m);
+}
+
+/* dst[c][r] = src[r][c] for r < rows, c < cols */
+static void rec_transpose(float *dst, int64_t ds, const float *src, int64_t ss, int32_t rows, int32_t cols)
+{
+    for (int32_t r = 0; r < rows; r++)
+        for (int32_t c = 0; c < cols; c++)
+            dst[(int64_t)c * ds + r] = src[(int64_t)r * ss + c];
+}
+
 /* The chunked form over one chain of n rows, as torch_chunk_gated_delta_rule:
  * per chunk of L tokens, with gc the cumulative log decay inside the chunk,
  * T = (I + strictly_lower(beta_t k_t.k_s e^{gc_t-gc_s}))^-1,
  * u = T (beta v), w = T (beta k e^{gc}), v' = u - w S,
  * out_t = e^{gc_t} q_t S + sum_{s<=t} (q_t.k_s) e^{gc_t-gc_s} v'_s,
- * S = e^{gc_L} S + sum_s e^{gc_L-gc_s} k_s v'_s^T. */
+ * S = e^{gc_L} S + sum_s e^{gc_L-gc_s} k_s v'_s^T.
+ * Each product runs in the kern's register tiles, over the state transposed
+ * (st [dv][dk]) and the chunk's keys and values transposed where they are
+ * a product's inner dimension; ws: delta_chunk_floats(dk, dv). */
 static void delta_chunked(const struct delta_job *j, const int32_t *rows, int32_t n, int32_t h, float *S, float *ws)
 {
     const struct kern *kn = j->c->k;
     const int32_t dk = j->dk, dv = j->dv, C = DELTA_CHUNK;
-    float *q = ws, *k = q + C * dk, *wk = k + C * dk, *u = wk + C * dk, *T = u + C * dv;
-    float gc[DELTA_CHUNK], beta[DELTA_CHUNK];
+    float *st = ws, *tmp = st + (int64_t)dk * dv;                          /* [dv][dk] */
+    float *q = tmp + (int64_t)dk * dv, *k = q + C * dk, *w = k + C * dk;  /* [C][dk] */
+    float *kt = w + C * dk, *kdt = kt + dk * C;                           /* [dk][C] */
+    float *vt = kdt + dk * C, *vpt = vt + dv * C;                         /* [dv][C] */
+    float *u = vpt + dv * C, *o = u + C * dv, *o2 = o + C * dv;           /* [C][dv] */
+    float *T = o2 + C * dv, *M = T + C * C, *P = M + C * C;               /* [C][C] */
+    float gc[DELTA_CHUNK], beta[DELTA_CHUNK], eg[DELTA_CHUNK];
+    rec_transpose(st, dk, S, dv, dk, dv);
     for (int32_t c0 = 0; c0 < n; c0 += C) {
         const int32_t L = n - c0 < C ? n - c0 : C;
-        const float *v[DELTA_CHUNK];
         for (int32_t t = 0; t < L; t++) {
+            const float *vr;
             float g;
-            delta_inputs(j, rows[c0 + t], h, q + t * dk, k + t * dk, &v[t], &g, &beta[t]);
+            delta_inputs(j, rows[c0 + t], h, q + t * dk, k + t * dk, &vr, &g, &beta[t]);
             gc[t] = t ? gc[t - 1] + g : g;
+            for (int32_t e = 0; e < dv; e++)
+                vt[(int64_t)e * C + t] = vr[e];
         }
         /* T by forward substitution on A = -(beta_t k_t.k_s e^{gc_t-gc_s}), s < t */
+        rec_mm(kn, k, dk, L, k, dk, dk, T, C, L);
         for (int32_t t = 0; t < L; t++) {
             float *Tt = T + t * C;
             for (int32_t s = 0; s < t; s++)
-                Tt[s] = -beta[t] * kn->dot(k + t * dk, k + s * dk, dk) * expf(gc[t] - gc[s]);
+                Tt[s] = -beta[t] * Tt[s] * expf(gc[t] - gc[s]);
             float row[DELTA_CHUNK];
             memcpy(row, Tt, (size_t)t * sizeof(float));
             for (int32_t s = 0; s < t; s++) {
@@ -251,36 +280,53 @@ static void delta_chunked(const struct delta_job *j, const int32_t *rows, int32_
             }
             Tt[t] = 1.0f;
         }
-        /* u_t = sum_s T_ts beta_s v_s; w_t = sum_s T_ts beta_s e^{gc_s} k_s; then v'_t = u_t - w_t S */
-        for (int32_t t = 0; t < L; t++) {
-            float *ut = u + t * dv, *wt = wk + t * dk;
-            memset(ut, 0, (size_t)dv * sizeof(float));
-            memset(wt, 0, (size_t)dk * sizeof(float));
-            for (int32_t s = 0; s <= t; s++) {
-                float f = T[t * C + s] * beta[s];
-                kn->axpy(ut, f, v[s], dv);
-                kn->axpy(wt, f * expf(gc[s]), k + s * dk, dk);
+        /* u = (T beta) v and w = (T beta e^{gc}) k, then v' = u - w S (into u) */
+        for (int32_t s = 0; s < L; s++)
+            eg[s] = expf(gc[s]);
+        for (int32_t t = 0; t < L; t++)
+            for (int32_t s = 0; s < L; s++) {
+                M[t * C + s] = s <= t ? T[t * C + s] * beta[s] : 0.0f;
+                P[t * C + s] = M[t * C + s] * eg[s];
             }
-            for (int32_t d = 0; d < dk; d++)
-                kn->axpy(ut, -wt[d], S + (int64_t)d * dv, dv);
-        }
-        for (int32_t t = 0; t < L; t++) {
-            float *o = f32_row(j->out, rows[c0 + t]) + (int64_t)h * dv;
-            const float eg = expf(gc[t]);
-            memset(o, 0, (size_t)dv * sizeof(float));
-            for (int32_t d = 0; d < dk; d++)
-                kn->axpy(o, q[t * dk + d] * eg, S + (int64_t)d * dv, dv);
-            for (int32_t s = 0; s <= t; s++)
-                kn->axpy(o, kn->dot(q + t * dk, k + s * dk, dk) * expf(gc[t] - gc[s]), u + s * dv, dv);
-        }
-        const float gl = gc[L - 1];
-        for (int32_t d = 0; d < dk; d++) {
-            float *Sd = S + (int64_t)d * dv;
-            kn->scale(Sd, expf(gl), dv);
+        rec_transpose(kt, C, k, dk, L, dk);
+        rec_mm(kn, M, C, L, vt, C, L, u, dv, dv);
+        rec_mm(kn, P, C, L, kt, C, L, w, dk, dk);
+        rec_mm(kn, w, dk, L, st, dk, dk, o, dv, dv);
+        for (int32_t t = 0; t < L; t++)
+            for (int32_t e = 0; e < dv; e++)
+                u[t * dv + e] -= o[t * dv + e];
+        rec_transpose(vpt, C, u, dv, L, dv);
+        /* out_t = e^{gc_t} q_t S + sum_{s<=t} (q_t.k_s) e^{gc_t-gc_s} v'_s */
+        rec_mm(kn, q, dk, L, st, dk, dk, o, dv, dv);
+        rec_mm(kn, q, dk, L, k, dk, dk, P, C, L);
+        for (int32_t t = 0; t < L; t++)
             for (int32_t s = 0; s < L; s++)
-                kn->axpy(Sd, k[s * dk + d] * expf(gl - gc[s]), u + s * dv, dv);
+                P[t * C + s] = s <= t ? P[t * C + s] * expf(gc[t] - gc[s]) : 0.0f;
+        rec_mm(kn, P, C, L, vpt, C, L, o2, dv, dv);
+        for (int32_t t = 0; t < L; t++) {
+            float *out = f32_row(j->out, rows[c0 + t]) + (int64_t)h * dv;
+            for (int32_t e = 0; e < dv; e++)
+                out[e] = o[t * dv + e] * eg[t] + o2[t * dv + e];
         }
+        /* S = e^{gc_L} S + sum_s e^{gc_L-gc_s} k_s v'_s^T, transposed */
+        const float gl = gc[L - 1], egl = expf(gl);
+        for (int32_t s = 0; s < L; s++)
+            eg[s] = expf(gl - gc[s]);
+        for (int32_t d = 0; d < dk; d++)
+            for (int32_t s = 0; s < L; s++)
+                kdt[(int64_t)d * C + s] = kt[(int64_t)d * C + s] * eg[s];
+        rec_mm(kn, vpt, C, dv, kdt, C, L, tmp, dk, dk);
+        for (int64_t i = 0; i < (int64_t)dk * dv; i++)
+            st[i] = st[i] * egl + tmp[i];
     }
+    rec_transpose(S, dv, st, dk, dv, dk);
+}
+
+/* delta_chunked's scratch */
+static int64_t delta_chunk_floats(int64_t dk, int64_t dv)
+{
+    const int64_t C = DELTA_CHUNK;
+    return 2 * dk * dv + 3 * C * dk + 2 * dk * C + 2 * dv * C + 3 * C * dv + 3 * C * C;
 }
 
 /* rec_forms for the delta rule: the scratch past S (a state's dk * dv floats) holds q, k and tmp */
@@ -319,8 +365,8 @@ void cpu_delta_rule(struct backend *be, struct tensor *out, const struct tensor 
     struct cpu_backend *c = cpu_of(be);
     assert(k_dim <= REC_MAX_DIM && v_dim <= REC_MAX_DIM && n_v_head % n_k_head == 0);
     assert(state->n_cols == (int64_t)n_v_head * k_dim * v_dim);
-    const int64_t C = DELTA_CHUNK;
-    float *scr = cpu_scratch(c, (int64_t)k_dim * v_dim + 3 * C * k_dim + C * v_dim + C * C);
+    /* a worker's state, then delta_chunked's scratch (which holds the step's q, k and tmp too) */
+    float *scr = cpu_scratch(c, (int64_t)k_dim * v_dim + delta_chunk_floats(k_dim, v_dim));
     assert(scr); /* the first forward of a context sizes it; see model_scratch_init */
     struct delta_job j = {c, out, q, k, v, a, b, A_log, dt_bias, state, n_k_head, n_v_head, k_dim, v_dim, scr};
     pool_run(c->pool, delta_task, &j, c->n_grp * n_v_head);
@@ -366,49 +412,73 @@ static void ssd_step(const struct ssd_job *j, float *S, int32_t i, int32_t h)
 /* The chunked form (SSD) over one chain, as the reference's prefill: with
  * Acum the cumulative dt*A inside a chunk,
  * y_t = sum_{s<=t} (C_t.B_s) e^{Acum_t-Acum_s} dt_s x_s + e^{Acum_t} S C_t + D x_t,
- * S = e^{Acum_L} S + sum_s e^{Acum_L-Acum_s} dt_s x_s B_s^T. */
-static void ssd_chunked(const struct ssd_job *j, const int32_t *rows, int32_t n, int32_t h, float *S)
+ * S = e^{Acum_L} S + sum_s e^{Acum_L-Acum_s} dt_s x_s B_s^T.
+ * Each product runs in the kern's register tiles over the chunk's rows
+ * gathered (x, B and C, and x and B transposed where they are a product's
+ * inner dimension); ws: ssd_chunk_floats(p). */
+static void ssd_chunked(const struct ssd_job *j, const int32_t *rows, int32_t n, int32_t h, float *S, float *ws)
 {
     const struct kern *kn = j->c->k;
     const struct ssd_params *p = j->p;
     const int32_t P = p->head_dim, N = p->d_state, g = h / (p->n_head / p->n_group), CH = p->chunk;
     const float A = -expf(weight_at(j->A_log, h)), Dh = weight_at(j->D, h);
-    float acum[SSD_MAX_CHUNK], dts[SSD_MAX_CHUNK];
+    float *b = ws, *c = b + (int64_t)CH * N, *bt = c + (int64_t)CH * N; /* [CH][N], [CH][N], [N][CH] */
+    float *xt = bt + (int64_t)N * CH, *xdt = xt + (int64_t)P * CH;      /* [P][CH] */
+    float *G = xdt + (int64_t)P * CH;                                    /* [CH][CH] */
+    float *y1 = G + (int64_t)CH * CH, *y2 = y1 + (int64_t)CH * P;        /* [CH][P] */
+    float *tmp = y2 + (int64_t)CH * P;                                   /* [P][N] */
+    float acum[SSD_MAX_CHUNK], dts[SSD_MAX_CHUNK], dec[SSD_MAX_CHUNK];
     for (int32_t c0 = 0; c0 < n; c0 += CH) {
         const int32_t L = n - c0 < CH ? n - c0 : CH;
         for (int32_t t = 0; t < L; t++) {
-            dts[t] = ssd_dt(j, rows[c0 + t], h);
-            acum[t] = (t ? acum[t - 1] : 0.0f) + dts[t] * A;
-        }
-        for (int32_t t = 0; t < L; t++) {
             const int32_t i = rows[c0 + t];
-            const float *Ct = f32_row(j->C, i) + (int64_t)g * N, *xt = f32_row(j->x, i) + (int64_t)h * P;
-            float *y = f32_row(j->y, i) + (int64_t)h * P;
+            dts[t] = ssd_dt(j, i, h);
+            acum[t] = (t ? acum[t - 1] : 0.0f) + dts[t] * A;
+            memcpy(b + (int64_t)t * N, f32_row(j->B, i) + (int64_t)g * N, (size_t)N * sizeof(float));
+            memcpy(c + (int64_t)t * N, f32_row(j->C, i) + (int64_t)g * N, (size_t)N * sizeof(float));
+            const float *x = f32_row(j->x, i) + (int64_t)h * P;
+            for (int32_t a = 0; a < P; a++)
+                xt[(int64_t)a * CH + t] = x[a];
+        }
+        /* y = (C B^T, masked and decayed) x + e^{Acum} C S^T + D x */
+        rec_mm(kn, c, N, L, b, N, N, G, CH, L);
+        for (int32_t t = 0; t < L; t++)
+            for (int32_t s = 0; s < L; s++)
+                G[(int64_t)t * CH + s] = s <= t ? G[(int64_t)t * CH + s] * expf(acum[t] - acum[s]) * dts[s] : 0.0f;
+        rec_mm(kn, G, CH, L, xt, CH, L, y2, P, P);
+        rec_mm(kn, c, N, L, S, N, N, y1, P, P);
+        for (int32_t t = 0; t < L; t++) {
+            float *y = f32_row(j->y, rows[c0 + t]) + (int64_t)h * P;
             const float e = expf(acum[t]);
             for (int32_t a = 0; a < P; a++)
-                y[a] = e * kn->dot(S + (int64_t)a * N, Ct, N) + Dh * xt[a];
-            for (int32_t s = 0; s <= t; s++) {
-                const int32_t is = rows[c0 + s];
-                float w = kn->dot(Ct, f32_row(j->B, is) + (int64_t)g * N, N) * expf(acum[t] - acum[s]) * dts[s];
-                kn->axpy(y, w, f32_row(j->x, is) + (int64_t)h * P, P);
-            }
+                y[a] = e * y1[(int64_t)t * P + a] + y2[(int64_t)t * P + a] + Dh * xt[(int64_t)a * CH + t];
         }
-        const float el = expf(acum[L - 1]);
-        for (int32_t a = 0; a < P; a++) {
-            float *Sa = S + (int64_t)a * N;
-            kn->scale(Sa, el, N);
-            for (int32_t s = 0; s < L; s++) {
-                const int32_t is = rows[c0 + s];
-                float w = expf(acum[L - 1] - acum[s]) * dts[s] * (f32_row(j->x, is) + (int64_t)h * P)[a];
-                kn->axpy(Sa, w, f32_row(j->B, is) + (int64_t)g * N, N);
-            }
-        }
+        /* S = e^{Acum_L} S + (x dt e^{Acum_L-Acum})^T B */
+        const float al = acum[L - 1], el = expf(al);
+        for (int32_t s = 0; s < L; s++)
+            dec[s] = expf(al - acum[s]) * dts[s];
+        for (int32_t a = 0; a < P; a++)
+            for (int32_t s = 0; s < L; s++)
+                xdt[(int64_t)a * CH + s] = xt[(int64_t)a * CH + s] * dec[s];
+        rec_transpose(bt, CH, b, N, L, N);
+        rec_mm(kn, xdt, CH, P, bt, CH, L, tmp, N, N);
+        for (int64_t e = 0; e < (int64_t)P * N; e++)
+            S[e] = S[e] * el + tmp[e];
     }
 }
 
+/* ssd_chunked's scratch */
+static int64_t ssd_chunk_floats(const struct ssd_params *p)
+{
+    const int64_t CH = p->chunk, N = p->d_state, P = p->head_dim;
+    return 3 * CH * N + 2 * P * CH + CH * CH + 2 * CH * P + P * N;
+}
+
+/* rec_forms for the scan: the scratch past S (a state's P * N floats) is ssd_chunked's */
 static void ssd_chunked_form(const void *job, const int32_t *rows, int32_t n, int32_t h, float *S)
 {
-    ssd_chunked(job, rows, n, h, S);
+    const struct ssd_job *j = job;
+    ssd_chunked(j, rows, n, h, S, S + (int64_t)j->p->head_dim * j->p->d_state);
 }
 
 static void ssd_step_form(const void *job, float *S, int32_t i, int32_t h) { ssd_step(job, S, i, h); }
@@ -430,7 +500,7 @@ void cpu_ssd(struct backend *be, struct tensor *y, const struct tensor *x, const
     struct cpu_backend *c = cpu_of(be);
     assert(p->chunk >= 1 && p->chunk <= SSD_MAX_CHUNK && p->n_head % p->n_group == 0);
     assert(state->n_cols == (int64_t)p->n_head * p->head_dim * p->d_state);
-    float *scr = cpu_scratch(c, (int64_t)p->head_dim * p->d_state);
+    float *scr = cpu_scratch(c, (int64_t)p->head_dim * p->d_state + ssd_chunk_floats(p));
     assert(scr);
     struct ssd_job j = {c, y, x, B, C, dt, A_log, D, dt_bias, state, p, scr};
     pool_run(c->pool, ssd_task, &j, c->n_grp * p->n_head);
