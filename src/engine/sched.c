@@ -17,6 +17,7 @@ static double now_s(void)
 }
 
 #define SCHED_CACHE_SLOTS 8 /* finished conversations kept for prefix reuse */
+#define SCHED_CKPT_MIN 64   /* recurrent models: the fewest tokens a mid-prompt checkpoint must save */
 #define SCHED_MAX_QUEUE 32  /* waiting requests beyond which the server says it is overloaded
                                (below the server's 64 connections, so that it can be reached) */
 
@@ -72,6 +73,7 @@ struct sched_req *sched_req_new(const int32_t *prompt, int32_t n, const struct s
         return NULL;
     }
     r->dseq = -1;
+    r->ckpt_at = -1;
     r->n_top = -1;
     r->prompt = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
     r->hist = malloc(sizeof(int32_t) * (size_t)(n + max_tokens + 1));
@@ -249,16 +251,20 @@ static void cache_keep(struct sched *s, struct sched_req *r)
     slot->used = ++s->clock;
 }
 
-/* On a recurrent model, keeps the state one token short of the end of r's
- * prompt as a cache entry of its own (a fork: KV blocks shared, state
- * copied). A next turn renders the reply differently often enough (thinking
- * dropped, end tokens) that the finished conversation alone would rarely be a
- * prefix of it; one token short also serves a repeat of the same prompt,
- * which must still feed its last token for logits. */
+/* On a recurrent model, keeps the state after r's fed prompt tokens as a
+ * cache entry of its own (a fork: KV blocks shared, state copied). Two places
+ * are kept. One token short of the prompt's end: a next turn renders the
+ * reply differently often enough (thinking dropped, end tokens) that the
+ * finished conversation alone would rarely be a prefix of it, and a repeat of
+ * the same prompt must still feed its last token for logits. And where the
+ * prompt leaves a cached conversation after a long shared prefix (an agent's
+ * system prompt and tools, a new session or a sub-agent): the conversation's
+ * state exists only at its end, so this prompt pays for the prefix again,
+ * and the checkpoint spares the next one that starts with it. */
 static void cache_checkpoint(struct sched *s, struct sched_req *r)
 {
     struct cached *slot = cache_slot(s);
-    const int32_t n = r->n_prompt - 1;
+    const int32_t n = r->n_fed;
     slot->toks = malloc(sizeof(int32_t) * (size_t)n);
     slot->seq = slot->toks ? engine_seq_fork(&s->e, r->seq) : -1;
     if (slot->seq < 0) {
@@ -481,8 +487,9 @@ static bool sched_step(struct sched *s)
                 k = room;
             if (k < 1)
                 continue;
-            /* recurrent models: stop one short of the prompt's end, for the checkpoint there */
-            const int32_t ck = r->n_prompt - 1;
+            /* recurrent models: stop at the next checkpoint (mid-prompt, then
+             * one short of the prompt's end) */
+            const int32_t ck = r->ckpt_at > r->n_fed ? r->ckpt_at : r->n_prompt - 1;
             if (engine_is_recurrent(&s->e) && r->n_fed < ck && r->n_fed + k > ck)
                 k = ck - r->n_fed;
             r->ckpt_due = engine_is_recurrent(&s->e) && ck > 0 && r->n_fed + k == ck;
@@ -582,11 +589,12 @@ static bool sched_step(struct sched *s)
  * else a new one; least recently used cache entries make room. -1 if none.
  * On a recurrent model an entry is usable only if the prompt extends all of
  * it (its state cannot be rewound); the prompt-end checkpoints that
- * sched_step keeps are what a next turn usually extends. */
+ * sched_step keeps are what a next turn usually extends. A longer prefix
+ * shared with an entry the prompt leaves becomes r's mid-prompt checkpoint. */
 static int32_t sched_seq_for(struct sched *s, struct sched_req *r)
 {
     struct cached *best = NULL;
-    int32_t best_n = 0;
+    int32_t best_n = 0, share = 0;
     for (int i = 0; i < SCHED_CACHE_SLOTS; i++) {
         struct cached *c = &s->cache[i];
         int32_t n = 0, lim = c->n < r->n_prompt - 1 ? c->n : r->n_prompt - 1;
@@ -594,6 +602,8 @@ static int32_t sched_seq_for(struct sched *s, struct sched_req *r)
             continue;
         while (n < lim && c->toks[n] == r->prompt[n])
             n++;
+        if (n > share)
+            share = n;
         if (engine_is_recurrent(&s->e) && n != c->n)
             continue; /* a recurrent state exists only at the entry's end */
         if (n > best_n) {
@@ -612,6 +622,8 @@ static int32_t sched_seq_for(struct sched *s, struct sched_req *r)
                 r->n_cached = best_n;
                 pthread_mutex_unlock(&r->mu);
             }
+            if (engine_is_recurrent(&s->e) && share - r->n_fed >= SCHED_CKPT_MIN && share < r->n_prompt - 1)
+                r->ckpt_at = share;
             return seq;
         }
         struct cached *victim = cache_lru(s);

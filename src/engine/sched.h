@@ -8,7 +8,8 @@
  * prefills only the rest, which is what an agent's next turn looks like. On
  * models with recurrent layers a conversation can only be extended, never cut
  * back, so the state one token short of each prompt's end is kept as an entry
- * too (see cache_checkpoint).
+ * too, and so is the state where a prompt leaves a cached conversation it
+ * shares a long prefix with (see cache_checkpoint).
  *
  * Server threads never touch the model: they submit a request and wait on it;
  * the engine thread never blocks on a socket. A request that goes away
@@ -61,6 +62,8 @@ struct sched_req {
     /* engine side */
     int32_t seq, n_fed;      /* prompt tokens already in the cache */
     bool ckpt_due;           /* recurrent models: keep a checkpoint after this step */
+    int32_t ckpt_at;         /* recurrent models: a checkpoint to keep mid-prompt, where the prompt
+                                leaves a cached conversation it shares a long prefix with; -1: none */
     int32_t dseq;            /* its sequence in the draft engine (KFlash), -1 until it speculates */
     int32_t *hist;           /* prompt + output, for penalties */
     struct sched_req *next;

@@ -1,7 +1,8 @@
 /* The engine thread (sched) on hybrid models: greedy output equals a plain
  * engine run whether or not a request reuses a cached conversation, prefix
  * reuse happens only where a recurrent state exists (the end of an earlier
- * prompt or conversation), and concurrent requests do not disturb each other. */
+ * prompt or conversation, or where a prompt left one it shared a long prefix
+ * with), and concurrent requests do not disturb each other. */
 #include "../../src/backend/cpu/cpu.h"
 #include "../../src/base/err.h"
 #include "../../src/engine/engine.h"
@@ -102,6 +103,21 @@ void test_sched_hybrid(void)
         struct sched_req *ra = submit(s, p3, 70, G, V), *rb = submit(s, p1, 80, G, V);
         CHECK(finish(ra, w3, G, "concurrent a") == 69, "%s: repeat of p3 reused all but one token", archs[a]);
         CHECK(finish(rb, w1, G, "concurrent b") == 79, "%s: repeat of p1 reused all but one token", archs[a]);
+        /* three prompts sharing their first 100 tokens (a system prompt): the
+         * second pays for them again but keeps the state where it leaves the
+         * first; the third starts there */
+        int32_t q[3][200], wq[3][12];
+        const int32_t nq[3] = {200, 180, 160};
+        for (int j = 0; j < 3; j++) {
+            for (int i = 0; i < nq[j]; i++)
+                q[j][i] = 2 + (i < 100 ? i * 71 + 40 : i * (61 + 6 * j) + 7 * j) % (V - 2);
+            greedy_ref(&m, q[j], nq[j], G, wq[j]);
+        }
+        CHECK(finish(submit(s, q[0], nq[0], G, V), wq[0], G, "shared prefix, first") == 0, "%s: a new prefix", archs[a]);
+        int32_t cq = finish(submit(s, q[1], nq[1], G, V), wq[1], G, "shared prefix, second");
+        CHECK(cq == 0, "%s: the first prompt's state exists only at its end, yet %d tokens were reused", archs[a], cq);
+        cq = finish(submit(s, q[2], nq[2], G, V), wq[2], G, "shared prefix, third");
+        CHECK(cq == 100, "%s: the third prompt reused %d tokens, not the 100 it shares", archs[a], cq);
         sched_free(s);
         model_free(&m);
         be->ops->free(be);
