@@ -125,7 +125,8 @@ struct moe_block {
     struct tensor *logits;  /* [n][n_expert] F32: h . router^T */
     struct tensor *ids;     /* [n][k] I32: each row's experts (ties: the lower index first) */
     struct tensor *weights; /* [n][k] F32: their weights */
-    struct tensor *ws;      /* [n][2*hidden + 2*inter] F32: room for the products */
+    struct tensor *ws;      /* [>= n][2*hidden + 2*inter] F32: room for the products (the cpu takes a
+                               batch's n*k picks at once where it has a row for each) */
 };
 
 /* Mamba2 scan shapes and time-step limits. */

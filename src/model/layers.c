@@ -72,7 +72,7 @@ void layers_moe(const struct model *m, struct model_scratch *s, const struct lay
     const struct model_config *c = &m->cfg;
     struct backend *be = m->be;
     struct tensor h = tensor_rows(&s->h, 0, n), r = tensor_rows(&s->router, 0, n), ids = tensor_rows(&s->ids, 0, n);
-    struct tensor w = tensor_rows(&s->weights, 0, n), ws = tensor_rows(&s->moe_ws, 0, n);
+    struct tensor w = tensor_rows(&s->weights, 0, n), ws = s->moe_ws;
     const struct moe_block mb = {
         .norm = norm, .eps = c->rms_eps, .router = &L->router,
         .rt = {.k = c->n_expert_used, .sigmoid = c->router_sigmoid, .norm = c->norm_topk_prob,

@@ -99,20 +99,24 @@ struct mm_job {
     int64_t chunk;
 };
 
+/* out's columns [j0, j1) = x . w's rows [j0, j1)^T, the tokens in tiles */
+static void mm_rows(const struct kern *k, struct tensor *out, const struct tensor *x, const struct tensor *w, int64_t j0,
+                    int64_t j1)
+{
+    kern_matmul_fn fn = w->type == DT_BF16 ? k->matmul_bf16 : w->type == DT_F16 ? k->matmul_f16 : k->matmul_f32;
+    for (int64_t t = 0; t < x->n_rows; t += KERN_MAX_NX) {
+        int32_t nt = (int32_t)(x->n_rows - t < KERN_MAX_NX ? x->n_rows - t : KERN_MAX_NX);
+        fn(f32_row(x, t), x->row_stride, nt, w->data, w->row_stride, x->n_cols, f32_row(out, t), out->row_stride, j0,
+           j1);
+    }
+}
+
 static void mm_task(void *ctx, int32_t task, int32_t worker)
 {
     (void)worker;
     const struct mm_job *j = ctx;
-    const struct tensor *x = j->x, *w = j->w;
     int64_t j0 = (int64_t)task * j->chunk, j1 = j0 + j->chunk;
-    if (j1 > w->n_rows)
-        j1 = w->n_rows;
-    kern_matmul_fn fn = w->type == DT_BF16 ? j->k->matmul_bf16 : w->type == DT_F16 ? j->k->matmul_f16 : j->k->matmul_f32;
-    for (int64_t t = 0; t < x->n_rows; t += KERN_MAX_NX) {
-        int32_t nt = (int32_t)(x->n_rows - t < KERN_MAX_NX ? x->n_rows - t : KERN_MAX_NX);
-        fn(f32_row(x, t), x->row_stride, nt, w->data, w->row_stride, x->n_cols, f32_row(j->out, t),
-           j->out->row_stride, j0, j1);
-    }
+    mm_rows(j->k, j->out, j->x, j->w, j0, j1 < j->w->n_rows ? j1 : j->w->n_rows);
 }
 
 static void cpu_matmul(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w)
@@ -489,24 +493,128 @@ static void cpu_relu2(struct backend *be, struct tensor *x)
     }
 }
 
-/* The routed experts in index order, each over the tokens routed to it, as
- * the reference sums them; the sums in ws's last hidden columns, added to
- * out (or copied there) once whole. */
-static void cpu_moe(struct backend *be, struct tensor *out, const struct tensor *x, const struct moe_block *mb,
-                    bool accumulate)
+/* A batch's picks at once, when ws has a row for each (n * k): ws row p holds
+ * pick p's [input | gate | up | down] columns, an expert's picks in
+ * consecutive rows (off), its tokens in batch order. Two parallel-fors instead
+ * of three per expert, and the activation inside them: a decoded token's k
+ * experts are k small products each, whose start and end would dominate. */
+#define MOE_PICKS_MAX_EXPERT 1024
+
+struct moe_job {
+    const struct kern *k;
+    const struct moe_experts *ex;
+    const struct tensor *ws;
+    const int32_t *act; /* [n_act] the experts picked, in index order */
+    const int32_t *off; /* [n_expert + 1] each expert's first ws row */
+    int64_t hidden, inter, chunk; /* chunk: output rows of one expert a task computes */
+    int32_t n_chunk;              /* tasks per expert */
+};
+
+/* a task's expert's picks as rows of ws, columns [c0, c0 + n_cols) */
+static struct tensor moe_cols(const struct moe_job *j, int32_t e, int64_t c0, int64_t n_cols)
+{
+    const struct tensor *ws = j->ws;
+    return (struct tensor){DT_F32, j->off[e + 1] - j->off[e], n_cols, ws->row_stride,
+                           f32_row(ws, j->off[e]) + c0, false};
+}
+
+static void moe_up_task(void *ctx, int32_t task, int32_t worker)
+{
+    (void)worker;
+    const struct moe_job *j = ctx;
+    const int32_t e = j->act[task / j->n_chunk];
+    const int64_t j0 = (task % j->n_chunk) * j->chunk, j1 = j0 + j->chunk < j->inter ? j0 + j->chunk : j->inter;
+    const struct tensor x = moe_cols(j, e, 0, j->hidden);
+    struct tensor g = moe_cols(j, e, j->hidden, j->inter), u = moe_cols(j, e, j->hidden + j->inter, j->inter);
+    mm_rows(j->k, &u, &x, &j->ex->up[e], j0, j1);
+    if (j->ex->gate)
+        mm_rows(j->k, &g, &x, &j->ex->gate[e], j0, j1);
+    for (int64_t t = 0; t < u.n_rows; t++) { /* cpu_swiglu's and cpu_relu2's arithmetic */
+        float *a = f32_row(&u, t);
+        const float *b = f32_row(&g, t);
+        for (int64_t c = j0; c < j1; c++)
+            a[c] = j->ex->gate ? b[c] / (1.0f + expf(-b[c])) * a[c] : a[c] > 0 ? a[c] * a[c] : 0.0f;
+    }
+}
+
+static void moe_down_task(void *ctx, int32_t task, int32_t worker)
+{
+    (void)worker;
+    const struct moe_job *j = ctx;
+    const int32_t e = j->act[task / j->n_chunk];
+    const int64_t j0 = (task % j->n_chunk) * j->chunk, j1 = j0 + j->chunk < j->hidden ? j0 + j->chunk : j->hidden;
+    const struct tensor u = moe_cols(j, e, j->hidden + j->inter, j->inter);
+    struct tensor d = moe_cols(j, e, 2 * j->inter + j->hidden, j->hidden);
+    mm_rows(j->k, &d, &u, &j->ex->down[e], j0, j1);
+}
+
+/* rows per task: about eight tasks a thread over all the experts' rows, a
+ * multiple of 4 (the kernels' row tiles) */
+static int64_t moe_chunk(int64_t rows, int32_t n_act, int32_t nth)
+{
+    int64_t c = rows * n_act / (nth * 8);
+    c = c < 16 ? 16 : c > rows ? rows : c;
+    return (c + 3) & ~(int64_t)3;
+}
+
+static void moe_picks(struct cpu_backend *c, struct tensor *sum, const struct moe_block *mb, int64_t hidden,
+                      int64_t inter)
 {
     const struct moe_experts *ex = &mb->ex;
-    const struct tensor *ids = mb->ids, *weights = mb->weights, *h = mb->h;
-    const int64_t n = x->n_rows, hidden = x->n_cols, inter = ex->up[0].n_rows;
-    const int32_t k = mb->rt.k;
-    struct tensor *ws = mb->ws;
-    assert(ws->n_rows >= n && ws->n_cols >= 2 * (hidden + inter) && n <= 4096);
-    cpu_rmsnorm(be, mb->h, x, mb->norm, mb->eps);
-    cpu_matmul(be, mb->logits, h, mb->router);
-    cpu_moe_route(mb->ids, mb->weights, mb->logits, &mb->rt);
-    const struct tensor sum = {DT_F32, n, hidden, ws->row_stride, f32_row(ws, 0) + hidden + 2 * inter, false};
+    const int32_t k = mb->rt.k, E = ex->n_expert, nth = pool_n_threads(c->pool);
+    const int64_t n = sum->n_rows;
+    const int32_t *ids = mb->ids->data;
+    int32_t off[MOE_PICKS_MAX_EXPERT + 1] = {0}, act[MOE_PICKS_MAX_EXPERT], row[4096], n_act = 0;
     for (int64_t r = 0; r < n; r++)
-        memset(f32_row(&sum, r), 0, (size_t)hidden * sizeof(float));
+        for (int32_t j = 0; j < k; j++)
+            off[ids[r * mb->ids->row_stride + j] + 1]++;
+    for (int32_t e = 0; e < E; e++) {
+        if (off[e + 1] > 0)
+            act[n_act++] = e;
+        off[e + 1] += off[e];
+    }
+    int32_t fill[MOE_PICKS_MAX_EXPERT];
+    memcpy(fill, off, sizeof(int32_t) * (size_t)E);
+    for (int64_t r = 0; r < n; r++)
+        for (int32_t j = 0; j < k; j++) {
+            const int32_t p = fill[ids[r * mb->ids->row_stride + j]]++;
+            row[r * k + j] = p;
+            memcpy(f32_row(mb->ws, p), f32_row(mb->h, r), (size_t)hidden * sizeof(float));
+        }
+    struct moe_job job = {c->k, ex, mb->ws, act, off, hidden, inter, moe_chunk(inter, n_act, nth), 0};
+    job.n_chunk = (int32_t)((inter + job.chunk - 1) / job.chunk);
+    pool_run(c->pool, moe_up_task, &job, n_act * job.n_chunk);
+    job.chunk = moe_chunk(hidden, n_act, nth);
+    job.n_chunk = (int32_t)((hidden + job.chunk - 1) / job.chunk);
+    pool_run(c->pool, moe_down_task, &job, n_act * job.n_chunk);
+    /* each token's picks in expert order, as the per-expert loop adds them */
+    for (int64_t r = 0; r < n; r++) {
+        float *y = f32_row(sum, r);
+        memset(y, 0, (size_t)hidden * sizeof(float));
+        int32_t done = -1;
+        for (int32_t i = 0; i < k; i++) {
+            int32_t jb = -1;
+            for (int32_t j = 0; j < k; j++) {
+                const int32_t e = ids[r * mb->ids->row_stride + j];
+                if (e > done && (jb < 0 || e < ids[r * mb->ids->row_stride + jb]))
+                    jb = j;
+            }
+            done = ids[r * mb->ids->row_stride + jb];
+            c->k->axpy(y, f32_row(mb->weights, r)[jb], f32_row(mb->ws, row[r * k + jb]) + hidden + 2 * inter, hidden);
+        }
+    }
+}
+
+/* The routed experts in index order, each over the tokens routed to it, as
+ * the reference sums them, into sum (ws's last hidden columns). */
+static void moe_each(struct backend *be, struct tensor *sum, const struct moe_block *mb, int64_t hidden, int64_t inter)
+{
+    const struct moe_experts *ex = &mb->ex;
+    const struct tensor *ids = mb->ids, *weights = mb->weights, *ws = mb->ws;
+    const int64_t n = sum->n_rows;
+    const int32_t k = mb->rt.k;
+    for (int64_t r = 0; r < n; r++)
+        memset(f32_row(sum, r), 0, (size_t)hidden * sizeof(float));
     int32_t rows[4096];
     float wt[4096];
     for (int32_t e = 0; e < ex->n_expert; e++) {
@@ -525,7 +633,7 @@ static void cpu_moe(struct backend *be, struct tensor *out, const struct tensor 
         ge.data = f32_row(ws, 0) + hidden;
         ue.data = f32_row(ws, 0) + hidden + inter;
         for (int32_t t = 0; t < m; t++)
-            memcpy(f32_row(&xe, t), f32_row(h, rows[t]), (size_t)hidden * sizeof(float));
+            memcpy(f32_row(&xe, t), f32_row(mb->h, rows[t]), (size_t)hidden * sizeof(float));
         cpu_matmul(be, &ue, &xe, &ex->up[e]);
         if (ex->gate) {
             cpu_matmul(be, &ge, &xe, &ex->gate[e]);
@@ -535,8 +643,29 @@ static void cpu_moe(struct backend *be, struct tensor *out, const struct tensor 
         }
         cpu_matmul(be, &de, &ue, &ex->down[e]);
         for (int32_t t = 0; t < m; t++)
-            cpu_of(be)->k->axpy(f32_row(&sum, rows[t]), wt[t], f32_row(&de, t), hidden);
+            cpu_of(be)->k->axpy(f32_row(sum, rows[t]), wt[t], f32_row(&de, t), hidden);
     }
+}
+
+/* The block's routed experts: a batch's picks at once where ws has a row for
+ * each, else expert by expert (the same bits); their sums added to out (or
+ * copied there) once whole. */
+static void cpu_moe(struct backend *be, struct tensor *out, const struct tensor *x, const struct moe_block *mb,
+                    bool accumulate)
+{
+    const int64_t n = x->n_rows, hidden = x->n_cols, inter = mb->ex.up[0].n_rows;
+    struct tensor *ws = mb->ws;
+    assert(ws->n_rows >= n && ws->n_cols >= 2 * (hidden + inter) && n <= 4096);
+    cpu_rmsnorm(be, mb->h, x, mb->norm, mb->eps);
+    cpu_matmul(be, mb->logits, mb->h, mb->router);
+    cpu_moe_route(mb->ids, mb->weights, mb->logits, &mb->rt);
+    const bool at_once = n * mb->rt.k <= ws->n_rows && n * mb->rt.k <= 4096 && mb->ex.n_expert <= MOE_PICKS_MAX_EXPERT;
+    /* at once: the sums overwrite the picks' inputs, read by then */
+    struct tensor sum = {DT_F32, n, hidden, ws->row_stride, f32_row(ws, 0) + (at_once ? 0 : hidden + 2 * inter), false};
+    if (at_once)
+        moe_picks(cpu_of(be), &sum, mb, hidden, inter);
+    else
+        moe_each(be, &sum, mb, hidden, inter);
     if (accumulate) {
         cpu_add(be, out, &sum);
     } else {
