@@ -18,6 +18,7 @@ static double now_s(void)
 
 #define SCHED_CACHE_SLOTS 8 /* finished conversations kept for prefix reuse */
 #define SCHED_CKPT_MIN 64   /* recurrent models: the fewest tokens a mid-prompt checkpoint must save */
+#define SCHED_BRANCH_KEPT 2 /* mid-prompt checkpoints (the most recently used) evicted only after the rest */
 #define SCHED_MAX_QUEUE 32  /* waiting requests beyond which the server says it is overloaded
                                (below the server's 64 connections, so that it can be reached) */
 
@@ -28,6 +29,7 @@ struct cached {
     int32_t *toks;  /* [n] tokens whose K/V the sequence holds */
     int32_t n;
     uint64_t used;  /* LRU clock */
+    bool branch;    /* a mid-prompt checkpoint: where prompts part (a system prompt's end) */
 };
 
 struct sched {
@@ -211,13 +213,25 @@ static void cache_evict(struct sched *s, struct cached *c)
     c->n = 0;
 }
 
-/* Least recently used entry, or NULL if the cache is empty. */
+/* The entry to evict, or NULL if the cache is empty: the least recently
+ * used, except that the SCHED_BRANCH_KEPT most recently used mid-prompt
+ * checkpoints go last. Each turn of a conversation adds two entries, so plain
+ * LRU would evict the state at an agent's system prompt, which its next
+ * session or sub-agent starts from, after a few turns. */
 static struct cached *cache_lru(struct sched *s)
 {
     struct cached *best = NULL;
-    for (int i = 0; i < SCHED_CACHE_SLOTS; i++)
-        if (s->cache[i].seq >= 0 && (!best || s->cache[i].used < best->used))
-            best = &s->cache[i];
+    for (int pass = 0; pass < 2 && !best; pass++)
+        for (int i = 0; i < SCHED_CACHE_SLOTS; i++) {
+            const struct cached *c = &s->cache[i];
+            if (c->seq < 0 || (best && c->used >= best->used))
+                continue;
+            int newer = 0; /* branch entries used more recently than c */
+            for (int j = 0; j < SCHED_CACHE_SLOTS && c->branch; j++)
+                newer += s->cache[j].seq >= 0 && s->cache[j].branch && s->cache[j].used > c->used;
+            if (pass == 1 || !c->branch || newer >= SCHED_BRANCH_KEPT)
+                best = &s->cache[i];
+        }
     return best;
 }
 
@@ -249,6 +263,7 @@ static void cache_keep(struct sched *s, struct sched_req *r)
     slot->n = n;
     slot->seq = r->seq;
     slot->used = ++s->clock;
+    slot->branch = false;
 }
 
 /* On a recurrent model, keeps the state after r's fed prompt tokens as a
@@ -276,6 +291,7 @@ static void cache_checkpoint(struct sched *s, struct sched_req *r)
     memcpy(slot->toks, r->prompt, sizeof(int32_t) * (size_t)n);
     slot->n = n;
     slot->used = ++s->clock;
+    slot->branch = n == r->ckpt_at;
 }
 
 static void req_finish(struct sched *s, struct sched_req *r, enum sched_finish f, const char *msg)

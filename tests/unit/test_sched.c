@@ -105,7 +105,7 @@ void test_sched_hybrid(void)
         CHECK(finish(rb, w1, G, "concurrent b") == 79, "%s: repeat of p1 reused all but one token", archs[a]);
         /* three prompts sharing their first 100 tokens (a system prompt): the
          * second pays for them again but keeps the state where it leaves the
-         * first; the third starts there */
+         * first; the third, after other conversations, starts there */
         int32_t q[3][200], wq[3][12];
         const int32_t nq[3] = {200, 180, 160};
         for (int j = 0; j < 3; j++) {
@@ -116,6 +116,15 @@ void test_sched_hybrid(void)
         CHECK(finish(submit(s, q[0], nq[0], G, V), wq[0], G, "shared prefix, first") == 0, "%s: a new prefix", archs[a]);
         int32_t cq = finish(submit(s, q[1], nq[1], G, V), wq[1], G, "shared prefix, second");
         CHECK(cq == 0, "%s: the first prompt's state exists only at its end, yet %d tokens were reused", archs[a], cq);
+        /* four other conversations, two entries each: the cache's 8 fill up,
+         * and the state where the prompts part is evicted last */
+        for (int j = 0; j < 4; j++) {
+            int32_t o[70], wo[12];
+            for (int i = 0; i < 70; i++)
+                o[i] = 2 + (i * (13 + 4 * j) + 17 * j + 1) % (V - 2);
+            greedy_ref(&m, o, 70, G, wo);
+            CHECK(finish(submit(s, o, 70, G, V), wo, G, "another conversation") == 0, "%s: nothing shared", archs[a]);
+        }
         cq = finish(submit(s, q[2], nq[2], G, V), wq[2], G, "shared prefix, third");
         CHECK(cq == 100, "%s: the third prompt reused %d tokens, not the 100 it shares", archs[a], cq);
         sched_free(s);
