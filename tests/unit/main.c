@@ -69,6 +69,7 @@ int test_failures;
     X(test_model_hybrid_state)                                                                                 \
     X(test_model_hybrid_no_keep)                                                                               \
     X(test_sched_hybrid)                                                                                       \
+    X(test_sched_hybrid_traffic)                                                                               \
     X(test_sched_spec)                                                                                         \
     X(test_sched_stop)                                                                                         \
     X(test_sched_top_k)                                                                                        \

@@ -14,8 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Greedy continuation of prompt by a fresh engine: the reference. */
-static void greedy_ref(struct model *m, const int32_t *prompt, int32_t n, int32_t n_gen, int32_t *out)
+/* Greedy continuation of prompt by a fresh engine: the reference; lp (may be
+ * NULL): each chosen token's log-probability. */
+static void greedy_ref_lp(struct model *m, const int32_t *prompt, int32_t n, int32_t n_gen, int32_t *out, float *lp)
 {
     struct engine e;
     CHECK(engine_init(&e, m, 1024, 1, 256, 256, 0, DT_F32) == 0, "%s", err_msg());
@@ -29,6 +30,11 @@ static void greedy_ref(struct model *m, const int32_t *prompt, int32_t n, int32_
     CHECK(engine_forward(&e, &b, lg, NULL) == 1 && engine_commit_all(&e) == 0, "%s", err_msg());
     for (int32_t g = 0; g < n_gen; g++) {
         out[g] = sampler_argmax(lg, V);
+        double sum = 0;
+        for (int32_t v = 0; v < V && lp; v++)
+            sum += exp((double)lg[v] - lg[out[g]]);
+        if (lp)
+            lp[g] = (float)-log(sum);
         int32_t p = n + g, pa = -1;
         uint8_t one = 1;
         struct batch d = {1, &out[g], &p, &s, &pa, &one};
@@ -36,6 +42,11 @@ static void greedy_ref(struct model *m, const int32_t *prompt, int32_t n, int32_
     }
     free(lg);
     engine_free(&e);
+}
+
+static void greedy_ref(struct model *m, const int32_t *prompt, int32_t n, int32_t n_gen, int32_t *out)
+{
+    greedy_ref_lp(m, prompt, n, n_gen, out, NULL);
 }
 
 static struct sched_req *submit(struct sched *s, const int32_t *prompt, int32_t n, int32_t n_gen, int32_t V)
@@ -131,6 +142,73 @@ void test_sched_hybrid(void)
         model_free(&m);
         be->ops->free(be);
     }
+}
+
+/* Agent-like traffic on a hybrid model: 16 requests, two at a time, each a
+ * system prompt (one of three, 70 to 150 tokens, two sharing their first 90)
+ * then its own question, or a next turn of an earlier request (its prompt,
+ * its answer, a question), in chunks of 24 tokens so that checkpoints fall
+ * inside chunks. Whatever the cache reuses, keeps or evicts, every answer is
+ * the plain engine's, and prompts do reuse cached prefixes. */
+void test_sched_hybrid_traffic(void)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/qwen3_5", test_fixtures());
+    struct backend *be = test_backend();
+    struct model m;
+    CHECK(model_load(&m, dir, be, NULL) == 0, "%s", err_msg());
+    const int32_t V = m.cfg.vocab_size, G = 6, NR = 16;
+    const int32_t n_sys[3] = {150, 120, 70};
+    int32_t sys[3][150], prompt[16][250], n_prompt[16], want[16][6];
+    float want_lp[16][6];
+    uint64_t rng = 7;
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < n_sys[k]; i++)
+            sys[k][i] = 2 + ((k == 1 && i < 90 ? 0 : k) * 1000 + i * 37 + 5) % (V - 2);
+    for (int q = 0; q < NR; q++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        const int32_t pick = (int32_t)(rng >> 33);
+        int32_t n = 0;
+        if (q >= 4 && pick % 3 == 0) { /* the next turn of request q - 2 or q - 4 */
+            const int32_t p = q - 2 - 2 * (pick / 3 % 2);
+            memcpy(prompt[q], prompt[p], sizeof(int32_t) * (size_t)n_prompt[p]);
+            memcpy(prompt[q] + n_prompt[p], want[p], sizeof want[p]);
+            n = n_prompt[p] + G;
+        } else { /* a new session */
+            const int32_t k = pick / 7 % 3;
+            memcpy(prompt[q], sys[k], sizeof(int32_t) * (size_t)n_sys[k]);
+            n = n_sys[k];
+        }
+        const int32_t extra = 5 + pick / 31 % 20;
+        for (int i = 0; i < extra && n < 250; i++)
+            prompt[q][n++] = 2 + (q * 7919 + i * 101) % (V - 2);
+        n_prompt[q] = n;
+        greedy_ref_lp(&m, prompt[q], n, G, want[q], want_lp[q]);
+    }
+    struct sched *s = sched_new(&m, 4096, 2, 64, 24, DT_F32, NULL, NULL);
+    CHECK(s != NULL, "%s", err_msg());
+    int32_t cached = 0;
+    for (int q = 0; q < NR; q += 2) {
+        struct sched_req *r[2];
+        for (int j = 0; j < 2; j++) { /* with log-probabilities: a tiny model's ids alone move too little */
+            struct sampler_params sp = {.temperature = 0, .top_p = 1, .repeat_penalty = 1, .penalty_last_n = -1};
+            r[j] = sched_req_new(prompt[q + j], n_prompt[q + j], &sp, G, V);
+            CHECK(r[j] && sched_req_logprobs(r[j], 0) == 0 && sched_submit(s, r[j]) == 0, "%s", err_msg());
+        }
+        for (int j = 0; j < 2; j++) {
+            wait_end(r[j], G);
+            double d = 0;
+            for (int g = 0; g < r[j]->n_out && g < G; g++)
+                d = fmax(d, fabs((double)r[j]->lp[g] - want_lp[q + j][g]));
+            pthread_mutex_unlock(&r[j]->mu);
+            CHECK(d < 1e-4, "request %d: log-probabilities %.3g from the plain engine's", q + j, d);
+            cached += finish(r[j], want[q + j], G, "traffic");
+        }
+    }
+    CHECK(cached > 500, "prompts reused %d cached tokens in all", cached);
+    sched_free(s);
+    model_free(&m);
+    be->ops->free(be);
 }
 
 /* KFlash in the engine thread: a request decoding alone speculates (with a
