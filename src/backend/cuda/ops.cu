@@ -466,12 +466,17 @@ __global__ void __launch_bounds__(256) k_rmsnorm_gated(float *out, int64_t os, c
     float t[V][VEC], zv[V][VEC], wv[V][VEC], ss = 0.0f;
 #pragma unroll
     for (int j = 0; j < V; j++)
+        if (j < nv)
+            w_vec<VEC>(wv[j], w, wt, w0 + min(lane + j * team, n_u - 1) * VEC);
+    grid_dep_wait(); /* x and z: the layer's scan and product */
+#pragma unroll
+    for (int j = 0; j < V; j++)
         if (j < nv) {
             const int32_t c = min(lane + j * team, n_u - 1) * VEC;
             ld_vec<VEC>(t[j], a + c);
             ld_vec<VEC>(zv[j], zr + c);
-            w_vec<VEC>(wv[j], w, wt, w0 + c);
         }
+    grid_dep_launch();
 #pragma unroll
     for (int j = 0; j < V; j++)
         if (j < nv) {
@@ -555,9 +560,7 @@ void cuda_rmsnorm_gated(struct backend *be, struct tensor *out, const struct ten
         : nv <= 4 ? k_rmsnorm_gated<4, 1>
         : nv <= 8 ? k_rmsnorm_gated<8, 1>
                   : k_rmsnorm_gated<16, 1>;
-    k<<<cdiv(items * team, 256), 256, 0, c->stream>>>((float *)out->data, out->row_stride, (const float *)x->data,
-                                                      x->row_stride, (const float *)z->data, z->row_stride, w->data,
-                                                      w->type, w->n_cols != group, (int32_t)group, groups, items, eps,
-                                                      gate_first, team);
-    CUDA_LAUNCHED(c);
+    cuda_launch_dep(c, k, dim3((unsigned)cdiv(items * team, 256)), dim3(256), 0, (float *)out->data, out->row_stride,
+                    (const float *)x->data, x->row_stride, (const float *)z->data, z->row_stride, w->data, w->type,
+                    w->n_cols != group, (int32_t)group, groups, items, eps, gate_first, team);
 }

@@ -64,14 +64,15 @@ template <int KT> __global__ void __launch_bounds__(256) k_conv1d(struct conv_ar
         }
     }
     __syncthreads();
-    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= a.C)
-        return;
-    const float bias = a.bias ? dev_weight(a.bias, a.bt, c) : 0.0f;
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, cw = c < a.C ? c : 0;
+    const float bias = a.bias ? dev_weight(a.bias, a.bt, cw) : 0.0f;
     float w[KM];
 #pragma unroll
     for (int32_t t = 0; t < KM; t++)
-        w[t] = t < K ? dev_weight(a.w, a.wt, c * K + (K - 1 - t)) : 0.0f;
+        w[t] = t < K ? dev_weight(a.w, a.wt, cw * K + (K - 1 - t)) : 0.0f;
+    grid_dep_wait(); /* x: the input product's */
+    if (c >= a.C)
+        return;
     for (int32_t r0 = 0; r0 < CV_ROWS && i0 + r0 < a.n; r0 += CV_U) {
         float val[CV_U][KM];
 #pragma unroll
@@ -82,6 +83,7 @@ template <int KT> __global__ void __launch_bounds__(256) k_conv1d(struct conv_ar
                 val[u][t] = q >= 0 ? a.x[(int64_t)q * a.xs + c]
                                    : a.state[(int64_t)a.b.state_in[i] * a.ss + (int64_t)(-1 - q) * a.C + c];
             }
+        grid_dep_launch();
 #pragma unroll
         for (int32_t u = 0; u < CV_U; u++) {
             const int32_t i = i0 + r0 + u;
@@ -111,6 +113,7 @@ __global__ void __launch_bounds__(256) k_conv1d_chain4(struct conv_args a)
     enum { K = 4 };
     const int32_t i0 = blockIdx.y * CV_ROWS;
     const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    grid_dep_wait(); /* x: the input product's */
     if (c >= a.C)
         return;
     const float *st = a.state + (int64_t)a.b.state_in[0] * a.ss;
@@ -157,10 +160,9 @@ void cuda_conv1d(struct backend *be, struct tensor *out, const struct tensor *x,
                           state->row_stride, K, n, x->n_cols, c->d};
     const dim3 grid(cdiv(x->n_cols, 256), cdiv(n, CV_ROWS));
     if (c->one_chain && K == 4)
-        k_conv1d_chain4<<<grid, 256, 0, c->stream>>>(a);
+        cuda_launch_dep(c, k_conv1d_chain4, grid, dim3(256), 0, a);
     else
-        (K == 4 ? k_conv1d<4> : k_conv1d<0>)<<<grid, 256, 0, c->stream>>>(a);
-    CUDA_LAUNCHED(c);
+        cuda_launch_dep(c, K == 4 ? k_conv1d<4> : k_conv1d<0>, grid, dim3(256), 0, a);
 }
 
 /* ---- gated delta rule ---- */
@@ -252,6 +254,7 @@ template <int RM> __global__ void __launch_bounds__(DS_WARPS * 32, RM <= 16 ? 2 
     const bool col = e < dv;
     const int32_t *rows = a.bt.grp_rows + a.bt.grp_start[g], n = a.bt.grp_start[g + 1] - a.bt.grp_start[g];
     const int64_t off = (int64_t)h * dk * dv + (col ? e : 0);
+    grid_dep_wait(); /* q, k, v, a, b: the layer's products and conv */
     if (a.chunk && a.bt.grp_chain[g] >= 0) /* k_delta_pass's */
         return;
     float S[RM];
@@ -266,6 +269,7 @@ template <int RM> __global__ void __launch_bounds__(DS_WARPS * 32, RM <= 16 ? 2 
                 S[j] = d < dk ? src[(int64_t)d * dv] : 0.0f;
             }
         }
+        grid_dep_launch();
         __syncthreads(); /* the last row is done with qs, ks */
         if (warp == 0)
             delta_qk_norm(a, i, kh, qs, ks);
@@ -585,9 +589,8 @@ void cuda_delta_rule(struct backend *be, struct tensor *out, const struct tensor
         if (CUDA_LAUNCHED(c) != 0 || c->n_chain == c->d.n_grp)
             return;
     }
-    (k_dim <= DS_WARPS * 16 ? k_delta_step<16> : k_delta_step<DS_RMAX>)<<<
-        (unsigned)(c->d.n_grp * n_v_head * cdiv(v_dim, DS_COLS)), DS_WARPS * 32, 0, c->stream>>>(d);
-    CUDA_LAUNCHED(c);
+    cuda_launch_dep(c, k_dim <= DS_WARPS * 16 ? k_delta_step<16> : k_delta_step<DS_RMAX>,
+                    dim3((unsigned)(c->d.n_grp * n_v_head * cdiv(v_dim, DS_COLS))), dim3(DS_WARPS * 32), 0, d);
 }
 
 /* ---- Mamba2 selective scan ---- */
@@ -646,6 +649,7 @@ __global__ void __launch_bounds__(256) k_ssd_step(struct ssd_args a)
     const int32_t *rows = a.bt.grp_rows + a.bt.grp_start[g], n = a.bt.grp_start[g + 1] - a.bt.grp_start[g];
     const int64_t off = (int64_t)h * P * N;
     const float A = -expf(dev_weight(a.A_log, a.At, h)), Dh = dev_weight(a.D, a.Dt, h);
+    grid_dep_wait(); /* x, B, C, dt: the layer's product and conv */
     if (a.gram && a.bt.grp_chain[g] >= 0) /* k_ssd_pass's */
         return;
     float S[2][SS_NMAX];
@@ -673,6 +677,7 @@ __global__ void __launch_bounds__(256) k_ssd_step(struct ssd_args a)
         for (int u = 0; u < 2; u++)
             xv[u] = a0 + 8 * u < P ? a.x[(int64_t)i * a.xs + (int64_t)h * P + a0 + 8 * u] : 0.0f;
         const float dt = ssd_dt(a, i, h), dA = expf(dt * A);
+        grid_dep_launch();
         const int32_t so = a.bt.state_out[i];
         float *dst = a.state + (int64_t)(so >= 0 ? so : 0) * a.ss + off;
 #pragma unroll
@@ -898,6 +903,6 @@ void cuda_ssd(struct backend *be, struct tensor *y, const struct tensor *x, cons
         if (CUDA_LAUNCHED(c) != 0 || c->n_chain == c->d.n_grp)
             return;
     }
-    k_ssd_step<<<(unsigned)(c->d.n_grp * p->n_head * cdiv(p->head_dim, SS_ROWS)), 256, 0, c->stream>>>(a);
-    CUDA_LAUNCHED(c);
+    cuda_launch_dep(c, k_ssd_step, dim3((unsigned)(c->d.n_grp * p->n_head * cdiv(p->head_dim, SS_ROWS))), dim3(256), 0,
+                    a);
 }
