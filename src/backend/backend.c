@@ -32,6 +32,41 @@ void backend_matmul_pieces(struct backend *be, int32_t n_w, struct tensor *const
     }
 }
 
+void backend_mlp(struct backend *be, const struct mlp_block *p, const struct tensor *x, struct tensor *out,
+                 bool accumulate)
+{
+    const struct backend_ops *op = be->ops;
+    const int64_t n = x->n_rows, inter = p->up->n_rows;
+    struct tensor g = tensor_rows(p->g, 0, n), u = tensor_rows(p->u, 0, n);
+    assert(g.n_cols >= inter && u.n_cols >= inter && (!p->norm || p->h) && (!accumulate || p->acc));
+    g.n_cols = u.n_cols = inter;
+    const struct mm_fused in = {.pre = p->norm ? MM_PRE_RMSNORM : MM_PRE_NONE, .norm = p->norm, .eps = p->eps,
+                                .pre_buf = p->h};
+    struct mm_fused act = {.accumulate = accumulate, .acc_buf = p->acc, .pre_buf = &u};
+    const struct tensor *down_in = &u;
+    if (p->gate) {
+        op->matmul_fused(be, 2, (struct tensor *const[]){&g, &u}, (const struct tensor *const[]){p->gate, p->up}, x,
+                         &in);
+        act.pre = MM_PRE_SWIGLU;
+        act.up = &u;
+        down_in = &g;
+    } else {
+        op->matmul_fused(be, 1, (struct tensor *const[]){&u}, (const struct tensor *const[]){p->up}, x, &in);
+        act.pre = MM_PRE_RELU2;
+    }
+    op->matmul_fused(be, 1, (struct tensor *const[]){out}, (const struct tensor *const[]){p->down}, down_in, &act);
+}
+
+void backend_moe_shared(struct backend *be, const struct moe_block *mb)
+{
+    const struct moe_shared *sh = mb->shared;
+    backend_mlp(be, &sh->mlp, mb->h, sh->y, false);
+    if (sh->mix) {
+        be->ops->matmul(be, sh->mix_out, mb->h, sh->mix);
+        be->ops->sigmoid_mul(be, sh->y, sh->mix_out);
+    }
+}
+
 void backend_attn_prep_pieces(struct backend *be, struct tensor *q, struct tensor *k, const struct tensor *v,
                               struct tensor *k_cache, struct tensor *v_cache, const struct attn_prep *p)
 {

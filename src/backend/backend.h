@@ -90,6 +90,30 @@ struct attn_batch {
     const void *owner;
 };
 
+/* A dense MLP, down(act(pre(x))): act SwiGLU (silu(x.gate^T) * x.up^T) or,
+ * with gate NULL, relu(x.up^T)^2; pre the RMSNorm of x by norm, or none.
+ * g, u [n][>= inter], h [n][hidden] and acc [n][hidden] (F32) are scratch
+ * the caller owns (as mm_fused's pre_buf and acc_buf: h only with norm, acc
+ * only when accumulating). */
+struct mlp_block {
+    const struct tensor *gate; /* [inter][hidden], or NULL */
+    const struct tensor *up;   /* [inter][hidden] */
+    const struct tensor *down; /* [hidden][inter] */
+    const struct tensor *norm; /* [hidden], or NULL */
+    float eps;
+    struct tensor *g, *u, *h, *acc;
+};
+
+/* A MoE layer's shared expert (Qwen3-Next, Qwen3.5-MoE, Nemotron 3): y =
+ * mlp(h), times sigmoid(h . mix^T) where mix is given, h the block's RMSNorm
+ * of x. */
+struct moe_shared {
+    struct mlp_block mlp;     /* norm NULL */
+    const struct tensor *mix; /* [1][hidden], or NULL */
+    struct tensor *mix_out;   /* [n][1] F32 scratch */
+    struct tensor *y;         /* [n][hidden] F32: its output */
+};
+
 /* Routed experts of one MoE layer: SwiGLU MLPs, or, with gate NULL,
  * down(relu(up x)^2) MLPs (Nemotron). */
 struct moe_experts {
@@ -127,6 +151,7 @@ struct moe_block {
     struct tensor *weights; /* [n][k] F32: their weights */
     struct tensor *ws;      /* [>= n][2*hidden + 2*inter] F32: room for the products (the cpu takes a
                                batch's n*k picks at once where it has a row for each) */
+    const struct moe_shared *shared; /* a shared expert beside the routed ones, or NULL */
 };
 
 /* Mamba2 scan shapes and time-step limits. */
@@ -245,7 +270,10 @@ struct backend_ops {
     void (*get_out_rows)(struct backend *be, struct tensor *out, const struct tensor *x);
     /* out (+)= the routed experts of x: h = RMSNorm(x), the routing of h's
      * logits, and each row's sum over its k experts of weight * expert(h)
-     * (struct moe_block; accumulate adds it to out, which may be x). */
+     * (struct moe_block; accumulate adds it to out, which may be x). With a
+     * shared expert, its y is added to each row's sum before out: out (+)=
+     * routed + shared, the reference's order. A backend may run the shared
+     * expert beside the routed ones. */
     void (*moe)(struct backend *be, struct tensor *out, const struct tensor *x, const struct moe_block *mb,
                 bool accumulate);
 
@@ -295,6 +323,20 @@ extern "C" /* the cuda backend calls it */
 #endif
 void backend_matmul_pieces(struct backend *be, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,
                            const struct tensor *x, const struct mm_fused *f);
+
+/* out (+)= the MLP of x (struct mlp_block): gate and up in one product, the
+ * activation folded into down's input, through the backend's matmul_fused. */
+#ifdef __cplusplus
+extern "C"
+#endif
+void backend_mlp(struct backend *be, const struct mlp_block *p, const struct tensor *x, struct tensor *out,
+                 bool accumulate);
+
+/* The shared expert of mb (mb->shared, not NULL) into its y, from mb->h. */
+#ifdef __cplusplus
+extern "C"
+#endif
+void backend_moe_shared(struct backend *be, const struct moe_block *mb);
 
 /* attn_prep as its pieces (rmsnorm, rope, kv_store), the backend's own ops. */
 #ifdef __cplusplus

@@ -33,37 +33,14 @@ void layers_residual(const struct model *m, struct model_scratch *s, struct tens
     m->be->ops->matmul_fused(m->be, 1, (struct tensor *const[]){x}, (const struct tensor *const[]){w}, y, &residual);
 }
 
-/* out (+)= down(act(pre(x))): gate and up in one product, with x's RMSNorm
- * folded in when norm is given (into the h scratch where a backend runs
- * the pieces apart), the activation folded into down's input. */
-static void mlp(const struct model *m, struct model_scratch *s, int32_t n, const struct tensor *x,
-                const struct tensor *norm, const struct tensor *wg, const struct tensor *wu, const struct tensor *wd,
-                struct tensor *out, bool accumulate)
-{
-    struct backend *be = m->be;
-    struct tensor g = tensor_rows(&s->g, 0, n), u = tensor_rows(&s->u, 0, n);
-    struct tensor h = tensor_rows(&s->h, 0, n), acc = tensor_rows(&s->ffn, 0, n);
-    g.n_cols = u.n_cols = wu->n_rows;
-    const struct mm_fused in = {
-        .pre = norm ? MM_PRE_RMSNORM : MM_PRE_NONE, .norm = norm, .eps = m->cfg.rms_eps, .pre_buf = &h};
-    struct mm_fused act = {.accumulate = accumulate, .acc_buf = &acc, .pre_buf = &u};
-    const struct tensor *down_in = &u;
-    if (m->cfg.relu2) {
-        be->ops->matmul_fused(be, 1, (struct tensor *const[]){&u}, (const struct tensor *const[]){wu}, x, &in);
-        act.pre = MM_PRE_RELU2;
-    } else {
-        be->ops->matmul_fused(be, 2, (struct tensor *const[]){&g, &u}, (const struct tensor *const[]){wg, wu}, x, &in);
-        act.pre = MM_PRE_SWIGLU;
-        act.up = &u;
-        down_in = &g;
-    }
-    be->ops->matmul_fused(be, 1, (struct tensor *const[]){out}, (const struct tensor *const[]){wd}, down_in, &act);
-}
-
 void layers_mlp(const struct model *m, struct model_scratch *s, const struct layer_weights *L, const struct tensor *norm,
                 struct tensor *x, int32_t n)
 {
-    mlp(m, s, n, x, norm, &L->gate, &L->up, &L->down, x, true);
+    struct tensor g = tensor_rows(&s->g, 0, n), u = tensor_rows(&s->u, 0, n);
+    struct tensor h = tensor_rows(&s->h, 0, n), acc = tensor_rows(&s->ffn, 0, n);
+    const struct mlp_block p = {.gate = m->cfg.relu2 ? NULL : &L->gate, .up = &L->up, .down = &L->down,
+                                .norm = norm, .eps = m->cfg.rms_eps, .g = &g, .u = &u, .h = &h, .acc = &acc};
+    backend_mlp(m->be, &p, x, x, true);
 }
 
 void layers_moe(const struct model *m, struct model_scratch *s, const struct layer_weights *L, const struct tensor *norm,
@@ -73,28 +50,22 @@ void layers_moe(const struct model *m, struct model_scratch *s, const struct lay
     struct backend *be = m->be;
     struct tensor h = tensor_rows(&s->h, 0, n), r = tensor_rows(&s->router, 0, n), ids = tensor_rows(&s->ids, 0, n);
     struct tensor w = tensor_rows(&s->weights, 0, n), ws = s->moe_ws;
-    const struct moe_block mb = {
+    struct moe_block mb = {
         .norm = norm, .eps = c->rms_eps, .router = &L->router,
         .rt = {.k = c->n_expert_used, .sigmoid = c->router_sigmoid, .norm = c->norm_topk_prob,
                .bias = L->router_bias.data ? &L->router_bias : NULL, .n_group = c->n_group ? c->n_group : 1,
                .topk_group = c->topk_group ? c->topk_group : 1, .scale = c->routed_scale},
         .ex = L->experts, .h = &h, .logits = &r, .ids = &ids, .weights = &w, .ws = &ws,
     };
-    if (c->shared_intermediate_size == 0) {
-        be->ops->moe(be, x, x, &mb, true);
-        return;
-    }
-    /* residual + (routed + shared), the reference's order */
-    struct tensor ffn = tensor_rows(&s->ffn, 0, n), sh = tensor_rows(&s->ffn2, 0, n);
-    be->ops->moe(be, &ffn, x, &mb, false);
-    mlp(m, s, n, &h, NULL, &L->sh_gate, &L->sh_up, &L->sh_down, &sh, false);
-    if (c->shared_gate) {
-        struct tensor mix = tensor_rows(&s->sh_mix, 0, n);
-        be->ops->matmul(be, &mix, &h, &L->sh_mix);
-        be->ops->sigmoid_mul(be, &sh, &mix);
-    }
-    be->ops->add(be, &ffn, &sh);
-    be->ops->add(be, x, &ffn);
+    /* x + (routed + shared), the reference's order */
+    struct tensor g = tensor_rows(&s->g, 0, n), u = tensor_rows(&s->u, 0, n);
+    struct tensor y = tensor_rows(&s->ffn2, 0, n), mix = tensor_rows(&s->sh_mix, 0, n);
+    const struct moe_shared sh = {
+        .mlp = {.gate = c->relu2 ? NULL : &L->sh_gate, .up = &L->sh_up, .down = &L->sh_down, .g = &g, .u = &u},
+        .mix = c->shared_gate ? &L->sh_mix : NULL, .mix_out = &mix, .y = &y,
+    };
+    mb.shared = c->shared_intermediate_size ? &sh : NULL;
+    be->ops->moe(be, x, x, &mb, true);
 }
 
 void layers_ffn(const struct model *m, struct model_scratch *s, int32_t l, const struct tensor *norm, struct tensor *x,

@@ -705,13 +705,16 @@ void test_cuda_rowwise(void)
 
 /* The moe op against the cpu for n in ns (each <= n_max): experts in n_t
  * dtypes (bf16, then f16), every routing mode, the result written, then
- * added to a residual; tol: the outputs' error bound (2e-5 precise). fast:
+ * added to a residual; tol: the outputs' error bound (2e-5 precise). sh > 0:
+ * with a bf16 shared expert of sh rows (SwiGLU and a sigmoid mix where the
+ * routed experts have a gate, relu^2 where not), which the gpu backend runs
+ * beside the routed experts for up to CUDA_SMALL_N tokens. fast:
  * the gpu backend is not precise; past CUDA_SMALL_N tokens its router reads
  * h rounded to bf16, so a row whose experts' logits are close may pick
  * others than the cpu: up to an eighth of the rows may, and the errors are
  * taken over the rows whose picks agree. */
 static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t inter, const int32_t *ns, int n_ns,
-                     int n_t, double tol, bool fast)
+                     int n_t, double tol, bool fast, int32_t sh)
 {
     int32_t n_max = 0;
     for (int i = 0; i < n_ns; i++)
@@ -734,6 +737,16 @@ static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t 
     pair_make(b, &wts, DT_F32, n_max, k, 0.0f);
     pair_make(b, &nw, DT_BF16, 1, hid, 1.0f);
     pair_make(b, &router, DT_BF16, E, hid, 0.5f);
+    struct pair sg_w, su_w, sd_w, smix, sgs, sus, sy, smo;
+    const int32_t shr = sh ? sh : 8; /* made (and freed) either way; used when sh > 0 */
+    pair_make(b, &sg_w, DT_BF16, shr, hid, 0.3f);
+    pair_make(b, &su_w, DT_BF16, shr, hid, 0.3f);
+    pair_make(b, &sd_w, DT_BF16, hid, shr, 0.3f);
+    pair_make(b, &smix, DT_BF16, 1, hid, 0.5f);
+    pair_make(b, &sgs, DT_F32, n_max, shr, 0.0f);
+    pair_make(b, &sus, DT_F32, n_max, shr, 0.0f);
+    pair_make(b, &sy, DT_F32, n_max, hid, 0.0f);
+    pair_make(b, &smo, DT_F32, n_max, 1, 0.0f);
     /* tc: [type][gate, up, down][cpu, gpu][E] */
     for (int t = 0; t < n_t; t++)
         for (int e = 0; e < E; e++) {
@@ -779,6 +792,20 @@ static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t 
                 mg.rt.bias = mode == 2 ? &bias.g : NULL;
                 mg.ex = (struct moe_experts){E, mode == 1 ? NULL : ex + E, ex + 3 * E, ex + 5 * E};
                 mg.h = &rg[2], mg.logits = &rg[0], mg.ids = &rg[3], mg.weights = &rg[4], mg.ws = &rg[5];
+                struct tensor shc[4] = {tensor_rows(&sgs.c, 0, n), tensor_rows(&sus.c, 0, n),
+                                        tensor_rows(&sy.c, 0, n), tensor_rows(&smo.c, 0, n)};
+                struct tensor shg[4] = {tensor_rows(&sgs.g, 0, n), tensor_rows(&sus.g, 0, n),
+                                        tensor_rows(&sy.g, 0, n), tensor_rows(&smo.g, 0, n)};
+                const struct moe_shared shared_c = {
+                    .mlp = {.gate = mode == 1 ? NULL : &sg_w.c, .up = &su_w.c, .down = &sd_w.c, .g = &shc[0],
+                            .u = &shc[1]},
+                    .mix = mode == 1 ? NULL : &smix.c, .mix_out = &shc[3], .y = &shc[2]};
+                const struct moe_shared shared_g = {
+                    .mlp = {.gate = mode == 1 ? NULL : &sg_w.g, .up = &su_w.g, .down = &sd_w.g, .g = &shg[0],
+                            .u = &shg[1]},
+                    .mix = mode == 1 ? NULL : &smix.g, .mix_out = &shg[3], .y = &shg[2]};
+                mc.shared = sh ? &shared_c : NULL;
+                mg.shared = sh ? &shared_g : NULL;
                 b->cpu->ops->moe(b->cpu, &oc, &rc[1], &mc, false);
                 b->gpu->ops->moe(b->gpu, &og, &rg[1], &mg, false);
                 b->cpu->ops->read(b->cpu, &rc[3], 0, n, (float *)ic);
@@ -798,7 +825,7 @@ static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t 
                 e = pair_err_rows(b, &out, same);
                 if (fast && n > CUDA_SMALL_N)
                     printf("  moe, fast, E %d n %d mode %d: err %.3g\n", E, n, mode, e);
-                CHECK(e < tol, "moe E %d %s n %d mode %d: err %.3g", E, t ? "f16" : "bf16", n, mode, e);
+                CHECK(e < tol, "moe E %d %s n %d mode %d sh %d: err %.3g", E, t ? "f16" : "bf16", n, mode, sh, e);
                 float *r0 = row0 + (size_t)(t * 3 + mode) * hid;
                 b->gpu->ops->read(b->gpu, &og, 0, 1, ni == 0 ? r0 : rowb);
                 CHECK(ni == 0 || n > CUDA_SMALL_N || memcmp(r0, rowb, (size_t)hid * sizeof(float)) == 0,
@@ -810,7 +837,8 @@ static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t 
                 b->cpu->ops->moe(b->cpu, &sc, &rc[1], &mc, true);
                 b->gpu->ops->moe(b->gpu, &sg, &rg[1], &mg, true);
                 e = pair_err_rows(b, &res, same);
-                CHECK(e < tol, "moe added E %d %s n %d mode %d: err %.3g", E, t ? "f16" : "bf16", n, mode, e);
+                CHECK(e < tol, "moe added E %d %s n %d mode %d sh %d: err %.3g", E, t ? "f16" : "bf16", n, mode, sh,
+                      e);
             }
     free(row0);
     free(rowb);
@@ -821,7 +849,8 @@ static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t 
             pair_free(b, &up[t * E + e]);
             pair_free(b, &down[t * E + e]);
         }
-    struct pair *all[] = {&lg, &bias, &x, &h, &out, &res, &ws, &ids, &wts, &nw, &router};
+    struct pair *all[] = {&lg, &bias, &x, &h, &out, &res, &ws, &ids, &wts, &nw, &router,
+                          &sg_w, &su_w, &sd_w, &smix, &sgs, &sus, &sy, &smo};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         pair_free(b, all[i]);
     free(gate);
@@ -848,18 +877,23 @@ void test_cuda_moe(void)
     if (both_open(&b, true) != 0)
         return both_close(&b);
     const int32_t small[] = {1, 8, 9, 64, 70}, wide[] = {4, 8}, large[] = {300}, many[] = {1, 9};
-    moe_case(&b, 16, 4, 64, 40, small, 5, 2, 2e-5, false);
-    moe_case(&b, 128, 8, 4096, 16, wide, 2, 1, 2e-5, false);
-    moe_case(&b, 4, 2, 200, 72, large, 1, 1, 2e-5, false);
-    moe_case(&b, 256, 8, 64, 16, many, 2, 1, 2e-5, false);
-    moe_case(&b, 1024, 10, 64, 16, many, 2, 1, 2e-5, false);
+    moe_case(&b, 16, 4, 64, 40, small, 5, 2, 2e-5, false, 0);
+    moe_case(&b, 128, 8, 4096, 16, wide, 2, 1, 2e-5, false, 0);
+    moe_case(&b, 4, 2, 200, 72, large, 1, 1, 2e-5, false, 0);
+    moe_case(&b, 256, 8, 64, 16, many, 2, 1, 2e-5, false, 0);
+    moe_case(&b, 1024, 10, 64, 16, many, 2, 1, 2e-5, false, 0);
+    /* a shared expert: beside the routed ones in a branch (1 to 64 tokens:
+     * its rows added by the lone token's down-and-combine launch, or by the
+     * combine), after them past CUDA_SMALL_N (70) */
+    moe_case(&b, 16, 4, 64, 40, small, 5, 1, 2e-5, false, 56);
     /* K split in slices for a lone token (gate/up 4 of 128, down 2 of 128),
      * then the same rows in batches */
     const int32_t alone[] = {1, 9, 3};
-    moe_case(&b, 16, 4, 512, 256, alone, 3, 1, 2e-5, false);
+    moe_case(&b, 16, 4, 512, 256, alone, 3, 1, 2e-5, false, 0);
     /* gate/up of 1536 inputs in 12 slices of 128 on an H200 (more than
      * MMV_WARPS: a lone token's block of 12 warps, as nemotron-3-nano's 11) */
-    moe_case(&b, 8, 4, 1536, 256, alone, 3, 1, 2e-5, false);
+    moe_case(&b, 8, 4, 1536, 256, alone, 3, 1, 2e-5, false, 0);
+    moe_case(&b, 8, 4, 1536, 256, alone, 3, 1, 2e-5, false, 512);
     both_close(&b);
     /* fast mode (bf16 activations, one product where precise makes two):
      * the small forms again, within bf16 rounding (70 tokens: the router
@@ -877,9 +911,10 @@ void test_cuda_moe(void)
             both_close(&b);
             break;
         }
-        moe_case(&b, 16, 4, 64, 40, small, 5, 1, 1e-2, true);
-        moe_case(&b, 8, 4, 1536, 256, alone, 3, 1, 1e-2, true);
-        moe_case(&b, 8, 2, 256, 192, big, 1, 1, 1e-2, true);
+        moe_case(&b, 16, 4, 64, 40, small, 5, 1, 1e-2, true, 0);
+        moe_case(&b, 8, 4, 1536, 256, alone, 3, 1, 1e-2, true, 0);
+        moe_case(&b, 8, 4, 1536, 256, alone, 3, 1, 1e-2, true, 512);
+        moe_case(&b, 8, 2, 256, 192, big, 1, 1, 1e-2, true, 128);
         both_close(&b);
     }
     if (!tma_set)

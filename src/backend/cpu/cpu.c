@@ -648,8 +648,8 @@ static void moe_each(struct backend *be, struct tensor *sum, const struct moe_bl
 }
 
 /* The block's routed experts: a batch's picks at once where ws has a row for
- * each, else expert by expert (the same bits); their sums added to out (or
- * copied there) once whole. */
+ * each, else expert by expert (the same bits); their sums, the shared
+ * expert's rows added, then added to out (or copied there) once whole. */
 static void cpu_moe(struct backend *be, struct tensor *out, const struct tensor *x, const struct moe_block *mb,
                     bool accumulate)
 {
@@ -666,6 +666,10 @@ static void cpu_moe(struct backend *be, struct tensor *out, const struct tensor 
         moe_picks(cpu_of(be), &sum, mb, hidden, inter);
     else
         moe_each(be, &sum, mb, hidden, inter);
+    if (mb->shared) {
+        backend_moe_shared(be, mb);
+        cpu_add(be, &sum, mb->shared->y);
+    }
     if (accumulate) {
         cpu_add(be, out, &sum);
     } else {

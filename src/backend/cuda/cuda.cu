@@ -41,7 +41,7 @@ static void graph_clear(struct cuda_backend *c)
 static void graph_abort(struct cuda_backend *c)
 {
     cudaGraph_t g = NULL;
-    cudaStreamEndCapture(c->stream, &g);
+    cudaStreamEndCapture(c->in_branch ? c->main_stream : c->stream, &g);
     if (g)
         cudaGraphDestroy(g);
     cudaGetLastError();
@@ -119,8 +119,45 @@ static void cu_forward_end(struct backend *be)
     c->replaying = c->in_forward = false;
 }
 
+void cuda_branch_begin(struct cuda_backend *c)
+{
+    assert(!c->in_branch && !c->to_join);
+    if (cuda_op_skip(c) || CUDA_CHECK(c, cudaEventRecord(c->fork_ev, c->stream)) != 0 ||
+        CUDA_CHECK(c, cudaStreamWaitEvent(c->side_stream, c->fork_ev, 0)) != 0)
+        return;
+    c->main_stream = c->stream;
+    c->stream = c->side_stream;
+    unsigned *t = c->counters;
+    c->counters = c->side_counters;
+    c->side_counters = t;
+    c->in_branch = true;
+}
+
+void cuda_branch_end(struct cuda_backend *c)
+{
+    if (!c->in_branch)
+        return;
+    c->stream = c->main_stream;
+    unsigned *t = c->counters;
+    c->counters = c->side_counters;
+    c->side_counters = t;
+    c->in_branch = false;
+    /* joined even after a failure: a capture ends only with its streams joined */
+    c->to_join = CUDA_CHECK(c, cudaEventRecord(c->join_ev, c->side_stream)) == 0;
+}
+
+void cuda_branch_join(struct cuda_backend *c)
+{
+    if (c->to_join)
+        CUDA_CHECK(c, cudaStreamWaitEvent(c->stream, c->join_ev, 0));
+    c->to_join = false;
+}
+
 void *cuda_scratch(struct cuda_backend *c, int which, size_t bytes)
 {
+    assert(!c->in_branch || which == SCR_MATMUL);
+    if (c->in_branch)
+        which = SCR_SIDE; /* the main stream's products may be using SCR_MATMUL */
     if (bytes <= c->scr_cap[which])
         return c->scr[which];
     cuda_host_wait(c);
@@ -550,12 +587,16 @@ static void cu_free(struct backend *be)
     for (int i = 0; i < SCR_N; i++)
         cudaFree(c->scr[i]);
     cudaFree(c->counters);
+    cudaFree(c->side_counters);
     cuda_moe_free(c);
     cudaFree(c->up_dev);
     cudaFreeHost(c->up_host);
     free(c->row_map);
     cudaEventDestroy(c->up_done);
+    cudaEventDestroy(c->fork_ev);
+    cudaEventDestroy(c->join_ev);
     cublasDestroy(c->blas);
+    cudaStreamDestroy(c->side_stream);
     cudaStreamDestroy(c->stream);
     free(c);
 }
@@ -638,7 +679,12 @@ struct backend *cuda_backend_init(int32_t dev, bool precise)
         CUDA_CHECK(c, cudaEventCreateWithFlags(&c->up_done, cudaEventDisableTiming)) != 0 ||
         CUDA_CHECK(c, cudaEventRecord(c->up_done, c->stream)) != 0 ||
         CUDA_CHECK(c, cudaMalloc(&c->counters, CUDA_MAX_COUNTERS * sizeof(unsigned))) != 0 ||
-        CUDA_CHECK(c, cudaMemset(c->counters, 0, CUDA_MAX_COUNTERS * sizeof(unsigned))) != 0)
+        CUDA_CHECK(c, cudaMemset(c->counters, 0, CUDA_MAX_COUNTERS * sizeof(unsigned))) != 0 ||
+        CUDA_CHECK(c, cudaStreamCreateWithFlags(&c->side_stream, cudaStreamNonBlocking)) != 0 ||
+        CUDA_CHECK(c, cudaEventCreateWithFlags(&c->fork_ev, cudaEventDisableTiming)) != 0 ||
+        CUDA_CHECK(c, cudaEventCreateWithFlags(&c->join_ev, cudaEventDisableTiming)) != 0 ||
+        CUDA_CHECK(c, cudaMalloc(&c->side_counters, CUDA_MAX_COUNTERS * sizeof(unsigned))) != 0 ||
+        CUDA_CHECK(c, cudaMemset(c->side_counters, 0, CUDA_MAX_COUNTERS * sizeof(unsigned))) != 0)
         goto fail;
     if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) {
         err_set("cuda: cublasCreate failed");
@@ -656,7 +702,14 @@ fail:
         cudaStreamDestroy(c->stream);
     if (c->up_done)
         cudaEventDestroy(c->up_done);
+    if (c->fork_ev)
+        cudaEventDestroy(c->fork_ev);
+    if (c->join_ev)
+        cudaEventDestroy(c->join_ev);
+    if (c->side_stream)
+        cudaStreamDestroy(c->side_stream);
     cudaFree(c->counters);
+    cudaFree(c->side_counters);
     free(c);
     return NULL;
 }

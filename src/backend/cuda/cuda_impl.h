@@ -63,7 +63,8 @@ struct dev_batch {
 #define CUDA_KV_TILE 64 /* prefill attention's key tile */
 #define CUDA_FA_ROWS 64 /* ... and its longest row tile */
 
-enum { SCR_MATMUL, SCR_BLAS, SCR_ATTN, SCR_REC, SCR_TOPK, SCR_MOE, SCR_KV, SCR_SCAN, SCR_N }; /* scratch buffers (cuda_scratch) */
+/* scratch buffers (cuda_scratch); SCR_SIDE: SCR_MATMUL's inside a branch */
+enum { SCR_MATMUL, SCR_BLAS, SCR_ATTN, SCR_REC, SCR_TOPK, SCR_MOE, SCR_KV, SCR_SCAN, SCR_SIDE, SCR_N };
 
 struct cuda_backend {
     struct backend base;
@@ -99,6 +100,13 @@ struct cuda_backend {
     void *scr[SCR_N];
     size_t scr_cap[SCR_N];
     unsigned *counters; /* [CUDA_MAX_COUNTERS] split-K arrival counters, zero between uses */
+    /* A branch (cuda_branch_begin): ops queued on a second stream, with their
+     * own counters and split-K scratch, beside the main stream's until it
+     * joins them. While one is open, stream and counters are the side's. */
+    cudaStream_t main_stream, side_stream;
+    unsigned *side_counters; /* [CUDA_MAX_COUNTERS] */
+    cudaEvent_t fork_ev, join_ev;
+    bool in_branch, to_join;
     /* CUDA graphs of small forwards (decoding, trees): a forward whose key
      * (owner, the device batch record, logits rows, key tiles) ran once
      * eagerly touching nothing but the stream is captured the next time and
@@ -133,6 +141,15 @@ static inline struct cuda_backend *cuda_of(struct backend *be) { return (struct 
 static inline bool cuda_op_skip(const struct cuda_backend *c) { return c->failed || c->replaying; }
 /* Something in this forward waits on the host: it cannot be recorded. */
 void cuda_host_wait(struct cuda_backend *c);
+/* The ops queued from cuda_branch_begin to cuda_branch_end start after
+ * everything queued before them and run beside what the main stream queues
+ * next, until cuda_branch_join makes its next ops wait for them (a graph
+ * records the fork and the join). A branch takes split-K products and
+ * elementwise ops (its products' scratch is its own, no other is); every
+ * begun branch is joined before the forward ends. */
+void cuda_branch_begin(struct cuda_backend *c);
+void cuda_branch_end(struct cuda_backend *c);
+void cuda_branch_join(struct cuda_backend *c);
 
 /* At least `bytes` of scratch `which`; NULL (failure recorded) if out of memory. */
 void *cuda_scratch(struct cuda_backend *c, int which, size_t bytes);
@@ -286,13 +303,14 @@ void cuda_matmul_grouped(struct cuda_backend *c, const struct mm_group *g, int32
                          const float *x, int64_t xs, int32_t K, const struct mm_fused *f);
 
 /* A lone token's grouped product (one weight, k slots of one row each) and
- * the weighted sum of its slots' rows into out [M] (pick j: compact row
- * tpos[j], weight tw[j]; f->accumulate adds to out), in one launch, with the
- * bits of cuda_matmul_grouped followed by k_moe_combine. -1 when the shape
- * does not fit the one-block form: nothing launched. */
+ * the weighted sum of its slots' rows, plus add [M] where given, into out
+ * [M] (pick j: compact row tpos[j], weight tw[j]; f->accumulate adds to
+ * out), in one launch, with the bits of cuda_matmul_grouped followed by
+ * k_moe_combine. -1 when the shape does not fit the one-block form: nothing
+ * launched. */
 int cuda_matmul_grouped_combine(struct cuda_backend *c, const struct mm_group *g, float *out, const float *x,
                                 int64_t xs, int32_t K, const struct mm_fused *f, const int32_t *tpos, const float *tw,
-                                int32_t k);
+                                int32_t k, const float *add);
 
 void cuda_moe(struct backend *be, struct tensor *out, const struct tensor *x, const struct moe_block *mb,
               bool accumulate);
@@ -355,7 +373,9 @@ static __device__ __forceinline__ void grid_dep_wait(void) { asm volatile("gridd
 static __device__ __forceinline__ void grid_dep_launch(void) { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
 
 /* launch k as a programmatic dependent of the stream's previous kernel (a
- * plain launch without c->pdl); 0 or -1 as CUDA_CHECK */
+ * plain launch without c->pdl, and in a branch, whose first kernel follows
+ * the fork's event and whose kernels are hidden beside the main stream's);
+ * 0 or -1 as CUDA_CHECK */
 template <typename... P, typename... A>
 static int cuda_launch_dep(struct cuda_backend *c, void (*k)(P...), dim3 grid, dim3 block, size_t smem, A... args)
 {
@@ -368,7 +388,7 @@ static int cuda_launch_dep(struct cuda_backend *c, void (*k)(P...), dim3 grid, d
     at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at.val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = &at;
-    cfg.numAttrs = c->pdl ? 1 : 0;
+    cfg.numAttrs = c->pdl && !c->in_branch ? 1 : 0;
     return CUDA_CHECK(c, cudaLaunchKernelEx(&cfg, k, args...));
 }
 

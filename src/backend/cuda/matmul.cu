@@ -156,10 +156,11 @@ struct mmv_args {
     int32_t n_seg; /* RMSNorm: segments of 128 inputs in a slice */
     /* k_mmv_slices<.., true>: a lone token's k_pick slots in one block, their
      * rows added to out[0] as k_moe_combine adds them (pick j: compact row
-     * tpos[j], weight tw[j]) */
+     * tpos[j], weight tw[j]), and add's [M] (a shared expert's) to their sum */
     const int32_t *tpos;
     const float *tw;
     int32_t k_pick;
+    const float *add;
 };
 
 /* pre(x) of 4 consecutive inputs k..k+3 (row ur of up), as the plain ops
@@ -565,6 +566,8 @@ __global__ void __launch_bounds__(MMV_SL_WARPS * 32, 1)
         s = 0.0f;
         for (int32_t j = 0; j < a.k_pick; j++)
             s += a.tw[j] * slot_row(a.tpos[j]);
+        if (a.add)
+            s += a.add[r0 + threadIdx.x];
     } else {
         s = slot_row(0);
         if (rms) {
@@ -1062,7 +1065,7 @@ void cuda_matmul_grouped(struct cuda_backend *c, const struct mm_group *g, int32
 
 int cuda_matmul_grouped_combine(struct cuda_backend *c, const struct mm_group *g, float *out, const float *x,
                                 int64_t xs, int32_t K, const struct mm_fused *f, const int32_t *tpos, const float *tw,
-                                int32_t k)
+                                int32_t k, const float *add)
 {
     assert(f->pre != MM_PRE_RMSNORM);
     float *const outs[1] = {out};
@@ -1076,6 +1079,7 @@ int cuda_matmul_grouped_combine(struct cuda_backend *c, const struct mm_group *g
     a.tpos = tpos;
     a.tw = tw;
     a.k_pick = k;
+    a.add = add;
     const int32_t bx = mmv_rows16(&a);
     cuda_launch_dep(c, c->precise ? k_mmv_slices<true, true> : k_mmv_slices<false, true>, dim3(bx),
                     dim3(k * a.n_split * 32), mmv_slices_smem(&a, k * a.n_split), a);

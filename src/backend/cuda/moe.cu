@@ -605,13 +605,14 @@ static void moe_route(struct cuda_backend *c, const struct moe_block *mb, int32_
 }
 
 /* out[r] (+)= the sum over r's picks, in increasing expert order, of
- * weight * y[row] (added to out once whole, as the cpu adds it); y fp32 or
+ * weight * y[row], plus add[r] (a shared expert's rows) when given, added to
+ * out once whole, as the cpu adds it; y fp32 or
  * (the grouped products') bf16; V columns a thread (4 where every row
  * starts 16-byte aligned: the combine reads k rows of y for each row it
  * writes, the most bytes of a large MoE batch's memory-bound kernels). */
 template <typename T, int V>
 __global__ void k_moe_combine(float *out, int64_t os, const T *y, int64_t ys, const int32_t *tpos, const float *tw,
-                              int32_t k, int64_t cols, bool accumulate)
+                              int32_t k, int64_t cols, const float *add, int64_t as, bool accumulate)
 {
     const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * V, r = blockIdx.y;
     if (c >= cols)
@@ -634,22 +635,27 @@ __global__ void k_moe_combine(float *out, int64_t os, const T *y, int64_t ys, co
         for (int q = 0; q < V; q++)
             o[q] += wj * v[q];
     }
-    for (int32_t q = 0; q < V; q++)
+    for (int32_t q = 0; q < V; q++) {
+        if (add)
+            o[q] += add[r * as + c + q];
         out[r * os + c + q] = accumulate ? out[r * os + c + q] + o[q] : o[q];
+    }
 }
 
 template <typename T>
 static void moe_combine(struct cuda_backend *c, struct tensor *out, const T *y, const int32_t *tpos, const float *tw,
-                        int32_t k, bool accumulate)
+                        int32_t k, const struct tensor *add, bool accumulate)
 {
     const int64_t cols = out->n_cols;
+    const float *ad = add ? (const float *)add->data : NULL;
+    const int64_t as = add ? add->row_stride : 0;
     if (cols % 4 == 0 && out->row_stride % 4 == 0 && ((uintptr_t)out->data & 15) == 0 &&
         ((uintptr_t)y & (4 * sizeof(T) - 1)) == 0)
         k_moe_combine<T, 4><<<dim3(cdiv(cols / 4, 256), (unsigned)out->n_rows), 256, 0, c->stream>>>(
-            (float *)out->data, out->row_stride, y, cols, tpos, tw, k, cols, accumulate);
+            (float *)out->data, out->row_stride, y, cols, tpos, tw, k, cols, ad, as, accumulate);
     else
         k_moe_combine<T, 1><<<dim3(cdiv(cols, 256), (unsigned)out->n_rows), 256, 0, c->stream>>>(
-            (float *)out->data, out->row_stride, y, cols, tpos, tw, k, cols, accumulate);
+            (float *)out->data, out->row_stride, y, cols, tpos, tw, k, cols, ad, as, accumulate);
     CUDA_LAUNCHED(c);
 }
 
@@ -933,7 +939,8 @@ __global__ void __launch_bounds__(MOE_CHUNK) k_moe_scatter(const int32_t *ids, i
  * (k_moe_scatter), the experts over it (moe_ffn_bf16 or moe_ffn_any), the
  * combine over the whole list. */
 static void moe_ffn_host(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *ids,
-                         const struct tensor *weights, const struct moe_experts *ex, bool accumulate)
+                         const struct tensor *weights, const struct moe_experts *ex, const struct tensor *add,
+                         bool accumulate)
 {
     struct cuda_backend *c = cuda_of(be);
     const int64_t n = x->n_rows, hidden = x->n_cols, inter = ex->up[0].n_rows;
@@ -1022,14 +1029,14 @@ static void moe_ffn_host(struct backend *be, struct tensor *out, const struct te
     if (grouped) {
         moe_ffn_grouped(c, ex, &s, (const CUtensorMap *)tab->maps, (const int32_t *)d_ptr, n_tiles, d_start, d_tpos, k,
                         x, xc, g, u, (__nv_bfloat16 *)y);
-        moe_combine(c, out, (const __nv_bfloat16 *)y, d_tpos, d_tw, k, accumulate);
+        moe_combine(c, out, (const __nv_bfloat16 *)y, d_tpos, d_tw, k, add, accumulate);
         return;
     }
     if (pad)
         moe_ffn_bf16(c, ex, &s, d_ptr, d_rows, x, xc, g, u);
     else
         moe_ffn_any(be, ex, s.start, d_rows, x, nk, xc, g, u, y);
-    moe_combine(c, out, y, d_tpos, d_tw, k, accumulate);
+    moe_combine(c, out, y, d_tpos, d_tw, k, add, accumulate);
 }
 
 /* The layer's table of expert weights on the device (built or rebuilt
@@ -1112,13 +1119,16 @@ void cuda_moe(struct backend *be, struct tensor *out, const struct tensor *x, co
         n <= CUDA_SMALL_N && inter % 8 == 0 && cuda_rows_vec8((const float *)h->data, h->row_stride, hidden);
     const struct moe_table *mt = small && moe_bf16(ex) ? moe_table_get(c, ex) : NULL;
     const uint16_t **tab = mt ? mt->dev : NULL;
+    const struct tensor *sh_y = mb->shared ? mb->shared->y : NULL;
     if (c->failed)
         return;
     if (!tab) {
         cuda_rmsnorm(be, mb->h, x, mb->norm, mb->eps);
         cuda_matmul(be, mb->logits, h, mb->router);
         moe_route(c, mb, NULL, 0);
-        moe_ffn_host(be, out, h, mb->ids, mb->weights, ex, accumulate);
+        if (mb->shared)
+            backend_moe_shared(be, mb);
+        moe_ffn_host(be, out, h, mb->ids, mb->weights, ex, sh_y, accumulate);
         return;
     }
     const int32_t nk = (int32_t)n * k, max_act = nk < E ? nk : E;
@@ -1145,6 +1155,17 @@ void cuda_moe(struct backend *be, struct tensor *out, const struct tensor *x, co
         cuda_rmsnorm(be, mb->h, x, mb->norm, mb->eps);
         cuda_matmul(be, mb->logits, h, mb->router);
         moe_route(c, mb, plan, max_act);
+    }
+    /* the shared expert beside the routed ones: it waits for h alone, and
+     * its launches fill what the routed products leave of the GPU. Not for a
+     * lone token: a branch's launches and the join's wait are no programmatic
+     * dependents, and the chain lost more than the overlap gained */
+    if (mb->shared && n > 1) {
+        cuda_branch_begin(c);
+        backend_moe_shared(be, mb);
+        cuda_branch_end(c);
+    } else if (mb->shared) {
+        backend_moe_shared(be, mb);
     }
     struct mm_group grp = {};
     grp.plan = plan;
@@ -1178,13 +1199,14 @@ void cuda_moe(struct backend *be, struct tensor *out, const struct tensor *x, co
     grp.M[0] = (int32_t)hidden;
     const int32_t *tpos = plan + MOE_PLAN_ROWS(max_act) + nk;
     const float *tw = (const float *)(tpos + nk);
+    cuda_branch_join(c);
     if (n == 1) { /* the down products and the combine in one launch, where they fit one */
         struct mm_fused comb = act;
         comb.accumulate = accumulate;
         if (cuda_matmul_grouped_combine(c, &grp, (float *)out->data, ex->gate ? g : u, inter, (int32_t)inter, &comb,
-                                        tpos, tw, k) == 0)
+                                        tpos, tw, k, sh_y ? (const float *)sh_y->data : NULL) == 0)
             return;
     }
     cuda_matmul_grouped(c, &grp, 1, &y, hidden, ex->gate ? g : u, inter, (int32_t)inter, &act);
-    moe_combine(c, out, y, tpos, tw, k, accumulate);
+    moe_combine(c, out, y, tpos, tw, k, sh_y, accumulate);
 }
