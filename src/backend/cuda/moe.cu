@@ -1160,12 +1160,13 @@ void cuda_moe(struct backend *be, struct tensor *out, const struct tensor *x, co
      * its launches fill what the routed products leave of the GPU. Not for a
      * lone token: a branch's launches and the join's wait are no programmatic
      * dependents, and the chain lost more than the overlap gained */
-    if (mb->shared && n > 1) {
-        cuda_branch_begin(c);
+    if (mb->shared) {
+        const bool side = n > 1;
+        if (side)
+            cuda_branch_begin(c);
         backend_moe_shared(be, mb);
-        cuda_branch_end(c);
-    } else if (mb->shared) {
-        backend_moe_shared(be, mb);
+        if (side)
+            cuda_branch_end(c);
     }
     struct mm_group grp = {};
     grp.plan = plan;
