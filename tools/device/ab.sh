@@ -21,10 +21,10 @@
 #   -d DEVICE         cuda (default) or cpu
 #   -j JOBS           make's jobs (default: the machine's cores)
 # Output: $OUT/ab.txt (OUT defaults to /tmp/ab), one line a bench row and
-# variant: "LABEL VARIANT <bench's prefill and decode lines, or the rows of
-# its table of prompt lengths>" (or its last
-# line, an error). The tree is left as the last variant has it: run it in a
-# copy (the device machine's is one).
+# variant: "LABEL VARIANT" and bench's prefill and decode lines (or the rows
+# of its table of prompt lengths; or its last line, an error). The tree is
+# left as the last variant has it: run it in a copy (the device machine's is
+# one).
 #
 # e.g. bash tools/device/ab.sh -v new -v main=scratch/x.patch -s qwen3-8b:q8 \
 #        -b 'decode|q8 --prompt 512 --gen 128' -b 'prefill|q8 --prompt 4096 --batch 4096 --gen 2'
@@ -42,7 +42,7 @@ while getopts "v:s:b:r:td:j:" o; do
     t) tests=1 ;;
     d) device=$OPTARG ;;
     j) jobs=$OPTARG ;;
-    *) sed -n '2,27p' "$0" >&2; exit 2 ;;
+    *) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" >&2; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
