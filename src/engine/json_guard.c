@@ -1,10 +1,8 @@
 /* json_guard: a byte-level JSON recogniser (RFC 8259: objects, arrays,
- * strings with escapes and UTF-8, numbers, true/false/null) steering sampling
- * to tokens that keep the output a valid JSON object. See json_guard.h. */
+ * strings with escapes and UTF-8, numbers, true/false/null), one object at
+ * the top. See json_guard.h. */
 #include "json_guard.h"
 
-#include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 enum {
@@ -32,14 +30,6 @@ enum {
 };
 
 static const char *const literals[3] = {"true", "false", "null"};
-
-void vocab_bytes_free(struct vocab_bytes *vb)
-{
-    free(vb->data);
-    free(vb->off);
-    free(vb->special);
-    memset(vb, 0, sizeof *vb);
-}
 
 void json_guard_init(struct json_guard *g)
 {
@@ -287,88 +277,4 @@ int json_guard_feed(struct json_guard *g, const char *bytes, size_t n)
         if (step(g, (unsigned char)bytes[i]) != 0)
             return -1;
     return 0;
-}
-
-bool json_guard_allows(const struct json_guard *g, const struct vocab_bytes *vb, int32_t id)
-{
-    if (id < 0 || id >= vb->n_vocab || vb->special[id] || vb->off[id] == vb->off[id + 1])
-        return false;
-    struct json_guard t = *g;
-    return json_guard_feed(&t, vb->data + vb->off[id], vb->off[id + 1] - vb->off[id]) == 0;
-}
-
-/* A draw from weights w[0..n) (some 0) with the sampler's stream; -1 if all are 0. */
-static int32_t draw(struct sampler *s, const double *w, int32_t n)
-{
-    double sum = 0;
-    for (int32_t i = 0; i < n; i++)
-        sum += w[i];
-    if (!(sum > 0))
-        return -1;
-    double r = sampler_uniform(s) * sum;
-    int32_t k = -1;
-    for (int32_t i = 0; i < n; i++) {
-        if (w[i] == 0)
-            continue;
-        k = i;
-        if ((r -= w[i]) < 0)
-            break;
-    }
-    return k;
-}
-
-/* The allowed token with the largest logit (lowest id on ties), or -1. */
-static int32_t best_allowed(const struct json_guard *g, const struct vocab_bytes *vb, const float *lg, int32_t n_vocab)
-{
-    int32_t best = -1;
-    for (int32_t i = 0; i < n_vocab; i++)
-        if (lg[i] > -INFINITY && (best < 0 || lg[i] > lg[best]) && json_guard_allows(g, vb, i))
-            best = i;
-    return best;
-}
-
-#define GUARD_TRIES 8 /* draws (or argmax picks) tried before every candidate is checked */
-
-int32_t json_guard_sample(struct json_guard *g, const struct vocab_bytes *vb, struct sampler *s, const float *logits,
-                          const int32_t *history, int32_t n_history)
-{
-    const int32_t n = sampler_dist(s, logits, history, n_history);
-    float *lg = s->logits; /* the adjusted logits: a working copy */
-    int32_t pick = -1;
-    if (s->p.temperature == 0) {
-        /* the best few by logit first (the usual case), then a full pass */
-        for (int32_t t = 0; t < GUARD_TRIES && pick < 0; t++) {
-            const int32_t k = sampler_argmax(lg, s->n_vocab);
-            if (lg[k] == -INFINITY)
-                break;
-            if (json_guard_allows(g, vb, k))
-                pick = k;
-            else
-                lg[k] = -INFINITY;
-        }
-    } else {
-        /* rejection: a draw that cannot continue is taken out and the draw
-         * repeated; after a few, every candidate is checked at once */
-        for (int32_t t = 0; t < GUARD_TRIES && pick < 0; t++) {
-            const int32_t k = draw(s, s->w, n);
-            if (k < 0)
-                break;
-            if (json_guard_allows(g, vb, s->idx[k]))
-                pick = s->idx[k];
-            else
-                s->w[k] = 0;
-        }
-        if (pick < 0) {
-            for (int32_t i = 0; i < n; i++)
-                if (s->w[i] > 0 && !json_guard_allows(g, vb, s->idx[i]))
-                    s->w[i] = 0;
-            const int32_t k = draw(s, s->w, n);
-            pick = k >= 0 ? s->idx[k] : -1;
-        }
-    }
-    if (pick < 0) /* no candidate is allowed: the best allowed token of all */
-        pick = best_allowed(g, vb, lg, s->n_vocab);
-    if (pick >= 0)
-        json_guard_feed(g, vb->data + vb->off[pick], vb->off[pick + 1] - vb->off[pick]);
-    return pick;
 }

@@ -117,6 +117,7 @@ void sched_req_release(struct sched_req *r)
     free(r->lp);
     free(r->top_id);
     free(r->top_lp);
+    grammar_free(&r->gm);
     free(r);
 }
 
@@ -134,10 +135,11 @@ int sched_req_logprobs(struct sched_req *r, int32_t n_top)
     return 0;
 }
 
-void sched_req_json(struct sched_req *r, const struct vocab_bytes *vb)
+void sched_req_guard(struct sched_req *r, const struct vocab_bytes *vb, struct grammar *gm)
 {
     r->vb = vb;
-    json_guard_init(&r->guard);
+    grammar_move(&r->gm, gm);
+    guard_init(&r->guard, &r->gm);
 }
 
 /* Log-probabilities of the token about to be output (index n_out) and its
@@ -366,7 +368,7 @@ static bool sched_emit(struct sched *s, int32_t a, int32_t t)
     r->out[r->n_out++] = t;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
-    if (r->vb && json_guard_done(&r->guard)) { /* the object is complete: nothing may follow */
+    if (r->vb && guard_done(&r->guard)) { /* the grammar is complete: nothing may follow */
         s->active[a] = NULL;
         req_finish(s, r, SCHED_STOP, NULL);
         return false;
@@ -585,12 +587,12 @@ static bool sched_step(struct sched *s)
         const float *row = s->logits + (int64_t)j * V;
         const int32_t t = k_top ? sampler_sample_top(&r->sampler, s->top_ids + (int64_t)j * k_top,
                                                      s->top_vals + (int64_t)j * k_top, k_top)
-                          : r->vb ? json_guard_sample(&r->guard, r->vb, &r->sampler, row, r->hist, len)
+                          : r->vb ? guard_sample(&r->guard, r->vb, &r->sampler, row, r->hist, len)
                                   : sampler_sample(&r->sampler, row, r->hist, len);
         j++;
-        if (t < 0) { /* the guard found no token that continues the JSON */
+        if (t < 0) { /* the guard found no token that continues the output */
             s->active[s->owner[i]] = NULL;
-            req_finish(s, r, SCHED_ERROR, "no token of the vocabulary can continue the JSON output");
+            req_finish(s, r, SCHED_ERROR, "no token of the vocabulary can continue the constrained output");
             continue;
         }
         if (r->n_top >= 0 && r->n_out < r->cap_out)

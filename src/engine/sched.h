@@ -21,7 +21,7 @@
 #define KP_SCHED_H
 
 #include "engine.h"
-#include "json_guard.h"
+#include "grammar.h"
 #include "sampler.h"
 #include "spec.h"
 
@@ -49,10 +49,11 @@ struct sched_req {
     float *lp;               /* [cap_out] */
     int32_t *top_id;         /* [cap_out][n_top] */
     float *top_lp;           /* [cap_out][n_top] */
-    /* constrained output (sched_req_json): the vocabulary's bytes (NULL: free
-     * text) and the guard over what was generated so far */
+    /* constrained output (sched_req_guard): the vocabulary's bytes (NULL: free
+     * text), the grammar (owned) and the guard over what was generated so far */
     const struct vocab_bytes *vb;
-    struct json_guard guard;
+    struct grammar gm;
+    struct guard guard;
     enum sched_finish finish;
     bool cancel;
     char error[256];
@@ -73,7 +74,7 @@ struct sched;
 
 /* Starts the engine thread over model m. draft (may be NULL) and sp (NULL or
  * mode SPEC_OFF: no speculation) enable KFlash: while every active request is
- * decoding (none prefilling, none asking for log-probabilities or JSON), each
+ * decoding (none prefilling, none asking for log-probabilities or constrained output), each
  * step is a speculative step for all of them: a tree each, verified together
  * in one target forward (the batch, and a hybrid's kept states, split evenly).
  * max_batch: the most tokens a forward takes; prefill_chunk (1..max_batch):
@@ -99,10 +100,11 @@ struct sched_req *sched_req_new(const int32_t *prompt, int32_t n, const struct s
  * speculative step's tokens come without their own logits pass). -1 with err_set(). */
 #define SCHED_MAX_TOP 20
 int sched_req_logprobs(struct sched_req *r, int32_t n_top);
-/* Constrains the output to one JSON object (json_guard), before sched_submit;
- * it stops when the object is complete. vb must outlive the request. Such a
- * request decodes without speculation. */
-void sched_req_json(struct sched_req *r, const struct vocab_bytes *vb);
+/* Constrains the output to grammar gm (moved into the request, gm is left
+ * empty), before sched_submit; the output stops where the grammar is
+ * complete. vb must outlive the request. Such a request decodes without
+ * speculation. */
+void sched_req_guard(struct sched_req *r, const struct vocab_bytes *vb, struct grammar *gm);
 /* -1 with err_set() when the request cannot fit the context; -2 when the queue
  * is full (the server is overloaded: try again later); -3 after sched_stop. */
 int sched_submit(struct sched *s, struct sched_req *r);

@@ -203,10 +203,12 @@ enum MHD_Result anthropic_count_tokens(struct app *a, struct MHD_Connection *c, 
     char err[512];
     if (!json_is_array(json_object_get(body, "messages")))
         return http_anthropic_error(c, 400, "invalid_request_error", "messages: a list is required");
-    bool use_tools;
-    if (gen_tool_choice(json_object_get(body, "tool_choice"), true, &use_tools, err, sizeof err) != 0)
+    enum gen_tools choice;
+    const char *tool_name;
+    if (gen_tool_choice(json_object_get(body, "tool_choice"), true, &choice, &tool_name, err, sizeof err) != 0)
         return http_anthropic_error(c, 400, "invalid_request_error", "%s", err);
-    json_t *msgs = convert_anthropic_messages(body, err, sizeof err), *tools = use_tools ? convert_anthropic_tools(json_object_get(body, "tools")) : NULL;
+    json_t *msgs = convert_anthropic_messages(body, err, sizeof err),
+           *tools = choice != GEN_TOOLS_NONE ? convert_anthropic_tools(json_object_get(body, "tools")) : NULL;
     json_t *kw = thinking_kwargs(body);
     int32_t n = msgs ? gen_count_tokens(a, msgs, tools, kw, err, sizeof err) : -1;
     json_decref(msgs);
@@ -226,9 +228,8 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
     if (!json_is_integer(mt) || json_integer_value(mt) < 1 || json_integer_value(mt) > (1 << 24))
         return http_anthropic_error(c, 400, "invalid_request_error", "max_tokens: a positive integer is required");
     struct gen_opts go = {0};
-    bool use_tools;
     if (gen_sampling(body, &a->model.cfg, 1.0f, &go.sp, err, sizeof err) != 0 ||
-        gen_tool_choice(json_object_get(body, "tool_choice"), true, &use_tools, err, sizeof err) != 0)
+        gen_tool_choice(json_object_get(body, "tool_choice"), true, &go.tool_choice, &go.tool_name, err, sizeof err) != 0)
         return http_anthropic_error(c, 400, "invalid_request_error", "%s", err);
     go.max_tokens = (int32_t)json_integer_value(mt);
     go.clamp = true; /* agents ask for more than a local context holds (Claude Code: 32000) */
@@ -241,7 +242,8 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
     s->stream = json_is_true(json_object_get(body, "stream"));
     s->content = json_array();
     snprintf(s->id, sizeof s->id, "msg_%08lx%08lx", (unsigned long)random(), (unsigned long)random());
-    json_t *msgs = convert_anthropic_messages(body, err, sizeof err), *tools = use_tools ? convert_anthropic_tools(json_object_get(body, "tools")) : NULL;
+    json_t *msgs = convert_anthropic_messages(body, err, sizeof err),
+           *tools = go.tool_choice != GEN_TOOLS_NONE ? convert_anthropic_tools(json_object_get(body, "tools")) : NULL;
     json_t *kw = thinking_kwargs(body);
     go.messages = msgs;
     go.tools = tools;

@@ -3,6 +3,7 @@
 #include "gen.h"
 
 #include "../base/err.h"
+#include "../chat/tool_grammar.h"
 
 #include <stdio.h>
 #include <math.h>
@@ -156,24 +157,70 @@ int gen_sampling(json_t *b, const struct model_config *mc, float max_temperature
     return 0;
 }
 
-int gen_tool_choice(json_t *tc, bool anthropic, bool *use_tools, char *err, size_t n_err)
+int gen_tool_choice(json_t *tc, bool anthropic, enum gen_tools *mode, const char **name, char *err, size_t n_err)
 {
-    *use_tools = true;
+    *mode = GEN_TOOLS_AUTO;
+    *name = NULL;
     if (!tc || json_is_null(tc))
         return 0;
-    const char *kind = anthropic ? json_string_value(json_object_get(tc, "type")) : json_string_value(tc);
-    if (kind && strcmp(kind, "auto") == 0)
+    const char *kind = json_string_value(anthropic || json_is_object(tc) ? json_object_get(tc, "type") : tc);
+    if (!kind)
+        return snprintf(err, n_err, "tool_choice must be %s",
+                        anthropic ? "an object with a type" : "a string or an object with a type"),
+               -1;
+    if (strcmp(kind, "auto") == 0 && (anthropic || json_is_string(tc)))
         return 0;
-    if (kind && strcmp(kind, "none") == 0) {
-        *use_tools = false;
+    if (strcmp(kind, "none") == 0 && (anthropic || json_is_string(tc))) {
+        *mode = GEN_TOOLS_NONE;
         return 0;
     }
-    if (kind || json_is_object(tc))
-        return snprintf(err, n_err, "tool_choice %s is not supported: this server cannot force a tool call; use %s",
-                        kind ? kind : "naming a function", anthropic ? "{\"type\": \"auto\"} or {\"type\": \"none\"}"
-                                                                     : "\"auto\" or \"none\""),
-               -1;
-    return snprintf(err, n_err, "tool_choice must be %s", anthropic ? "an object with a type" : "a string or an object"), -1;
+    if (strcmp(kind, anthropic ? "any" : "required") == 0 && (anthropic || json_is_string(tc))) {
+        *mode = GEN_TOOLS_ANY;
+        return 0;
+    }
+    if (strcmp(kind, anthropic ? "tool" : "function") == 0 && json_is_object(tc)) {
+        json_t *f = json_object_get(tc, "function");
+        *name = json_string_value(json_object_get(json_is_object(f) ? f : tc, "name"));
+        if (!*name)
+            return snprintf(err, n_err, "tool_choice of type %s needs the tool's name", kind), -1;
+        *mode = GEN_TOOLS_NAMED;
+        return 0;
+    }
+    return snprintf(err, n_err, "tool_choice %s is not one of %s", kind,
+                    anthropic ? "auto, none, any, tool" : "\"auto\", \"none\", \"required\", a function"),
+           -1;
+}
+
+/* The tools' names, or the one tool_choice names after checking it is among
+ * them: a grammar for the forced call (chat_tool_grammar). -1 with err. */
+static int forced_call_grammar(struct app *a, const struct gen_opts *o, enum chat_think think, struct grammar *gm,
+                               char *err, size_t n_err)
+{
+    const char *names[GRAMMAR_MAX_NAMES];
+    int32_t n = 0;
+    bool named = false;
+    size_t i;
+    json_t *t;
+    json_array_foreach(o->tools, i, t) {
+        const char *nm = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        if (!nm)
+            continue;
+        named |= o->tool_name && strcmp(nm, o->tool_name) == 0;
+        if (n == GRAMMAR_MAX_NAMES)
+            return snprintf(err, n_err, "tool_choice forces a call among at most %d tools", GRAMMAR_MAX_NAMES), -1;
+        names[n++] = nm;
+    }
+    if (n == 0)
+        return snprintf(err, n_err, "tool_choice forces a tool call, but the request has no tools"), -1;
+    if (o->tool_name && !named)
+        return snprintf(err, n_err, "tool_choice names '%.64s', which is not among the request's tools", o->tool_name), -1;
+    if (o->tool_name) {
+        names[0] = o->tool_name;
+        n = 1;
+    }
+    if (chat_tool_grammar(gm, chat_template_tool_format(a->tpl), names, n, think) != 0)
+        return snprintf(err, n_err, "%s", err_msg()), -1;
+    return 0;
 }
 
 int gen_response_format(json_t *rf, bool *json, char *err, size_t n_err)
@@ -210,16 +257,28 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
 {
     *why = GEN_INVALID;
     struct tok_ids ids = {0};
+    struct gen *g = NULL;
     bool in_reasoning = false;
+    const bool forced = o->tool_choice == GEN_TOOLS_ANY || o->tool_choice == GEN_TOOLS_NAMED;
+    struct grammar gm; /* constrained output: a JSON object, or a forced call */
+    grammar_init(&gm);
+    if (forced && o->json) {
+        snprintf(err, n_err, "response_format json_object and a tool_choice that forces a call cannot be combined");
+        goto fail;
+    }
+    if (o->json && grammar_json(&gm, NULL) < 0)
+        goto fail_msg;
     if (o->raw_prompt) {
-        if (tok_encode(a->tok, json_string_value(o->raw_prompt), json_string_length(o->raw_prompt), &ids) != 0) {
-            snprintf(err, n_err, "%s", err_msg());
-            tok_ids_free(&ids);
-            return NULL;
-        }
+        if (tok_encode(a->tok, json_string_value(o->raw_prompt), json_string_length(o->raw_prompt), &ids) != 0)
+            goto fail_msg;
     } else {
-        /* JSON output: the model answers at once, without a reasoning block first */
+        /* JSON output: the model answers at once, without a reasoning block
+         * first, unless the request asks for one. A forced call may come
+         * after one, as the template and the request have it: inside the one
+         * the prompt opened, or after one the model opens unless the request
+         * turned reasoning off. */
         json_t *kw = o->kwargs ? json_incref(o->kwargs) : NULL;
+        const bool no_think = json_is_false(json_object_get(kw, "enable_thinking"));
         if (o->json && !json_object_get(kw, "enable_thinking")) {
             json_t *k2 = kw ? json_copy(kw) : json_object();
             json_object_set_new(k2, "enable_thinking", json_false());
@@ -228,10 +287,11 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
         }
         int brc = build_prompt(a, o->messages, o->tools, kw, &ids, &in_reasoning, err, n_err);
         json_decref(kw);
-        if (brc != 0) {
-            tok_ids_free(&ids);
-            return NULL;
-        }
+        if (brc == 0 && forced)
+            brc = forced_call_grammar(a, o, in_reasoning ? CHAT_THINK_OPEN : no_think ? CHAT_THINK_NONE : CHAT_THINK_MAY,
+                                      &gm, err, n_err);
+        if (brc != 0)
+            goto fail;
     }
     int32_t n_ctx = sched_n_ctx(a->sched), max_tokens = o->max_tokens;
     if (max_tokens == 0)
@@ -241,14 +301,11 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
     if (ids.n + max_tokens > n_ctx || max_tokens < 1) {
         snprintf(err, n_err, "this model's context is %d tokens; the messages take %d and %d were asked to generate",
                  n_ctx, ids.n, max_tokens);
-        tok_ids_free(&ids);
-        return NULL;
+        goto fail;
     }
-    struct gen *g = calloc(1, sizeof *g);
-    if (!g) {
+    if (!(g = calloc(1, sizeof *g))) {
         snprintf(err, n_err, "out of memory");
-        tok_ids_free(&ids);
-        return NULL;
+        goto fail;
     }
     g->app = a;
     g->n_prompt = ids.n;
@@ -260,9 +317,7 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
         if (!json_is_string(sv) || json_string_length(sv) == 0 || g->n_stop == GEN_MAX_STOP) {
             snprintf(err, n_err, "stop sequences must be at most %d non-empty strings", GEN_MAX_STOP);
             json_decref(stops);
-            tok_ids_free(&ids);
-            gen_free(g);
-            return NULL;
+            goto fail;
         }
         g->stop[g->n_stop++] = strdup(json_string_value(sv));
     }
@@ -273,29 +328,30 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
         sp.bias[sp.n_bias++] = -INFINITY; /* never sampled, so never an end */
     }
     g->req = sched_req_new(ids.ids, ids.n, &sp, max_tokens, a->model.cfg.vocab_size);
-    if (g->req && o->logprobs >= 0 && sched_req_logprobs(g->req, o->logprobs) != 0) {
-        snprintf(err, n_err, "%s", err_msg());
-        tok_ids_free(&ids);
-        gen_free(g);
-        return NULL;
-    }
-    if (g->req && o->json)
-        sched_req_json(g->req, &a->vb);
-    tok_ids_free(&ids);
-    int rc = 0;
+    if (!g->req || (o->logprobs >= 0 && sched_req_logprobs(g->req, o->logprobs) != 0))
+        goto fail_msg;
+    if (gm.n_seg)
+        sched_req_guard(g->req, &a->vb, &gm);
     if (o->raw_prompt) {
         g->raw_fn = o->fn;
         g->raw_ctx = o->ctx;
+    } else if (!(g->parser = chat_parser_new(chat_template_tool_format(a->tpl), in_reasoning, o->tools, o->fn, o->ctx))) {
+        goto fail_msg;
     }
-    if (!g->req ||
-        (!o->raw_prompt && !(g->parser = chat_parser_new(chat_template_tool_format(a->tpl), in_reasoning, o->tools, o->fn, o->ctx))) ||
-        (rc = sched_submit(a->sched, g->req)) != 0) {
+    int rc = sched_submit(a->sched, g->req);
+    if (rc != 0) {
         *why = rc == -2 ? GEN_OVERLOADED : rc == -3 ? GEN_STOPPING : GEN_INVALID;
-        snprintf(err, n_err, "%s", err_msg());
-        gen_free(g);
-        return NULL;
+        goto fail_msg;
     }
+    tok_ids_free(&ids);
     return g;
+fail_msg:
+    snprintf(err, n_err, "%s", err_msg());
+fail:
+    tok_ids_free(&ids);
+    grammar_free(&gm);
+    gen_free(g);
+    return NULL;
 }
 
 static void pump(struct gen *g, int32_t n)

@@ -12,6 +12,14 @@
 
 #include <stdbool.h>
 
+/* What tool_choice asks for. */
+enum gen_tools {
+    GEN_TOOLS_AUTO,  /* the model decides (OpenAI "auto", Anthropic {"type": "auto"}, absent) */
+    GEN_TOOLS_NONE,  /* no tools: they are left out of the prompt */
+    GEN_TOOLS_ANY,   /* a call of one of the tools (OpenAI "required", Anthropic "any") */
+    GEN_TOOLS_NAMED, /* a call of the tool named (OpenAI {"type": "function", ...}, Anthropic "tool") */
+};
+
 struct gen_opts {
     json_t *messages;        /* OpenAI shape, as chat_messages_from_openai takes them */
     json_t *raw_prompt;      /* instead of messages: a string used as it is (no template, no
@@ -27,6 +35,10 @@ struct gen_opts {
                                 llama-server's extension; benchmarks use it) */
     bool json;               /* response_format json_object: the output is one JSON object
                                 (constrained decoding; thinking off unless kwargs say otherwise) */
+    enum gen_tools tool_choice; /* GEN_TOOLS_ANY / NAMED: the output is one call of one of the
+                                tools / of tool_name (constrained decoding, as with json; a
+                                reasoning block may come first, as without it) */
+    const char *tool_name;
     chat_event_fn fn;
     void *ctx;
 };
@@ -41,10 +53,12 @@ struct gen;
 int gen_sampling(json_t *body, const struct model_config *mc, float max_temperature, struct sampler_params *sp,
                  char *err, size_t n_err);
 
-/* tool_choice: OpenAI's "auto" / "none" (null: auto), or Anthropic's
- * {"type": "auto" | "none"}. *use_tools false for none. Forcing a call
- * ("required", "any", a named tool) is refused: -1 with a message in err. */
-int gen_tool_choice(json_t *tc, bool anthropic, bool *use_tools, char *err, size_t n_err);
+/* tool_choice: OpenAI's "auto" / "none" / "required" or {"type":
+ * "function", "function": {"name": N}} (chat completions; the Responses API's
+ * {"type": "function", "name": N} too), null or absent: auto; or Anthropic's
+ * {"type": "auto" | "none" | "any" | "tool", "name": N}. *name points into
+ * tc. -1 with a message in err for anything else. */
+int gen_tool_choice(json_t *tc, bool anthropic, enum gen_tools *mode, const char **name, char *err, size_t n_err);
 
 /* response_format (chat completions) or text.format (Responses): {"type":
  * "text"} or absent, or "json_object" (*json true); "json_schema" is refused

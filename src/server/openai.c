@@ -304,19 +304,21 @@ enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *bod
         return http_openai_error(c, 400, "invalid_request_error", "messages[%zu] needs a string 'role'", i);
     if (tools && !json_is_null(tools) && !json_is_array(tools))
         return http_openai_error(c, 400, "invalid_request_error", "'tools' must be an array");
-    bool use_tools;
+    enum gen_tools choice;
+    const char *tool_name;
     char terr[256];
     bool json;
-    if (gen_tool_choice(json_object_get(body, "tool_choice"), false, &use_tools, terr, sizeof terr) != 0 ||
+    if (gen_tool_choice(json_object_get(body, "tool_choice"), false, &choice, &tool_name, terr, sizeof terr) != 0 ||
         gen_response_format(json_object_get(body, "response_format"), &json, terr, sizeof terr) != 0)
         return http_openai_error(c, 400, "invalid_request_error", "%s", terr);
-    if (!use_tools || json_is_null(tools) || (json_is_array(tools) && json_array_size(tools) == 0))
+    if (choice == GEN_TOOLS_NONE || json_is_null(tools) || (json_is_array(tools) && json_array_size(tools) == 0))
         tools = NULL;
     struct oai *g = calloc(1, sizeof *g);
     if (!g)
         return MHD_NO;
     json_t *kw = json_object_get(body, "chat_template_kwargs");
-    struct gen_opts go = {.messages = msgs, .tools = tools, .kwargs = json_is_object(kw) ? kw : NULL, .json = json};
+    struct gen_opts go = {.messages = msgs, .tools = tools, .kwargs = json_is_object(kw) ? kw : NULL, .json = json,
+                          .tool_choice = choice, .tool_name = tool_name};
     return oai_run(a, c, g, &go, body);
 }
 

@@ -222,9 +222,8 @@ enum MHD_Result openai_responses(struct app *a, struct MHD_Connection *c, json_t
                                  "previous_response_id is not supported: this server keeps no responses; send the "
                                  "whole conversation in input");
     struct gen_opts go = {0};
-    bool use_tools;
     if (gen_sampling(body, &a->model.cfg, 2.0f, &go.sp, err, sizeof err) != 0 ||
-        gen_tool_choice(json_object_get(body, "tool_choice"), false, &use_tools, err, sizeof err) != 0 ||
+        gen_tool_choice(json_object_get(body, "tool_choice"), false, &go.tool_choice, &go.tool_name, err, sizeof err) != 0 ||
         gen_response_format(json_object_get(json_object_get(body, "text"), "format"), &go.json, err, sizeof err) != 0)
         return http_openai_error(c, 400, "invalid_request_error", "%s", err);
     if ((v = json_object_get(body, "max_output_tokens")) && !json_is_null(v)) {
@@ -235,7 +234,7 @@ enum MHD_Result openai_responses(struct app *a, struct MHD_Connection *c, json_t
     json_t *msgs = convert_responses_input(body, err, sizeof err);
     if (!msgs)
         return http_openai_error(c, 400, "invalid_request_error", "%s", err);
-    json_t *tools = use_tools ? convert_responses_tools(json_object_get(body, "tools")) : NULL;
+    json_t *tools = go.tool_choice != GEN_TOOLS_NONE ? convert_responses_tools(json_object_get(body, "tools")) : NULL;
     json_t *effort = json_object_get(json_object_get(body, "reasoning"), "effort");
     json_t *kw = json_is_string(effort) ? json_pack("{s:b}", "enable_thinking", strcmp(json_string_value(effort), "minimal") != 0) : NULL;
     struct resp *r = calloc(1, sizeof *r);

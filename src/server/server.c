@@ -9,7 +9,6 @@
 #include "../base/err.h"
 #include "app.h"
 
-#include <assert.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -218,33 +217,6 @@ static void on_signal(int sig)
     errno = e;
 }
 
-/* Every model token's bytes (ids past the tokenizer's vocabulary: none, special). */
-static int vocab_build(struct vocab_bytes *vb, const struct tokenizer *t, int32_t n_vocab)
-{
-    assert(n_vocab > 0);
-    size_t total = 0;
-    for (int32_t i = 0; i < n_vocab; i++) {
-        const char *p = tok_piece(t, i);
-        total += p ? strlen(p) : 0;
-    }
-    vb->n_vocab = n_vocab;
-    vb->data = malloc(total + 1);
-    vb->off = malloc(sizeof(uint32_t) * ((size_t)n_vocab + 1));
-    vb->special = calloc((size_t)n_vocab, 1);
-    if (!vb->data || !vb->off || !vb->special)
-        return err_set("server: out of memory");
-    uint32_t o = 0;
-    for (int32_t i = 0; i < n_vocab; i++) {
-        vb->off[i] = o;
-        const char *p = tok_piece(t, i);
-        const int32_t n = p ? tok_bytes(t, i, vb->data + o, total + 1 - o) : 0;
-        vb->special[i] = !p || tok_is_special(t, i);
-        o += n > 0 ? (uint32_t)n : 0;
-    }
-    vb->off[n_vocab] = o;
-    return 0;
-}
-
 int server_run(const struct server_opts *o)
 {
     struct app a = {0};
@@ -261,7 +233,7 @@ int server_run(const struct server_opts *o)
         goto done;
     loaded = 1;
     if (!(a.tok = tok_load(o->model_dir)) || !(a.tpl = chat_template_load(o->model_dir, NULL)) ||
-        vocab_build(&a.vb, a.tok, a.model.cfg.vocab_size) != 0)
+        tok_vocab_bytes(a.tok, a.model.cfg.vocab_size, &a.vb) != 0)
         goto done;
     if (o->draft_dir && model_load(&draft, o->draft_dir, be, NULL) != 0)
         goto done;

@@ -9,6 +9,7 @@
 #include "../base/hmap.h"
 #include "../base/utf8.h"
 
+#include <assert.h>
 #include <jansson.h>
 #include <pcre2.h>
 #include <stdio.h>
@@ -373,6 +374,32 @@ int32_t tok_find(const struct tokenizer *t, const char *piece)
 }
 
 bool tok_is_special(const struct tokenizer *t, int32_t id) { return id >= 0 && id < t->n_vocab && t->special[id]; }
+
+int tok_vocab_bytes(const struct tokenizer *t, int32_t n_vocab, struct vocab_bytes *vb)
+{
+    assert(n_vocab > 0);
+    size_t total = 0;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        const char *p = tok_piece(t, i);
+        total += p ? strlen(p) : 0;
+    }
+    vb->n_vocab = n_vocab;
+    vb->data = malloc(total + 1);
+    vb->off = malloc(sizeof(uint32_t) * ((size_t)n_vocab + 1));
+    vb->special = calloc((size_t)n_vocab, 1);
+    if (!vb->data || !vb->off || !vb->special)
+        return err_set("tokenizer: out of memory");
+    uint32_t o = 0;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        vb->off[i] = o;
+        const char *p = tok_piece(t, i);
+        const int32_t n = p ? tok_bytes(t, i, vb->data + o, total + 1 - o) : 0;
+        vb->special[i] = !p || tok_is_special(t, i);
+        o += n > 0 ? (uint32_t)n : 0;
+    }
+    vb->off[n_vocab] = o;
+    return 0;
+}
 
 /* ---- encode ---- */
 

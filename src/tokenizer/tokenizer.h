@@ -13,6 +13,8 @@
 #ifndef KP_TOKENIZER_H
 #define KP_TOKENIZER_H
 
+#include "../engine/grammar.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -50,6 +52,10 @@ int32_t tok_bytes(const struct tokenizer *t, int32_t id, char *dst, size_t cap);
 /* Id of a token given by its vocabulary string (e.g. "<|im_end|>"), or -1. */
 int32_t tok_find(const struct tokenizer *t, const char *piece);
 bool tok_is_special(const struct tokenizer *t, int32_t id);
+/* Every model token's bytes and whether it is special, for constrained
+ * decoding (ids past the tokenizer's vocabulary: no bytes, special); the
+ * caller frees vb (vocab_bytes_free). -1 with err_set() when memory is short. */
+int tok_vocab_bytes(const struct tokenizer *t, int32_t n_vocab, struct vocab_bytes *vb);
 
 /* Streaming decode: feed ids one at a time, get text that never ends inside a
  * UTF-8 sequence (bytes of an unfinished character are held until the next id

@@ -102,16 +102,35 @@ test("stop_sequences end the message and are reported", async () => {
   assert.equal(m.content.filter((b) => b.type === "text").map((b) => b.text).join(""), full.slice(0, full.indexOf(stop)));
 });
 
-test("tool_choice: none drops the tools from the prompt; any and a named tool are refused", async () => {
+test("tool_choice: none drops the tools from the prompt; any and a named tool force a call", async () => {
   const tools = [{ name: "get_weather", description: "Weather of a city",
-    input_schema: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } }];
-  const base = { model: "m", max_tokens: 4, temperature: 0, messages: [{ role: "user", content: "Weather in Paris?" }] };
+    input_schema: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } },
+  { name: "read_file", description: "Read a file", input_schema: { type: "object", properties: { path: { type: "string" } } } }];
+  const base = { model: "m", max_tokens: 4, temperature: 0, messages: [{ role: "user", content: "What's the weather in Paris?" }] };
   const none = await client.messages.create({ ...base, tools, tool_choice: { type: "none" } });
   const bare = await client.messages.create(base);
   const auto = await client.messages.create({ ...base, tools, tool_choice: { type: "auto" } });
   assert.equal(none.usage.input_tokens, bare.usage.input_tokens);
   assert.ok(auto.usage.input_tokens > bare.usage.input_tokens + 20);
-  for (const tc of [{ type: "any" }, { type: "tool", name: "get_weather" }])
-    await assert.rejects(client.messages.create({ ...base, tools, tool_choice: tc }),
-      (e) => e.status === 400 && e.error?.error?.type === "invalid_request_error" && /tool_choice/.test(e.message));
+  const req = { ...base, tools, max_tokens: 100 };
+  const use = (m) => {
+    assert.equal(m.stop_reason, "tool_use");
+    const blocks = m.content.filter((b) => b.type === "tool_use");
+    assert.equal(blocks.length, 1);
+    assert.ok(blocks[0].input && typeof blocks[0].input === "object");
+    return blocks[0].name;
+  };
+  assert.ok(["get_weather", "read_file"].includes(use(await client.messages.create({ ...req, tool_choice: { type: "any" } }))));
+  for (const name of ["get_weather", "read_file"])
+    assert.equal(use(await client.messages.create({ ...req, tool_choice: { type: "tool", name } })), name);
+  // streamed: a tool_use block whose input comes as input_json_delta
+  const forced = { ...req, tool_choice: { type: "tool", name: "get_weather" } };
+  const whole = (await client.messages.create(forced)).content.find((b) => b.type === "tool_use");
+  const final = await client.messages.stream(forced).finalMessage();
+  const streamed = final.content.find((b) => b.type === "tool_use");
+  assert.deepEqual([streamed.name, streamed.input, final.stop_reason], [whole.name, whole.input, "tool_use"]);
+  for (const [tc, re] of [[{ type: "tool", name: "delete_all" }, /not among/], [{ type: "tool" }, /name/], [{ type: "required" }, /tool_choice/]])
+    await assert.rejects(client.messages.create({ ...req, tool_choice: tc }),
+      (e) => e.status === 400 && e.error?.error?.type === "invalid_request_error" && re.test(e.message));
+  await assert.rejects(client.messages.create({ ...base, tool_choice: { type: "any" } }), (e) => e.status === 400 && /no tools/.test(e.message));
 });

@@ -379,22 +379,62 @@ test("logprobs: one entry per generated token, alternatives best first, the same
   await assert.rejects(client.completions.create({ model: "m", prompt: "x", logprobs: 9 }), (e) => e.status === 400 && /logprobs/.test(e.message));
 });
 
-test("tool_choice: none renders the prompt without the tools; forcing a call is refused", async () => {
+test("tool_choice: none renders the prompt without the tools; required and a named function force a call", async () => {
   const tools = [{ type: "function", function: { name: "get_weather", description: "Weather of a city",
-    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }];
-  const base = { model: "m", messages: [{ role: "user", content: "Weather in Paris?" }], max_tokens: 2, temperature: 0 };
+    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } },
+  { type: "function", function: { name: "read_file", description: "Read a file",
+    parameters: { type: "object", properties: { path: { type: "string" } } } } }];
+  const base = { model: "m", messages: [{ role: "user", content: "What's the weather in Paris?" }], max_tokens: 2, temperature: 0 };
   const auto = await client.chat.completions.create({ ...base, tools, tool_choice: "auto" });
   const none = await client.chat.completions.create({ ...base, tools, tool_choice: "none" });
   const bare = await client.chat.completions.create(base);
   assert.equal(none.usage.prompt_tokens, bare.usage.prompt_tokens);
   assert.ok(auto.usage.prompt_tokens > none.usage.prompt_tokens + 20);
-  await assert.rejects(client.chat.completions.create({ ...base, tools, tool_choice: "required" }), (e) => e.status === 400 && /tool_choice/.test(e.message));
-  await assert.rejects(client.chat.completions.create({ ...base, tools, tool_choice: { type: "function", function: { name: "get_weather" } } }),
-    (e) => e.status === 400 && /tool_choice/.test(e.message));
+  // a forced call: one call of one of the tools (or of the one named), its
+  // arguments a JSON object, whether the model would have called it or not
+  const call = (r) => {
+    assert.equal(r.choices[0].finish_reason, "tool_calls");
+    assert.equal(r.choices[0].message.tool_calls.length, 1);
+    const f = r.choices[0].message.tool_calls[0].function;
+    const args = JSON.parse(f.arguments);
+    assert.ok(args && typeof args === "object" && !Array.isArray(args), f.arguments);
+    return f.name;
+  };
+  const req = { ...base, tools, max_tokens: 100 };
+  assert.ok(["get_weather", "read_file"].includes(call(await client.chat.completions.create({ ...req, tool_choice: "required" }))));
+  for (const name of ["get_weather", "read_file"])
+    assert.equal(call(await client.chat.completions.create({ ...req, tool_choice: { type: "function", function: { name } } })), name);
+  // streamed: the same call in deltas
+  const forced = { ...req, tool_choice: { type: "function", function: { name: "get_weather" } } };
+  const whole = (await client.chat.completions.create(forced)).choices[0].message.tool_calls[0].function;
+  let name = "", args = "", finish;
+  for await (const ch of await client.chat.completions.create({ ...forced, stream: true })) {
+    const d = ch.choices[0]?.delta?.tool_calls?.[0]?.function;
+    name += d?.name ?? "";
+    args += d?.arguments ?? "";
+    finish = ch.choices[0]?.finish_reason ?? finish;
+  }
+  assert.deepEqual([name, JSON.parse(args), finish], [whole.name, JSON.parse(whole.arguments), "tool_calls"]);
+  const refused = async (body, re) =>
+    assert.rejects(client.chat.completions.create(body), (e) => e.status === 400 && re.test(e.message));
+  await refused({ ...req, tool_choice: { type: "function", function: { name: "delete_all" } } }, /not among/);
+  await refused({ ...base, tool_choice: "required" }, /no tools/);
+  await refused({ ...req, tool_choice: "required", response_format: { type: "json_object" } }, /cannot be combined/);
+  await refused({ ...req, tool_choice: { type: "file_search" } }, /tool_choice/);
+  await refused({ ...req, tool_choice: "always" }, /tool_choice/);
+  await refused({ ...req, tool_choice: { type: "function", function: {} } }, /name/);
+  await refused({ ...req, tools: [{ type: "function", function: { name: "bad name", parameters: {} } }], tool_choice: "required" }, /name/);
+  // the Responses API: its flat shape of a named function
+  const rt = [{ type: "function", name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } } } },
+    { type: "function", name: "read_file", parameters: { type: "object", properties: { path: { type: "string" } } } }];
+  const rr = await client.responses.create({ model: "m", input: "What's the weather in Paris?", tools: rt, temperature: 0,
+    tool_choice: { type: "function", name: "get_weather" }, max_output_tokens: 100 });
+  const fc = rr.output.filter((o) => o.type === "function_call");
+  assert.ok(fc.length === 1 && fc[0].name === "get_weather" && typeof JSON.parse(fc[0].arguments) === "object", JSON.stringify(rr.output));
   const r = await client.responses.create({ model: "m", input: "Weather in Paris?", tools: [{ type: "function", name: "get_weather",
     parameters: { type: "object", properties: {} } }], tool_choice: "none", max_output_tokens: 16 });
   assert.ok(["completed", "incomplete"].includes(r.status) && !r.output.some((o) => o.type === "function_call"));
-  await assert.rejects(client.responses.create({ model: "m", input: "x", tool_choice: "required" }), (e) => e.status === 400);
+  await assert.rejects(client.responses.create({ model: "m", input: "x", tool_choice: "required" }), (e) => e.status === 400 && /no tools/.test(e.message));
 });
 
 test("response_format json_object: the output is JSON, cut only by max_tokens; json_schema is refused", async () => {

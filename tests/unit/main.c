@@ -45,7 +45,11 @@ int test_failures;
     X(test_sampler_candidates)                                                                                 \
     X(test_sampler_top)                                                                                        \
     X(test_json_guard_grammar)                                                                                 \
-    X(test_json_guard_sample)                                                                                  \
+    X(test_grammar_segments)                                                                                   \
+    X(test_grammar_sample)                                                                                     \
+    X(test_grammar_sample_call)                                                                                \
+    X(test_tool_grammar_formats)                                                                               \
+    X(test_tool_grammar_tokens)                                                                                \
     X(test_tokenizer_goldens)                                                                                  \
     X(test_tokenizer_corpus)                                                                                   \
     X(test_tokenizer_features)                                                                                 \

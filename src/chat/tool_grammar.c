@@ -1,0 +1,71 @@
+/* tool_grammar: the grammar of one tool call in the three formats the
+ * parser reads (Qwen3's JSON in <tool_call>, Nemotron Nano v2's <TOOLCALL>
+ * list, the XML of Qwen3-Coder / Qwen3.5 / Nemotron 3), as the models' chat
+ * templates write them. See tool_grammar.h. */
+#include "tool_grammar.h"
+
+#include "../base/err.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define WS GRAMMAR_WS
+
+static int name_check(const char *s)
+{
+    const size_t n = strlen(s);
+    if (n == 0 || n > 128 || strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-") != n)
+        return err_set("tool_grammar: a forced tool's name must be 1 to 128 letters, digits or _.:- ('%.40s')", s);
+    return 0;
+}
+
+int chat_tool_grammar(struct grammar *g, enum chat_format fmt, const char *const *names, int32_t n_names,
+                      enum chat_think think)
+{
+    for (int32_t j = 0; j < n_names; j++)
+        if (name_check(names[j]) != 0)
+            return -1;
+    const char *open = fmt == CHAT_FMT_TOOLCALL ? "<TOOLCALL>" : "<tool_call>";
+    int32_t alt = -1, until = -1, ok = 0;
+    /* the reasoning block, then the opening tag; a reasoning block that may
+     * come or not is a choice between its tag and the call's. The call's tag
+     * also ends a reasoning block, as the parser reads it. */
+    if (think == CHAT_THINK_MAY)
+        ok |= alt = grammar_alt(g, "<think>", open);
+    if (think != CHAT_THINK_NONE)
+        ok |= until = grammar_until(g, "</think>", open, NULL);
+    char tag[16];
+    snprintf(tag, sizeof tag, WS "%s", open);
+    ok |= grammar_lit(g, tag);
+    if (alt >= 0) /* the call's tag at once: what follows it */
+        grammar_jump(g, alt, 1, g->n_seg);
+    if (until >= 0)
+        grammar_jump(g, until, 1, g->n_seg);
+    if (fmt == CHAT_FMT_XML) {
+        ok |= grammar_lit(g, WS "<function=");
+        ok |= grammar_names(g, names, n_names);
+        ok |= grammar_lit(g, ">");
+        const int32_t more = grammar_alt(g, "<parameter=", "</function>");
+        ok |= more;
+        ok |= grammar_until(g, ">", NULL, "<\n");
+        /* a value ends at its closing tag, or where the parser would end
+         * the call (an unclosed parameter is the last) */
+        const int32_t value = grammar_until(g, "</parameter>", "</tool_call>", NULL);
+        ok |= value;
+        if (value >= 0)
+            grammar_jump(g, value, -1, more);
+        if (more >= 0)
+            grammar_jump(g, more, 1, g->n_seg);
+        ok |= grammar_lit(g, WS "</tool_call>");
+        if (value >= 0)
+            grammar_jump(g, value, 1, g->n_seg);
+    } else {
+        const bool list = fmt == CHAT_FMT_TOOLCALL;
+        ok |= grammar_lit(g, list ? WS "[" WS "{" WS "\"name\"" WS ":" WS "\"" : WS "{" WS "\"name\"" WS ":" WS "\"");
+        ok |= grammar_names(g, names, n_names);
+        ok |= grammar_lit(g, "\"" WS "," WS "\"arguments\"" WS ":");
+        ok |= grammar_json(g, list ? "</TOOLCALL>" : "</tool_call>"); /* the parser ends a call at its tag */
+        ok |= grammar_lit(g, list ? WS "}" WS "]" WS "</TOOLCALL>" : WS "}" WS "</tool_call>");
+    }
+    return ok < 0 ? -1 : 0;
+}

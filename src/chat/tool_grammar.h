@@ -1,0 +1,27 @@
+/* tool_grammar: a tool call in each chat format (parser.h's), as the grammar
+ * that constrained decoding follows when a request forces a call (OpenAI's
+ * tool_choice "required" or a named function, Anthropic's "any" or "tool"):
+ * the opening tag, the function's name (one of the names given), its
+ * arguments (a JSON object; for CHAT_FMT_XML, <parameter=P> blocks), the
+ * closing tag; then the output ends. Whitespace may come where the formats
+ * put newlines. The parser reads each such text back as one tool call.
+ * Only the syntax is enforced, not the tool's parameter schema.
+ *
+ * A reasoning block may come first: the output may start inside one the
+ * prompt opened (CHAT_THINK_OPEN: free text up to </think>), or may open one
+ * (CHAT_THINK_MAY). */
+#ifndef KP_TOOL_GRAMMAR_H
+#define KP_TOOL_GRAMMAR_H
+
+#include "../engine/grammar.h"
+#include "parser.h"
+
+enum chat_think { CHAT_THINK_NONE, CHAT_THINK_OPEN, CHAT_THINK_MAY };
+
+/* Builds the grammar into g (grammar_init'ed, empty). A name must be 1 to 128
+ * bytes of [A-Za-z0-9_.:-] (it is written into JSON and XML unescaped).
+ * -1 with err_set() on a bad name or when memory is short. */
+int chat_tool_grammar(struct grammar *g, enum chat_format fmt, const char *const *names, int32_t n_names,
+                      enum chat_think think);
+
+#endif

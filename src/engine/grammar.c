@@ -1,0 +1,390 @@
+/* grammar: constrained decoding's segments, the guard that walks them a byte
+ * at a time, and sampling restricted to the tokens it allows. See
+ * grammar.h. */
+#include "grammar.h"
+
+#include "../base/err.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void grammar_init(struct grammar *g) { memset(g, 0, sizeof *g); }
+
+void grammar_free(struct grammar *g)
+{
+    free(g->strs);
+    memset(g, 0, sizeof *g);
+}
+
+void grammar_move(struct grammar *dst, struct grammar *src)
+{
+    *dst = *src;
+    memset(src, 0, sizeof *src);
+}
+
+/* s[0..n) and a NUL appended to strs: its offset, or -1 (err_set) */
+static int64_t strs_add(struct grammar *g, const char *s, size_t n)
+{
+    const size_t base = g->n_strs ? g->n_strs : 1; /* offset 0 stays "" */
+    if (base + n + 1 > g->cap_strs) {
+        size_t cap = g->cap_strs ? g->cap_strs * 2 : 256;
+        while (cap < base + n + 1)
+            cap *= 2;
+        if (cap > UINT32_MAX)
+            return err_set("grammar: its texts are too long");
+        char *p = realloc(g->strs, cap);
+        if (!p)
+            return err_set("grammar: out of memory");
+        g->strs = p;
+        g->cap_strs = cap;
+    }
+    g->strs[0] = 0;
+    memcpy(g->strs + base, s, n);
+    g->strs[base + n] = 0;
+    g->n_strs = base + n + 1;
+    return (int64_t)base;
+}
+
+static int32_t seg_add(struct grammar *g, enum grammar_kind kind)
+{
+    if (g->n_seg == GRAMMAR_MAX_SEG)
+        return err_set("grammar: more than %d segments", GRAMMAR_MAX_SEG);
+    struct grammar_seg *s = &g->seg[g->n_seg];
+    memset(s, 0, sizeof *s);
+    s->kind = kind;
+    s->next = g->n_seg + 1;
+    return g->n_seg++;
+}
+
+int32_t grammar_lit(struct grammar *g, const char *text)
+{
+    assert(text[0]);
+    const int64_t off = strs_add(g, text, strlen(text));
+    const int32_t i = off < 0 ? -1 : seg_add(g, GRAM_LIT);
+    if (i >= 0)
+        g->seg[i].text = (uint32_t)off;
+    return i;
+}
+
+int32_t grammar_alt(struct grammar *g, const char *a, const char *b)
+{
+    const char *lit[GRAMMAR_MAX_ALT] = {a, b};
+    for (int k = 0; k < GRAMMAR_MAX_ALT; k++)
+        assert(lit[k][0] && !strchr(lit[k], GRAMMAR_WS[0]) &&
+               strncmp(lit[k], lit[1 - k], strlen(lit[k])) != 0); /* neither a prefix of the other */
+    int64_t off[GRAMMAR_MAX_ALT];
+    for (int k = 0; k < GRAMMAR_MAX_ALT; k++)
+        if ((off[k] = strs_add(g, lit[k], strlen(lit[k]))) < 0)
+            return -1;
+    const int32_t i = seg_add(g, GRAM_ALT);
+    if (i < 0)
+        return -1;
+    g->seg[i].n = GRAMMAR_MAX_ALT;
+    for (int k = 0; k < GRAMMAR_MAX_ALT; k++) {
+        g->seg[i].alt[k] = (uint32_t)off[k];
+        g->seg[i].alt_next[k] = i + 1;
+    }
+    return i;
+}
+
+int32_t grammar_names(struct grammar *g, const char *const *names, int32_t n_names)
+{
+    assert(n_names >= 1);
+    if (g->n_names + n_names > GRAMMAR_MAX_NAMES)
+        return err_set("grammar: more than %d names", GRAMMAR_MAX_NAMES);
+    const int32_t first = g->n_names;
+    for (int32_t j = 0; j < n_names; j++) {
+        assert(names[j][0]);
+        const int64_t off = strs_add(g, names[j], strlen(names[j]));
+        if (off < 0)
+            return -1;
+        g->names[g->n_names++] = (uint32_t)off;
+    }
+    const int32_t i = seg_add(g, GRAM_NAME);
+    if (i >= 0) {
+        g->seg[i].text = (uint32_t)first;
+        g->seg[i].n = n_names;
+    }
+    return i;
+}
+
+/* how far text t is matched after byte c, from pos bytes: a mismatch restarts
+ * the match at c alone, exact when t's first byte does not come again in it */
+static uint8_t match_more(const char *t, uint8_t pos, unsigned char c)
+{
+    return (unsigned char)t[pos] == c ? (uint8_t)(pos + 1) : (uint8_t)((unsigned char)t[0] == c);
+}
+
+static bool match_ok(const char *t) { return t[0] && strlen(t) < 256 && !strchr(t + 1, t[0]); }
+
+int32_t grammar_json(struct grammar *g, const char *forbid)
+{
+    assert(!forbid || match_ok(forbid));
+    const int64_t f = forbid ? strs_add(g, forbid, strlen(forbid)) : 0;
+    const int32_t i = f < 0 ? -1 : seg_add(g, GRAM_JSON);
+    if (i >= 0)
+        g->seg[i].deny = (uint32_t)f;
+    return i;
+}
+
+int32_t grammar_until(struct grammar *g, const char *terminator, const char *other, const char *deny)
+{
+    const char *term[GRAMMAR_MAX_ALT] = {terminator, other};
+    const int32_t n = other ? 2 : 1;
+    int64_t off[GRAMMAR_MAX_ALT];
+    for (int32_t k = 0; k < n; k++) {
+        assert(match_ok(term[k]));
+        if ((off[k] = strs_add(g, term[k], strlen(term[k]))) < 0)
+            return -1;
+    }
+    const int64_t d = deny ? strs_add(g, deny, strlen(deny)) : 0;
+    const int32_t i = d < 0 ? -1 : seg_add(g, GRAM_FREE);
+    if (i < 0)
+        return -1;
+    g->seg[i].deny = (uint32_t)d;
+    g->seg[i].n = n;
+    for (int32_t k = 0; k < n; k++) {
+        g->seg[i].alt[k] = (uint32_t)off[k];
+        g->seg[i].alt_next[k] = i + 1;
+    }
+    return i;
+}
+
+void grammar_jump(struct grammar *g, int32_t seg, int32_t alt, int32_t target)
+{
+    assert(seg >= 0 && seg < g->n_seg && alt < g->seg[seg].n && target >= 0);
+    assert(alt < 0 || g->seg[seg].kind == GRAM_ALT || g->seg[seg].kind == GRAM_FREE);
+    if (alt < 0)
+        g->seg[seg].next = target;
+    else
+        g->seg[seg].alt_next[alt] = target;
+}
+
+/* ---- the guard ---- */
+
+static bool is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+static void enter(struct guard *gd, int32_t seg)
+{
+    gd->seg = seg;
+    gd->pos = 0;
+    gd->ws = 0;
+    gd->name = 0;
+    memset(gd->tpos, 0, sizeof gd->tpos);
+    if (seg < gd->gm->n_seg) {
+        const struct grammar_seg *s = &gd->gm->seg[seg];
+        gd->alive = (uint8_t)((1u << s->n) - 1);
+        if (s->kind == GRAM_JSON)
+            json_guard_init(&gd->json);
+    }
+}
+
+void guard_init(struct guard *gd, const struct grammar *gm)
+{
+    assert(gm->n_seg > 0);
+    memset(gd, 0, sizeof *gd);
+    gd->gm = gm;
+    enter(gd, 0);
+}
+
+bool guard_done(const struct guard *gd) { return gd->seg >= gd->gm->n_seg; }
+
+/* One whitespace byte more at a place that takes it: 0, or -1 past the bound. */
+static int ws_more(struct guard *gd) { return ++gd->ws > GRAMMAR_MAX_WS ? -1 : 0; }
+
+static int step(struct guard *gd, unsigned char c)
+{
+    const struct grammar *gm = gd->gm;
+    for (;;) { /* a segment that ends on the byte after it passes the byte on */
+        if (gd->seg >= gm->n_seg)
+            return -1;
+        const struct grammar_seg *s = &gm->seg[gd->seg];
+        switch (s->kind) {
+        case GRAM_LIT: {
+            const char *t = gm->strs + s->text;
+            while (t[gd->pos] == GRAMMAR_WS[0]) {
+                if (is_ws(c))
+                    return ws_more(gd);
+                gd->pos++;
+                gd->ws = 0;
+            }
+            if (t[gd->pos] == 0) { /* it ended on a place for whitespace */
+                enter(gd, s->next);
+                continue;
+            }
+            if ((unsigned char)t[gd->pos] != c)
+                return -1;
+            if (t[++gd->pos] == 0)
+                enter(gd, s->next);
+            return 0;
+        }
+        case GRAM_ALT: {
+            if (gd->pos == 0 && is_ws(c))
+                return ws_more(gd);
+            uint8_t alive = 0;
+            int32_t whole = -1;
+            for (int32_t k = 0; k < s->n; k++) {
+                const char *t = gm->strs + s->alt[k];
+                if (!(gd->alive >> k & 1) || (unsigned char)t[gd->pos] != c)
+                    continue;
+                alive |= (uint8_t)(1u << k);
+                if (t[gd->pos + 1] == 0)
+                    whole = k;
+            }
+            if (!alive)
+                return -1;
+            gd->alive = alive;
+            gd->pos++;
+            if (whole >= 0)
+                enter(gd, s->alt_next[whole]);
+            return 0;
+        }
+        case GRAM_NAME: {
+            /* the names that begin with the bytes so far all begin as the
+             * first of them does, gd->name */
+            const char *cur = gm->strs + gm->names[s->text + (uint32_t)gd->name];
+            for (int32_t j = 0; c && j < s->n; j++) {
+                const char *t = gm->strs + gm->names[s->text + (uint32_t)j];
+                if ((unsigned char)t[gd->pos] == c && strncmp(t, cur, gd->pos) == 0) {
+                    gd->name = j;
+                    gd->pos++;
+                    return 0;
+                }
+            }
+            bool whole = false;
+            for (int32_t j = 0; gd->pos && j < s->n && !whole; j++) {
+                const char *t = gm->strs + gm->names[s->text + (uint32_t)j];
+                whole = t[gd->pos] == 0 && strncmp(t, cur, gd->pos) == 0;
+            }
+            if (!whole)
+                return -1;
+            enter(gd, s->next);
+            continue;
+        }
+        case GRAM_JSON:
+            if (s->deny && gm->strs[s->deny + (gd->tpos[0] = match_more(gm->strs + s->deny, gd->tpos[0], c))] == 0)
+                return -1;
+            if (json_guard_feed(&gd->json, (const char *)&c, 1) != 0)
+                return -1;
+            if (json_guard_done(&gd->json))
+                enter(gd, s->next);
+            return 0;
+        case GRAM_FREE:
+            if (c == 0 || (s->deny && strchr(gm->strs + s->deny, c)))
+                return -1;
+            for (int32_t k = 0; k < s->n; k++) {
+                const char *t = gm->strs + s->alt[k];
+                if (t[gd->tpos[k] = match_more(t, gd->tpos[k], c)] == 0) {
+                    enter(gd, k ? s->alt_next[k] : s->next);
+                    break;
+                }
+            }
+            return 0;
+        }
+        return -1;
+    }
+}
+
+int guard_feed(struct guard *gd, const char *bytes, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (step(gd, (unsigned char)bytes[i]) != 0)
+            return -1;
+    return 0;
+}
+
+/* ---- sampling under the guard ---- */
+
+void vocab_bytes_free(struct vocab_bytes *vb)
+{
+    free(vb->data);
+    free(vb->off);
+    free(vb->special);
+    memset(vb, 0, sizeof *vb);
+}
+
+bool guard_allows(const struct guard *gd, const struct vocab_bytes *vb, int32_t id)
+{
+    if (id < 0 || id >= vb->n_vocab || vb->special[id] || vb->off[id] == vb->off[id + 1])
+        return false;
+    struct guard t = *gd;
+    return guard_feed(&t, vb->data + vb->off[id], vb->off[id + 1] - vb->off[id]) == 0;
+}
+
+/* A draw from weights w[0..n) (some 0) with the sampler's stream; -1 if all are 0. */
+static int32_t draw(struct sampler *s, const double *w, int32_t n)
+{
+    double sum = 0;
+    for (int32_t i = 0; i < n; i++)
+        sum += w[i];
+    if (!(sum > 0))
+        return -1;
+    double r = sampler_uniform(s) * sum;
+    int32_t k = -1;
+    for (int32_t i = 0; i < n; i++) {
+        if (w[i] == 0)
+            continue;
+        k = i;
+        if ((r -= w[i]) < 0)
+            break;
+    }
+    return k;
+}
+
+/* The allowed token with the largest logit (lowest id on ties), or -1. */
+static int32_t best_allowed(const struct guard *gd, const struct vocab_bytes *vb, const float *lg, int32_t n_vocab)
+{
+    int32_t best = -1;
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (lg[i] > -INFINITY && (best < 0 || lg[i] > lg[best]) && guard_allows(gd, vb, i))
+            best = i;
+    return best;
+}
+
+#define GUARD_TRIES 8 /* draws (or argmax picks) tried before every candidate is checked */
+
+int32_t guard_sample(struct guard *gd, const struct vocab_bytes *vb, struct sampler *s, const float *logits,
+                     const int32_t *history, int32_t n_history)
+{
+    const int32_t n = sampler_dist(s, logits, history, n_history);
+    float *lg = s->logits; /* the adjusted logits: a working copy */
+    int32_t pick = -1;
+    if (s->p.temperature == 0) {
+        /* the best few by logit first (the usual case), then a full pass */
+        for (int32_t t = 0; t < GUARD_TRIES && pick < 0; t++) {
+            const int32_t k = sampler_argmax(lg, s->n_vocab);
+            if (lg[k] == -INFINITY)
+                break;
+            if (guard_allows(gd, vb, k))
+                pick = k;
+            else
+                lg[k] = -INFINITY;
+        }
+    } else {
+        /* rejection: a draw that cannot continue is taken out and the draw
+         * repeated; after a few, every candidate is checked at once */
+        for (int32_t t = 0; t < GUARD_TRIES && pick < 0; t++) {
+            const int32_t k = draw(s, s->w, n);
+            if (k < 0)
+                break;
+            if (guard_allows(gd, vb, s->idx[k]))
+                pick = s->idx[k];
+            else
+                s->w[k] = 0;
+        }
+        if (pick < 0) {
+            for (int32_t i = 0; i < n; i++)
+                if (s->w[i] > 0 && !guard_allows(gd, vb, s->idx[i]))
+                    s->w[i] = 0;
+            const int32_t k = draw(s, s->w, n);
+            pick = k >= 0 ? s->idx[k] : -1;
+        }
+    }
+    if (pick < 0) /* no candidate is allowed: the best allowed token of all */
+        pick = best_allowed(gd, vb, lg, s->n_vocab);
+    if (pick >= 0)
+        guard_feed(gd, vb->data + vb->off[pick], vb->off[pick + 1] - vb->off[pick]);
+    return pick;
+}

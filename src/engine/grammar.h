@@ -1,0 +1,124 @@
+/* grammar: constrained decoding. A request's output must follow a small
+ * grammar, a chain of segments: literal text (with places where whitespace
+ * may come), one of a list of names, one JSON object (json_guard), free text
+ * up to a terminator, and a choice between literals that jumps. That covers
+ * response_format json_object and a tool call that tool_choice forces, in
+ * each model's own format (chat/tool_grammar.h builds those). A guard walks
+ * the grammar a byte at a time; sampling is restricted to the tokens whose
+ * bytes keep the output valid (rejection: an invalid draw is removed and the
+ * draw repeated, which samples exactly the renormalised restricted
+ * distribution).
+ *
+ * Ownership: a grammar owns its strings (grammar_free). A guard is a small
+ * value that points at its grammar (copy it to try bytes); the grammar must
+ * outlive it. The vocabulary table is built once by its owner (the server,
+ * from the tokenizer) and must outlive every guard that uses it. */
+#ifndef KP_GRAMMAR_H
+#define KP_GRAMMAR_H
+
+#include "json_guard.h"
+#include "sampler.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GRAMMAR_MAX_SEG 16
+#define GRAMMAR_MAX_ALT 2
+#define GRAMMAR_MAX_NAMES 128 /* OpenAI's limit on a request's tools */
+/* In a literal: whitespace may come here, up to GRAMMAR_MAX_WS bytes (the
+ * formats put a newline or two there; a model that would rather stop must
+ * not stall in it). */
+#define GRAMMAR_WS "\x01"
+#define GRAMMAR_MAX_WS 4
+
+enum grammar_kind {
+    GRAM_LIT,  /* the literal text */
+    GRAM_ALT,  /* a place for whitespace, then one of n_alt literals (none a prefix of another), each with its next */
+    GRAM_NAME, /* one of n_names names; it ends where the next byte cannot continue a name */
+    GRAM_JSON, /* one JSON object, in which the text at deny (if any) never appears */
+    GRAM_FREE, /* any bytes (none in deny) up to and including the first of n_alt terminators: the
+                  first goes on at next, the second at its alt_next */
+};
+
+struct grammar_seg {
+    enum grammar_kind kind;
+    int32_t next;                   /* the segment that follows; n_seg or past it: the end */
+    uint32_t text;                  /* LIT: the literal (an offset into strs); NAME: its first name in names */
+    uint32_t deny;                  /* FREE: bytes it may not contain; JSON: a text it may not contain
+                                       (an offset into strs), 0 for none */
+    int32_t n;                      /* NAME: names; ALT: literals; FREE: terminators */
+    uint32_t alt[GRAMMAR_MAX_ALT];  /* ALT: the literals; FREE: the terminators (offsets into strs) */
+    int32_t alt_next[GRAMMAR_MAX_ALT];
+};
+
+struct grammar {
+    int32_t n_seg;
+    struct grammar_seg seg[GRAMMAR_MAX_SEG];
+    uint32_t names[GRAMMAR_MAX_NAMES]; /* the NAME segments' names (offsets into strs) */
+    int32_t n_names;
+    char *strs; /* owned: every text the segments name, NUL-terminated; offset 0 is "" */
+    size_t n_strs, cap_strs;
+};
+
+void grammar_init(struct grammar *g);
+void grammar_free(struct grammar *g);
+/* Appends a segment (its next: the one appended after it) and returns its
+ * index, or -1 with err_set() when the grammar is full or memory is short.
+ * The last segment must not end on a place for whitespace, and a name list
+ * must be followed by a segment (its end is seen on the byte after it). */
+int32_t grammar_lit(struct grammar *g, const char *text);
+int32_t grammar_alt(struct grammar *g, const char *a, const char *b);
+int32_t grammar_names(struct grammar *g, const char *const *names, int32_t n_names);
+/* forbid: NULL, or a text that may not appear in the object (a format's
+ * closing tag, where a parser would end it); its first byte must not come
+ * again in it. */
+int32_t grammar_json(struct grammar *g, const char *forbid);
+/* Free text up to terminator, or (other: NULL for none) up to other, which
+ * continues at the segment grammar_jump gives its alternative 1. */
+int32_t grammar_until(struct grammar *g, const char *terminator, const char *other, const char *deny);
+/* Where segment seg (alternative or terminator alt of an ALT or FREE; -1 for
+ * the segment's own next) goes on; target n_seg or past it: the end. */
+void grammar_jump(struct grammar *g, int32_t seg, int32_t alt, int32_t target);
+/* Moves src into dst (src is left empty). */
+void grammar_move(struct grammar *dst, struct grammar *src);
+
+struct guard {
+    const struct grammar *gm;
+    int32_t seg;          /* the current segment; n_seg or past it: complete */
+    uint16_t pos;         /* bytes of the segment's text (or name) matched */
+    uint8_t tpos[GRAMMAR_MAX_ALT]; /* FREE: bytes of each terminator matched; JSON: of the forbidden text */
+    uint8_t ws;           /* whitespace bytes in a row at the current place */
+    uint8_t alive;        /* ALT: the literals still matching, a bit each */
+    int32_t name;         /* NAME: the first name the bytes so far begin */
+    struct json_guard json;
+};
+
+void guard_init(struct guard *gd, const struct grammar *gm);
+/* Advances over n bytes: 0, or -1 when they cannot continue the grammar (the
+ * guard is then unusable: feed a copy to try). */
+int guard_feed(struct guard *gd, const char *bytes, size_t n);
+/* Whether the output is complete (nothing may follow). */
+bool guard_done(const struct guard *gd);
+
+/* Each token's bytes (byte-level BPE undone), and which tokens are special
+ * (never part of constrained text). */
+struct vocab_bytes {
+    int32_t n_vocab;
+    char *data;       /* all tokens' bytes, concatenated */
+    uint32_t *off;    /* [n_vocab + 1] token id's bytes are data[off[id] .. off[id+1]) */
+    uint8_t *special; /* [n_vocab] */
+};
+void vocab_bytes_free(struct vocab_bytes *vb);
+
+/* Whether token id can come next (special tokens never can). */
+bool guard_allows(const struct guard *gd, const struct vocab_bytes *vb, int32_t id);
+
+/* The next token under the guard: a draw from the sampler's distribution
+ * (sampler_dist) restricted to allowed tokens; if none of its candidates is
+ * allowed, the allowed token with the largest adjusted logit. Advances the
+ * guard over it. -1 if no token at all can continue. */
+int32_t guard_sample(struct guard *gd, const struct vocab_bytes *vb, struct sampler *s, const float *logits,
+                     const int32_t *history, int32_t n_history);
+
+#endif

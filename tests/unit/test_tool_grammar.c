@@ -1,0 +1,195 @@
+/* tool_grammar: a forced tool call in each format, with and without a
+ * reasoning block first. The calls the chat templates write are accepted to
+ * their last byte (nothing may follow), their prefixes stay open, and the
+ * parser reads each back as one call of the named tool with its arguments;
+ * other names, text around the call and malformed arguments are refused.
+ * With the real Qwen3 tokenizer, the tokens of a call as it tokenizes (its
+ * tags are single added tokens) are each allowed in turn. */
+#include "../../src/chat/parser.h"
+#include "../../src/chat/tool_grammar.h"
+#include "../../src/tokenizer/tokenizer.h"
+#include "test.h"
+
+#include <string.h>
+
+static const char *const names[] = {"get_weather", "get_time", "read"};
+
+static int verdict(const struct grammar *gm, const char *text)
+{
+    struct guard g;
+    guard_init(&g, gm);
+    for (size_t i = 0; text[i]; i++)
+        if (guard_feed(&g, text + i, 1) != 0)
+            return -1;
+    return guard_done(&g) ? 1 : 0;
+}
+
+struct calls {
+    int n;
+    char name[64];
+    char args[256];
+};
+
+static void on_event(void *ctx, const struct chat_event *ev)
+{
+    struct calls *c = ctx;
+    if (ev->kind == CHAT_EV_TOOL_START) {
+        c->n++;
+        snprintf(c->name, sizeof c->name, "%s", ev->name);
+    } else if (ev->kind == CHAT_EV_TOOL_ARGS && strlen(c->args) + ev->len < sizeof c->args) {
+        strncat(c->args, ev->text, ev->len);
+    }
+}
+
+/* The parser's reading of text: one call of want_name with arguments equal to want_args. */
+static void parses_as(enum chat_format fmt, bool in_reasoning, const char *text, const char *want_name,
+                      const char *want_args)
+{
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":"
+                               "\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"}}}}}]",
+                               0, NULL);
+    struct calls c = {0};
+    struct chat_parser *p = chat_parser_new(fmt, in_reasoning, tools, on_event, &c);
+    chat_parser_feed(p, text, strlen(text));
+    chat_parser_finish(p);
+    chat_parser_free(p);
+    json_t *got = json_loads(c.args, 0, NULL), *want = json_loads(want_args, 0, NULL);
+    CHECK(c.n == 1 && strcmp(c.name, want_name) == 0 && json_equal(got, want), "'%s' parsed as %d calls, %s(%s)",
+          text, c.n, c.name, c.args);
+    json_decref(got);
+    json_decref(want);
+    json_decref(tools);
+}
+
+void test_tool_grammar_formats(void)
+{
+    static const struct {
+        enum chat_format fmt;
+        const char *call, *other, *bad[4];
+    } fmts[] = {
+        {CHAT_FMT_JSON, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>",
+         "<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call>",
+         {"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": [1]}\n</tool_call>",
+          "<tool_call>\n{\"arguments\": {}, \"name\": \"get_weather\"}\n</tool_call>",
+          "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>\n<tool_call>",
+          "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}}\n</tool_call>"}},
+        {CHAT_FMT_TOOLCALL, "<TOOLCALL>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}]</TOOLCALL>",
+         "<TOOLCALL> [ {\"name\": \"get_time\", \"arguments\": {}} ] </TOOLCALL>",
+         {"<TOOLCALL>{\"name\": \"get_weather\", \"arguments\": {}}</TOOLCALL>",
+          "<tool_call>[{\"name\": \"get_weather\", \"arguments\": {}}]</tool_call>",
+          "<TOOLCALL>[{\"name\": \"get_weather\", \"arguments\": {}}, {\"name\": \"read\", \"arguments\": {}}]</TOOLCALL>",
+          "<TOOLCALL>[{\"name\": \"get_weather\", \"arguments\": {}}]</TOOLCALL> "}},
+        {CHAT_FMT_XML,
+         "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+         "</function>\n</tool_call>",
+         "<tool_call><function=get_time></function></tool_call>",
+         {"<tool_call>\n<function=get_weather>\n<parameter=ci\nty>\nParis\n</parameter>\n</function>\n</tool_call>",
+          "<tool_call>\n<function=get_weather>\nParis\n</function>\n</tool_call>",
+          "<tool_call>\n<function=get_weather>\n</function>\n</tool_call>\n</tool_call>",
+          "<tool_call>\n<function=get_weather >\n</function>\n</tool_call>"}},
+    };
+    /* an unclosed parameter ends where the call does, as the parser reads it */
+    const char *xml_unclosed = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis</tool_call>";
+    const char *args = "{\"city\": \"Paris\", \"days\": 3}";
+    for (size_t f = 0; f < sizeof fmts / sizeof *fmts; f++) {
+        struct grammar any, named, open, may;
+        grammar_init(&any);
+        grammar_init(&named);
+        grammar_init(&open);
+        grammar_init(&may);
+        CHECK(chat_tool_grammar(&any, fmts[f].fmt, names, 3, CHAT_THINK_NONE) == 0 &&
+                  chat_tool_grammar(&named, fmts[f].fmt, names, 1, CHAT_THINK_NONE) == 0 &&
+                  chat_tool_grammar(&open, fmts[f].fmt, names, 3, CHAT_THINK_OPEN) == 0 &&
+                  chat_tool_grammar(&may, fmts[f].fmt, names, 3, CHAT_THINK_MAY) == 0,
+              "format %zu", f);
+        const char *call = fmts[f].call;
+        CHECK(verdict(&any, call) == 1 && verdict(&named, call) == 1, "format %zu: '%s' refused", f, call);
+        parses_as(fmts[f].fmt, false, call, "get_weather", args);
+        char buf[512];
+        for (size_t k = 0; k < strlen(call); k++) {
+            memcpy(buf, call, k);
+            buf[k] = 0;
+            CHECK(verdict(&any, buf) == 0, "format %zu: prefix '%s': %d", f, buf, verdict(&any, buf));
+        }
+        CHECK(verdict(&any, fmts[f].other) == 1 && verdict(&named, fmts[f].other) == -1,
+              "format %zu: another tool, '%s': %d with all, %d with one named", f, fmts[f].other,
+              verdict(&any, fmts[f].other), verdict(&named, fmts[f].other));
+        parses_as(fmts[f].fmt, false, fmts[f].other, "get_time", "{}");
+        for (int b = 0; b < 4; b++)
+            CHECK(verdict(&any, fmts[f].bad[b]) == -1, "format %zu: '%s' accepted", f, fmts[f].bad[b]);
+        if (fmts[f].fmt != CHAT_FMT_XML) { /* the closing tag in the arguments: where the parser ends the call */
+            snprintf(buf, sizeof buf, "%.*s\"s\": \"%s", (int)(strstr(call, "\"city\"") - call), call,
+                     fmts[f].fmt == CHAT_FMT_JSON ? "</tool_call>" : "</TOOLCALL>");
+            CHECK(verdict(&any, buf) == -1, "format %zu: '%s' accepted", f, buf);
+        }
+        snprintf(buf, sizeof buf, "Sure. %s", call);
+        CHECK(verdict(&any, buf) == -1, "format %zu: text before the call accepted", f);
+        /* a reasoning block the prompt opened, or one the model may open;
+         * the call's tag ends an unclosed one, as the parser reads it */
+        snprintf(buf, sizeof buf, "I need the weather <tool first.\n</think>\n\n%s", call);
+        CHECK(verdict(&open, buf) == 1 && verdict(&may, buf) == -1 && verdict(&any, buf) == -1,
+              "format %zu: after a reasoning block the prompt opened: %d, %d, %d", f, verdict(&open, buf),
+              verdict(&may, buf), verdict(&any, buf));
+        parses_as(fmts[f].fmt, true, buf, "get_weather", args);
+        snprintf(buf, sizeof buf, "I need the weather.\n%s", call);
+        CHECK(verdict(&open, buf) == 1, "format %zu: the call's tag in an unclosed reasoning block refused", f);
+        parses_as(fmts[f].fmt, true, buf, "get_weather", args);
+        snprintf(buf, sizeof buf, "<think>\nweather: call it\n</think>\n\n%s", call);
+        CHECK(verdict(&may, buf) == 1 && verdict(&may, call) == 1 && verdict(&any, buf) == -1,
+              "format %zu: a reasoning block the model may open: %d, %d, %d", f, verdict(&may, buf), verdict(&may, call),
+              verdict(&any, buf));
+        parses_as(fmts[f].fmt, false, buf, "get_weather", args);
+        grammar_free(&any);
+        grammar_free(&named);
+        grammar_free(&open);
+        grammar_free(&may);
+    }
+    struct grammar g;
+    grammar_init(&g);
+    CHECK(chat_tool_grammar(&g, CHAT_FMT_XML, names, 1, CHAT_THINK_NONE) == 0 && verdict(&g, xml_unclosed) == 1,
+          "an unclosed parameter at the call's end refused");
+    parses_as(CHAT_FMT_XML, false, xml_unclosed, "get_weather", "{\"city\": \"Paris\"}");
+    grammar_free(&g);
+    grammar_init(&g);
+    CHECK(chat_tool_grammar(&g, CHAT_FMT_JSON, (const char *const[]){"bad name"}, 1, CHAT_THINK_NONE) == -1,
+          "a name with a space accepted");
+    CHECK(chat_tool_grammar(&g, CHAT_FMT_XML, (const char *const[]){"a\"b"}, 1, CHAT_THINK_NONE) == -1,
+          "a name with a quote accepted");
+    grammar_free(&g);
+}
+
+void test_tool_grammar_tokens(void)
+{
+    struct tokenizer *t = tok_load("models/qwen3-tokenizer");
+    CHECK(t != NULL, "tokenizer");
+    if (!t)
+        return;
+    struct vocab_bytes vb = {0};
+    CHECK(tok_vocab_bytes(t, tok_n_vocab(t), &vb) == 0, "vocabulary bytes");
+    struct grammar gm;
+    grammar_init(&gm);
+    CHECK(chat_tool_grammar(&gm, CHAT_FMT_JSON, names, 3, CHAT_THINK_MAY) == 0, "grammar");
+    const char *text = "<think>\nThe user wants the weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", "
+                       "\"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>";
+    struct tok_ids ids = {0};
+    CHECK(tok_encode(t, text, strlen(text), &ids) == 0, "encode");
+    struct guard g;
+    guard_init(&g, &gm);
+    int32_t tags = 0;
+    for (int32_t i = 0; i < ids.n; i++) {
+        const char *piece = tok_piece(t, ids.ids[i]);
+        tags += strcmp(piece, "<tool_call>") == 0 || strcmp(piece, "</tool_call>") == 0 || strcmp(piece, "<think>") == 0 ||
+                strcmp(piece, "</think>") == 0;
+        CHECK(guard_allows(&g, &vb, ids.ids[i]), "token %d ('%s') refused", i, piece);
+        guard_feed(&g, vb.data + vb.off[ids.ids[i]], vb.off[ids.ids[i] + 1] - vb.off[ids.ids[i]]);
+    }
+    CHECK(tags == 4, "%d of the four tags came as added tokens", tags);
+    CHECK(guard_done(&g), "the call's tokens leave the grammar open");
+    const int32_t eos = tok_find(t, "<|im_end|>");
+    guard_init(&g, &gm);
+    CHECK(eos >= 0 && !guard_allows(&g, &vb, eos), "the end of turn is allowed before the call");
+    tok_ids_free(&ids);
+    grammar_free(&gm);
+    vocab_bytes_free(&vb);
+    tok_free(t);
+}
