@@ -126,36 +126,52 @@ static void vocab_make(struct vocab_bytes *vb, const char *const *tok, int n, in
     vb->special[special] = 1;
 }
 
+/* Greedy decoding under gm over the small vocabulary tok (n of them, the
+ * special one at index special) with fixed logits lg: the text, into out. */
+static void greedy(const struct grammar *gm, const char *const *tok, int n, int special, const float *lg, char *out,
+                   size_t cap)
+{
+    struct vocab_bytes vb;
+    vocab_make(&vb, tok, n, special);
+    struct sampler s;
+    struct sampler_params sp = sampler_defaults();
+    sampler_init(&s, &sp, n);
+    struct guard g;
+    guard_init(&g, gm);
+    out[0] = 0;
+    for (int step = 0; step < 16 && !guard_done(&g); step++) {
+        const int32_t t = guard_sample(&g, &vb, &s, lg, NULL, 0);
+        CHECK(t >= 0 && t < n && t != special, "greedy step %d: %d", step, t);
+        if (t < 0 || t >= n || strlen(out) + strlen(tok[t]) >= cap)
+            break;
+        strcat(out, tok[t]);
+    }
+    CHECK(guard_done(&g), "greedy output '%s' left the grammar open", out);
+    sampler_free(&s);
+    vocab_bytes_free(&vb);
+}
+
 static const char *const vocab[] = {"{", "}", "\"k\"", ":", "1", "x", ",", " ", "<eos>", "\"v\""};
 enum { V = sizeof vocab / sizeof *vocab };
 
 void test_grammar_sample(void)
 {
-    struct vocab_bytes vb;
-    vocab_make(&vb, vocab, V, 8);
     struct grammar gm;
     grammar_init(&gm);
     grammar_json(&gm, NULL);
     /* the model prefers what cannot come: x, then the end of text */
     const float lg[V] = {1.0f, 3.0f, 2.5f, 2.0f, 1.5f, 5.0f, 0.5f, 0.0f, 4.0f, -1.0f};
-    struct sampler s;
-    struct sampler_params sp = sampler_defaults();
-    sampler_init(&s, &sp, V);
-    struct guard g;
-    guard_init(&g, &gm);
-    char out[64] = "";
-    for (int step = 0; step < 8 && !guard_done(&g); step++) {
-        int32_t t = guard_sample(&g, &vb, &s, lg, NULL, 0);
-        CHECK(t >= 0 && t < V, "greedy step %d: %d", step, t);
-        if (t < 0)
-            break;
-        strcat(out, vocab[t]);
-    }
-    CHECK(strcmp(out, "{}") == 0 && guard_done(&g), "greedy under the guard: '%s'", out);
-    sampler_free(&s);
+    char out[64];
+    greedy(&gm, vocab, V, 8, lg, out, sizeof out);
+    CHECK(strcmp(out, "{}") == 0, "greedy under the guard: '%s'", out);
 
     /* a draw after "{": the allowed tokens are }, "k", "v" and a space, in
      * proportion to exp(logit) among themselves */
+    struct vocab_bytes vb;
+    vocab_make(&vb, vocab, V, 8);
+    struct sampler s;
+    struct guard g;
+    struct sampler_params sp = sampler_defaults();
     sp.temperature = 1.0f;
     sp.seed = 11;
     sampler_init(&s, &sp, V);
@@ -201,29 +217,14 @@ void test_grammar_sample_call(void)
 {
     static const char *const tv[] = {"<a>", "x", "y", "</a>", "<eos>", "<", "a>", "z"};
     enum { TV = sizeof tv / sizeof *tv };
-    struct vocab_bytes vb;
-    vocab_make(&vb, tv, TV, 4);
     struct grammar gm;
     grammar_init(&gm);
     grammar_lit(&gm, "<a>");
     grammar_names(&gm, (const char *const[]){"x", "xy"}, 2);
     grammar_lit(&gm, "</a>");
     const float lg[TV] = {1.0f, 2.0f, 4.0f, 3.0f, 5.0f, 1.5f, 0.5f, 4.5f};
-    struct sampler s;
-    struct sampler_params sp = sampler_defaults();
-    sampler_init(&s, &sp, TV);
-    struct guard g;
-    guard_init(&g, &gm);
-    char out[64] = "";
-    for (int step = 0; step < 10 && !guard_done(&g); step++) {
-        const int32_t t = guard_sample(&g, &vb, &s, lg, NULL, 0);
-        CHECK(t >= 0 && t < TV && t != 4, "step %d: %d", step, t);
-        if (t < 0 || t >= TV)
-            break;
-        strcat(out, tv[t]);
-    }
-    CHECK(strcmp(out, "<a>xy</a>") == 0 && guard_done(&g), "greedy under the grammar: '%s'", out);
-    sampler_free(&s);
-    vocab_bytes_free(&vb);
+    char out[64];
+    greedy(&gm, tv, TV, 4, lg, out, sizeof out);
+    CHECK(strcmp(out, "<a>xy</a>") == 0, "greedy under the grammar: '%s'", out);
     grammar_free(&gm);
 }
