@@ -36,7 +36,7 @@ ISA_avx2   := -mavx2 -mfma -mf16c
 ISA_avx512 := -mavx512f -mavx512bw -mfma -mf16c
 isa = $(if $(findstring kern_avx512,$1),-O3 $(ISA_avx512),$(if $(findstring kern_avx2,$1),-O3 $(ISA_avx2)))
 
-FUZZERS  := build/fuzz/fuzz_tokenizer build/fuzz/fuzz_jinja build/fuzz/fuzz_parser build/fuzz/fuzz_json_guard build/fuzz/fuzz_tool_grammar build/fuzz/fuzz_request
+FUZZERS  := build/fuzz/fuzz_tokenizer build/fuzz/fuzz_jinja build/fuzz/fuzz_parser build/fuzz/fuzz_json_guard build/fuzz/fuzz_tool_grammar build/fuzz/fuzz_json_schema build/fuzz/fuzz_request
 OBJ      := $(SRC:%.c=build/%.o)
 CLI_OBJ  := $(CLI:%.c=build/%.o)
 TEST_OBJ := $(TESTS:%.c=build/%.o)
@@ -117,7 +117,7 @@ clean:
 -include $(CU_OBJ:.o=.d) $(OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SOBJ:.o=.d) $(STEST_OBJ:.o=.d) $(SCLI_OBJ:.o=.d) \
          $(TOBJ:.o=.d) $(TTEST_OBJ:.o=.d) $(TCLI_OBJ:.o=.d)
 
-# libFuzzer targets (clang): build/fuzz/fuzz_{tokenizer,jinja,parser,json_guard,tool_grammar,request}
+# libFuzzer targets (clang): build/fuzz/fuzz_{tokenizer,jinja,parser,json_guard,tool_grammar,json_schema,request}
 FUZZ_SAN := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1
 FUZZ_DEPS := $(wildcard src/base/*.c src/tokenizer/*.c src/chat/*.c) src/engine/grammar.c src/engine/json_guard.c \
              src/engine/sampler.c
@@ -134,6 +134,6 @@ build/fuzz/%: tests/fuzz/%.c $(FUZZ_DEPS)
 ## fuzz: build the libFuzzer targets; FUZZ_TIME=600 make fuzz-run runs each that many seconds
 fuzz: $(FUZZERS)
 fuzz-run: $(FUZZERS)
-	@for f in tokenizer jinja parser json_guard tool_grammar request; do mkdir -p build/fuzz/corpus-$$f; \
+	@for f in tokenizer jinja parser json_guard tool_grammar json_schema request; do mkdir -p build/fuzz/corpus-$$f; \
 	  build/fuzz/fuzz_$$f -max_total_time=$${FUZZ_TIME:-10} -timeout=10 -rss_limit_mb=2048 \
 	    build/fuzz/corpus-$$f tests/fuzz/corpus/$$f || exit 1; done

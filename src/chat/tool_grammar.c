@@ -43,7 +43,7 @@ int chat_tool_grammar(struct grammar *g, enum chat_format fmt, const char *const
         grammar_jump(g, until, 1, g->n_seg);
     if (fmt == CHAT_FMT_XML) {
         ok |= grammar_lit(g, WS "<function=");
-        ok |= grammar_names(g, names, n_names);
+        ok |= grammar_names(g, names, n_names, false);
         ok |= grammar_lit(g, ">");
         const int32_t more = grammar_alt(g, "<parameter=", "</function>");
         ok |= more;
@@ -62,7 +62,7 @@ int chat_tool_grammar(struct grammar *g, enum chat_format fmt, const char *const
     } else {
         const bool list = fmt == CHAT_FMT_TOOLCALL;
         ok |= grammar_lit(g, list ? WS "[" WS "{" WS "\"name\"" WS ":" WS "\"" : WS "{" WS "\"name\"" WS ":" WS "\"");
-        ok |= grammar_names(g, names, n_names);
+        ok |= grammar_names(g, names, n_names, false);
         ok |= grammar_lit(g, "\"" WS "," WS "\"arguments\"" WS ":");
         ok |= grammar_json(g, list ? "</TOOLCALL>" : "</tool_call>"); /* the parser ends a call at its tag */
         ok |= grammar_lit(g, list ? WS "}" WS "]" WS "</TOOLCALL>" : WS "}" WS "</tool_call>");

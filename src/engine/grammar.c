@@ -14,6 +14,8 @@ void grammar_init(struct grammar *g) { memset(g, 0, sizeof *g); }
 
 void grammar_free(struct grammar *g)
 {
+    free(g->seg);
+    free(g->names);
     free(g->strs);
     memset(g, 0, sizeof *g);
 }
@@ -47,14 +49,31 @@ static int64_t strs_add(struct grammar *g, const char *s, size_t n)
     return (int64_t)base;
 }
 
+/* Room for one more element in *arr (n used of *cap, at most max): 0 or -1 (err_set). */
+static int grow(void **arr, int32_t n, int32_t *cap, size_t size, int32_t max, const char *what)
+{
+    if (n < *cap)
+        return 0;
+    if (n >= max)
+        return err_set("grammar: more than %d %s", max, what);
+    const int32_t nc = *cap ? (*cap * 2 < max ? *cap * 2 : max) : 16;
+    void *p = realloc(*arr, (size_t)nc * size);
+    if (!p)
+        return err_set("grammar: out of memory");
+    *arr = p;
+    *cap = nc;
+    return 0;
+}
+
 static int32_t seg_add(struct grammar *g, enum grammar_kind kind)
 {
-    if (g->n_seg == GRAMMAR_MAX_SEG)
-        return err_set("grammar: more than %d segments", GRAMMAR_MAX_SEG);
+    if (grow((void **)&g->seg, g->n_seg, &g->cap_seg, sizeof *g->seg, GRAMMAR_MAX_SEG, "segments") != 0)
+        return -1;
     struct grammar_seg *s = &g->seg[g->n_seg];
     memset(s, 0, sizeof *s);
     s->kind = kind;
     s->next = g->n_seg + 1;
+    s->alt_else = -1;
     return g->n_seg++;
 }
 
@@ -71,34 +90,34 @@ int32_t grammar_lit(struct grammar *g, const char *text)
 int32_t grammar_alt(struct grammar *g, const char *a, const char *b)
 {
     const char *lit[GRAMMAR_MAX_ALT] = {a, b};
-    for (int k = 0; k < GRAMMAR_MAX_ALT; k++)
+    const int n = b ? 2 : 1;
+    for (int k = 0; k < n; k++)
         assert(lit[k][0] && !strchr(lit[k], GRAMMAR_WS[0]) &&
-               strncmp(lit[k], lit[1 - k], strlen(lit[k])) != 0); /* neither a prefix of the other */
+               (n == 1 || strncmp(lit[k], lit[1 - k], strlen(lit[k])) != 0)); /* neither a prefix of the other */
     int64_t off[GRAMMAR_MAX_ALT];
-    for (int k = 0; k < GRAMMAR_MAX_ALT; k++)
+    for (int k = 0; k < n; k++)
         if ((off[k] = strs_add(g, lit[k], strlen(lit[k]))) < 0)
             return -1;
     const int32_t i = seg_add(g, GRAM_ALT);
     if (i < 0)
         return -1;
-    g->seg[i].n = GRAMMAR_MAX_ALT;
-    for (int k = 0; k < GRAMMAR_MAX_ALT; k++) {
+    g->seg[i].n = n;
+    for (int k = 0; k < n; k++) {
         g->seg[i].alt[k] = (uint32_t)off[k];
         g->seg[i].alt_next[k] = i + 1;
     }
     return i;
 }
 
-int32_t grammar_names(struct grammar *g, const char *const *names, int32_t n_names)
+int32_t grammar_names(struct grammar *g, const char *const *names, int32_t n_names, bool ws)
 {
     assert(n_names >= 1);
-    if (g->n_names + n_names > GRAMMAR_MAX_NAMES)
-        return err_set("grammar: more than %d names", GRAMMAR_MAX_NAMES);
     const int32_t first = g->n_names;
     for (int32_t j = 0; j < n_names; j++) {
         assert(names[j][0]);
         const int64_t off = strs_add(g, names[j], strlen(names[j]));
-        if (off < 0)
+        if (off < 0 ||
+            grow((void **)&g->names, g->n_names, &g->cap_names, sizeof *g->names, GRAMMAR_MAX_NAMES, "names") != 0)
             return -1;
         g->names[g->n_names++] = (uint32_t)off;
     }
@@ -106,8 +125,24 @@ int32_t grammar_names(struct grammar *g, const char *const *names, int32_t n_nam
     if (i >= 0) {
         g->seg[i].text = (uint32_t)first;
         g->seg[i].n = n_names;
+        g->seg[i].ws = ws;
     }
     return i;
+}
+
+int32_t grammar_value(struct grammar *g, unsigned kinds)
+{
+    assert(kinds && kinds < 128);
+    const int32_t i = seg_add(g, GRAM_VALUE);
+    if (i >= 0)
+        g->seg[i].n = (int32_t)kinds;
+    return i;
+}
+
+void grammar_else(struct grammar *g, int32_t seg, int32_t target)
+{
+    assert(seg >= 0 && seg < g->n_seg && g->seg[seg].kind == GRAM_ALT && target >= 0);
+    g->seg[seg].alt_else = target;
 }
 
 /* how far text t is matched after byte c, from pos bytes: a mismatch restarts
@@ -175,9 +210,12 @@ static void enter(struct guard *gd, int32_t seg)
     memset(gd->tpos, 0, sizeof gd->tpos);
     if (seg < gd->gm->n_seg) {
         const struct grammar_seg *s = &gd->gm->seg[seg];
-        gd->alive = (uint8_t)((1u << s->n) - 1);
+        if (s->kind == GRAM_ALT)
+            gd->alive = (uint8_t)((1u << s->n) - 1);
         if (s->kind == GRAM_JSON)
             json_guard_init(&gd->json);
+        if (s->kind == GRAM_VALUE)
+            json_guard_init_value(&gd->json);
     }
 }
 
@@ -192,7 +230,24 @@ void guard_init(struct guard *gd, const struct grammar *gm)
 bool guard_done(const struct guard *gd) { return gd->seg >= gd->gm->n_seg; }
 
 /* One whitespace byte more at a place that takes it: 0, or -1 past the bound. */
-static int ws_more(struct guard *gd) { return ++gd->ws > GRAMMAR_MAX_WS ? -1 : 0; }
+static int ws_more(struct guard *gd)
+{
+    return ++gd->ws > (gd->gm->max_ws ? gd->gm->max_ws : GRAMMAR_MAX_WS) ? -1 : 0;
+}
+
+/* The kind of JSON value a first byte begins, 0 for none. */
+static unsigned value_kind(unsigned char c)
+{
+    switch (c) {
+    case '"': return GRAM_V_STRING;
+    case 't':
+    case 'f': return GRAM_V_BOOL;
+    case 'n': return GRAM_V_NULL;
+    case '{': return GRAM_V_OBJECT;
+    case '[': return GRAM_V_ARRAY;
+    default: return c == '-' || (c >= '0' && c <= '9') ? GRAM_V_NUMBER | GRAM_V_INTEGER : 0;
+    }
+}
 
 static int step(struct guard *gd, unsigned char c)
 {
@@ -233,6 +288,10 @@ static int step(struct guard *gd, unsigned char c)
                 if (t[gd->pos + 1] == 0)
                     whole = k;
             }
+            if (!alive && gd->pos == 0 && s->alt_else >= 0) { /* the byte begins what the else is */
+                enter(gd, s->alt_else);
+                continue;
+            }
             if (!alive)
                 return -1;
             gd->alive = alive;
@@ -242,6 +301,8 @@ static int step(struct guard *gd, unsigned char c)
             return 0;
         }
         case GRAM_NAME: {
+            if (s->ws && gd->pos == 0 && is_ws(c))
+                return ws_more(gd);
             /* the names that begin with the bytes so far all begin as the
              * first of them does, gd->name */
             const char *cur = gm->strs + gm->names[s->text + (uint32_t)gd->name];
@@ -271,6 +332,31 @@ static int step(struct guard *gd, unsigned char c)
             if (json_guard_done(&gd->json))
                 enter(gd, s->next);
             return 0;
+        case GRAM_VALUE: {
+            if (!gd->name && is_ws(c)) /* before it: the grammar's bound, not the JSON guard's */
+                return ws_more(gd);
+            if (!gd->name) { /* its first byte: a kind it may be */
+                const unsigned k = value_kind(c);
+                if (!(k & (unsigned)s->n))
+                    return -1;
+                gd->name = 1;
+            }
+            /* an integer ends at a fraction or an exponent, which what
+             * follows then refuses */
+            const bool int_only = (s->n & (GRAM_V_NUMBER | GRAM_V_INTEGER)) == GRAM_V_INTEGER;
+            struct json_guard t = gd->json;
+            const bool int_end = int_only && json_guard_number_ends(&gd->json) && (c == '.' || c == 'e' || c == 'E');
+            if (!int_end && json_guard_feed(&t, (const char *)&c, 1) == 0) {
+                gd->json = t;
+                if (json_guard_done(&gd->json))
+                    enter(gd, s->next);
+                return 0;
+            }
+            if (!json_guard_number_ends(&gd->json))
+                return -1;
+            enter(gd, s->next); /* a number ended: the byte is what follows */
+            continue;
+        }
         case GRAM_FREE:
             if (c == 0 || (s->deny && strchr(gm->strs + s->deny, c)))
                 return -1;

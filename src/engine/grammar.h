@@ -23,22 +23,35 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GRAMMAR_MAX_SEG 16
+#define GRAMMAR_MAX_SEG 4096
 #define GRAMMAR_MAX_ALT 2
-#define GRAMMAR_MAX_NAMES 128 /* OpenAI's limit on a request's tools */
-/* In a literal: whitespace may come here, up to GRAMMAR_MAX_WS bytes (the
- * formats put a newline or two there; a model that would rather stop must
- * not stall in it). */
+#define GRAMMAR_MAX_NAMES 4096
+/* In a literal: whitespace may come here, up to the grammar's max_ws bytes
+ * (GRAMMAR_MAX_WS unless set: the tool-call formats put a newline or two
+ * there; a model that would rather stop must not stall in it). */
 #define GRAMMAR_WS "\x01"
 #define GRAMMAR_MAX_WS 4
 
 enum grammar_kind {
-    GRAM_LIT,  /* the literal text */
-    GRAM_ALT,  /* a place for whitespace, then one of n_alt literals (none a prefix of another), each with its next */
-    GRAM_NAME, /* one of n_names names; it ends where the next byte cannot continue a name */
-    GRAM_JSON, /* one JSON object, in which the text at deny (if any) never appears */
-    GRAM_FREE, /* any bytes (none in deny) up to and including the first of n_alt terminators: the
-                  first goes on at next, the second at its alt_next */
+    GRAM_LIT,   /* the literal text */
+    GRAM_ALT,   /* a place for whitespace, then one of n_alt literals (none a prefix of another), each
+                   with its next; or, where alt_else is set, a first byte none begins goes there */
+    GRAM_NAME,  /* one of n_names names (after whitespace where ws); it ends where the next byte cannot
+                   continue a name */
+    GRAM_JSON,  /* one JSON object, in which the text at deny (if any) never appears */
+    GRAM_FREE,  /* any bytes (none in deny) up to and including the first of n_alt terminators: the
+                   first goes on at next, the second at its alt_next */
+    GRAM_VALUE, /* one JSON value of the kinds in n (enum grammar_value_kind) */
+};
+
+enum grammar_value_kind {
+    GRAM_V_STRING = 1,
+    GRAM_V_NUMBER = 2,
+    GRAM_V_INTEGER = 4, /* a number without fraction or exponent */
+    GRAM_V_BOOL = 8,
+    GRAM_V_NULL = 16,
+    GRAM_V_OBJECT = 32,
+    GRAM_V_ARRAY = 64,
 };
 
 struct grammar_seg {
@@ -47,18 +60,21 @@ struct grammar_seg {
     uint32_t text;                  /* LIT: the literal (an offset into strs); NAME: its first name in names */
     uint32_t deny;                  /* FREE: bytes it may not contain; JSON: a text it may not contain
                                        (an offset into strs), 0 for none */
-    int32_t n;                      /* NAME: names; ALT: literals; FREE: terminators */
+    int32_t n;                      /* NAME: names; ALT: literals; FREE: terminators; VALUE: kinds */
+    bool ws;                        /* NAME: whitespace may come first */
     uint32_t alt[GRAMMAR_MAX_ALT];  /* ALT: the literals; FREE: the terminators (offsets into strs) */
     int32_t alt_next[GRAMMAR_MAX_ALT];
+    int32_t alt_else;               /* ALT: where a first byte no literal begins goes, or -1 */
 };
 
 struct grammar {
-    int32_t n_seg;
-    struct grammar_seg seg[GRAMMAR_MAX_SEG];
-    uint32_t names[GRAMMAR_MAX_NAMES]; /* the NAME segments' names (offsets into strs) */
-    int32_t n_names;
+    int32_t n_seg, cap_seg;
+    struct grammar_seg *seg; /* owned: [n_seg] */
+    uint32_t *names;         /* owned: the NAME segments' names (offsets into strs) */
+    int32_t n_names, cap_names;
     char *strs; /* owned: every text the segments name, NUL-terminated; offset 0 is "" */
     size_t n_strs, cap_strs;
+    int32_t max_ws; /* whitespace bytes at a place, 0: GRAMMAR_MAX_WS */
 };
 
 void grammar_init(struct grammar *g);
@@ -68,8 +84,14 @@ void grammar_free(struct grammar *g);
  * The last segment must not end on a place for whitespace, and a name list
  * must be followed by a segment (its end is seen on the byte after it). */
 int32_t grammar_lit(struct grammar *g, const char *text);
+/* b: NULL for a choice of one literal (with an else, grammar_else) */
 int32_t grammar_alt(struct grammar *g, const char *a, const char *b);
-int32_t grammar_names(struct grammar *g, const char *const *names, int32_t n_names);
+/* ws: whitespace may come before the name */
+int32_t grammar_names(struct grammar *g, const char *const *names, int32_t n_names, bool ws);
+/* One JSON value of the kinds given (enum grammar_value_kind), whitespace first. */
+int32_t grammar_value(struct grammar *g, unsigned kinds);
+/* Where ALT segment seg sends a first byte that none of its literals begins. */
+void grammar_else(struct grammar *g, int32_t seg, int32_t target);
 /* forbid: NULL, or a text that may not appear in the object (a format's
  * closing tag, where a parser would end it); its first byte must not come
  * again in it. */
@@ -90,7 +112,7 @@ struct guard {
     uint8_t tpos[GRAMMAR_MAX_ALT]; /* FREE: bytes of each terminator matched; JSON: of the forbidden text */
     uint8_t ws;           /* whitespace bytes in a row at the current place */
     uint8_t alive;        /* ALT: the literals still matching, a bit each */
-    int32_t name;         /* NAME: the first name the bytes so far begin */
+    int32_t name;         /* NAME: the first name the bytes so far begin; VALUE: 1 once a byte of it came */
     struct json_guard json;
 };
 

@@ -37,7 +37,19 @@ void json_guard_init(struct json_guard *g)
     g->state = S_TOP;
 }
 
+void json_guard_init_value(struct json_guard *g)
+{
+    memset(g, 0, sizeof *g);
+    g->state = S_VALUE;
+}
+
 bool json_guard_done(const struct json_guard *g) { return g->state == S_DONE; }
+
+bool json_guard_number_ends(const struct json_guard *g)
+{
+    return g->depth == 0 && (g->state == S_NUM_ZERO || g->state == S_NUM_INT || g->state == S_NUM_FRAC ||
+                             g->state == S_NUM_EXP);
+}
 
 static int push(struct json_guard *g, bool object)
 {

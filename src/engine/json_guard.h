@@ -26,6 +26,11 @@ struct json_guard {
 
 /* A guard expecting one JSON object (the top level of json_object mode). */
 void json_guard_init(struct json_guard *g);
+/* A guard expecting one JSON value of any kind. A number at the top ends
+ * only on the byte after it, which the guard then refuses:
+ * json_guard_number_ends says whether such a byte would end it there. */
+void json_guard_init_value(struct json_guard *g);
+bool json_guard_number_ends(const struct json_guard *g);
 /* Advances over n bytes: 0, or -1 when they cannot continue valid JSON (the
  * guard is then unusable: feed a copy to try). */
 int json_guard_feed(struct json_guard *g, const char *bytes, size_t n);

@@ -3,6 +3,7 @@
 #include "gen.h"
 
 #include "../base/err.h"
+#include "../chat/json_schema.h"
 #include "../chat/tool_grammar.h"
 
 #include <stdio.h>
@@ -196,7 +197,8 @@ int gen_tool_choice(json_t *tc, bool anthropic, enum gen_tools *mode, const char
 static int forced_call_grammar(struct app *a, const struct gen_opts *o, enum chat_think think, struct grammar *gm,
                                char *err, size_t n_err)
 {
-    const char *names[GRAMMAR_MAX_NAMES];
+    enum { MAX_TOOLS = 128 }; /* OpenAI's limit on a request's tools */
+    const char *names[MAX_TOOLS];
     int32_t n = 0;
     bool named = false;
     size_t i;
@@ -206,8 +208,8 @@ static int forced_call_grammar(struct app *a, const struct gen_opts *o, enum cha
         if (!nm)
             continue;
         named |= o->tool_name && strcmp(nm, o->tool_name) == 0;
-        if (n == GRAMMAR_MAX_NAMES)
-            return snprintf(err, n_err, "tool_choice forces a call among at most %d tools", GRAMMAR_MAX_NAMES), -1;
+        if (n == MAX_TOOLS)
+            return snprintf(err, n_err, "tool_choice forces a call among at most %d tools", MAX_TOOLS), -1;
         names[n++] = nm;
     }
     if (n == 0)
@@ -223,9 +225,10 @@ static int forced_call_grammar(struct app *a, const struct gen_opts *o, enum cha
     return 0;
 }
 
-int gen_response_format(json_t *rf, bool *json, char *err, size_t n_err)
+int gen_response_format(json_t *rf, bool *json, json_t **schema, char *err, size_t n_err)
 {
     *json = false;
+    *schema = NULL;
     if (!rf || json_is_null(rf))
         return 0;
     const char *type = json_string_value(json_object_get(rf, "type"));
@@ -237,11 +240,15 @@ int gen_response_format(json_t *rf, bool *json, char *err, size_t n_err)
         *json = true;
         return 0;
     }
-    if (strcmp(type, "json_schema") == 0)
-        return snprintf(err, n_err, "response_format json_schema is not supported: this server can constrain the "
-                                    "output to a JSON object (json_object) but does not enforce a schema"),
-               -1;
-    return snprintf(err, n_err, "response_format type '%s' is not one of text, json_object", type), -1;
+    if (strcmp(type, "json_schema") == 0) {
+        json_t *js = json_object_get(rf, "json_schema"); /* chat completions nest it; Responses does not */
+        *schema = json_object_get(json_is_object(js) ? js : rf, "schema");
+        if (!json_is_object(*schema))
+            return snprintf(err, n_err, "response_format json_schema needs its 'schema' object"), -1;
+        *json = true;
+        return 0;
+    }
+    return snprintf(err, n_err, "response_format type '%s' is not one of text, json_object, json_schema", type), -1;
 }
 
 int32_t gen_count_tokens(struct app *a, json_t *messages, json_t *tools, json_t *kwargs, char *err, size_t n_err)
@@ -263,11 +270,15 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
     struct grammar gm; /* constrained output: a JSON object, or a forced call */
     grammar_init(&gm);
     if (forced && o->json) {
-        snprintf(err, n_err, "response_format json_object and a tool_choice that forces a call cannot be combined");
+        snprintf(err, n_err, "response_format %s and a tool_choice that forces a call cannot be combined",
+                 o->schema ? "json_schema" : "json_object");
         goto fail;
     }
-    if (o->json && grammar_json(&gm, NULL) < 0)
-        goto fail_msg;
+    if (o->schema ? json_schema_grammar(&gm, o->schema, err, n_err) != 0 : o->json && grammar_json(&gm, NULL) < 0) {
+        if (!o->schema)
+            snprintf(err, n_err, "%s", err_msg());
+        goto fail;
+    }
     if (o->raw_prompt) {
         if (tok_encode(a->tok, json_string_value(o->raw_prompt), json_string_length(o->raw_prompt), &ids) != 0)
             goto fail_msg;

@@ -35,6 +35,7 @@ struct gen_opts {
                                 llama-server's extension; benchmarks use it) */
     bool json;               /* response_format json_object: the output is one JSON object
                                 (constrained decoding; thinking off unless kwargs say otherwise) */
+    json_t *schema;          /* response_format json_schema (with json): the object follows it */
     enum gen_tools tool_choice; /* GEN_TOOLS_ANY / NAMED: the output is one call of one of the
                                 tools / of tool_name (constrained decoding, as with json; a
                                 reasoning block may come first, as without it) */
@@ -61,9 +62,10 @@ int gen_sampling(json_t *body, const struct model_config *mc, float max_temperat
 int gen_tool_choice(json_t *tc, bool anthropic, enum gen_tools *mode, const char **name, char *err, size_t n_err);
 
 /* response_format (chat completions) or text.format (Responses): {"type":
- * "text"} or absent, or "json_object" (*json true); "json_schema" is refused
- * (only the JSON syntax is enforced, not a schema): -1 with a message in err. */
-int gen_response_format(json_t *rf, bool *json, char *err, size_t n_err);
+ * "text"} or absent; "json_object" (*json true); or "json_schema" (*json
+ * true, *schema its schema: chat completions' json_schema.schema, the
+ * Responses API's schema; pointing into rf). -1 with a message in err. */
+int gen_response_format(json_t *rf, bool *json, json_t **schema, char *err, size_t n_err);
 
 #define GEN_MAX_STOP 8
 

@@ -437,7 +437,7 @@ test("tool_choice: none renders the prompt without the tools; required and a nam
   await assert.rejects(client.responses.create({ model: "m", input: "x", tool_choice: "required" }), (e) => e.status === 400 && /no tools/.test(e.message));
 });
 
-test("response_format json_object: the output is JSON, cut only by max_tokens; json_schema is refused", async () => {
+test("response_format json_object: the output is JSON, cut only by max_tokens", async () => {
   const base = { model: "m", messages: [{ role: "user", content: "Describe a cat as JSON." }], max_tokens: 120,
     temperature: 1, response_format: { type: "json_object" } };
   for (const seed of [1, 2, 3, 4]) {
@@ -457,13 +457,48 @@ test("response_format json_object: the output is JSON, cut only by max_tokens; j
   assert.ok(greedy.choices[0].message.content.startsWith("{"));
   const plain = await client.chat.completions.create({ ...base, response_format: { type: "text" }, max_tokens: 4 });
   assert.ok(plain.choices[0].message.content !== undefined);
-  await assert.rejects(client.chat.completions.create({ ...base, response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } } }),
-    (e) => e.status === 400 && /json_schema/.test(e.message));
   await assert.rejects(client.chat.completions.create({ ...base, response_format: { type: "xml" } }), (e) => e.status === 400);
   await assert.rejects(client.chat.completions.create({ ...base, response_format: "json" }), (e) => e.status === 400);
   const rr = await client.responses.create({ model: "m", input: "Describe a cat as JSON.", text: { format: { type: "json_object" } },
     max_output_tokens: 60, temperature: 0 });
   assert.ok(rr.output_text.startsWith("{"), JSON.stringify(rr.output_text));
+});
+
+test("response_format json_schema: the output is an object the schema describes; what it cannot enforce is refused", async () => {
+  // values with a bounded spelling (booleans, enums, null, const) and bounded
+  // whitespace at each place: the whole object takes at most about 250
+  // tokens, so that even the tiny model, which would rather stop, finishes
+  // it: greedy and sampled, streamed or not
+  const schema = { type: "object", additionalProperties: false, required: ["ok", "color", "size", "owner", "kind"],
+    properties: { ok: { type: "boolean" }, color: { enum: ["red", "green", "blue"] }, size: { enum: [1, 2, 3] },
+      owner: { anyOf: [{ $ref: "#/$defs/Owner" }, { type: "null" }] }, kind: { const: "cat" } },
+    $defs: { Owner: { type: "object", properties: { human: { type: "boolean" } }, required: ["human"], additionalProperties: false } } };
+  const fits = (v) => {
+    assert.deepEqual(Object.keys(v), ["ok", "color", "size", "owner", "kind"]);
+    assert.ok(typeof v.ok === "boolean" && ["red", "green", "blue"].includes(v.color) && [1, 2, 3].includes(v.size) && v.kind === "cat");
+    assert.ok(v.owner === null || (Object.keys(v.owner).join() === "human" && typeof v.owner.human === "boolean"), JSON.stringify(v));
+  };
+  const rf = { type: "json_schema", json_schema: { name: "cat", strict: true, schema } };
+  const base = { model: "m", messages: [{ role: "user", content: "Describe a cat as JSON." }], max_tokens: 400, response_format: rf };
+  for (const temperature of [0, 1]) {
+    const r = await client.chat.completions.create({ ...base, temperature, seed: 5 });
+    assert.equal(r.choices[0].finish_reason, "stop");
+    fits(JSON.parse(r.choices[0].message.content));
+    let streamed = "";
+    for await (const ch of await client.chat.completions.create({ ...base, temperature, seed: 5, stream: true }))
+      streamed += ch.choices[0]?.delta?.content ?? "";
+    assert.equal(streamed, r.choices[0].message.content);
+  }
+  const rr = await client.responses.create({ model: "m", input: "Describe a cat as JSON.", temperature: 0, max_output_tokens: 400,
+    text: { format: { type: "json_schema", name: "cat", strict: true, schema } } });
+  assert.equal(rr.status, "completed");
+  fits(JSON.parse(rr.output_text));
+  const refused = async (s, re) => assert.rejects(client.chat.completions.create({ ...base,
+    response_format: { type: "json_schema", json_schema: { name: "x", schema: s } } }), (e) => e.status === 400 && re.test(e.message));
+  await refused({ type: "object", properties: { s: { type: "string", pattern: "^a" } } }, /pattern/);
+  await refused({ type: "string" }, /object/);
+  await refused(undefined, /schema/);
+  await refused({ type: "object", properties: { r: { $ref: "#/" } } }, /recursive/);
 });
 
 test("keep-alives flow while a long prompt is prefilled, in each API's form", async () => {

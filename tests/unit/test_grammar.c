@@ -64,7 +64,7 @@ void test_grammar_segments(void)
     /* names that begin alike: each ends where the next byte cannot continue one */
     grammar_init(&gm);
     grammar_lit(&gm, "\"");
-    grammar_names(&gm, (const char *const[]){"read_file", "read", "write", "re"}, 4);
+    grammar_names(&gm, (const char *const[]){"read_file", "read", "write", "re"}, 4, false);
     grammar_lit(&gm, "\"");
     expect(&gm, "names", (const char *const[]){"\"read\"", "\"read_file\"", "\"write\"", "\"re\"", NULL},
            (const char *const[]){"\"rea\"", "\"read_\"", "\"readx\"", "\"\"", "\"writes\"", "\"w\"", "\"r\"",
@@ -220,7 +220,7 @@ void test_grammar_sample_call(void)
     struct grammar gm;
     grammar_init(&gm);
     grammar_lit(&gm, "<a>");
-    grammar_names(&gm, (const char *const[]){"x", "xy"}, 2);
+    grammar_names(&gm, (const char *const[]){"x", "xy"}, 2, false);
     grammar_lit(&gm, "</a>");
     const float lg[TV] = {1.0f, 2.0f, 4.0f, 3.0f, 5.0f, 1.5f, 0.5f, 4.5f};
     char out[64];

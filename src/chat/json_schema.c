@@ -1,0 +1,261 @@
+/* json_schema: a schema walked once, each part appending the grammar
+ * segments of the values it allows (an object's literal keys between its
+ * values, an array's loop, an enum's encoded values as names, primitives as
+ * JSON values of their kinds). See json_schema.h. */
+#include "json_schema.h"
+
+#include "../base/err.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WS GRAMMAR_WS
+
+struct walk {
+    json_t *root;
+    struct grammar *g;
+    char *err;
+    size_t n_err;
+};
+
+static int fail(struct walk *w, const char *fmt, const char *what)
+{
+    snprintf(w->err, w->n_err, fmt, what);
+    return -1;
+}
+
+/* a segment added: -1 (the grammar's message) when it was not */
+static int added(struct walk *w, int32_t seg)
+{
+    if (seg >= 0)
+        return 0;
+    snprintf(w->err, w->n_err, "json_schema: %s", err_msg());
+    return -1;
+}
+
+/* WS + the value's compact JSON text, as a literal */
+static int lit_json(struct walk *w, json_t *v)
+{
+    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    if (!s)
+        return fail(w, "json_schema: %s", "out of memory");
+    char *t = malloc(strlen(s) + 2);
+    int rc = t ? 0 : fail(w, "json_schema: %s", "out of memory");
+    if (t) {
+        strcpy(t, WS);
+        strcat(t, s);
+        rc = added(w, grammar_lit(w->g, t));
+    }
+    free(t);
+    free(s);
+    return rc;
+}
+
+/* The kind of a primitive type name, 0 for object, array or an unknown one. */
+static unsigned primitive(const char *type)
+{
+    static const struct {
+        const char *name;
+        unsigned kind;
+    } t[] = {{"string", GRAM_V_STRING}, {"number", GRAM_V_NUMBER}, {"integer", GRAM_V_INTEGER},
+             {"boolean", GRAM_V_BOOL},  {"null", GRAM_V_NULL}};
+    for (size_t i = 0; type && i < sizeof t / sizeof *t; i++)
+        if (strcmp(type, t[i].name) == 0)
+            return t[i].kind;
+    return 0;
+}
+
+static int emit(struct walk *w, json_t *s, int depth);
+
+/* A value of schema s, or null: a choice between the literal and s (which
+ * begins with '{' or '['). */
+static int nullable(struct walk *w, json_t *s, int depth)
+{
+    const int32_t alt = grammar_alt(w->g, "null", NULL);
+    if (added(w, alt) != 0)
+        return -1;
+    grammar_else(w->g, alt, w->g->n_seg);
+    if (emit(w, s, depth) != 0)
+        return -1;
+    grammar_jump(w->g, alt, 0, w->g->n_seg);
+    return 0;
+}
+
+/* A list of alternatives (type names, or anyOf's schemas): primitives
+ * merged into one value's kinds, or one object or array schema with null. */
+static int union_of(struct walk *w, json_t *s, json_t *list, bool types, int depth)
+{
+    unsigned kinds = 0;
+    json_t *other = NULL;
+    size_t i;
+    json_t *a;
+    json_array_foreach(list, i, a) {
+        const char *name = types ? json_string_value(a) : json_string_value(json_object_get(a, "type"));
+        const unsigned k = primitive(name);
+        if (k && (types || json_object_size(a) == 1 + (json_object_get(a, "description") != NULL)))
+            kinds |= k;
+        else if (!other && (!types || (name && (!strcmp(name, "object") || !strcmp(name, "array")))))
+            other = a;
+        else
+            return fail(w, "json_schema: %s: only primitive types, or one object or array with null, are supported",
+                        types ? "a list of types" : "anyOf");
+    }
+    if (!other)
+        return kinds ? added(w, grammar_value(w->g, kinds)) : fail(w, "json_schema: %s is empty", types ? "type" : "anyOf");
+    if (kinds != GRAM_V_NULL)
+        return fail(w, "json_schema: %s: an object or array may be combined with null only",
+                    types ? "a list of types" : "anyOf");
+    if (!types)
+        return nullable(w, other, depth);
+    /* the same schema with its container type alone */
+    json_t *one = json_copy(s);
+    int rc = one && json_object_set(one, "type", other) == 0 ? nullable(w, one, depth) : fail(w, "json_schema: %s", "out of memory");
+    json_decref(one);
+    return rc;
+}
+
+static int object(struct walk *w, json_t *props, int depth)
+{
+    if (added(w, grammar_lit(w->g, WS "{")) != 0)
+        return -1;
+    const char *key;
+    json_t *sub;
+    bool first = true;
+    json_object_foreach(props, key, sub) {
+        json_t *k = json_string(key);
+        char *ks = k ? json_dumps(k, JSON_ENCODE_ANY) : NULL;
+        json_decref(k);
+        char *t = ks ? malloc(strlen(ks) + 8) : NULL;
+        if (t)
+            snprintf(t, strlen(ks) + 8, "%s" WS "%s" WS ":", first ? "" : WS ",", ks);
+        const int rc = t ? added(w, grammar_lit(w->g, t)) : fail(w, "json_schema: %s", "out of memory");
+        free(t);
+        free(ks);
+        if (rc != 0 || emit(w, sub, depth + 1) != 0)
+            return -1;
+        first = false;
+    }
+    return added(w, grammar_lit(w->g, WS "}"));
+}
+
+static int array(struct walk *w, json_t *items, int depth)
+{
+    const int32_t open = grammar_lit(w->g, WS "[");
+    const int32_t empty = open < 0 ? -1 : grammar_alt(w->g, "]", NULL);
+    if (added(w, open) != 0 || added(w, empty) != 0)
+        return -1;
+    const int32_t item = w->g->n_seg;
+    grammar_else(w->g, empty, item);
+    if (emit(w, items, depth + 1) != 0)
+        return -1;
+    const int32_t more = grammar_alt(w->g, ",", "]");
+    if (added(w, more) != 0)
+        return -1;
+    grammar_jump(w->g, more, 0, item);
+    grammar_jump(w->g, empty, 0, w->g->n_seg);
+    return 0;
+}
+
+static const char *const known[] = {"type", "properties", "required", "additionalProperties", "items", "enum",
+                                     "const", "anyOf", "$ref", "$defs", "definitions", "description", "title",
+                                     "default", "examples", "$schema", "$id", "$comment", "strict"};
+
+/* the schema a local $ref points at ("#/$defs/A", "#/definitions/A/..."), or NULL */
+static json_t *resolve(struct walk *w, const char *ref)
+{
+    if (strncmp(ref, "#/", 2) != 0)
+        return NULL;
+    json_t *at = w->root;
+    char part[256];
+    for (const char *p = ref + 2; at && *p;) {
+        size_t n = strcspn(p, "/"), o = 0;
+        for (size_t i = 0; i < n && o + 1 < sizeof part; i++) { /* JSON pointer escapes: ~1 is /, ~0 is ~ */
+            if (p[i] == '~' && i + 1 < n && (p[i + 1] == '0' || p[i + 1] == '1'))
+                part[o++] = p[++i] == '1' ? '/' : '~';
+            else
+                part[o++] = p[i];
+        }
+        part[o] = 0;
+        at = json_object_get(at, part);
+        p += n + (p[n] == '/');
+    }
+    return at;
+}
+
+static int emit(struct walk *w, json_t *s, int depth)
+{
+    if (depth > JSON_SCHEMA_MAX_DEPTH)
+        return fail(w, "json_schema: nested deeper than %s levels, or a recursive $ref", "32");
+    if (json_is_true(s))
+        return added(w, grammar_value(w->g, 127));
+    if (!json_is_object(s))
+        return fail(w, "json_schema: a schema must be an object%s", "");
+    const char *key;
+    json_t *v;
+    json_object_foreach(s, key, v) {
+        size_t i = 0;
+        while (i < sizeof known / sizeof *known && strcmp(key, known[i]) != 0)
+            i++;
+        if (i == sizeof known / sizeof *known)
+            return fail(w, "json_schema: '%.64s' is not supported (it would not be enforced)", key);
+    }
+    json_t *ref = json_object_get(s, "$ref"), *type = json_object_get(s, "type");
+    json_t *en = json_object_get(s, "enum"), *any = json_object_get(s, "anyOf");
+    if (ref) {
+        json_t *to = json_is_string(ref) ? resolve(w, json_string_value(ref)) : NULL;
+        return to ? emit(w, to, depth + 1) : fail(w, "json_schema: $ref '%.64s' does not name a local schema",
+                                                  json_is_string(ref) ? json_string_value(ref) : "");
+    }
+    if (json_object_get(s, "const"))
+        return lit_json(w, json_object_get(s, "const"));
+    if (en) {
+        if (!json_is_array(en) || json_array_size(en) == 0)
+            return fail(w, "json_schema: %s must be a non-empty list", "enum");
+        const size_t n = json_array_size(en);
+        char **names = calloc(n, sizeof *names);
+        int rc = names ? 0 : fail(w, "json_schema: %s", "out of memory");
+        for (size_t i = 0; rc == 0 && i < n; i++)
+            if (!(names[i] = json_dumps(json_array_get(en, i), JSON_ENCODE_ANY | JSON_COMPACT)))
+                rc = fail(w, "json_schema: %s", "out of memory");
+        if (rc == 0)
+            rc = added(w, grammar_names(w->g, (const char *const *)names, (int32_t)n, true));
+        for (size_t i = 0; names && i < n; i++)
+            free(names[i]);
+        free(names);
+        return rc;
+    }
+    if (any)
+        return json_is_array(any) ? union_of(w, s, any, false, depth) : fail(w, "json_schema: %s must be a list", "anyOf");
+    if (json_is_array(type))
+        return union_of(w, s, type, true, depth);
+    const char *t = json_string_value(type);
+    json_t *props = json_object_get(s, "properties"), *items = json_object_get(s, "items");
+    if (type && !t)
+        return fail(w, "json_schema: %s must be a string or a list", "type");
+    if (t && primitive(t))
+        return added(w, grammar_value(w->g, primitive(t)));
+    if ((t && !strcmp(t, "object")) || (!t && props)) {
+        if (props && !json_is_object(props))
+            return fail(w, "json_schema: %s must be an object", "properties");
+        return props ? object(w, props, depth) : added(w, grammar_value(w->g, GRAM_V_OBJECT));
+    }
+    if ((t && !strcmp(t, "array")) || (!t && items))
+        return items ? array(w, items, depth) : added(w, grammar_value(w->g, GRAM_V_ARRAY));
+    if (t)
+        return fail(w, "json_schema: type '%.32s' is not a JSON type", t);
+    return added(w, grammar_value(w->g, 127)); /* no constraint: any value */
+}
+
+int json_schema_grammar(struct grammar *g, json_t *schema, char *err, size_t n_err)
+{
+    struct walk w = {schema, g, err, n_err};
+    const char *t = json_string_value(json_object_get(schema, "type"));
+    if (!json_is_object(schema) || !(t ? !strcmp(t, "object") : json_is_object(json_object_get(schema, "properties"))))
+        return fail(&w, "json_schema: the schema's top must be an object schema%s", "");
+    /* a newline and some indentation; a model that would rather stop
+     * spends at most this much at each place (a bound on the whole output
+     * where every value's spelling is bounded) */
+    g->max_ws = 8;
+    return emit(&w, schema, 0);
+}

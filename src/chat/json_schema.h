@@ -1,0 +1,28 @@
+/* json_schema: a JSON schema (response_format json_schema; the subset OpenAI's
+ * structured outputs take in strict mode) as a grammar for constrained
+ * decoding. The output is one JSON object the schema describes, every
+ * property present, in the schema's order.
+ *
+ * Understood: type (one, or a list of primitives, or one object or array
+ * type with "null"), properties, required, additionalProperties, items,
+ * enum, const, anyOf (the same combinations as type lists), local $ref into
+ * $defs or definitions (not recursive), and the annotations (description,
+ * title, default, examples, $schema, $id, $comment, strict). A keyword that
+ * would constrain values further (pattern, format, minLength, minimum,
+ * minItems, oneOf, ...) is refused rather than left unenforced. */
+#ifndef KP_JSON_SCHEMA_H
+#define KP_JSON_SCHEMA_H
+
+#include "../engine/grammar.h"
+
+#include <jansson.h>
+#include <stddef.h>
+
+#define JSON_SCHEMA_MAX_DEPTH 32
+
+/* Builds the grammar of schema (whose top is an object schema) into g
+ * (grammar_init'ed, empty). -1 with a message in err naming what is not
+ * supported. */
+int json_schema_grammar(struct grammar *g, json_t *schema, char *err, size_t n_err);
+
+#endif
