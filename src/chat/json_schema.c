@@ -6,6 +6,7 @@
 
 #include "../base/err.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,9 +20,14 @@ struct walk {
     size_t n_err;
 };
 
-static int fail(struct walk *w, const char *fmt, const char *what)
+static int fail(struct walk *w, const char *fmt, ...) KP_PRINTF(2, 3);
+
+static int fail(struct walk *w, const char *fmt, ...)
 {
-    snprintf(w->err, w->n_err, fmt, what);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->err, w->n_err, fmt, ap);
+    va_end(ap);
     return -1;
 }
 
@@ -39,9 +45,9 @@ static int lit_json(struct walk *w, json_t *v)
 {
     char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
     if (!s)
-        return fail(w, "json_schema: %s", "out of memory");
+        return fail(w, "json_schema: out of memory");
     char *t = malloc(strlen(s) + 2);
-    int rc = t ? 0 : fail(w, "json_schema: %s", "out of memory");
+    int rc = t ? 0 : fail(w, "json_schema: out of memory");
     if (t) {
         strcpy(t, WS);
         strcat(t, s);
@@ -68,8 +74,8 @@ static unsigned primitive(const char *type)
 
 static int emit(struct walk *w, json_t *s, int depth);
 
-/* A value of schema s, or null: a choice between the literal and s (which
- * begins with '{' or '['). */
+/* A value of schema s, or null: a choice between the literal and s (no
+ * JSON value but null begins with 'n'). */
 static int nullable(struct walk *w, json_t *s, int depth)
 {
     const int32_t alt = grammar_alt(w->g, "null", NULL);
@@ -102,7 +108,8 @@ static int union_of(struct walk *w, json_t *s, json_t *list, bool types, int dep
                         types ? "a list of types" : "anyOf");
     }
     if (!other)
-        return kinds ? added(w, grammar_value(w->g, kinds)) : fail(w, "json_schema: %s is empty", types ? "type" : "anyOf");
+        return kinds ? added(w, grammar_value(w->g, kinds))
+                     : fail(w, "json_schema: %s is empty", types ? "type" : "anyOf");
     if (kinds != GRAM_V_NULL)
         return fail(w, "json_schema: %s: an object or array may be combined with null only",
                     types ? "a list of types" : "anyOf");
@@ -110,7 +117,8 @@ static int union_of(struct walk *w, json_t *s, json_t *list, bool types, int dep
         return nullable(w, other, depth);
     /* the same schema with its container type alone */
     json_t *one = json_copy(s);
-    int rc = one && json_object_set(one, "type", other) == 0 ? nullable(w, one, depth) : fail(w, "json_schema: %s", "out of memory");
+    const int rc = one && json_object_set(one, "type", other) == 0 ? nullable(w, one, depth)
+                                                                   : fail(w, "json_schema: out of memory");
     json_decref(one);
     return rc;
 }
@@ -129,7 +137,7 @@ static int object(struct walk *w, json_t *props, int depth)
         char *t = ks ? malloc(strlen(ks) + 8) : NULL;
         if (t)
             snprintf(t, strlen(ks) + 8, "%s" WS "%s" WS ":", first ? "" : WS ",", ks);
-        const int rc = t ? added(w, grammar_lit(w->g, t)) : fail(w, "json_schema: %s", "out of memory");
+        const int rc = t ? added(w, grammar_lit(w->g, t)) : fail(w, "json_schema: out of memory");
         free(t);
         free(ks);
         if (rc != 0 || emit(w, sub, depth + 1) != 0)
@@ -186,11 +194,11 @@ static json_t *resolve(struct walk *w, const char *ref)
 static int emit(struct walk *w, json_t *s, int depth)
 {
     if (depth > JSON_SCHEMA_MAX_DEPTH)
-        return fail(w, "json_schema: nested deeper than %s levels, or a recursive $ref", "32");
+        return fail(w, "json_schema: nested deeper than %d levels, or a recursive $ref", JSON_SCHEMA_MAX_DEPTH);
     if (json_is_true(s))
         return added(w, grammar_value(w->g, 127));
     if (!json_is_object(s))
-        return fail(w, "json_schema: a schema must be an object%s", "");
+        return fail(w, "json_schema: a schema must be an object");
     const char *key;
     json_t *v;
     json_object_foreach(s, key, v) {
@@ -211,13 +219,13 @@ static int emit(struct walk *w, json_t *s, int depth)
         return lit_json(w, json_object_get(s, "const"));
     if (en) {
         if (!json_is_array(en) || json_array_size(en) == 0)
-            return fail(w, "json_schema: %s must be a non-empty list", "enum");
+            return fail(w, "json_schema: enum must be a non-empty list");
         const size_t n = json_array_size(en);
         char **names = calloc(n, sizeof *names);
-        int rc = names ? 0 : fail(w, "json_schema: %s", "out of memory");
+        int rc = names ? 0 : fail(w, "json_schema: out of memory");
         for (size_t i = 0; rc == 0 && i < n; i++)
             if (!(names[i] = json_dumps(json_array_get(en, i), JSON_ENCODE_ANY | JSON_COMPACT)))
-                rc = fail(w, "json_schema: %s", "out of memory");
+                rc = fail(w, "json_schema: out of memory");
         if (rc == 0)
             rc = added(w, grammar_names(w->g, (const char *const *)names, (int32_t)n, true));
         for (size_t i = 0; names && i < n; i++)
@@ -226,18 +234,18 @@ static int emit(struct walk *w, json_t *s, int depth)
         return rc;
     }
     if (any)
-        return json_is_array(any) ? union_of(w, s, any, false, depth) : fail(w, "json_schema: %s must be a list", "anyOf");
+        return json_is_array(any) ? union_of(w, s, any, false, depth) : fail(w, "json_schema: anyOf must be a list");
     if (json_is_array(type))
         return union_of(w, s, type, true, depth);
     const char *t = json_string_value(type);
     json_t *props = json_object_get(s, "properties"), *items = json_object_get(s, "items");
     if (type && !t)
-        return fail(w, "json_schema: %s must be a string or a list", "type");
+        return fail(w, "json_schema: type must be a string or a list");
     if (t && primitive(t))
         return added(w, grammar_value(w->g, primitive(t)));
     if ((t && !strcmp(t, "object")) || (!t && props)) {
         if (props && !json_is_object(props))
-            return fail(w, "json_schema: %s must be an object", "properties");
+            return fail(w, "json_schema: properties must be an object");
         return props ? object(w, props, depth) : added(w, grammar_value(w->g, GRAM_V_OBJECT));
     }
     if ((t && !strcmp(t, "array")) || (!t && items))
@@ -252,7 +260,7 @@ int json_schema_grammar(struct grammar *g, json_t *schema, char *err, size_t n_e
     struct walk w = {schema, g, err, n_err};
     const char *t = json_string_value(json_object_get(schema, "type"));
     if (!json_is_object(schema) || !(t ? !strcmp(t, "object") : json_is_object(json_object_get(schema, "properties"))))
-        return fail(&w, "json_schema: the schema's top must be an object schema%s", "");
+        return fail(&w, "json_schema: the schema's top must be an object schema");
     /* a newline and some indentation; a model that would rather stop
      * spends at most this much at each place (a bound on the whole output
      * where every value's spelling is bounded) */
