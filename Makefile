@@ -127,7 +127,7 @@ build/fuzz/fuzz_json_guard: tests/fuzz/fuzz_json_guard.c src/engine/json_guard.c
 build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c src/server/convert.c $(FUZZ_DEPS)
 	@mkdir -p build/fuzz
 	clang -std=c11 -Wall -Wextra $(FUZZ_SAN) $^ -o $@ $(LDLIBS)
-build/fuzz/%: tests/fuzz/%.c $(FUZZ_DEPS)
+build/fuzz/%: tests/fuzz/%.c tests/fuzz/guard_check.h $(FUZZ_DEPS)
 	@mkdir -p build/fuzz
 	clang -std=c11 -Wall -Wextra $(FUZZ_SAN) $< $(FUZZ_DEPS) -o $@ $(LDLIBS)
 

@@ -5,12 +5,10 @@
  * one call of one of the names with a JSON object of arguments (texts with
  * \u escapes or numbers jansson cannot hold are left out of that check, as
  * in fuzz_json_guard). */
-#define _GNU_SOURCE
+#include "guard_check.h"
+
 #include "../../src/chat/parser.h"
 #include "../../src/chat/tool_grammar.h"
-
-#include <stdlib.h>
-#include <string.h>
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
 
@@ -42,26 +40,6 @@ static void on_event(void *ctx, const struct chat_event *ev)
     }
 }
 
-/* numbers jansson refuses: an integer past int64, a real past double */
-static bool big_number(const unsigned char *t, size_t n)
-{
-    size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
-        run = t[i] >= '0' && t[i] <= '9' ? run + 1 : 0;
-        if (run >= 16)
-            return true;
-        if ((t[i] == 'e' || t[i] == 'E') && i + 1 < n) {
-            size_t j = i + 1 + (t[i + 1] == '+' || t[i + 1] == '-');
-            size_t d = 0;
-            while (j + d < n && t[j + d] >= '0' && t[j + d] <= '9')
-                d++;
-            if (d >= 3)
-                return true;
-        }
-    }
-    return false;
-}
-
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
     if (size < 2)
@@ -74,16 +52,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     grammar_init(&gm);
     if (chat_tool_grammar(&gm, fmt, names, 3, think) != 0)
         abort();
-    struct guard g, whole;
-    guard_init(&g, &gm);
-    size_t i = 0;
-    while (i < n && !guard_done(&g) && guard_feed(&g, text + i, 1) == 0)
-        i++;
-    guard_init(&whole, &gm);
-    const bool all = guard_feed(&whole, text, n) == 0;
-    if (all != (i == n) || (all && guard_done(&whole) != guard_done(&g)))
-        abort();
-    if (all && guard_done(&g) && !memmem(text, n, "\\u", 2) && !big_number((const unsigned char *)text, n)) {
+    if (guard_complete(&gm, text, n) && !json_beyond_jansson(text, n)) {
         struct seen s = {0};
         struct chat_parser *p = chat_parser_new(fmt, think == CHAT_THINK_OPEN, NULL, on_event, &s);
         if (!p)

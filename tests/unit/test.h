@@ -24,5 +24,9 @@ const char *test_fixtures(void);
 struct backend *test_backend(void);
 /* A fresh temporary directory for this test run (removed by tests/run.sh). */
 const char *test_tmpdir(void);
+/* text under grammar gm (test_grammar.c): -1 refused at some byte, 0 open,
+ * 1 complete; fed whole it must get the same verdict (a failed check if not). */
+struct grammar;
+int test_verdict(const struct grammar *gm, const char *text);
 
 #endif

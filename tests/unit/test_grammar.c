@@ -13,9 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* -1: rejected at some byte; 0: accepted, not complete; 1: complete. Fed a
- * byte at a time; fed whole, the verdict must be the same. */
-static int run(const struct grammar *gm, const char *text)
+int test_verdict(const struct grammar *gm, const char *text)
 {
     struct guard g, whole;
     guard_init(&g, gm);
@@ -34,16 +32,17 @@ static int run(const struct grammar *gm, const char *text)
 static void expect(const struct grammar *gm, const char *what, const char *const *ok, const char *const *bad)
 {
     for (; ok && *ok; ok++) {
-        CHECK(run(gm, *ok) == 1, "%s: '%s' not accepted whole", what, *ok);
+        CHECK(test_verdict(gm, *ok) == 1, "%s: '%s' not accepted whole", what, *ok);
         char buf[256];
         for (size_t k = 0; k < strlen(*ok) && k < sizeof buf; k++) {
             memcpy(buf, *ok, k);
             buf[k] = 0;
-            CHECK(run(gm, buf) == 0, "%s: prefix '%s' of '%s': %d", what, buf, *ok, run(gm, buf));
+            CHECK(test_verdict(gm, buf) == 0, "%s: prefix '%s' of '%s': %d", what, buf, *ok,
+                  test_verdict(gm, buf));
         }
     }
     for (; bad && *bad; bad++)
-        CHECK(run(gm, *bad) == -1, "%s: '%s' accepted", what, *bad);
+        CHECK(test_verdict(gm, *bad) == -1, "%s: '%s' accepted", what, *bad);
 }
 
 void test_grammar_segments(void)
@@ -56,9 +55,9 @@ void test_grammar_segments(void)
            (const char *const[]){"ac", " abc", "abcc", "a b d", "abc ", NULL});
     char ws[64] = "a";
     memset(ws + 1, ' ', GRAMMAR_MAX_WS);
-    CHECK(run(&gm, ws) == 0, "%d spaces refused", GRAMMAR_MAX_WS);
+    CHECK(test_verdict(&gm, ws) == 0, "%d spaces refused", GRAMMAR_MAX_WS);
     ws[GRAMMAR_MAX_WS + 1] = ' ';
-    CHECK(run(&gm, ws) == -1, "a longer run of spaces accepted");
+    CHECK(test_verdict(&gm, ws) == -1, "a longer run of spaces accepted");
     grammar_free(&gm);
 
     /* names that begin alike: each ends where the next byte cannot continue one */

@@ -10,16 +10,6 @@
 
 #include <string.h>
 
-static int verdict(const struct grammar *gm, const char *text)
-{
-    struct guard g;
-    guard_init(&g, gm);
-    for (size_t i = 0; text[i]; i++)
-        if (guard_feed(&g, text + i, 1) != 0)
-            return -1;
-    return guard_done(&g) ? 1 : 0;
-}
-
 static const char *schema_text =
     "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"ok\", \"color\"],"
     " \"properties\": {\"ok\": {\"type\": \"boolean\", \"description\": \"d\"}, \"color\": {\"enum\": [\"red\", \"green\", 3, 31]},"
@@ -43,12 +33,13 @@ void test_json_schema_grammar(void)
         "{\"ok\":true,\"color\":3,\"n\":7,\"x\":2,\"tags\":[\"x\"],\"sub\":{\"k\":\"v\",\"a\":[[]]},\"maybe\":{ \"z\" : null },\"u\":-3}",
     };
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
-        CHECK(verdict(&gm, ok[i]) == 1, "'%s' refused or left open: %d", ok[i], verdict(&gm, ok[i]));
+        CHECK(test_verdict(&gm, ok[i]) == 1, "'%s' refused or left open: %d", ok[i],
+              test_verdict(&gm, ok[i]));
         char buf[512];
         for (size_t k = 0; k < strlen(ok[i]); k++) {
             memcpy(buf, ok[i], k);
             buf[k] = 0;
-            CHECK(verdict(&gm, buf) == 0, "prefix '%s': %d", buf, verdict(&gm, buf));
+            CHECK(test_verdict(&gm, buf) == 0, "prefix '%s': %d", buf, test_verdict(&gm, buf));
         }
     }
     /* each differs from the first valid object in one place */
@@ -70,7 +61,7 @@ void test_json_schema_grammar(void)
         "{\"color\":\"red\",\"ok\":true,", "[]", "{}",
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
-        CHECK(verdict(&gm, bad[i]) == -1, "'%s' accepted", bad[i]);
+        CHECK(test_verdict(&gm, bad[i]) == -1, "'%s' accepted", bad[i]);
     grammar_free(&gm);
     json_decref(schema);
 

@@ -14,16 +14,6 @@
 
 static const char *const names[] = {"get_weather", "get_time", "read"};
 
-static int verdict(const struct grammar *gm, const char *text)
-{
-    struct guard g;
-    guard_init(&g, gm);
-    for (size_t i = 0; text[i]; i++)
-        if (guard_feed(&g, text + i, 1) != 0)
-            return -1;
-    return guard_done(&g) ? 1 : 0;
-}
-
 struct calls {
     int n;
     char name[64];
@@ -103,41 +93,45 @@ void test_tool_grammar_formats(void)
                   chat_tool_grammar(&may, fmts[f].fmt, names, 3, CHAT_THINK_MAY) == 0,
               "format %zu", f);
         const char *call = fmts[f].call;
-        CHECK(verdict(&any, call) == 1 && verdict(&named, call) == 1, "format %zu: '%s' refused", f, call);
+        CHECK(test_verdict(&any, call) == 1 && test_verdict(&named, call) == 1, "format %zu: '%s' refused", f,
+              call);
         parses_as(fmts[f].fmt, false, call, "get_weather", args);
         char buf[512];
         for (size_t k = 0; k < strlen(call); k++) {
             memcpy(buf, call, k);
             buf[k] = 0;
-            CHECK(verdict(&any, buf) == 0, "format %zu: prefix '%s': %d", f, buf, verdict(&any, buf));
+            CHECK(test_verdict(&any, buf) == 0, "format %zu: prefix '%s': %d", f, buf,
+                  test_verdict(&any, buf));
         }
-        CHECK(verdict(&any, fmts[f].other) == 1 && verdict(&named, fmts[f].other) == -1,
+        CHECK(test_verdict(&any, fmts[f].other) == 1 && test_verdict(&named, fmts[f].other) == -1,
               "format %zu: another tool, '%s': %d with all, %d with one named", f, fmts[f].other,
-              verdict(&any, fmts[f].other), verdict(&named, fmts[f].other));
+              test_verdict(&any, fmts[f].other), test_verdict(&named, fmts[f].other));
         parses_as(fmts[f].fmt, false, fmts[f].other, "get_time", "{}");
         for (int b = 0; b < 4; b++)
-            CHECK(verdict(&any, fmts[f].bad[b]) == -1, "format %zu: '%s' accepted", f, fmts[f].bad[b]);
+            CHECK(test_verdict(&any, fmts[f].bad[b]) == -1, "format %zu: '%s' accepted", f, fmts[f].bad[b]);
         if (fmts[f].fmt != CHAT_FMT_XML) { /* the closing tag in the arguments: where the parser ends the call */
             snprintf(buf, sizeof buf, "%.*s\"s\": \"%s", (int)(strstr(call, "\"city\"") - call), call,
                      fmts[f].fmt == CHAT_FMT_JSON ? "</tool_call>" : "</TOOLCALL>");
-            CHECK(verdict(&any, buf) == -1, "format %zu: '%s' accepted", f, buf);
+            CHECK(test_verdict(&any, buf) == -1, "format %zu: '%s' accepted", f, buf);
         }
         snprintf(buf, sizeof buf, "Sure. %s", call);
-        CHECK(verdict(&any, buf) == -1, "format %zu: text before the call accepted", f);
+        CHECK(test_verdict(&any, buf) == -1, "format %zu: text before the call accepted", f);
         /* a reasoning block the prompt opened, or one the model may open;
          * the call's tag ends an unclosed one, as the parser reads it */
         snprintf(buf, sizeof buf, "I need the weather <tool first.\n</think>\n\n%s", call);
-        CHECK(verdict(&open, buf) == 1 && verdict(&may, buf) == -1 && verdict(&any, buf) == -1,
-              "format %zu: after a reasoning block the prompt opened: %d, %d, %d", f, verdict(&open, buf),
-              verdict(&may, buf), verdict(&any, buf));
+        CHECK(test_verdict(&open, buf) == 1 && test_verdict(&may, buf) == -1 &&
+                  test_verdict(&any, buf) == -1,
+              "format %zu: after a reasoning block the prompt opened: %d, %d, %d", f, test_verdict(&open, buf),
+              test_verdict(&may, buf), test_verdict(&any, buf));
         parses_as(fmts[f].fmt, true, buf, "get_weather", args);
         snprintf(buf, sizeof buf, "I need the weather.\n%s", call);
-        CHECK(verdict(&open, buf) == 1, "format %zu: the call's tag in an unclosed reasoning block refused", f);
+        CHECK(test_verdict(&open, buf) == 1, "format %zu: the call's tag in an unclosed reasoning block refused", f);
         parses_as(fmts[f].fmt, true, buf, "get_weather", args);
         snprintf(buf, sizeof buf, "<think>\nweather: call it\n</think>\n\n%s", call);
-        CHECK(verdict(&may, buf) == 1 && verdict(&may, call) == 1 && verdict(&any, buf) == -1,
-              "format %zu: a reasoning block the model may open: %d, %d, %d", f, verdict(&may, buf), verdict(&may, call),
-              verdict(&any, buf));
+        CHECK(test_verdict(&may, buf) == 1 && test_verdict(&may, call) == 1 &&
+                  test_verdict(&any, buf) == -1,
+              "format %zu: a reasoning block the model may open: %d, %d, %d", f, test_verdict(&may, buf), test_verdict(&may, call),
+              test_verdict(&any, buf));
         parses_as(fmts[f].fmt, false, buf, "get_weather", args);
         grammar_free(&any);
         grammar_free(&named);
@@ -146,7 +140,7 @@ void test_tool_grammar_formats(void)
     }
     struct grammar g;
     grammar_init(&g);
-    CHECK(chat_tool_grammar(&g, CHAT_FMT_XML, names, 1, CHAT_THINK_NONE) == 0 && verdict(&g, xml_unclosed) == 1,
+    CHECK(chat_tool_grammar(&g, CHAT_FMT_XML, names, 1, CHAT_THINK_NONE) == 0 && test_verdict(&g, xml_unclosed) == 1,
           "an unclosed parameter at the call's end refused");
     parses_as(CHAT_FMT_XML, false, xml_unclosed, "get_weather", "{\"city\": \"Paris\"}");
     grammar_free(&g);
@@ -178,8 +172,8 @@ void test_tool_grammar_tokens(void)
     int32_t tags = 0;
     for (int32_t i = 0; i < ids.n; i++) {
         const char *piece = tok_piece(t, ids.ids[i]);
-        tags += strcmp(piece, "<tool_call>") == 0 || strcmp(piece, "</tool_call>") == 0 || strcmp(piece, "<think>") == 0 ||
-                strcmp(piece, "</think>") == 0;
+        tags += strcmp(piece, "<tool_call>") == 0 || strcmp(piece, "</tool_call>") == 0 ||
+                strcmp(piece, "<think>") == 0 || strcmp(piece, "</think>") == 0;
         CHECK(guard_allows(&g, &vb, ids.ids[i]), "token %d ('%s') refused", i, piece);
         guard_feed(&g, vb.data + vb.off[ids.ids[i]], vb.off[ids.ids[i] + 1] - vb.off[ids.ids[i]]);
     }
