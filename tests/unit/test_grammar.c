@@ -106,17 +106,17 @@ void test_grammar_segments(void)
 }
 
 /* a small vocabulary: tokens' bytes; special: the index of an end-of-text token */
-static void vocab_make(struct vocab_bytes *vb, const char *const *tok, int n, int special)
+static void vocab_make(struct vocab_bytes *vb, const char *const *tok, size_t n, size_t special)
 {
     size_t total = 0;
-    for (int i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++)
         total += strlen(tok[i]);
-    vb->n_vocab = n;
+    vb->n_vocab = (int32_t)n;
     vb->data = malloc(total);
-    vb->off = malloc(sizeof(uint32_t) * (size_t)(n + 1));
-    vb->special = calloc((size_t)n, 1);
+    vb->off = malloc(sizeof(uint32_t) * (n + 1));
+    vb->special = calloc(n, 1);
     uint32_t o = 0;
-    for (int i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         vb->off[i] = o;
         memcpy(vb->data + o, tok[i], strlen(tok[i]));
         o += (uint32_t)strlen(tok[i]);
