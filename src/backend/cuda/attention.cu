@@ -487,6 +487,188 @@ __global__ void k_att_decode(struct att_args a)
     }
 }
 
+/* Decoding on the tensor cores (a bf16 cache outside precise mode, head
+ * dims 64 and 128, up to 16 query heads a kv head; att_decode_run picks it
+ * from those alone, so a token's bits never depend on its batch). The grid
+ * is k_att_decode's with every query head of a kv head in one block, and a
+ * block is one warp: the heads are the 16 rows of mma_bf16's row operand (q
+ * rounded to bf16 once, rows past the group zeros), S = q K^T over a tile's
+ * 32 keys (K rows read by ldmatrix as they are staged), a running max and
+ * sum per head in the accumulators' rows, then O += P V with P rounded to
+ * bf16 (the scores' accumulator layout is the row operand; V rows through
+ * ldmatrix's transpose). Tiles come by cp.async into k_att_decode's ring of
+ * three, keys past the range zeros (P is 0 there, V must not be NaN). The
+ * outputs, or the partial sums of several ranges, are k_att_decode's, so
+ * k_att_merge merges them. The warp's instructions per tile are a few
+ * hundred where k_att_decode's warps spend thousands a head: long contexts'
+ * decoding becomes a stream of the cache. */
+template <int HD>
+__global__ void __launch_bounds__(32) k_att_decode_tc(struct att_args a)
+{
+    constexpr int NK = HD / 16, ND = HD / 8, CH = HD / 8; /* k steps of S; dim tiles of O; 16-byte chunks a row */
+    extern __shared__ __align__(16) char sm_raw[];
+    __shared__ int32_t rows[ATT_STAGES][ATT_TILE];
+    const int lane = threadIdx.x, g = lane >> 2, cq = lane & 3;
+    const int32_t j = blockIdx.x / a.n_kv_head, kvh = blockIdx.x % a.n_kv_head, i = a.sel ? a.sel[j] : j;
+    const int32_t G = a.n_head / a.n_kv_head, h0 = kvh * G;
+    const int32_t stage = ATT_TILE * (a.kpb + a.vpb);
+    grid_dep_wait(); /* q and the new keys: attn_prep's */
+    const int32_t n_vis = a.b.n_vis[i], split_len = att_split_len(a, n_vis);
+    if ((int64_t)blockIdx.y * split_len >= n_vis)
+        return;
+    const int32_t v_beg = blockIdx.y * split_len, v_end = min(n_vis, v_beg + split_len);
+    const int32_t n_tiles = (v_end - v_beg + ATT_TILE - 1) / ATT_TILE;
+    const int64_t koff = (int64_t)kvh * HD * 2, ksb = a.ks * 2;
+    const struct att_seq sq = att_seq_of(&a, i);
+    for (int e = lane; e < ATT_STAGES * ATT_TILE; e += 32)
+        rows[e / ATT_TILE][e % ATT_TILE] = v_beg + e < v_end ? att_seq_row(sq, v_beg + e) : -1;
+    __syncwarp();
+    const auto fetch = [&](int st) {
+        char *Kd = sm_raw + st * stage, *Vd = Kd + ATT_TILE * a.kpb;
+        for (int e = lane; e < ATT_TILE * CH; e += 32) {
+            const int key = e / CH, o = (e % CH) * 16;
+            const int32_t r = rows[st][key];
+            const int64_t src = (int64_t)(r < 0 ? 0 : r) * ksb + koff + o;
+            cp_async16(Kd + key * a.kpb + o, (const char *)a.kc + src, r < 0 ? 0 : 16);
+            cp_async16(Vd + key * a.vpb + o, (const char *)a.vc + src, r < 0 ? 0 : 16);
+        }
+    };
+    for (int32_t t = 0; t < ATT_STAGES - 1; t++) {
+        if (t < n_tiles)
+            fetch(t);
+        cp_async_commit();
+    }
+    /* the row operand: heads g and g + 8, head dims kt*16 + 2cq (+8) */
+    uint32_t qf[NK][4];
+    {
+        const bool ha = g < G, hb = g + 8 < G;
+        const float *qa = a.q + (int64_t)i * a.qs + (int64_t)(h0 + (ha ? g : 0)) * HD + 2 * cq;
+        const float *qb = a.q + (int64_t)i * a.qs + (int64_t)(h0 + (hb ? g + 8 : 0)) * HD + 2 * cq;
+        const float2 z = make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int kt = 0; kt < NK; kt++) {
+            const float2 x0 = ha ? *(const float2 *)(qa + kt * 16) : z, x1 = hb ? *(const float2 *)(qb + kt * 16) : z;
+            const float2 x2 = ha ? *(const float2 *)(qa + kt * 16 + 8) : z;
+            const float2 x3 = hb ? *(const float2 *)(qb + kt * 16 + 8) : z;
+            qf[kt][0] = bf16x2_rn(x0.x, x0.y);
+            qf[kt][1] = bf16x2_rn(x1.x, x1.y);
+            qf[kt][2] = bf16x2_rn(x2.x, x2.y);
+            qf[kt][3] = bf16x2_rn(x3.x, x3.y);
+        }
+    }
+    float o[ND][4];
+#pragma unroll
+    for (int d = 0; d < ND; d++)
+        o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f; /* heads g and g + 8: max, this lane's keys' sum */
+    for (int32_t t = 0; t < n_tiles; t++) {
+        cp_async_wait_one(); /* tile t is in (one group may still fly) */
+        __syncwarp();        /* ... for every lane, and tile t - 1's buffer is free */
+        const int32_t tn = t + ATT_STAGES - 1;
+        if (tn < n_tiles)
+            fetch(tn % ATT_STAGES);
+        cp_async_commit();
+        const int32_t v_next = v_beg + (t + ATT_STAGES) * ATT_TILE + lane;
+        const int32_t row_next = v_next < v_end ? att_seq_row(sq, v_next) : -1;
+        const char *Kt = sm_raw + (t % ATT_STAGES) * stage, *Vt = Kt + ATT_TILE * a.kpb;
+        const int32_t n_keys = min(ATT_TILE, v_end - (v_beg + t * ATT_TILE));
+        float s[4][4];
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            s[k][0] = s[k][1] = s[k][2] = s[k][3] = 0.0f;
+#pragma unroll
+        for (int kt = 0; kt < NK; kt++)
+#pragma unroll
+            for (int kk = 0; kk < 4; kk += 2) {
+                /* keys 8kk..8kk+15, head dims kt*16..kt*16+15: b[0..1] key tile kk, b[2..3] kk+1 */
+                uint32_t b[4];
+                ldsm_x4(b, Kt + (8 * kk + (lane >> 4) * 8 + (lane & 7)) * a.kpb + (kt * 16 + (lane >> 3 & 1) * 8) * 2);
+                mma_bf16(s[kk], qf[kt][0], qf[kt][1], qf[kt][2], qf[kt][3], b[0], b[1]);
+                mma_bf16(s[kk + 1], qf[kt][0], qf[kt][1], qf[kt][2], qf[kt][3], b[2], b[3]);
+            }
+        /* s[kk]: heads g (0, 1) and g + 8 (2, 3), keys 8kk + 2cq (+1) */
+        float xa = ma, xb = mb;
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const bool in = 8 * kk + 2 * cq + c < n_keys;
+                s[kk][c] = in ? s[kk][c] * a.scale : -INFINITY;
+                s[kk][2 + c] = in ? s[kk][2 + c] * a.scale : -INFINITY;
+                xa = fmaxf(xa, s[kk][c]);
+                xb = fmaxf(xb, s[kk][2 + c]);
+            }
+        xa = quad_max(xa); /* finite: a tile has a key */
+        xb = quad_max(xb);
+        const float ca = expf(ma - xa), cb = expf(mb - xb);
+        ma = xa;
+        mb = xb;
+        la *= ca;
+        lb *= cb;
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                s[kk][c] = expf(s[kk][c] - xa);
+                s[kk][2 + c] = expf(s[kk][2 + c] - xb);
+                la += s[kk][c];
+                lb += s[kk][2 + c];
+            }
+#pragma unroll
+        for (int d = 0; d < ND; d++) {
+            o[d][0] *= ca;
+            o[d][1] *= ca;
+            o[d][2] *= cb;
+            o[d][3] *= cb;
+        }
+#pragma unroll
+        for (int ks = 0; ks < 2; ks++) {
+            /* keys 16ks..16ks+15: key tiles 2ks and 2ks+1 of the scores */
+            const uint32_t p[4] = {bf16x2_rn(s[2 * ks][0], s[2 * ks][1]), bf16x2_rn(s[2 * ks][2], s[2 * ks][3]),
+                                   bf16x2_rn(s[2 * ks + 1][0], s[2 * ks + 1][1]),
+                                   bf16x2_rn(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+#pragma unroll
+            for (int d = 0; d < ND; d += 2) {
+                /* tiles: keys 16ks (+8 for m odd), head dims 8d (+8 for m >= 2) */
+                const int m = lane >> 3;
+                uint32_t b[4];
+                ldsm_x4_t(b, Vt + (16 * ks + (m & 1) * 8 + (lane & 7)) * a.vpb + (8 * d + (m >> 1) * 8) * 2);
+                mma_bf16(o[d], p[0], p[1], p[2], p[3], b[0], b[1]);
+                mma_bf16(o[d + 1], p[0], p[1], p[2], p[3], b[2], b[3]);
+            }
+        }
+        rows[t % ATT_STAGES][lane] = row_next; /* tile t + ATT_STAGES's, in tile t's slot */
+    }
+    cp_async_wait_all();
+    grid_dep_launch();
+    la = quad_sum(la);
+    lb = quad_sum(lb);
+    /* o[d]: heads g (0, 1) and g + 8 (2, 3), head dims 8d + 2cq (+1) */
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int32_t hg = g + 8 * hr;
+        if (hg >= G)
+            continue;
+        const int32_t h = h0 + hg;
+        const float m = hr ? mb : ma, l = hr ? lb : la;
+        if (a.part) {
+            float *pp = a.part + (((int64_t)j * a.n_head + h) * a.n_split + blockIdx.y) * (HD + 2);
+#pragma unroll
+            for (int d = 0; d < ND; d++)
+                *(float2 *)(pp + 8 * d + 2 * cq) = make_float2(o[d][2 * hr], o[d][2 * hr + 1]);
+            if (cq == 0)
+                pp[HD] = m, pp[HD + 1] = l;
+        } else {
+            /* as k_att_merge writes a single range */
+            float *op = a.out + (int64_t)i * a.os + (int64_t)h * HD;
+#pragma unroll
+            for (int d = 0; d < ND; d++)
+                *(float2 *)(op + 8 * d + 2 * cq) =
+                    make_float2(l > 0.0f ? o[d][2 * hr] / l : 0.0f, l > 0.0f ? o[d][2 * hr + 1] / l : 0.0f);
+        }
+    }
+}
+
 /* grid: token * n_head + head; block: ATT_MERGE_WARPS warps. A token's
  * ranges are merged in a fixed order whatever the batch: warp w takes ranges
  * w, w + ATT_MERGE_WARPS, ... (lanes across the head dim), then the warps'
@@ -944,6 +1126,17 @@ static void att_decode_run(struct cuda_backend *c, struct att_args a, int32_t n_
 {
     const int32_t n_kv_head = a.n_kv_head, n_head = a.n_head, head_dim = a.hd;
     a.sel = sel;
+    const int32_t rb = head_dim * (a.kv16 ? 2 : 4);
+    const uint64_t al = (uint64_t)a.ks * (a.kv16 ? 2 : 4) | (uint64_t)rb | (uintptr_t)a.kc |
+                        (uintptr_t)a.vc;
+    assert(al % 8 == 0); /* a.vec4 */
+    a.cb = al % 16 == 0 ? 16 : 8;
+    /* the tensor cores where the model and the mode allow (k_att_decode_tc),
+     * never the batch: a token's bits are the same in any batch */
+    const bool tc = !c->precise && a.kv16 && (head_dim == 64 || head_dim == 128) && n_head / n_kv_head <= 16 &&
+                    a.cb == 16 && a.os % 2 == 0;
+    if (tc)
+        n_gz = 1;
     /* a token's keys in ranges of whole tiles, up to max_ranges of them
      * (att_split_len): about ATT_RANGE_BLOCKS blocks a token whatever the model, so
      * that a long range keeps the ring busy for many tiles (ranges a quarter
@@ -965,21 +1158,21 @@ static void att_decode_run(struct cuda_backend *c, struct att_args a, int32_t n_
         if (!a.part)
             return;
     }
-    /* staged K rows an odd number of 16-byte units apart: the lanes' row reads hit distinct banks */
-    const int32_t rb = head_dim * (a.kv16 ? 2 : 4);
+    /* staged K rows an odd number of 16-byte units apart: the lanes' row
+     * reads hit distinct banks (and the tensor cores' V rows, read by
+     * ldmatrix 8 rows at a time, likewise) */
     a.kpb = (rb + 31) / 32 * 32 + 16;
-    a.vpb = (rb + 15) / 16 * 16;
-    const uint64_t al = (uint64_t)a.ks * (a.kv16 ? 2 : 4) | (uint64_t)rb | (uintptr_t)a.kc |
-                        (uintptr_t)a.vc;
-    assert(al % 8 == 0); /* a.vec4 */
-    a.cb = al % 16 == 0 ? 16 : 8;
-    const size_t smem = (size_t)ATT_STAGES * ATT_TILE * (a.kpb + a.vpb) + (size_t)a.gc * head_dim * sizeof(float);
-    void (*dec)(struct att_args) = att_decode_kernel(a.kv16, head_dim);
+    a.vpb = tc ? a.kpb : (rb + 15) / 16 * 16;
+    const size_t smem =
+        (size_t)ATT_STAGES * ATT_TILE * (a.kpb + a.vpb) + (tc ? 0 : (size_t)a.gc * head_dim * sizeof(float));
+    void (*dec)(struct att_args) = !tc                ? att_decode_kernel(a.kv16, head_dim)
+                                   : head_dim == 64 ? k_att_decode_tc<64>
+                                                    : k_att_decode_tc<128>;
     if (smem > 48 * 1024 &&
         CUDA_CHECK(c, cudaFuncSetAttribute(dec, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != 0)
         return;
     if (cuda_launch_dep(c, dec, dim3((unsigned)(n_tok * n_kv_head), (unsigned)a.n_split, (unsigned)n_gz),
-                        dim3(32 * (unsigned)(a.gc < 4 ? 4 : a.gc)), smem, a) != 0 ||
+                        dim3(tc ? 32 : 32 * (unsigned)(a.gc < 4 ? 4 : a.gc)), smem, a) != 0 ||
         !a.part)
         return;
     cuda_launch_dep(c, k_att_merge, dim3((unsigned)(n_tok * n_head)), dim3(ATT_MERGE_WARPS * 32), 0, a);

@@ -504,6 +504,25 @@ static __device__ __forceinline__ void ldsm_x4(uint32_t *r, const void *row)
                  : "r"(a));
 }
 
+/* The same four tiles transposed (ldmatrix .trans): lanes 8m..8m+7 give the
+ * 16-byte rows of tile m, and each lane receives, in r[m], the pair at
+ * rows 2*(lane%4) and 2*(lane%4)+1, column lane/4: the B operand layout of
+ * mma_bf16 when a tile's rows are its k and its columns its n. */
+static __device__ __forceinline__ void ldsm_x4_t(uint32_t *r, const void *row)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+/* (x, y) rounded to a bf16 pair, x in the low half: an mma operand register */
+static __device__ __forceinline__ uint32_t bf16x2_rn(float x, float y)
+{
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    return *(const uint32_t *)&h;
+}
+
 /* (x, y) as a bf16 pair hi and the rounding left over, lo: hi + lo is x, y to ~2^-17 */
 static __device__ __forceinline__ void split_bf16x2(float x, float y, uint32_t *hi, uint32_t *lo)
 {
