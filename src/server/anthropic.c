@@ -198,6 +198,25 @@ static json_t *thinking_kwargs(json_t *body)
     return t ? json_pack("{s:b}", "enable_thinking", strcmp(t, "enabled") == 0) : NULL;
 }
 
+/* Structured outputs: output_config.format, or the beta's output_format,
+ * {"type": "json_schema", "schema": {...}}, the only type either takes. */
+static int output_format(json_t *body, struct gen_opts *go, char *err, size_t n_err)
+{
+    json_t *ga = json_object_get(json_object_get(body, "output_config"), "format"),
+           *beta = json_object_get(body, "output_format");
+    ga = json_is_null(ga) ? NULL : ga;
+    beta = json_is_null(beta) ? NULL : beta;
+    if (ga && beta)
+        return snprintf(err, n_err, "output_format and output_config.format: give one of them"), -1;
+    if (!ga && !beta)
+        return 0;
+    const char *what = ga ? "output_config.format" : "output_format",
+               *type = json_string_value(json_object_get(ga ? ga : beta, "type"));
+    if (!type || strcmp(type, "json_schema") != 0)
+        return snprintf(err, n_err, "%s: 'type' must be json_schema", what), -1;
+    return gen_response_format(ga ? ga : beta, what, &go->json, &go->schema, err, n_err);
+}
+
 enum MHD_Result anthropic_count_tokens(struct app *a, struct MHD_Connection *c, json_t *body)
 {
     char err[512];
@@ -229,7 +248,8 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
         return http_anthropic_error(c, 400, "invalid_request_error", "max_tokens: a positive integer is required");
     struct gen_opts go = {0};
     if (gen_sampling(body, &a->model.cfg, 1.0f, &go.sp, err, sizeof err) != 0 ||
-        gen_tool_choice(json_object_get(body, "tool_choice"), true, &go.tool_choice, &go.tool_name, err, sizeof err) != 0)
+        gen_tool_choice(json_object_get(body, "tool_choice"), true, &go.tool_choice, &go.tool_name, err, sizeof err) != 0 ||
+        output_format(body, &go, err, sizeof err) != 0)
         return http_anthropic_error(c, 400, "invalid_request_error", "%s", err);
     go.max_tokens = (int32_t)json_integer_value(mt);
     go.clamp = true; /* agents ask for more than a local context holds (Claude Code: 32000) */

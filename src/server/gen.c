@@ -225,7 +225,7 @@ static int forced_call_grammar(struct app *a, const struct gen_opts *o, enum cha
     return 0;
 }
 
-int gen_response_format(json_t *rf, bool *json, json_t **schema, char *err, size_t n_err)
+int gen_response_format(json_t *rf, const char *what, bool *json, json_t **schema, char *err, size_t n_err)
 {
     *json = false;
     *schema = NULL;
@@ -233,7 +233,7 @@ int gen_response_format(json_t *rf, bool *json, json_t **schema, char *err, size
         return 0;
     const char *type = json_string_value(json_object_get(rf, "type"));
     if (!type)
-        return snprintf(err, n_err, "response_format must be an object with a string 'type'"), -1;
+        return snprintf(err, n_err, "%s must be an object with a string 'type'", what), -1;
     if (strcmp(type, "text") == 0)
         return 0;
     if (strcmp(type, "json_object") == 0) {
@@ -244,11 +244,11 @@ int gen_response_format(json_t *rf, bool *json, json_t **schema, char *err, size
         json_t *js = json_object_get(rf, "json_schema"); /* chat completions nest it; Responses does not */
         *schema = json_object_get(json_is_object(js) ? js : rf, "schema");
         if (!json_is_object(*schema))
-            return snprintf(err, n_err, "response_format json_schema needs its 'schema' object"), -1;
+            return snprintf(err, n_err, "%s json_schema needs its 'schema' object", what), -1;
         *json = true;
         return 0;
     }
-    return snprintf(err, n_err, "response_format type '%s' is not one of text, json_object, json_schema", type), -1;
+    return snprintf(err, n_err, "%s type '%s' is not one of text, json_object, json_schema", what, type), -1;
 }
 
 int32_t gen_count_tokens(struct app *a, json_t *messages, json_t *tools, json_t *kwargs, char *err, size_t n_err)
@@ -270,7 +270,7 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
     struct grammar gm; /* constrained output: a JSON object, or a forced call */
     grammar_init(&gm);
     if (forced && o->json) {
-        snprintf(err, n_err, "response_format %s and a tool_choice that forces a call cannot be combined",
+        snprintf(err, n_err, "%s output and a tool_choice that forces a call cannot be combined",
                  o->schema ? "json_schema" : "json_object");
         goto fail;
     }

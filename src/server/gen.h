@@ -61,11 +61,12 @@ int gen_sampling(json_t *body, const struct model_config *mc, float max_temperat
  * tc. -1 with a message in err for anything else. */
 int gen_tool_choice(json_t *tc, bool anthropic, enum gen_tools *mode, const char **name, char *err, size_t n_err);
 
-/* response_format (chat completions) or text.format (Responses): {"type":
- * "text"} or absent; "json_object" (*json true); or "json_schema" (*json
- * true, *schema its schema: chat completions' json_schema.schema, the
- * Responses API's schema; pointing into rf). -1 with a message in err. */
-int gen_response_format(json_t *rf, bool *json, json_t **schema, char *err, size_t n_err);
+/* response_format (chat completions), text.format (Responses) or Anthropic's
+ * output format, named what in messages: {"type": "text"} or absent;
+ * "json_object" (*json true); or "json_schema" (*json true, *schema its
+ * schema: chat completions' json_schema.schema, the others' schema; pointing
+ * into rf). -1 with a message in err. */
+int gen_response_format(json_t *rf, const char *what, bool *json, json_t **schema, char *err, size_t n_err);
 
 #define GEN_MAX_STOP 8
 

@@ -310,7 +310,8 @@ enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *bod
     bool json;
     json_t *schema;
     if (gen_tool_choice(json_object_get(body, "tool_choice"), false, &choice, &tool_name, terr, sizeof terr) != 0 ||
-        gen_response_format(json_object_get(body, "response_format"), &json, &schema, terr, sizeof terr) != 0)
+        gen_response_format(json_object_get(body, "response_format"), "response_format", &json, &schema, terr,
+                            sizeof terr) != 0)
         return http_openai_error(c, 400, "invalid_request_error", "%s", terr);
     if (choice == GEN_TOOLS_NONE || json_is_null(tools) || (json_is_array(tools) && json_array_size(tools) == 0))
         tools = NULL;

@@ -134,3 +134,35 @@ test("tool_choice: none drops the tools from the prompt; any and a named tool fo
       (e) => e.status === 400 && e.error?.error?.type === "invalid_request_error" && re.test(e.message));
   await assert.rejects(client.messages.create({ ...base, tool_choice: { type: "any" } }), (e) => e.status === 400 && /no tools/.test(e.message));
 });
+
+test("structured outputs: output_config.format and the beta's output_format give an object the schema describes", async () => {
+  // the same bounded schema as the OpenAI json_schema test: the tiny model finishes it
+  const schema = { type: "object", additionalProperties: false, required: ["ok", "color", "size", "kind"],
+    properties: { ok: { type: "boolean" }, color: { enum: ["red", "green", "blue"] }, size: { enum: [1, 2, 3] }, kind: { const: "cat" } } };
+  const fits = (v) => {
+    assert.deepEqual(Object.keys(v), ["ok", "color", "size", "kind"]);
+    assert.ok(typeof v.ok === "boolean" && ["red", "green", "blue"].includes(v.color) && [1, 2, 3].includes(v.size) && v.kind === "cat", JSON.stringify(v));
+  };
+  const base = { model: "m", max_tokens: 400, messages: [{ role: "user", content: "Describe a cat as JSON." }] };
+  for (const temperature of [0, 1]) {
+    const req = { ...base, temperature, output_config: { format: { type: "json_schema", schema } } };
+    const m = await client.messages.create(req);
+    assert.equal(m.stop_reason, "end_turn");
+    assert.deepEqual(m.content.map((b) => b.type), ["text"]);
+    fits(JSON.parse(m.content[0].text));
+    if (temperature === 0) {
+      const final = await client.messages.stream(req).finalMessage();
+      assert.equal(final.content[0].text, m.content[0].text);
+    }
+  }
+  // the SDK's own parse: it sends output_format to /v1/messages?beta=true with the structured-outputs beta header
+  const parsed = await client.beta.messages.parse({ ...base, temperature: 0, output_format: { type: "json_schema", schema } });
+  fits(parsed.parsed_output);
+  const refused = async (extra, re) => assert.rejects(client.messages.create({ ...base, ...extra }),
+    (e) => e.status === 400 && e.error?.error?.type === "invalid_request_error" && re.test(e.message));
+  await refused({ output_config: { format: { type: "json_object" } } }, /json_schema/);
+  await refused({ output_config: { format: { type: "json_schema" } } }, /schema/);
+  await refused({ output_config: { format: { type: "json_schema", schema: { type: "object", properties: { s: { type: "string", minLength: 2 } } } } } }, /minLength/);
+  await refused({ output_format: { type: "json_schema", schema }, output_config: { format: { type: "json_schema", schema } } }, /one of them/);
+  await refused({ output_format: { type: "json_schema", schema }, tools: TOOLS, tool_choice: { type: "any" } }, /cannot be combined/);
+});
