@@ -29,6 +29,8 @@ void grammar_move(struct grammar *dst, struct grammar *src)
 /* s[0..n) and a NUL appended to strs: its offset, or -1 (err_set) */
 static int64_t strs_add(struct grammar *g, const char *s, size_t n)
 {
+    if (n > GRAMMAR_MAX_TEXT) /* a guard counts a text's matched bytes in 16 bits */
+        return err_set("grammar: a text of %zu bytes is longer than %d", n, GRAMMAR_MAX_TEXT);
     const size_t base = g->n_strs ? g->n_strs : 1; /* offset 0 stays "" */
     if (base + n + 1 > g->cap_strs) {
         size_t cap = g->cap_strs ? g->cap_strs * 2 : 256;

@@ -26,6 +26,7 @@
 #define GRAMMAR_MAX_SEG 4096
 #define GRAMMAR_MAX_ALT 2
 #define GRAMMAR_MAX_NAMES 4096
+#define GRAMMAR_MAX_TEXT 65535 /* bytes of a literal or name */
 /* In a literal: whitespace may come here, up to the grammar's max_ws bytes
  * (GRAMMAR_MAX_WS unless set: the tool-call formats put a newline or two
  * there; a model that would rather stop must not stall in it). */

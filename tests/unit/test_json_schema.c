@@ -87,4 +87,14 @@ void test_json_schema_grammar(void)
         grammar_free(&gm);
         json_decref(s);
     }
+    /* a const past what a guard can count: refused, not mismatched */
+    char *big = malloc(70000);
+    memset(big, 'a', 69999);
+    big[69999] = 0;
+    json_t *s = json_pack("{s:s,s:{s:{s:s}}}", "type", "object", "properties", "c", "const", big);
+    grammar_init(&gm);
+    CHECK(json_schema_grammar(&gm, s, err, sizeof err) == -1 && strstr(err, "longer than"), "a 70 KB const: '%s'", err);
+    grammar_free(&gm);
+    json_decref(s);
+    free(big);
 }
