@@ -16,6 +16,8 @@
 struct walk {
     json_t *root;
     struct grammar *g;
+    const char *forbid; /* a text no value may contain, or NULL */
+    size_t dump;        /* json_dumps' flags for the schema's own texts */
     char *err;
     size_t n_err;
 };
@@ -40,10 +42,12 @@ static int added(struct walk *w, int32_t seg)
     return -1;
 }
 
+static int32_t value(struct walk *w, unsigned kinds) { return grammar_value(w->g, kinds, w->forbid); }
+
 /* WS + the value's compact JSON text, as a literal */
 static int lit_json(struct walk *w, json_t *v)
 {
-    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    char *s = json_dumps(v, w->dump);
     if (!s)
         return fail(w, "json_schema: out of memory");
     char *t = malloc(strlen(s) + 2);
@@ -108,7 +112,7 @@ static int union_of(struct walk *w, json_t *s, json_t *list, bool types, int dep
                         types ? "a list of types" : "anyOf");
     }
     if (!other)
-        return kinds ? added(w, grammar_value(w->g, kinds))
+        return kinds ? added(w, value(w, kinds))
                      : fail(w, "json_schema: %s is empty", types ? "type" : "anyOf");
     if (kinds != GRAM_V_NULL)
         return fail(w, "json_schema: %s: an object or array may be combined with null only",
@@ -132,7 +136,7 @@ static int object(struct walk *w, json_t *props, int depth)
     bool first = true;
     json_object_foreach(props, key, sub) {
         json_t *k = json_string(key);
-        char *ks = k ? json_dumps(k, JSON_ENCODE_ANY) : NULL;
+        char *ks = k ? json_dumps(k, w->dump) : NULL;
         json_decref(k);
         char *t = ks ? malloc(strlen(ks) + 8) : NULL;
         if (t)
@@ -196,7 +200,7 @@ static int emit(struct walk *w, json_t *s, int depth)
     if (depth > JSON_SCHEMA_MAX_DEPTH)
         return fail(w, "json_schema: nested deeper than %d levels, or a recursive $ref", JSON_SCHEMA_MAX_DEPTH);
     if (json_is_true(s))
-        return added(w, grammar_value(w->g, 127));
+        return added(w, value(w, 127));
     if (!json_is_object(s))
         return fail(w, "json_schema: a schema must be an object");
     const char *key;
@@ -224,7 +228,7 @@ static int emit(struct walk *w, json_t *s, int depth)
         char **names = calloc(n, sizeof *names);
         int rc = names ? 0 : fail(w, "json_schema: out of memory");
         for (size_t i = 0; rc == 0 && i < n; i++)
-            if (!(names[i] = json_dumps(json_array_get(en, i), JSON_ENCODE_ANY | JSON_COMPACT)))
+            if (!(names[i] = json_dumps(json_array_get(en, i), w->dump)))
                 rc = fail(w, "json_schema: out of memory");
         if (rc == 0)
             rc = added(w, grammar_names(w->g, (const char *const *)names, (int32_t)n, true));
@@ -242,28 +246,35 @@ static int emit(struct walk *w, json_t *s, int depth)
     if (type && !t)
         return fail(w, "json_schema: type must be a string or a list");
     if (t && primitive(t))
-        return added(w, grammar_value(w->g, primitive(t)));
+        return added(w, value(w, primitive(t)));
     if ((t && !strcmp(t, "object")) || (!t && props)) {
         if (props && !json_is_object(props))
             return fail(w, "json_schema: properties must be an object");
-        return props ? object(w, props, depth) : added(w, grammar_value(w->g, GRAM_V_OBJECT));
+        return props ? object(w, props, depth) : added(w, value(w, GRAM_V_OBJECT));
     }
     if ((t && !strcmp(t, "array")) || (!t && items))
-        return items ? array(w, items, depth) : added(w, grammar_value(w->g, GRAM_V_ARRAY));
+        return items ? array(w, items, depth) : added(w, value(w, GRAM_V_ARRAY));
     if (t)
         return fail(w, "json_schema: type '%.32s' is not a JSON type", t);
-    return added(w, grammar_value(w->g, 127)); /* no constraint: any value */
+    return added(w, value(w, 127)); /* no constraint: any value */
+}
+
+int json_schema_append(struct grammar *g, json_t *schema, const char *forbid, char *err, size_t n_err)
+{
+    /* a format's closing tag is never in the schema's texts either: '/'
+     * escaped, "</x>" is written "<\/x>" */
+    struct walk w = {schema, g, forbid, JSON_ENCODE_ANY | JSON_COMPACT | (forbid ? JSON_ESCAPE_SLASH : 0), err, n_err};
+    const char *t = json_string_value(json_object_get(schema, "type"));
+    if (!json_is_object(schema) || !(t ? !strcmp(t, "object") : json_is_object(json_object_get(schema, "properties"))))
+        return fail(&w, "json_schema: the schema's top must be an object schema");
+    return emit(&w, schema, 0);
 }
 
 int json_schema_grammar(struct grammar *g, json_t *schema, char *err, size_t n_err)
 {
-    struct walk w = {schema, g, err, n_err};
-    const char *t = json_string_value(json_object_get(schema, "type"));
-    if (!json_is_object(schema) || !(t ? !strcmp(t, "object") : json_is_object(json_object_get(schema, "properties"))))
-        return fail(&w, "json_schema: the schema's top must be an object schema");
     /* a newline and some indentation; a model that would rather stop
      * spends at most this much at each place (a bound on the whole output
      * where every value's spelling is bounded) */
     g->max_ws = 8;
-    return emit(&w, schema, 0);
+    return json_schema_append(g, schema, NULL, err, n_err);
 }

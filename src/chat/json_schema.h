@@ -24,5 +24,10 @@
  * (grammar_init'ed, empty). -1 with a message in err naming what is not
  * supported. */
 int json_schema_grammar(struct grammar *g, json_t *schema, char *err, size_t n_err);
+/* Appends to g the segments of one object that schema describes (a strict
+ * tool's parameters), the segment appended next following them. forbid:
+ * NULL, or a text no part of the object may contain (a format's closing
+ * tag, as grammar_json's; the schema's own texts then escape '/'). */
+int json_schema_append(struct grammar *g, json_t *schema, const char *forbid, char *err, size_t n_err);
 
 #endif

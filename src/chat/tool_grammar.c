@@ -5,6 +5,7 @@
 #include "tool_grammar.h"
 
 #include "../base/err.h"
+#include "json_schema.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -19,8 +20,36 @@ static int name_check(const char *s)
     return 0;
 }
 
-int chat_tool_grammar(struct grammar *g, enum chat_format fmt, const char *const *names, int32_t n_names,
-                      enum chat_think think)
+/* In the JSON formats, after NAME segment nm: the arguments' key, the
+ * arguments (the name's schema, or any object), the closing literal tail;
+ * then the end. A name with a schema goes on in a branch of its own, after
+ * the others, with its own tail: whatever its schema's grammar sends to
+ * what follows it reaches that tail. */
+static int json_arguments(struct grammar *g, int32_t nm, json_t *const *schemas, int32_t n_names, const char *close,
+                          const char *tail)
+{
+    static const char key[] = "\"" WS "," WS "\"arguments\"" WS ":";
+    /* the parser ends a call at its tag: no argument may hold it */
+    if (grammar_lit(g, key) < 0 || grammar_json(g, close) < 0 || grammar_lit(g, tail) < 0)
+        return -1;
+    for (int32_t j = 0; schemas && j < n_names; j++) {
+        if (!schemas[j])
+            continue;
+        grammar_jump(g, g->n_seg - 1, -1, GRAMMAR_MAX_SEG); /* the branch before ends with its tail */
+        grammar_name_jump(g, nm, j, g->n_seg);
+        char err[256];
+        if (grammar_lit(g, key) < 0)
+            return -1;
+        if (json_schema_append(g, schemas[j], close, err, sizeof err) != 0)
+            return err_set("tool_grammar: %s", err);
+        if (grammar_lit(g, tail) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int chat_tool_grammar(struct grammar *g, enum chat_format fmt, const char *const *names, json_t *const *schemas,
+                      int32_t n_names, enum chat_think think)
 {
     for (int32_t j = 0; j < n_names; j++)
         if (name_check(names[j]) != 0)
@@ -48,24 +77,26 @@ int chat_tool_grammar(struct grammar *g, enum chat_format fmt, const char *const
         const int32_t more = grammar_alt(g, "<parameter=", "</function>");
         ok |= more;
         ok |= grammar_until(g, ">", NULL, "<\n");
-        /* a value ends at its closing tag, or where the parser would end
-         * the call (an unclosed parameter is the last) */
+        /* a value ends at its closing tag; the call's would end the call
+         * for the parser, the parameter unclosed and split at any
+         * "<parameter=" in it: no value holds it */
         const int32_t value = grammar_until(g, "</parameter>", "</tool_call>", NULL);
         ok |= value;
-        if (value >= 0)
+        if (value >= 0) {
             grammar_jump(g, value, -1, more);
+            grammar_jump(g, value, 1, GRAMMAR_REFUSE);
+        }
         if (more >= 0)
             grammar_jump(g, more, 1, g->n_seg);
         ok |= grammar_lit(g, WS "</tool_call>");
-        if (value >= 0)
-            grammar_jump(g, value, 1, g->n_seg);
     } else {
         const bool list = fmt == CHAT_FMT_TOOLCALL;
         ok |= grammar_lit(g, list ? WS "[" WS "{" WS "\"name\"" WS ":" WS "\"" : WS "{" WS "\"name\"" WS ":" WS "\"");
-        ok |= grammar_names(g, names, n_names, false);
-        ok |= grammar_lit(g, "\"" WS "," WS "\"arguments\"" WS ":");
-        ok |= grammar_json(g, list ? "</TOOLCALL>" : "</tool_call>"); /* the parser ends a call at its tag */
-        ok |= grammar_lit(g, list ? WS "}" WS "]" WS "</TOOLCALL>" : WS "}" WS "</tool_call>");
+        const int32_t nm = grammar_names(g, names, n_names, false);
+        ok |= nm;
+        if (ok >= 0)
+            ok |= json_arguments(g, nm, schemas, n_names, list ? "</TOOLCALL>" : "</tool_call>",
+                                 list ? WS "}" WS "]" WS "</TOOLCALL>" : WS "}" WS "</tool_call>");
     }
     return ok < 0 ? -1 : 0;
 }

@@ -121,7 +121,7 @@ int32_t grammar_names(struct grammar *g, const char *const *names, int32_t n_nam
         if (off < 0 ||
             grow((void **)&g->names, g->n_names, &g->cap_names, sizeof *g->names, GRAMMAR_MAX_NAMES, "names") != 0)
             return -1;
-        g->names[g->n_names++] = (uint32_t)off;
+        g->names[g->n_names++] = (struct grammar_name){(uint32_t)off, -1};
     }
     const int32_t i = seg_add(g, GRAM_NAME);
     if (i >= 0) {
@@ -132,21 +132,6 @@ int32_t grammar_names(struct grammar *g, const char *const *names, int32_t n_nam
     return i;
 }
 
-int32_t grammar_value(struct grammar *g, unsigned kinds)
-{
-    assert(kinds && kinds < 128);
-    const int32_t i = seg_add(g, GRAM_VALUE);
-    if (i >= 0)
-        g->seg[i].n = (int32_t)kinds;
-    return i;
-}
-
-void grammar_else(struct grammar *g, int32_t seg, int32_t target)
-{
-    assert(seg >= 0 && seg < g->n_seg && g->seg[seg].kind == GRAM_ALT && target >= 0);
-    g->seg[seg].alt_else = target;
-}
-
 /* how far text t is matched after byte c, from pos bytes: a mismatch restarts
  * the match at c alone, exact when t's first byte does not come again in it */
 static uint8_t match_more(const char *t, uint8_t pos, unsigned char c)
@@ -155,6 +140,31 @@ static uint8_t match_more(const char *t, uint8_t pos, unsigned char c)
 }
 
 static bool match_ok(const char *t) { return t[0] && strlen(t) < 256 && !strchr(t + 1, t[0]); }
+
+int32_t grammar_value(struct grammar *g, unsigned kinds, const char *forbid)
+{
+    assert(kinds && kinds < 128 && (!forbid || match_ok(forbid)));
+    const int64_t f = forbid ? strs_add(g, forbid, strlen(forbid)) : 0;
+    const int32_t i = f < 0 ? -1 : seg_add(g, GRAM_VALUE);
+    if (i >= 0) {
+        g->seg[i].n = (int32_t)kinds;
+        g->seg[i].deny = (uint32_t)f;
+    }
+    return i;
+}
+
+void grammar_name_jump(struct grammar *g, int32_t seg, int32_t j, int32_t target)
+{
+    assert(seg >= 0 && seg < g->n_seg && g->seg[seg].kind == GRAM_NAME && j >= 0 && j < g->seg[seg].n && target >= 0);
+    g->names[g->seg[seg].text + (uint32_t)j].next = target;
+}
+
+void grammar_else(struct grammar *g, int32_t seg, int32_t target)
+{
+    assert(seg >= 0 && seg < g->n_seg && g->seg[seg].kind == GRAM_ALT && target >= 0);
+    g->seg[seg].alt_else = target;
+}
+
 
 int32_t grammar_json(struct grammar *g, const char *forbid)
 {
@@ -191,8 +201,9 @@ int32_t grammar_until(struct grammar *g, const char *terminator, const char *oth
 
 void grammar_jump(struct grammar *g, int32_t seg, int32_t alt, int32_t target)
 {
-    assert(seg >= 0 && seg < g->n_seg && alt < g->seg[seg].n && target >= 0);
+    assert(seg >= 0 && seg < g->n_seg && alt < g->seg[seg].n);
     assert(alt < 0 || g->seg[seg].kind == GRAM_ALT || g->seg[seg].kind == GRAM_FREE);
+    assert(target >= 0 || (target == GRAMMAR_REFUSE && alt == 1 && g->seg[seg].kind == GRAM_FREE));
     if (alt < 0)
         g->seg[seg].next = target;
     else
@@ -251,6 +262,13 @@ static unsigned value_kind(unsigned char c)
     }
 }
 
+/* Whether byte c completes the text a JSON or VALUE segment may not contain. */
+static bool denied(struct guard *gd, const struct grammar_seg *s, unsigned char c)
+{
+    const char *t = gd->gm->strs + s->deny;
+    return s->deny && t[gd->tpos[0] = match_more(t, gd->tpos[0], c)] == 0;
+}
+
 static int step(struct guard *gd, unsigned char c)
 {
     const struct grammar *gm = gd->gm;
@@ -307,27 +325,28 @@ static int step(struct guard *gd, unsigned char c)
                 return ws_more(gd);
             /* the names that begin with the bytes so far all begin as the
              * first of them does, gd->name */
-            const char *cur = gm->strs + gm->names[s->text + (uint32_t)gd->name];
+            const char *cur = gm->strs + gm->names[s->text + (uint32_t)gd->name].text;
             for (int32_t j = 0; c && j < s->n; j++) {
-                const char *t = gm->strs + gm->names[s->text + (uint32_t)j];
+                const char *t = gm->strs + gm->names[s->text + (uint32_t)j].text;
                 if ((unsigned char)t[gd->pos] == c && strncmp(t, cur, gd->pos) == 0) {
                     gd->name = j;
                     gd->pos++;
                     return 0;
                 }
             }
-            bool whole = false;
-            for (int32_t j = 0; gd->pos && j < s->n && !whole; j++) {
-                const char *t = gm->strs + gm->names[s->text + (uint32_t)j];
-                whole = t[gd->pos] == 0 && strncmp(t, cur, gd->pos) == 0;
+            int32_t whole = -1;
+            for (int32_t j = 0; gd->pos && j < s->n && whole < 0; j++) {
+                const struct grammar_name *nm = &gm->names[s->text + (uint32_t)j];
+                if (gm->strs[nm->text + gd->pos] == 0 && strncmp(gm->strs + nm->text, cur, gd->pos) == 0)
+                    whole = nm->next >= 0 ? nm->next : s->next;
             }
-            if (!whole)
+            if (whole < 0)
                 return -1;
-            enter(gd, s->next);
+            enter(gd, whole);
             continue;
         }
         case GRAM_JSON:
-            if (s->deny && gm->strs[s->deny + (gd->tpos[0] = match_more(gm->strs + s->deny, gd->tpos[0], c))] == 0)
+            if (denied(gd, s, c))
                 return -1;
             if (json_guard_feed(&gd->json, (const char *)&c, 1) != 0)
                 return -1;
@@ -335,6 +354,8 @@ static int step(struct guard *gd, unsigned char c)
                 enter(gd, s->next);
             return 0;
         case GRAM_VALUE: {
+            if (denied(gd, s, c))
+                return -1;
             if (!gd->name && is_ws(c)) /* before it: the grammar's bound, not the JSON guard's */
                 return ws_more(gd);
             if (!gd->name) { /* its first byte: a kind it may be */
@@ -365,7 +386,10 @@ static int step(struct guard *gd, unsigned char c)
             for (int32_t k = 0; k < s->n; k++) {
                 const char *t = gm->strs + s->alt[k];
                 if (t[gd->tpos[k] = match_more(t, gd->tpos[k], c)] == 0) {
-                    enter(gd, k ? s->alt_next[k] : s->next);
+                    const int32_t to = k ? s->alt_next[k] : s->next;
+                    if (to == GRAMMAR_REFUSE)
+                        return -1;
+                    enter(gd, to);
                     break;
                 }
             }

@@ -38,11 +38,12 @@ enum grammar_kind {
     GRAM_ALT,   /* a place for whitespace, then one of n_alt literals (none a prefix of another), each
                    with its next; or, where alt_else is set, a first byte none begins goes there */
     GRAM_NAME,  /* one of n_names names (after whitespace where ws); it ends where the next byte cannot
-                   continue a name */
+                   continue a name, and goes on at the name's next if it has one */
     GRAM_JSON,  /* one JSON object, in which the text at deny (if any) never appears */
     GRAM_FREE,  /* any bytes (none in deny) up to and including the first of n_alt terminators: the
                    first goes on at next, the second at its alt_next */
-    GRAM_VALUE, /* one JSON value of the kinds in n (enum grammar_value_kind) */
+    GRAM_VALUE, /* one JSON value of the kinds in n (enum grammar_value_kind), in which the text at deny
+                   (if any) never appears */
 };
 
 enum grammar_value_kind {
@@ -59,8 +60,8 @@ struct grammar_seg {
     enum grammar_kind kind;
     int32_t next;                   /* the segment that follows; n_seg or past it: the end */
     uint32_t text;                  /* LIT: the literal (an offset into strs); NAME: its first name in names */
-    uint32_t deny;                  /* FREE: bytes it may not contain; JSON: a text it may not contain
-                                       (an offset into strs), 0 for none */
+    uint32_t deny;                  /* FREE: bytes it may not contain; JSON, VALUE: a text it may not
+                                       contain (an offset into strs), 0 for none */
     int32_t n;                      /* NAME: names; ALT: literals; FREE: terminators; VALUE: kinds */
     bool ws;                        /* NAME: whitespace may come first */
     uint32_t alt[GRAMMAR_MAX_ALT];  /* ALT: the literals; FREE: the terminators (offsets into strs) */
@@ -68,10 +69,15 @@ struct grammar_seg {
     int32_t alt_else;               /* ALT: where a first byte no literal begins goes, or -1 */
 };
 
+struct grammar_name {
+    uint32_t text; /* an offset into strs */
+    int32_t next;  /* where the segment goes on after this name; -1: the segment's next */
+};
+
 struct grammar {
     int32_t n_seg, cap_seg;
     struct grammar_seg *seg; /* owned: [n_seg] */
-    uint32_t *names;         /* owned: the NAME segments' names (offsets into strs) */
+    struct grammar_name *names; /* owned: the NAME segments' names */
     int32_t n_names, cap_names;
     char *strs; /* owned: every text the segments name, NUL-terminated; offset 0 is "" */
     size_t n_strs, cap_strs;
@@ -89,8 +95,11 @@ int32_t grammar_lit(struct grammar *g, const char *text);
 int32_t grammar_alt(struct grammar *g, const char *a, const char *b);
 /* ws: whitespace may come before the name */
 int32_t grammar_names(struct grammar *g, const char *const *names, int32_t n_names, bool ws);
-/* One JSON value of the kinds given (enum grammar_value_kind), whitespace first. */
-int32_t grammar_value(struct grammar *g, unsigned kinds);
+/* One JSON value of the kinds given (enum grammar_value_kind), whitespace
+ * first; forbid as grammar_json's. */
+int32_t grammar_value(struct grammar *g, unsigned kinds, const char *forbid);
+/* Where NAME segment seg goes on after its name j (0-based, in the order given). */
+void grammar_name_jump(struct grammar *g, int32_t seg, int32_t j, int32_t target);
 /* Where ALT segment seg sends a first byte that none of its literals begins. */
 void grammar_else(struct grammar *g, int32_t seg, int32_t target);
 /* forbid: NULL, or a text that may not appear in the object (a format's
@@ -101,7 +110,9 @@ int32_t grammar_json(struct grammar *g, const char *forbid);
  * continues at the segment grammar_jump gives its alternative 1. */
 int32_t grammar_until(struct grammar *g, const char *terminator, const char *other, const char *deny);
 /* Where segment seg (alternative or terminator alt of an ALT or FREE; -1 for
- * the segment's own next) goes on; target n_seg or past it: the end. */
+ * the segment's own next) goes on; target n_seg or past it: the end;
+ * GRAMMAR_REFUSE for a FREE's terminator 1: the text may not appear. */
+#define GRAMMAR_REFUSE (-1)
 void grammar_jump(struct grammar *g, int32_t seg, int32_t alt, int32_t target);
 /* Moves src into dst (src is left empty). */
 void grammar_move(struct grammar *dst, struct grammar *src);

@@ -108,6 +108,8 @@ json_t *convert_anthropic_tools(json_t *tools)
             json_object_set(fn, "description", json_object_get(t, "description"));
         json_t *schema = json_object_get(t, "input_schema");
         json_object_set_new(fn, "parameters", schema ? json_incref(schema) : json_pack("{s:s}", "type", "object"));
+        if (json_is_true(json_object_get(t, "strict"))) /* its input follows the schema when a call is forced */
+            json_object_set(fn, "strict", json_true());
         json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
     }
     return out;
@@ -198,6 +200,8 @@ json_t *convert_responses_tools(json_t *tools)
             json_object_set(fn, "description", json_object_get(t, "description"));
         json_t *p = json_object_get(t, "parameters");
         json_object_set_new(fn, "parameters", p ? json_incref(p) : json_pack("{s:s}", "type", "object"));
+        if (json_is_true(json_object_get(t, "strict"))) /* its arguments follow the schema when a call is forced */
+            json_object_set(fn, "strict", json_true());
         json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
     }
     if (json_array_size(out) == 0) {

@@ -193,34 +193,39 @@ int gen_tool_choice(json_t *tc, bool anthropic, enum gen_tools *mode, const char
 }
 
 /* The tools' names, or the one tool_choice names after checking it is among
- * them: a grammar for the forced call (chat_tool_grammar). -1 with err. */
+ * them: a grammar for the forced call (chat_tool_grammar), a strict tool's
+ * arguments following its parameters' schema. -1 with err. */
 static int forced_call_grammar(struct app *a, const struct gen_opts *o, enum chat_think think, struct grammar *gm,
                                char *err, size_t n_err)
 {
     enum { MAX_TOOLS = 128 }; /* OpenAI's limit on a request's tools */
     const char *names[MAX_TOOLS];
-    int32_t n = 0;
-    bool named = false;
+    json_t *schemas[MAX_TOOLS];
+    int32_t n = 0, named = -1;
     size_t i;
     json_t *t;
     json_array_foreach(o->tools, i, t) {
-        const char *nm = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        json_t *fn = json_object_get(t, "function");
+        const char *nm = json_string_value(json_object_get(fn, "name"));
         if (!nm)
             continue;
-        named |= o->tool_name && strcmp(nm, o->tool_name) == 0;
         if (n == MAX_TOOLS)
             return snprintf(err, n_err, "tool_choice forces a call among at most %d tools", MAX_TOOLS), -1;
+        if (o->tool_name && named < 0 && strcmp(nm, o->tool_name) == 0)
+            named = n;
+        schemas[n] = json_is_true(json_object_get(fn, "strict")) ? json_object_get(fn, "parameters") : NULL;
         names[n++] = nm;
     }
     if (n == 0)
         return snprintf(err, n_err, "tool_choice forces a tool call, but the request has no tools"), -1;
-    if (o->tool_name && !named)
+    if (o->tool_name && named < 0)
         return snprintf(err, n_err, "tool_choice names '%.64s', which is not among the request's tools", o->tool_name), -1;
     if (o->tool_name) {
-        names[0] = o->tool_name;
+        names[0] = names[named];
+        schemas[0] = schemas[named];
         n = 1;
     }
-    if (chat_tool_grammar(gm, chat_template_tool_format(a->tpl), names, n, think) != 0)
+    if (chat_tool_grammar(gm, chat_template_tool_format(a->tpl), names, schemas, n, think) != 0)
         return snprintf(err, n_err, "%s", err_msg()), -1;
     return 0;
 }

@@ -4,7 +4,10 @@
  * verdict, and a text it takes as complete must be, for the parser, exactly
  * one call of one of the names with a JSON object of arguments (texts with
  * \u escapes or numbers jansson cannot hold are left out of that check, as
- * in fuzz_json_guard). */
+ * in fuzz_json_guard). With strict tools (the reasoning byte's next choice),
+ * in the JSON formats the arguments of "ab" and "read_file" must be what
+ * their schemas describe; "ab"'s enum holds the closing tags, which must
+ * stay escaped. */
 #include "guard_check.h"
 
 #include "../../src/chat/parser.h"
@@ -14,7 +17,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
 
 struct seen {
     int calls;
-    bool known;
+    int name;
     char args[4096];
     size_t n_args;
     bool args_cut;
@@ -27,9 +30,10 @@ static void on_event(void *ctx, const struct chat_event *ev)
     struct seen *s = ctx;
     if (ev->kind == CHAT_EV_TOOL_START) {
         s->calls++;
-        s->known = false;
+        s->name = -1;
         for (int i = 0; i < 3; i++)
-            s->known |= strcmp(ev->name, names[i]) == 0;
+            if (strcmp(ev->name, names[i]) == 0)
+                s->name = i;
     } else if (ev->kind == CHAT_EV_TOOL_ARGS) {
         if (s->n_args + ev->len >= sizeof s->args)
             s->args_cut = true;
@@ -40,17 +44,46 @@ static void on_event(void *ctx, const struct chat_event *ev)
     }
 }
 
+static json_t *schema_ab, *schema_read;
+
+/* Whether args is what the strict schema of names[name] describes. */
+static bool fits(int name, json_t *args)
+{
+    if (name == 1) {
+        const char *k = json_string_value(json_object_get(args, "k"));
+        json_t *n = json_object_get(args, "n");
+        return json_object_size(args) == 2 && k &&
+               (!strcmp(k, "x") || !strcmp(k, "</tool_call>") || !strcmp(k, "</TOOLCALL>")) &&
+               (json_is_integer(n) || json_is_null(n)) && !strcmp(json_object_iter_key(json_object_iter(args)), "k");
+    }
+    json_t *o = json_object_get(args, "opts"), *v;
+    size_t i;
+    bool ok = json_object_size(args) == 2 && json_is_string(json_object_get(args, "path")) && json_is_array(o);
+    json_array_foreach(o, i, v) ok &= json_is_boolean(v);
+    return ok;
+}
+
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
+    if (!schema_ab) {
+        schema_ab = json_loads("{\"type\": \"object\", \"properties\": {\"k\": {\"enum\": [\"x\", \"</tool_call>\", "
+                               "\"</TOOLCALL>\"]}, \"n\": {\"type\": [\"integer\", \"null\"]}}}",
+                               0, NULL);
+        schema_read = json_loads("{\"type\": \"object\", \"properties\": {\"path\": {\"type\": \"string\"}, \"opts\": "
+                                 "{\"type\": \"array\", \"items\": {\"type\": \"boolean\"}}}}",
+                                 0, NULL);
+    }
     if (size < 2)
         return 0;
     const enum chat_format fmt = (enum chat_format)(data[0] % 3);
     const enum chat_think think = (enum chat_think)(data[1] % 3);
+    json_t *const schemas[3] = {NULL, schema_ab, schema_read};
+    const bool strict = data[1] / 3 % 2;
     const char *text = (const char *)data + 2;
     const size_t n = size - 2;
     struct grammar gm;
     grammar_init(&gm);
-    if (chat_tool_grammar(&gm, fmt, names, 3, think) != 0)
+    if (chat_tool_grammar(&gm, fmt, names, strict ? schemas : NULL, 3, think) != 0)
         abort();
     if (guard_complete(&gm, text, n) && !json_beyond_jansson(text, n)) {
         struct seen s = {0};
@@ -60,11 +93,11 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
         chat_parser_feed(p, text, n);
         chat_parser_finish(p);
         chat_parser_free(p);
-        if (s.calls != 1 || !s.known)
+        if (s.calls != 1 || s.name < 0)
             abort();
         if (!s.args_cut) {
-            json_t *j = json_loadb(s.args, s.n_args, 0, NULL);
-            if (!json_is_object(j))
+            json_t *j = json_loadb(s.args, s.n_args, JSON_PRESERVE_ORDER, NULL);
+            if (!json_is_object(j) || (strict && fmt != CHAT_FMT_XML && s.name > 0 && !fits(s.name, j)))
                 abort();
             json_decref(j);
         }

@@ -166,3 +166,21 @@ test("structured outputs: output_config.format and the beta's output_format give
   await refused({ output_format: { type: "json_schema", schema }, output_config: { format: { type: "json_schema", schema } } }, /one of them/);
   await refused({ output_format: { type: "json_schema", schema }, tools: TOOLS, tool_choice: { type: "any" } }, /cannot be combined/);
 });
+
+test("a strict tool's forced call gives an input its schema describes", async () => {
+  const input_schema = { type: "object", additionalProperties: false, required: ["unit", "days"],
+    properties: { unit: { enum: ["celsius", "fahrenheit"] }, days: { enum: [1, 2, 3] } } };
+  const tools = [{ name: "get_weather", description: "Weather of Paris", strict: true, input_schema }, ...TOOLS];
+  const req = { model: "m", max_tokens: 200, tools, tool_choice: { type: "tool", name: "get_weather" },
+    messages: [{ role: "user", content: "What's the weather in Paris?" }] };
+  for (const temperature of [0, 1]) {
+    const m = await client.messages.create({ ...req, temperature });
+    assert.equal(m.stop_reason, "tool_use");
+    const use = m.content.filter((b) => b.type === "tool_use");
+    assert.equal(use.length, 1);
+    assert.deepEqual(Object.keys(use[0].input), ["unit", "days"], JSON.stringify(use[0].input));
+    assert.ok(["celsius", "fahrenheit"].includes(use[0].input.unit) && [1, 2, 3].includes(use[0].input.days));
+  }
+  await assert.rejects(client.messages.create({ ...req, tools: [{ ...tools[0], input_schema: { type: "object", properties: { n: { type: "integer", minimum: 0 } } } }] }),
+    (e) => e.status === 400 && e.error?.error?.type === "invalid_request_error" && /minimum/.test(e.message));
+});

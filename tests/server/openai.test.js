@@ -437,6 +437,44 @@ test("tool_choice: none renders the prompt without the tools; required and a nam
   await assert.rejects(client.responses.create({ model: "m", input: "x", tool_choice: "required" }), (e) => e.status === 400 && /no tools/.test(e.message));
 });
 
+test("a strict tool's forced call follows its parameters' schema; a strict schema it cannot enforce is refused", async () => {
+  // enums only: bounded arguments that even the tiny model finishes
+  const params = { type: "object", additionalProperties: false, required: ["unit", "days"],
+    properties: { unit: { enum: ["celsius", "fahrenheit"] }, days: { enum: [1, 2, 3] } } };
+  const fits = (args) => {
+    const v = JSON.parse(args);
+    assert.deepEqual(Object.keys(v), ["unit", "days"], args);
+    assert.ok(["celsius", "fahrenheit"].includes(v.unit) && [1, 2, 3].includes(v.days), args);
+  };
+  const tools = [{ type: "function", function: { name: "get_weather", description: "Weather of Paris", strict: true, parameters: params } },
+    { type: "function", function: { name: "read_file", parameters: { type: "object", properties: { path: { type: "string" } } } } }];
+  const base = { model: "m", messages: [{ role: "user", content: "What's the weather in Paris?" }], max_tokens: 200, tools };
+  for (const temperature of [0, 1]) {
+    const r = await client.chat.completions.create({ ...base, temperature, seed: 7,
+      tool_choice: { type: "function", function: { name: "get_weather" } } });
+    assert.equal(r.choices[0].finish_reason, "tool_calls");
+    assert.equal(r.choices[0].message.tool_calls.length, 1);
+    fits(r.choices[0].message.tool_calls[0].function.arguments);
+  }
+  const req = await client.chat.completions.create({ ...base, temperature: 0, tool_choice: "required" });
+  const call = req.choices[0].message.tool_calls[0].function;
+  if (call.name === "get_weather") fits(call.arguments);
+  // the Responses API's flat tools
+  const rr = await client.responses.create({ model: "m", input: "What's the weather in Paris?", temperature: 0, max_output_tokens: 200,
+    tools: [{ type: "function", name: "get_weather", strict: true, parameters: params }], tool_choice: "required" });
+  const fc = rr.output.filter((o) => o.type === "function_call");
+  assert.equal(fc.length, 1);
+  fits(fc[0].arguments);
+  // a strict schema with a keyword the grammar cannot enforce: refused, naming it; the same schema not strict is not enforced, and passes
+  const loose = { type: "object", properties: { path: { type: "string", pattern: "^/" } } };
+  await assert.rejects(client.chat.completions.create({ ...base, tool_choice: "required",
+    tools: [{ type: "function", function: { name: "read_file", strict: true, parameters: loose } }] }),
+  (e) => e.status === 400 && /pattern/.test(e.message));
+  const ok = await client.chat.completions.create({ ...base, max_tokens: 60, temperature: 0, tool_choice: "required",
+    tools: [{ type: "function", function: { name: "read_file", parameters: loose } }] });
+  assert.ok(["tool_calls", "length"].includes(ok.choices[0].finish_reason));
+});
+
 test("response_format json_object: the output is JSON, cut only by max_tokens", async () => {
   const base = { model: "m", messages: [{ role: "user", content: "Describe a cat as JSON." }], max_tokens: 120,
     temperature: 1, response_format: { type: "json_object" } };

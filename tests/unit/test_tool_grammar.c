@@ -5,6 +5,7 @@
  * other names, text around the call and malformed arguments are refused.
  * With the real Qwen3 tokenizer, the tokens of a call as it tokenizes (its
  * tags are single added tokens) are each allowed in turn. */
+#include "../../src/base/err.h"
 #include "../../src/chat/parser.h"
 #include "../../src/chat/tool_grammar.h"
 #include "../../src/tokenizer/tokenizer.h"
@@ -78,7 +79,8 @@ void test_tool_grammar_formats(void)
           "<tool_call>\n<function=get_weather>\n</function>\n</tool_call>\n</tool_call>",
           "<tool_call>\n<function=get_weather >\n</function>\n</tool_call>"}},
     };
-    /* an unclosed parameter ends where the call does, as the parser reads it */
+    /* an unclosed parameter ends where the call does for the parser, split at
+     * any "<parameter=" in it: the grammar closes every parameter */
     const char *xml_unclosed = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis</tool_call>";
     const char *args = "{\"city\": \"Paris\", \"days\": 3}";
     for (size_t f = 0; f < sizeof fmts / sizeof *fmts; f++) {
@@ -87,10 +89,10 @@ void test_tool_grammar_formats(void)
         grammar_init(&named);
         grammar_init(&open);
         grammar_init(&may);
-        CHECK(chat_tool_grammar(&any, fmts[f].fmt, names, 3, CHAT_THINK_NONE) == 0 &&
-                  chat_tool_grammar(&named, fmts[f].fmt, names, 1, CHAT_THINK_NONE) == 0 &&
-                  chat_tool_grammar(&open, fmts[f].fmt, names, 3, CHAT_THINK_OPEN) == 0 &&
-                  chat_tool_grammar(&may, fmts[f].fmt, names, 3, CHAT_THINK_MAY) == 0,
+        CHECK(chat_tool_grammar(&any, fmts[f].fmt, names, NULL, 3, CHAT_THINK_NONE) == 0 &&
+                  chat_tool_grammar(&named, fmts[f].fmt, names, NULL, 1, CHAT_THINK_NONE) == 0 &&
+                  chat_tool_grammar(&open, fmts[f].fmt, names, NULL, 3, CHAT_THINK_OPEN) == 0 &&
+                  chat_tool_grammar(&may, fmts[f].fmt, names, NULL, 3, CHAT_THINK_MAY) == 0,
               "format %zu", f);
         const char *call = fmts[f].call;
         CHECK(test_verdict(&any, call) == 1 && test_verdict(&named, call) == 1, "format %zu: '%s' refused", f,
@@ -140,16 +142,79 @@ void test_tool_grammar_formats(void)
     }
     struct grammar g;
     grammar_init(&g);
-    CHECK(chat_tool_grammar(&g, CHAT_FMT_XML, names, 1, CHAT_THINK_NONE) == 0 && test_verdict(&g, xml_unclosed) == 1,
-          "an unclosed parameter at the call's end refused");
+    CHECK(chat_tool_grammar(&g, CHAT_FMT_XML, names, NULL, 1, CHAT_THINK_NONE) == 0 && test_verdict(&g, xml_unclosed) == -1,
+          "an unclosed parameter at the call's end accepted");
     parses_as(CHAT_FMT_XML, false, xml_unclosed, "get_weather", "{\"city\": \"Paris\"}");
     grammar_free(&g);
     grammar_init(&g);
-    CHECK(chat_tool_grammar(&g, CHAT_FMT_JSON, (const char *const[]){"bad name"}, 1, CHAT_THINK_NONE) == -1,
+    CHECK(chat_tool_grammar(&g, CHAT_FMT_JSON, (const char *const[]){"bad name"}, NULL, 1, CHAT_THINK_NONE) == -1,
           "a name with a space accepted");
-    CHECK(chat_tool_grammar(&g, CHAT_FMT_XML, (const char *const[]){"a\"b"}, 1, CHAT_THINK_NONE) == -1,
+    CHECK(chat_tool_grammar(&g, CHAT_FMT_XML, (const char *const[]){"a\"b"}, NULL, 1, CHAT_THINK_NONE) == -1,
           "a name with a quote accepted");
     grammar_free(&g);
+}
+
+/* Strict tools in the JSON formats: a name with a schema takes arguments
+ * its schema describes, a name without one any object; names that are
+ * prefixes of others keep their own schemas; the closing tag stays out of
+ * the strings; a schema json_schema refuses fails the grammar, naming why. */
+void test_tool_grammar_schema(void)
+{
+    static const char *const nm[] = {"get", "get_weather", "read"};
+    json_t *sch[] = {
+        json_loads("{\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\"}}}", 0, NULL),
+        json_loads("{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, \"unit\": "
+                   "{\"enum\": [\"c\", \"f\", \"a/b\"]}}, \"required\": [\"city\", \"unit\"], \"additionalProperties\": false}",
+                   0, NULL),
+        NULL,
+    };
+    static const struct {
+        enum chat_format fmt;
+        const char *pre, *post;
+    } fmts[] = {{CHAT_FMT_JSON, "<tool_call>\n{\"name\": \"", "}\n</tool_call>"},
+                {CHAT_FMT_TOOLCALL, "<TOOLCALL>[{\"name\": \"", "}]</TOOLCALL>"}};
+    static const struct {
+        const char *call; /* name and arguments, between pre and post */
+        int verdict;
+    } calls[] = {
+        {"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}", 1},
+        {"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"a\\/b\"}", 1},
+        {"get\", \"arguments\": {\"n\": 12}", 1},
+        {"read\", \"arguments\": {\"path\": [1, {}]}", 1},
+        {"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"k\"}", -1},
+        {"get_weather\", \"arguments\": {\"city\": \"Paris\"}", -1},
+        {"get_weather\", \"arguments\": {\"unit\": \"c\", \"city\": \"Paris\"}", -1},
+        {"get_weather\", \"arguments\": {\"city\": 3, \"unit\": \"c\"}", -1},
+        {"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\", \"x\": 1}", -1},
+        {"get\", \"arguments\": {\"n\": 1.5}", -1},
+        {"get\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}", -1},
+    };
+    for (size_t f = 0; f < sizeof fmts / sizeof *fmts; f++) {
+        struct grammar g;
+        grammar_init(&g);
+        CHECK(chat_tool_grammar(&g, fmts[f].fmt, nm, sch, 3, CHAT_THINK_NONE) == 0, "format %zu: %s", f, err_msg());
+        char buf[512];
+        for (size_t i = 0; i < sizeof calls / sizeof *calls; i++) {
+            snprintf(buf, sizeof buf, "%s%s%s", fmts[f].pre, calls[i].call, fmts[f].post);
+            CHECK(test_verdict(&g, buf) == calls[i].verdict, "format %zu: '%s': %d", f, buf, test_verdict(&g, buf));
+        }
+        snprintf(buf, sizeof buf, "%s%s%s", fmts[f].pre, calls[0].call, fmts[f].post);
+        parses_as(fmts[f].fmt, false, buf, "get_weather", "{\"city\": \"Paris\", \"unit\": \"c\"}");
+        snprintf(buf, sizeof buf, "%sget_weather\", \"arguments\": {\"city\": \"x%s", fmts[f].pre,
+                 fmts[f].fmt == CHAT_FMT_JSON ? "</tool_call>" : "</TOOLCALL>");
+        CHECK(test_verdict(&g, buf) == -1, "format %zu: the closing tag in a string: '%s' accepted", f, buf);
+        grammar_free(&g);
+    }
+    json_t *bad = json_loads("{\"type\": \"object\", \"properties\": {\"s\": {\"type\": \"string\", \"format\": \"uri\"}}}", 0, NULL);
+    struct grammar g;
+    grammar_init(&g);
+    CHECK(chat_tool_grammar(&g, CHAT_FMT_JSON, nm, (json_t *const[]){NULL, bad, NULL}, 3, CHAT_THINK_NONE) == -1 &&
+              strstr(err_msg(), "format"),
+          "a schema with format: '%s'", err_msg());
+    grammar_free(&g);
+    json_decref(bad);
+    json_decref(sch[0]);
+    json_decref(sch[1]);
 }
 
 void test_tool_grammar_tokens(void)
@@ -162,7 +227,7 @@ void test_tool_grammar_tokens(void)
     CHECK(tok_vocab_bytes(t, tok_n_vocab(t), &vb) == 0, "vocabulary bytes");
     struct grammar gm;
     grammar_init(&gm);
-    CHECK(chat_tool_grammar(&gm, CHAT_FMT_JSON, names, 3, CHAT_THINK_MAY) == 0, "grammar");
+    CHECK(chat_tool_grammar(&gm, CHAT_FMT_JSON, names, NULL, 3, CHAT_THINK_MAY) == 0, "grammar");
     const char *text = "<think>\nThe user wants the weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", "
                        "\"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>";
     struct tok_ids ids = {0};
