@@ -195,14 +195,9 @@ static json_t *resolve(struct walk *w, const char *ref)
     return at;
 }
 
-static int emit(struct walk *w, json_t *s, int depth)
+/* -1 (w's message) if schema object s has a keyword the grammar cannot enforce */
+static int keywords(struct walk *w, json_t *s)
 {
-    if (depth > JSON_SCHEMA_MAX_DEPTH)
-        return fail(w, "json_schema: nested deeper than %d levels, or a recursive $ref", JSON_SCHEMA_MAX_DEPTH);
-    if (json_is_true(s))
-        return added(w, value(w, 127));
-    if (!json_is_object(s))
-        return fail(w, "json_schema: a schema must be an object");
     const char *key;
     json_t *v;
     json_object_foreach(s, key, v) {
@@ -212,6 +207,19 @@ static int emit(struct walk *w, json_t *s, int depth)
         if (i == sizeof known / sizeof *known)
             return fail(w, "json_schema: '%.64s' is not supported (it would not be enforced)", key);
     }
+    return 0;
+}
+
+static int emit(struct walk *w, json_t *s, int depth)
+{
+    if (depth > JSON_SCHEMA_MAX_DEPTH)
+        return fail(w, "json_schema: nested deeper than %d levels, or a recursive $ref", JSON_SCHEMA_MAX_DEPTH);
+    if (json_is_true(s))
+        return added(w, value(w, 127));
+    if (!json_is_object(s))
+        return fail(w, "json_schema: a schema must be an object");
+    if (keywords(w, s) != 0)
+        return -1;
     json_t *ref = json_object_get(s, "$ref"), *type = json_object_get(s, "type");
     json_t *en = json_object_get(s, "enum"), *any = json_object_get(s, "anyOf");
     if (ref) {
@@ -268,6 +276,79 @@ int json_schema_append(struct grammar *g, json_t *schema, const char *forbid, ch
     if (!json_is_object(schema) || !(t ? !strcmp(t, "object") : json_is_object(json_object_get(schema, "properties"))))
         return fail(&w, "json_schema: the schema's top must be an object schema");
     return emit(&w, schema, 0);
+}
+
+/* A raw text in the XML format (a parameter's name, or a string value the
+ * parser keeps as it is): no newline, no tag. */
+static bool xml_raw_ok(const char *t) { return t[0] && !strpbrk(t, "<>\n"); }
+
+/* A parameter the parser reads as a string (its type "string", or none): its
+ * raw text, the template's newlines around it. */
+static int xml_string(struct walk *w, const char *key, json_t *s)
+{
+    json_t *en = json_object_get(s, "enum"), *c = json_object_get(s, "const");
+    if (!en && !c) {
+        if (!json_object_get(s, "type"))
+            return fail(w, "json_schema: parameter '%.64s' needs a type in the XML tool-call format", key);
+        /* any text up to the closing tag; the call's own would end the call */
+        const int32_t v = grammar_until(w->g, "</parameter>", "</tool_call>", NULL);
+        if (added(w, v) != 0)
+            return -1;
+        grammar_jump(w->g, v, 1, GRAMMAR_REFUSE);
+        return 0;
+    }
+    json_t *list = en ? en : c;
+    const size_t n = en ? json_array_size(en) : 1;
+    const char **names = calloc(n ? n : 1, sizeof *names);
+    if (!names)
+        return fail(w, "json_schema: out of memory");
+    int rc = en && (!json_is_array(en) || n == 0) ? fail(w, "json_schema: enum must be a non-empty list") : 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        names[i] = json_string_value(en ? json_array_get(list, i) : list);
+        if (!names[i] || !xml_raw_ok(names[i]))
+            rc = fail(w, "json_schema: parameter '%.64s': in the XML tool-call format its values must be strings "
+                         "without newlines or <>, or it needs a type", key);
+    }
+    if (rc == 0)
+        rc = added(w, grammar_lit(w->g, "\n")) || added(w, grammar_names(w->g, names, (int32_t)n, false)) ||
+                     added(w, grammar_lit(w->g, "\n</parameter>"))
+                 ? -1
+                 : 0;
+    free(names);
+    return rc;
+}
+
+int json_schema_xml_params(struct grammar *g, json_t *schema, char *err, size_t n_err)
+{
+    struct walk w = {schema, g, "</", JSON_ENCODE_ANY | JSON_COMPACT | JSON_ESCAPE_SLASH, err, n_err};
+    json_t *props = json_object_get(schema, "properties");
+    if (!json_is_object(schema) || keywords(&w, schema) != 0)
+        return json_is_object(schema) ? -1 : fail(&w, "json_schema: the schema's top must be an object schema");
+    const char *t = json_string_value(json_object_get(schema, "type"));
+    if ((t && strcmp(t, "object")) || (!t && !props) || (props && !json_is_object(props)))
+        return fail(&w, "json_schema: the schema's top must be an object schema with properties");
+    const char *key;
+    json_t *s;
+    json_object_foreach(props, key, s) {
+        if (!xml_raw_ok(key) || strlen(key) > 256)
+            return fail(&w, "json_schema: parameter '%.64s': its name cannot be written in the XML tool-call format", key);
+        char open[300];
+        snprintf(open, sizeof open, WS "<parameter=%s>", key);
+        if (added(&w, grammar_lit(g, open)) != 0)
+            return -1;
+        json_t *ty = json_object_get(s, "type");
+        if (!json_is_object(s) || keywords(&w, s) != 0)
+            return json_is_object(s) ? -1 : fail(&w, "json_schema: parameter '%.64s' must be a schema object", key);
+        /* as the parser reads it: a "string" type, or none, keeps the text
+         * raw; any other type, or a list of them, is JSON */
+        if (!ty || (json_is_string(ty) && !strcmp(json_string_value(ty), "string"))) {
+            if (xml_string(&w, key, s) != 0)
+                return -1;
+        } else if (emit(&w, s, 1) != 0 || added(&w, grammar_lit(g, WS "</parameter>")) != 0) {
+            return -1;
+        }
+    }
+    return 0;
 }
 
 int json_schema_grammar(struct grammar *g, json_t *schema, char *err, size_t n_err)

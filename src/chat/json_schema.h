@@ -29,5 +29,13 @@ int json_schema_grammar(struct grammar *g, json_t *schema, char *err, size_t n_e
  * NULL, or a text no part of the object may contain (a format's closing
  * tag, as grammar_json's; the schema's own texts then escape '/'). */
 int json_schema_append(struct grammar *g, json_t *schema, const char *forbid, char *err, size_t n_err);
+/* Appends to g a strict tool's parameters in the XML tool-call format (the
+ * Qwen3-Coder template's): each property of object schema in order, as
+ * <parameter=NAME> blocks the parser reads back as the schema's values. A
+ * property of type "string" is raw text (an enum or const its raw strings);
+ * one of another type, or a list of types, one JSON value of its schema
+ * (no "</" in its strings: '/' escaped); one without a type only an enum or
+ * const of strings. -1 with a message in err for what cannot be written. */
+int json_schema_xml_params(struct grammar *g, json_t *schema, char *err, size_t n_err);
 
 #endif

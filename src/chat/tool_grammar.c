@@ -11,6 +11,7 @@
 #include <string.h>
 
 #define WS GRAMMAR_WS
+#define JSON_ARGS_KEY "\"" WS "," WS "\"arguments\"" WS ":"
 
 static int name_check(const char *s)
 {
@@ -20,29 +21,29 @@ static int name_check(const char *s)
     return 0;
 }
 
-/* In the JSON formats, after NAME segment nm: the arguments' key, the
- * arguments (the name's schema, or any object), the closing literal tail;
- * then the end. A name with a schema goes on in a branch of its own, after
- * the others, with its own tail: whatever its schema's grammar sends to
- * what follows it reaches that tail. */
-static int json_arguments(struct grammar *g, int32_t nm, json_t *const *schemas, int32_t n_names, const char *close,
-                          const char *tail)
+/* After the grammar so far (its last segment then ends the output): for
+ * each name with a schema, a branch of its own that NAME segment nm jumps
+ * to: the arguments the schema describes, then the call's end. Whatever a
+ * schema's grammar sends to what follows it reaches its own branch's end. */
+static int strict_branches(struct grammar *g, enum chat_format fmt, int32_t nm, json_t *const *schemas,
+                           int32_t n_names)
 {
-    static const char key[] = "\"" WS "," WS "\"arguments\"" WS ":";
-    /* the parser ends a call at its tag: no argument may hold it */
-    if (grammar_lit(g, key) < 0 || grammar_json(g, close) < 0 || grammar_lit(g, tail) < 0)
-        return -1;
+    const bool list = fmt == CHAT_FMT_TOOLCALL;
+    const char *close = list ? "</TOOLCALL>" : "</tool_call>";
     for (int32_t j = 0; schemas && j < n_names; j++) {
         if (!schemas[j])
             continue;
-        grammar_jump(g, g->n_seg - 1, -1, GRAMMAR_MAX_SEG); /* the branch before ends with its tail */
+        grammar_jump(g, g->n_seg - 1, -1, GRAMMAR_MAX_SEG);
         grammar_name_jump(g, nm, j, g->n_seg);
         char err[256];
-        if (grammar_lit(g, key) < 0)
+        if (grammar_lit(g, fmt == CHAT_FMT_XML ? ">" : JSON_ARGS_KEY) < 0)
             return -1;
-        if (json_schema_append(g, schemas[j], close, err, sizeof err) != 0)
+        if ((fmt == CHAT_FMT_XML ? json_schema_xml_params(g, schemas[j], err, sizeof err)
+                                 : json_schema_append(g, schemas[j], close, err, sizeof err)) != 0)
             return err_set("tool_grammar: %s", err);
-        if (grammar_lit(g, tail) < 0)
+        if (grammar_lit(g, fmt == CHAT_FMT_XML ? WS "</function>" WS "</tool_call>"
+                           : list              ? WS "}" WS "]" WS "</TOOLCALL>"
+                                               : WS "}" WS "</tool_call>") < 0)
             return -1;
     }
     return 0;
@@ -72,7 +73,8 @@ int chat_tool_grammar(struct grammar *g, enum chat_format fmt, const char *const
         grammar_jump(g, until, 1, g->n_seg);
     if (fmt == CHAT_FMT_XML) {
         ok |= grammar_lit(g, WS "<function=");
-        ok |= grammar_names(g, names, n_names, false);
+        const int32_t nm = grammar_names(g, names, n_names, false);
+        ok |= nm;
         ok |= grammar_lit(g, ">");
         const int32_t more = grammar_alt(g, "<parameter=", "</function>");
         ok |= more;
@@ -89,14 +91,18 @@ int chat_tool_grammar(struct grammar *g, enum chat_format fmt, const char *const
         if (more >= 0)
             grammar_jump(g, more, 1, g->n_seg);
         ok |= grammar_lit(g, WS "</tool_call>");
+        if (ok >= 0)
+            ok |= strict_branches(g, fmt, nm, schemas, n_names);
     } else {
         const bool list = fmt == CHAT_FMT_TOOLCALL;
         ok |= grammar_lit(g, list ? WS "[" WS "{" WS "\"name\"" WS ":" WS "\"" : WS "{" WS "\"name\"" WS ":" WS "\"");
         const int32_t nm = grammar_names(g, names, n_names, false);
         ok |= nm;
+        ok |= grammar_lit(g, JSON_ARGS_KEY);
+        ok |= grammar_json(g, list ? "</TOOLCALL>" : "</tool_call>"); /* the parser ends a call at its tag */
+        ok |= grammar_lit(g, list ? WS "}" WS "]" WS "</TOOLCALL>" : WS "}" WS "</tool_call>");
         if (ok >= 0)
-            ok |= json_arguments(g, nm, schemas, n_names, list ? "</TOOLCALL>" : "</tool_call>",
-                                 list ? WS "}" WS "]" WS "</TOOLCALL>" : WS "}" WS "</tool_call>");
+            ok |= strict_branches(g, fmt, nm, schemas, n_names);
     }
     return ok < 0 ? -1 : 0;
 }

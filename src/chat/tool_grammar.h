@@ -5,7 +5,7 @@
  * arguments (a JSON object; for CHAT_FMT_XML, <parameter=P> blocks), the
  * closing tag; then the output ends. Whitespace may come where the formats
  * put newlines. The parser reads each such text back as one tool call.
- * A strict tool's parameter schema is enforced too, in the JSON formats.
+ * A strict tool's parameter schema is enforced too.
  *
  * A reasoning block may come first: the output may start inside one the
  * prompt opened (CHAT_THINK_OPEN: free text up to </think>), or may open one
@@ -23,8 +23,8 @@ enum chat_think { CHAT_THINK_NONE, CHAT_THINK_OPEN, CHAT_THINK_MAY };
 /* Builds the grammar into g (grammar_init'ed, empty). A name must be 1 to 128
  * bytes of [A-Za-z0-9_.:-] (it is written into JSON and XML unescaped).
  * schemas: NULL, or for each name its parameters' JSON schema (json_schema.h's
- * subset; NULL: any object), which the JSON formats' arguments then follow
- * (a strict tool's); CHAT_FMT_XML enforces only the syntax. -1 with
+ * subset; NULL: any object), which its arguments then follow (a strict
+ * tool's; CHAT_FMT_XML: json_schema_xml_params's parameters). -1 with
  * err_set() on a bad name, a schema json_schema refuses, or when memory is
  * short. */
 int chat_tool_grammar(struct grammar *g, enum chat_format fmt, const char *const *names, json_t *const *schemas,

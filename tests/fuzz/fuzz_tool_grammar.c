@@ -5,11 +5,14 @@
  * one call of one of the names with a JSON object of arguments (texts with
  * \u escapes or numbers jansson cannot hold are left out of that check, as
  * in fuzz_json_guard). With strict tools (the reasoning byte's next choice),
- * in the JSON formats the arguments of "ab" and "read_file" must be what
- * their schemas describe; "ab"'s enum holds the closing tags, which must
- * stay escaped. */
+ * the arguments of "ab" and "read_file" must be what their schemas describe
+ * (the parser told the tools, for the XML format's types); in the JSON
+ * formats "ab"'s enum holds the closing tags, which must stay escaped. The
+ * server's parser reads text the tokenizer's decoder has made valid UTF-8:
+ * other texts are left out of the schema check. */
 #include "guard_check.h"
 
+#include "../../src/base/utf8.h"
 #include "../../src/chat/parser.h"
 #include "../../src/chat/tool_grammar.h"
 
@@ -44,7 +47,7 @@ static void on_event(void *ctx, const struct chat_event *ev)
     }
 }
 
-static json_t *schema_ab, *schema_read;
+static json_t *schema_ab, *schema_ab_xml, *schema_read, *tools, *tools_xml;
 
 /* Whether args is what the strict schema of names[name] describes. */
 static bool fits(int name, json_t *args)
@@ -53,7 +56,7 @@ static bool fits(int name, json_t *args)
         const char *k = json_string_value(json_object_get(args, "k"));
         json_t *n = json_object_get(args, "n");
         return json_object_size(args) == 2 && k &&
-               (!strcmp(k, "x") || !strcmp(k, "</tool_call>") || !strcmp(k, "</TOOLCALL>")) &&
+               (!strcmp(k, "x") || !strcmp(k, "</tool_call>") || !strcmp(k, "</TOOLCALL>") || !strcmp(k, "y z")) &&
                (json_is_integer(n) || json_is_null(n)) && !strcmp(json_object_iter_key(json_object_iter(args)), "k");
     }
     json_t *o = json_object_get(args, "opts"), *v;
@@ -69,15 +72,22 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
         schema_ab = json_loads("{\"type\": \"object\", \"properties\": {\"k\": {\"enum\": [\"x\", \"</tool_call>\", "
                                "\"</TOOLCALL>\"]}, \"n\": {\"type\": [\"integer\", \"null\"]}}}",
                                0, NULL);
+        schema_ab_xml = json_loads("{\"type\": \"object\", \"properties\": {\"k\": {\"enum\": [\"x\", \"y z\"]}, "
+                                   "\"n\": {\"type\": [\"integer\", \"null\"]}}}",
+                                   0, NULL);
         schema_read = json_loads("{\"type\": \"object\", \"properties\": {\"path\": {\"type\": \"string\"}, \"opts\": "
                                  "{\"type\": \"array\", \"items\": {\"type\": \"boolean\"}}}}",
                                  0, NULL);
+        tools = json_pack("[{s:{s:s,s:O}},{s:{s:s,s:O}}]", "function", "name", "ab", "parameters", schema_ab, "function",
+                          "name", "read_file", "parameters", schema_read);
+        tools_xml = json_pack("[{s:{s:s,s:O}},{s:{s:s,s:O}}]", "function", "name", "ab", "parameters", schema_ab_xml,
+                              "function", "name", "read_file", "parameters", schema_read);
     }
     if (size < 2)
         return 0;
     const enum chat_format fmt = (enum chat_format)(data[0] % 3);
     const enum chat_think think = (enum chat_think)(data[1] % 3);
-    json_t *const schemas[3] = {NULL, schema_ab, schema_read};
+    json_t *const schemas[3] = {NULL, fmt == CHAT_FMT_XML ? schema_ab_xml : schema_ab, schema_read};
     const bool strict = data[1] / 3 % 2;
     const char *text = (const char *)data + 2;
     const size_t n = size - 2;
@@ -87,7 +97,8 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
         abort();
     if (guard_complete(&gm, text, n) && !json_beyond_jansson(text, n)) {
         struct seen s = {0};
-        struct chat_parser *p = chat_parser_new(fmt, think == CHAT_THINK_OPEN, NULL, on_event, &s);
+        struct chat_parser *p = chat_parser_new(fmt, think == CHAT_THINK_OPEN,
+                                                strict ? (fmt == CHAT_FMT_XML ? tools_xml : tools) : NULL, on_event, &s);
         if (!p)
             abort();
         chat_parser_feed(p, text, n);
@@ -97,7 +108,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
             abort();
         if (!s.args_cut) {
             json_t *j = json_loadb(s.args, s.n_args, JSON_PRESERVE_ORDER, NULL);
-            if (!json_is_object(j) || (strict && fmt != CHAT_FMT_XML && s.name > 0 && !fits(s.name, j)))
+            if (!json_is_object(j) || (strict && s.name > 0 && utf8_valid_prefix(text, n) == n && !fits(s.name, j)))
                 abort();
             json_decref(j);
         }

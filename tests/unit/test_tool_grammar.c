@@ -205,6 +205,41 @@ void test_tool_grammar_schema(void)
         CHECK(test_verdict(&g, buf) == -1, "format %zu: the closing tag in a string: '%s' accepted", f, buf);
         grammar_free(&g);
     }
+    /* the XML format: a "string" parameter, or one without a type, raw; another type JSON */
+    static const struct {
+        const char *call;
+        int verdict;
+    } xml[] = {
+        {"get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=unit>\nc\n</parameter>\n", 1},
+        {"get_weather>\n<parameter=city>\n<b>x</b> y\n</parameter>\n<parameter=unit>\na/b\n</parameter>\n", 1},
+        {"get>\n<parameter=n>\n12\n</parameter>\n", 1},
+        {"read>\n<parameter=path>\n[1]\n</parameter>\n", 1},
+        {"get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=unit>\nk\n</parameter>\n", -1},
+        {"get_weather>\n<parameter=city>\nParis\n</parameter>\n", -1},
+        {"get_weather>\n<parameter=unit>\nc\n</parameter>\n<parameter=city>\nParis\n</parameter>\n", -1},
+        {"get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=unit>\n c\n</parameter>\n", -1},
+        {"get_weather>\n<parameter=city>\nParis</tool_call>\n</parameter>\n<parameter=unit>\nc\n</parameter>\n", -1},
+        {"get>\n<parameter=n>\n1.5\n</parameter>\n", -1},
+        {"get>\n<parameter=n>\n12\n</parameter>\n<parameter=m>\n1\n</parameter>\n", -1},
+    };
+    struct grammar gx;
+    grammar_init(&gx);
+    CHECK(chat_tool_grammar(&gx, CHAT_FMT_XML, nm, sch, 3, CHAT_THINK_NONE) == 0, "xml: %s", err_msg());
+    for (size_t i = 0; i < sizeof xml / sizeof *xml; i++) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "<tool_call>\n<function=%s</function>\n</tool_call>", xml[i].call);
+        CHECK(test_verdict(&gx, buf) == xml[i].verdict, "xml: '%s': %d", buf, test_verdict(&gx, buf));
+        if (i == 0)
+            parses_as(CHAT_FMT_XML, false, buf, "get_weather", "{\"city\": \"Paris\", \"unit\": \"c\"}");
+    }
+    grammar_free(&gx);
+    json_t *untyped = json_loads("{\"type\": \"object\", \"properties\": {\"d\": {\"enum\": [1, 2]}}}", 0, NULL);
+    grammar_init(&gx);
+    CHECK(chat_tool_grammar(&gx, CHAT_FMT_XML, nm, (json_t *const[]){untyped, NULL, NULL}, 3, CHAT_THINK_NONE) == -1 &&
+              strstr(err_msg(), "type"),
+          "xml: an untyped enum of numbers: '%s'", err_msg());
+    grammar_free(&gx);
+    json_decref(untyped);
     json_t *bad = json_loads("{\"type\": \"object\", \"properties\": {\"s\": {\"type\": \"string\", \"format\": \"uri\"}}}", 0, NULL);
     struct grammar g;
     grammar_init(&g);
