@@ -252,6 +252,8 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
         output_format(body, &go, err, sizeof err) != 0)
         return http_anthropic_error(c, 400, "invalid_request_error", "%s", err);
     go.max_tokens = (int32_t)json_integer_value(mt);
+    go.ignore_eos = json_is_true(json_object_get(body, "ignore_eos")); /* the OpenAI endpoints' extension too */
+    go.one_call = json_is_true(json_object_get(json_object_get(body, "tool_choice"), "disable_parallel_tool_use"));
     go.clamp = true; /* agents ask for more than a local context holds (Claude Code: 32000) */
     json_t *stops = json_object_get(body, "stop_sequences");
     go.stop = json_is_array(stops) ? stops : NULL;

@@ -26,7 +26,21 @@ struct gen {
     int32_t n_stop, hit;   /* hit: index of the stop string that matched, or -1 */
     char *held;
     size_t n_held;
+    /* one call at most (parallel_tool_calls false): the output ends with the
+     * first call, as at a stop string; events past it are dropped */
+    bool one_call, call_done;
+    chat_event_fn fn;
+    void *ctx;
 };
+
+static void on_event(void *ctx, const struct chat_event *ev)
+{
+    struct gen *g = ctx;
+    if (g->call_done)
+        return;
+    g->fn(g->ctx, ev);
+    g->call_done = g->one_call && ev->kind == CHAT_EV_TOOL_END;
+}
 
 static void deliver(struct gen *g, const char *text, size_t n)
 {
@@ -351,8 +365,12 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
     if (o->raw_prompt) {
         g->raw_fn = o->fn;
         g->raw_ctx = o->ctx;
-    } else if (!(g->parser = chat_parser_new(chat_template_tool_format(a->tpl), in_reasoning, o->tools, o->fn, o->ctx))) {
-        goto fail_msg;
+    } else {
+        g->fn = o->fn;
+        g->ctx = o->ctx;
+        g->one_call = o->one_call;
+        if (!(g->parser = chat_parser_new(chat_template_tool_format(a->tpl), in_reasoning, o->tools, on_event, g)))
+            goto fail_msg;
     }
     int rc = sched_submit(a->sched, g->req);
     if (rc != 0) {
@@ -373,17 +391,19 @@ fail:
 static void pump(struct gen *g, int32_t n)
 {
     char buf[4096];
-    for (; g->seen < n && g->hit < 0; g->seen++) {
+    for (; g->seen < n && g->hit < 0 && !g->call_done; g->seen++) {
         int32_t k = tok_stream_push(g->app->tok, &g->ts, g->req->out[g->seen], true, buf, sizeof buf);
         if (k > 0)
             feed(g, buf, (size_t)k, false);
     }
     pthread_mutex_lock(&g->req->mu);
-    bool over = g->hit >= 0 || (g->req->finish != SCHED_RUNNING && g->seen == g->req->n_out);
+    bool over = g->hit >= 0 || g->call_done || (g->req->finish != SCHED_RUNNING && g->seen == g->req->n_out);
     pthread_mutex_unlock(&g->req->mu);
     if (!over)
         return;
-    if (g->hit < 0) {
+    if (g->call_done) {
+        sched_req_cancel(g->req);
+    } else if (g->hit < 0) {
         int32_t k = tok_stream_flush(&g->ts, buf, sizeof buf);
         feed(g, buf, (size_t)(k > 0 ? k : 0), true);
     }
@@ -413,7 +433,10 @@ bool gen_pump_for(struct gen *g, double seconds)
 }
 
 bool gen_finished(const struct gen *g) { return g->finished; }
-enum sched_finish gen_finish(const struct gen *g) { return g->hit >= 0 ? SCHED_STOP : g->req->finish; }
+enum sched_finish gen_finish(const struct gen *g)
+{
+    return g->hit >= 0 || g->call_done ? SCHED_STOP : g->req->finish;
+}
 const char *gen_stop_string(const struct gen *g) { return g->hit >= 0 ? g->stop[g->hit] : NULL; }
 const char *gen_error(const struct gen *g) { return g->req->error; }
 
@@ -434,7 +457,7 @@ int32_t gen_n_cached(const struct gen *g)
 int32_t gen_n_output(const struct gen *g)
 {
     pthread_mutex_lock(&g->req->mu);
-    int32_t n = g->hit >= 0 ? g->seen : g->req->n_out; /* after a stop string: what the client got */
+    int32_t n = g->hit >= 0 || g->call_done ? g->seen : g->req->n_out; /* cut short: what the client got */
     pthread_mutex_unlock(&g->req->mu);
     return n;
 }

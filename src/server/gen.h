@@ -40,6 +40,8 @@ struct gen_opts {
                                 tools / of tool_name (constrained decoding, as with json; a
                                 reasoning block may come first, as without it) */
     const char *tool_name;
+    bool one_call;           /* at most one tool call: the output ends after it (OpenAI's
+                                parallel_tool_calls false, Anthropic's disable_parallel_tool_use) */
     chat_event_fn fn;
     void *ctx;
 };

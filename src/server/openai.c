@@ -320,7 +320,8 @@ enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *bod
         return MHD_NO;
     json_t *kw = json_object_get(body, "chat_template_kwargs");
     struct gen_opts go = {.messages = msgs, .tools = tools, .kwargs = json_is_object(kw) ? kw : NULL, .json = json,
-                          .schema = schema, .tool_choice = choice, .tool_name = tool_name};
+                          .schema = schema, .tool_choice = choice, .tool_name = tool_name,
+                          .one_call = json_is_false(json_object_get(body, "parallel_tool_calls"))};
     return oai_run(a, c, g, &go, body);
 }
 

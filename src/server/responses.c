@@ -232,6 +232,7 @@ enum MHD_Result openai_responses(struct app *a, struct MHD_Connection *c, json_t
             return http_openai_error(c, 400, "invalid_request_error", "max_output_tokens must be a positive integer");
         go.max_tokens = (int32_t)json_integer_value(v);
     }
+    go.one_call = json_is_false(json_object_get(body, "parallel_tool_calls"));
     json_t *msgs = convert_responses_input(body, err, sizeof err);
     if (!msgs)
         return http_openai_error(c, 400, "invalid_request_error", "%s", err);

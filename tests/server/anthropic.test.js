@@ -184,3 +184,16 @@ test("a strict tool's forced call gives an input its schema describes", async ()
   await assert.rejects(client.messages.create({ ...req, tools: [{ ...tools[0], input_schema: { type: "object", properties: { n: { type: "integer", minimum: 0 } } } }] }),
     (e) => e.status === 400 && e.error?.error?.type === "invalid_request_error" && /minimum/.test(e.message));
 });
+
+test("disable_parallel_tool_use: the message ends with the first tool_use", async () => {
+  const tools = [{ name: "get_weather", input_schema: { type: "object", properties: { city: { type: "string" } } } }];
+  const base = { model: "m", temperature: 0, max_tokens: 80, ignore_eos: true, tools,
+    messages: [{ role: "user", content: "What is the weather like in London today?" }] };
+  const on = await client.messages.create(base);
+  assert.equal(on.usage.output_tokens, 80);
+  assert.ok(on.content.some((b) => b.type === "tool_use"), JSON.stringify(on.content));
+  const one = await client.messages.create({ ...base, tool_choice: { type: "auto", disable_parallel_tool_use: true } });
+  assert.equal(one.stop_reason, "tool_use");
+  assert.deepEqual(one.content.map((b) => b.type), ["tool_use"]);
+  assert.ok(one.usage.output_tokens < 40);
+});

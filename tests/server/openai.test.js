@@ -475,6 +475,29 @@ test("a strict tool's forced call follows its parameters' schema; a strict schem
   assert.ok(["tool_calls", "length"].includes(ok.choices[0].finish_reason));
 });
 
+test("parallel_tool_calls false: the output ends with the first call", async () => {
+  // greedy, the tiny model calls the tool, then (its end token banned by ignore_eos) goes on
+  const tools = [{ type: "function", function: { name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } } } } }];
+  const base = { model: "m", temperature: 0, max_tokens: 80, ignore_eos: true, tools,
+    messages: [{ role: "user", content: "What is the weather like in London today?" }] };
+  const on = await client.chat.completions.create(base);
+  assert.equal(on.choices[0].finish_reason, "tool_calls");
+  assert.equal(on.usage.completion_tokens, 80);
+  const one = await client.chat.completions.create({ ...base, parallel_tool_calls: false });
+  assert.equal(one.choices[0].finish_reason, "tool_calls");
+  assert.deepEqual(one.choices[0].message.tool_calls.map((t) => t.function), [on.choices[0].message.tool_calls[0].function]);
+  assert.ok(one.usage.completion_tokens < 40 && !one.choices[0].message.content, JSON.stringify(one));
+  const chunks = [];
+  for await (const ch of await client.chat.completions.create({ ...base, parallel_tool_calls: false, stream: true, stream_options: { include_usage: true } }))
+    chunks.push(ch);
+  assert.equal(chunks.filter((c) => c.choices[0]?.finish_reason).at(-1).choices[0].finish_reason, "tool_calls");
+  assert.equal(chunks.at(-1).usage.completion_tokens, one.usage.completion_tokens);
+  const rr = await client.responses.create({ model: "m", temperature: 0, max_output_tokens: 80, ignore_eos: true, parallel_tool_calls: false,
+    input: "What is the weather like in London today?", tools: [{ type: "function", name: "get_weather", parameters: tools[0].function.parameters }] });
+  assert.equal(rr.output.filter((o) => o.type === "function_call").length, 1);
+  assert.equal(rr.usage.output_tokens, one.usage.completion_tokens);
+});
+
 test("response_format json_object: the output is JSON, cut only by max_tokens", async () => {
   const base = { model: "m", messages: [{ role: "user", content: "Describe a cat as JSON." }], max_tokens: 120,
     temperature: 1, response_format: { type: "json_object" } };
