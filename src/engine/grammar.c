@@ -265,8 +265,10 @@ static unsigned value_kind(unsigned char c)
 /* Whether byte c completes the text a JSON or VALUE segment may not contain. */
 static bool denied(struct guard *gd, const struct grammar_seg *s, unsigned char c)
 {
+    if (!s->deny)
+        return false;
     const char *t = gd->gm->strs + s->deny;
-    return s->deny && t[gd->tpos[0] = match_more(t, gd->tpos[0], c)] == 0;
+    return t[gd->tpos[0] = match_more(t, gd->tpos[0], c)] == 0;
 }
 
 static int step(struct guard *gd, unsigned char c)
