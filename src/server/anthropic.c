@@ -214,7 +214,10 @@ static int output_format(json_t *body, struct gen_opts *go, char *err, size_t n_
                *type = json_string_value(json_object_get(ga ? ga : beta, "type"));
     if (!type || strcmp(type, "json_schema") != 0)
         return snprintf(err, n_err, "%s: 'type' must be json_schema", what), -1;
-    return gen_response_format(ga ? ga : beta, what, &go->json, &go->schema, err, n_err);
+    if (gen_response_format(ga ? ga : beta, what, &go->json, &go->schema, &go->schema_strict, err, n_err) != 0)
+        return -1;
+    go->schema_strict = true; /* Anthropic's structured outputs always follow the schema */
+    return 0;
 }
 
 enum MHD_Result anthropic_count_tokens(struct app *a, struct MHD_Connection *c, json_t *body)

@@ -244,10 +244,12 @@ static int forced_call_grammar(struct app *a, const struct gen_opts *o, enum cha
     return 0;
 }
 
-int gen_response_format(json_t *rf, const char *what, bool *json, json_t **schema, char *err, size_t n_err)
+int gen_response_format(json_t *rf, const char *what, bool *json, json_t **schema, bool *strict, char *err,
+                        size_t n_err)
 {
     *json = false;
     *schema = NULL;
+    *strict = false;
     if (!rf || json_is_null(rf))
         return 0;
     const char *type = json_string_value(json_object_get(rf, "type"));
@@ -262,6 +264,7 @@ int gen_response_format(json_t *rf, const char *what, bool *json, json_t **schem
     if (strcmp(type, "json_schema") == 0) {
         json_t *js = json_object_get(rf, "json_schema"); /* chat completions nest it; Responses does not */
         *schema = json_object_get(json_is_object(js) ? js : rf, "schema");
+        *strict = json_is_true(json_object_get(json_is_object(js) ? js : rf, "strict"));
         if (!json_is_object(*schema))
             return snprintf(err, n_err, "%s json_schema needs its 'schema' object", what), -1;
         *json = true;
@@ -293,11 +296,14 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
                  o->schema ? "json_schema" : "json_object");
         goto fail;
     }
-    if (o->schema ? json_schema_grammar(&gm, o->schema, err, n_err) != 0 : o->json && grammar_json(&gm, NULL) < 0) {
-        if (!o->schema)
-            snprintf(err, n_err, "%s", err_msg());
-        goto fail;
+    if (o->schema && json_schema_grammar(&gm, o->schema, err, n_err) != 0) {
+        if (o->schema_strict)
+            goto fail;
+        grammar_free(&gm); /* not strict: a schema the grammar cannot enforce asks for a JSON object */
+        grammar_init(&gm);
     }
+    if (o->json && gm.n_seg == 0 && grammar_json(&gm, NULL) < 0)
+        goto fail_msg;
     if (o->raw_prompt) {
         if (tok_encode(a->tok, json_string_value(o->raw_prompt), json_string_length(o->raw_prompt), &ids) != 0)
             goto fail_msg;

@@ -36,6 +36,8 @@ struct gen_opts {
     bool json;               /* response_format json_object: the output is one JSON object
                                 (constrained decoding; thinking off unless kwargs say otherwise) */
     json_t *schema;          /* response_format json_schema (with json): the object follows it */
+    bool schema_strict;      /* a schema the grammar cannot enforce is refused; else the output is
+                                any JSON object (OpenAI's strict false, its default) */
     enum gen_tools tool_choice; /* GEN_TOOLS_ANY / NAMED: the output is one call of one of the
                                 tools / of tool_name (constrained decoding, as with json; a
                                 reasoning block may come first, as without it) */
@@ -67,8 +69,9 @@ int gen_tool_choice(json_t *tc, bool anthropic, enum gen_tools *mode, const char
  * output format, named what in messages: {"type": "text"} or absent;
  * "json_object" (*json true); or "json_schema" (*json true, *schema its
  * schema: chat completions' json_schema.schema, the others' schema; pointing
- * into rf). -1 with a message in err. */
-int gen_response_format(json_t *rf, const char *what, bool *json, json_t **schema, char *err, size_t n_err);
+ * into rf; *strict its "strict"). -1 with a message in err. */
+int gen_response_format(json_t *rf, const char *what, bool *json, json_t **schema, bool *strict, char *err,
+                        size_t n_err);
 
 #define GEN_MAX_STOP 8
 

@@ -307,11 +307,11 @@ enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *bod
     enum gen_tools choice;
     const char *tool_name;
     char terr[256];
-    bool json;
+    bool json, strict;
     json_t *schema;
     if (gen_tool_choice(json_object_get(body, "tool_choice"), false, &choice, &tool_name, terr, sizeof terr) != 0 ||
-        gen_response_format(json_object_get(body, "response_format"), "response_format", &json, &schema, terr,
-                            sizeof terr) != 0)
+        gen_response_format(json_object_get(body, "response_format"), "response_format", &json, &schema, &strict,
+                            terr, sizeof terr) != 0)
         return http_openai_error(c, 400, "invalid_request_error", "%s", terr);
     if (choice == GEN_TOOLS_NONE || json_is_null(tools) || (json_is_array(tools) && json_array_size(tools) == 0))
         tools = NULL;
@@ -320,7 +320,7 @@ enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *bod
         return MHD_NO;
     json_t *kw = json_object_get(body, "chat_template_kwargs");
     struct gen_opts go = {.messages = msgs, .tools = tools, .kwargs = json_is_object(kw) ? kw : NULL, .json = json,
-                          .schema = schema, .tool_choice = choice, .tool_name = tool_name,
+                          .schema = schema, .schema_strict = strict, .tool_choice = choice, .tool_name = tool_name,
                           .one_call = json_is_false(json_object_get(body, "parallel_tool_calls"))};
     return oai_run(a, c, g, &go, body);
 }

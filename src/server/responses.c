@@ -225,7 +225,7 @@ enum MHD_Result openai_responses(struct app *a, struct MHD_Connection *c, json_t
     if (gen_sampling(body, &a->model.cfg, 2.0f, &go.sp, err, sizeof err) != 0 ||
         gen_tool_choice(json_object_get(body, "tool_choice"), false, &go.tool_choice, &go.tool_name, err, sizeof err) != 0 ||
         gen_response_format(json_object_get(json_object_get(body, "text"), "format"), "text.format", &go.json,
-                            &go.schema, err, sizeof err) != 0)
+                            &go.schema, &go.schema_strict, err, sizeof err) != 0)
         return http_openai_error(c, 400, "invalid_request_error", "%s", err);
     if ((v = json_object_get(body, "max_output_tokens")) && !json_is_null(v)) {
         if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (1 << 24))

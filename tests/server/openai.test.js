@@ -555,11 +555,17 @@ test("response_format json_schema: the output is an object the schema describes;
   assert.equal(rr.status, "completed");
   fits(JSON.parse(rr.output_text));
   const refused = async (s, re) => assert.rejects(client.chat.completions.create({ ...base,
-    response_format: { type: "json_schema", json_schema: { name: "x", schema: s } } }), (e) => e.status === 400 && re.test(e.message));
+    response_format: { type: "json_schema", json_schema: { name: "x", strict: true, schema: s } } }), (e) => e.status === 400 && re.test(e.message));
   await refused({ type: "object", properties: { s: { type: "string", pattern: "^a" } } }, /pattern/);
   await refused({ type: "string" }, /object/);
   await refused(undefined, /schema/);
   await refused({ type: "object", properties: { r: { $ref: "#/" } } }, /recursive/);
+  // not strict (OpenAI's default): what the grammar cannot enforce leaves a JSON object
+  const loose = await client.chat.completions.create({ ...base, max_tokens: 60, response_format: { type: "json_schema",
+    json_schema: { name: "x", schema: { type: "object", properties: { s: { type: "string", pattern: "^a" } } } } } });
+  assert.ok(loose.choices[0].message.content.startsWith("{"), loose.choices[0].message.content);
+  await assert.rejects(client.chat.completions.create({ ...base, response_format: { type: "json_schema", json_schema: { name: "x" } } }),
+    (e) => e.status === 400 && /schema/.test(e.message));
 });
 
 test("keep-alives flow while a long prompt is prefilled, in each API's form", async () => {
