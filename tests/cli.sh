@@ -251,6 +251,13 @@ expect "launch: an agent that is not installed" 127 "npm i -g @mariozechner/pi-c
 expect "launch: an unknown agent" 2 "unknown agent" -- "$bin" launch vim
 expect "bad flag" 2 "--chunks needs sizes" -- "$bin" check "$fx/qwen3" --chunks 0
 expect "unknown command" 2 "unknown command" -- "$bin" frobnicate
+# kapitsa synth's MoE checkpoints ask for spread routing in their config; bench says so
+cp -r "$fx/qwen3_moe" "$tmp/moe_spread"
+sed -i '0,/{/s//{"kapitsa_route_spread": true, /' "$tmp/moe_spread/config.json"
+expect "bench: a MoE model without spread routing" 0 '"route_spread":false' -- \
+    "$bin" bench --model "$fx/qwen3_moe" --prompt 8 --gen 2 --json
+expect "bench: spread routing" 0 '"route_spread":true' '"decode_tok_s"' -- \
+    "$bin" bench --model "$tmp/moe_spread" --prompt 8 --gen 2 --json
 
 if [ "$quick" != "--quick" ]; then
     expect "synth qwen3-0.6b" 0 "wrote" -- "$bin" synth --preset qwen3-0.6b --out "$tmp/q06"

@@ -135,7 +135,19 @@ struct moe_routing {
     const struct tensor *bias; /* [n_expert] F32/BF16, sigmoid only (may be NULL) */
     int32_t n_group, topk_group;
     float scale;
+    bool spread; /* a synthetic checkpoint's (config kapitsa_route_spread): MOE_SPREAD_ID's picks */
 };
+
+/* The picks of a random-weight checkpoint (kapitsa synth). Its router does
+ * not spread tokens as a trained one does: past the first layers nearly
+ * every token picks the same few experts, so a batch reads a fraction of
+ * the experts' bytes and its speed says nothing of a real model's. With
+ * spread, the routing is computed as usual and then row r's pick j is
+ * expert (37 r + j (E / k)) mod E, keeping pick j's weight: k distinct
+ * experts a row, and each expert picked k times over any E consecutive
+ * rows (37 is coprime to every power of two). Every backend picks these
+ * same ids, so its results can still be compared with the cpu's. */
+#define MOE_SPREAD_ID(r, j, E, k) ((int32_t)((37 * (int64_t)(r) + (int64_t)(j) * ((E) / (k))) % (E)))
 
 /* One MoE block's routed experts (the moe op), with the caller's scratch
  * (each at least n rows; what the op leaves there is its result too). */

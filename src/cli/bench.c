@@ -14,6 +14,7 @@
 #include "cli.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,10 +64,30 @@ static double measure_bandwidth(int32_t n_threads)
     return best;
 }
 
-/* Bytes of weights one decode step reads: the decoder's tensors and the LM head
- * (not the input embedding table: one row of it; not vision or MTP tensors a
- * checkpoint may carry), routed experts at their active share. */
-static double decode_bytes(const struct model *m)
+/* The share of a MoE layer's experts a decode step of S tokens reads: the
+ * distinct experts of MOE_SPREAD_ID's picks for rows 0..S-1 on a synthetic
+ * checkpoint, else as many as picks spread at random would reach (a trained
+ * router's, roughly): E (1 - (1 - k/E)^S). */
+static double expert_share(const struct model_config *c, int32_t S)
+{
+    const int32_t E = c->n_expert, k = c->n_expert_used;
+    if (!c->route_spread)
+        return 1.0 - pow(1.0 - (double)k / E, S);
+    int32_t n = 0;
+    for (int32_t e = 0; e < E; e++) {
+        bool hit = false;
+        for (int32_t r = 0; r < S && !hit; r++)
+            for (int32_t j = 0; j < k && !hit; j++)
+                hit = MOE_SPREAD_ID(r, j, E, k) == e;
+        n += hit;
+    }
+    return (double)n / E;
+}
+
+/* Bytes of weights a decode step of S tokens reads: the decoder's tensors and
+ * the LM head (not the input embedding table: one row of it; not vision or
+ * MTP tensors a checkpoint may carry), routed experts at their share. */
+static double decode_bytes(const struct model *m, int32_t S)
 {
     const struct model_config *c = &m->cfg;
     double total = 0;
@@ -79,7 +100,7 @@ static double decode_bytes(const struct model *m)
         if (t == m->embed_stored && !c->tie_embeddings) /* one row a step, unless it is also the LM head */
             continue;
         if (strstr(t->name, ".experts."))
-            b *= (double)c->n_expert_used / c->n_expert;
+            b *= expert_share(c, S);
         total += b;
     }
     return total;
@@ -457,7 +478,8 @@ int cli_bench(int argc, char **argv)
     int32_t mix_n = 0, mix_ids[BENCH_MAX_SEQS + 1]; /* --mix: its timed steps, each step's next tokens */
     const bool gpu = strcmp(be->ops->name, "cpu") != 0;
     if (n_lens > 1 && !json)
-        printf("model    %s (%s, %s)\n%8s %14s %14s %16s %14s\n", dir, m.cfg.model_type, be->ops->name, "prompt",
+        printf("model    %s (%s, %s%s)\n%8s %14s %14s %16s %14s\n", dir, m.cfg.model_type, be->ops->name,
+               m.cfg.route_spread ? ", spread routing" : "", "prompt",
                "prefill tok/s", "TFLOP/s", "first token ms", "decode tok/s");
     if (n_lens > 1 && json)
         printf("[");
@@ -587,7 +609,7 @@ int cli_bench(int argc, char **argv)
         nth = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
     /* a step reads the weights once for all sequences and each one's caches
      * at its context (the middle of the generated run, on average) */
-    const double wbytes = decode_bytes(&m), cbytes = cache_bytes(&e, (double)n_prompt + (double)n_gen / 2);
+    const double wbytes = decode_bytes(&m, S), cbytes = cache_bytes(&e, (double)n_prompt + (double)n_gen / 2);
     double bw = gpu ? peak_gbs * 1e9 : measure_bandwidth(nth), bytes = wbytes + S * cbytes;
     /* dc: tokens per second of each sequence */
     double pf = (double)n_prompt / t_prefill, dc = (double)n_gen / t_decode, roof = bw / bytes;
@@ -599,16 +621,18 @@ int cli_bench(int argc, char **argv)
                "\"prefill_tok_s\":%.2f,\"prefill_tflops\":%.2f,\"prefill_flops\":%.0f,\"decode_tok_s\":%.2f,"
                "\"decode_bytes_per_token\":%.0f,\"cache_bytes_per_token\":%.0f,\"read_bandwidth_gb_s\":%.2f,"
                "\"decode_roofline_tok_s\":%.2f,\"decode_of_roofline\":%.3f,\"prefill_of_peak\":%.3f,\"seqs\":%d,"
-               "\"decode_tok_s_total\":%.2f,\"kv_type\":\"%s\",\"ttft_ms\":%.2f",
+               "\"decode_tok_s_total\":%.2f,\"kv_type\":\"%s\",\"ttft_ms\":%.2f,\"route_spread\":%s",
                dir, be->ops->name, nth, (long long)n_prompt, (long long)n_gen, pf, pflops, flops, dc, wbytes, cbytes,
                bw / 1e9, roof, dc / roof, gpu ? pflops / peak_tflops : 0.0, S, S * dc, dtype_name(kv_type),
-               1e3 * t_prefill);
+               1e3 * t_prefill, m.cfg.route_spread ? "true" : "false");
         if (mix)
             printf(",\"mix_chunk\":%lld,\"mix_steps\":%d,\"mix_ttft_ms\":%.2f,\"mix_decode_tok_s\":%.2f",
                    (long long)chunk, mix_n, 1e3 * t_mix, mix_dc);
         printf("}\n");
     } else {
         printf("model    %s (%s, %s", dir, m.cfg.model_type, be->ops->name);
+        if (m.cfg.route_spread)
+            printf(", spread routing");
         if (!gpu)
             printf(", %d threads", nth);
         printf(")\nprefill  %6lld tokens  %9.2f tok/s  %.1f TFLOP/s", (long long)n_prompt, pf, pflops);

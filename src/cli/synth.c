@@ -3,7 +3,10 @@
  * published config.json of each model (Qwen3, Qwen3.5, Qwen3-Next, Nemotron-H,
  * Nemotron 3), written in the layout its checkpoints use; weights are uniform
  * with the models' initializer std (0.02), 1-D tensors (norms, A_log, dt_bias,
- * D, biases) are 1, all stored as BF16. */
+ * D, biases) are 1, all stored as BF16. A MoE preset's config asks for
+ * spread routing (kapitsa_route_spread, see MOE_SPREAD_ID): a random router
+ * sends nearly every token to the same few experts, which no trained model
+ * does, and its batches would read a fraction of the experts' bytes. */
 #include "../base/err.h"
 #include "../model/safetensors.h"
 #include "cli.h"
@@ -334,6 +337,8 @@ static int synth_write(const struct preset *p, const char *dir)
         goto done;
     }
     json_t *cfg = synth_config(p);
+    if (cfg && p->n_expert > 0)
+        json_object_set_new(cfg, "kapitsa_route_spread", json_true());
     json_t *gen = p->fam == FAM_NEMOTRON
                       ? json_pack("{s:i,s:i}", "bos_token_id", 1, "eos_token_id", 2)
                       : json_pack("{s:i,s:[i,i],s:b}", "bos_token_id", 151643, "eos_token_id", 151645, 151643,

@@ -444,6 +444,7 @@ static int cfg_parse(struct cfg_reader *r, struct model_config *c)
         c->n_attn_layer += c->layer_mixer[l] == MIX_ATTN;
         c->n_rec_layer += c->layer_mixer[l] == MIX_DELTA || c->layer_mixer[l] == MIX_MAMBA;
     }
+    c->route_spread = c->n_expert > 0 && cfg_bool(r, r->root, "kapitsa_route_spread", 0);
     c->bos_id = cfg_int(r, root, "bos_token_id", 0, -1, 0, INT32_MAX);
     cfg_eos(r, root, c);
     if (root != r->root) {

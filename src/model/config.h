@@ -79,6 +79,7 @@ struct model_config {
     bool router_sigmoid;      /* nemotron: sigmoid scores, bias-corrected group-limited choice */
     int32_t n_group, topk_group;
     float routed_scale;
+    bool route_spread;        /* kapitsa synth's checkpoints: MOE_SPREAD_ID's picks (backend.h says why) */
 
     int32_t bos_id;           /* -1 if none */
     int32_t n_eos;

@@ -54,7 +54,8 @@ void layers_moe(const struct model *m, struct model_scratch *s, const struct lay
         .norm = norm, .eps = c->rms_eps, .router = &L->router,
         .rt = {.k = c->n_expert_used, .sigmoid = c->router_sigmoid, .norm = c->norm_topk_prob,
                .bias = L->router_bias.data ? &L->router_bias : NULL, .n_group = c->n_group ? c->n_group : 1,
-               .topk_group = c->topk_group ? c->topk_group : 1, .scale = c->routed_scale},
+               .topk_group = c->topk_group ? c->topk_group : 1, .scale = c->routed_scale,
+               .spread = c->route_spread},
         .ex = L->experts, .h = &h, .logits = &r, .ids = &ids, .weights = &w, .ws = &ws,
     };
     /* x + (routed + shared), the reference's order */

@@ -722,8 +722,9 @@ void test_cuda_rowwise(void)
 }
 
 /* The moe op against the cpu for n in ns (each <= n_max): experts in n_t
- * dtypes (bf16, then f16), every routing mode, the result written, then
- * added to a residual; tol: the outputs' error bound (2e-5 precise). sh > 0:
+ * dtypes (bf16, then f16), every routing mode (softmax and the grouped
+ * sigmoid also with spread routing), the result written, then added to a
+ * residual; tol: the outputs' error bound (2e-5 precise). sh > 0:
  * with a bf16 shared expert of sh rows (SwiGLU and a sigmoid mix where the
  * routed experts have a gate, relu^2 where not), which the gpu backend runs
  * beside the routed experts for up to CUDA_SMALL_N tokens. fast:
@@ -742,8 +743,8 @@ static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t 
                 *down = calloc((size_t)(2 * E), sizeof *down);
     struct tensor *tc = calloc((size_t)(12 * E), sizeof *tc);
     int32_t *ic = calloc((size_t)(2 * n_max * k), sizeof *ic), *ig = ic + n_max * k;
-    bool *same = calloc((size_t)n_max, sizeof *same);
-    assert(gate && up && down && tc && ic && same);
+    bool *same = calloc((size_t)n_max, sizeof *same), *picked = calloc((size_t)(3 * n_max), sizeof *picked);
+    assert(gate && up && down && tc && ic && same && picked);
     pair_make(b, &lg, DT_F32, n_max, E, 0.0f);
     pair_make(b, &bias, DT_F32, 1, E, 0.5f);
     pair_make(b, &x, DT_F32, n_max, hid, 1.0f);
@@ -781,11 +782,13 @@ static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t 
     /* row 0's output from the first batch of each (type, mode): in every
      * later batch up to CUDA_SMALL_N rows it must keep its bits (a tree's
      * token as decoded alone; larger batches take cuBLAS) */
-    float *row0 = calloc((size_t)(n_t * 3) * hid, sizeof(float)), *rowb = calloc((size_t)hid, sizeof(float));
+    float *row0 = calloc((size_t)(n_t * 5) * hid, sizeof(float)), *rowb = calloc((size_t)hid, sizeof(float));
     assert(row0 && rowb);
     for (int t = 0; t < n_t; t++)
         for (int ni = 0; ni < n_ns; ni++)
-            for (int mode = 0; mode < 3; mode++) {
+            for (int mode = 0; mode < 5; mode++) {
+                /* modes 3 and 4: 0 and 2 with spread routing */
+                const int md = mode < 3 ? mode : mode == 3 ? 0 : 2;
                 const int32_t n = ns[ni];
                 struct tensor rc[6], rg[6];
                 struct pair *per_row[] = {&lg, &x, &h, &ids, &wts, &ws};
@@ -798,42 +801,48 @@ static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t 
                 struct tensor *ex = tc + t * 6 * E; /* [gate, up, down][cpu, gpu][E] */
                 struct moe_block mc = {
                     .norm = &nw.c, .eps = 1e-6f, .router = &router.c,
-                    .rt = {.k = k, .sigmoid = mode > 0, .norm = mode != 1, .bias = mode == 2 ? &bias.c : NULL,
-                           .n_group = mode == 2 ? 4 : 1, .topk_group = mode == 2 ? 2 : 1,
-                           .scale = mode == 2 ? 2.5f : 1.0f},
-                    .ex = {E, mode == 1 ? NULL : ex, ex + 2 * E, ex + 4 * E},
+                    .rt = {.k = k, .sigmoid = md > 0, .norm = md != 1, .bias = md == 2 ? &bias.c : NULL,
+                           .n_group = md == 2 ? 4 : 1, .topk_group = md == 2 ? 2 : 1,
+                           .scale = md == 2 ? 2.5f : 1.0f, .spread = mode >= 3},
+                    .ex = {E, md == 1 ? NULL : ex, ex + 2 * E, ex + 4 * E},
                     .h = &rc[2], .logits = &rc[0], .ids = &rc[3], .weights = &rc[4], .ws = &rc[5],
                 };
                 struct moe_block mg = mc;
                 mg.norm = &nw.g;
                 mg.router = &router.g;
-                mg.rt.bias = mode == 2 ? &bias.g : NULL;
-                mg.ex = (struct moe_experts){E, mode == 1 ? NULL : ex + E, ex + 3 * E, ex + 5 * E};
+                mg.rt.bias = md == 2 ? &bias.g : NULL;
+                mg.ex = (struct moe_experts){E, md == 1 ? NULL : ex + E, ex + 3 * E, ex + 5 * E};
                 mg.h = &rg[2], mg.logits = &rg[0], mg.ids = &rg[3], mg.weights = &rg[4], mg.ws = &rg[5];
                 struct tensor shc[4] = {tensor_rows(&sgs.c, 0, n), tensor_rows(&sus.c, 0, n),
                                         tensor_rows(&sy.c, 0, n), tensor_rows(&smo.c, 0, n)};
                 struct tensor shg[4] = {tensor_rows(&sgs.g, 0, n), tensor_rows(&sus.g, 0, n),
                                         tensor_rows(&sy.g, 0, n), tensor_rows(&smo.g, 0, n)};
                 const struct moe_shared shared_c = {
-                    .mlp = {.gate = mode == 1 ? NULL : &sg_w.c, .up = &su_w.c, .down = &sd_w.c, .g = &shc[0],
+                    .mlp = {.gate = md == 1 ? NULL : &sg_w.c, .up = &su_w.c, .down = &sd_w.c, .g = &shc[0],
                             .u = &shc[1]},
-                    .mix = mode == 1 ? NULL : &smix.c, .mix_out = &shc[3], .y = &shc[2]};
+                    .mix = md == 1 ? NULL : &smix.c, .mix_out = &shc[3], .y = &shc[2]};
                 const struct moe_shared shared_g = {
-                    .mlp = {.gate = mode == 1 ? NULL : &sg_w.g, .up = &su_w.g, .down = &sd_w.g, .g = &shg[0],
+                    .mlp = {.gate = md == 1 ? NULL : &sg_w.g, .up = &su_w.g, .down = &sd_w.g, .g = &shg[0],
                             .u = &shg[1]},
-                    .mix = mode == 1 ? NULL : &smix.g, .mix_out = &shg[3], .y = &shg[2]};
+                    .mix = md == 1 ? NULL : &smix.g, .mix_out = &shg[3], .y = &shg[2]};
                 mc.shared = sh ? &shared_c : NULL;
                 mg.shared = sh ? &shared_g : NULL;
                 b->cpu->ops->moe(b->cpu, &oc, &rc[1], &mc, false);
                 b->gpu->ops->moe(b->gpu, &og, &rg[1], &mg, false);
                 b->cpu->ops->read(b->cpu, &rc[3], 0, n, (float *)ic);
                 b->gpu->ops->read(b->gpu, &rg[3], 0, n, (float *)ig);
+                /* spread routing's ids never differ, and the rows whose own picks swapped
+                 * are those that swapped in the mode without it (just before) */
                 int32_t n_swapped = 0;
                 for (int32_t r = 0; r < n_max; r++) {
                     same[r] = r < n && memcmp(ic + r * k, ig + r * k, (size_t)k * sizeof(int32_t)) == 0;
                     n_swapped += r < n && !same[r];
+                    if (mode < 3)
+                        picked[md * n_max + r] = same[r];
+                    else
+                        same[r] = same[r] && picked[md * n_max + r];
                 }
-                const int32_t may_swap = fast && n > CUDA_SMALL_N ? n / 8 : 0;
+                const int32_t may_swap = fast && n > CUDA_SMALL_N && mode < 3 ? n / 8 : 0;
                 CHECK(n_swapped <= may_swap, "moe E %d n %d mode %d: %d rows' ids differ (%d may)", E, n, mode,
                       n_swapped, may_swap);
                 /* the weights follow the logits, which follow two products' rounding (2-3e-6 seen) */
@@ -844,7 +853,7 @@ static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t 
                 if (fast && n > CUDA_SMALL_N)
                     printf("  moe, fast, E %d n %d mode %d: err %.3g\n", E, n, mode, e);
                 CHECK(e < tol, "moe E %d %s n %d mode %d sh %d: err %.3g", E, t ? "f16" : "bf16", n, mode, sh, e);
-                float *r0 = row0 + (size_t)(t * 3 + mode) * hid;
+                float *r0 = row0 + (size_t)(t * 5 + mode) * hid;
                 b->gpu->ops->read(b->gpu, &og, 0, 1, ni == 0 ? r0 : rowb);
                 CHECK(ni == 0 || n > CUDA_SMALL_N || memcmp(r0, rowb, (size_t)hid * sizeof(float)) == 0,
                       "moe E %d hid %d n %d mode %d: row 0 differs from its output in a batch of %d", E, hid, n, mode,
@@ -861,6 +870,7 @@ static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t 
     free(row0);
     free(rowb);
     free(same);
+    free(picked);
     for (int t = 0; t < n_t; t++)
         for (int e = 0; e < E; e++) {
             pair_free(b, &gate[t * E + e]);

@@ -225,7 +225,8 @@ void test_ops_attention_long(void)
  * router's logits, softmax top-k (with and without renormalising), SwiGLU
  * experts; written to out, then added to a residual. With room for one row
  * (ws) a token, and for one a pick (ws2: the cpu runs every pick at once),
- * the same bits. */
+ * the same bits. Spread routing (runs 4, 5): the picks are MOE_SPREAD_ID's,
+ * the weights the top-k's. */
 void test_ops_moe(void)
 {
     FOR_EACH_BACKEND(be)
@@ -256,22 +257,23 @@ void test_ops_moe(void)
         fill(&nw);
         fill(&router);
         float first[2][6 * 40];
-        for (int run = 0; run < 4; run++) {
+        for (int run = 0; run < 6; run++) {
             const int norm = run % 2;
+            const bool spread = run >= 4;
             fill(&res);
             float res0[6 * 40];
             memcpy(res0, res.data, sizeof res0);
             const struct moe_block mb = {
                 .norm = &nw, .eps = 1e-6f, .router = &router,
-                .rt = {.k = K, .norm = norm, .n_group = 1, .topk_group = 1, .scale = 1.0f},
+                .rt = {.k = K, .norm = norm, .n_group = 1, .topk_group = 1, .scale = 1.0f, .spread = spread},
                 .ex = {E, gate, up, down}, .h = &h, .logits = &lg, .ids = &ids, .weights = &wts,
-                .ws = run < 2 ? &ws : &ws2,
+                .ws = run == 2 || run == 3 ? &ws2 : &ws,
             };
             op->moe(be, &out, &x, &mb, false);
             op->moe(be, &res, &x, &mb, true);
             if (run < 2)
                 memcpy(first[norm], out.data, sizeof first[norm]);
-            else
+            else if (!spread)
                 CHECK(memcmp(first[norm], out.data, sizeof first[norm]) == 0, "moe: a row a pick, other bits");
             for (int32_t r = 0; r < n; r++) {
                 const float *xr = (const float *)x.data + r * H, *hr = (const float *)h.data + r * H;
@@ -300,8 +302,8 @@ void test_ops_moe(void)
                 double wsum = (p[best[0]] + p[best[1]]) / sum;
                 double y[40] = {0};
                 for (int32_t j = 0; j < K; j++) {
-                    int32_t e = best[j];
-                    double w = p[e] / sum / (norm ? wsum : 1);
+                    const double w = p[best[j]] / sum / (norm ? wsum : 1);
+                    const int32_t e = spread ? (int32_t)((37 * r + j * (E / K)) % E) : best[j];
                     CHECK(((int32_t *)ids.data)[r * K + j] == e, "route row %d choice %d", r, j);
                     CHECK(fabs(((float *)wts.data)[r * K + j] - w) < 1e-6, "route weight");
                     double act[36];

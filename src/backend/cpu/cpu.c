@@ -478,8 +478,11 @@ static void cpu_moe_route(struct tensor *ids, struct tensor *weights, const stru
             w[j] = p[best];
             wsum += p[best];
         }
-        for (int32_t j = 0; j < k; j++)
+        for (int32_t j = 0; j < k; j++) {
             w[j] = (rt->norm ? w[j] / (wsum + (rt->sigmoid ? 1e-20f : 0.0f)) : w[j]) * rt->scale;
+            if (rt->spread)
+                id[j] = MOE_SPREAD_ID(r, j, E, k);
+        }
     }
 }
 

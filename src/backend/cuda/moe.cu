@@ -71,7 +71,7 @@ struct route_args {
     int64_t ls;
     int64_t n, E;
     int32_t k, n_group, topk_group;
-    bool sigmoid, norm;
+    bool sigmoid, norm, spread;
     const void *bias;
     enum dtype bias_t;
     float scale;
@@ -297,7 +297,7 @@ static __device__ void route_one(const route_args &a, int64_t r, float *p, float
         }
     }
     if (lane < a.k) {
-        a.ids[r * a.is + lane] = my_id;
+        a.ids[r * a.is + lane] = a.spread ? MOE_SPREAD_ID(r, lane, E, a.k) : my_id;
         a.w[r * a.wst + lane] = route_weight(a, my_w, wsum);
     }
     __syncwarp();
@@ -370,6 +370,8 @@ static __device__ void route_regs(const route_args &a, int64_t r, int32_t *sid, 
     }
     if (lane < a.k) {
         const float w = route_weight(a, my_w, wsum);
+        if (a.spread)
+            my_id = MOE_SPREAD_ID(r, lane, E, a.k);
         a.ids[r * a.is + lane] = my_id;
         a.w[r * a.wst + lane] = w;
         if (sid) {
@@ -591,8 +593,8 @@ static route_args moe_route_args(struct cuda_backend *c, const struct moe_block 
     const route_args a = {
         (int32_t *)mb->ids->data, mb->ids->row_stride, (float *)mb->weights->data, mb->weights->row_stride,
         (float *)lg->data, lg->row_stride, lg->n_rows, lg->n_cols, rt->k, rt->n_group, rt->topk_group,
-        rt->sigmoid, rt->norm, rt->bias ? rt->bias->data : NULL, rt->bias ? rt->bias->type : DT_F32, rt->scale,
-        plan, c->counters + CUDA_MOE_COUNTER, max_act,
+        rt->sigmoid, rt->norm, rt->spread, rt->bias ? rt->bias->data : NULL, rt->bias ? rt->bias->type : DT_F32,
+        rt->scale, plan, c->counters + CUDA_MOE_COUNTER, max_act,
     };
     return a;
 }
