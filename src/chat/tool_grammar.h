@@ -9,7 +9,12 @@
  *
  * A reasoning block may come first: the output may start inside one the
  * prompt opened (CHAT_THINK_OPEN: free text up to </think>), or may open one
- * (CHAT_THINK_MAY). */
+ * (CHAT_THINK_MAY).
+ *
+ * Lazy (tool_choice auto with a strict tool): text in which the output may
+ * end, and wherever the text opens a call's tag, one call as above, then
+ * text again; so the model chooses whether to call, and a call it makes
+ * names a tool given and, for a strict tool, follows its schema. */
 #ifndef KP_TOOL_GRAMMAR_H
 #define KP_TOOL_GRAMMAR_H
 
@@ -28,6 +33,6 @@ enum chat_think { CHAT_THINK_NONE, CHAT_THINK_OPEN, CHAT_THINK_MAY };
  * err_set() on a bad name, a schema json_schema refuses, or when memory is
  * short. */
 int chat_tool_grammar(struct grammar *g, enum chat_format fmt, const char *const *names, json_t *const *schemas,
-                      int32_t n_names, enum chat_think think);
+                      int32_t n_names, enum chat_think think, bool lazy);
 
 #endif

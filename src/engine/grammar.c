@@ -199,6 +199,12 @@ int32_t grammar_until(struct grammar *g, const char *terminator, const char *oth
     return i;
 }
 
+void grammar_may_end(struct grammar *g, int32_t seg)
+{
+    assert(seg >= 0 && seg < g->n_seg && g->seg[seg].kind == GRAM_FREE);
+    g->seg[seg].may_end = true;
+}
+
 void grammar_jump(struct grammar *g, int32_t seg, int32_t alt, int32_t target)
 {
     assert(seg >= 0 && seg < g->n_seg && alt < g->seg[seg].n);
@@ -241,6 +247,16 @@ void guard_init(struct guard *gd, const struct grammar *gm)
 }
 
 bool guard_done(const struct guard *gd) { return gd->seg >= gd->gm->n_seg; }
+
+bool guard_may_end(const struct guard *gd)
+{
+    if (guard_done(gd) || !gd->gm->seg[gd->seg].may_end)
+        return false;
+    for (int32_t k = 0; k < gd->gm->seg[gd->seg].n; k++)
+        if (gd->tpos[k])
+            return false;
+    return true;
+}
 
 /* One whitespace byte more at a place that takes it: 0, or -1 past the bound. */
 static int ws_more(struct guard *gd)
@@ -411,17 +427,32 @@ int guard_feed(struct guard *gd, const char *bytes, size_t n)
 
 /* ---- sampling under the guard ---- */
 
+int vocab_bytes_set_end(struct vocab_bytes *vb, const int32_t *ids, int32_t n)
+{
+    if (!vb->end && !(vb->end = calloc((size_t)vb->n_vocab, 1)))
+        return err_set("grammar: out of memory");
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < vb->n_vocab)
+            vb->end[ids[i]] = 1;
+    return 0;
+}
+
 void vocab_bytes_free(struct vocab_bytes *vb)
 {
     free(vb->data);
     free(vb->off);
     free(vb->special);
+    free(vb->end);
     memset(vb, 0, sizeof *vb);
 }
 
 bool guard_allows(const struct guard *gd, const struct vocab_bytes *vb, int32_t id)
 {
-    if (id < 0 || id >= vb->n_vocab || vb->special[id] || vb->off[id] == vb->off[id + 1])
+    if (id < 0 || id >= vb->n_vocab)
+        return false;
+    if (vb->end && vb->end[id])
+        return guard_may_end(gd);
+    if (vb->special[id] || vb->off[id] == vb->off[id + 1])
         return false;
     struct guard t = *gd;
     return guard_feed(&t, vb->data + vb->off[id], vb->off[id + 1] - vb->off[id]) == 0;
@@ -498,7 +529,7 @@ int32_t guard_sample(struct guard *gd, const struct vocab_bytes *vb, struct samp
     }
     if (pick < 0) /* no candidate is allowed: the best allowed token of all */
         pick = best_allowed(gd, vb, lg, s->n_vocab);
-    if (pick >= 0)
+    if (pick >= 0 && !(vb->end && vb->end[pick]))
         guard_feed(gd, vb->data + vb->off[pick], vb->off[pick + 1] - vb->off[pick]);
     return pick;
 }

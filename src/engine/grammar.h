@@ -3,7 +3,9 @@
  * may come), one of a list of names, one JSON object (json_guard), free text
  * up to a terminator, and a choice between literals that jumps. That covers
  * response_format json_object and a tool call that tool_choice forces, in
- * each model's own format (chat/tool_grammar.h builds those). A guard walks
+ * each model's own format (chat/tool_grammar.h builds those), and free text
+ * in which the output may end, where a tool call may open (a strict tool's
+ * schema followed when the model calls it on its own). A guard walks
  * the grammar a byte at a time; sampling is restricted to the tokens whose
  * bytes keep the output valid (rejection: an invalid draw is removed and the
  * draw repeated, which samples exactly the renormalised restricted
@@ -67,6 +69,7 @@ struct grammar_seg {
     uint32_t alt[GRAMMAR_MAX_ALT];  /* ALT: the literals; FREE: the terminators (offsets into strs) */
     int32_t alt_next[GRAMMAR_MAX_ALT];
     int32_t alt_else;               /* ALT: where a first byte no literal begins goes, or -1 */
+    bool may_end;                   /* FREE: the output may end in it (grammar_may_end) */
 };
 
 struct grammar_name {
@@ -109,6 +112,9 @@ int32_t grammar_json(struct grammar *g, const char *forbid);
 /* Free text up to terminator, or (other: NULL for none) up to other, which
  * continues at the segment grammar_jump gives its alternative 1. */
 int32_t grammar_until(struct grammar *g, const char *terminator, const char *other, const char *deny);
+/* The output may end inside FREE segment seg, where no terminator is partly
+ * matched: the vocabulary's end tokens are allowed there (vocab_bytes.end). */
+void grammar_may_end(struct grammar *g, int32_t seg);
 /* Where segment seg (alternative or terminator alt of an ALT or FREE; -1 for
  * the segment's own next) goes on; target n_seg or past it: the end;
  * GRAMMAR_REFUSE for a FREE's terminator 1: the text may not appear. */
@@ -134,24 +140,31 @@ void guard_init(struct guard *gd, const struct grammar *gm);
 int guard_feed(struct guard *gd, const char *bytes, size_t n);
 /* Whether the output is complete (nothing may follow). */
 bool guard_done(const struct guard *gd);
+/* Whether the output may end here (grammar_may_end), or go on. */
+bool guard_may_end(const struct guard *gd);
 
-/* Each token's bytes (byte-level BPE undone), and which tokens are special
- * (never part of constrained text). */
+/* Each token's bytes (byte-level BPE undone), which tokens are special
+ * (never part of constrained text), and which end the output. */
 struct vocab_bytes {
     int32_t n_vocab;
     char *data;       /* all tokens' bytes, concatenated */
     uint32_t *off;    /* [n_vocab + 1] token id's bytes are data[off[id] .. off[id+1]) */
     uint8_t *special; /* [n_vocab] */
+    uint8_t *end;     /* [n_vocab] the model's end tokens (vocab_bytes_set_end), or NULL */
 };
+/* Marks ids[0..n) (those in the vocabulary) as the tokens that end the output. */
+int vocab_bytes_set_end(struct vocab_bytes *vb, const int32_t *ids, int32_t n);
 void vocab_bytes_free(struct vocab_bytes *vb);
 
-/* Whether token id can come next (special tokens never can). */
+/* Whether token id can come next: an end token where the output may end,
+ * never another special token. */
 bool guard_allows(const struct guard *gd, const struct vocab_bytes *vb, int32_t id);
 
 /* The next token under the guard: a draw from the sampler's distribution
  * (sampler_dist) restricted to allowed tokens; if none of its candidates is
  * allowed, the allowed token with the largest adjusted logit. Advances the
- * guard over it. -1 if no token at all can continue. */
+ * guard over it (an end token: the caller ends the output). -1 if no token
+ * at all can continue. */
 int32_t guard_sample(struct guard *gd, const struct vocab_bytes *vb, struct sampler *s, const float *logits,
                      const int32_t *history, int32_t n_history);
 

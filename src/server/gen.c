@@ -208,14 +208,17 @@ int gen_tool_choice(json_t *tc, bool anthropic, enum gen_tools *mode, const char
 
 /* The tools' names, or the one tool_choice names after checking it is among
  * them: a grammar for the forced call (chat_tool_grammar), a strict tool's
- * arguments following its parameters' schema. -1 with err. */
-static int forced_call_grammar(struct app *a, const struct gen_opts *o, enum chat_think think, struct grammar *gm,
-                               char *err, size_t n_err)
+ * arguments following its parameters' schema. Lazy (tool_choice auto): the
+ * grammar of text and calls, built only where a tool is strict (without
+ * one, the output is not constrained: gm stays empty). -1 with err. */
+static int call_grammar(struct app *a, const struct gen_opts *o, enum chat_think think, bool lazy, struct grammar *gm,
+                        char *err, size_t n_err)
 {
     enum { MAX_TOOLS = 128 }; /* OpenAI's limit on a request's tools */
     const char *names[MAX_TOOLS];
     json_t *schemas[MAX_TOOLS];
     int32_t n = 0, named = -1;
+    bool any_strict = false;
     size_t i;
     json_t *t;
     json_array_foreach(o->tools, i, t) {
@@ -224,12 +227,17 @@ static int forced_call_grammar(struct app *a, const struct gen_opts *o, enum cha
         if (!nm)
             continue;
         if (n == MAX_TOOLS)
-            return snprintf(err, n_err, "tool_choice forces a call among at most %d tools", MAX_TOOLS), -1;
+            return snprintf(err, n_err, "%s among at most %d tools",
+                            lazy ? "strict tools are followed" : "tool_choice forces a call", MAX_TOOLS),
+                   -1;
         if (o->tool_name && named < 0 && strcmp(nm, o->tool_name) == 0)
             named = n;
         schemas[n] = json_is_true(json_object_get(fn, "strict")) ? json_object_get(fn, "parameters") : NULL;
+        any_strict |= schemas[n] != NULL;
         names[n++] = nm;
     }
+    if (lazy && !any_strict)
+        return 0;
     if (n == 0)
         return snprintf(err, n_err, "tool_choice forces a tool call, but the request has no tools"), -1;
     if (o->tool_name && named < 0)
@@ -239,7 +247,7 @@ static int forced_call_grammar(struct app *a, const struct gen_opts *o, enum cha
         schemas[0] = schemas[named];
         n = 1;
     }
-    if (chat_tool_grammar(gm, chat_template_tool_format(a->tpl), names, schemas, n, think) != 0)
+    if (chat_tool_grammar(gm, chat_template_tool_format(a->tpl), names, schemas, n, think, lazy) != 0)
         return snprintf(err, n_err, "%s", err_msg()), -1;
     return 0;
 }
@@ -323,9 +331,12 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
         }
         int brc = build_prompt(a, o->messages, o->tools, kw, &ids, &in_reasoning, err, n_err);
         json_decref(kw);
-        if (brc == 0 && forced)
-            brc = forced_call_grammar(a, o, in_reasoning ? CHAT_THINK_OPEN : no_think ? CHAT_THINK_NONE : CHAT_THINK_MAY,
-                                      &gm, err, n_err);
+        /* a forced call; or, the model choosing (without JSON output), a
+         * strict tool's schema followed in the calls it makes */
+        const bool lazy = o->tool_choice == GEN_TOOLS_AUTO && o->tools && !o->json;
+        if (brc == 0 && (forced || lazy))
+            brc = call_grammar(a, o, in_reasoning ? CHAT_THINK_OPEN : no_think ? CHAT_THINK_NONE : CHAT_THINK_MAY,
+                               lazy, &gm, err, n_err);
         if (brc != 0)
             goto fail;
     }

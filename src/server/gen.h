@@ -40,7 +40,9 @@ struct gen_opts {
                                 any JSON object (OpenAI's strict false, its default) */
     enum gen_tools tool_choice; /* GEN_TOOLS_ANY / NAMED: the output is one call of one of the
                                 tools / of tool_name (constrained decoding, as with json; a
-                                reasoning block may come first, as without it) */
+                                reasoning block may come first, as without it); AUTO with a
+                                strict tool: any call the model makes names a tool given, and a
+                                strict one's arguments follow its schema (no KFlash then) */
     const char *tool_name;
     bool one_call;           /* at most one tool call: the output ends after it (OpenAI's
                                 parallel_tool_calls false, Anthropic's disable_parallel_tool_use) */

@@ -233,7 +233,8 @@ int server_run(const struct server_opts *o)
         goto done;
     loaded = 1;
     if (!(a.tok = tok_load(o->model_dir)) || !(a.tpl = chat_template_load(o->model_dir, NULL)) ||
-        tok_vocab_bytes(a.tok, a.model.cfg.vocab_size, &a.vb) != 0)
+        tok_vocab_bytes(a.tok, a.model.cfg.vocab_size, &a.vb) != 0 ||
+        vocab_bytes_set_end(&a.vb, a.model.cfg.eos_id, a.model.cfg.n_eos) != 0)
         goto done;
     if (o->draft_dir && model_load(&draft, o->draft_dir, be, NULL) != 0)
         goto done;

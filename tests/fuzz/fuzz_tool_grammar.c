@@ -9,7 +9,10 @@
  * (the parser told the tools, for the XML format's types); in the JSON
  * formats "ab"'s enum holds the closing tags, which must stay escaped. The
  * server's parser reads text the tokenizer's decoder has made valid UTF-8:
- * other texts are left out of the schema check. */
+ * other texts are left out of the schema check. Lazy (tool_choice auto, the
+ * reasoning byte's third choice): a text the guard takes, where the output
+ * may end, is text and any number of calls, each of one of the names with
+ * arguments as above. */
 #include "guard_check.h"
 
 #include "../../src/base/utf8.h"
@@ -19,14 +22,17 @@
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
 
 struct seen {
-    int calls;
+    int calls, ends;
     int name;
     char args[4096];
     size_t n_args;
     bool args_cut;
+    bool strict, valid; /* check each call's arguments against the schema (valid: the text is valid UTF-8) */
 };
 
 static const char *const names[] = {"a", "ab", "read_file"};
+
+static bool fits(int name, json_t *args);
 
 static void on_event(void *ctx, const struct chat_event *ev)
 {
@@ -34,9 +40,21 @@ static void on_event(void *ctx, const struct chat_event *ev)
     if (ev->kind == CHAT_EV_TOOL_START) {
         s->calls++;
         s->name = -1;
+        s->n_args = 0;
+        s->args_cut = false;
         for (int i = 0; i < 3; i++)
             if (strcmp(ev->name, names[i]) == 0)
                 s->name = i;
+        if (s->name < 0)
+            abort();
+    } else if (ev->kind == CHAT_EV_TOOL_END) {
+        s->ends++;
+        if (!s->args_cut) {
+            json_t *j = json_loadb(s->args, s->n_args, JSON_PRESERVE_ORDER, NULL);
+            if (!json_is_object(j) || (s->strict && s->name > 0 && s->valid && !fits(s->name, j)))
+                abort();
+            json_decref(j);
+        }
     } else if (ev->kind == CHAT_EV_TOOL_ARGS) {
         if (s->n_args + ev->len >= sizeof s->args)
             s->args_cut = true;
@@ -88,15 +106,16 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     const enum chat_format fmt = (enum chat_format)(data[0] % 3);
     const enum chat_think think = (enum chat_think)(data[1] % 3);
     json_t *const schemas[3] = {NULL, fmt == CHAT_FMT_XML ? schema_ab_xml : schema_ab, schema_read};
-    const bool strict = data[1] / 3 % 2;
+    const bool lazy = data[1] / 6 % 2, strict = lazy || data[1] / 3 % 2;
     const char *text = (const char *)data + 2;
     const size_t n = size - 2;
     struct grammar gm;
     grammar_init(&gm);
-    if (chat_tool_grammar(&gm, fmt, names, strict ? schemas : NULL, 3, think) != 0)
+    if (chat_tool_grammar(&gm, fmt, names, strict ? schemas : NULL, 3, think, lazy) != 0)
         abort();
-    if (guard_complete(&gm, text, n) && !json_beyond_jansson(text, n)) {
-        struct seen s = {0};
+    const bool taken = lazy ? guard_may_end_after(&gm, text, n) : guard_complete(&gm, text, n);
+    if (taken && !json_beyond_jansson(text, n)) {
+        struct seen s = {.strict = strict, .valid = utf8_valid_prefix(text, n) == n};
         struct chat_parser *p = chat_parser_new(fmt, think == CHAT_THINK_OPEN,
                                                 strict ? (fmt == CHAT_FMT_XML ? tools_xml : tools) : NULL, on_event, &s);
         if (!p)
@@ -104,14 +123,8 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
         chat_parser_feed(p, text, n);
         chat_parser_finish(p);
         chat_parser_free(p);
-        if (s.calls != 1 || s.name < 0)
+        if ((!lazy && s.calls != 1) || s.ends != s.calls)
             abort();
-        if (!s.args_cut) {
-            json_t *j = json_loadb(s.args, s.n_args, JSON_PRESERVE_ORDER, NULL);
-            if (!json_is_object(j) || (strict && s.name > 0 && utf8_valid_prefix(text, n) == n && !fits(s.name, j)))
-                abort();
-            json_decref(j);
-        }
     }
     grammar_free(&gm);
     return 0;

@@ -25,6 +25,22 @@ static bool guard_complete(const struct grammar *gm, const char *text, size_t n)
     return all && guard_done(&g);
 }
 
+/* Whether the output may end after text[0..n) under gm (a lazy grammar):
+ * the same fed whole and byte by byte. */
+static inline bool guard_may_end_after(const struct grammar *gm, const char *text, size_t n)
+{
+    struct guard g, whole;
+    guard_init(&g, gm);
+    size_t i = 0;
+    while (i < n && guard_feed(&g, text + i, 1) == 0)
+        i++;
+    guard_init(&whole, gm);
+    const bool all = guard_feed(&whole, text, n) == 0;
+    if (all != (i == n) || (all && guard_may_end(&whole) != guard_may_end(&g)))
+        abort();
+    return all && guard_may_end(&g);
+}
+
 /* Whether jansson may refuse the JSON in text although the guard took it:
  * \u escapes (the guard does not pair surrogates, nor refuse \u0000), an
  * integer past int64, a real past double. */

@@ -185,6 +185,24 @@ test("a strict tool's forced call gives an input its schema describes", async ()
     (e) => e.status === 400 && e.error?.error?.type === "invalid_request_error" && /minimum/.test(e.message));
 });
 
+test("tool_choice auto with a strict tool: each tool_use the model makes has an input its schema describes", async () => {
+  const input_schema = { type: "object", additionalProperties: false, required: ["unit", "days"],
+    properties: { unit: { enum: ["celsius", "fahrenheit"] }, days: { enum: [1, 2, 3] } } };
+  const base = { model: "m", temperature: 0, max_tokens: 80, ignore_eos: true,
+    tools: [{ name: "get_weather", strict: true, input_schema }],
+    messages: [{ role: "user", content: "What is the weather like in London today?" }] };
+  const m = await client.messages.create(base);
+  const use = m.content.filter((b) => b.type === "tool_use");
+  assert.ok(use.length >= 1, JSON.stringify(m.content));
+  for (const u of use) {
+    assert.equal(u.name, "get_weather");
+    assert.deepEqual(Object.keys(u.input), ["unit", "days"], JSON.stringify(u.input));
+    assert.ok(["celsius", "fahrenheit"].includes(u.input.unit) && [1, 2, 3].includes(u.input.days));
+  }
+  const free = await client.messages.create({ ...base, ignore_eos: false, temperature: 1, max_tokens: 60 });
+  assert.ok(["end_turn", "tool_use", "max_tokens"].includes(free.stop_reason), free.stop_reason);
+});
+
 test("disable_parallel_tool_use: the message ends with the first tool_use", async () => {
   const tools = [{ name: "get_weather", input_schema: { type: "object", properties: { city: { type: "string" } } } }];
   const base = { model: "m", temperature: 0, max_tokens: 80, ignore_eos: true, tools,

@@ -475,6 +475,54 @@ test("a strict tool's forced call follows its parameters' schema; a strict schem
   assert.ok(["tool_calls", "length"].includes(ok.choices[0].finish_reason));
 });
 
+test("tool_choice auto with a strict tool: the calls the model makes follow the schema; its text and end are its own", async () => {
+  const params = { type: "object", additionalProperties: false, required: ["unit", "days"],
+    properties: { unit: { enum: ["celsius", "fahrenheit"] }, days: { enum: [1, 2, 3] } } };
+  const tools = [{ type: "function", function: { name: "get_weather", strict: true, parameters: params } }];
+  const base = { model: "m", temperature: 0, max_tokens: 80, tools, messages: [{ role: "user", content: "What is the weather like in London today?" }] };
+  const fits = (args) => {
+    const v = JSON.parse(args);
+    assert.deepEqual(Object.keys(v), ["unit", "days"], args);
+    assert.ok(["celsius", "fahrenheit"].includes(v.unit) && [1, 2, 3].includes(v.days), args);
+  };
+  // the end token banned: greedy, the tiny model calls the tool, and every call it makes fits
+  const r = await client.chat.completions.create({ ...base, ignore_eos: true });
+  assert.equal(r.choices[0].finish_reason, "tool_calls", JSON.stringify(r.choices[0]));
+  for (const c of r.choices[0].message.tool_calls) {
+    assert.equal(c.function.name, "get_weather");
+    fits(c.function.arguments);
+  }
+  // the same tool not strict: the model's own arguments, which the schema does not describe
+  const loose = await client.chat.completions.create({ ...base, ignore_eos: true,
+    tools: [{ type: "function", function: { name: "get_weather", parameters: params } }] });
+  assert.ok(loose.choices[0].message.tool_calls.some((c) => { try { fits(c.function.arguments); return false; } catch { return true; } }),
+    JSON.stringify(loose.choices[0].message.tool_calls));
+  // free to end: answers stop (or run out) as the model has them, sampled too, streamed the same
+  for (const seed of [1, 2, 3]) {
+    const s = await client.chat.completions.create({ ...base, temperature: 1, seed });
+    assert.ok(["stop", "tool_calls", "length"].includes(s.choices[0].finish_reason));
+    for (const c of s.choices[0].message.tool_calls ?? []) fits(c.function.arguments);
+    let calls = "", finish = null;
+    for await (const ch of await client.chat.completions.create({ ...base, temperature: 1, seed, stream: true })) {
+      for (const t of ch.choices[0]?.delta?.tool_calls ?? []) calls += t.function?.arguments ?? "";
+      finish = ch.choices[0]?.finish_reason ?? finish;
+    }
+    assert.equal(finish, s.choices[0].finish_reason);
+    assert.equal(calls, (s.choices[0].message.tool_calls ?? []).map((c) => c.function.arguments).join(""));
+  }
+  // the Responses API's flat strict tool
+  const rr = await client.responses.create({ model: "m", temperature: 0, max_output_tokens: 80, ignore_eos: true,
+    input: "What is the weather like in London today?", tools: [{ type: "function", name: "get_weather", strict: true, parameters: params }] });
+  const fc = rr.output.filter((o) => o.type === "function_call");
+  assert.ok(fc.length >= 1, JSON.stringify(rr.output));
+  for (const c of fc) fits(c.arguments);
+  // a strict schema the grammar cannot enforce: refused, naming why
+  await assert.rejects(client.chat.completions.create({ ...base,
+    tools: [{ type: "function", function: { name: "read_file", strict: true,
+      parameters: { type: "object", properties: { path: { type: "string", pattern: "^/" } } } } }] }),
+  (e) => e.status === 400 && /pattern/.test(e.message));
+});
+
 test("parallel_tool_calls false: the output ends with the first call", async () => {
   // greedy, the tiny model calls the tool, then (its end token banned by ignore_eos) goes on
   const tools = [{ type: "function", function: { name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } } } } }];

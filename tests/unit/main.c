@@ -50,6 +50,8 @@ int test_failures;
     X(test_grammar_sample_call)                                                                                \
     X(test_tool_grammar_formats)                                                                               \
     X(test_tool_grammar_schema)                                                                                \
+    X(test_tool_grammar_lazy)                                                                                  \
+    X(test_tool_grammar_end)                                                                                   \
     X(test_tool_grammar_tokens)                                                                                \
     X(test_json_schema_grammar)                                                                                \
     X(test_tokenizer_goldens)                                                                                  \

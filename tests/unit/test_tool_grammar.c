@@ -89,10 +89,10 @@ void test_tool_grammar_formats(void)
         grammar_init(&named);
         grammar_init(&open);
         grammar_init(&may);
-        CHECK(chat_tool_grammar(&any, fmts[f].fmt, names, NULL, 3, CHAT_THINK_NONE) == 0 &&
-                  chat_tool_grammar(&named, fmts[f].fmt, names, NULL, 1, CHAT_THINK_NONE) == 0 &&
-                  chat_tool_grammar(&open, fmts[f].fmt, names, NULL, 3, CHAT_THINK_OPEN) == 0 &&
-                  chat_tool_grammar(&may, fmts[f].fmt, names, NULL, 3, CHAT_THINK_MAY) == 0,
+        CHECK(chat_tool_grammar(&any, fmts[f].fmt, names, NULL, 3, CHAT_THINK_NONE, false) == 0 &&
+                  chat_tool_grammar(&named, fmts[f].fmt, names, NULL, 1, CHAT_THINK_NONE, false) == 0 &&
+                  chat_tool_grammar(&open, fmts[f].fmt, names, NULL, 3, CHAT_THINK_OPEN, false) == 0 &&
+                  chat_tool_grammar(&may, fmts[f].fmt, names, NULL, 3, CHAT_THINK_MAY, false) == 0,
               "format %zu", f);
         const char *call = fmts[f].call;
         CHECK(test_verdict(&any, call) == 1 && test_verdict(&named, call) == 1, "format %zu: '%s' refused", f,
@@ -142,14 +142,15 @@ void test_tool_grammar_formats(void)
     }
     struct grammar g;
     grammar_init(&g);
-    CHECK(chat_tool_grammar(&g, CHAT_FMT_XML, names, NULL, 1, CHAT_THINK_NONE) == 0 && test_verdict(&g, xml_unclosed) == -1,
+    CHECK(chat_tool_grammar(&g, CHAT_FMT_XML, names, NULL, 1, CHAT_THINK_NONE, false) == 0 &&
+              test_verdict(&g, xml_unclosed) == -1,
           "an unclosed parameter at the call's end accepted");
     parses_as(CHAT_FMT_XML, false, xml_unclosed, "get_weather", "{\"city\": \"Paris\"}");
     grammar_free(&g);
     grammar_init(&g);
-    CHECK(chat_tool_grammar(&g, CHAT_FMT_JSON, (const char *const[]){"bad name"}, NULL, 1, CHAT_THINK_NONE) == -1,
+    CHECK(chat_tool_grammar(&g, CHAT_FMT_JSON, (const char *const[]){"bad name"}, NULL, 1, CHAT_THINK_NONE, false) == -1,
           "a name with a space accepted");
-    CHECK(chat_tool_grammar(&g, CHAT_FMT_XML, (const char *const[]){"a\"b"}, NULL, 1, CHAT_THINK_NONE) == -1,
+    CHECK(chat_tool_grammar(&g, CHAT_FMT_XML, (const char *const[]){"a\"b"}, NULL, 1, CHAT_THINK_NONE, false) == -1,
           "a name with a quote accepted");
     grammar_free(&g);
 }
@@ -192,7 +193,8 @@ void test_tool_grammar_schema(void)
     for (size_t f = 0; f < sizeof fmts / sizeof *fmts; f++) {
         struct grammar g;
         grammar_init(&g);
-        CHECK(chat_tool_grammar(&g, fmts[f].fmt, nm, sch, 3, CHAT_THINK_NONE) == 0, "format %zu: %s", f, err_msg());
+        CHECK(chat_tool_grammar(&g, fmts[f].fmt, nm, sch, 3, CHAT_THINK_NONE, false) == 0, "format %zu: %s", f,
+              err_msg());
         char buf[512];
         for (size_t i = 0; i < sizeof calls / sizeof *calls; i++) {
             snprintf(buf, sizeof buf, "%s%s%s", fmts[f].pre, calls[i].call, fmts[f].post);
@@ -224,7 +226,7 @@ void test_tool_grammar_schema(void)
     };
     struct grammar gx;
     grammar_init(&gx);
-    CHECK(chat_tool_grammar(&gx, CHAT_FMT_XML, nm, sch, 3, CHAT_THINK_NONE) == 0, "xml: %s", err_msg());
+    CHECK(chat_tool_grammar(&gx, CHAT_FMT_XML, nm, sch, 3, CHAT_THINK_NONE, false) == 0, "xml: %s", err_msg());
     for (size_t i = 0; i < sizeof xml / sizeof *xml; i++) {
         char buf[512];
         snprintf(buf, sizeof buf, "<tool_call>\n<function=%s</function>\n</tool_call>", xml[i].call);
@@ -235,7 +237,8 @@ void test_tool_grammar_schema(void)
     grammar_free(&gx);
     json_t *untyped = json_loads("{\"type\": \"object\", \"properties\": {\"d\": {\"enum\": [1, 2]}}}", 0, NULL);
     grammar_init(&gx);
-    CHECK(chat_tool_grammar(&gx, CHAT_FMT_XML, nm, (json_t *const[]){untyped, NULL, NULL}, 3, CHAT_THINK_NONE) == -1 &&
+    CHECK(chat_tool_grammar(&gx, CHAT_FMT_XML, nm, (json_t *const[]){untyped, NULL, NULL}, 3, CHAT_THINK_NONE,
+                            false) == -1 &&
               strstr(err_msg(), "type"),
           "xml: an untyped enum of numbers: '%s'", err_msg());
     grammar_free(&gx);
@@ -243,13 +246,126 @@ void test_tool_grammar_schema(void)
     json_t *bad = json_loads("{\"type\": \"object\", \"properties\": {\"s\": {\"type\": \"string\", \"format\": \"uri\"}}}", 0, NULL);
     struct grammar g;
     grammar_init(&g);
-    CHECK(chat_tool_grammar(&g, CHAT_FMT_JSON, nm, (json_t *const[]){NULL, bad, NULL}, 3, CHAT_THINK_NONE) == -1 &&
+    CHECK(chat_tool_grammar(&g, CHAT_FMT_JSON, nm, (json_t *const[]){NULL, bad, NULL}, 3, CHAT_THINK_NONE,
+                            false) == -1 &&
               strstr(err_msg(), "format"),
           "a schema with format: '%s'", err_msg());
     grammar_free(&g);
     json_decref(bad);
     json_decref(sch[0]);
     json_decref(sch[1]);
+}
+
+/* text fed to a lazy grammar: -1 refused, 1 where the output may end, 0 where it must go on */
+static int lazy_verdict(const struct grammar *gm, const char *text)
+{
+    struct guard g;
+    guard_init(&g, gm);
+    if (guard_feed(&g, text, strlen(text)) != 0)
+        return -1;
+    CHECK(!guard_done(&g), "'%s': a lazy grammar ended", text);
+    return guard_may_end(&g) ? 1 : 0;
+}
+
+/* Lazy (tool_choice auto with a strict tool): text alone, calls between
+ * texts, several calls; the output may end in the text, never inside a call
+ * or a tag begun; a call names a tool given and a strict tool's arguments
+ * follow its schema; the parser reads the calls back. In a reasoning block
+ * the prompt opened, the output may end too, and a call's tag ends it. */
+void test_tool_grammar_lazy(void)
+{
+    static const char *const nm[] = {"get", "get_weather", "read"};
+    json_t *sch[] = {NULL,
+                     json_loads("{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, "
+                                "\"required\": [\"city\"], \"additionalProperties\": false}",
+                                0, NULL),
+                     NULL};
+    static const struct {
+        enum chat_format fmt;
+        const char *good, *bad, *unknown;
+    } fmts[] = {
+        {CHAT_FMT_JSON, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"town\": \"Paris\"}}\n</tool_call>",
+         "<tool_call>\n{\"name\": \"fly\", \"arguments\": {}}\n</tool_call>"},
+        {CHAT_FMT_TOOLCALL, "<TOOLCALL>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]</TOOLCALL>",
+         "<TOOLCALL>[{\"name\": \"get_weather\", \"arguments\": {\"city\": 7}}]</TOOLCALL>",
+         "<TOOLCALL>[{\"name\": \"fly\", \"arguments\": {}}]</TOOLCALL>"},
+        {CHAT_FMT_XML,
+         "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
+         "<tool_call>\n<function=get_weather>\n<parameter=town>\nParis\n</parameter>\n</function>\n</tool_call>",
+         "<tool_call>\n<function=fly>\n</function>\n</tool_call>"},
+    };
+    for (size_t f = 0; f < sizeof fmts / sizeof *fmts; f++) {
+        struct grammar g, open;
+        grammar_init(&g);
+        grammar_init(&open);
+        CHECK(chat_tool_grammar(&g, fmts[f].fmt, nm, sch, 3, CHAT_THINK_MAY, true) == 0 &&
+                  chat_tool_grammar(&open, fmts[f].fmt, nm, sch, 3, CHAT_THINK_OPEN, true) == 0,
+              "format %zu: %s", f, err_msg());
+        const char *good = fmts[f].good, *tag = fmts[f].fmt == CHAT_FMT_TOOLCALL ? "<TOOLCALL>" : "<tool_call>";
+        char buf[1024];
+        CHECK(lazy_verdict(&g, "") == 1 && lazy_verdict(&g, "<think>\nhm\n</think>\n\nIt is sunny.") == 1,
+              "format %zu: text alone", f);
+        snprintf(buf, sizeof buf, "Let me look. %.6s", tag);
+        CHECK(lazy_verdict(&g, buf) == 0, "format %zu: the output may end in a tag begun: '%s'", f, buf);
+        for (size_t k = strlen("Let me look. ") + strlen(tag); k < strlen("Let me look. ") + strlen(good); k++) {
+            snprintf(buf, sizeof buf, "Let me look. %.*s", (int)(k - strlen("Let me look. ")), good);
+            CHECK(lazy_verdict(&g, buf) == 0, "format %zu: '%s': %d", f, buf, lazy_verdict(&g, buf));
+        }
+        snprintf(buf, sizeof buf, "Let me look. %s", good);
+        CHECK(lazy_verdict(&g, buf) == 1, "format %zu: '%s' refused or open", f, buf);
+        parses_as(fmts[f].fmt, false, buf, "get_weather", "{\"city\": \"Paris\"}");
+        snprintf(buf, sizeof buf, "%s\n%s\nDone.", good, good);
+        CHECK(lazy_verdict(&g, buf) == 1, "format %zu: two calls and text: '%s'", f, buf);
+        snprintf(buf, sizeof buf, "Let me look. %s", fmts[f].bad);
+        CHECK(lazy_verdict(&g, buf) == -1, "format %zu: arguments against the schema: '%s'", f, buf);
+        snprintf(buf, sizeof buf, "Let me look. %s", fmts[f].unknown);
+        CHECK(lazy_verdict(&g, buf) == -1, "format %zu: a tool not given: '%s'", f, buf);
+        snprintf(buf, sizeof buf, "the weather, then\n%s", good);
+        CHECK(lazy_verdict(&open, "still thinking") == 1 && lazy_verdict(&open, buf) == 1,
+              "format %zu: in a reasoning block the prompt opened", f);
+        parses_as(fmts[f].fmt, true, buf, "get_weather", "{\"city\": \"Paris\"}");
+        snprintf(buf, sizeof buf, "the weather\n</think>\n\n%s", fmts[f].bad);
+        CHECK(lazy_verdict(&open, buf) == -1, "format %zu: after a reasoning block: '%s' accepted", f, buf);
+        grammar_free(&g);
+        grammar_free(&open);
+    }
+    json_decref(sch[1]);
+}
+
+/* The end token under a lazy grammar (vocab_bytes.end): allowed in the
+ * text, not inside a call; sampled, it leaves the guard where it was. */
+void test_tool_grammar_end(void)
+{
+    static char data[] = "Hi<tool_call>{\"name\": \"read\", \"arguments\": {}}</tool_call><|im_end|>";
+    uint32_t off[] = {0, 2, 13, 46, 58, 68};
+    uint8_t special[5] = {0, 0, 0, 0, 1};
+    struct vocab_bytes vb = {5, data, off, special, NULL};
+    /* tokens: "Hi", "<tool_call>", the call's JSON, "</tool_call>", the end of turn */
+    CHECK(vocab_bytes_set_end(&vb, (const int32_t[]){4, 99}, 2) == 0, "end tokens");
+    static const char *const nm[] = {"read"};
+    struct grammar gm;
+    grammar_init(&gm);
+    CHECK(chat_tool_grammar(&gm, CHAT_FMT_JSON, nm, NULL, 1, CHAT_THINK_NONE, true) == 0, "grammar");
+    struct guard g;
+    guard_init(&g, &gm);
+    CHECK(guard_allows(&g, &vb, 4) && guard_allows(&g, &vb, 0), "the end or text, at the start");
+    struct sampler s;
+    const struct sampler_params sp = sampler_defaults();
+    CHECK(sampler_init(&s, &sp, 5) == 0, "sampler");
+    const float prefer_end[5] = {0, 1, 0, 0, 5}, prefer_call[5] = {0, 5, 4, 3, 1};
+    const int32_t hist[1] = {0};
+    CHECK(guard_sample(&g, &vb, &s, prefer_end, hist, 0) == 4 && g.seg == 0 && guard_may_end(&g),
+          "the end token, sampled, leaves the guard in the text");
+    for (int32_t t = 1; t <= 3; t++) {
+        CHECK(!guard_allows(&g, &vb, 4) || t == 1, "the end token inside a call (before token %d)", t);
+        CHECK(guard_sample(&g, &vb, &s, prefer_call, hist, 0) == t, "the call's token %d", t);
+    }
+    CHECK(guard_allows(&g, &vb, 4) && guard_may_end(&g), "the end token after the call");
+    sampler_free(&s);
+    grammar_free(&gm);
+    vb.data = NULL, vb.off = NULL, vb.special = NULL; /* static: only end is the table's own */
+    vocab_bytes_free(&vb);
 }
 
 void test_tool_grammar_tokens(void)
@@ -262,7 +378,7 @@ void test_tool_grammar_tokens(void)
     CHECK(tok_vocab_bytes(t, tok_n_vocab(t), &vb) == 0, "vocabulary bytes");
     struct grammar gm;
     grammar_init(&gm);
-    CHECK(chat_tool_grammar(&gm, CHAT_FMT_JSON, names, NULL, 3, CHAT_THINK_MAY) == 0, "grammar");
+    CHECK(chat_tool_grammar(&gm, CHAT_FMT_JSON, names, NULL, 3, CHAT_THINK_MAY, false) == 0, "grammar");
     const char *text = "<think>\nThe user wants the weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", "
                        "\"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>";
     struct tok_ids ids = {0};
