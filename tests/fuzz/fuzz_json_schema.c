@@ -103,7 +103,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     grammar_init(&gm);
     char err[256];
     if (schema && json_schema_grammar(&gm, schema, err, sizeof err) == 0) {
-        if (guard_complete(&gm, text, n) && !json_beyond_jansson(text, n)) {
+        if (guard_takes(&gm, text, n, false) && !json_beyond_jansson(text, n)) {
             json_error_t e;
             json_t *v = json_loadb(text, n, 0, &e);
             if (!v || !valid(schema, schema, v, 0))

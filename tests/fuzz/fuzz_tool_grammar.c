@@ -113,7 +113,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     grammar_init(&gm);
     if (chat_tool_grammar(&gm, fmt, names, strict ? schemas : NULL, 3, think, lazy) != 0)
         abort();
-    const bool taken = lazy ? guard_may_end_after(&gm, text, n) : guard_complete(&gm, text, n);
+    const bool taken = guard_takes(&gm, text, n, lazy);
     if (taken && !json_beyond_jansson(text, n)) {
         struct seen s = {.strict = strict, .valid = utf8_valid_prefix(text, n) == n};
         struct chat_parser *p = chat_parser_new(fmt, think == CHAT_THINK_OPEN,

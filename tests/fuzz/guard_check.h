@@ -10,8 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Whether text[0..n) is complete under gm: the same fed whole and byte by byte. */
-static bool guard_complete(const struct grammar *gm, const char *text, size_t n)
+/* Whether text[0..n) is taken under gm: complete, or, lazy, where the output
+ * may end; the same fed whole and byte by byte. */
+static bool guard_takes(const struct grammar *gm, const char *text, size_t n, bool lazy)
 {
     struct guard g, whole;
     guard_init(&g, gm);
@@ -20,25 +21,10 @@ static bool guard_complete(const struct grammar *gm, const char *text, size_t n)
         i++;
     guard_init(&whole, gm);
     const bool all = guard_feed(&whole, text, n) == 0;
-    if (all != (i == n) || (all && guard_done(&whole) != guard_done(&g)))
+    const bool end = lazy ? guard_may_end(&g) : guard_done(&g);
+    if (all != (i == n) || (all && end != (lazy ? guard_may_end(&whole) : guard_done(&whole))))
         abort();
-    return all && guard_done(&g);
-}
-
-/* Whether the output may end after text[0..n) under gm (a lazy grammar):
- * the same fed whole and byte by byte. */
-static inline bool guard_may_end_after(const struct grammar *gm, const char *text, size_t n)
-{
-    struct guard g, whole;
-    guard_init(&g, gm);
-    size_t i = 0;
-    while (i < n && guard_feed(&g, text + i, 1) == 0)
-        i++;
-    guard_init(&whole, gm);
-    const bool all = guard_feed(&whole, text, n) == 0;
-    if (all != (i == n) || (all && guard_may_end(&whole) != guard_may_end(&g)))
-        abort();
-    return all && guard_may_end(&g);
+    return all && end;
 }
 
 /* Whether jansson may refuse the JSON in text although the guard took it:
