@@ -146,7 +146,9 @@ struct moe_routing {
  * expert (37 r + j (E / k)) mod E, keeping pick j's weight: k distinct
  * experts a row, and each expert picked k times over any E consecutive
  * rows (37 is coprime to every power of two). Every backend picks these
- * same ids, so its results can still be compared with the cpu's. */
+ * same ids, so its results can still be compared with the cpu's; a token's
+ * picks depend on its row in the batch, so such a model's output does too
+ * (it is random anyway: spread routing serves speed measurements only). */
 #define MOE_SPREAD_ID(r, j, E, k) ((int32_t)((37 * (int64_t)(r) + (int64_t)(j) * ((E) / (k))) % (E)))
 
 /* One MoE block's routed experts (the moe op), with the caller's scratch
