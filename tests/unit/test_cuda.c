@@ -915,13 +915,14 @@ void test_cuda_moe(void)
      * combine), after them past CUDA_SMALL_N (70) */
     moe_case(&b, 16, 4, 64, 40, small, 5, 1, 2e-5, false, 56);
     /* K split in slices for a lone token (gate/up 4 of 128, down 2 of 128),
-     * then the same rows in batches */
-    const int32_t alone[] = {1, 9, 3};
-    moe_case(&b, 16, 4, 512, 256, alone, 3, 1, 2e-5, false, 0);
+     * then the same rows in batches: of 9 (k_mmv's split-K launches), of 3
+     * and 8 (k_mmv_slices with a slot's tokens in the mma's columns) */
+    const int32_t alone[] = {1, 9, 3, 8};
+    moe_case(&b, 16, 4, 512, 256, alone, 4, 1, 2e-5, false, 0);
     /* gate/up of 1536 inputs in 12 slices of 128 on an H200 (more than
      * MMV_WARPS: a lone token's block of 12 warps, as nemotron-3-nano's 11) */
-    moe_case(&b, 8, 4, 1536, 256, alone, 3, 1, 2e-5, false, 0);
-    moe_case(&b, 8, 4, 1536, 256, alone, 3, 1, 2e-5, false, 512);
+    moe_case(&b, 8, 4, 1536, 256, alone, 4, 1, 2e-5, false, 0);
+    moe_case(&b, 8, 4, 1536, 256, alone, 4, 1, 2e-5, false, 512);
     both_close(&b);
     /* fast mode (bf16 activations, one product where precise makes two):
      * the small forms again, within bf16 rounding (70 tokens: the router
@@ -940,8 +941,8 @@ void test_cuda_moe(void)
             break;
         }
         moe_case(&b, 16, 4, 64, 40, small, 5, 1, 1e-2, true, 0);
-        moe_case(&b, 8, 4, 1536, 256, alone, 3, 1, 1e-2, true, 0);
-        moe_case(&b, 8, 4, 1536, 256, alone, 3, 1, 1e-2, true, 512);
+        moe_case(&b, 8, 4, 1536, 256, alone, 4, 1, 1e-2, true, 0);
+        moe_case(&b, 8, 4, 1536, 256, alone, 4, 1, 1e-2, true, 512);
         moe_case(&b, 8, 2, 256, 192, big, 1, 1, 1e-2, true, 128);
         both_close(&b);
     }

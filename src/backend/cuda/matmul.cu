@@ -25,9 +25,10 @@
  * product with K in up to 8 slices of at most 1024 goes to k_mmv_slices when
  * its grid is one wave (a decode step's q/k/v and o) or grouped (a decoded
  * token's experts, whatever the waves: a 12-layer qwen3-30b-a3b decoded 4-5% faster
- * than k_mmv's split-K launches): a block per 16 rows, a warp per slice, the
- * slices added in shared memory in the same order as k_mmv's last block adds
- * them.
+ * than k_mmv's split-K launches), and so does a grouped product of up to 8
+ * tokens (a few sequences' experts, a slot's tokens in the mma's columns: 4
+ * sequences 6-7% faster): a block per 16 rows, a warp per slice, the slices
+ * added in shared memory in the same order as k_mmv's last block adds them.
  *
  * matmul_fused folds a product's neighbours into the same launch: up to three
  * weights sharing the input (q/k/v, gate/up) are one grid, the input's
@@ -58,6 +59,10 @@
 #define MMV_RMS_K_MAX 32768 /* the widest input an RMSNorm is fused for */
 #define MMV_SL_K_MAX 1024 /* k_mmv_slices: the longest slice a warp stages alone (longer: slower than k_mmv) */
 #define MMV_SL_SEGS (MMV_SL_K_MAX / 128) /* k_mmv_slices: a lane's loads of its slice, all in flight at once */
+/* the staged activations at most, then with RMSNorm's sums per segment of a
+ * K of MMV_RMS_K_MAX: the kernels' shared memory */
+#define MMV_STAGE_ACT (MMV_STAGE_BYTES + 8 * 8 * MMV_PAD * 2 * 2)
+#define MMV_SMEM_MAX (MMV_STAGE_ACT + CUDA_SMALL_N * (MMV_RMS_K_MAX / 128) * 4)
 
 /* 16 bytes of weights, read once: not kept in L1. A load of the mma
  * fragments' shape reads 64 bytes of each of eight rows; asked to fetch the
@@ -447,50 +452,56 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
 
 /* One token with K split in at most MMV_WARPS slices, a grid of one wave
  * (decoding's q/k/v and o), or in up to MMV_SL_WARPS, slot z of a grouped
- * product (its one row times its expert's weights: nemotron-3-nano's
- * 2688 inputs in 11 slices of 256): a block per 16 rows, a warp per slice, each
- * warp staging its own slice of the input; the block adds the slices'
- * partial products (and RMSNorm's sums of squares) in split order in
- * shared memory: the same sums k_mmv's last block makes, without the trip
- * through memory, the fence and the arrival counter that end each of its
- * launches, and in blocks small enough to make room for the next kernel's
- * as they finish. bx_end counts 16-row groups. COMB (a lone token's
- * experts' down products and their combine): the block holds every slot,
- * warp w taking slot w / n_split, and adds the slots' rows weighted, in the
- * token's pick order, to the output, the bits of the grouped product
- * followed by k_moe_combine. */
+ * product of up to 8 tokens (its rows times its expert's weights, the
+ * tokens the mma's 8 columns: nemotron-3-nano's 2688 inputs in 11 slices
+ * of 256): a block per 16 rows, a warp per slice, each warp staging its own
+ * slice of the input; the block adds the slices' partial products (and
+ * RMSNorm's sums of squares) in split order in shared memory: the same sums
+ * k_mmv's last block makes, without the trip through memory, the fence and
+ * the arrival counter that end each of its launches, and in blocks small
+ * enough to make room for the next kernel's as they finish. bx_end counts
+ * 16-row groups. COMB (a lone token's experts' down products and their
+ * combine): the block holds every slot, warp w taking slot w / n_split, and
+ * adds the slots' rows weighted, in the token's pick order, to the output,
+ * the bits of the grouped product followed by k_moe_combine. */
 constexpr int MMV_SL_WARPS = 16; /* a block's warps at most: a grouped product's slices, COMB's k_pick * n_split */
 template <bool LO, bool COMB>
 __global__ void __launch_bounds__(MMV_SL_WARPS * 32, 1)
     k_mmv_slices(const __grid_constant__ mmv_args a)
 {
     extern __shared__ uint4 smem_raw[];
-    const int K = a.K, pitch = a.kslice + MMV_PAD, n_split = a.n_split, n_warp = blockDim.x >> 5;
+    /* nt: the tokens a slot may hold (a.n: the batch's, 1 for a plain product) */
+    const int K = a.K, pitch = a.kslice + MMV_PAD, n_split = a.n_split, n_warp = blockDim.x >> 5, nt = a.n;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
-    __nv_bfloat16 *sh = (__nv_bfloat16 *)smem_raw + (int64_t)warp * 2 * pitch; /* [pitch] */
-    __nv_bfloat16 *sl = sh + pitch;
-    float *part = (float *)((__nv_bfloat16 *)smem_raw + (int64_t)n_warp * 2 * pitch); /* [n_warp][16] */
-    float *sq = part + n_warp * 16;                                                    /* [n_warp] */
+    __nv_bfloat16 *sh = (__nv_bfloat16 *)smem_raw + (int64_t)warp * 2 * nt * pitch; /* [nt][pitch] */
+    __nv_bfloat16 *sl = sh + nt * pitch;                                              /* [nt][pitch] */
+    float *part = (float *)((__nv_bfloat16 *)smem_raw + (int64_t)n_warp * 2 * nt * pitch); /* [n_warp][16][nt] */
+    float *sq = part + n_warp * 16 * nt;                                                    /* [n_warp] */
     int wi = 0;
     while (wi + 1 < a.n_w && (int32_t)blockIdx.x >= a.bx_end[wi])
         wi++;
     const int M = a.M[wi], r0 = (blockIdx.x - (wi ? a.bx_end[wi - 1] : 0)) * 16;
     const int64_t ws = a.ws[wi];
     const int z = COMB ? warp / n_split : (int)blockIdx.z, split = COMB ? warp % n_split : warp;
-    /* grouped: slot z's one row through its expert's weights */
+    /* grouped: slot z's n rows through its expert's weights */
     const uint16_t *wm = a.w[wi];
-    const float *xr = a.x;
+    const int32_t *rows = NULL;
     float *ob = a.out[wi];
-    int64_t ur = 0;
+    int64_t ur = 0, xrow = 0;
+    int n = 1;
     bool live = true;
     if (a.plan) {
         grid_dep_wait(); /* the plan is an earlier kernel's output */
         live = z < a.plan[0];
         if (!COMB && !live)
             return;
-        const int32_t base = a.plan[MOE_PLAN_BEG(a.max_act) + (live ? z : 0)];
+        const int32_t *beg = a.plan + MOE_PLAN_BEG(a.max_act), base = beg[live ? z : 0];
+        n = live ? beg[z + 1] - base : 1;
         wm = a.ew[wi][a.plan[MOE_PLAN_EXPERT + (live ? z : 0)]];
-        xr = a.x + (int64_t)(a.gather ? a.plan[MOE_PLAN_ROWS(a.max_act) + base] : base) * a.xs;
+        if (a.gather)
+            rows = a.plan + MOE_PLAN_ROWS(a.max_act) + base;
+        else
+            xrow = base;
         if (!COMB)
             ob = a.out[wi] + (int64_t)base * a.os[wi];
         ur = base;
@@ -506,79 +517,90 @@ __global__ void __launch_bounds__(MMV_SL_WARPS * 32, 1)
     mmv_load(wa, w0, w1, k_beg, 0, n_blk, ok0, ok1, cq, k_end);
     grid_dep_wait();
     const bool rms = a.pre == MM_PRE_RMSNORM;
-    float ss = 0.0f; /* the slice's sum of squares: segments of 128 in order, each its warp's tree */
-    /* every load of the slice in flight at once (one trip to the L2) */
-    float4 xv[MMV_SL_SEGS];
+    float ss = 0.0f; /* the slice's sum of squares (a lone token): segments of 128 in order, each its warp's tree */
+    for (int t = 0; t < n; t++) {
+        const float *xr = a.x + (rows ? rows[t] : xrow + t) * a.xs;
+        /* every load of the token's slice in flight at once (one trip to the L2) */
+        float4 xv[MMV_SL_SEGS];
 #pragma unroll
-    for (int j = 0; j < MMV_SL_SEGS; j++) {
-        const int c = 4 * (j * 32 + lane);
-        xv[j] = j < segs && c < len ? *(const float4 *)(xr + k_beg + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
+        for (int j = 0; j < MMV_SL_SEGS; j++) {
+            const int c = 4 * (j * 32 + lane);
+            xv[j] = j < segs && c < len ? *(const float4 *)(xr + k_beg + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
 #pragma unroll
-    for (int j = 0; j < MMV_SL_SEGS; j++) {
-        const int c = 4 * (j * 32 + lane);
-        if (j >= segs)
-            break;
-        const float4 x = xv[j];
-        if (c < len)
-            mmv_stage4<LO>(sh + c, sl + c, mmv_pre(a, x, ur, k_beg + c));
-        if (rms)
-            ss += warp_sum(x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w);
+        for (int j = 0; j < MMV_SL_SEGS; j++) {
+            const int c = 4 * (j * 32 + lane);
+            if (j >= segs)
+                break;
+            const float4 x = xv[j];
+            if (c < len)
+                mmv_stage4<LO>(sh + t * pitch + c, sl + t * pitch + c, mmv_pre(a, x, ur + t, k_beg + c));
+            if (rms)
+                ss += warp_sum(x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w);
+        }
+        for (int e = len + lane; e < n_blk * 32; e += 32) {
+            sh[t * pitch + e] = __float2bfloat16_rn(0.0f);
+            if (LO)
+                sl[t * pitch + e] = __float2bfloat16_rn(0.0f);
+        }
     }
     /* the second group of weights only once the input's loads are issued:
      * requested with the first, before them, qwen3-30b-a3b decoded 4-6%
      * slower (qwen3-8b the same) */
     mmv_load(wb, w0, w1, k_beg, MMV_UNROLL, n_blk, ok0, ok1, cq, k_end);
-    for (int e = len + lane; e < n_blk * 32; e += 32) {
-        sh[e] = __float2bfloat16_rn(0.0f);
-        if (LO)
-            sl[e] = __float2bfloat16_rn(0.0f);
-    }
     __syncwarp();
     for (int j0 = 0; j0 < n_blk; j0 += 2 * MMV_UNROLL) {
         if (j0 > 0)
             mmv_load(wb, w0, w1, k_beg, j0 + MMV_UNROLL, n_blk, ok0, ok1, cq, k_end);
-        mmv_mma<1, LO>(acc, wa, sh, sl, pitch, 0, j0, n_blk, 1, g, cq, 1);
+        mmv_mma<1, LO>(acc, wa, sh, sl, pitch, 0, j0, n_blk, 1, g, cq, n);
         if (j0 + 2 * MMV_UNROLL < n_blk)
             mmv_load(wa, w0, w1, k_beg, j0 + 2 * MMV_UNROLL, n_blk, ok0, ok1, cq, k_end);
-        mmv_mma<1, LO>(acc, wb, sh, sl, pitch, 0, j0 + MMV_UNROLL, n_blk, 1, g, cq, 1);
+        mmv_mma<1, LO>(acc, wb, sh, sl, pitch, 0, j0 + MMV_UNROLL, n_blk, 1, g, cq, n);
     }
-    /* acc: rows g (0) and g+8 (2) of the token, in lanes with cq = 0 */
-    if (cq == 0) {
-        part[warp * 16 + g] = acc[0][0];
-        part[warp * 16 + g + 8] = acc[0][2];
+    /* acc: rows g (0, 1) and g+8 (2, 3), tokens 2cq (0, 2) and 2cq+1 (1, 3) */
+    float *pw = part + warp * 16 * nt;
+    if (2 * cq < n) {
+        pw[g * nt + 2 * cq] = acc[0][0];
+        pw[(g + 8) * nt + 2 * cq] = acc[0][2];
+    }
+    if (2 * cq + 1 < n) {
+        pw[g * nt + 2 * cq + 1] = acc[0][1];
+        pw[(g + 8) * nt + 2 * cq + 1] = acc[0][3];
     }
     if (rms && lane == 0)
         sq[warp] = ss;
     __syncthreads();
-    if ((int)threadIdx.x >= 16 || r0 + (int)threadIdx.x >= M)
-        return;
-    /* a slot's row: its slices in split order (as k_mmv's last block adds them) */
-    const auto slot_row = [&](int zs) {
-        float s = 0.0f;
-        for (int sp = 0; sp < n_split; sp++)
-            s += part[(zs * n_split + sp) * 16 + threadIdx.x];
-        return s;
-    };
-    float s;
-    if (COMB) {
-        /* a lone token's compact rows are its slots, each one row */
-        s = 0.0f;
-        for (int32_t j = 0; j < a.k_pick; j++)
-            s += a.tw[j] * slot_row(a.tpos[j]);
-        if (a.add)
-            s += a.add[r0 + threadIdx.x];
-    } else {
-        s = slot_row(0);
-        if (rms) {
-            float q = 0.0f;
+    for (int e = threadIdx.x; e < 16 * n; e += blockDim.x) {
+        const int r = e % 16, t = e / 16;
+        if (r0 + r >= M)
+            continue;
+        /* a slot's row: its slices in split order (as k_mmv's last block adds them) */
+        const auto slot_row = [&](int zs) {
+            float s = 0.0f;
             for (int sp = 0; sp < n_split; sp++)
-                q += sq[sp];
-            s *= 1.0f / sqrtf(q / (float)K + a.eps);
+                s += part[((zs * n_split + sp) * 16 + r) * nt + t];
+            return s;
+        };
+        float s;
+        if (COMB) {
+            /* a lone token's compact rows are its slots, each one row */
+            s = 0.0f;
+            for (int32_t j = 0; j < a.k_pick; j++)
+                s += a.tw[j] * slot_row(a.tpos[j]);
+            if (a.add)
+                s += a.add[r0 + r];
+        } else {
+            s = slot_row(0);
+            if (rms) {
+                float q = 0.0f;
+                for (int sp = 0; sp < n_split; sp++)
+                    q += sq[sp];
+                s *= 1.0f / sqrtf(q / (float)K + a.eps);
+            }
         }
+        float *o = ob + (int64_t)t * a.os[wi] + r0 + r;
+        *o = a.accumulate ? *o + s : s;
     }
-    float *o = ob + r0 + threadIdx.x;
-    *o = a.accumulate ? *o + s : s;
 }
 
 /* Plain fp32 product for f16/f32 weights (and shapes k_mmv cannot take):
@@ -854,8 +876,7 @@ static void (*mmv_kernel(int32_t nb, bool lo, bool per))(mmv_args)
 int cuda_matmul_init(struct cuda_backend *c)
 {
     int per_sm = 0;
-    /* the staged activations at most, then with RMSNorm's sums per segment of a K of MMV_RMS_K_MAX */
-    const int act = MMV_STAGE_BYTES + 8 * 8 * MMV_PAD * 2 * 2, smem = act + CUDA_SMALL_N * (MMV_RMS_K_MAX / 128) * 4;
+    const int act = MMV_STAGE_ACT, smem = MMV_SMEM_MAX;
     for (int32_t nb = 1; nb <= 8; nb *= 2)
         for (int v = 0; v < 4; v++)
             if (CUDA_CHECK(c, cudaFuncSetAttribute(mmv_kernel(nb, v & 1, v >> 1),
@@ -931,12 +952,21 @@ static int32_t mmv_setup(struct cuda_backend *c, mmv_args *a, int32_t n_z, int32
     return bx;
 }
 
-/* a lone token's product fits k_mmv_slices: K in 2 to MMV_WARPS slices (a
- * grouped product's: MMV_SL_WARPS) a warp can stage */
+static size_t mmv_slices_smem(const mmv_args *a, int32_t n_warp)
+{
+    return (size_t)n_warp *
+           (2 * (size_t)a->n * (a->kslice + MMV_PAD) * sizeof(__nv_bfloat16) + (16 * (size_t)a->n + 1) * sizeof(float));
+}
+
+/* a product fits k_mmv_slices: a lone token's, or a grouped one's of up to 8
+ * tokens (a slot's in one column tile), with K in 2 to MMV_WARPS slices (a
+ * grouped product's: MMV_SL_WARPS) a warp can stage, the block's staged
+ * inputs within its shared memory */
 static bool mmv_sliceable(const mmv_args *a)
 {
-    return a->n == 1 && a->n_split > 1 && a->n_split <= (a->plan ? MMV_SL_WARPS : MMV_WARPS) &&
-           a->kslice <= MMV_SL_K_MAX;
+    return (a->plan ? a->n <= 8 : a->n == 1) && a->n_split > 1 &&
+           a->n_split <= (a->plan ? MMV_SL_WARPS : MMV_WARPS) && a->kslice <= MMV_SL_K_MAX &&
+           mmv_slices_smem(a, a->n_split) <= MMV_SMEM_MAX;
 }
 
 /* k_mmv_slices' blocks: 16 rows each, weight after weight (a->bx_end) */
@@ -948,11 +978,6 @@ static int32_t mmv_rows16(mmv_args *a)
         a->bx_end[i] = bx;
     }
     return bx;
-}
-
-static size_t mmv_slices_smem(const mmv_args *a, int32_t n_warp)
-{
-    return (size_t)n_warp * (2 * (a->kslice + MMV_PAD) * sizeof(__nv_bfloat16) + 17 * sizeof(float));
 }
 
 /* The launch shared by plain and grouped products: a holds the weights,
