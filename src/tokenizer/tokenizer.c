@@ -383,6 +383,7 @@ int tok_vocab_bytes(const struct tokenizer *t, int32_t n_vocab, struct vocab_byt
         const char *p = tok_piece(t, i);
         total += p ? strlen(p) : 0;
     }
+    *vb = (struct vocab_bytes){0};
     vb->n_vocab = n_vocab;
     vb->data = malloc(total + 1);
     vb->off = malloc(sizeof(uint32_t) * ((size_t)n_vocab + 1));

@@ -111,6 +111,7 @@ static void vocab_make(struct vocab_bytes *vb, const char *const *tok, size_t n,
     size_t total = 0;
     for (size_t i = 0; i < n; i++)
         total += strlen(tok[i]);
+    *vb = (struct vocab_bytes){0};
     vb->n_vocab = (int32_t)n;
     vb->data = malloc(total);
     vb->off = malloc(sizeof(uint32_t) * (n + 1));
