@@ -218,7 +218,7 @@ static int call_grammar(struct app *a, const struct gen_opts *o, enum chat_think
     const char *names[MAX_TOOLS];
     json_t *schemas[MAX_TOOLS];
     int32_t n = 0, named = -1;
-    bool any_strict = false;
+    bool any_strict = false, over = false;
     size_t i;
     json_t *t;
     json_array_foreach(o->tools, i, t) {
@@ -226,18 +226,23 @@ static int call_grammar(struct app *a, const struct gen_opts *o, enum chat_think
         const char *nm = json_string_value(json_object_get(fn, "name"));
         if (!nm)
             continue;
-        if (n == MAX_TOOLS)
-            return snprintf(err, n_err, "%s among at most %d tools",
-                            lazy ? "strict tools are followed" : "tool_choice forces a call", MAX_TOOLS),
-                   -1;
+        const bool strict = json_is_true(json_object_get(fn, "strict"));
+        any_strict |= strict;
+        if (n == MAX_TOOLS) { /* too many for a grammar: an error only where one is needed */
+            over = true;
+            continue;
+        }
         if (o->tool_name && named < 0 && strcmp(nm, o->tool_name) == 0)
             named = n;
-        schemas[n] = json_is_true(json_object_get(fn, "strict")) ? json_object_get(fn, "parameters") : NULL;
-        any_strict |= schemas[n] != NULL;
+        schemas[n] = strict ? json_object_get(fn, "parameters") : NULL;
         names[n++] = nm;
     }
     if (lazy && !any_strict)
         return 0;
+    if (over)
+        return snprintf(err, n_err, "%s among at most %d tools",
+                        lazy ? "strict tools are followed" : "tool_choice forces a call", MAX_TOOLS),
+               -1;
     if (n == 0)
         return snprintf(err, n_err, "tool_choice forces a tool call, but the request has no tools"), -1;
     if (o->tool_name && named < 0)

@@ -516,6 +516,12 @@ test("tool_choice auto with a strict tool: the calls the model makes follow the 
   const fc = rr.output.filter((o) => o.type === "function_call");
   assert.ok(fc.length >= 1, JSON.stringify(rr.output));
   for (const c of fc) fits(c.arguments);
+  // past 128 tools: served as before without a strict one; with one, refused, saying why
+  const many = Array.from({ length: 130 }, (_, i) => ({ type: "function", function: { name: `t${i}` } }));
+  const plain = await client.chat.completions.create({ ...base, max_tokens: 1, tools: many });
+  assert.ok(["stop", "length", "tool_calls"].includes(plain.choices[0].finish_reason));
+  await assert.rejects(client.chat.completions.create({ ...base, max_tokens: 1, tools: [...many, ...tools] }),
+    (e) => e.status === 400 && /at most 128 tools/.test(e.message));
   // a strict schema the grammar cannot enforce: refused, naming why
   await assert.rejects(client.chat.completions.create({ ...base,
     tools: [{ type: "function", function: { name: "read_file", strict: true,
