@@ -500,7 +500,7 @@ static void chain_run()
         }
         p.n_tiles = bx * p.n_split;
         if (s < 4)
-            printf("persist: %5d x %5d: %d slices of %d, %d blocks\n", p.M, p.K, p.n_split, p.kslice, p.n_tiles);
+            printf("chain: %5d x %5d: %d slices of %d, %d blocks\n", p.M, p.K, p.n_split, p.kslice, p.n_tiles);
     }
     cudaStream_t st;
     CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -567,7 +567,7 @@ static void chain_run()
             }
             const char *name[8] = {"launches", "dependents", "persistent", "+ending", "+pre", "+ending+pre",
                                    "+e+p, gate/up 6 warps whole", "+e+p, gate/up 12 warps whole"};
-            printf("persist: %-10s %.3f ms a step's products (%.1f us a layer), %.2f TB/s; last outputs %.3g off (of %.3g)\n",
+            printf("chain: %-10s %.3f ms a step's products (%.1f us a layer), %.2f TB/s; last outputs %.3g off (of %.3g)\n",
                    name[v], ms, ms * 1e3 / N_LAYER, bytes / (ms * 1e-3) / 1e12, dev, top);
         }
     CHECK(cudaGetLastError());
