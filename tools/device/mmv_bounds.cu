@@ -43,14 +43,8 @@
 #include <cuda_runtime.h>
 #include <vector>
 
-#define CHECK(x)                                                                                          \
-    do {                                                                                                  \
-        cudaError_t e_ = (x);                                                                             \
-        if (e_ != cudaSuccess) {                                                                          \
-            fprintf(stderr, "mmv_bounds: %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__);     \
-            exit(1);                                                                                      \
-        }                                                                                                 \
-    } while (0)
+#define TOOL "mmv_bounds"
+#include "tool.cuh"
 
 #define U 4 /* k32 blocks a group of weight loads covers (shapes: steps) */
 
@@ -67,15 +61,6 @@ template <bool HINT> static __device__ __forceinline__ uint4 ld_w(const uint16_t
                      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                      : "l"(p));
     return v;
-}
-
-static __device__ __forceinline__ void mma(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                           uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 /* n bf16 values, uniform in [-scale/2, scale/2) by a hash of their index */

@@ -20,14 +20,8 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
-#define CHECK(x)                                                                                          \
-    do {                                                                                                  \
-        cudaError_t e_ = (x);                                                                             \
-        if (e_ != cudaSuccess) {                                                                          \
-            fprintf(stderr, "tma_bw: %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__);          \
-            exit(1);                                                                                      \
-        }                                                                                                 \
-    } while (0)
+#define TOOL "tma_bw"
+#include "tool.cuh"
 
 enum { ROWS = 128, N_LAYER = 36 };
 
@@ -37,14 +31,6 @@ struct job {
     float *sink;
 };
 
-static __device__ __forceinline__ void mma(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                           uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 /* a k32 block of rows g, g+8 (a, b) times a token's hi and lo halves */
 static __device__ __forceinline__ void mma4(float *acc, uint4 a, uint4 b, uint4 h)
 {
