@@ -154,7 +154,7 @@ static void shapes()
     struct {
         const char *name;
         int M, K;
-    } shapes[] = {{"q/k/v", 6144, 4096}, {"o", 4096, 4096}, {"gate/up", 24576, 4096}, {"down", 4096, 12288}};
+    } shp[] = {{"q/k/v", 6144, 4096}, {"o", 4096, 4096}, {"gate/up", 24576, 4096}, {"down", 4096, 12288}};
     struct {
         const char *name;
         kern k;
@@ -176,7 +176,7 @@ static void shapes()
     CHECK(cudaEventCreate(&e1));
     std::vector<uint16_t> hx(12288);
     CHECK(cudaMemcpy(hx.data(), x, 12288 * 2, cudaMemcpyDeviceToHost));
-    for (auto &s : shapes) {
+    for (auto &s : shp) {
         const size_t bytes = (size_t)s.M * s.K * 2;
         const int n_buf = (int)(pool / bytes) > 64 ? 64 : (int)(pool / bytes);
         std::vector<uint16_t> hw((size_t)s.M * s.K);
@@ -235,7 +235,7 @@ struct prod {
     int M, K, kslice, n_split, n_tiles;
     int nw;            /* warps a block, 16 rows each */
     float *part;       /* ENDING: [n_split][M] the slices' sums */
-    unsigned *count;   /* ENDING: [M / 128] arrivals, zeroed */
+    unsigned *count;   /* ENDING: [M / (nw * 16)] arrivals, zeroed */
     int swiglu;        /* PRE: the input is silu(x[k]) * x[k + K] (down's), else x[k] * norm (a RMSNorm's, its squares summed) */
 };
 struct chain {
@@ -243,7 +243,7 @@ struct chain {
     unsigned *bar;
 };
 
-/* a tile: rows unit*128.., K slice `split`; the lane's two rows */
+/* a tile: a unit of nw * 16 rows and a K slice; the lane's two rows */
 struct tile {
     const uint16_t *w0, *w1;
     int k_beg, len, row; /* row: the lane's first */
@@ -281,7 +281,7 @@ static __device__ void tile_run(const prod &p, const tile &tl, uint4 (*wa)[2], u
 {
     __shared__ float seg_ss[KS_MAX / 128];
     __shared__ int is_last;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
+    const int lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
     __syncthreads(); /* sx's last readers */
     for (int i = threadIdx.x * 4; i < tl.len; i += blockDim.x * 4) {
         float4 v = __ldcg((const float4 *)(p.x + tl.k_beg + i));
@@ -371,7 +371,6 @@ static __device__ void tile_run(const prod &p, const tile &tl, uint4 (*wa)[2], u
         if (threadIdx.x == 0)
             p.count[unit] = 0;
     }
-    (void)warp;
 }
 
 template <bool DEP, bool ENDING, bool PRE> __global__ void __launch_bounds__(384, 1) k_prod(const prod p)
