@@ -36,7 +36,8 @@ ISA_avx2   := -mavx2 -mfma -mf16c
 ISA_avx512 := -mavx512f -mavx512bw -mfma -mf16c
 isa = $(if $(findstring kern_avx512,$1),-O3 $(ISA_avx512),$(if $(findstring kern_avx2,$1),-O3 $(ISA_avx2)))
 
-FUZZERS  := build/fuzz/fuzz_tokenizer build/fuzz/fuzz_jinja build/fuzz/fuzz_parser build/fuzz/fuzz_json_guard build/fuzz/fuzz_tool_grammar build/fuzz/fuzz_json_schema build/fuzz/fuzz_request
+FUZZERS  := build/fuzz/fuzz_tokenizer build/fuzz/fuzz_jinja build/fuzz/fuzz_parser build/fuzz/fuzz_json_guard build/fuzz/fuzz_tool_grammar build/fuzz/fuzz_json_schema build/fuzz/fuzz_request \
+            build/fuzz/fuzz_checkpoint
 OBJ      := $(SRC:%.c=build/%.o)
 CLI_OBJ  := $(CLI:%.c=build/%.o)
 TEST_OBJ := $(TESTS:%.c=build/%.o)
@@ -46,6 +47,8 @@ SCLI_OBJ  := $(CLI:%.c=build/asan/%.o)
 TOBJ      := $(SRC:%.c=build/tsan/%.o)
 TTEST_OBJ := $(TESTS:%.c=build/tsan/%.o)
 TCLI_OBJ  := $(CLI:%.c=build/tsan/%.o)
+FUZZ_OBJ := $(patsubst %.c,build/fuzz/obj/%.o,$(wildcard src/base/*.c src/model/*.c src/backend/*.c \
+            src/backend/cpu/*.c src/engine/*.c src/tokenizer/*.c src/chat/*.c))
 
 .PHONY: all test debug help clean fuzz fuzz-run serve test-agents
 all: build/kapitsa
@@ -114,10 +117,10 @@ help:
 clean:
 	rm -rf build
 
--include $(CU_OBJ:.o=.d) $(OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SOBJ:.o=.d) $(STEST_OBJ:.o=.d) $(SCLI_OBJ:.o=.d) \
+-include $(FUZZ_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SOBJ:.o=.d) $(STEST_OBJ:.o=.d) $(SCLI_OBJ:.o=.d) \
          $(TOBJ:.o=.d) $(TTEST_OBJ:.o=.d) $(TCLI_OBJ:.o=.d)
 
-# libFuzzer targets (clang): build/fuzz/fuzz_{tokenizer,jinja,parser,json_guard,tool_grammar,json_schema,request}
+# libFuzzer targets (clang): build/fuzz/fuzz_{tokenizer,jinja,parser,json_guard,tool_grammar,json_schema,request,checkpoint}
 FUZZ_SAN := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1
 FUZZ_DEPS := $(wildcard src/base/*.c src/tokenizer/*.c src/chat/*.c) src/engine/grammar.c src/engine/json_guard.c \
              src/engine/sampler.c
@@ -127,6 +130,14 @@ build/fuzz/fuzz_json_guard: tests/fuzz/fuzz_json_guard.c src/engine/json_guard.c
 build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c src/server/convert.c $(FUZZ_DEPS)
 	@mkdir -p build/fuzz
 	clang -std=c11 -Wall -Wextra $(FUZZ_SAN) $^ -o $@ $(LDLIBS)
+# fuzz_checkpoint loads and runs models: the model, cpu backend and engine
+# objects (FUZZ_OBJ), each with its own ISA flags, instrumented for the fuzzer.
+build/fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	clang -std=c11 -Wall -Wextra -pthread -MMD -MP -fsanitize=fuzzer-no-link,address,undefined \
+	  -fno-sanitize-recover=all -g -O1 $(call isa,$<) -c $< -o $@
+build/fuzz/fuzz_checkpoint: tests/fuzz/fuzz_checkpoint.c $(FUZZ_OBJ)
+	clang -std=c11 -Wall -Wextra -pthread $(FUZZ_SAN) $^ -o $@ $(LDLIBS)
 build/fuzz/%: tests/fuzz/%.c tests/fuzz/guard_check.h $(FUZZ_DEPS)
 	@mkdir -p build/fuzz
 	clang -std=c11 -Wall -Wextra $(FUZZ_SAN) $< $(FUZZ_DEPS) -o $@ $(LDLIBS)
@@ -134,6 +145,7 @@ build/fuzz/%: tests/fuzz/%.c tests/fuzz/guard_check.h $(FUZZ_DEPS)
 ## fuzz: build the libFuzzer targets; FUZZ_TIME=600 make fuzz-run runs each that many seconds
 fuzz: $(FUZZERS)
 fuzz-run: $(FUZZERS)
-	@for f in tokenizer jinja parser json_guard tool_grammar json_schema request; do mkdir -p build/fuzz/corpus-$$f; \
-	  build/fuzz/fuzz_$$f -max_total_time=$${FUZZ_TIME:-10} -timeout=10 -rss_limit_mb=2048 \
+	@for f in tokenizer jinja parser json_guard tool_grammar json_schema request checkpoint; do mkdir -p build/fuzz/corpus-$$f; \
+	  build/fuzz/fuzz_$$f $$([ -f tests/fuzz/$$f.dict ] && echo -dict=tests/fuzz/$$f.dict) \
+	    -max_total_time=$${FUZZ_TIME:-10} -timeout=10 -rss_limit_mb=2048 \
 	    build/fuzz/corpus-$$f tests/fuzz/corpus/$$f || exit 1; done

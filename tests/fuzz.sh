@@ -8,9 +8,11 @@ pass=0
 fail=0
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for f in tokenizer jinja parser json_guard tool_grammar json_schema request; do
+for f in tokenizer jinja parser json_guard tool_grammar json_schema request checkpoint; do
     mkdir -p "$work/$f"
-    if build/fuzz/fuzz_$f -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=0 \
+    dict=()
+    [ -f "tests/fuzz/$f.dict" ] && dict=(-dict="tests/fuzz/$f.dict")
+    if build/fuzz/fuzz_$f "${dict[@]}" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=0 \
         "$work/$f" "tests/fuzz/corpus/$f" >"$work/$f.log" 2>&1; then
         echo "ok - fuzz_$f $(grep -o 'Done [0-9]* runs' "$work/$f.log")"
         pass=$((pass + 1))

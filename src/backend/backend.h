@@ -31,12 +31,13 @@ struct tensor {
     bool owned;         /* data was allocated by the backend (else: an alias) */
 };
 
-/* A view of rows [row0, row0+n) of t. */
+/* A view of rows [row0, row0+n) of t; of a tensor never allocated (data NULL:
+ * an unused scratch buffer), a view with NULL data: no arithmetic on NULL. */
 static inline struct tensor tensor_rows(const struct tensor *t, int64_t row0, int64_t n)
 {
     struct tensor v = *t;
     v.n_rows = n;
-    v.data = (char *)t->data + (size_t)(row0 * t->row_stride) * dtype_size(t->type);
+    v.data = t->data ? (char *)t->data + (size_t)(row0 * t->row_stride) * dtype_size(t->type) : NULL;
     v.owned = false;
     return v;
 }
@@ -45,7 +46,7 @@ static inline struct tensor tensor_rows(const struct tensor *t, int64_t row0, in
 static inline struct tensor tensor_cols(const struct tensor *t, int64_t col0, int64_t n)
 {
     struct tensor v = *t;
-    v.data = (char *)t->data + (size_t)col0 * dtype_size(t->type);
+    v.data = t->data ? (char *)t->data + (size_t)col0 * dtype_size(t->type) : NULL;
     v.n_cols = n;
     v.owned = false;
     return v;

@@ -176,6 +176,18 @@ static int st_add_file(struct safetensors *st, const char *path)
         }
         t.data = data0 + b;
         t.n_bytes = (size_t)(e - b);
+        if (t.n_bytes && (uintptr_t)t.data % dtype_size(t.type) != 0) {
+            t.copy = aligned_alloc(64, (t.n_bytes + 63) & ~(size_t)63);
+            if (!t.copy) {
+                free(t.name);
+                err_set("safetensors: out of memory for an aligned copy of '%s' (%zu bytes)", key, t.n_bytes);
+                goto fail;
+            }
+            memcpy(t.copy, t.data, t.n_bytes);
+            t.data = t.copy;
+            st->n_copied++;
+            st->copied_bytes += t.n_bytes;
+        }
         t.file = st->files[st->n_files - 1].path;
         st->tensors[st->n_tensors++] = t;
         ranges[n_ranges++] = (struct st_range){(uint64_t)b, (uint64_t)e, t.name};
@@ -286,8 +298,10 @@ int st_open_dir(struct safetensors *st, const char *dir)
 
 void st_close(struct safetensors *st)
 {
-    for (int32_t i = 0; i < st->n_tensors; i++)
+    for (int32_t i = 0; i < st->n_tensors; i++) {
         free(st->tensors[i].name);
+        free(st->tensors[i].copy);
+    }
     for (int32_t i = 0; i < st->n_files; i++) {
         munmap(st->files[i].map, st->files[i].size);
         free(st->files[i].path);

@@ -6,9 +6,12 @@
  * then the data; offsets are relative to the end of the header.
  * Every header is validated before any tensor is used: known dtype, offsets
  * inside the file, sizes equal to shape x dtype, no two tensors overlapping.
+ * The format does not require a tensor's bytes to be aligned to its element
+ * (the official writer pads the header to 8 bytes, others, MLX's among them,
+ * do not); a misaligned tensor is copied to aligned memory once, at open.
  *
- * Ownership: struct safetensors owns the mappings; st_tensor.data points into
- * them and lives until st_close(). */
+ * Ownership: struct safetensors owns the mappings and those copies;
+ * st_tensor.data points into them and lives until st_close(). */
 #ifndef KP_SAFETENSORS_H
 #define KP_SAFETENSORS_H
 
@@ -27,6 +30,7 @@ struct st_tensor {
     const void *data;
     size_t n_bytes;
     const char *file; /* path of the file holding it (owned by struct safetensors) */
+    void *copy;       /* the aligned copy data points to, when the file's bytes are not aligned; else NULL */
 };
 
 struct st_file {
@@ -40,6 +44,8 @@ struct safetensors {
     struct st_file *files;     /* [n_files] */
     int32_t n_tensors;
     struct st_tensor *tensors; /* [n_tensors], sorted by name */
+    int32_t n_copied;          /* tensors read into aligned copies */
+    uint64_t copied_bytes;
 };
 
 /* Opens DIR/model.safetensors.index.json if present, else DIR/model.safetensors.

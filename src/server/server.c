@@ -232,6 +232,9 @@ int server_run(const struct server_opts *o)
     if (model_load(&a.model, o->model_dir, be, NULL) != 0)
         goto done;
     loaded = 1;
+    if (a.model.st.n_copied)
+        fprintf(stderr, "kapitsa: %d tensors are not aligned in the checkpoint's files: read into memory (%.1f MB)\n",
+                (int)a.model.st.n_copied, (double)a.model.st.copied_bytes / 1e6);
     if (!(a.tok = tok_load(o->model_dir)) || !(a.tpl = chat_template_load(o->model_dir, NULL)) ||
         tok_vocab_bytes(a.tok, a.model.cfg.vocab_size, &a.vb) != 0 ||
         vocab_bytes_set_end(&a.vb, a.model.cfg.eos_id, a.model.cfg.n_eos) != 0)

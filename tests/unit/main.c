@@ -35,6 +35,7 @@ int test_failures;
     X(test_catalog_entries)                                                                                    \
     X(test_catalog_fit)                                                                                        \
     X(test_safetensors_broken)                                                                                 \
+    X(test_safetensors_unaligned)                                                                              \
     X(test_safetensors_sharded)                                                                                \
     X(test_config_layouts)                                                                                     \
     X(test_config_errors)                                                                                      \
@@ -68,6 +69,7 @@ int test_failures;
     X(test_model_golden)                                                                                       \
     X(test_model_threads_and_kernels)                                                                          \
     X(test_model_chunked)                                                                                      \
+    X(test_model_unaligned)                                                                                    \
     X(test_model_two_sequences)                                                                                \
     X(test_model_fork_truncate)                                                                                \
     X(test_model_tree)                                                                                         \

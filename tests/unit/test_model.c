@@ -12,8 +12,11 @@
 #include "test.h"
 
 #include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define TOL 2e-4f
 /* every fixture; the engine-level scenarios below use the first four (200-token prefills) */
@@ -75,6 +78,66 @@ void test_model_threads_and_kernels(void)
                 CHECK(r.max_logit_err <= TOL && r.greedy_match == r.n_greedy, "%s %d threads %s: err %g greedy %d/%d",
                       archs[a], th, ks[k]->name, r.max_logit_err, r.greedy_match, r.n_greedy);
             }
+}
+
+/* Copies SRC to DST; with pad, a safetensors file gets one more byte of header
+ * (a space, as the format allows), so that every tensor after it is misaligned. */
+static int copy_file(const char *src, const char *dst, bool pad)
+{
+    FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+    int rc = -1;
+    uint64_t n = 0;
+    char *hdr = NULL, buf[65536];
+    if (!in || !out)
+        goto done;
+    if (pad) {
+        if (fread(&n, 8, 1, in) != 1 || !(hdr = malloc(n)) || fread(hdr, 1, n, in) != n)
+            goto done;
+        uint64_t n1 = n + 1;
+        if (fwrite(&n1, 8, 1, out) != 1 || fwrite(hdr, 1, n, out) != n || fputc(' ', out) == EOF)
+            goto done;
+    }
+    size_t k;
+    while ((k = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, k, out) != k)
+            goto done;
+    rc = 0;
+done:
+    free(hdr);
+    if (in)
+        fclose(in);
+    if (out && fclose(out) != 0)
+        rc = -1;
+    return rc;
+}
+
+/* A checkpoint whose tensors are not aligned in the file (a header not padded
+ * to 8 bytes, as MLX and other writers leave it) gives the same logits. */
+void test_model_unaligned(void)
+{
+    const char *archs_u[] = {"qwen3", "qwen3_moe", "qwen3_5", "nemotron_h"};
+    for (size_t a = 0; a < 4; a++) {
+        char dir[512], src[600], dst[600], golden[600];
+        snprintf(dir, sizeof dir, "%s/unaligned_%s", test_tmpdir(), archs_u[a]);
+        mkdir(dir, 0755);
+        const char *files[] = {"config.json", "generation_config.json", "model.safetensors"};
+        for (int f = 0; f < 3; f++) {
+            snprintf(src, sizeof src, "%s/%s", fixture(archs_u[a]), files[f]);
+            snprintf(dst, sizeof dst, "%s/%s", dir, files[f]);
+            CHECK(copy_file(src, dst, f == 2) == 0, "%s: copy %s", archs_u[a], files[f]);
+        }
+        snprintf(golden, sizeof golden, "%s/golden.safetensors", fixture(archs_u[a]));
+        struct check_opts o = {.golden = golden};
+        struct check_result want, got;
+        struct backend *be = cpu_backend_init(2, NULL);
+        CHECK(check_run(fixture(archs_u[a]), be, &o, &want) == 0, "%s: %s", archs_u[a], err_msg());
+        CHECK(check_run(dir, be, &o, &got) == 0, "%s unaligned: %s", archs_u[a], err_msg());
+        CHECK(got.max_logit_err == want.max_logit_err && got.greedy_match == want.greedy_match &&
+                  got.greedy_match == got.n_greedy,
+              "%s: unaligned err %g greedy %d/%d, aligned err %g", archs_u[a], got.max_logit_err, got.greedy_match,
+              got.n_greedy, want.max_logit_err);
+        be->ops->free(be);
+    }
 }
 
 void test_model_chunked(void)

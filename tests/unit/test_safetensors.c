@@ -96,6 +96,42 @@ void test_safetensors_broken(void)
     CHECK(st_open_file(&st, path) != 0 && strstr(err_msg(), "No such file"), "%s", err_msg());
 }
 
+/* Tensors not aligned to their element in the file (a header not padded to 8
+ * bytes) are read into aligned copies with the same bytes. */
+void test_safetensors_unaligned(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/unaligned.safetensors", test_tmpdir());
+    char hdr[256];
+    int n = snprintf(hdr, sizeof hdr, "%s",
+                     "{\"w\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,6]},"
+                     "\"f\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[6,14]},"
+                     "\"g\":{\"dtype\":\"F16\",\"shape\":[1],\"data_offsets\":[15,17]}}");
+    while ((8 + n) % 4 != 1) /* w and f misaligned; g (at data + 15) aligned to its 2 bytes */
+        hdr[n++] = ' ';
+    uint64_t n_hdr = (uint64_t)n;
+    uint8_t data[17];
+    for (int i = 0; i < 17; i++)
+        data[i] = (uint8_t)(i * 13 + 1);
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(&n_hdr, 8, 1, f) == 1 && fwrite(hdr, 1, (size_t)n, f) == (size_t)n &&
+              fwrite(data, 1, sizeof data, f) == sizeof data && fclose(f) == 0,
+          "write");
+    struct safetensors st;
+    CHECK(st_open_file(&st, path) == 0, "%s", err_msg());
+    CHECK(st.n_copied == 2 && st.copied_bytes == 14, "copied %d tensors, %llu bytes", st.n_copied,
+          (unsigned long long)st.copied_bytes);
+    const char *names[] = {"w", "f", "g"};
+    const size_t off[] = {0, 6, 15}, align[] = {2, 4, 2};
+    for (int i = 0; i < 3; i++) {
+        const struct st_tensor *t = st_find(&st, names[i]);
+        CHECK(t && (uintptr_t)t->data % align[i] == 0, "%s misaligned", names[i]);
+        CHECK(t && memcmp(t->data, data + off[i], t->n_bytes) == 0, "%s: bytes differ", names[i]);
+        CHECK(t && (t->copy != NULL) == (i < 2), "%s: copy %p", names[i], t ? t->copy : NULL);
+    }
+    st_close(&st);
+}
+
 void test_safetensors_sharded(void)
 {
     char dir[512], path[600];

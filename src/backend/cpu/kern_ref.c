@@ -5,6 +5,7 @@
 
 #include "../../base/dtype.h"
 
+#include <cpuid.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,14 +125,21 @@ const struct kern kern_ref = {
     ref_axpy_rows_bf16,
 };
 
+/* F16C from cpuid itself: clang before 16 does not know it in __builtin_cpu_supports. */
+static int cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 int kern_supported(const struct kern *k)
 {
     __builtin_cpu_init();
     if (k == &kern_avx512)
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && cpu_has_f16c() &&
+               __builtin_cpu_supports("fma");
     if (k == &kern_avx2)
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     return 1;
 }
 
