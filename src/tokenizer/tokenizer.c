@@ -10,6 +10,7 @@
 #include "../base/utf8.h"
 
 #include <assert.h>
+#include <ctype.h>
 #include <jansson.h>
 #include <pcre2.h>
 #include <stdio.h>
@@ -88,13 +89,21 @@ static pcre2_code *compile_re(const char *pat, const char *path)
     return re;
 }
 
-/* Quotes a literal string for PCRE2. */
+/* Quotes a literal string for PCRE2: every ASCII character that is not a letter
+ * or digit escaped (\Q...\E would end early at a "\E" inside the literal). */
 static char *quote_re(const char *s)
 {
-    size_t n = strlen(s);
-    char *q = malloc(n + 5);
-    if (q)
-        snprintf(q, n + 5, "\\Q%s\\E", s);
+    size_t n = strlen(s), k = 0;
+    char *q = malloc(2 * n + 1);
+    if (!q)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x80 && !isalnum(c))
+            q[k++] = '\\';
+        q[k++] = (char)c;
+    }
+    q[k] = 0;
     return q;
 }
 

@@ -60,6 +60,7 @@ int test_failures;
     X(test_tokenizer_features)                                                                                 \
     X(test_tokenizer_added_normalized)                                                                         \
     X(test_tokenizer_edges)                                                                                    \
+    X(test_tokenizer_split_literal)                                                                            \
     X(test_chat_template_goldens)                                                                              \
     X(test_chat_openai_arguments)                                                                              \
     X(test_chat_anthropic_thinking)                                                                            \

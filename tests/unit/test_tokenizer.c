@@ -183,6 +183,42 @@ void test_tokenizer_added_normalized(void)
     tok_free(t);
 }
 
+/* A Split on a literal String is the literal, whatever its characters: "\\E|"
+ * (which once ended a \\Q...\\E quote early, leaving an empty alternation)
+ * and regex syntax like ".*" are removed as text, and only there. */
+void test_tokenizer_split_literal(void)
+{
+    const char *lits[] = {"\\E|", ".*", "(?"};
+    const char *texts[] = {"a\\E|b\\E|", "x.*y.z", "p(?q(r"};
+    const char *want[] = {"ab", "xy.z", "pq(r"};
+    for (int i = 0; i < 3; i++) {
+        char src[512], dir[512], path[600];
+        snprintf(src, sizeof src, "%s/tokenizer/features/split_string/tokenizer.json", test_fixtures());
+        snprintf(dir, sizeof dir, "%s/split_literal%d", test_tmpdir(), i);
+        snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+        mkdir(dir, 0755);
+        json_t *j = json_load_file(src, 0, NULL);
+        json_t *split = json_array_get(json_object_get(json_object_get(j, "pre_tokenizer"), "pretokenizers"), 0);
+        CHECK(split && json_object_set_new(json_object_get(split, "pattern"), "String", json_string(lits[i])) == 0 &&
+                  json_object_set_new(split, "behavior", json_string("Removed")) == 0,
+              "edit");
+        json_dump_file(j, path, 0);
+        json_decref(j);
+        struct tokenizer *t = tok_load(dir);
+        CHECK(t != NULL, "%s", err_msg());
+        struct tok_ids ids = {0};
+        size_t n = 0;
+        char *s = NULL;
+        if (t && tok_encode(t, texts[i], strlen(texts[i]), &ids) == 0)
+            s = tok_decode(t, ids.ids, ids.n, false, &n);
+        CHECK(s && strcmp(s, want[i]) == 0, "split on '%s': '%s' became '%s', not '%s'", lits[i], texts[i], s ? s : "?",
+              want[i]);
+        free(s);
+        tok_ids_free(&ids);
+        tok_free(t);
+    }
+}
+
 void test_tokenizer_edges(void)
 {
     struct tokenizer *t = qwen3_tok();
