@@ -114,6 +114,7 @@ static int st_add_file(struct safetensors *st, const char *path)
     map = MAP_FAILED; /* now owned by st */
 
     size_t n_ranges = 0;
+    const int32_t first = st->n_tensors;
     const char *key;
     json_t *val;
     json_object_foreach(hdr, key, val) {
@@ -176,18 +177,6 @@ static int st_add_file(struct safetensors *st, const char *path)
         }
         t.data = data0 + b;
         t.n_bytes = (size_t)(e - b);
-        if (t.n_bytes && (uintptr_t)t.data % dtype_size(t.type) != 0) {
-            t.copy = aligned_alloc(64, (t.n_bytes + 63) & ~(size_t)63);
-            if (!t.copy) {
-                free(t.name);
-                err_set("safetensors: out of memory for an aligned copy of '%s' (%zu bytes)", key, t.n_bytes);
-                goto fail;
-            }
-            memcpy(t.copy, t.data, t.n_bytes);
-            t.data = t.copy;
-            st->n_copied++;
-            st->copied_bytes += t.n_bytes;
-        }
         t.file = st->files[st->n_files - 1].path;
         st->tensors[st->n_tensors++] = t;
         ranges[n_ranges++] = (struct st_range){(uint64_t)b, (uint64_t)e, t.name};
@@ -199,6 +188,23 @@ static int st_add_file(struct safetensors *st, const char *path)
                     ranges[i].name);
             goto fail;
         }
+    /* copies only once the header has passed: overlapping entries could
+     * otherwise ask for the data many times over */
+    for (int32_t i = first; i < st->n_tensors; i++) {
+        struct st_tensor *t = &st->tensors[i];
+        if (!t->n_bytes || (uintptr_t)t->data % dtype_size(t->type) == 0)
+            continue;
+        t->copy = aligned_alloc(64, (t->n_bytes + 63) & ~(size_t)63);
+        if (!t->copy) {
+            err_set("safetensors: %s: out of memory for an aligned copy of '%s' (%zu bytes)", path, t->name,
+                    t->n_bytes);
+            goto fail;
+        }
+        memcpy(t->copy, t->data, t->n_bytes);
+        t->data = t->copy;
+        st->n_copied++;
+        st->copied_bytes += t->n_bytes;
+    }
     free(ranges);
     json_decref(hdr);
     return 0;
