@@ -115,26 +115,25 @@ done:
  * to 8 bytes, as MLX and other writers leave it) gives the same logits. */
 void test_model_unaligned(void)
 {
-    const char *archs_u[] = {"qwen3", "qwen3_moe", "qwen3_5", "nemotron_h"};
-    for (size_t a = 0; a < 4; a++) {
+    for (size_t a = 0; a < N_ENGINE_ARCH; a++) {
         char dir[512], src[600], dst[600], golden[600];
-        snprintf(dir, sizeof dir, "%s/unaligned_%s", test_tmpdir(), archs_u[a]);
+        snprintf(dir, sizeof dir, "%s/unaligned_%s", test_tmpdir(), archs[a]);
         mkdir(dir, 0755);
         const char *files[] = {"config.json", "generation_config.json", "model.safetensors"};
         for (int f = 0; f < 3; f++) {
-            snprintf(src, sizeof src, "%s/%s", fixture(archs_u[a]), files[f]);
+            snprintf(src, sizeof src, "%s/%s", fixture(archs[a]), files[f]);
             snprintf(dst, sizeof dst, "%s/%s", dir, files[f]);
-            CHECK(copy_file(src, dst, f == 2) == 0, "%s: copy %s", archs_u[a], files[f]);
+            CHECK(copy_file(src, dst, f == 2) == 0, "%s: copy %s", archs[a], files[f]);
         }
-        snprintf(golden, sizeof golden, "%s/golden.safetensors", fixture(archs_u[a]));
+        snprintf(golden, sizeof golden, "%s/golden.safetensors", fixture(archs[a]));
         struct check_opts o = {.golden = golden};
         struct check_result want, got;
         struct backend *be = cpu_backend_init(2, NULL);
-        CHECK(check_run(fixture(archs_u[a]), be, &o, &want) == 0, "%s: %s", archs_u[a], err_msg());
-        CHECK(check_run(dir, be, &o, &got) == 0, "%s unaligned: %s", archs_u[a], err_msg());
+        CHECK(check_run(fixture(archs[a]), be, &o, &want) == 0, "%s: %s", archs[a], err_msg());
+        CHECK(check_run(dir, be, &o, &got) == 0, "%s unaligned: %s", archs[a], err_msg());
         CHECK(got.max_logit_err == want.max_logit_err && got.greedy_match == want.greedy_match &&
                   got.greedy_match == got.n_greedy,
-              "%s: unaligned err %g greedy %d/%d, aligned err %g", archs_u[a], got.max_logit_err, got.greedy_match,
+              "%s: unaligned err %g greedy %d/%d, aligned err %g", archs[a], got.max_logit_err, got.greedy_match,
               got.n_greedy, want.max_logit_err);
         be->ops->free(be);
     }
