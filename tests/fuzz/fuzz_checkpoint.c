@@ -11,7 +11,6 @@
 #include "../../src/engine/engine.h"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +26,8 @@ static const char *const fixtures[] = {
 };
 enum { N_FIX = sizeof fixtures / sizeof fixtures[0], SHARDED = N_FIX - 1 };
 enum { M_HEADER, M_CONFIG, M_GENERATION, M_INDEX, N_MODE };
+static const char *const mode_file[N_MODE] = {"model.safetensors", "config.json", "generation_config.json",
+                                              "model.safetensors.index.json"};
 
 static char work[PATH_MAX];
 static struct backend *be;
@@ -170,8 +171,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     const unsigned char *text = data + 2;
     const size_t n = size - 2;
     clear_work();
-    switch (mode) {
-    case M_HEADER: {
+    if (mode == M_HEADER) {
         size_t nd;
         const unsigned char *d = fixture_data(fi, &nd);
         uint64_t h = n;
@@ -180,24 +180,12 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
             abort();
         memcpy(buf, &h, 8);
         memcpy(buf + 8, text, n);
-        write_file("model.safetensors", buf, 8 + n, d, nd);
+        write_file(mode_file[mode], buf, 8 + n, d, nd);
         free(buf);
-        link_fixture(fixtures[fi], "model.safetensors");
-        break;
+    } else {
+        write_file(mode_file[mode], text, n, NULL, 0);
     }
-    case M_CONFIG:
-        write_file("config.json", text, n, NULL, 0);
-        link_fixture(fixtures[fi], "config.json");
-        break;
-    case M_GENERATION:
-        write_file("generation_config.json", text, n, NULL, 0);
-        link_fixture(fixtures[fi], "generation_config.json");
-        break;
-    default:
-        write_file("model.safetensors.index.json", text, n, NULL, 0);
-        link_fixture(fixtures[fi], "model.safetensors.index.json");
-        break;
-    }
+    link_fixture(fixtures[fi], mode_file[mode]);
     struct model m;
     err_clear();
     if (model_load(&m, work, be, NULL) == 0) {
