@@ -12,7 +12,11 @@
  * piece of A row c, so that A row g times column g is the piece's partial
  * dot product (the diagonal; the mma's other outputs are dropped). A lane's
  * 8 weights and its 8 inputs have the same k. A row's pieces are added by
- * shuffles at the end. Outputs are checked against a double-precision sum.
+ * shuffles at the end. One more variant loads 4 rows x 128 bytes and moves
+ * the bytes into the fragments' registers by shuffles (shuf_rows), so its
+ * arithmetic, and a token's bits, are k_mmv's: what the H200's 6-10% for
+ * that shape (session 45) keeps once it pays for the shuffles. Outputs are
+ * checked against a double-precision sum.
  *
  * chain: qwen3-8b's four products of a layer (q/k/v 6144 x 4096, o 4096 x
  * 4096, gate/up 24576 x 4096, down 4096 x 12288; one token), 36 layers of
@@ -79,10 +83,37 @@ __global__ void k_fill(uint16_t *p, size_t n, uint32_t seed, float scale)
 
 #define SLICE 1024 /* K per block */
 
+/* SHUF: the fragments' registers (RPL 8) loaded as 4 rows x 128 bytes and
+ * moved into place by shuffles, so that the arithmetic is k_mmv's own. A
+ * warp's 16 rows and 64 k take four loads: rows 0-3, 4-7, 8-11, 12-15 (L0..L3),
+ * lanes 8r..8r+7 reading row r's 128 bytes; in L1 and L3 lane c of a row
+ * reads its piece (c + 4) % 8. Lane (g, cq) needs row g's pieces cq (k32
+ * block 0) and 4 + cq (block 1), and row g + 8's: for block 0 rows g < 4
+ * find theirs in L0 at lane 8g + cq, rows g >= 4 in L1 at lane 8(g - 4) + 4
+ * + cq, so a source lane gives L0 where its piece c < 4 and L1 where not,
+ * and one shuffle serves every lane; block 1 the other way round. Four
+ * shuffles of 4 bytes a 16-byte load. */
+static __device__ __forceinline__ void shuf_rows(uint4 &o0, uint4 &o1, const uint4 lo, const uint4 hi)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
+    const bool first = (lane & 7) < 4;
+    const int s0 = 8 * (g & 3) + (g < 4 ? 0 : 4) + cq, s1 = 8 * (g & 3) + (g < 4 ? 4 : 0) + cq;
+    const uint32_t l[4] = {lo.x, lo.y, lo.z, lo.w}, h[4] = {hi.x, hi.y, hi.z, hi.w};
+    uint32_t r0[4], r1[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        r0[i] = __shfl_sync(0xffffffffu, first ? l[i] : h[i], s0);
+        r1[i] = __shfl_sync(0xffffffffu, first ? h[i] : l[i], s1);
+    }
+    o0 = make_uint4(r0[0], r0[1], r0[2], r0[3]);
+    o1 = make_uint4(r1[0], r1[1], r1[2], r1[3]);
+}
+
 /* a block: 8 warps of 16 rows, K slice blockIdx.y; sums added to out */
-template <int RPL, bool HINT>
+template <int RPL, bool HINT, bool SHUF = false>
 __global__ void __launch_bounds__(256, 2) k_gemv(const uint16_t *W, const __nv_bfloat16 *x, int K, float *out)
 {
+    static_assert(!SHUF || (RPL == 8 && U % 2 == 0), "SHUF: the fragments' layout, whole 64-k chunks");
     constexpr int LPR = 32 / RPL, SEG = 256 / RPL, NG = 8 / RPL, SPG = SLICE / SEG, NU = NG * SPG / U;
     __shared__ __align__(16) __nv_bfloat16 sx[SLICE];
     const int k_beg = blockIdx.y * SLICE;
@@ -93,6 +124,20 @@ __global__ void __launch_bounds__(256, 2) k_gemv(const uint16_t *W, const __nv_b
     uint4 wa[U][2], wb[U][2];
     const auto load = [&](uint4 (*w)[2], int u) {
         const int s0 = u * U, grp = s0 / SPG, kk = (s0 % SPG) * SEG;
+        if (SHUF) {
+            const int pc = lane & 7, rr = lane >> 3;
+#pragma unroll
+            for (int q = 0; q < U / 2; q++) {
+                const uint16_t *p = W + (int64_t)(r0 + rr) * K + k_beg + kk + q * 64;
+                uint4 L[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    L[i] = ld_w<HINT>(p + (int64_t)(4 * i) * K + 8 * ((i & 1) ? (pc + 4) & 7 : pc));
+                shuf_rows(w[2 * q][0], w[2 * q + 1][0], L[0], L[1]);
+                shuf_rows(w[2 * q][1], w[2 * q + 1][1], L[2], L[3]);
+            }
+            return;
+        }
         const uint16_t *pa = W + (int64_t)(r0 + grp * 2 * RPL + ri) * K + k_beg + kk + loff;
         const uint16_t *pb = pa + (int64_t)RPL * K;
 #pragma unroll
@@ -160,7 +205,7 @@ static void shapes()
         kern k;
     } vars[] = {{"8x64+L2::256B", k_gemv<8, true>}, {"8x64", k_gemv<8, false>},  {"4x128", k_gemv<4, false>},
                 {"4x128+256B", k_gemv<4, true>},    {"2x256", k_gemv<2, false>}, {"1x512", k_gemv<1, false>},
-                {"1x512+256B", k_gemv<1, true>}};
+                {"1x512+256B", k_gemv<1, true>},    {"4x128 shuffled to 8x64", k_gemv<8, false, true>}};
     const size_t pool = (size_t)3 << 30;
     uint16_t *W;
     __nv_bfloat16 *x;
