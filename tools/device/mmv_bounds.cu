@@ -84,7 +84,8 @@ __global__ void k_fill(uint16_t *p, size_t n, uint32_t seed, float scale)
 #define SLICE 1024 /* K per block */
 
 /* SHUF: the fragments' registers (RPL 8) loaded as 4 rows x 128 bytes and
- * moved into place by shuffles, so that the arithmetic is k_mmv's own. A
+ * moved into place by shuffles when they are multiplied (so the next group's
+ * loads are in flight meanwhile), the arithmetic k_mmv's own. A
  * warp's 16 rows and 64 k take four loads: rows 0-3, 4-7, 8-11, 12-15 (L0..L3),
  * lanes 8r..8r+7 reading row r's 128 bytes; in L1 and L3 lane c of a row
  * reads its piece (c + 4) % 8. Lane (g, cq) needs row g's pieces cq (k32
@@ -113,7 +114,7 @@ static __device__ __forceinline__ void shuf_rows(uint4 &o0, uint4 &o1, const uin
 template <int RPL, bool HINT, bool SHUF = false>
 __global__ void __launch_bounds__(256, 2) k_gemv(const uint16_t *W, const __nv_bfloat16 *x, int K, float *out)
 {
-    static_assert(!SHUF || (RPL == 8 && U % 2 == 0), "SHUF: the fragments' layout, whole 64-k chunks");
+    static_assert(U % 2 == 0 && (!SHUF || RPL == 8), "SHUF: the fragments' layout; whole 64-k chunks");
     constexpr int LPR = 32 / RPL, SEG = 256 / RPL, NG = 8 / RPL, SPG = SLICE / SEG, NU = NG * SPG / U;
     __shared__ __align__(16) __nv_bfloat16 sx[SLICE];
     const int k_beg = blockIdx.y * SLICE;
@@ -129,12 +130,9 @@ __global__ void __launch_bounds__(256, 2) k_gemv(const uint16_t *W, const __nv_b
 #pragma unroll
             for (int q = 0; q < U / 2; q++) {
                 const uint16_t *p = W + (int64_t)(r0 + rr) * K + k_beg + kk + q * 64;
-                uint4 L[4];
 #pragma unroll
-                for (int i = 0; i < 4; i++)
-                    L[i] = ld_w<HINT>(p + (int64_t)(4 * i) * K + 8 * ((i & 1) ? (pc + 4) & 7 : pc));
-                shuf_rows(w[2 * q][0], w[2 * q + 1][0], L[0], L[1]);
-                shuf_rows(w[2 * q][1], w[2 * q + 1][1], L[2], L[3]);
+                for (int i = 0; i < 4; i++) /* moved into place when multiplied: the loads stay in flight */
+                    w[2 * q + (i & 1)][i >> 1] = ld_w<HINT>(p + (int64_t)(4 * i) * K + 8 * ((i & 1) ? (pc + 4) & 7 : pc));
             }
             return;
         }
@@ -147,8 +145,16 @@ __global__ void __launch_bounds__(256, 2) k_gemv(const uint16_t *W, const __nv_b
         }
     };
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const auto mul = [&](const uint4 (*w)[2], int u) {
+    const auto mul = [&](const uint4 (*wl)[2], int u) {
         const int s0 = u * U, grp = s0 / SPG, kk = (s0 % SPG) * SEG;
+        uint4 sw[U][2];
+        if (SHUF)
+#pragma unroll
+            for (int q = 0; q < U / 2; q++) {
+                shuf_rows(sw[2 * q][0], sw[2 * q + 1][0], wl[2 * q][0], wl[2 * q + 1][0]);
+                shuf_rows(sw[2 * q][1], sw[2 * q + 1][1], wl[2 * q][1], wl[2 * q + 1][1]);
+            }
+        const uint4(*w)[2] = SHUF ? sw : wl;
 #pragma unroll
         for (int s = 0; s < U; s++) {
             const uint4 a = w[s][0], b = w[s][1], h = *(const uint4 *)(sx + kk + s * SEG + loff);
