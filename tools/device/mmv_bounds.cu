@@ -31,8 +31,10 @@
  *               tile's weights of the next product before it arrives;
  *   then dependents with k_mmv's own pieces: its split-K ending (partial
  *   sums through memory, the last block of a row unit adding them in
- *   order), its input ops (RMSNorm's sums of squares, SwiGLU), and gate/up
- *   unsplit in blocks of 6 or 12 warps (no ending). Attention is left out:
+ *   order), its input ops (RMSNorm's sums of squares, SwiGLU), gate/up
+ *   unsplit in blocks of 6 or 12 warps (no ending), and gate/up's slices
+ *   left in memory for down to add as it stages them (gate/up without its
+ *   ending; down reading 4 sums an input where it read 1). Attention is left out:
  *   this times the products against read_bw.cu's streaming ceiling.
  * (persist_chain.cu, session 20, compared graphs with a persistent kernel
  * in blocks of its own.)
@@ -288,6 +290,9 @@ struct prod {
     float *part;       /* ENDING: [n_split][M] the slices' sums */
     unsigned *count;   /* ENDING: [M / (nw * 16)] arrivals, zeroed */
     int swiglu;        /* PRE: the input is silu(x[k]) * x[k + K] (down's), else x[k] * norm (a RMSNorm's, its squares summed) */
+    float *keep;       /* ENDING: the slices' sums left here ([n_split][M]) for the next product, no ending */
+    const float *x_part; /* the input as the previous product's slices' sums ([x_split][2K] with swiglu), added in order */
+    int x_split;
 };
 struct chain {
     prod p[N_PROD];
@@ -335,9 +340,21 @@ static __device__ void tile_run(const prod &p, const tile &tl, uint4 (*wa)[2], u
     const int lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
     __syncthreads(); /* sx's last readers */
     for (int i = threadIdx.x * 4; i < tl.len; i += blockDim.x * 4) {
-        float4 v = __ldcg((const float4 *)(p.x + tl.k_beg + i));
+        float4 v, u;
+        if (p.x_part) {
+            v = u = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            for (int sp = 0; sp < p.x_split; sp++) {
+                const float *q = p.x_part + (int64_t)sp * 2 * p.K + tl.k_beg + i;
+                const float4 a = __ldcg((const float4 *)q), b = __ldcg((const float4 *)(q + p.K));
+                v.x += a.x, v.y += a.y, v.z += a.z, v.w += a.w;
+                u.x += b.x, u.y += b.y, u.z += b.z, u.w += b.w;
+            }
+        } else {
+            v = __ldcg((const float4 *)(p.x + tl.k_beg + i));
+            if (PRE && p.swiglu)
+                u = __ldcg((const float4 *)(p.x + p.K + tl.k_beg + i));
+        }
         if (PRE && p.swiglu) {
-            const float4 u = __ldcg((const float4 *)(p.x + p.K + tl.k_beg + i));
             v.x = v.x / (1.0f + expf(-v.x)) * u.x;
             v.y = v.y / (1.0f + expf(-v.y)) * u.y;
             v.z = v.z / (1.0f + expf(-v.z)) * u.z;
@@ -402,6 +419,13 @@ static __device__ void tile_run(const prod &p, const tile &tl, uint4 (*wa)[2], u
         return;
     }
     const int split = tl.k_beg / p.kslice, unit = tl.row / (p.nw * 16);
+    if (p.keep) {
+        if (cq == 0) {
+            p.keep[(int64_t)split * p.M + tl.row] = acc[0] * r_scale;
+            p.keep[(int64_t)split * p.M + tl.row + 8] = acc[2] * r_scale;
+        }
+        return;
+    }
     if (cq == 0) {
         p.part[(int64_t)split * p.M + tl.row] = acc[0] * r_scale;
         p.part[(int64_t)split * p.M + tl.row + 8] = acc[2] * r_scale;
@@ -500,9 +524,10 @@ static void chain_run()
     k_fill<<<4096, 256>>>(W, w_elems * N_LAYER, 1, 0.03f);
     chain c = {};
     CHECK(cudaMalloc(&c.bar, 4));
-    float *part;
+    float *part, *keep;
     unsigned *count;
     CHECK(cudaMalloc(&part, (size_t)8 * 24576 * 4));
+    CHECK(cudaMalloc(&keep, (size_t)4 * 24576 * 4));
     CHECK(cudaMalloc(&count, 192 * 4 * 2));
     CHECK(cudaMemset(count, 0, 192 * 4 * 2));
     size_t wo = 0, oo = 0;
@@ -544,13 +569,17 @@ static void chain_run()
     CHECK(cudaEventCreate(&e1));
     float ref[8];
     for (int round = 0; round < 3; round++)
-        for (int v = 0; v < 8; v++) {
+        for (int v = 0; v < 9; v++) {
             for (int s = 2; s < N_PROD; s += 4) { /* gate/up: 8 warps in 4 slices; 6 or 12 warps unsplit */
                 prod &p = c.p[s];
                 p.nw = v == 6 ? 6 : v == 7 ? 12 : 8;
                 p.n_split = p.nw == 8 ? 4 : 1;
                 p.kslice = p.K / p.n_split;
                 p.n_tiles = p.M / (p.nw * 16) * p.n_split;
+                /* v 8: gate/up's slices added by down as it stages them (no ending) */
+                p.keep = v == 8 ? keep : NULL;
+                c.p[s + 1].x_part = v == 8 ? keep : NULL;
+                c.p[s + 1].x_split = p.n_split;
             }
             const int reps = 10;
             float ms_all = 0.0f;
@@ -600,8 +629,9 @@ static void chain_run()
                 dev = fmax(dev, fabs(last[i] - ref[i]));
                 top = fmax(top, fabs(ref[i]));
             }
-            const char *name[8] = {"launches", "dependents", "persistent", "+ending", "+pre", "+ending+pre",
-                                   "+e+p, gate/up 6 warps whole", "+e+p, gate/up 12 warps whole"};
+            const char *name[9] = {"launches", "dependents", "persistent", "+ending", "+pre", "+ending+pre",
+                                   "+e+p, gate/up 6 warps whole", "+e+p, gate/up 12 warps whole",
+                                   "+e+p, gate/up's slices added by down"};
             printf("chain: %-10s %.3f ms a step's products (%.1f us a layer), %.2f TB/s; last outputs %.3g off (of %.3g)\n",
                    name[v], ms, ms * 1e3 / N_LAYER, bytes / (ms * 1e-3) / 1e12, dev, top);
         }
