@@ -419,17 +419,13 @@ static __device__ void tile_run(const prod &p, const tile &tl, uint4 (*wa)[2], u
         return;
     }
     const int split = tl.k_beg / p.kslice, unit = tl.row / (p.nw * 16);
-    if (p.keep) {
-        if (cq == 0) {
-            p.keep[(int64_t)split * p.M + tl.row] = acc[0] * r_scale;
-            p.keep[(int64_t)split * p.M + tl.row + 8] = acc[2] * r_scale;
-        }
-        return;
-    }
+    float *dst = p.keep ? p.keep : p.part;
     if (cq == 0) {
-        p.part[(int64_t)split * p.M + tl.row] = acc[0] * r_scale;
-        p.part[(int64_t)split * p.M + tl.row + 8] = acc[2] * r_scale;
+        dst[(int64_t)split * p.M + tl.row] = acc[0] * r_scale;
+        dst[(int64_t)split * p.M + tl.row + 8] = acc[2] * r_scale;
     }
+    if (p.keep)
+        return;
     __syncthreads();
     if (threadIdx.x == 0) {
         unsigned old;
