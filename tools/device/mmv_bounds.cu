@@ -34,8 +34,11 @@
  *   order), its input ops (RMSNorm's sums of squares, SwiGLU), gate/up
  *   unsplit in blocks of 6 or 12 warps (no ending), and gate/up's slices
  *   left in memory for down to add as it stages them (gate/up without its
- *   ending; down reading 4 sums an input where it read 1). Attention is left out:
- *   this times the products against read_bw.cu's streaming ceiling.
+ *   ending; down reading 4 sums an input where it read 1); last, the
+ *   persistent kernel with its weights copied ahead into a ring in shared
+ *   memory (k_ring), so that the memory keeps streaming through the
+ *   barriers. Attention is left out: this times the products against
+ *   read_bw.cu's streaming ceiling.
  * (persist_chain.cu, session 20, compared graphs with a persistent kernel
  * in blocks of its own.)
  *
@@ -497,6 +500,107 @@ __global__ void __launch_bounds__(256, 2) k_persist(const __grid_constant__ chai
     }
 }
 
+/* RING: the persistent kernel with the weights through shared memory. A
+ * thread copies by cp.async the very 16-byte pieces it will multiply into a
+ * ring of NS groups (U 32-k blocks of its two rows a group), so no other
+ * thread reads them; it keeps NS - 1 groups in flight ahead of the one it
+ * multiplies, across tiles, products and the grid barrier between them:
+ * weights do not wait for inputs, so the memory keeps streaming while a
+ * block waits for the product before. The ring is [NS][2U][256] uint4
+ * (consecutive threads' pieces side by side: no bank conflicts). */
+template <int NS> __global__ void __launch_bounds__(256, 1) k_ring(const __grid_constant__ chain c)
+{
+    extern __shared__ __align__(16) uint4 ring[];
+    __shared__ __align__(16) __nv_bfloat16 sx[KS_MAX];
+    const int tid = threadIdx.x, g = (tid & 31) >> 2, cq = tid & 3;
+    /* the load cursor: product ls, tile lt (its pieces in ltl), group lj */
+    int ls = 0, lt = blockIdx.x, lj = 0;
+    while (ls < N_PROD && lt >= c.p[ls].n_tiles)
+        ls++;
+    tile ltl = {};
+    if (ls < N_PROD)
+        ltl = tile_of(c.p[ls], lt);
+    unsigned issued = 0;
+    const auto issue = [&]() {
+        if (ls < N_PROD) {
+            uint4 *slot = ring + (size_t)(issued % NS) * 2 * U * 256;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if ((lj + u) * 32 >= ltl.len)
+                    break;
+                const unsigned d0 = (unsigned)__cvta_generic_to_shared(slot + (2 * u) * 256 + tid);
+                const unsigned d1 = (unsigned)__cvta_generic_to_shared(slot + (2 * u + 1) * 256 + tid);
+                asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(d0), "l"(ltl.w0 + (lj + u) * 32));
+                asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(d1), "l"(ltl.w1 + (lj + u) * 32));
+            }
+            lj += U;
+            if (lj * 32 >= ltl.len) {
+                lj = 0;
+                lt += gridDim.x;
+                while (ls < N_PROD && lt >= c.p[ls].n_tiles) {
+                    ls++;
+                    lt = blockIdx.x;
+                }
+                if (ls < N_PROD)
+                    ltl = tile_of(c.p[ls], lt);
+            }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        issued++;
+    };
+    for (int i = 0; i < NS - 1; i++)
+        issue();
+    unsigned used = 0;
+    for (int s = 0; s < N_PROD; s++) {
+        const prod &p = c.p[s];
+        for (int t = blockIdx.x; t < p.n_tiles; t += gridDim.x) {
+            const tile tl = tile_of(p, t);
+            __syncthreads(); /* sx's last readers */
+            for (int i = tid * 4; i < tl.len; i += 256 * 4) {
+                const float4 v = __ldcg((const float4 *)(p.x + tl.k_beg + i));
+                __nv_bfloat162 *d = (__nv_bfloat162 *)(sx + i);
+                d[0] = __floats2bfloat162_rn(v.x, v.y);
+                d[1] = __floats2bfloat162_rn(v.z, v.w);
+            }
+            __syncthreads();
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            const int n_blk = tl.len / 32;
+            for (int j0 = 0; j0 < n_blk; j0 += U) {
+                issue();
+                asm volatile("cp.async.wait_group %0;" ::"n"(NS - 1) : "memory");
+                const uint4 *slot = ring + (size_t)(used % NS) * 2 * U * 256;
+                used++;
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    if (j0 + u >= n_blk)
+                        break;
+                    const uint4 a = slot[(2 * u) * 256 + tid], b = slot[(2 * u + 1) * 256 + tid];
+                    const uint4 h = g == 0 ? *(const uint4 *)(sx + (j0 + u) * 32 + cq * 8) : make_uint4(0, 0, 0, 0);
+                    mma(acc, a.x, b.x, a.y, b.y, h.x, h.y);
+                    mma(acc, a.z, b.z, a.w, b.w, h.z, h.w);
+                }
+            }
+            if (cq == 0) {
+                atomicAdd(p.out + tl.row, acc[0]);
+                atomicAdd(p.out + tl.row + 8, acc[2]);
+            }
+        }
+        if (s + 1 == N_PROD)
+            break;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const unsigned target = (unsigned)(s + 1) * gridDim.x;
+            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(c.bar) : "memory");
+            unsigned v;
+            do
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c.bar) : "memory");
+            while (v < target);
+        }
+        __syncthreads();
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
 static void chain_run()
 {
     int n_sm = 0;
@@ -565,7 +669,7 @@ static void chain_run()
     CHECK(cudaEventCreate(&e1));
     float ref[8];
     for (int round = 0; round < 3; round++)
-        for (int v = 0; v < 9; v++) {
+        for (int v = 0; v < 12; v++) {
             for (int s = 2; s < N_PROD; s += 4) { /* gate/up: 8 warps in 4 slices; 6 or 12 warps unsplit */
                 prod &p = c.p[s];
                 p.nw = v == 6 ? 6 : v == 7 ? 12 : 8;
@@ -585,6 +689,11 @@ static void chain_run()
                 CHECK(cudaEventRecord(e0, st));
                 if (v == 2) {
                     k_persist<<<resident, 256, 0, st>>>(c);
+                } else if (v >= 9) { /* the ring: 4 or 6 groups, one block an SM; 3 groups, two */
+                    const int ns = v == 9 ? 4 : v == 10 ? 6 : 3, smem = ns * 2 * U * 256 * 16;
+                    void (*k)(chain) = ns == 4 ? k_ring<4> : ns == 6 ? k_ring<6> : k_ring<3>;
+                    CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+                    k<<<v == 11 ? resident : n_sm, 256, smem, st>>>(c);
                 } else {
                     for (int s = 0; s < N_PROD; s++) {
                         cudaLaunchConfig_t cfg = {};
@@ -625,9 +734,10 @@ static void chain_run()
                 dev = fmax(dev, fabs(last[i] - ref[i]));
                 top = fmax(top, fabs(ref[i]));
             }
-            const char *name[9] = {"launches", "dependents", "persistent", "+ending", "+pre", "+ending+pre",
-                                   "+e+p, gate/up 6 warps whole", "+e+p, gate/up 12 warps whole",
-                                   "+e+p, gate/up's slices added by down"};
+            const char *name[12] = {"launches", "dependents", "persistent", "+ending", "+pre", "+ending+pre",
+                                    "+e+p, gate/up 6 warps whole", "+e+p, gate/up 12 warps whole",
+                                    "+e+p, gate/up's slices added by down", "ring of 4, a block an SM",
+                                    "ring of 6, a block an SM", "ring of 3, two blocks an SM"};
             printf("chain: %-10s %.3f ms a step's products (%.1f us a layer), %.2f TB/s; last outputs %.3g off (of %.3g)\n",
                    name[v], ms, ms * 1e3 / N_LAYER, bytes / (ms * 1e-3) / 1e12, dev, top);
         }
