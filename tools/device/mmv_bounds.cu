@@ -305,6 +305,7 @@ struct chain {
 /* a tile: a unit of nw * 16 rows and a K slice; the lane's two rows */
 struct tile {
     const uint16_t *w0, *w1;
+    const uint16_t *wr; /* the warp's first row at the slice */
     int k_beg, len, row; /* row: the lane's first */
 };
 
@@ -318,7 +319,35 @@ static __device__ __forceinline__ tile tile_of(const prod &p, int t)
     tl.len = min(p.kslice, p.K - tl.k_beg);
     tl.w0 = p.w + (int64_t)r * p.K + tl.k_beg + cq * 8;
     tl.w1 = tl.w0 + (int64_t)8 * p.K;
+    tl.wr = tl.w0 - (int64_t)g * p.K - cq * 8;
     tl.row = r;
+    return tl;
+}
+
+/* FLAT (the ring): a product's (128-row unit, 128-k group) items split evenly
+ * among the blocks, unit by unit; block b takes items [b N / G, (b + 1) N / G).
+ * The tile at item i: the run of the block's items in i's unit; *next: the
+ * item after it */
+static __device__ __forceinline__ void flat_span(const prod &p, int b, int G, int *i, int *end)
+{
+    const int64_t n = (int64_t)(p.M / 128) * (p.K / 128);
+    *i = (int)(n * b / G);
+    *end = (int)(n * (b + 1) / G);
+}
+
+static __device__ __forceinline__ tile tile_flat(const prod &p, int i, int end, int *next)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
+    const int kg = p.K / 128, unit = i / kg, e = min(end, (unit + 1) * kg);
+    const int r = unit * 128 + warp * 16 + g;
+    tile tl;
+    tl.k_beg = (i - unit * kg) * 128;
+    tl.len = (e - i) * 128;
+    tl.w0 = p.w + (int64_t)r * p.K + tl.k_beg + cq * 8;
+    tl.w1 = tl.w0 + (int64_t)8 * p.K;
+    tl.wr = tl.w0 - (int64_t)g * p.K - cq * 8;
+    tl.row = r;
+    *next = e;
     return tl;
 }
 
@@ -500,49 +529,76 @@ __global__ void __launch_bounds__(256, 2) k_persist(const __grid_constant__ chai
     }
 }
 
-/* RING: the persistent kernel with the weights through shared memory. A
- * thread copies by cp.async the very 16-byte pieces it will multiply into a
- * ring of NS groups (U 32-k blocks of its two rows a group), so no other
- * thread reads them; it keeps NS - 1 groups in flight ahead of the one it
- * multiplies, across tiles, products and the grid barrier between them:
+/* RING: the persistent kernel with the weights through shared memory. The
+ * threads copy by cp.async a ring of NS groups (U 32-k blocks of a warp's 16
+ * rows a group) and keep NS - 1 groups in flight ahead of the one they
+ * multiply, across tiles, products and the grid barrier between them:
  * weights do not wait for inputs, so the memory keeps streaming while a
- * block waits for the product before. The ring is [NS][2U][256] uint4
- * (consecutive threads' pieces side by side: no bank conflicts). */
-template <int NS> __global__ void __launch_bounds__(256, 1) k_ring(const __grid_constant__ chain c)
+ * block waits for the product before. ROWS = false: a thread copies the
+ * very 16-byte pieces it will multiply (the fragments' shape, 8 rows x 64
+ * bytes an instruction), [NS][2U][256] uint4, consecutive threads' side by
+ * side. ROWS: a warp copies 2 rows x 256 bytes an instruction (the load
+ * shape the H200 prefers, session 45), [NS][8 warps][16 rows][16 pieces],
+ * odd rows' pieces swapped by halves of 64 bytes (a quarter warp reading
+ * rows g and g + 1 of the fragments hits 8 distinct banks), and the warp syncs before reading its lanes' copies. */
+template <int NS, bool ROWS, bool FLAT> __global__ void __launch_bounds__(256, 1) k_ring(const __grid_constant__ chain c)
 {
     extern __shared__ __align__(16) uint4 ring[];
     __shared__ __align__(16) __nv_bfloat16 sx[KS_MAX];
     const int tid = threadIdx.x, g = (tid & 31) >> 2, cq = tid & 3;
-    /* the load cursor: product ls, tile lt (its pieces in ltl), group lj */
-    int ls = 0, lt = blockIdx.x, lj = 0;
-    while (ls < N_PROD && lt >= c.p[ls].n_tiles)
-        ls++;
+    /* the load cursor: product ls, tile lt (FLAT: items from lt to lend, the
+     * tile's end lnext; its pieces in ltl), group lj */
+    int ls = 0, lt = blockIdx.x, lj = 0, lend = 0, lnext = 0;
+    const auto first = [&]() { /* the cursor's product's first tile, skipping products without one */
+        for (; ls < N_PROD; ls++) {
+            if (FLAT)
+                flat_span(c.p[ls], blockIdx.x, gridDim.x, &lt, &lend);
+            else
+                lt = blockIdx.x;
+            if (FLAT ? lt < lend : lt < c.p[ls].n_tiles)
+                break;
+        }
+    };
+    first();
     tile ltl = {};
     if (ls < N_PROD)
-        ltl = tile_of(c.p[ls], lt);
+        ltl = FLAT ? tile_flat(c.p[ls], lt, lend, &lnext) : tile_of(c.p[ls], lt);
     unsigned issued = 0;
     const auto issue = [&]() {
         if (ls < N_PROD) {
             uint4 *slot = ring + (size_t)(issued % NS) * 2 * U * 256;
+            if (ROWS) {
+                const int warp = tid >> 5, lane = tid & 31;
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                if ((lj + u) * 32 >= ltl.len)
-                    break;
-                const unsigned d0 = (unsigned)__cvta_generic_to_shared(slot + (2 * u) * 256 + tid);
-                const unsigned d1 = (unsigned)__cvta_generic_to_shared(slot + (2 * u + 1) * 256 + tid);
-                asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(d0), "l"(ltl.w0 + (lj + u) * 32));
-                asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(d1), "l"(ltl.w1 + (lj + u) * 32));
+                for (int i = 0; i < 2 * U; i++) {
+                    const int row = i * 2 + (lane >> 4), pc = lane & 15;
+                    if ((lj + pc / 4) * 32 >= ltl.len)
+                        continue;
+                    const unsigned d = (unsigned)__cvta_generic_to_shared(slot + warp * 256 + row * 16 + (pc ^ (row & 1) << 2));
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d),
+                                 "l"(ltl.wr + (int64_t)row * c.p[ls].K + lj * 32 + pc * 8));
+                }
+            } else {
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    if ((lj + u) * 32 >= ltl.len)
+                        break;
+                    const unsigned d0 = (unsigned)__cvta_generic_to_shared(slot + (2 * u) * 256 + tid);
+                    const unsigned d1 = (unsigned)__cvta_generic_to_shared(slot + (2 * u + 1) * 256 + tid);
+                    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(d0), "l"(ltl.w0 + (lj + u) * 32));
+                    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(d1), "l"(ltl.w1 + (lj + u) * 32));
+                }
             }
             lj += U;
             if (lj * 32 >= ltl.len) {
                 lj = 0;
-                lt += gridDim.x;
-                while (ls < N_PROD && lt >= c.p[ls].n_tiles) {
+                lt = FLAT ? lnext : lt + gridDim.x;
+                if (FLAT ? lt >= lend : lt >= c.p[ls].n_tiles) {
                     ls++;
-                    lt = blockIdx.x;
+                    first();
                 }
                 if (ls < N_PROD)
-                    ltl = tile_of(c.p[ls], lt);
+                    ltl = FLAT ? tile_flat(c.p[ls], lt, lend, &lnext) : tile_of(c.p[ls], lt);
             }
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
@@ -553,8 +609,11 @@ template <int NS> __global__ void __launch_bounds__(256, 1) k_ring(const __grid_
     unsigned used = 0;
     for (int s = 0; s < N_PROD; s++) {
         const prod &p = c.p[s];
-        for (int t = blockIdx.x; t < p.n_tiles; t += gridDim.x) {
-            const tile tl = tile_of(p, t);
+        int t = blockIdx.x, t_end = p.n_tiles, t_next = 0;
+        if (FLAT)
+            flat_span(p, blockIdx.x, gridDim.x, &t, &t_end);
+        for (; t < t_end; t = FLAT ? t_next : t + gridDim.x) {
+            const tile tl = FLAT ? tile_flat(p, t, t_end, &t_next) : tile_of(p, t);
             __syncthreads(); /* sx's last readers */
             for (int i = tid * 4; i < tl.len; i += 256 * 4) {
                 const float4 v = __ldcg((const float4 *)(p.x + tl.k_beg + i));
@@ -566,15 +625,28 @@ template <int NS> __global__ void __launch_bounds__(256, 1) k_ring(const __grid_
             float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             const int n_blk = tl.len / 32;
             for (int j0 = 0; j0 < n_blk; j0 += U) {
+                if (ROWS)
+                    __syncwarp(); /* the slot refilled next: every lane done reading it */
                 issue();
                 asm volatile("cp.async.wait_group %0;" ::"n"(NS - 1) : "memory");
+                if (ROWS)
+                    __syncwarp();
                 const uint4 *slot = ring + (size_t)(used % NS) * 2 * U * 256;
                 used++;
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     if (j0 + u >= n_blk)
                         break;
-                    const uint4 a = slot[(2 * u) * 256 + tid], b = slot[(2 * u + 1) * 256 + tid];
+                    uint4 a, b;
+                    if (ROWS) {
+                        const uint4 *wp = slot + (tid >> 5) * 256;
+                        const int pc = u * 4 + cq;
+                        a = wp[g * 16 + (pc ^ (g & 1) << 2)];
+                        b = wp[(g + 8) * 16 + (pc ^ (g & 1) << 2)];
+                    } else {
+                        a = slot[(2 * u) * 256 + tid];
+                        b = slot[(2 * u + 1) * 256 + tid];
+                    }
                     const uint4 h = g == 0 ? *(const uint4 *)(sx + (j0 + u) * 32 + cq * 8) : make_uint4(0, 0, 0, 0);
                     mma(acc, a.x, b.x, a.y, b.y, h.x, h.y);
                     mma(acc, a.z, b.z, a.w, b.w, h.z, h.w);
@@ -669,7 +741,7 @@ static void chain_run()
     CHECK(cudaEventCreate(&e1));
     float ref[8];
     for (int round = 0; round < 3; round++)
-        for (int v = 0; v < 12; v++) {
+        for (int v = 0; v < 16; v++) {
             for (int s = 2; s < N_PROD; s += 4) { /* gate/up: 8 warps in 4 slices; 6 or 12 warps unsplit */
                 prod &p = c.p[s];
                 p.nw = v == 6 ? 6 : v == 7 ? 12 : 8;
@@ -689,11 +761,17 @@ static void chain_run()
                 CHECK(cudaEventRecord(e0, st));
                 if (v == 2) {
                     k_persist<<<resident, 256, 0, st>>>(c);
-                } else if (v >= 9) { /* the ring: 4 or 6 groups, one block an SM; 3 groups, two */
-                    const int ns = v == 9 ? 4 : v == 10 ? 6 : 3, smem = ns * 2 * U * 256 * 16;
-                    void (*k)(chain) = ns == 4 ? k_ring<4> : ns == 6 ? k_ring<6> : k_ring<3>;
+                } else if (v >= 9) { /* the ring: 4 or 6 groups, one block an SM; 3 groups, two; by rows; flat */
+                    const int ns = v == 9 || v == 12 ? 4 : v == 10 || v == 14 ? 6 : 3, smem = ns * 2 * U * 256 * 16;
+                    void (*k)(chain) = v == 9    ? k_ring<4, false, false>
+                                       : v == 10 ? k_ring<6, false, false>
+                                       : v == 11 ? k_ring<3, false, false>
+                                       : v == 12 ? k_ring<4, true, false>
+                                       : v == 13 ? k_ring<3, true, false>
+                                       : v == 14 ? k_ring<6, true, true>
+                                                 : k_ring<3, true, true>;
                     CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-                    k<<<v == 11 ? resident : n_sm, 256, smem, st>>>(c);
+                    k<<<v == 11 || v == 13 || v == 15 ? resident : n_sm, 256, smem, st>>>(c);
                 } else {
                     for (int s = 0; s < N_PROD; s++) {
                         cudaLaunchConfig_t cfg = {};
@@ -734,10 +812,12 @@ static void chain_run()
                 dev = fmax(dev, fabs(last[i] - ref[i]));
                 top = fmax(top, fabs(ref[i]));
             }
-            const char *name[12] = {"launches", "dependents", "persistent", "+ending", "+pre", "+ending+pre",
+            const char *name[16] = {"launches", "dependents", "persistent", "+ending", "+pre", "+ending+pre",
                                     "+e+p, gate/up 6 warps whole", "+e+p, gate/up 12 warps whole",
                                     "+e+p, gate/up's slices added by down", "ring of 4, a block an SM",
-                                    "ring of 6, a block an SM", "ring of 3, two blocks an SM"};
+                                    "ring of 6, a block an SM", "ring of 3, two blocks an SM",
+                                    "ring by rows, 4, a block an SM", "ring by rows, 3, two blocks an SM",
+                                    "ring by rows, flat, 6, a block an SM", "ring by rows, flat, 3, two blocks an SM"};
             printf("chain: %-10s %.3f ms a step's products (%.1f us a layer), %.2f TB/s; last outputs %.3g off (of %.3g)\n",
                    name[v], ms, ms * 1e3 / N_LAYER, bytes / (ms * 1e-3) / 1e12, dev, top);
         }
