@@ -476,7 +476,12 @@ static __device__ void tile_run(const prod &p, const tile &tl, uint4 (*wa)[2], u
     }
 }
 
-template <bool DEP, bool ENDING, bool PRE> __global__ void __launch_bounds__(384, 1) k_prod(const prod p)
+/* NT threads; blocks of up to 8 warps held to 128 registers, so that two fit
+ * an SM as k_mmv's do (without the bound, the input loop of x_part took
+ * them to 133-164 and one block an SM, which slowed every k_prod row of
+ * session 46's and 47's first runs) */
+template <bool DEP, bool ENDING, bool PRE, int NT>
+__global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) k_prod(const prod p)
 {
     __shared__ __align__(16) __nv_bfloat16 sx[KS_MAX];
     const tile tl = tile_of(p, blockIdx.x);
@@ -784,11 +789,13 @@ static void chain_run()
                         at.val.programmaticStreamSerializationAllowed = 1;
                         cfg.attrs = &at;
                         cfg.numAttrs = v == 0 ? 0 : 1;
-                        void (*k)(prod) = v == 0   ? k_prod<false, false, false>
-                                          : v == 1 ? k_prod<true, false, false>
-                                          : v == 3 ? k_prod<true, true, false>
-                                          : v == 4 ? k_prod<true, false, true>
-                                                   : k_prod<true, true, true>;
+                        void (*k)(prod) = v == 0               ? k_prod<false, false, false, 256>
+                                          : v == 1             ? k_prod<true, false, false, 256>
+                                          : v == 3             ? k_prod<true, true, false, 256>
+                                          : v == 4             ? k_prod<true, false, true, 256>
+                                          : c.p[s].nw == 6     ? k_prod<true, true, true, 192>
+                                          : c.p[s].nw == 12    ? k_prod<true, true, true, 384>
+                                                               : k_prod<true, true, true, 256>;
                         if (cfg.dynamicSmemBytes)
                             CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                        (int)cfg.dynamicSmemBytes));
