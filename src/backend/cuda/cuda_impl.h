@@ -70,6 +70,7 @@ struct cuda_backend {
     struct backend base;
     int32_t dev, n_sm;
     int32_t mmv_per_sm; /* resident k_mmv blocks per SM */
+    int32_t sl_per_sm[9]; /* resident k_mmv_slices blocks per SM, by warps a block (a lone token's slices of up to MMV_SL_K_MAX) */
     bool precise;
     bool failed;
     bool pdl; /* products and decode attention launched as programmatic dependents (sm_90+; KAPITSA_CUDA_PDL=0: off) */

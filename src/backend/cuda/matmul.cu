@@ -23,9 +23,10 @@
  * turn: the slice is staged once, and the next unit's first weights are
  * requested before the last one's sums are stored and added. A lone token's
  * product with K in up to 8 slices of at most 1024 goes to k_mmv_slices when
- * its grid is one wave (a decode step's q/k/v and o) or grouped (a decoded
- * token's experts, whatever the waves: a 12-layer qwen3-30b-a3b decoded 4-5% faster
- * than k_mmv's split-K launches), and so does a grouped product of up to 8
+ * its blocks fit one wave by that kernel's own occupancy (a decode step's
+ * q/k/v and o) or grouped (a decoded token's experts, whatever the waves: a
+ * 12-layer qwen3-30b-a3b decoded 4-5% faster than k_mmv's split-K
+ * launches), and so does a grouped product of up to 8
  * tokens (a few sequences' experts, a slot's tokens in the mma's columns: 4
  * sequences 6-7% faster): a block per 16 rows, a warp per slice, the slices
  * added in shared memory in the same order as k_mmv's last block adds them.
@@ -49,6 +50,7 @@
 #include "cuda_impl.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #define MMV_WARPS 8
 #define MMV_ROWS (MMV_WARPS * 16)
@@ -873,6 +875,14 @@ static void (*mmv_kernel(int32_t nb, bool lo, bool per))(mmv_args)
     return lo ? mmv_kernel_lo<true, false>(nb) : mmv_kernel_lo<false, false>(nb);
 }
 
+/* a k_mmv_slices block's shared memory: each warp's staged slice (hi and lo
+ * halves) and its sums */
+static size_t mmv_slices_smem(const mmv_args *a, int32_t n_warp)
+{
+    return (size_t)n_warp *
+           (2 * (size_t)a->n * (a->kslice + MMV_PAD) * sizeof(__nv_bfloat16) + (16 * (size_t)a->n + 1) * sizeof(float));
+}
+
 int cuda_matmul_init(struct cuda_backend *c)
 {
     int per_sm = 0;
@@ -895,6 +905,18 @@ int cuda_matmul_init(struct cuda_backend *c)
     if (CUDA_CHECK(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mmv_kernel(8, true, false), MMV_WARPS * 32, act)) != 0)
         return -1;
     c->mmv_per_sm = per_sm > 0 ? per_sm : 1;
+    for (int32_t w = 1; w <= MMV_WARPS; w++) {
+        mmv_args one;
+        memset(&one, 0, sizeof one);
+        one.n = 1;
+        one.kslice = MMV_SL_K_MAX;
+        int b = 0;
+        if (CUDA_CHECK(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                              &b, c->precise ? k_mmv_slices<true, false> : k_mmv_slices<false, false>, w * 32,
+                              mmv_slices_smem(&one, w))) != 0)
+            return -1;
+        c->sl_per_sm[w] = b;
+    }
     return 0;
 }
 
@@ -952,12 +974,6 @@ static int32_t mmv_setup(struct cuda_backend *c, mmv_args *a, int32_t n_z, int32
     return bx;
 }
 
-static size_t mmv_slices_smem(const mmv_args *a, int32_t n_warp)
-{
-    return (size_t)n_warp *
-           (2 * (size_t)a->n * (a->kslice + MMV_PAD) * sizeof(__nv_bfloat16) + (16 * (size_t)a->n + 1) * sizeof(float));
-}
-
 /* a product fits k_mmv_slices: a lone token's, or a grouped one's of up to 8
  * tokens (a slot's in one column tile), with K in 2 to MMV_WARPS slices (a
  * grouped product's: MMV_SL_WARPS) a warp can stage, the block's staged
@@ -987,7 +1003,13 @@ static void mmv_run(struct cuda_backend *c, mmv_args *a, int32_t n_z, int32_t fi
     int64_t m_sum;
     int32_t bx = mmv_setup(c, a, n_z, fill_z, f, &m_sum);
     const int32_t resident = c->mmv_per_sm * c->n_sm;
-    if (mmv_sliceable(a) && (a->plan || (int64_t)bx * a->n_split <= resident)) {
+    int64_t rows16 = 0;
+    for (int32_t i = 0; i < a->n_w; i++)
+        rows16 += cdiv(a->M[i], 16);
+    /* one wave by k_mmv_slices' own occupancy, not k_mmv's: qwen3-30b-a3b's
+     * q/k/v (320 blocks of 6 warps, two an SM) would take 1.2 waves; through
+     * k_mmv instead its 12-layer decode is 2% faster (H100) */
+    if (mmv_sliceable(a) && (a->plan || rows16 <= (int64_t)c->sl_per_sm[a->n_split] * c->n_sm)) {
         /* as many warps as k_mmv's blocks would have, in blocks of 16 rows */
         bx = mmv_rows16(a);
         cuda_launch_dep(c, c->precise ? k_mmv_slices<true, false> : k_mmv_slices<false, false>, dim3(bx, 1, n_z),
