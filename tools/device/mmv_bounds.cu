@@ -361,6 +361,14 @@ static __device__ __forceinline__ void load(uint4 (*w)[2], const tile &tl, int j
     }
 }
 
+/* 4 staged inputs, rounded to bf16 */
+static __device__ __forceinline__ void stage4(__nv_bfloat16 *d, float4 v)
+{
+    __nv_bfloat162 *d2 = (__nv_bfloat162 *)d;
+    d2[0] = __floats2bfloat162_rn(v.x, v.y);
+    d2[1] = __floats2bfloat162_rn(v.z, v.w);
+}
+
 /* the tile's product, its first two groups of weights already in wa, wb;
  * ENDING: k_mmv's (the slices' sums through memory, the last block of a
  * unit adding them in order), else atomics; PRE: k_mmv's input ops */
@@ -402,9 +410,7 @@ static __device__ void tile_run(const prod &p, const tile &tl, uint4 (*wa)[2], u
             v.z *= 1.02f;
             v.w *= 0.98f;
         }
-        __nv_bfloat162 *d = (__nv_bfloat162 *)(sx + i);
-        d[0] = __floats2bfloat162_rn(v.x, v.y);
-        d[1] = __floats2bfloat162_rn(v.z, v.w);
+        stage4(sx + i, v);
     }
     __syncthreads();
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -495,6 +501,21 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) k_prod(const prod p)
     tile_run<ENDING, PRE>(p, tl, wa, wb, sx);
 }
 
+/* the persistent kernels' barrier between products: every block arrives,
+ * then waits for the count of all blocks of every barrier so far (target) */
+static __device__ __forceinline__ void grid_barrier(unsigned *bar, unsigned target)
+{
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
+        unsigned v;
+        do
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(bar) : "memory");
+        while (v < target);
+    }
+    __syncthreads();
+}
+
 __global__ void __launch_bounds__(256, 2) k_persist(const __grid_constant__ chain c)
 {
     __shared__ __align__(16) __nv_bfloat16 sx[KS_MAX];
@@ -521,16 +542,7 @@ __global__ void __launch_bounds__(256, 2) k_persist(const __grid_constant__ chai
             load(wa, tl, 0);
             load(wb, tl, U);
         }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            const unsigned target = (unsigned)(s + 1) * gridDim.x;
-            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(c.bar) : "memory");
-            unsigned v;
-            do
-                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c.bar) : "memory");
-            while (v < target);
-        }
-        __syncthreads();
+        grid_barrier(c.bar, (unsigned)(s + 1) * gridDim.x);
     }
 }
 
@@ -621,10 +633,7 @@ template <int NS, bool ROWS, bool FLAT> __global__ void __launch_bounds__(256, 1
             const tile tl = FLAT ? tile_flat(p, t, t_end, &t_next) : tile_of(p, t);
             __syncthreads(); /* sx's last readers */
             for (int i = tid * 4; i < tl.len; i += 256 * 4) {
-                const float4 v = __ldcg((const float4 *)(p.x + tl.k_beg + i));
-                __nv_bfloat162 *d = (__nv_bfloat162 *)(sx + i);
-                d[0] = __floats2bfloat162_rn(v.x, v.y);
-                d[1] = __floats2bfloat162_rn(v.z, v.w);
+                stage4(sx + i, __ldcg((const float4 *)(p.x + tl.k_beg + i)));
             }
             __syncthreads();
             float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -664,16 +673,7 @@ template <int NS, bool ROWS, bool FLAT> __global__ void __launch_bounds__(256, 1
         }
         if (s + 1 == N_PROD)
             break;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            const unsigned target = (unsigned)(s + 1) * gridDim.x;
-            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(c.bar) : "memory");
-            unsigned v;
-            do
-                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c.bar) : "memory");
-            while (v < target);
-        }
-        __syncthreads();
+        grid_barrier(c.bar, (unsigned)(s + 1) * gridDim.x);
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
 }
