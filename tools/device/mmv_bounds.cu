@@ -309,19 +309,25 @@ struct tile {
     int k_beg, len, row; /* row: the lane's first */
 };
 
-static __device__ __forceinline__ tile tile_of(const prod &p, int t)
+/* the tile of rows [unit * rows, + rows) and k [k_beg, + len): the lane's pieces */
+static __device__ __forceinline__ tile tile_at(const prod &p, int rows, int unit, int k_beg, int len)
 {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
-    const int rows = p.nw * 16, unit = t % (p.M / rows), split = t / (p.M / rows);
     const int r = unit * rows + warp * 16 + g;
     tile tl;
-    tl.k_beg = split * p.kslice;
-    tl.len = min(p.kslice, p.K - tl.k_beg);
-    tl.w0 = p.w + (int64_t)r * p.K + tl.k_beg + cq * 8;
+    tl.k_beg = k_beg;
+    tl.len = len;
+    tl.w0 = p.w + (int64_t)r * p.K + k_beg + cq * 8;
     tl.w1 = tl.w0 + (int64_t)8 * p.K;
     tl.wr = tl.w0 - (int64_t)g * p.K - cq * 8;
     tl.row = r;
     return tl;
+}
+
+static __device__ __forceinline__ tile tile_of(const prod &p, int t)
+{
+    const int rows = p.nw * 16, unit = t % (p.M / rows), k_beg = t / (p.M / rows) * p.kslice;
+    return tile_at(p, rows, unit, k_beg, min(p.kslice, p.K - k_beg));
 }
 
 /* FLAT (the ring): a product's (128-row unit, 128-k group) items split evenly
@@ -337,18 +343,9 @@ static __device__ __forceinline__ void flat_span(const prod &p, int b, int G, in
 
 static __device__ __forceinline__ tile tile_flat(const prod &p, int i, int end, int *next)
 {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
     const int kg = p.K / 128, unit = i / kg, e = min(end, (unit + 1) * kg);
-    const int r = unit * 128 + warp * 16 + g;
-    tile tl;
-    tl.k_beg = (i - unit * kg) * 128;
-    tl.len = (e - i) * 128;
-    tl.w0 = p.w + (int64_t)r * p.K + tl.k_beg + cq * 8;
-    tl.w1 = tl.w0 + (int64_t)8 * p.K;
-    tl.wr = tl.w0 - (int64_t)g * p.K - cq * 8;
-    tl.row = r;
     *next = e;
-    return tl;
+    return tile_at(p, 128, unit, (i - unit * kg) * 128, (e - i) * 128);
 }
 
 static __device__ __forceinline__ void load(uint4 (*w)[2], const tile &tl, int j0)
@@ -557,7 +554,8 @@ __global__ void __launch_bounds__(256, 2) k_persist(const __grid_constant__ chai
  * side. ROWS: a warp copies 2 rows x 256 bytes an instruction (the load
  * shape the H200 prefers, session 45), [NS][8 warps][16 rows][16 pieces],
  * odd rows' pieces swapped by halves of 64 bytes (a quarter warp reading
- * rows g and g + 1 of the fragments hits 8 distinct banks), and the warp syncs before reading its lanes' copies. */
+ * rows g and g + 1 of the fragments hits 8 distinct banks), and the warp
+ * syncs before reading its lanes' copies. */
 template <int NS, bool ROWS, bool FLAT> __global__ void __launch_bounds__(256, 1) k_ring(const __grid_constant__ chain c)
 {
     extern __shared__ __align__(16) uint4 ring[];
