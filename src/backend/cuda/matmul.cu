@@ -985,6 +985,18 @@ static bool mmv_sliceable(const mmv_args *a)
            mmv_slices_smem(a, a->n_split) <= MMV_SMEM_MAX;
 }
 
+/* a plain product's k_mmv_slices blocks fit one wave, by that kernel's own
+ * occupancy, not k_mmv's: qwen3-30b-a3b's q/k/v (320 blocks of 6 warps, two
+ * an SM) would take 1.2 waves; through k_mmv instead its 12-layer decode is
+ * 2% faster (H100) */
+static bool mmv_slices_one_wave(const struct cuda_backend *c, const mmv_args *a)
+{
+    int64_t blocks = 0;
+    for (int32_t i = 0; i < a->n_w; i++)
+        blocks += cdiv(a->M[i], 16);
+    return blocks <= (int64_t)c->sl_per_sm[a->n_split] * c->n_sm;
+}
+
 /* k_mmv_slices' blocks: 16 rows each, weight after weight (a->bx_end) */
 static int32_t mmv_rows16(mmv_args *a)
 {
@@ -1003,13 +1015,7 @@ static void mmv_run(struct cuda_backend *c, mmv_args *a, int32_t n_z, int32_t fi
     int64_t m_sum;
     int32_t bx = mmv_setup(c, a, n_z, fill_z, f, &m_sum);
     const int32_t resident = c->mmv_per_sm * c->n_sm;
-    int64_t rows16 = 0;
-    for (int32_t i = 0; i < a->n_w; i++)
-        rows16 += cdiv(a->M[i], 16);
-    /* one wave by k_mmv_slices' own occupancy, not k_mmv's: qwen3-30b-a3b's
-     * q/k/v (320 blocks of 6 warps, two an SM) would take 1.2 waves; through
-     * k_mmv instead its 12-layer decode is 2% faster (H100) */
-    if (mmv_sliceable(a) && (a->plan || rows16 <= (int64_t)c->sl_per_sm[a->n_split] * c->n_sm)) {
+    if (mmv_sliceable(a) && (a->plan || mmv_slices_one_wave(c, a))) {
         /* as many warps as k_mmv's blocks would have, in blocks of 16 rows */
         bx = mmv_rows16(a);
         cuda_launch_dep(c, c->precise ? k_mmv_slices<true, false> : k_mmv_slices<false, false>, dim3(bx, 1, n_z),
