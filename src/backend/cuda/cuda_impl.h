@@ -62,6 +62,7 @@ struct dev_batch {
 
 #define CUDA_KV_TILE 64 /* prefill attention's key tile */
 #define CUDA_FA_ROWS 64 /* ... and its longest row tile */
+#define CUDA_SL_WARPS 16 /* k_mmv_slices' warps a block at most */
 
 /* scratch buffers (cuda_scratch); SCR_SIDE: SCR_MATMUL's inside a branch */
 enum { SCR_MATMUL, SCR_BLAS, SCR_ATTN, SCR_REC, SCR_TOPK, SCR_MOE, SCR_KV, SCR_SCAN, SCR_SIDE, SCR_N };
@@ -70,7 +71,9 @@ struct cuda_backend {
     struct backend base;
     int32_t dev, n_sm;
     int32_t mmv_per_sm; /* resident k_mmv blocks per SM */
-    int32_t sl_per_sm[9]; /* resident k_mmv_slices blocks per SM, by warps a block (a lone token's slices of up to MMV_SL_K_MAX) */
+    /* resident k_mmv_slices blocks per SM, [COMB][warps a block] (a lone
+     * token's slices of up to MMV_SL_K_MAX) */
+    int32_t sl_per_sm[2][CUDA_SL_WARPS + 1];
     bool precise;
     bool failed;
     bool pdl; /* products and decode attention launched as programmatic dependents (sm_90+; KAPITSA_CUDA_PDL=0: off) */

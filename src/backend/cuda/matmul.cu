@@ -50,6 +50,7 @@
 #include "cuda_impl.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MMV_WARPS 8
@@ -466,7 +467,7 @@ __global__ void __launch_bounds__(MMV_WARPS * 32, 2) k_mmv(const __grid_constant
  * combine): the block holds every slot, warp w taking slot w / n_split, and
  * adds the slots' rows weighted, in the token's pick order, to the output,
  * the bits of the grouped product followed by k_moe_combine. */
-constexpr int MMV_SL_WARPS = 16; /* a block's warps at most: a grouped product's slices, COMB's k_pick * n_split */
+constexpr int MMV_SL_WARPS = CUDA_SL_WARPS; /* a block's warps at most: a grouped product's slices, COMB's k_pick * n_split */
 template <bool LO, bool COMB>
 __global__ void __launch_bounds__(MMV_SL_WARPS * 32, 1)
     k_mmv_slices(const __grid_constant__ mmv_args a)
@@ -905,18 +906,20 @@ int cuda_matmul_init(struct cuda_backend *c)
     if (CUDA_CHECK(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mmv_kernel(8, true, false), MMV_WARPS * 32, act)) != 0)
         return -1;
     c->mmv_per_sm = per_sm > 0 ? per_sm : 1;
-    for (int32_t w = 1; w <= MMV_WARPS; w++) {
-        mmv_args one;
-        memset(&one, 0, sizeof one);
-        one.n = 1;
-        one.kslice = MMV_SL_K_MAX;
-        int b = 0;
-        if (CUDA_CHECK(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                              &b, c->precise ? k_mmv_slices<true, false> : k_mmv_slices<false, false>, w * 32,
-                              mmv_slices_smem(&one, w))) != 0)
-            return -1;
-        c->sl_per_sm[w] = b;
-    }
+    for (int comb = 0; comb < 2; comb++)
+        for (int32_t w = 1; w <= MMV_SL_WARPS; w++) {
+            mmv_args one;
+            memset(&one, 0, sizeof one);
+            one.n = 1;
+            one.kslice = MMV_SL_K_MAX;
+            void (*kern)(mmv_args) = comb ? (c->precise ? k_mmv_slices<true, true> : k_mmv_slices<false, true>)
+                                           : (c->precise ? k_mmv_slices<true, false> : k_mmv_slices<false, false>);
+            int b = 0;
+            if (CUDA_CHECK(c, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kern, w * 32,
+                                                                            mmv_slices_smem(&one, w))) != 0)
+                return -1;
+            c->sl_per_sm[comb][w] = b;
+        }
     return 0;
 }
 
@@ -925,6 +928,41 @@ static bool mmv_fits(const struct tensor *x, const struct tensor *w)
 {
     return w->type == DT_BF16 && w->row_stride % 8 == 0 && ((uintptr_t)w->data & 15) == 0 &&
            cuda_rows_vec8((const float *)x->data, x->row_stride, x->n_cols);
+}
+
+/* A grouped product's K split (a decoded token's experts, which take
+ * k_mmv_slices; larger batches take k_mmv with the same split, so that a
+ * token's bits never depend on the batch): of the splits into 2 to
+ * MMV_SL_WARPS slices of up to MMV_SL_K_MAX, the one whose blocks (16 rows,
+ * a warp a slice, for fill_z slots) best use the SMs by the kernel's own
+ * occupancy: the slices' evenness (a block takes its longest slice's time),
+ * times the warps resident an SM, times the last wave's fill; ties to fewer
+ * slices (fewer partial sums for k_mmv). nemotron-3-nano's up product (K =
+ * 2688, 696 blocks) takes 7 slices of 384 where k_mmv's tiles gave 11 of
+ * 256, in blocks of 11 warps, one an SM. */
+static void mmv_split_slices(const struct cuda_backend *c, mmv_args *a, int32_t fill_z)
+{
+    const int32_t K = a->K;
+    int64_t rows16 = 0;
+    for (int32_t i = 0; i < a->n_w; i++)
+        rows16 += cdiv(a->M[i], 16);
+    const int64_t blocks = rows16 * fill_z;
+    double best = 0.0;
+    for (int32_t want = 2; want <= MMV_SL_WARPS; want++) {
+        const int32_t sl = (int32_t)cdiv(cdiv(K, want), MMV_KC) * MMV_KC, ns = (int32_t)cdiv(K, sl);
+        const int32_t per_sm = c->sl_per_sm[0][ns];
+        if (ns != want || sl > MMV_SL_K_MAX || per_sm == 0)
+            continue;
+        const int64_t slots = (int64_t)per_sm * c->n_sm;
+        const double even = (double)K / ((double)ns * sl),
+                     fill = (double)blocks / (double)(cdiv(blocks, slots) * slots),
+                     score = even * (double)(per_sm * ns) * fill;
+        if (score > best * (1.0 + 1e-6)) {
+            best = score;
+            a->n_split = ns;
+            a->kslice = sl;
+        }
+    }
 }
 
 /* What every launch of a product takes from its shape: bx (blocks of
@@ -948,7 +986,9 @@ static int32_t mmv_setup(struct cuda_backend *c, mmv_args *a, int32_t n_z, int32
     a->n_split = 1;
     a->kslice = K;
     const int32_t resident = c->mmv_per_sm * c->n_sm;
-    if ((int64_t)bx * n_z <= CUDA_MOE_COUNTER) {
+    if ((int64_t)bx * n_z <= CUDA_MOE_COUNTER && a->plan && !getenv("KAPITSA_EXP_OLD")) {
+        mmv_split_slices(c, a, fill_z);
+    } else if ((int64_t)bx * n_z <= CUDA_MOE_COUNTER) {
         double best = 0.0;
         for (int32_t want = 1; want <= 32 && (int64_t)want * MMV_KC <= K && best < 0.9; want++) {
             const int32_t sl = (int32_t)cdiv(cdiv(K, want), MMV_KC) * MMV_KC, ns = (int32_t)cdiv(K, sl);
@@ -994,7 +1034,7 @@ static bool mmv_slices_one_wave(const struct cuda_backend *c, const mmv_args *a)
     int64_t blocks = 0;
     for (int32_t i = 0; i < a->n_w; i++)
         blocks += cdiv(a->M[i], 16);
-    return blocks <= (int64_t)c->sl_per_sm[a->n_split] * c->n_sm;
+    return blocks <= (int64_t)c->sl_per_sm[0][a->n_split] * c->n_sm;
 }
 
 /* k_mmv_slices' blocks: 16 rows each, weight after weight (a->bx_end) */
@@ -1127,13 +1167,18 @@ int cuda_matmul_grouped_combine(struct cuda_backend *c, const struct mm_group *g
     mmv_setup(c, &a, g->max_act, g->fill_slots, f, &m_sum);
     if (!mmv_sliceable(&a) || g->max_act != k || k * a.n_split > MMV_SL_WARPS)
         return -1;
+    /* in one wave only: nemotron-3-nano's 168 blocks of 12 warps, one an
+     * SM, took 1.27 waves, slower than the grouped product's many short
+     * blocks and the combine's launch */
+    const int32_t bx = mmv_rows16(&a);
+    if (bx > c->sl_per_sm[1][k * a.n_split] * c->n_sm && !getenv("KAPITSA_EXP_OLD"))
+        return -1;
     if (cuda_op_skip(c))
         return 0;
     a.tpos = tpos;
     a.tw = tw;
     a.k_pick = k;
     a.add = add;
-    const int32_t bx = mmv_rows16(&a);
     cuda_launch_dep(c, c->precise ? k_mmv_slices<true, true> : k_mmv_slices<false, true>, dim3(bx),
                     dim3(k * a.n_split * 32), mmv_slices_smem(&a, k * a.n_split), a);
     return 0;
