@@ -927,7 +927,7 @@ void test_cuda_moe(void)
      * token's down products in 2 slices, whose combined launch (168 blocks
      * of 12 warps) would not fit one wave of 132 SMs, so the grouped product
      * and the combine take them */
-    moe_case(&b, 8, 6, 2688, 1856, alone, 4, 1, 2e-5, false, 0);
+    moe_case(&b, 16, 6, 2688, 1856, alone, 4, 1, 2e-5, false, 0);
     both_close(&b);
     /* fast mode (bf16 activations, one product where precise makes two):
      * the small forms again, within bf16 rounding (70 tokens: the router
