@@ -923,10 +923,10 @@ void test_cuda_moe(void)
      * MMV_WARPS: a lone token's block of 12 warps, as nemotron-3-nano's 11) */
     moe_case(&b, 8, 4, 1536, 256, alone, 4, 1, 2e-5, false, 0);
     moe_case(&b, 8, 4, 1536, 256, alone, 4, 1, 2e-5, false, 512);
-    /* nemotron-3-nano's widths: gate/up in 7 slices of 384; its lone
-     * token's down products in 2 slices, whose combined launch (168 blocks
-     * of 12 warps) would not fit one wave of 132 SMs, so the grouped product
-     * and the combine take them */
+    /* nemotron-3-nano's widths and picks (on an H100 or H200: its up
+     * product in 7 slices of 384; a lone token's down products in 2
+     * slices, whose combined launch, 168 blocks of 12 warps, would not fit
+     * one wave of 132 SMs, so the grouped product and the combine take them) */
     moe_case(&b, 16, 6, 2688, 1856, alone, 4, 1, 2e-5, false, 0);
     both_close(&b);
     /* fast mode (bf16 activations, one product where precise makes two):

@@ -941,8 +941,10 @@ static bool mmv_fits(const struct tensor *x, const struct tensor *w)
  * slices (fewer partial sums for k_mmv). nemotron-3-nano's up product (K =
  * 2688, 696 blocks) takes 7 slices of 384 where k_mmv's tiles gave 11 of
  * 256, in blocks of 11 warps, one an SM (with the combine below, its
- * 12-layer decode 4.5% faster on an H100); the other presets' splits stay. */
-static void mmv_split_slices(const struct cuda_backend *c, mmv_args *a, int32_t fill_z)
+ * 12-layer decode 4.5% faster on an H100); the other presets' splits stay.
+ * False where no split fits those blocks (K past MMV_SL_WARPS slices of
+ * MMV_SL_K_MAX, or under two of MMV_KC). */
+static bool mmv_split_slices(const struct cuda_backend *c, mmv_args *a, int32_t fill_z)
 {
     const int32_t K = a->K;
     int64_t rows16 = 0;
@@ -965,6 +967,7 @@ static void mmv_split_slices(const struct cuda_backend *c, mmv_args *a, int32_t 
             a->kslice = sl;
         }
     }
+    return best > 0.0;
 }
 
 /* What every launch of a product takes from its shape: bx (blocks of
@@ -984,13 +987,12 @@ static int32_t mmv_setup(struct cuda_backend *c, mmv_args *a, int32_t n_z, int32
     }
     /* split K so that the blocks come close to whole waves (a partial last
      * wave of these long blocks costs as much as a full one); the resident
-     * count is the kernel's, so the split never depends on the batch */
+     * count is the kernel's, so the split never depends on the batch (a
+     * grouped product's: by k_mmv_slices' blocks, where a split fits them) */
     a->n_split = 1;
     a->kslice = K;
     const int32_t resident = c->mmv_per_sm * c->n_sm;
-    if ((int64_t)bx * n_z <= CUDA_MOE_COUNTER && a->plan) {
-        mmv_split_slices(c, a, fill_z);
-    } else if ((int64_t)bx * n_z <= CUDA_MOE_COUNTER) {
+    if ((int64_t)bx * n_z <= CUDA_MOE_COUNTER && !(a->plan && mmv_split_slices(c, a, fill_z))) {
         double best = 0.0;
         for (int32_t want = 1; want <= 32 && (int64_t)want * MMV_KC <= K && best < 0.9; want++) {
             const int32_t sl = (int32_t)cdiv(cdiv(K, want), MMV_KC) * MMV_KC, ns = (int32_t)cdiv(K, sl);
