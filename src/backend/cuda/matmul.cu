@@ -934,16 +934,18 @@ static bool mmv_fits(const struct tensor *x, const struct tensor *w)
 /* A grouped product's K split (a decoded token's experts, which take
  * k_mmv_slices; larger batches take k_mmv with the same split, so that a
  * token's bits never depend on the batch): of the splits into 2 to
- * MMV_SL_WARPS slices of up to MMV_SL_K_MAX, the one whose blocks (16 rows,
- * a warp a slice, for fill_z slots) best use the SMs by the kernel's own
- * occupancy: the slices' evenness (a block takes its longest slice's time),
- * times the warps resident an SM, times the last wave's fill; ties to fewer
- * slices (fewer partial sums for k_mmv). nemotron-3-nano's up product (K =
- * 2688, 696 blocks) takes 7 slices of 384 where k_mmv's tiles gave 11 of
- * 256, in blocks of 11 warps, one an SM (with the combine below, its
- * 12-layer decode 4.5% faster on an H100); the other presets' splits stay.
- * False where no split fits those blocks (K past MMV_SL_WARPS slices of
- * MMV_SL_K_MAX, or under two of MMV_KC). */
+ * MMV_SL_WARPS slices of up to MMV_SL_K_MAX whose blocks (16 rows, a warp a
+ * slice) fit two an SM, the one whose blocks (for fill_z slots) best use
+ * the SMs by the kernel's own occupancy: the slices' evenness (a block
+ * takes its longest slice's time), times the warps resident an SM, times
+ * the last wave's fill; ties to fewer slices (fewer partial sums for
+ * k_mmv). A block alone on its SM leaves it idle from its end to the next
+ * one's first weights: every such split measured lost (on an H100, 4-9%
+ * where 15 and 16 slices of 128 scored as well). nemotron-3-nano's up
+ * product (K = 2688, 696 blocks) takes 7 slices of 384 where k_mmv's tiles
+ * gave 11 of 256, in blocks of 11 warps, one an SM (with the combine below,
+ * its 12-layer decode 4.5% faster on an H100); the other presets' splits
+ * stay. False where no split fits those blocks. */
 static bool mmv_split_slices(const struct cuda_backend *c, mmv_args *a, int32_t fill_z)
 {
     const int32_t K = a->K;
@@ -955,7 +957,7 @@ static bool mmv_split_slices(const struct cuda_backend *c, mmv_args *a, int32_t 
     for (int32_t want = 2; want <= MMV_SL_WARPS; want++) {
         const int32_t sl = (int32_t)cdiv(cdiv(K, want), MMV_KC) * MMV_KC, ns = (int32_t)cdiv(K, sl);
         const int32_t per_sm = c->sl_per_sm[0][ns];
-        if (ns != want || sl > MMV_SL_K_MAX || per_sm == 0)
+        if (ns != want || sl > MMV_SL_K_MAX || per_sm < 2)
             continue;
         const int64_t slots = (int64_t)per_sm * c->n_sm;
         const double even = (double)K / ((double)ns * sl),
