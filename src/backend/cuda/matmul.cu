@@ -931,6 +931,24 @@ static bool mmv_fits(const struct tensor *x, const struct tensor *w)
            cuda_rows_vec8((const float *)x->data, x->row_stride, x->n_cols);
 }
 
+/* k_mmv_slices' blocks for a slot: 16 rows each, over every weight */
+static int64_t mmv_blocks16(const mmv_args *a)
+{
+    int64_t blocks = 0;
+    for (int32_t i = 0; i < a->n_w; i++)
+        blocks += cdiv(a->M[i], 16);
+    return blocks;
+}
+
+/* k_mmv_slices' blocks of n_warp warps (COMB: the combining variant's) fit
+ * one wave, by that kernel's own occupancy, not k_mmv's: qwen3-30b-a3b's
+ * q/k/v (320 blocks of 6 warps, two an SM) would take 1.2 waves; through
+ * k_mmv instead its 12-layer decode is 2% faster (H100) */
+static bool mmv_slices_one_wave(const struct cuda_backend *c, bool comb, int64_t blocks, int32_t n_warp)
+{
+    return blocks <= (int64_t)c->sl_per_sm[comb][n_warp] * c->n_sm;
+}
+
 /* A grouped product's K split (a decoded token's experts, which take
  * k_mmv_slices; larger batches take k_mmv with the same split, so that a
  * token's bits never depend on the batch): of the splits into 2 to
@@ -949,10 +967,7 @@ static bool mmv_fits(const struct tensor *x, const struct tensor *w)
 static bool mmv_split_slices(const struct cuda_backend *c, mmv_args *a, int32_t fill_z)
 {
     const int32_t K = a->K;
-    int64_t rows16 = 0;
-    for (int32_t i = 0; i < a->n_w; i++)
-        rows16 += cdiv(a->M[i], 16);
-    const int64_t blocks = rows16 * fill_z;
+    const int64_t blocks = mmv_blocks16(a) * fill_z;
     double best = 0.0;
     for (int32_t want = 2; want <= MMV_SL_WARPS; want++) {
         const int32_t sl = (int32_t)cdiv(cdiv(K, want), MMV_KC) * MMV_KC, ns = (int32_t)cdiv(K, sl);
@@ -1031,18 +1046,6 @@ static bool mmv_sliceable(const mmv_args *a)
            mmv_slices_smem(a, a->n_split) <= MMV_SMEM_MAX;
 }
 
-/* a plain product's k_mmv_slices blocks fit one wave, by that kernel's own
- * occupancy, not k_mmv's: qwen3-30b-a3b's q/k/v (320 blocks of 6 warps, two
- * an SM) would take 1.2 waves; through k_mmv instead its 12-layer decode is
- * 2% faster (H100) */
-static bool mmv_slices_one_wave(const struct cuda_backend *c, const mmv_args *a)
-{
-    int64_t blocks = 0;
-    for (int32_t i = 0; i < a->n_w; i++)
-        blocks += cdiv(a->M[i], 16);
-    return blocks <= (int64_t)c->sl_per_sm[0][a->n_split] * c->n_sm;
-}
-
 /* k_mmv_slices' blocks: 16 rows each, weight after weight (a->bx_end) */
 static int32_t mmv_rows16(mmv_args *a)
 {
@@ -1061,7 +1064,7 @@ static void mmv_run(struct cuda_backend *c, mmv_args *a, int32_t n_z, int32_t fi
     int64_t m_sum;
     int32_t bx = mmv_setup(c, a, n_z, fill_z, f, &m_sum);
     const int32_t resident = c->mmv_per_sm * c->n_sm;
-    if (mmv_sliceable(a) && (a->plan || mmv_slices_one_wave(c, a))) {
+    if (mmv_sliceable(a) && (a->plan || mmv_slices_one_wave(c, false, mmv_blocks16(a), a->n_split))) {
         /* as many warps as k_mmv's blocks would have, in blocks of 16 rows */
         bx = mmv_rows16(a);
         cuda_launch_dep(c, c->precise ? k_mmv_slices<true, false> : k_mmv_slices<false, false>, dim3(bx, 1, n_z),
@@ -1177,7 +1180,7 @@ int cuda_matmul_grouped_combine(struct cuda_backend *c, const struct mm_group *g
      * SM, took 1.27 waves, slower than the grouped product's many short
      * blocks and the combine's launch */
     const int32_t bx = mmv_rows16(&a);
-    if (bx > c->sl_per_sm[1][k * a.n_split] * c->n_sm)
+    if (!mmv_slices_one_wave(c, true, bx, k * a.n_split))
         return -1;
     if (cuda_op_skip(c))
         return 0;
