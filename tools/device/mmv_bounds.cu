@@ -37,20 +37,28 @@
  *   ending; down reading 4 sums an input where it read 1); last, the
  *   persistent kernel with its weights copied ahead into a ring in shared
  *   memory (k_ring), so that the memory keeps streaming through the
- *   barriers. Attention is left out: this times the products against
+ *   barriers; and the split-K ending in a thread-block cluster (a unit's
+ *   slices one cluster, each block adding its share of the rows from the
+ *   others' shared memory, in split order). Attention is left out: this times the products against
  *   read_bw.cu's streaming ceiling.
  * (persist_chain.cu, session 20, compared graphs with a persistent kernel
  * in blocks of its own.)
  *
- *   nvcc -O3 -std=c++17 -arch=sm_90 tools/device/mmv_bounds.cu -o /tmp/mmv_bounds && /tmp/mmv_bounds [shapes|chain] */
+ * "graph" runs the chain's per-product forms captured in a CUDA graph, as a
+ * decode step runs them.
+ *
+ *   nvcc -O3 -std=c++17 -arch=sm_90 tools/device/mmv_bounds.cu -o /tmp/mmv_bounds && /tmp/mmv_bounds [shapes|chain|graph] */
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <cuda_bf16.h>
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <vector>
+
+namespace cg = cooperative_groups;
 
 #define TOOL "mmv_bounds"
 #include "tool.cuh"
@@ -369,7 +377,7 @@ static __device__ __forceinline__ void stage4(__nv_bfloat16 *d, float4 v)
 /* the tile's product, its first two groups of weights already in wa, wb;
  * ENDING: k_mmv's (the slices' sums through memory, the last block of a
  * unit adding them in order), else atomics; PRE: k_mmv's input ops */
-template <bool ENDING, bool PRE>
+template <bool ENDING, bool PRE, bool CL = false>
 static __device__ void tile_run(const prod &p, const tile &tl, uint4 (*wa)[2], uint4 (*wb)[2], __nv_bfloat16 *sx)
 {
     __shared__ float seg_ss[KS_MAX / 128];
@@ -453,6 +461,26 @@ static __device__ void tile_run(const prod &p, const tile &tl, uint4 (*wa)[2], u
         }
         return;
     }
+    if (CL) { /* the unit's slices are the blocks of one cluster: added through their shared memory */
+        __shared__ float part_s[16 * 16];
+        const int warp = threadIdx.x >> 5, rows = p.nw * 16, unit = tl.row / rows;
+        if (cq == 0) {
+            part_s[warp * 16 + g] = acc[0] * r_scale;
+            part_s[warp * 16 + g + 8] = acc[2] * r_scale;
+        }
+        cg::cluster_group cl = cg::this_cluster();
+        cl.sync();
+        const int rank = (int)cl.block_rank(), beg = rank * rows / p.n_split, end = (rank + 1) * rows / p.n_split;
+        if ((int)threadIdx.x < end - beg) {
+            const int r = beg + threadIdx.x;
+            float s = 0.0f;
+            for (int sp = 0; sp < p.n_split; sp++)
+                s += *cl.map_shared_rank(part_s + r, sp);
+            p.out[unit * rows + r] = s;
+        }
+        cl.sync(); /* no block leaves while another reads its sums */
+        return;
+    }
     const int split = tl.k_beg / p.kslice, unit = tl.row / (p.nw * 16);
     float *dst = p.keep ? p.keep : p.part;
     if (cq == 0) {
@@ -483,11 +511,14 @@ static __device__ void tile_run(const prod &p, const tile &tl, uint4 (*wa)[2], u
  * an SM as k_mmv's do (without the bound, the input loop of x_part took
  * them to 133-164 and one block an SM, which slowed every k_prod row of
  * session 46's and 47's first runs) */
-template <bool DEP, bool ENDING, bool PRE, int NT>
+template <bool DEP, bool ENDING, bool PRE, int NT, bool CL = false, int TAG = 0>
 __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) k_prod(const prod p)
 {
     __shared__ __align__(16) __nv_bfloat16 sx[KS_MAX];
-    const tile tl = tile_of(p, blockIdx.x);
+    /* CL: a cluster is one unit's slices, its rank the slice */
+    const int units = p.M / (p.nw * 16);
+    const tile tl = tile_of(p, CL ? (int)(blockIdx.x % p.n_split) * units + (int)(blockIdx.x / p.n_split)
+                                  : (int)blockIdx.x);
     uint4 wa[U][2], wb[U][2];
     load(wa, tl, 0);
     load(wb, tl, U);
@@ -495,7 +526,7 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) k_prod(const prod p)
         asm volatile("griddepcontrol.launch_dependents;" ::);
         asm volatile("griddepcontrol.wait;" ::: "memory");
     }
-    tile_run<ENDING, PRE>(p, tl, wa, wb, sx);
+    tile_run<ENDING, PRE, CL>(p, tl, wa, wb, sx);
 }
 
 /* the persistent kernels' barrier between products: every block arrives,
@@ -676,7 +707,7 @@ template <int NS, bool ROWS, bool FLAT> __global__ void __launch_bounds__(256, 1
     asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
-static void chain_run()
+static void chain_run(bool graph)
 {
     int n_sm = 0;
     CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0));
@@ -744,7 +775,9 @@ static void chain_run()
     CHECK(cudaEventCreate(&e1));
     float ref[8];
     for (int round = 0; round < 3; round++)
-        for (int v = 0; v < 16; v++) {
+        for (int v = 0; v < 20; v++) {
+            if (graph && v != 0 && v != 1 && v != 3 && v != 5 && v < 16)
+                continue;
             for (int s = 2; s < N_PROD; s += 4) { /* gate/up: 8 warps in 4 slices; 6 or 12 warps unsplit */
                 prod &p = c.p[s];
                 p.nw = v == 6 ? 6 : v == 7 ? 12 : 8;
@@ -761,7 +794,11 @@ static void chain_run()
             for (int r = 0; r < reps; r++) {
                 CHECK(cudaMemsetAsync(O, 0, o_elems * N_LAYER * 4, st));
                 CHECK(cudaMemsetAsync(c.bar, 0, 4, st));
-                CHECK(cudaEventRecord(e0, st));
+                cudaGraph_t g = NULL;
+                if (graph)
+                    CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+                else
+                    CHECK(cudaEventRecord(e0, st));
                 if (v == 2) {
                     k_persist<<<resident, 256, 0, st>>>(c);
                 } else if (v >= 9) { /* the ring: 4 or 6 groups, one block an SM; 3 groups, two; by rows; flat */
@@ -782,25 +819,49 @@ static void chain_run()
                         cfg.blockDim = dim3(c.p[s].nw * 32);
                         cfg.dynamicSmemBytes = c.p[s].nw == 8 ? 0 : c.p[s].nw == 6 ? 90 * 1024 : 160 * 1024;
                         cfg.stream = st;
-                        cudaLaunchAttribute at;
-                        at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-                        at.val.programmaticStreamSerializationAllowed = 1;
-                        cfg.attrs = &at;
-                        cfg.numAttrs = v == 0 ? 0 : 1;
+                        cudaLaunchAttribute at[2];
+                        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                        at[0].val.programmaticStreamSerializationAllowed = 1;
+                        at[1].id = cudaLaunchAttributeClusterDimension;
+                        at[1].val.clusterDim.x = c.p[s].n_split;
+                        at[1].val.clusterDim.y = 1;
+                        at[1].val.clusterDim.z = 1;
+                        cfg.attrs = at;
+                        cfg.numAttrs = v == 0 ? 0 : v == 16 || v == 17 || v == 18 ? 2 : 1;
                         void (*k)(prod) = v == 0               ? k_prod<false, false, false, 256>
+                                          : v == 18            ? k_prod<true, true, false, 256, true, 1>
+                                          : v == 19            ? k_prod<true, true, false, 256, false, 1>
+                                          : v == 16            ? k_prod<true, true, false, 256, true>
+                                          : v == 17            ? k_prod<true, true, true, 256, true>
                                           : v == 1             ? k_prod<true, false, false, 256>
                                           : v == 3             ? k_prod<true, true, false, 256>
                                           : v == 4             ? k_prod<true, false, true, 256>
                                           : c.p[s].nw == 6     ? k_prod<true, true, true, 192>
                                           : c.p[s].nw == 12    ? k_prod<true, true, true, 384>
                                                                : k_prod<true, true, true, 256>;
+                        if (v >= 18) /* k_mmv's: its largest batch's room allowed, a decode step's used */
+                            cfg.dynamicSmemBytes = 17 * 1024;
                         if (cfg.dynamicSmemBytes)
                             CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                       (int)cfg.dynamicSmemBytes));
+                                                       v >= 18 ? 136 * 1024 : (int)cfg.dynamicSmemBytes));
                         CHECK(cudaLaunchKernelEx(&cfg, k, c.p[s]));
                     }
                 }
-                CHECK(cudaEventRecord(e1, st));
+                if (graph) { /* the launches captured as a decode step's are, then replayed */
+                    cudaGraphExec_t ge;
+                    CHECK(cudaStreamEndCapture(st, &g));
+                    CHECK(cudaGraphInstantiate(&ge, g, 0));
+                    CHECK(cudaGraphLaunch(ge, st));
+                    CHECK(cudaMemsetAsync(O, 0, o_elems * N_LAYER * 4, st));
+                    CHECK(cudaMemsetAsync(c.bar, 0, 4, st));
+                    CHECK(cudaEventRecord(e0, st));
+                    CHECK(cudaGraphLaunch(ge, st));
+                    CHECK(cudaEventRecord(e1, st));
+                    CHECK(cudaEventSynchronize(e1));
+                    CHECK(cudaGraphExecDestroy(ge));
+                    CHECK(cudaGraphDestroy(g));
+                } else
+                    CHECK(cudaEventRecord(e1, st));
                 CHECK(cudaEventSynchronize(e1));
                 float ms = 0.0f;
                 CHECK(cudaEventElapsedTime(&ms, e0, e1));
@@ -817,12 +878,14 @@ static void chain_run()
                 dev = fmax(dev, fabs(last[i] - ref[i]));
                 top = fmax(top, fabs(ref[i]));
             }
-            const char *name[16] = {"launches", "dependents", "persistent", "+ending", "+pre", "+ending+pre",
+            const char *name[20] = {"launches", "dependents", "persistent", "+ending", "+pre", "+ending+pre",
                                     "+e+p, gate/up 6 warps whole", "+e+p, gate/up 12 warps whole",
                                     "+e+p, gate/up's slices added by down", "ring of 4, a block an SM",
                                     "ring of 6, a block an SM", "ring of 3, two blocks an SM",
                                     "ring by rows, 4, a block an SM", "ring by rows, 3, two blocks an SM",
-                                    "ring by rows, flat, 6, a block an SM", "ring by rows, flat, 3, two blocks an SM"};
+                                    "ring by rows, flat, 6, a block an SM", "ring by rows, flat, 3, two blocks an SM",
+                                    "+ending in a cluster", "+ending in a cluster+pre",
+                                    "+ending in a cluster, 136 KB allowed, 17 used", "+ending, 136 KB allowed, 17 used"};
             printf("chain: %-10s %.3f ms a step's products (%.1f us a layer), %.2f TB/s; last outputs %.3g off (of %.3g)\n",
                    name[v], ms, ms * 1e3 / N_LAYER, bytes / (ms * 1e-3) / 1e12, dev, top);
         }
@@ -832,9 +895,9 @@ static void chain_run()
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "all";
-    if (strcmp(what, "chain") != 0)
+    if (strcmp(what, "chain") != 0 && strcmp(what, "graph") != 0)
         shapes();
     if (strcmp(what, "shapes") != 0)
-        chain_run();
+        chain_run(strcmp(what, "graph") == 0);
     return 0;
 }
