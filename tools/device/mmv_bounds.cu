@@ -39,7 +39,9 @@
  *   memory (k_ring), so that the memory keeps streaming through the
  *   barriers; and the split-K ending in a thread-block cluster (a unit's
  *   slices one cluster, each block adding its share of the rows from the
- *   others' shared memory, in split order). Attention is left out: this times the products against
+ *   others' shared memory, in split order), also with k_mmv's dynamic
+ *   shared-memory attribute (its largest batch's room allowed, a decode
+ *   step's used). Attention is left out: this times the products against
  *   read_bw.cu's streaming ceiling.
  * (persist_chain.cu, session 20, compared graphs with a persistent kernel
  * in blocks of its own.)
@@ -510,7 +512,8 @@ static __device__ void tile_run(const prod &p, const tile &tl, uint4 (*wa)[2], u
 /* NT threads; blocks of up to 8 warps held to 128 registers, so that two fit
  * an SM as k_mmv's do (without the bound, the input loop of x_part took
  * them to 133-164 and one block an SM, which slowed every k_prod row of
- * session 46's and 47's first runs) */
+ * session 46's and 47's first runs). TAG: a kernel of its own, so that the
+ * shared-memory attribute one variant sets stays off the others. */
 template <bool DEP, bool ENDING, bool PRE, int NT, bool CL = false, int TAG = 0>
 __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) k_prod(const prod p)
 {
