@@ -398,6 +398,80 @@ static void attention_case(struct both *b, int32_t len0, int32_t n_head, int32_t
     free(table);
 }
 
+/* The new keys' product, attn_prep, then attention, as a decoding step runs
+ * them: n_seq sequences of len0 cached tokens (bf16 cache) decode a token
+ * each. The rows the step stores hold a sentinel before it (values 30 times
+ * the others'), so a kernel that took them before attn_prep's stores gave
+ * out the sentinel's values: k_att_decode_tc loads a small batch's old rows
+ * before its wait, and attn_prep lets it start at once. The product (128
+ * MB of weights, tens of µs) lets attn_prep start early and wait, as the
+ * q/k/v product does in a forward, so attention's blocks start long before
+ * the stores. */
+static void prep_attention_case(struct both *b, int32_t n_seq, int32_t len0, double tol)
+{
+    const int32_t n_head = 32, n_kv = 8, hd = 128, bs = 16, max_blocks = len0 / bs + 1;
+    const int64_t rows = (int64_t)n_seq * max_blocks * bs;
+    int32_t *table = malloc((size_t)n_seq * max_blocks * sizeof(int32_t));
+    int32_t slot[8], n_kvv[8], mfrom[8], pos[8], seq[8];
+    assert(n_seq <= 8);
+    for (int32_t i = 0; i < n_seq * max_blocks; i++)
+        table[i] = n_seq * max_blocks - 1 - i; /* reversed */
+    for (int32_t i = 0; i < n_seq; i++) {
+        seq[i] = i;
+        pos[i] = len0;
+        n_kvv[i] = mfrom[i] = len0 + 1;
+        slot[i] = table[i * max_blocks + len0 / bs] * bs + len0 % bs;
+    }
+    struct attn_batch ab = {.n_tokens = n_seq, .pos = pos, .slot = slot, .seq_row = seq, .n_kv = n_kvv,
+                            .mask_from = mfrom, .block_table = table, .n_seq_rows = n_seq,
+                            .max_blocks = max_blocks, .block_size = bs};
+    set_batch_both(b, &ab);
+    struct pair kc, vc, q, x, w, k, v, qn, kn, f, out;
+    pair_make(b, &kc, DT_BF16, rows, n_kv * hd, 1.0f);
+    pair_make(b, &vc, DT_BF16, rows, n_kv * hd, 1.0f);
+    uint16_t *sent = malloc((size_t)n_kv * hd * sizeof(uint16_t));
+    for (int32_t c = 0; c < n_kv * hd; c++)
+        sent[c] = f32_to_bf16(30.0f);
+    for (int32_t i = 0; i < n_seq; i++) {
+        struct pair *cs[2] = {&kc, &vc};
+        for (int j = 0; j < 2; j++) {
+            b->cpu->ops->write(b->cpu, &cs[j]->c, slot[i], 1, sent);
+            b->gpu->ops->write(b->gpu, &cs[j]->g, slot[i], 1, sent);
+        }
+    }
+    pair_make(b, &q, DT_F32, n_seq, n_head * hd, 2.0f);
+    const int32_t K = 65536;
+    pair_make(b, &x, DT_F32, n_seq, K, 1.0f);
+    pair_make(b, &w, DT_BF16, n_kv * hd, K, 0.01f);
+    pair_make(b, &k, DT_F32, n_seq, n_kv * hd, 0.0f);
+    pair_make(b, &v, DT_F32, n_seq, n_kv * hd, 1.0f);
+    pair_make(b, &qn, DT_BF16, 1, hd, 1.0f);
+    pair_make(b, &kn, DT_BF16, 1, hd, 1.0f);
+    pair_make(b, &out, DT_F32, n_seq, n_head * hd, 0.0f);
+    float inv[64];
+    for (int i = 0; i < 64; i++)
+        inv[i] = powf(10000.0f, -(float)i / 64);
+    pair_make(b, &f, DT_F32, 1, 64, 0.0f);
+    b->cpu->ops->write(b->cpu, &f.c, 0, 1, inv);
+    b->gpu->ops->write(b->gpu, &f.g, 0, 1, inv);
+    const struct attn_prep pc = {&qn.c, &kn.c, 1e-6f, n_head, n_kv, hd, hd, &f.c, 1.0f};
+    const struct attn_prep pg = {&qn.g, &kn.g, 1e-6f, n_head, n_kv, hd, hd, &f.g, 1.0f};
+    /* the device's three back to back, queued while its product runs */
+    b->gpu->ops->matmul(b->gpu, &k.g, &x.g, &w.g);
+    b->gpu->ops->attn_prep(b->gpu, &q.g, &k.g, &v.g, &kc.g, &vc.g, &pg);
+    b->gpu->ops->attention(b->gpu, &out.g, &q.g, &kc.g, &vc.g, n_head, n_kv, hd, 0.0884f);
+    b->cpu->ops->matmul(b->cpu, &k.c, &x.c, &w.c);
+    b->cpu->ops->attn_prep(b->cpu, &q.c, &k.c, &v.c, &kc.c, &vc.c, &pc);
+    b->cpu->ops->attention(b->cpu, &out.c, &q.c, &kc.c, &vc.c, n_head, n_kv, hd, 0.0884f);
+    const double e = pair_err(b, &out);
+    CHECK(e < tol, "attn_prep then attention, %d sequences of %d: err %.3g (bound %.3g)", n_seq, len0, e, tol);
+    struct pair *all[] = {&kc, &vc, &q, &x, &w, &k, &v, &qn, &kn, &f, &out};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        pair_free(b, all[i]);
+    free(sent);
+    free(table);
+}
+
 /* A prefill batch: seq 0 has len0 cached tokens and n0 new rows, seq 1 none
  * cached and n1 new rows, no mask: the tensor-core kernels a row tile (up to
  * 64 rows of one sequence) at a time, except head dim 256 in precise mode
@@ -558,6 +632,10 @@ void test_cuda_attention(void)
             attention_case(&b, 3000, 32, 4, 128, 0, 2e-2);
             attention_case(&b, 700, 10, 2, 128, 0, 2e-2);
             attention_case(&b, 2000, 32, 2, 64, 60000, 2e-2); /* a cache 30 times larger than the context */
+            prep_attention_case(&b, 1, 40, 2e-2);
+            prep_attention_case(&b, 1, 512, 2e-2); /* one tile a range, the last the new key alone */
+            prep_attention_case(&b, 4, 300, 2e-2);
+            prep_attention_case(&b, 1, 3000, 2e-2); /* ranges of several tiles */
             attention_case(&b, 700, 16, 1, 256, 0, 2e-2);
             mixed_case(&b, 4, 3000, 100, 200, 32, 8, 128, 2e-2);
             mixed_case(&b, 70, 40, 0, 30, 16, 4, 64, 2e-2);

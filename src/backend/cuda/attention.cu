@@ -46,6 +46,7 @@ static_assert(ATT_STAGES == 3, "k_att_decode waits with cp_async_wait_one: ATT_S
 #define ATT_RANGE_BLOCKS 512 /* decode blocks a token's ranges aim at (cuda_attention) */
 #define ATT_MIN_RANGES 16    /* ... within these bounds on its ranges */
 #define ATT_MAX_RANGES 128
+#define ATT_PRE_N 8          /* k_att_decode_tc: the largest batch whose stored rows it sets apart before its wait */
 
 struct att_args {
     const float *q;
@@ -512,7 +513,10 @@ __global__ void __launch_bounds__(32) k_att_decode_tc(struct att_args a)
     const int32_t j = blockIdx.x / a.n_kv_head, kvh = blockIdx.x % a.n_kv_head, i = a.sel ? a.sel[j] : j;
     const int32_t G = a.n_head / a.n_kv_head, h0 = kvh * G;
     const int32_t stage = ATT_TILE * (a.kpb + a.vpb);
-    grid_dep_wait(); /* q and the new keys: attn_prep's */
+    /* Before the wait, what no kernel of this forward writes: the batch's
+     * rows and block table, and for a batch of up to ATT_PRE_N tokens the
+     * first tiles' keys and values but for the rows it stores (its slots),
+     * which come after the wait. */
     const int32_t n_vis = a.b.n_vis[i], split_len = att_split_len(a, n_vis);
     if ((int64_t)blockIdx.y * split_len >= n_vis)
         return;
@@ -520,23 +524,49 @@ __global__ void __launch_bounds__(32) k_att_decode_tc(struct att_args a)
     const int32_t n_tiles = (v_end - v_beg + ATT_TILE - 1) / ATT_TILE;
     const int64_t koff = (int64_t)kvh * HD * 2, ksb = a.ks * 2;
     const struct att_seq sq = att_seq_of(&a, i);
-    for (int e = lane; e < ATT_STAGES * ATT_TILE; e += 32)
-        rows[e / ATT_TILE][e % ATT_TILE] = v_beg + e < v_end ? att_seq_row(sq, v_beg + e) : -1;
+    const bool pre = a.n <= ATT_PRE_N;
+    unsigned fresh[ATT_STAGES - 1] = {}; /* a bit a key of the first tiles: its row is one of the batch's slots */
+#pragma unroll
+    for (int st = 0; st < ATT_STAGES; st++) {
+        const int32_t v = v_beg + st * ATT_TILE + lane, r = v < v_end ? att_seq_row(sq, v) : -1;
+        rows[st][lane] = r;
+        if (st < ATT_STAGES - 1 && pre) {
+            bool f = false;
+            for (int32_t t = 0; t < a.n; t++)
+                f |= r == a.b.slot[t];
+            fresh[st] = __ballot_sync(0xffffffffu, f);
+        }
+    }
     __syncwarp();
-    const auto fetch = [&](int st) {
+    /* tile st's rows whose bit in fm is `in` (fm 0, in false: every row) */
+    const auto fetch = [&](int st, unsigned fm, bool in) {
         char *Kd = sm_raw + st * stage, *Vd = Kd + ATT_TILE * a.kpb;
         for (int e = lane; e < ATT_TILE * CH; e += 32) {
             const int key = e / CH, o = (e % CH) * 16;
+            if ((fm >> key & 1u) != (unsigned)in)
+                continue;
             const int32_t r = rows[st][key];
             const int64_t src = (int64_t)(r < 0 ? 0 : r) * ksb + koff + o;
             cp_async16(Kd + key * a.kpb + o, (const char *)a.kc + src, r < 0 ? 0 : 16);
             cp_async16(Vd + key * a.vpb + o, (const char *)a.vc + src, r < 0 ? 0 : 16);
         }
     };
-    for (int32_t t = 0; t < ATT_STAGES - 1; t++) {
-        if (t < n_tiles)
-            fetch(t);
-        cp_async_commit();
+    const auto fetch_first = [&](bool in) {
+#pragma unroll
+        for (int32_t t = 0; t < ATT_STAGES - 1; t++) {
+            if (t < n_tiles)
+                fetch(t, fresh[t], in);
+            cp_async_commit();
+        }
+    };
+    if (pre)
+        fetch_first(false);
+    grid_dep_wait(); /* q and the new keys: attn_prep's */
+    if (!pre) {
+        fetch_first(false);
+    } else if ((n_tiles > 0 && fresh[0]) || (n_tiles > 1 && fresh[1])) {
+        fetch_first(true);
+        cp_async_wait_all(); /* the loop waits for all groups but the last */
     }
     /* the row operand: heads g and g + 8, head dims kt*16 + 2cq (+8) */
     uint32_t qf[NK][4];
@@ -566,7 +596,7 @@ __global__ void __launch_bounds__(32) k_att_decode_tc(struct att_args a)
         __syncwarp();        /* ... for every lane, and tile t - 1's buffer is free */
         const int32_t tn = t + ATT_STAGES - 1;
         if (tn < n_tiles)
-            fetch(tn % ATT_STAGES);
+            fetch(tn % ATT_STAGES, 0u, false); /* after the wait: every row */
         cp_async_commit();
         const int32_t v_next = v_beg + (t + ATT_STAGES) * ATT_TILE + lane;
         const int32_t row_next = v_next < v_end ? att_seq_row(sq, v_next) : -1;
@@ -680,9 +710,9 @@ __global__ void __launch_bounds__(ATT_MERGE_WARPS * 32) k_att_merge(struct att_a
     __shared__ float red[ATT_MERGE_WARPS][ATT_MAX_HD + 1];
     const int32_t j = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head, hd = a.hd, i = a.sel ? a.sel[j] : j;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    grid_dep_wait();
     const int32_t n_vis = a.b.n_vis[i], split_len = att_split_len(a, n_vis);
     const int32_t n_used = (n_vis + split_len - 1) / split_len;
+    grid_dep_wait(); /* the ranges' sums (the batch's n_vis is no kernel's output) */
     const float *p = a.part + ((int64_t)j * a.n_head + h) * a.n_split * (hd + 2);
     float mx = -INFINITY;
     for (int32_t s = threadIdx.x; s < n_used; s += blockDim.x)

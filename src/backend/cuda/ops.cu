@@ -168,9 +168,13 @@ __global__ void __launch_bounds__(PREP_WARPS * 32) k_attn_prep(const __grid_cons
     __shared__ float buf[PREP_WARPS][PREP_T][ATT_PREP_MAX_HD];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, i0 = blockIdx.y * PREP_T;
     const int32_t item = blockIdx.x * PREP_WARPS + warp, hd = a.hd;
-    grid_dep_wait(); /* q, k and v: the product's */
+    /* attention's blocks are small and load their old keys before they wait:
+     * let them start at once */
+    grid_dep_launch();
     if (item >= a.n_head + 2 * a.n_kv_head)
         return;
+    /* the batch's slots and positions, the norms and frequencies: nothing a
+     * kernel of this forward writes, loaded while the product finishes */
     const int n_t = min(PREP_T, a.n_tokens - i0);
     int64_t slot[PREP_T];
 #pragma unroll
@@ -179,13 +183,13 @@ __global__ void __launch_bounds__(PREP_WARPS * 32) k_attn_prep(const __grid_cons
     float xv[PREP_T][PREP_V];
     if (item >= a.n_head + a.n_kv_head) { /* a v head */
         const int64_t off = (int64_t)(item - a.n_head - a.n_kv_head) * hd;
+        grid_dep_wait(); /* v: the product's */
 #pragma unroll
         for (int t = 0; t < PREP_T; t++)
 #pragma unroll
             for (int j = 0; j < PREP_V; j++)
                 if (t < n_t && lane + 32 * j < hd)
                     xv[t][j] = a.v[(i0 + t) * a.vs + off + lane + 32 * j];
-        grid_dep_launch();
 #pragma unroll
         for (int t = 0; t < PREP_T; t++)
 #pragma unroll
@@ -199,12 +203,6 @@ __global__ void __launch_bounds__(PREP_WARPS * 32) k_attn_prep(const __grid_cons
     const int64_t xs = is_q ? a.qs : a.ks;
     const void *w = is_q ? a.qn : a.kn;
     const enum dtype wt = is_q ? a.qn_t : a.kn_t;
-#pragma unroll
-    for (int t = 0; t < PREP_T; t++)
-#pragma unroll
-        for (int j = 0; j < PREP_V; j++)
-            if (t < n_t && lane + 32 * j < hd)
-                xv[t][j] = x[t * xs + lane + 32 * j];
     /* bf16 (every checkpoint's norms) apart: dev_weight's switch inside the
      * unrolled loop puts each load behind its own branch, where this loop
      * issues them together */
@@ -230,6 +228,13 @@ __global__ void __launch_bounds__(PREP_WARPS * 32) k_attn_prep(const __grid_cons
         for (int t = 0; t < PREP_T; t++)
             p[t] = t < n_t ? (float)a.pos[i0 + t] : 0.0f;
     }
+    grid_dep_wait(); /* q and k: the product's */
+#pragma unroll
+    for (int t = 0; t < PREP_T; t++)
+#pragma unroll
+        for (int j = 0; j < PREP_V; j++)
+            if (t < n_t && lane + 32 * j < hd)
+                xv[t][j] = x[t * xs + lane + 32 * j];
 #pragma unroll
     for (int t = 0; t < PREP_T; t++) {
         float ss = 0.0f;
@@ -264,7 +269,6 @@ __global__ void __launch_bounds__(PREP_WARPS * 32) k_attn_prep(const __grid_cons
         }
         __syncwarp();
     }
-    grid_dep_launch();
     const int64_t koff = (int64_t)(item - a.n_head) * hd;
 #pragma unroll
     for (int t = 0; t < PREP_T; t++)
