@@ -372,7 +372,9 @@ static __device__ __forceinline__ void kv_put(void *c, bool bf16, int64_t i, flo
  * anything that kernel writes (a no-op when launched plainly). A kernel lets
  * its successor start with grid_dep_launch: products at their start (their
  * first weight loads need no input), small kernels as their blocks end, so
- * that waiting successors never hold the multiprocessors for long. */
+ * that waiting successors never hold the multiprocessors for long. Except
+ * attn_prep, which releases decode attention at its start: attention's
+ * blocks are small and load their old keys and values before they wait. */
 static __device__ __forceinline__ void grid_dep_wait(void) { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 static __device__ __forceinline__ void grid_dep_launch(void) { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
 
