@@ -27,6 +27,10 @@ void cuda_embed(struct backend *be, struct tensor *out, const struct tensor *tab
     struct cuda_backend *c = cuda_of(be);
     if (cuda_op_skip(c) || c->b.n_tokens == 0)
         return;
+    /* a plain launch, never a programmatic dependent: it starts only once the
+     * previous forward and copy_rows have finished, and every kernel of this
+     * forward after it, so those that load the cache before their wait
+     * (decode attention's) see those writes */
     k_embed<<<ew_grid(c->b.n_tokens, table->n_cols), EW_THREADS, 0, c->stream>>>(
         (float *)out->data, out->row_stride, table->data, table->type, table->row_stride, c->d.token, table->n_cols);
     CUDA_LAUNCHED(c);
