@@ -79,6 +79,13 @@ static void pair_make(struct both *b, struct pair *p, enum dtype t, int64_t rows
     b->gpu->ops->write(b->gpu, &p->g, 0, rows, p->host);
 }
 
+/* the same host rows (in the pair's dtype) into rows [row0, row0+n) of both sides */
+static void pair_write(struct both *b, struct pair *p, int64_t row0, int64_t n, const void *src)
+{
+    b->cpu->ops->write(b->cpu, &p->c, row0, n, src);
+    b->gpu->ops->write(b->gpu, &p->g, row0, n, src);
+}
+
 static void pair_free(struct both *b, struct pair *p)
 {
     b->cpu->ops->release(b->cpu, &p->c);
@@ -433,11 +440,8 @@ static void prep_attention_case(struct both *b, int32_t n_seq, int32_t len0, dou
     for (int32_t c = 0; c < n_kv * hd; c++)
         sent[c] = f32_to_bf16(30.0f);
     for (int32_t i = 0; i < n_seq; i++) {
-        struct pair *cs[2] = {&kc, &vc};
-        for (int j = 0; j < 2; j++) {
-            b->cpu->ops->write(b->cpu, &cs[j]->c, slot[i], 1, sent);
-            b->gpu->ops->write(b->gpu, &cs[j]->g, slot[i], 1, sent);
-        }
+        pair_write(b, &kc, slot[i], 1, sent);
+        pair_write(b, &vc, slot[i], 1, sent);
     }
     pair_make(b, &q, DT_F32, n_seq, n_head * hd, 2.0f);
     const int32_t K = 65536;
@@ -452,8 +456,7 @@ static void prep_attention_case(struct both *b, int32_t n_seq, int32_t len0, dou
     for (int i = 0; i < 64; i++)
         inv[i] = powf(10000.0f, -(float)i / 64);
     pair_make(b, &f, DT_F32, 1, 64, 0.0f);
-    b->cpu->ops->write(b->cpu, &f.c, 0, 1, inv);
-    b->gpu->ops->write(b->gpu, &f.g, 0, 1, inv);
+    pair_write(b, &f, 0, 1, inv);
     const struct attn_prep pc = {&qn.c, &kn.c, 1e-6f, n_head, n_kv, hd, hd, &f.c, 1.0f};
     const struct attn_prep pg = {&qn.g, &kn.g, 1e-6f, n_head, n_kv, hd, hd, &f.g, 1.0f};
     /* the device's three back to back, queued while its product runs */
@@ -668,14 +671,12 @@ void test_cuda_rowwise(void)
     for (int i = 0; i < 16; i++)
         inv[i] = powf(10000.0f, -(float)i / 16);
     pair_make(&b, &f, DT_F32, 1, 16, 0.0f);
-    b.cpu->ops->write(b.cpu, &f.c, 0, 1, inv);
-    b.gpu->ops->write(b.gpu, &f.g, 0, 1, inv);
+    pair_write(&b, &f, 0, 1, inv);
     int32_t map[192];
     for (int i = 0; i < H; i++)
         map[i] = (i * 7 + 3) % H;
     pair_make(&b, &mp, DT_I32, 1, H, 0.0f);
-    b.cpu->ops->write(b.cpu, &mp.c, 0, 1, map);
-    b.gpu->ops->write(b.gpu, &mp.g, 0, 1, map);
+    pair_write(&b, &mp, 0, 1, map);
     int32_t tok[6] = {3, 49, 0, 7, 7, 21}, pos[6] = {0, 1, 5, 999, 40000, 12}, out_rows[3] = {5, 0, 3};
     int32_t slot[6] = {4, 0, 9, 2, 7, 11};
     struct attn_batch ab = {.n_tokens = n, .token = tok, .pos = pos, .slot = slot, .n_out = 3, .out_rows = out_rows};
@@ -937,8 +938,7 @@ static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t 
                       "moe E %d hid %d n %d mode %d: row 0 differs from its output in a batch of %d", E, hid, n, mode,
                       ns[0]);
                 /* the residual afresh: rows whose picks swapped in an earlier case would carry their difference */
-                b->cpu->ops->write(b->cpu, &res.c, 0, n_max, res.host);
-                b->gpu->ops->write(b->gpu, &res.g, 0, n_max, res.host);
+                pair_write(b, &res, 0, n_max, res.host);
                 b->cpu->ops->moe(b->cpu, &sc, &rc[1], &mc, true);
                 b->gpu->ops->moe(b->gpu, &sg, &rg[1], &mg, true);
                 e = pair_err_rows(b, &res, same);
@@ -1054,8 +1054,7 @@ static void delta_case(struct both *b, int32_t dk, int32_t dv, int32_t n, int32_
      * forgets all before it, and a wrong chain would go unseen) */
     for (int32_t h = 0; h < Hv; h++)
         ((float *)Al.host)[h] = -4.0f + 0.5f * ((float *)Al.host)[h];
-    b->cpu->ops->write(b->cpu, &Al.c, 0, 1, Al.host);
-    b->gpu->ops->write(b->gpu, &Al.g, 0, 1, Al.host);
+    pair_write(b, &Al, 0, 1, Al.host);
     b->cpu->ops->delta_rule(b->cpu, &o.c, &q.c, &kk.c, &v.c, &a.c, &bb.c, &Al.c, &dtb.c, &st.c, Hk, Hv, dk, dv);
     b->gpu->ops->delta_rule(b->gpu, &o.g, &q.g, &kk.g, &v.g, &a.g, &bb.g, &Al.g, &dtb.g, &st.g, Hk, Hv, dk, dv);
     const double e = pair_err(b, &o), es = pair_err(b, &st);
@@ -1264,8 +1263,7 @@ void test_cuda_top_k(void)
             row[0] = -INFINITY;
         }
         x[(int64_t)(n - 1) * V + V / 2] = INFINITY;
-        b.cpu->ops->write(b.cpu, &p.c, 0, n, x);
-        b.gpu->ops->write(b.gpu, &p.g, 0, n, x);
+        pair_write(&b, &p, 0, n, x);
         int32_t ic[5 * TOP_K_MAX], ig[5 * TOP_K_MAX];
         float vc[5 * TOP_K_MAX], vg[5 * TOP_K_MAX];
         for (int32_t k = 1; k <= TOP_K_MAX && k <= V; k += 3) { /* k <= 16 and over: two list lengths */
