@@ -40,6 +40,7 @@
 
 struct flags {
     unsigned measure; /* 0 ramping, 1 measuring, 2 done */
+    unsigned n_done;  /* the chaser's blocks finished */
     unsigned long long bytes; /* streamed while measuring */
     unsigned long long t0, t1; /* the chaser's window (globaltimer ns) */
 };
@@ -104,15 +105,18 @@ __global__ void __launch_bounds__(ST_THREADS, 1) k_stream(const uint4 *p, size_t
         *sink = acc + hold[0].x;
 }
 
-/* the chaser's window: block 0, thread 0 opens it after the ramp and closes it */
+/* the chaser's window: every block waits out the stream's ramp, block 0
+ * opens the window, the last block to finish closes it (thread 0 of each) */
 static __device__ void window_open(flags *f, bool stream)
 {
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
-        if (stream) {
-            const unsigned long long t = now_ns();
-            while (now_ns() - t < 20000)
-                ;
-        }
+    if (threadIdx.x != 0)
+        return;
+    if (stream) {
+        const unsigned long long t = now_ns();
+        while (now_ns() - t < 20000)
+            ;
+    }
+    if (blockIdx.x == 0) {
         f->t0 = now_ns();
         asm volatile("st.relaxed.gpu.global.u32 [%0], 1;" ::"l"(&f->measure) : "memory");
     }
@@ -120,7 +124,7 @@ static __device__ void window_open(flags *f, bool stream)
 
 static __device__ void window_close(flags *f)
 {
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
+    if (threadIdx.x == 0 && atomicAdd(&f->n_done, 1u) == gridDim.x - 1) {
         f->t1 = now_ns();
         asm volatile("st.relaxed.gpu.global.u32 [%0], 2;" ::"l"(&f->measure) : "memory");
     }
