@@ -9,7 +9,7 @@
  *
  * A streamer (one block an SM, held there by its shared memory, on all but
  * FREE SMs) reads a buffer many times the L2, sleeping a set time after each
- * 32 KB a block to lower its rate; beside it, on the free SMs:
+ * 64 KB a block to lower its rate; beside it, on the free SMs:
  *   chase: a warp whose lanes each follow a random cycle through a 512 MB
  *          buffer, one 8-byte load at a time (a round trip's latency);
  *   burst: FREE blocks of 256 threads, each round loading a 16 KB tile at
@@ -31,6 +31,7 @@
 
 #define FREE 4                    /* SMs left to the chaser */
 #define ST_THREADS 512
+#define ST_LOADS 8                /* a streamer thread's loads in flight */
 #define ST_SMEM (160 * 1024)      /* one streamer block an SM */
 #define CHASE_STEPS 2000
 #define BURST_ROUNDS 400
@@ -59,8 +60,8 @@ static __device__ __forceinline__ unsigned ld_flag(const unsigned *p)
     return v;
 }
 
-/* each thread 4 loads of 16 bytes a round (32 KB a block), grid-strided,
- * wrapping; a warp's lane 0 reads the flag every 8 rounds */
+/* each thread ST_LOADS loads of 16 bytes a round (64 KB a block),
+ * grid-strided, wrapping; a warp's lane 0 reads the flag every 8 rounds */
 __global__ void __launch_bounds__(ST_THREADS, 1) k_stream(const uint4 *p, size_t n, unsigned sleep_ns, flags *f,
                                                           unsigned *sink)
 {
@@ -72,9 +73,9 @@ __global__ void __launch_bounds__(ST_THREADS, 1) k_stream(const uint4 *p, size_t
     unsigned long long counted = 0;
     const unsigned long long start = now_ns();
     for (unsigned r = 0;; r++) {
-        uint4 v[4];
+        uint4 v[ST_LOADS];
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
+        for (int u = 0; u < ST_LOADS; u++) {
             size_t j = i + u * stride;
             if (j >= n)
                 j -= n;
@@ -83,13 +84,13 @@ __global__ void __launch_bounds__(ST_THREADS, 1) k_stream(const uint4 *p, size_t
                          : "l"(p + j));
         }
 #pragma unroll
-        for (int u = 0; u < 4; u++)
+        for (int u = 0; u < ST_LOADS; u++)
             acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-        i += 4 * stride;
+        i += ST_LOADS * stride;
         if (i >= n)
             i -= n;
         if (state == 1)
-            counted += 64;
+            counted += 16 * ST_LOADS;
         if ((r & 7) == 0) {
             unsigned s = lane == 0 ? ld_flag(&f->measure) : 0;
             s = __shfl_sync(0xffffffffu, s, 0);
@@ -236,7 +237,7 @@ int main()
     CHECK(cudaStreamCreateWithFlags(&s_st, cudaStreamNonBlocking));
     CHECK(cudaStreamCreateWithFlags(&s_ch, cudaStreamNonBlocking));
 
-    /* sleep after each 32 KB a block: -1 no streamer */
+    /* sleep after each 64 KB a block: -1 no streamer */
     const int sleeps[] = {-1, 0, 100, 200, 400, 800, 1600, 3200, 6400};
     printf("%-12s %10s %14s %18s\n", "sleep ns", "stream TB/s", "chase ns/trip", "burst us/16 KB trip");
     for (int rep = 0; rep < 2; rep++)
