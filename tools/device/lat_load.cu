@@ -23,7 +23,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #define TOOL "lat_load"
@@ -268,8 +267,9 @@ int main()
                 res[mode] = v;
                 rate[mode] = hf.t1 > hf.t0 ? (double)hf.bytes / (double)(hf.t1 - hf.t0) / 1000.0 : 0.0;
             }
-            char name[16];
-            snprintf(name, sizeof name, sl < 0 ? "no stream" : "%d", sl);
+            char name[16] = "no stream";
+            if (sl >= 0)
+                snprintf(name, sizeof name, "%d", sl);
             printf("%-12s %5.2f/%5.2f %14.0f %18.2f\n", name, rate[0], rate[1], res[0], res[1]);
         }
     return 0;
