@@ -55,12 +55,7 @@ done
 mkdir -p "$OUT" "$SHM"
 t0=$(date +%s)
 say() { echo "[$(($(date +%s) - t0))s] $*" | tee -a "$OUT/ab.txt"; }
-if [ -f .debs/extra.txz ]; then
-    mkdir -p /tmp/jx && tar xJf .debs/extra.txz -C /tmp/jx
-    export C_INCLUDE_PATH=/tmp/jx/usr/include:/tmp/jx/usr/include/x86_64-linux-gnu
-    export LIBRARY_PATH=/tmp/jx/usr/lib/x86_64-linux-gnu
-    export LD_LIBRARY_PATH=/tmp/jx/usr/lib/x86_64-linux-gnu:/tmp/jx/lib/x86_64-linux-gnu
-fi
+. tools/device/debs.sh
 bin=$(mktemp -d)
 for v in "${!names[@]}"; do
     if [ -n "${patches[$v]}" ]; then

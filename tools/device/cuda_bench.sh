@@ -30,8 +30,8 @@ set -u
 part=${1:-all}
 case $part in dense | hybrid | moe | all) ;; *) echo "cuda_bench.sh: no part '$part'" >&2; exit 2 ;; esac
 OUT=${OUT:-/tmp/cuda_bench}
-mkdir -p "$OUT" /tmp/jx && tar xJf .debs/extra.txz -C /tmp/jx
-export C_INCLUDE_PATH=/tmp/jx/usr/include:/tmp/jx/usr/include/x86_64-linux-gnu LIBRARY_PATH=/tmp/jx/usr/lib/x86_64-linux-gnu LD_LIBRARY_PATH=/tmp/jx/usr/lib/x86_64-linux-gnu:/tmp/jx/lib/x86_64-linux-gnu
+mkdir -p "$OUT"
+. tools/device/debs.sh
 make -j16 build/kapitsa build/test_unit build/bench_gemv > "$OUT/build.txt" 2>&1 || { tail -30 "$OUT/build.txt"; exit 1; }
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)
 echo "$gpu" | tee "$OUT/gpu.txt"

@@ -1,8 +1,7 @@
 # On the GPU machine: build, the cuda op tests, doctor, and qwen3-8b prefill /
 # time to first token / decode at several prompt lengths.
-mkdir -p /tmp/jx && tar xJf .debs/extra.txz -C /tmp/jx
+. tools/device/debs.sh
 ldconfig -p | grep -E 'libcurl.so.4|libcrypto.so.3' | head -3
-export C_INCLUDE_PATH=/tmp/jx/usr/include:/tmp/jx/usr/include/x86_64-linux-gnu LIBRARY_PATH=/tmp/jx/usr/lib/x86_64-linux-gnu LD_LIBRARY_PATH=/tmp/jx/usr/lib/x86_64-linux-gnu:/tmp/jx/lib/x86_64-linux-gnu
 make -j16 build/kapitsa build/test_unit > $OUT/build.txt 2>&1 || { tail -30 $OUT/build.txt; exit 1; }
 build/test_unit cuda 2>&1 | tail -1
 KAPITSA_TEST_DEVICE=cuda timeout 100 build/test_unit test_spec 2>&1 | tail -1

@@ -15,8 +15,8 @@
 # `check --device cuda` of every fixture and lat_load. About 6 minutes.
 set -u
 OUT=${OUT:-/tmp/s53_ring}
-mkdir -p "$OUT" /tmp/jx && tar xJf .debs/extra.txz -C /tmp/jx
-export C_INCLUDE_PATH=/tmp/jx/usr/include:/tmp/jx/usr/include/x86_64-linux-gnu LIBRARY_PATH=/tmp/jx/usr/lib/x86_64-linux-gnu LD_LIBRARY_PATH=/tmp/jx/usr/lib/x86_64-linux-gnu:/tmp/jx/lib/x86_64-linux-gnu
+mkdir -p "$OUT"
+. tools/device/debs.sh
 t0=$(date +%s)
 say() { echo "[$(($(date +%s) - t0))s] $*" | tee -a "$OUT/log.txt"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
