@@ -10,12 +10,18 @@ dependent). The totals by kernel name then say where the window's time
 went. Host API calls (traced with KTRACE_API=1) are listed among them as
 "host" lines, outside the gaps, and totalled apart.
 
-  python3 tools/device/ktrace_sum.py /tmp/k.csv [--marker k_embed] [--nth 2] [--lines]
+--steps lists every forward instead: from its first start to its last end,
+and the GPU's idle time from there to the next forward's first start (the
+host's share of a decode step: the token's copy back, the next batch's
+upload and the graph's launch), with the median of the last forwards.
+
+  python3 tools/device/ktrace_sum.py /tmp/k.csv [--marker k_embed] [--nth 2] [--lines | --steps]
 """
 import argparse
 import collections
 import csv
 import re
+import statistics
 
 
 def short(name):
@@ -28,18 +34,40 @@ def short(name):
     return re.sub(r"^void ", "", name)
 
 
+def steps(rows, marks):
+    """Each forward's span and the idle time before the next one; the median
+    over the last half of the forwards (a bench run's decode steps)."""
+    dev = [r for r in rows if r[2] != "api"]
+    spans, idles = [], []
+    print(f"{'forward':>7} {'start us':>10} {'span us':>9} {'idle us':>8}")
+    for i, (lo, hi) in enumerate(zip(marks, marks[1:])):
+        end = max(r[1] for r in dev if lo <= r[0] < hi)
+        spans.append((end - lo) / 1e3)
+        idles.append((hi - end) / 1e3)
+        print(f"{i:7d} {(lo - marks[0]) / 1e3:10.1f} {spans[-1]:9.1f} {idles[-1]:8.1f}")
+    half = len(spans) // 2
+    if half:
+        span, idle = statistics.median(spans[-half:]), statistics.median(idles[-half:])
+        print(f"the last {half} forwards, medians: span {span:.1f} us, idle {idle:.1f} us "
+              f"({100 * idle / (span + idle):.1f}% of a step)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
     ap.add_argument("--marker", default="k_embed", help="the kernel that opens a window")
     ap.add_argument("--nth", type=int, default=2, help="which marker launch from the end opens the window")
     ap.add_argument("--lines", action="store_true", help="print every kernel of the window")
+    ap.add_argument("--steps", action="store_true", help="every forward's span and the idle time after it")
     a = ap.parse_args()
     with open(a.csv, newline="") as f:
         rows = [(int(r["start_ns"]), int(r["end_ns"]), r["grid"], r["block"], r["graph"], short(r["name"]))
                 for r in csv.DictReader(f)]
     rows.sort()
     marks = [r[0] for r in rows if r[2] not in ("api", "copy") and r[5].startswith(a.marker)]
+    if a.steps:
+        steps(rows, marks)
+        return
     if len(marks) < a.nth:
         raise SystemExit(f"ktrace_sum: {len(marks)} launches of {a.marker}, fewer than {a.nth}")
     lo = marks[-a.nth]
