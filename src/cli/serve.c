@@ -39,7 +39,7 @@ int cli_serve(int argc, char **argv)
         int32_t *dst = NULL;
         int64_t lo = 1, hi = 1 << 24;
         if ((f = cli_flag(argc, argv, &i, "--port", &v)))
-            hi = 65535;
+            lo = 0, hi = 65535; /* 0: any free port */
         else if ((f = cli_flag(argc, argv, &i, "--ctx", &v)))
             dst = &o.n_ctx;
         else if ((f = cli_flag(argc, argv, &i, "--parallel", &v)))
@@ -54,7 +54,8 @@ int cli_serve(int argc, char **argv)
                             "                     [--prefill-chunk TOKENS] [--keepalive SECONDS] " CLI_KV_USAGE "\n"
                             "                     " CLI_SPEC_USAGE "\n"
                             "  defaults: models/kapitsa-tiny, 127.0.0.1:11435, 8192 tokens of KV cache (bf16), 4 sequences,\n"
-                            "  a prompt fed 4096 tokens a step on a GPU, 128 on the CPU (the other requests decode between)\n");
+                            "  a prompt fed 4096 tokens a step on a GPU, 128 on the CPU (the other requests decode between);\n"
+                            "  --port 0 takes any free port and prints it\n");
             return 2;
         }
         if (dst)

@@ -263,6 +263,9 @@ int server_run(const struct server_opts *o)
         err_set("server: cannot listen on %s:%u", o->host, (unsigned)o->port);
         goto done;
     }
+    /* port 0: the system picked a free one, which the banner reports */
+    const union MHD_DaemonInfo *bound = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    const unsigned port = bound && bound->port ? bound->port : o->port;
     fprintf(stderr,
             "kapitsa: serving %s on http://%s:%u\n"
             "  OpenAI API:    base URL http://%s:%u/v1 (chat completions, responses, completions)\n"
@@ -272,9 +275,9 @@ int server_run(const struct server_opts *o)
             "base_url=\"http://%s:%u/v1\",wire_api=\"responses\"}' -m %s\n"
             "  opencode, pi:  an OpenAI-compatible provider at http://%s:%u/v1, model %s\n"
             "  or configured for you: kapitsa launch claude|codex|opencode|pi --port %u\n",
-            a.model_name, o->host, (unsigned)o->port, o->host, (unsigned)o->port, o->host, (unsigned)o->port, o->host,
-            (unsigned)o->port, a.api_key ? "<the --api-key value>" : "local", a.model_name, o->host, (unsigned)o->port, a.model_name,
-            o->host, (unsigned)o->port, a.model_name, (unsigned)o->port);
+            a.model_name, o->host, port, o->host, port, o->host, port, o->host,
+            port, a.api_key ? "<the --api-key value>" : "local", a.model_name, o->host, port, a.model_name,
+            o->host, port, a.model_name, port);
     const struct model_config *mc = &a.model.cfg;
     fprintf(stderr,
             "  sampling defaults (generation_config.json; a request's own fields win): temperature %g, top_p %g, "

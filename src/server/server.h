@@ -17,7 +17,7 @@
 
 struct server_opts {
     const char *host;     /* default 127.0.0.1 */
-    uint16_t port;        /* default 11435 */
+    uint16_t port;        /* default 11435; 0: any free port */
     const char *api_key;  /* NULL: no authentication */
     const char *model_dir;
     const char *model_name; /* reported in /v1/models; default: the folder's name */

@@ -668,6 +668,7 @@ test("sampling a request leaves out comes from the model's generation_config.jso
   writeFileSync(join(dir, "generation_config.json"), JSON.stringify({ do_sample: true, temperature: 1.5, top_k: 1, eos_token_id: [151645, 151643] }));
   const s = await startServer(["--model", dir]);
   try {
+    assert.match(s.log(), /sampling defaults .*: temperature 1\.5, top_p 1, top_k 1,/);
     const c = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "x", maxRetries: 0 });
     const ask = (extra) => c.chat.completions.create({ model: "m", messages: [{ role: "user", content: "Write a story." }], max_tokens: 24, ...extra })
       .then((r) => r.choices[0].message.content);

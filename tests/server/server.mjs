@@ -8,18 +8,11 @@ const BIN = process.env.KAPITSA_BIN || `${ROOT}/build/kapitsa`; // the ASan buil
 const EXTRA = (process.env.KAPITSA_SERVE_ARGS || "").split(" ").filter(Boolean);
 const procs = [];
 
-// A free port is a guess: below Linux's ephemeral range (32768 up), where
-// outgoing connections take theirs, and guessed again if another process holds it.
+// The server takes a free port itself (--port 0) and names it in its banner:
+// a port guessed here could be one an earlier server of the suite still holds,
+// whose /health would answer for the new one.
 export async function startServer(extra = []) {
-  for (let attempt = 1; ; attempt++) {
-    const srv = await startOn(20000 + Math.floor(Math.random() * 12000), extra);
-    if (srv.base) return srv;
-    if (attempt === 5 || !srv.log.includes("cannot listen")) throw new Error(srv.error + srv.log);
-  }
-}
-
-async function startOn(port, extra) {
-  const proc = spawn(BIN, ["serve", "--port", String(port), "--ctx", "4096", ...(extra.includes("--parallel") ? [] : ["--parallel", "4"]), ...EXTRA, ...extra], {
+  const proc = spawn(BIN, ["serve", "--port", "0", "--ctx", "4096", ...(extra.includes("--parallel") ? [] : ["--parallel", "4"]), ...EXTRA, ...extra], {
     cwd: ROOT,
     stdio: ["ignore", "inherit", "pipe"],
   });
@@ -31,16 +24,18 @@ async function startOn(port, extra) {
   procs.push(proc);
   let exited = false;
   proc.on("exit", () => (exited = true));
-  const base = `http://127.0.0.1:${port}`;
   // Sanitizer builds start slowly (TSan beside another TSan server took 7.6 s on
   // the dev VM, past 10 s on CI): wait while the process lives, give up when it exits.
   for (let i = 0; i < 1200 && !exited; i++) {
-    try {
-      if ((await fetch(`${base}/health`)).ok) return { base, proc, log: () => log };
-    } catch {}
+    const m = log.match(/^kapitsa: serving .* on (http:\/\/127\.0\.0\.1:\d+)$/m);
+    if (m) {
+      try {
+        if ((await fetch(`${m[1]}/health`)).ok) return { base: m[1], proc, log: () => log };
+      } catch {}
+    }
     await sleep(100);
   }
-  return { error: exited ? "server exited: " : "server did not start in 120 s: ", log };
+  throw new Error((exited ? "server exited: " : "server did not start in 120 s: ") + log);
 }
 
 export function stopServers() {
