@@ -215,6 +215,8 @@ expect "bench --sample needs T,K" 2 "usage" -- "$bin" bench --model "$m/kapitsa-
 expect "serve --prefill-chunk 0 is refused" 2 "--prefill-chunk TOKENS" "4096 tokens a step on a GPU" -- \
     "$bin" serve --prefill-chunk 0
 expect "serve --prefill-chunk past 16384 is refused" 2 "--prefill-chunk TOKENS" -- "$bin" serve --prefill-chunk 20000
+expect "serve --port past 65535 is refused" 2 "--port 0 takes any free port" -- "$bin" serve --port 65536
+expect "serve --port -1 is refused" 2 "[--port N]" -- "$bin" serve --port -1
 expect "bench --seqs with several prompt lengths is refused" 2 "usage" -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16,48 --seqs 3
 expect "bench --draft with another vocabulary" 1 "vocabulary" -- \
