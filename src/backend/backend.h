@@ -37,7 +37,7 @@ static inline struct tensor tensor_rows(const struct tensor *t, int64_t row0, in
 {
     struct tensor v = *t;
     v.n_rows = n;
-    v.data = t->data ? (char *)t->data + (size_t)(row0 * t->row_stride) * dtype_size(t->type) : NULL;
+    v.data = t->data ? (char *)t->data + dtype_bytes(t->type, row0 * t->row_stride) : NULL;
     v.owned = false;
     return v;
 }

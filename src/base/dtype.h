@@ -2,23 +2,78 @@
  *
  * BF16 is the upper half of an IEEE binary32; F16 is IEEE binary16
  * (converted exactly, subnormals included). Weights stay in their stored
- * type; every kernel widens to fp32 before it computes. */
+ * type; every kernel widens to fp32 before it computes.
+ *
+ * The block types (Q8_0 ... IQ2_XXS) are GGUF's: a row is a run of blocks,
+ * each holding dtype_block(t) elements in dtype_block_bytes(t) bytes (the
+ * layouts are in src/quant/blocks.h). A row of such a tensor is a whole number
+ * of blocks; sizes and offsets are in bytes through dtype_bytes(). */
 #ifndef KP_DTYPE_H
 #define KP_DTYPE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-enum dtype { DT_F32, DT_F16, DT_BF16, DT_I32, DT_COUNT };
+#ifdef __cplusplus
+extern "C" {
+#ifdef __cplusplus
+}
+#endif
 
+#endif
+
+enum dtype {
+    DT_F32,
+    DT_F16,
+    DT_BF16,
+    DT_I32,
+    DT_N_PLAIN, /* the types above are one element a unit; safetensors stores only these */
+    DT_Q4_0 = DT_N_PLAIN,
+    DT_Q4_1,
+    DT_Q5_0,
+    DT_Q5_1,
+    DT_Q8_0,
+    DT_Q2_K,
+    DT_Q3_K,
+    DT_Q4_K,
+    DT_Q5_K,
+    DT_Q6_K,
+    DT_IQ4_NL,
+    DT_IQ4_XS,
+    DT_IQ2_XXS,
+    DT_COUNT
+};
+
+struct dtype_traits {
+    const char *name; /* safetensors' spelling for the plain types, GGUF's for the block types */
+    int32_t ggml;     /* GGUF's type id */
+    int32_t block;    /* elements a block (1 for plain types) */
+    int32_t bytes;    /* bytes a block */
+};
+
+extern const struct dtype_traits dtype_traits[DT_COUNT];
+
+static inline bool dtype_is_block(enum dtype t) { return t >= DT_N_PLAIN; }
+/* Bytes an element of a plain type. */
 static inline size_t dtype_size(enum dtype t)
 {
-    static const size_t sz[DT_COUNT] = {4, 2, 2, 4};
-    return sz[t];
+    return (size_t)dtype_traits[t].bytes;
+}
+static inline int64_t dtype_block(enum dtype t) { return dtype_traits[t].block; }
+static inline size_t dtype_block_bytes(enum dtype t) { return (size_t)dtype_traits[t].bytes; }
+/* Bytes of n elements (n a multiple of the block for block types). */
+static inline size_t dtype_bytes(enum dtype t, int64_t n)
+{
+    return (size_t)(n / dtype_traits[t].block) * (size_t)dtype_traits[t].bytes;
 }
 
 const char *dtype_name(enum dtype t);
+/* The type of GGUF type id `ggml`; -1 when it is not one we read. */
+int dtype_from_ggml(int64_t ggml, enum dtype *out);
+/* The type of a name (dtype_name's spelling, case-insensitive); -1 if none. */
+int dtype_parse(const char *name, enum dtype *out);
 
 static inline float bf16_to_f32(uint16_t h)
 {
@@ -92,5 +147,9 @@ static inline uint16_t f32_to_f16(float f)
         h++;
     return (uint16_t)(sign | h);
 }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

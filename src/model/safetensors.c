@@ -19,7 +19,7 @@
 
 static int st_dtype_parse(const char *s, enum dtype *out)
 {
-    for (int t = 0; t < DT_COUNT; t++)
+    for (int t = 0; t < DT_N_PLAIN; t++)
         if (strcmp(s, dtype_name((enum dtype)t)) == 0) {
             *out = (enum dtype)t;
             return 0;

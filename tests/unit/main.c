@@ -16,6 +16,10 @@ int test_failures;
     X(test_kern_vector)                                                                                        \
     X(test_kern_attention)                                                                                     \
     X(test_dtype_conversions)                                                                                  \
+    X(test_quant_known_answers)                                                                                \
+    X(test_quant_dequant_tables)                                                                               \
+    X(test_quant_roundtrip_error)                                                                              \
+    X(test_quant_cpu_matmul)                                                                                   \
     X(test_ops_rmsnorm_rope)                                                                                   \
     X(test_ops_attention_paged_tree)                                                                           \
     X(test_ops_attention_long)                                                                                 \

@@ -39,7 +39,16 @@ static void cpu_release(struct backend *be, struct tensor *t)
 
 static int cpu_weight(struct backend *be, struct tensor *dst, const struct tensor *host)
 {
-    (void)be;
+    struct cpu_backend *c = cpu_of(be);
+    if (dtype_is_block(host->type) && DQ_ROWS * host->n_cols > c->dq_per_worker) {
+        const int64_t per = DQ_ROWS * host->n_cols;
+        float *p = aligned_alloc(64, (size_t)(per * pool_n_threads(c->pool)) * sizeof(float));
+        if (!p)
+            return err_set("cpu: out of memory");
+        free(c->dq);
+        c->dq = p;
+        c->dq_per_worker = per;
+    }
     *dst = *host;
     dst->owned = false;
     return 0;
@@ -97,12 +106,32 @@ struct mm_job {
     const struct tensor *x, *w;
     struct tensor *out;
     int64_t chunk;
+    float *dq;
+    int64_t dq_per_worker;
 };
 
-/* out's columns [j0, j1) = x . w's rows [j0, j1)^T, the tokens in tiles */
+/* out's columns [j0, j1) = x . w's rows [j0, j1)^T, the tokens in tiles.
+ * Block-type rows are dequantised DQ_ROWS at a time into dq (the worker's
+ * buffer) and multiplied as fp32 rows: each stored byte is read once per
+ * product, and a row's sum is the one matmul_f32 makes in any tiling. */
 static void mm_rows(const struct kern *k, struct tensor *out, const struct tensor *x, const struct tensor *w, int64_t j0,
-                    int64_t j1)
+                    int64_t j1, float *dq)
 {
+    if (dtype_is_block(w->type)) {
+        const int64_t n = w->n_cols;
+        for (int64_t jg = j0; jg < j1; jg += DQ_ROWS) {
+            const int64_t nr = j1 - jg < DQ_ROWS ? j1 - jg : DQ_ROWS;
+            for (int64_t r = 0; r < nr; r++)
+                k->dequant(w->type, (const char *)w->data + dtype_bytes(w->type, (jg + r) * w->row_stride), n,
+                           dq + r * n);
+            for (int64_t t = 0; t < x->n_rows; t += KERN_MAX_NX) {
+                int32_t nt = (int32_t)(x->n_rows - t < KERN_MAX_NX ? x->n_rows - t : KERN_MAX_NX);
+                k->matmul_f32(f32_row(x, t), x->row_stride, nt, dq, n, n, f32_row(out, t) + jg, out->row_stride, 0,
+                              nr);
+            }
+        }
+        return;
+    }
     kern_matmul_fn fn = w->type == DT_BF16 ? k->matmul_bf16 : w->type == DT_F16 ? k->matmul_f16 : k->matmul_f32;
     for (int64_t t = 0; t < x->n_rows; t += KERN_MAX_NX) {
         int32_t nt = (int32_t)(x->n_rows - t < KERN_MAX_NX ? x->n_rows - t : KERN_MAX_NX);
@@ -113,10 +142,9 @@ static void mm_rows(const struct kern *k, struct tensor *out, const struct tenso
 
 static void mm_task(void *ctx, int32_t task, int32_t worker)
 {
-    (void)worker;
     const struct mm_job *j = ctx;
     int64_t j0 = (int64_t)task * j->chunk, j1 = j0 + j->chunk;
-    mm_rows(j->k, j->out, j->x, j->w, j0, j1 < j->w->n_rows ? j1 : j->w->n_rows);
+    mm_rows(j->k, j->out, j->x, j->w, j0, j1 < j->w->n_rows ? j1 : j->w->n_rows, j->dq + worker * j->dq_per_worker);
 }
 
 static void cpu_matmul(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w)
@@ -132,7 +160,7 @@ static void cpu_matmul(struct backend *be, struct tensor *out, const struct tens
     if (chunk > 64 && x->n_rows > KERN_MAX_NX)
         chunk = 64;
     chunk = (chunk + 3) & ~(int64_t)3;
-    struct mm_job j = {c->k, x, w, out, chunk};
+    struct mm_job j = {c->k, x, w, out, chunk, c->dq, c->dq_per_worker};
     pool_run(c->pool, mm_task, &j, (int32_t)((w->n_rows + chunk - 1) / chunk));
 }
 
@@ -140,16 +168,12 @@ static void cpu_matmul(struct backend *be, struct tensor *out, const struct tens
 
 static void cpu_embed(struct backend *be, struct tensor *out, const struct tensor *table)
 {
-    const struct attn_batch *b = &cpu_of(be)->b;
-    size_t es = dtype_size(table->type);
-    for (int32_t i = 0; i < b->n_tokens; i++) {
-        const char *src = (const char *)table->data + (size_t)b->token[i] * table->row_stride * es;
-        float *dst = f32_row(out, i);
-        for (int64_t c = 0; c < table->n_cols; c++)
-            dst[c] = table->type == DT_BF16  ? bf16_to_f32(((const uint16_t *)src)[c])
-                     : table->type == DT_F16 ? f16_to_f32(((const uint16_t *)src)[c])
-                                             : ((const float *)src)[c];
-    }
+    const struct cpu_backend *c = cpu_of(be);
+    const struct attn_batch *b = &c->b;
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        c->k->dequant(table->type,
+                      (const char *)table->data + dtype_bytes(table->type, (int64_t)b->token[i] * table->row_stride),
+                      table->n_cols, f32_row(out, i));
 }
 
 static void cpu_rmsnorm(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w, float eps)
@@ -505,6 +529,8 @@ static void cpu_relu2(struct backend *be, struct tensor *x)
 
 struct moe_job {
     const struct kern *k;
+    float *dq;
+    int64_t dq_per_worker;
     const struct moe_experts *ex;
     const struct tensor *ws;
     const int32_t *act; /* [n_act] the experts picked, in index order */
@@ -523,15 +549,15 @@ static struct tensor moe_cols(const struct moe_job *j, int32_t e, int64_t c0, in
 
 static void moe_up_task(void *ctx, int32_t task, int32_t worker)
 {
-    (void)worker;
     const struct moe_job *j = ctx;
+    float *dq = j->dq + worker * j->dq_per_worker;
     const int32_t e = j->act[task / j->n_chunk];
     const int64_t j0 = (task % j->n_chunk) * j->chunk, j1 = j0 + j->chunk < j->inter ? j0 + j->chunk : j->inter;
     const struct tensor x = moe_cols(j, e, 0, j->hidden);
     struct tensor g = moe_cols(j, e, j->hidden, j->inter), u = moe_cols(j, e, j->hidden + j->inter, j->inter);
-    mm_rows(j->k, &u, &x, &j->ex->up[e], j0, j1);
+    mm_rows(j->k, &u, &x, &j->ex->up[e], j0, j1, dq);
     if (j->ex->gate)
-        mm_rows(j->k, &g, &x, &j->ex->gate[e], j0, j1);
+        mm_rows(j->k, &g, &x, &j->ex->gate[e], j0, j1, dq);
     for (int64_t t = 0; t < u.n_rows; t++) { /* cpu_swiglu's and cpu_relu2's arithmetic */
         float *a = f32_row(&u, t);
         const float *b = f32_row(&g, t);
@@ -542,13 +568,12 @@ static void moe_up_task(void *ctx, int32_t task, int32_t worker)
 
 static void moe_down_task(void *ctx, int32_t task, int32_t worker)
 {
-    (void)worker;
     const struct moe_job *j = ctx;
     const int32_t e = j->act[task / j->n_chunk];
     const int64_t j0 = (task % j->n_chunk) * j->chunk, j1 = j0 + j->chunk < j->hidden ? j0 + j->chunk : j->hidden;
     const struct tensor u = moe_cols(j, e, j->hidden + j->inter, j->inter);
     struct tensor d = moe_cols(j, e, 2 * j->inter + j->hidden, j->hidden);
-    mm_rows(j->k, &d, &u, &j->ex->down[e], j0, j1);
+    mm_rows(j->k, &d, &u, &j->ex->down[e], j0, j1, j->dq + worker * j->dq_per_worker);
 }
 
 /* rows per task: about eight tasks a thread over all the experts' rows, a
@@ -584,7 +609,7 @@ static void moe_picks(struct cpu_backend *c, struct tensor *sum, const struct mo
             row[r * k + j] = p;
             memcpy(f32_row(mb->ws, p), f32_row(mb->h, r), (size_t)hidden * sizeof(float));
         }
-    struct moe_job job = {c->k, ex, mb->ws, act, off, hidden, inter, moe_chunk(inter, n_act, nth), 0};
+    struct moe_job job = {c->k, c->dq, c->dq_per_worker, ex, mb->ws, act, off, hidden, inter, moe_chunk(inter, n_act, nth), 0};
     job.n_chunk = (int32_t)((inter + job.chunk - 1) / job.chunk);
     pool_run(c->pool, moe_up_task, &job, n_act * job.n_chunk);
     job.chunk = moe_chunk(hidden, n_act, nth);
@@ -740,6 +765,7 @@ static void cpu_free(struct backend *be)
     free(c->att_tile);
     free(c->att_acc);
     free(c->scratch);
+    free(c->dq);
     free(c);
 }
 

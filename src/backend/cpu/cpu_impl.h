@@ -31,7 +31,14 @@ struct cpu_backend {
     int32_t cap_tile;
     float *att_acc;    /* [workers][ATT_TILE][heads per kv head][head_dim] running outputs */
     int64_t att_acc_per_worker;
+    /* products with block-type weights: each worker's rows dequantised to
+     * fp32, [workers][DQ_ROWS][widest such weight's columns], sized as the
+     * weights are bound so that no op allocates */
+    float *dq;
+    int64_t dq_per_worker;
 };
+
+#define DQ_ROWS 4 /* weight rows dequantised at once: every token tile passes over them */
 
 static inline struct cpu_backend *cpu_of(struct backend *be) { return (struct cpu_backend *)be; }
 

@@ -8,6 +8,8 @@
 #ifndef KP_KERN_H
 #define KP_KERN_H
 
+#include "../../base/dtype.h"
+
 #include <stdint.h>
 
 /* out[t*out_stride + j] = sum_c x[t*x_stride + c] * w[j*w_stride + c]
@@ -21,6 +23,11 @@ struct kern {
     kern_matmul_fn matmul_bf16;
     kern_matmul_fn matmul_f16;
     kern_matmul_fn matmul_f32;
+    /* dst[0..n) = n elements of type t at src widened to fp32, bitwise what
+     * quant_dequant gives (the same float operations in the same order), so
+     * that a product over dequantised rows has the same bits in every table's
+     * tiling (n a multiple of the block) */
+    void (*dequant)(enum dtype t, const void *src, int64_t n, float *dst);
     float (*dot)(const float *a, const float *b, int64_t n);
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a*x */
     void (*scale)(float *y, float a, int64_t n);                /* y *= a */

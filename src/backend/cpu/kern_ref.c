@@ -4,6 +4,7 @@
 #include "kern.h"
 
 #include "../../base/dtype.h"
+#include "../../quant/quant.h"
 
 #include <cpuid.h>
 #include <math.h>
@@ -120,7 +121,7 @@ static void ref_axpy_rows_bf16(float *const *y, int32_t nq, const float *a, int3
 }
 
 const struct kern kern_ref = {
-    "ref",     ref_matmul_bf16, ref_matmul_f16, ref_matmul_f32, ref_dot,         ref_axpy,
+    "ref",     ref_matmul_bf16, ref_matmul_f16, ref_matmul_f32, quant_dequant,   ref_dot,         ref_axpy,
     ref_scale, ref_sumsq,       ref_scores,     ref_exp_sum,    ref_axpy_rows,   ref_scores_bf16,
     ref_axpy_rows_bf16,
 };

@@ -5,11 +5,16 @@
  *   V_MAX(a,b) V_ROUND(v) (to nearest, ties even) V_POW2(k) (2^k of integral k in [-126, 127])
  *   V_HSUM(v)         sum of lanes
  *   V_LOAD_BF16(p) V_LOAD_F16(p)   VW stored weights widened to fp32
+ *   V_LOAD_I8(p) V_LOAD_U8(p)      VW int8 / uint8 widened to fp32
  *   KERN_JR           weight rows per matmul micro-tile
  *   KERN_NAME         the table's name, KERN_TABLE its symbol, KFN(x) a name prefix
  * Sums are reordered relative to kern_ref (lane-wise partial sums), which the
  * tests bound by fp32 rounding error. */
 #include "kern.h"
+
+#include "../../quant/blocks.h"
+#include "../../quant/iq_tables.h"
+#include "../../quant/quant.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -80,6 +85,134 @@ static float KFN(to_f32_f32)(const void *w, int64_t i) { return ((const float *)
 KERN_TILE(bf16, uint16_t, V_LOAD_BF16)
 KERN_TILE(f16, uint16_t, V_LOAD_F16)
 KERN_TILE(f32, float, V_LOAD_W_F32)
+
+/* ---- block types to fp32: quant_dequant's arithmetic, the codes unpacked
+ * to bytes first (loops the compiler vectorises), then scaled VW at a time ---- */
+
+/* y[0..n) = (dl * q[i]) - ml, n a multiple of VW: each element as the reference computes it */
+KERN_INLINE void KFN(dq_u8)(float *y, const uint8_t *q, int n, float dl, float ml)
+{
+    const VF d = V_SET1(dl), m = V_SET1(ml);
+    for (int c = 0; c < n; c += VW)
+        V_STORE(y + c, V_SUB(V_MUL(d, V_LOAD_U8(q + c)), m));
+}
+
+/* y[0..n) = dl * q[i], q signed */
+KERN_INLINE void KFN(dq_i8)(float *y, const int8_t *q, int n, float dl)
+{
+    const VF d = V_SET1(dl);
+    for (int c = 0; c < n; c += VW)
+        V_STORE(y + c, V_MUL(d, V_LOAD_I8(q + c)));
+}
+
+static void KFN(dq_q8_0)(const void *v, float *y)
+{
+    const struct block_q8_0 *b = v;
+    KFN(dq_i8)(y, b->qs, QK, f16_to_f32(b->d));
+}
+
+static void KFN(dq_q4_0)(const void *v, float *y)
+{
+    const struct block_q4_0 *b = v;
+    int8_t q[QK];
+    for (int j = 0; j < QK / 2; j++) {
+        q[j] = (int8_t)((b->qs[j] & 15) - 8);
+        q[j + QK / 2] = (int8_t)((b->qs[j] >> 4) - 8);
+    }
+    KFN(dq_i8)(y, q, QK, f16_to_f32(b->d));
+}
+
+static void KFN(dq_q4_k)(const void *v, float *y)
+{
+    const struct block_q4_k *b = v;
+    const float d = f16_to_f32(b->d), dmin = f16_to_f32(b->dmin);
+    for (int g = 0; g < 8; g += 2) {
+        uint8_t lo[32], hi[32];
+        const uint8_t *q = b->qs + 16 * g;
+        for (int l = 0; l < 32; l++) {
+            lo[l] = q[l] & 15;
+            hi[l] = q[l] >> 4;
+        }
+        int sc, m;
+        block_k4_scale_min(b->scales, g, &sc, &m);
+        KFN(dq_u8)(y + 32 * g, lo, 32, d * (float)sc, dmin * (float)m);
+        block_k4_scale_min(b->scales, g + 1, &sc, &m);
+        KFN(dq_u8)(y + 32 * g + 32, hi, 32, d * (float)sc, dmin * (float)m);
+    }
+}
+
+static void KFN(dq_q5_k)(const void *v, float *y)
+{
+    const struct block_q5_k *b = v;
+    const float d = f16_to_f32(b->d), dmin = f16_to_f32(b->dmin);
+    for (int g = 0; g < 8; g += 2) {
+        uint8_t lo[32], hi[32];
+        const uint8_t *q = b->qs + 16 * g;
+        for (int l = 0; l < 32; l++) {
+            lo[l] = (uint8_t)((q[l] & 15) | ((b->qh[l] >> g) & 1) << 4);
+            hi[l] = (uint8_t)((q[l] >> 4) | ((b->qh[l] >> (g + 1)) & 1) << 4);
+        }
+        int sc, m;
+        block_k4_scale_min(b->scales, g, &sc, &m);
+        KFN(dq_u8)(y + 32 * g, lo, 32, d * (float)sc, dmin * (float)m);
+        block_k4_scale_min(b->scales, g + 1, &sc, &m);
+        KFN(dq_u8)(y + 32 * g + 32, hi, 32, d * (float)sc, dmin * (float)m);
+    }
+}
+
+static void KFN(dq_q6_k)(const void *v, float *y)
+{
+    const struct block_q6_k *b = v;
+    const float d = f16_to_f32(b->d);
+    for (int c = 0; c < 2; c++) {
+        int8_t q[128];
+        const uint8_t *ql = b->ql + 64 * c, *qh = b->qh + 32 * c;
+        for (int l = 0; l < 32; l++) {
+            q[l] = (int8_t)(((ql[l] & 15) | (qh[l] & 3) << 4) - 32);
+            q[l + 32] = (int8_t)(((ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4) - 32);
+            q[l + 64] = (int8_t)(((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32);
+            q[l + 96] = (int8_t)(((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32);
+        }
+        for (int g = 0; g < 8; g++)
+            KFN(dq_i8)(y + 128 * c + 16 * g, q + 16 * g, 16, d * (float)b->scales[8 * c + g]);
+    }
+}
+
+static void KFN(dq_iq4_xs)(const void *v, float *y)
+{
+    const struct block_iq4_xs *b = v;
+    const float d = f16_to_f32(b->d);
+    for (int g = 0; g < 8; g++) {
+        int8_t q[32];
+        const uint8_t *p = b->qs + 16 * g;
+        for (int j = 0; j < 16; j++) {
+            q[j] = kvalues_iq4nl[p[j] & 15];
+            q[j + 16] = kvalues_iq4nl[p[j] >> 4];
+        }
+        const int ls = ((b->scales_l[g / 2] >> (4 * (g % 2))) & 15) | ((b->scales_h >> (2 * g)) & 3) << 4;
+        KFN(dq_i8)(y + 32 * g, q, 32, d * (float)(ls - 32));
+    }
+}
+
+static void KFN(dequant)(enum dtype t, const void *src, int64_t n, float *dst)
+{
+    const uint8_t *p = src;
+    const int64_t blk = dtype_block(t);
+    const size_t bb = dtype_block_bytes(t);
+    void (*fn)(const void *, float *) = t == DT_Q8_0    ? KFN(dq_q8_0)
+                                        : t == DT_Q4_0   ? KFN(dq_q4_0)
+                                        : t == DT_Q4_K   ? KFN(dq_q4_k)
+                                        : t == DT_Q5_K   ? KFN(dq_q5_k)
+                                        : t == DT_Q6_K   ? KFN(dq_q6_k)
+                                        : t == DT_IQ4_XS ? KFN(dq_iq4_xs)
+                                                         : NULL;
+    if (!fn) {
+        quant_dequant(t, src, n, dst);
+        return;
+    }
+    for (int64_t i = 0; i < n / blk; i++)
+        fn(p + (size_t)i * bb, dst + i * blk);
+}
 
 static void KFN(scale)(float *y, float a, int64_t n)
 {
@@ -260,7 +393,7 @@ KERN_ATT(bf16, uint16_t, V_LOAD_BF16)
 static void KFN(axpy)(float *y, float a, const float *x, int64_t n) { KFN(axpy_rows_f32)(&y, 1, &a, 1, &x, 1, n); }
 
 const struct kern KERN_TABLE = {
-    KERN_NAME,       KFN(matmul_bf16),    KFN(matmul_f16), KFN(matmul_f32), KFN(dot),
+    KERN_NAME,       KFN(matmul_bf16),    KFN(matmul_f16), KFN(matmul_f32), KFN(dequant), KFN(dot),
     KFN(axpy),       KFN(scale),          KFN(sumsq),      KFN(scores_f32), KFN(exp_sum),
     KFN(axpy_rows_f32), KFN(scores_bf16), KFN(axpy_rows_bf16),
 };

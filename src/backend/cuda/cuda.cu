@@ -262,6 +262,9 @@ static void cu_release(struct backend *be, struct tensor *t)
 static int cu_weight(struct backend *be, struct tensor *dst, const struct tensor *host)
 {
     struct cuda_backend *c = cuda_of(be);
+    if (dtype_is_block(host->type))
+        return err_set("cuda: %s weights are not supported by the cuda backend yet (use --device cpu)",
+                       dtype_name(host->type));
     if (cu_alloc(be, dst, host->type, host->n_rows, host->n_cols) != 0)
         return -1;
     size_t es = dtype_size(host->type);
