@@ -37,7 +37,7 @@ ISA_avx512 := -mavx512f -mavx512bw -mfma -mf16c
 isa = $(if $(findstring kern_avx512,$1),-O3 $(ISA_avx512),$(if $(findstring kern_avx2,$1),-O3 $(ISA_avx2)))
 
 FUZZERS  := build/fuzz/fuzz_tokenizer build/fuzz/fuzz_jinja build/fuzz/fuzz_parser build/fuzz/fuzz_json_guard build/fuzz/fuzz_tool_grammar build/fuzz/fuzz_json_schema build/fuzz/fuzz_request \
-            build/fuzz/fuzz_checkpoint build/fuzz/fuzz_tokenizer_load
+            build/fuzz/fuzz_checkpoint build/fuzz/fuzz_tokenizer_load build/fuzz/fuzz_gguf
 OBJ      := $(SRC:%.c=build/%.o)
 CLI_OBJ  := $(CLI:%.c=build/%.o)
 TEST_OBJ := $(TESTS:%.c=build/%.o)
@@ -120,11 +120,14 @@ clean:
 -include $(FUZZ_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SOBJ:.o=.d) $(STEST_OBJ:.o=.d) $(SCLI_OBJ:.o=.d) \
          $(TOBJ:.o=.d) $(TTEST_OBJ:.o=.d) $(TCLI_OBJ:.o=.d)
 
-# libFuzzer targets (clang): build/fuzz/fuzz_{tokenizer,jinja,parser,json_guard,tool_grammar,json_schema,request,checkpoint,tokenizer_load}
+# libFuzzer targets (clang): build/fuzz/fuzz_{tokenizer,jinja,parser,json_guard,tool_grammar,json_schema,request,checkpoint,tokenizer_load,gguf}
 FUZZ_SAN := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1
 FUZZ_DEPS := $(wildcard src/base/*.c src/tokenizer/*.c src/chat/*.c) src/engine/grammar.c src/engine/json_guard.c \
              src/engine/sampler.c
 build/fuzz/fuzz_json_guard: tests/fuzz/fuzz_json_guard.c src/engine/json_guard.c src/base/err.c
+	@mkdir -p build/fuzz
+	clang -std=c11 -Wall -Wextra $(FUZZ_SAN) $^ -o $@ $(LDLIBS)
+build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c src/model/gguf.c src/base/err.c src/base/dtype.c
 	@mkdir -p build/fuzz
 	clang -std=c11 -Wall -Wextra $(FUZZ_SAN) $^ -o $@ $(LDLIBS)
 build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c src/server/convert.c $(FUZZ_DEPS)
@@ -145,7 +148,7 @@ build/fuzz/%: tests/fuzz/%.c tests/fuzz/guard_check.h $(FUZZ_DEPS)
 ## fuzz: build the libFuzzer targets; FUZZ_TIME=600 make fuzz-run runs each that many seconds
 fuzz: $(FUZZERS)
 fuzz-run: $(FUZZERS)
-	@for f in tokenizer jinja parser json_guard tool_grammar json_schema request checkpoint tokenizer_load; do mkdir -p build/fuzz/corpus-$$f; \
+	@for f in tokenizer jinja parser json_guard tool_grammar json_schema request checkpoint tokenizer_load gguf; do mkdir -p build/fuzz/corpus-$$f; \
 	  build/fuzz/fuzz_$$f $$([ -f tests/fuzz/$$f.dict ] && echo -dict=tests/fuzz/$$f.dict) \
 	    -max_total_time=$${FUZZ_TIME:-10} -timeout=10 -rss_limit_mb=2048 \
 	    build/fuzz/corpus-$$f tests/fuzz/corpus/$$f || exit 1; done

@@ -8,7 +8,7 @@ pass=0
 fail=0
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for f in tokenizer jinja parser json_guard tool_grammar json_schema request checkpoint tokenizer_load; do
+for f in tokenizer jinja parser json_guard tool_grammar json_schema request checkpoint tokenizer_load gguf; do
     mkdir -p "$work/$f"
     dict=()
     [ -f "tests/fuzz/$f.dict" ] && dict=(-dict="tests/fuzz/$f.dict")

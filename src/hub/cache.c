@@ -70,12 +70,14 @@ int hub_snapshot_dir(const char *repo, const char *revision, char *out, size_t n
 int hub_model_dir(const char *ref, char *out, size_t n)
 {
     struct stat st;
-    if (stat(ref, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(out, n, "%s", ref);
+    const size_t len = strlen(ref);
+    if (stat(ref, &st) == 0 && (S_ISDIR(st.st_mode) || (S_ISREG(st.st_mode) && len > 5 &&
+                                                        strcmp(ref + len - 5, ".gguf") == 0))) {
+        snprintf(out, n, "%s", ref); /* a model folder, or a GGUF file */
         return 0;
     }
     if (ref[0] == '/' || ref[0] == '.' || ref[0] == '~')
-        return err_set("hub: %s: No such file or directory (not a model folder)", ref);
+        return err_set("hub: %s: No such file or directory (not a model folder or a .gguf file)", ref);
     struct catalog c;
     const char *repo = ref, *rev = "main";
     char rbuf[256], vbuf[128];

@@ -541,38 +541,49 @@ static json_t *cfg_load_json(const char *path, json_error_t *je)
     return j;
 }
 
-int config_load(struct model_config *c, const char *dir)
+int config_parse(struct model_config *c, json_t *config, const char *what, json_t *gen, const char *gen_what)
 {
-    char path[4096];
-    json_error_t je;
     memset(c, 0, sizeof *c);
     c->bos_id = -1;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    struct cfg_reader r = {path, cfg_load_json(path, &je), 0};
-    if (!r.root)
-        return err_set("config: %s: %s (line %d)", path, je.text, je.line);
-    int rc = json_is_object(r.root) ? cfg_parse(&r, c) : err_set("config: %s: not a JSON object", path);
-    json_decref(r.root);
+    struct cfg_reader r = {what, config, 0};
+    int rc = json_is_object(config) ? cfg_parse(&r, c) : err_set("config: %s: not a JSON object", what);
     if (rc != 0)
         return rc;
-
     c->gen_temperature = c->gen_top_p = c->gen_repeat_penalty = 1.0f;
-    snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    if (!gen)
         return 0;
-    fclose(f);
-    struct cfg_reader g = {path, json_load_file(path, 0, &je), 0};
-    if (!g.root || !json_is_object(g.root)) {
-        json_decref(g.root);
-        return err_set("config: %s: not a JSON object (%s)", path, je.text);
-    }
-    if (json_object_get(g.root, "bos_token_id"))
-        c->bos_id = cfg_int(&g, g.root, "bos_token_id", 0, -1, 0, INT32_MAX);
-    cfg_eos(&g, g.root, c);
-    cfg_sampling(&g, g.root, c);
-    json_decref(g.root);
+    if (!json_is_object(gen))
+        return err_set("config: %s: not a JSON object", gen_what);
+    struct cfg_reader g = {gen_what, gen, 0};
+    if (json_object_get(gen, "bos_token_id"))
+        c->bos_id = cfg_int(&g, gen, "bos_token_id", 0, -1, 0, INT32_MAX);
+    cfg_eos(&g, gen, c);
+    cfg_sampling(&g, gen, c);
     return g.failed ? -1 : 0;
+}
+
+int config_load(struct model_config *c, const char *dir)
+{
+    char path[4096], gpath[4096];
+    json_error_t je;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *root = cfg_load_json(path, &je), *gen = NULL;
+    if (!root)
+        return err_set("config: %s: %s (line %d)", path, je.text, je.line);
+    snprintf(gpath, sizeof gpath, "%s/generation_config.json", dir);
+    FILE *f = fopen(gpath, "rb");
+    if (f) {
+        fclose(f);
+        gen = json_load_file(gpath, 0, &je);
+        if (!gen) {
+            json_decref(root);
+            return err_set("config: %s: not a JSON object (%s)", gpath, je.text);
+        }
+    }
+    int rc = config_parse(c, root, path, gen, gpath);
+    json_decref(root);
+    json_decref(gen);
+    return rc;
 }
 
 void config_rope_inv_freq(const struct model_config *c, float *inv_freq)

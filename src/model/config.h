@@ -11,6 +11,7 @@
 #ifndef KP_CONFIG_H
 #define KP_CONFIG_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -100,6 +101,9 @@ struct model_config {
  * eos/bos ids win, its sampling fields fill gen_*). -1 with err_set() naming the
  * file and field on failure. */
 int config_load(struct model_config *c, const char *dir);
+/* The same from parsed objects: config (config.json's, named `what` in errors)
+ * and gen (generation_config.json's, or NULL). Neither is kept. */
+int config_parse(struct model_config *c, json_t *config, const char *what, json_t *gen, const char *gen_what);
 
 /* Fills inv_freq[rope_dim/2] exactly as transformers computes it in fp32. */
 void config_rope_inv_freq(const struct model_config *c, float *inv_freq);

@@ -3,6 +3,7 @@
 #include "model.h"
 
 #include "../base/err.h"
+#include "gguf_hf.h"
 #include "nemotron_h.h"
 #include "qwen3.h"
 #include "qwen3_next.h"
@@ -32,11 +33,24 @@ static int model_init_rope(struct model *m, bool round)
     return rc;
 }
 
-int model_load(struct model *m, const char *dir, struct backend *be, const struct model_opts *opts)
+/* config and tensors from a GGUF file, as its transformers checkpoint */
+static int model_open_gguf(struct model *m, const char *path)
+{
+    if (gguf_open(&m->gguf, path) != 0)
+        return -1;
+    json_t *cfg = gguf_hf_config(&m->gguf), *gen = cfg ? gguf_hf_generation(&m->gguf) : NULL;
+    int rc = gen ? config_parse(&m->cfg, cfg, path, gen, path) : -1;
+    json_decref(cfg);
+    json_decref(gen);
+    return rc == 0 ? gguf_hf_tensors(&m->gguf, &m->cfg, &m->st) : -1;
+}
+
+int model_load(struct model *m, const char *path, struct backend *be, const struct model_opts *opts)
 {
     memset(m, 0, sizeof *m);
     m->be = be;
-    if (config_load(&m->cfg, dir) != 0 || st_open_dir(&m->st, dir) != 0)
+    if (gguf_hf_is_gguf(path) ? model_open_gguf(m, path) != 0
+                              : config_load(&m->cfg, path) != 0 || st_open_dir(&m->st, path) != 0)
         goto fail;
     m->layers = calloc((size_t)m->cfg.n_layer, sizeof *m->layers);
     if (!m->layers) {
@@ -109,6 +123,7 @@ void model_free(struct model *m)
         release(be, &m->perm_ba);
     }
     st_close(&m->st);
+    gguf_close(&m->gguf);
     memset(m, 0, sizeof *m);
 }
 

@@ -12,6 +12,7 @@
 
 #include "../backend/backend.h"
 #include "config.h"
+#include "gguf.h"
 #include "safetensors.h"
 
 struct layer_weights {
@@ -33,7 +34,8 @@ struct layer_weights {
 
 struct model {
     struct model_config cfg;
-    struct safetensors st;
+    struct safetensors st; /* the checkpoint's tensors by transformers' names (from a GGUF: views into gguf) */
+    struct gguf gguf;      /* a GGUF file's mapping, when the model came from one (n_files 0 otherwise) */
     struct backend *be;
     struct tensor embed;    /* [vocab][hidden] */
     const struct st_tensor *embed_stored; /* the checkpoint's embedding, of which a step reads one row */
@@ -81,9 +83,10 @@ struct model_opts {
     bool rope_freq_stored_dtype;
 };
 
-/* Loads DIR (config.json, generation_config.json, safetensors); opts NULL =
+/* Loads PATH: a folder (config.json, generation_config.json, safetensors) or a
+ * GGUF file (one, or any part of a split set; see gguf_hf.h); opts NULL =
  * defaults. -1 with err_set() naming the file and the tensor or field on failure. */
-int model_load(struct model *m, const char *dir, struct backend *be, const struct model_opts *opts);
+int model_load(struct model *m, const char *path, struct backend *be, const struct model_opts *opts);
 void model_free(struct model *m);
 
 /* max_tokens: the largest batch; max_out: the most rows of it a forward

@@ -12,10 +12,22 @@ static const struct st_tensor *weights_find(struct model *m, const char *name)
     if (!t)
         err_set("model: missing tensor '%s' in the checkpoint (%s)", name,
                 m->st.n_files ? m->st.files[0].path : "?");
-    else if (t->type != DT_BF16 && t->type != DT_F16 && t->type != DT_F32) {
-        err_set("model: %s: tensor '%s' has dtype %s; weights must be BF16, F16 or F32", t->file, name,
-                dtype_name(t->type));
+    else if (t->type == DT_I32) {
+        err_set("model: %s: tensor '%s' has dtype %s; weights must be BF16, F16, F32 or a GGUF block type", t->file,
+                name, dtype_name(t->type));
         t = NULL;
+    }
+    return t;
+}
+
+/* Vectors (norms, biases, conv taps) are read element by element: a plain type. */
+static const struct st_tensor *weights_find_plain(struct model *m, const char *name)
+{
+    const struct st_tensor *t = weights_find(m, name);
+    if (t && dtype_is_block(t->type)) {
+        err_set("model: %s: tensor '%s' is %s; a vector must be F32, F16 or BF16", t->file, name,
+                dtype_name(t->type));
+        return NULL;
     }
     return t;
 }
@@ -39,7 +51,7 @@ static int weights_bad_shape(const struct st_tensor *t, const char *want)
 
 int weights_bind(struct model *m, struct tensor *dst, const char *name, int64_t rows, int64_t cols)
 {
-    const struct st_tensor *t = weights_find(m, name);
+    const struct st_tensor *t = rows == 0 ? weights_find_plain(m, name) : weights_find(m, name);
     char want[96];
     if (!t)
         return -1;
@@ -53,6 +65,9 @@ int weights_bind(struct model *m, struct tensor *dst, const char *name, int64_t 
         snprintf(want, sizeof want, "[%lld, %lld]", (long long)rows, (long long)cols);
         return weights_bad_shape(t, want);
     }
+    if (cols % dtype_block(t->type) != 0)
+        return err_set("model: %s: tensor '%s' is %s with %lld columns, not a whole number of blocks", t->file,
+                       name, dtype_name(t->type), (long long)cols);
     struct tensor host = {t->type, rows, cols, cols, (void *)t->data, false};
     return m->be->ops->weight(m->be, dst, &host);
 }
@@ -68,9 +83,8 @@ int weights_bind_slices(struct model *m, struct tensor *dst, const char *name, i
         snprintf(want, sizeof want, "[%lld, %lld, %lld]", (long long)n, (long long)height, (long long)cols);
         return weights_bad_shape(t, want);
     }
-    size_t es = dtype_size(t->type);
     for (int64_t e = 0; e < n; e++) {
-        const char *p = (const char *)t->data + (size_t)((e * height + row0) * cols) * es;
+        const char *p = (const char *)t->data + dtype_bytes(t->type, (e * height + row0) * cols);
         struct tensor host = {t->type, rows, cols, cols, (void *)p, false};
         if (m->be->ops->weight(m->be, &dst[e], &host) != 0)
             return -1;
@@ -110,7 +124,7 @@ int weights_bind_norm(struct model *m, struct tensor *dst, const char *name, int
 
 int weights_bind_conv(struct model *m, struct tensor *dst, const char *name, int64_t channels, int64_t width)
 {
-    const struct st_tensor *t = weights_find(m, name);
+    const struct st_tensor *t = weights_find_plain(m, name);
     if (!t)
         return -1;
     if (t->n_dim != 3 || t->shape[0] != channels || t->shape[1] != 1 || t->shape[2] != width) {

@@ -20,6 +20,10 @@ int test_failures;
     X(test_quant_dequant_tables)                                                                               \
     X(test_quant_roundtrip_error)                                                                              \
     X(test_quant_cpu_matmul)                                                                                   \
+    X(test_gguf_model_golden)                                                                                  \
+    X(test_gguf_model_dequant_equal)                                                                           \
+    X(test_gguf_model_recipes)                                                                                 \
+    X(test_gguf_model_errors)                                                                                  \
     X(test_ops_rmsnorm_rope)                                                                                   \
     X(test_ops_attention_paged_tree)                                                                           \
     X(test_ops_attention_long)                                                                                 \
@@ -41,6 +45,10 @@ int test_failures;
     X(test_safetensors_broken)                                                                                 \
     X(test_safetensors_unaligned)                                                                              \
     X(test_safetensors_sharded)                                                                                \
+    X(test_gguf_roundtrip)                                                                                     \
+    X(test_gguf_writer_errors)                                                                                 \
+    X(test_gguf_split)                                                                                         \
+    X(test_gguf_broken)                                                                                        \
     X(test_config_layouts)                                                                                     \
     X(test_config_errors)                                                                                      \
     X(test_kv_cache_blocks)                                                                                    \

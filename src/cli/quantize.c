@@ -1,0 +1,65 @@
+/* kapitsa quantize: a checkpoint (folder, hub id, catalog name or GGUF) to a
+ * GGUF file by a recipe (src/model/convert.h). */
+#include "../base/err.h"
+#include "../model/convert.h"
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static void quantize_usage(FILE *f)
+{
+    fprintf(f, "usage: kapitsa quantize SRC OUT.gguf --recipe NAME | --type TYPE\n"
+               "  SRC      a model folder, catalog name, hub id already pulled, or a .gguf file\n"
+               "  --recipe");
+    for (int i = 0; convert_recipes[i]; i++)
+        fprintf(f, " %s", convert_recipes[i]);
+    fprintf(f, "\n           (Q2_MOE: a MoE model's routed experts at 2-3 bits, the rest at 5-8)\n"
+               "  --type   every matrix in one type: Q8_0 Q6_K Q5_K Q4_K Q3_K Q2_K Q5_0 Q5_1 Q4_0 Q4_1 IQ4_NL "
+               "IQ4_XS F16 BF16 F32\n");
+}
+
+int cli_quantize(int argc, char **argv)
+{
+    const char *src = NULL, *out = NULL, *recipe = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *v;
+        int f = cli_flag(argc, argv, &i, "--recipe", &v);
+        if (f == 0)
+            f = cli_flag(argc, argv, &i, "--type", &v);
+        if (f < 0) {
+            quantize_usage(stderr);
+            return 2;
+        }
+        if (f) {
+            recipe = v;
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            quantize_usage(stdout);
+            return 0;
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "kapitsa quantize: unknown option '%s'\n", argv[i]);
+            quantize_usage(stderr);
+            return 2;
+        } else if (!src) {
+            src = argv[i];
+        } else if (!out) {
+            out = argv[i];
+        } else {
+            quantize_usage(stderr);
+            return 2;
+        }
+    }
+    if (!src || !out || !recipe) {
+        quantize_usage(stderr);
+        return 2;
+    }
+    const char *dir = cli_model_dir(src);
+    struct convert_opts o = {recipe, NULL, isatty(2)};
+    if (!dir || convert_write(dir, out, &o) != 0) {
+        fprintf(stderr, "kapitsa: %s\n", err_msg());
+        return 1;
+    }
+    fprintf(stderr, "kapitsa: wrote %s\n", out);
+    return 0;
+}

@@ -1,0 +1,171 @@
+/* Models from GGUF files written by `kapitsa quantize` (src/model/convert.c):
+ * a fixture written as BF16 GGUF matches transformers' logits as its folder
+ * does; a quantised one gives, on the cpu backend, bitwise the logits of the
+ * same model with its dequantised weights stored as F32; recipes give the
+ * types they name; broken files get errors. */
+#include "../../src/backend/cpu/cpu.h"
+#include "../../src/base/err.h"
+#include "../../src/engine/check.h"
+#include "../../src/engine/engine.h"
+#include "../../src/model/convert.h"
+#include "../../src/model/gguf.h"
+#include "test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const gguf_archs[] = {"qwen3", "qwen3_moe", "qwen3_moe_mixed", "qwen3_yarn_sharded"};
+
+static const char *fx(const char *arch)
+{
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", test_fixtures(), arch);
+    return path;
+}
+
+static const char *tmp_gguf(const char *arch, const char *recipe)
+{
+    static char path[4][512];
+    static int next;
+    char *p = path[next++ % 4];
+    snprintf(p, sizeof path[0], "%s/%s-%s.gguf", test_tmpdir(), arch, recipe);
+    return p;
+}
+
+static int write_gguf(const char *src, const char *out, const char *recipe)
+{
+    struct convert_opts o = {recipe, NULL, false};
+    return convert_write(src, out, &o);
+}
+
+/* BF16 GGUF of every qwen fixture: the transformers check passes as from the folder. */
+void test_gguf_model_golden(void)
+{
+    for (size_t a = 0; a < sizeof gguf_archs / sizeof gguf_archs[0]; a++) {
+        const char *path = tmp_gguf(gguf_archs[a], "BF16");
+        char golden[600];
+        snprintf(golden, sizeof golden, "%s/golden.safetensors", fx(gguf_archs[a]));
+        CHECK(write_gguf(fx(gguf_archs[a]), path, "BF16") == 0, "%s: %s", gguf_archs[a], err_msg());
+        struct backend *be = cpu_backend_init(2, NULL);
+        struct check_opts o = {.golden = golden};
+        struct check_result r;
+        CHECK(check_run(path, be, &o, &r) == 0, "%s: %s", gguf_archs[a], err_msg());
+        CHECK(r.max_logit_err <= 2e-4f, "%s: max |dlogit| %g", gguf_archs[a], r.max_logit_err);
+        CHECK(r.greedy_match == r.n_greedy && r.n_greedy >= 32, "%s: greedy %d/%d", gguf_archs[a], r.greedy_match,
+              r.n_greedy);
+        be->ops->free(be);
+    }
+}
+
+/* The last-token logits of a fixed prompt. */
+static int logits_of(const char *path, float **out, int32_t *V)
+{
+    struct backend *be = cpu_backend_init(2, NULL);
+    struct model m;
+    struct engine e;
+    int rc = -1;
+    if (model_load(&m, path, be, NULL) != 0)
+        goto done;
+    if (engine_init(&e, &m, 256, 1, 64, 1, 0, DT_F32) != 0) {
+        model_free(&m);
+        goto done;
+    }
+    int32_t toks[40], pos[40], seq[40], parent[40];
+    uint8_t want[40];
+    const int32_t s = engine_seq_new(&e);
+    for (int32_t i = 0; i < 40; i++) {
+        toks[i] = (i * 37 + 11) % m.cfg.vocab_size;
+        pos[i] = i;
+        seq[i] = s;
+        parent[i] = i - 1;
+        want[i] = i == 39;
+    }
+    struct batch b = {40, toks, pos, seq, parent, want};
+    *V = m.cfg.vocab_size;
+    *out = malloc((size_t)*V * sizeof(float));
+    rc = engine_forward(&e, &b, *out, NULL) == 1 ? 0 : -1;
+    engine_free(&e);
+    model_free(&m);
+done:
+    be->ops->free(be);
+    return rc;
+}
+
+/* A quantised GGUF's forward is its dequantised weights' forward: the same
+ * logits, bit for bit, as the F32 GGUF written from it. */
+void test_gguf_model_dequant_equal(void)
+{
+    static const char *const recipes[] = {"Q8_0", "Q4_K_M", "Q2_K", "IQ4_NL"};
+    for (size_t a = 0; a < 2; a++)
+        for (size_t r = 0; r < sizeof recipes / sizeof recipes[0]; r++) {
+            const char *q = tmp_gguf(gguf_archs[a], recipes[r]), *f = tmp_gguf(gguf_archs[a], "F32");
+            CHECK(write_gguf(fx(gguf_archs[a]), q, recipes[r]) == 0 && write_gguf(q, f, "F32") == 0, "%s %s: %s",
+                  gguf_archs[a], recipes[r], err_msg());
+            float *lq = NULL, *lf = NULL;
+            int32_t V = 0;
+            CHECK(logits_of(q, &lq, &V) == 0 && logits_of(f, &lf, &V) == 0, "%s %s: %s", gguf_archs[a], recipes[r],
+                  err_msg());
+            CHECK(lq && lf && memcmp(lq, lf, (size_t)V * sizeof(float)) == 0,
+                  "%s %s: logits differ from the dequantised model's", gguf_archs[a], recipes[r]);
+            free(lq);
+            free(lf);
+        }
+}
+
+/* What the recipes write: types per tensor, llama.cpp's fallbacks for rows
+ * that do not split into 256-element blocks, vectors in F32. */
+void test_gguf_model_recipes(void)
+{
+    const char *path = tmp_gguf("qwen3_moe", "Q4_K_M");
+    CHECK(write_gguf(fx("qwen3_moe"), path, "Q4_K_M") == 0, "%s", err_msg());
+    struct gguf g;
+    CHECK(gguf_open(&g, path) == 0, "%s", err_msg());
+    const struct gguf_tensor *t = gguf_find(&g, "blk.0.attn_norm.weight");
+    CHECK(t && t->type == DT_F32, "norms are F32");
+    t = gguf_find(&g, "blk.0.ffn_gate_exps.weight");
+    CHECK(t && t->n_dim == 3, "experts stacked");
+    gguf_close(&g);
+    enum dtype d;
+    CHECK(convert_recipe_type("Q4_K_M", ROLE_ATTN_QK, 5, 28, 1024, &d) == 0 && d == DT_Q4_K, "Q4_K_M q");
+    CHECK(convert_recipe_type("Q4_K_M", ROLE_ATTN_V, 0, 28, 1024, &d) == 0 && d == DT_Q6_K, "Q4_K_M v, first layers");
+    CHECK(convert_recipe_type("Q4_K_M", ROLE_FFN_DOWN, 6, 28, 3072, &d) == 0 && d == DT_Q4_K, "Q4_K_M down");
+    CHECK(convert_recipe_type("Q4_K_M", ROLE_OUTPUT, 0, 28, 1024, &d) == 0 && d == DT_Q6_K, "Q4_K_M head");
+    CHECK(convert_recipe_type("Q4_K_M", ROLE_ATTN_QK, 5, 28, 64, &d) == 0 && d == DT_Q5_0, "Q4_K fallback");
+    CHECK(convert_recipe_type("Q6_K", ROLE_ATTN_QK, 5, 28, 96, &d) == 0 && d == DT_Q8_0, "Q6_K fallback");
+    CHECK(convert_recipe_type("Q4_K", ROLE_ATTN_QK, 5, 28, 80, &d) == 0 && d == DT_F16, "no block fits");
+    CHECK(convert_recipe_type("Q2_MOE", ROLE_EXP_UP, 5, 28, 2048, &d) == 0 && d == DT_Q2_K, "moe experts");
+    CHECK(convert_recipe_type("Q2_MOE", ROLE_VECTOR, 5, 28, 2048, &d) == 0 && d == DT_F32, "moe vectors");
+    CHECK(convert_recipe_type("Q9_X", ROLE_ATTN_QK, 5, 28, 2048, &d) != 0 && strstr(err_msg(), "Q9_X"),
+          "unknown recipe named");
+}
+
+/* Files that are not what the model needs: errors that say what is wrong. */
+void test_gguf_model_errors(void)
+{
+    struct backend *be = cpu_backend_init(2, NULL);
+    struct model m;
+    const char *bad = tmp_gguf("bad", "arch");
+    struct gguf_writer *w;
+    CHECK(gguf_writer_init(&w, bad) == 0, "writer");
+    gguf_writer_kv_str(w, "general.architecture", "llama");
+    CHECK(gguf_writer_finish(w, NULL, NULL) == 0, "%s", err_msg());
+    CHECK(model_load(&m, bad, be, NULL) != 0 && strstr(err_msg(), "'llama' is not supported"), "%s", err_msg());
+    /* a qwen3 file missing a tensor */
+    const char *q = tmp_gguf("qwen3", "F16"), *cut = tmp_gguf("qwen3", "cut");
+    CHECK(write_gguf(fx("qwen3"), q, "F16") == 0, "%s", err_msg());
+    struct gguf g;
+    CHECK(gguf_open(&g, q) == 0, "%s", err_msg());
+    CHECK(gguf_writer_init(&w, cut) == 0, "writer");
+    for (int64_t i = 0; i < g.n_kv; i++)
+        if (g.kv[i].type == GGUF_U32)
+            gguf_writer_kv_u32(w, g.kv[i].key, (uint32_t)g.kv[i].v.u);
+        else if (g.kv[i].type == GGUF_F32)
+            gguf_writer_kv_f32(w, g.kv[i].key, (float)g.kv[i].v.f);
+        else if (g.kv[i].type == GGUF_STRING && strcmp(g.kv[i].key, "general.architecture") == 0)
+            gguf_writer_kv_str(w, g.kv[i].key, "qwen3");
+    gguf_close(&g);
+    gguf_writer_kv_u32(w, "qwen3.vocab_size", 512);
+    CHECK(gguf_writer_finish(w, NULL, NULL) == 0, "%s", err_msg());
+    CHECK(model_load(&m, cut, be, NULL) != 0 && strstr(err_msg(), "missing tensor"), "%s", err_msg());
+    be->ops->free(be);
+}
