@@ -135,7 +135,7 @@ static double prefill_flops(const struct model *m, int64_t n)
         const struct st_tensor *t = &m->st.tensors[i];
         if (t->n_dim != 2 || strncmp(t->name, c->prefix, strlen(c->prefix)) != 0 || t == m->embed_stored)
             continue;
-        double e = (double)t->n_bytes / (double)dtype_size(t->type);
+        double e = (double)t->shape[0] * (double)t->shape[1];
         if (strstr(t->name, ".experts."))
             e *= (double)c->n_expert_used / c->n_expert;
         w += e;

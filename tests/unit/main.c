@@ -24,6 +24,7 @@ int test_failures;
     X(test_gguf_model_dequant_equal)                                                                           \
     X(test_gguf_model_recipes)                                                                                 \
     X(test_gguf_model_errors)                                                                                  \
+    X(test_gguf_model_llama_files)                                                                             \
     X(test_ops_rmsnorm_rope)                                                                                   \
     X(test_ops_attention_paged_tree)                                                                           \
     X(test_ops_attention_long)                                                                                 \
@@ -73,6 +74,8 @@ int test_failures;
     X(test_tokenizer_added_normalized)                                                                         \
     X(test_tokenizer_edges)                                                                                    \
     X(test_tokenizer_split_literal)                                                                            \
+    X(test_gguf_vocab_qwen3)                                                                                   \
+    X(test_gguf_vocab_tiny)                                                                                    \
     X(test_chat_template_goldens)                                                                              \
     X(test_chat_openai_arguments)                                                                              \
     X(test_chat_anthropic_thinking)                                                                            \

@@ -169,3 +169,50 @@ void test_gguf_model_errors(void)
     CHECK(model_load(&m, cut, be, NULL) != 0 && strstr(err_msg(), "missing tensor"), "%s", err_msg());
     be->ops->free(be);
 }
+
+static const char *gguf_data(const char *file)
+{
+    static char path[512];
+    const char *d = getenv("KAPITSA_GGUF_DATA");
+    snprintf(path, sizeof path, "%s/%s", d && *d ? d : "tests/data/gguf", file);
+    return path;
+}
+
+/* Files quantised by llama.cpp's llama-quantize (tools/reference/llama_ggufs.sh):
+ * each holds the block types its mix names and runs as its dequantised weights
+ * do, bit for bit. */
+void test_gguf_model_llama_files(void)
+{
+    static const struct {
+        const char *file;
+        enum dtype has[3];
+    } files[] = {{"dense-Q8_0.gguf", {DT_Q8_0}},
+                 {"dense-Q5_K_M.gguf", {DT_Q5_K, DT_Q6_K}},
+                 {"dense-Q4_K_M.gguf", {DT_Q4_K, DT_Q6_K}},
+                 {"dense-Q3_K_M.gguf", {DT_Q3_K, DT_Q4_K, DT_Q5_K}},
+                 {"dense-Q2_K.gguf", {DT_Q2_K, DT_Q3_K}},
+                 {"dense-IQ4_XS.gguf", {DT_IQ4_XS}},
+                 {"moe-Q4_K_M.gguf", {DT_Q4_K, DT_Q6_K}}};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char q[512];
+        snprintf(q, sizeof q, "%s", gguf_data(files[i].file));
+        struct gguf g;
+        CHECK(gguf_open(&g, q) == 0, "%s", err_msg());
+        for (int k = 0; k < 3 && files[i].has[k]; k++) {
+            bool found = false;
+            for (int64_t t = 0; t < g.n_tensors; t++)
+                found |= g.tensors[t].type == files[i].has[k];
+            CHECK(found, "%s: no %s tensor", files[i].file, dtype_name(files[i].has[k]));
+        }
+        gguf_close(&g);
+        const char *f = tmp_gguf("llama", "F32");
+        CHECK(write_gguf(q, f, "F32") == 0, "%s: %s", files[i].file, err_msg());
+        float *lq = NULL, *lf = NULL;
+        int32_t V = 0;
+        CHECK(logits_of(q, &lq, &V) == 0 && logits_of(f, &lf, &V) == 0, "%s: %s", files[i].file, err_msg());
+        CHECK(lq && lf && memcmp(lq, lf, (size_t)V * sizeof(float)) == 0, "%s: logits differ from the dequantised "
+              "model's", files[i].file);
+        free(lq);
+        free(lf);
+    }
+}
