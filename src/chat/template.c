@@ -32,6 +32,8 @@ static char *read_file(const char *path, size_t *len)
         buf = nb;
     }
     fclose(f);
+    if (buf) /* n < cap here; the tool-format probe reads it as a C string */
+        buf[n] = 0;
     *len = n;
     return buf;
 }
@@ -45,25 +47,16 @@ static json_t *token_str(json_t *v)
     return json_is_string(c) ? json_incref(c) : NULL;
 }
 
-struct chat_template *chat_template_load(const char *dir, const char *file)
+/* A template parsed from src[0..len) with cfg's special tokens (cfg may be
+ * NULL: none); what names the source in errors. */
+static struct chat_template *template_new(json_t *cfg, const char *src, size_t len, const char *what)
 {
-    char path[4096];
-    json_error_t je;
     struct chat_template *ct = calloc(1, sizeof *ct);
-    json_t *cfg = NULL;
-    char *src = NULL;
-    size_t len = 0;
     if (!ct) {
         err_set("template: out of memory");
         return NULL;
     }
     ct->tokens = json_object();
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    cfg = dir ? json_load_file(path, 0, &je) : NULL;
-    if (dir && !cfg && !file) {
-        err_set("template: %s: %s", path, je.text);
-        goto fail;
-    }
     static const char *const names[] = {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token",
                                         "mask_token"};
     for (size_t i = 0; cfg && i < sizeof names / sizeof names[0]; i++) {
@@ -74,55 +67,75 @@ struct chat_template *chat_template_load(const char *dir, const char *file)
     json_t *extra = cfg ? json_object_get(cfg, "additional_special_tokens") : NULL;
     if (json_is_array(extra))
         json_object_set(ct->tokens, "additional_special_tokens", extra);
-
-    const char *what = path;
-    if (file) {
-        src = read_file(file, &len);
-        what = file;
-        if (!src) {
-            err_set("template: cannot read %s", file);
-            goto fail;
-        }
-    } else {
-        json_t *tpl = json_object_get(cfg, "chat_template");
-        if (json_is_array(tpl)) { /* named templates: use "default" */
-            size_t i;
-            json_t *e, *found = NULL;
-            json_array_foreach(tpl, i, e) if (json_is_string(json_object_get(e, "name")) &&
-                                              strcmp(json_string_value(json_object_get(e, "name")), "default") == 0)
-                found = json_object_get(e, "template");
-            tpl = found;
-        }
-        if (json_is_string(tpl)) {
-            len = json_string_length(tpl);
-            src = malloc(len + 1);
-            if (src)
-                memcpy(src, json_string_value(tpl), len + 1);
-        } else {
-            snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-            src = read_file(path, &len);
-            if (!src) {
-                err_set("template: %s/tokenizer_config.json has no chat_template and there is no %s", dir, path);
-                goto fail;
-            }
-        }
-    }
     ct->format = strstr(src, "<function=") ? CHAT_FMT_XML : strstr(src, "<TOOLCALL>") ? CHAT_FMT_TOOLCALL : CHAT_FMT_JSON;
     ct->tpl = jinja_parse(src, len);
     if (!ct->tpl) {
         char msg[600];
         snprintf(msg, sizeof msg, "%s", err_msg());
         err_set("template: %s: %s", what, msg);
-        goto fail;
+        chat_template_free(ct);
+        return NULL;
     }
-    free(src);
+    return ct;
+}
+
+/* cfg's "chat_template": a string, or the "default" of a list of named
+ * templates; NULL when there is none. */
+static json_t *config_template(json_t *cfg)
+{
+    json_t *tpl = json_object_get(cfg, "chat_template");
+    if (json_is_array(tpl)) {
+        size_t i;
+        json_t *e, *found = NULL;
+        json_array_foreach(tpl, i, e) if (json_is_string(json_object_get(e, "name")) &&
+                                          strcmp(json_string_value(json_object_get(e, "name")), "default") == 0)
+            found = json_object_get(e, "template");
+        tpl = found;
+    }
+    return json_is_string(tpl) ? tpl : NULL;
+}
+
+struct chat_template *chat_template_from_config(json_t *cfg, const char *what)
+{
+    json_t *tpl = config_template(cfg);
+    if (!tpl) {
+        err_set("template: %s has no chat_template", what);
+        return NULL;
+    }
+    return template_new(cfg, json_string_value(tpl), json_string_length(tpl), what);
+}
+
+struct chat_template *chat_template_load(const char *dir, const char *file)
+{
+    char path[4096];
+    json_error_t je;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    json_t *cfg = dir ? json_load_file(path, 0, &je) : NULL;
+    if (dir && !cfg && !file) {
+        err_set("template: %s: %s", path, je.text);
+        return NULL;
+    }
+    struct chat_template *ct = NULL;
+    if (!file && config_template(cfg)) {
+        ct = chat_template_from_config(cfg, path);
+    } else {
+        const char *what = file;
+        if (!file) {
+            snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+            what = path;
+        }
+        size_t len = 0;
+        char *src = read_file(what, &len);
+        if (!src && file)
+            err_set("template: cannot read %s", file);
+        else if (!src)
+            err_set("template: %s/tokenizer_config.json has no chat_template and there is no %s", dir, path);
+        else
+            ct = template_new(cfg, src, len, what);
+        free(src);
+    }
     json_decref(cfg);
     return ct;
-fail:
-    free(src);
-    json_decref(cfg);
-    chat_template_free(ct);
-    return NULL;
 }
 
 void chat_template_free(struct chat_template *ct)

@@ -3,10 +3,12 @@
  *
  * The template comes from tokenizer_config.json ("chat_template": a string, or
  * a list of {name, template} of which "default" is used) or from
- * chat_template.jinja beside it, or from an explicit file. Rendering passes
- * messages, tools (None when absent), documents (None), add_generation_prompt,
- * the special tokens of tokenizer_config.json (bos_token, eos_token, ... when
- * set) and any extra keyword arguments (enable_thinking, ...), which win.
+ * chat_template.jinja beside it, or from an explicit file, or from an object
+ * shaped like tokenizer_config.json (a GGUF file's metadata: see
+ * model/gguf_vocab.h). Rendering passes messages, tools (None when absent),
+ * documents (None), add_generation_prompt, the special tokens of
+ * tokenizer_config.json (bos_token, eos_token, ... when set) and any extra
+ * keyword arguments (enable_thinking, ...), which win.
  *
  * Ownership: struct chat_template owns its parsed template and token strings. */
 #ifndef KP_TEMPLATE_H
@@ -23,6 +25,10 @@ struct chat_template;
 /* dir: the model folder; file (may be NULL) overrides the folder's template.
  * NULL with err_set() naming the file on failure. */
 struct chat_template *chat_template_load(const char *dir, const char *file);
+/* From a tokenizer_config.json-shaped object (borrowed): its chat_template and
+ * special token names. what names it in errors. NULL with err_set() when it
+ * has no chat_template or the template does not parse. */
+struct chat_template *chat_template_from_config(json_t *cfg, const char *what);
 void chat_template_free(struct chat_template *ct);
 
 /* Renders; messages as transformers takes them (tool-call arguments as objects:

@@ -305,41 +305,46 @@ static int load_model(struct tokenizer *t, json_t *root, const char *path)
     return 0;
 }
 
-struct tokenizer *tok_load_file(const char *path)
+struct tokenizer *tok_load_json(json_t *root, const char *what)
 {
-    json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
     struct tokenizer *t = calloc(1, sizeof *t);
     if (!t) {
         err_set("tokenizer: out of memory");
-        goto fail;
-    }
-    if (!root) {
-        err_set("tokenizer: %s: %s (line %d)", path, je.text, je.line);
-        goto fail;
+        return NULL;
     }
     byte_level_tables(t);
-    if (load_normalizer(t, json_object_get(root, "normalizer"), path) != 0 ||
-        load_pre(t, json_object_get(root, "pre_tokenizer"), path) != 0)
+    if (load_normalizer(t, json_object_get(root, "normalizer"), what) != 0 ||
+        load_pre(t, json_object_get(root, "pre_tokenizer"), what) != 0)
         goto fail;
     json_t *dec = json_object_get(root, "decoder");
     const char *dt = json_string_value(json_object_get(dec, "type"));
     if (!dt || strcmp(dt, "ByteLevel") != 0) {
-        err_set("tokenizer: %s: decoder '%s' is not supported (ByteLevel)", path, dt ? dt : "none");
+        err_set("tokenizer: %s: decoder '%s' is not supported (ByteLevel)", what, dt ? dt : "none");
         goto fail;
     }
     if (!t->byte_level) {
-        err_set("tokenizer: %s: only byte-level BPE is supported (no ByteLevel pre-tokenizer)", path);
+        err_set("tokenizer: %s: only byte-level BPE is supported (no ByteLevel pre-tokenizer)", what);
         goto fail;
     }
-    if (load_model(t, root, path) != 0)
+    if (load_model(t, root, what) != 0)
         goto fail;
-    json_decref(root);
     return t;
 fail:
-    json_decref(root);
     tok_free(t);
     return NULL;
+}
+
+struct tokenizer *tok_load_file(const char *path)
+{
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root) {
+        err_set("tokenizer: %s: %s (line %d)", path, je.text, je.line);
+        return NULL;
+    }
+    struct tokenizer *t = tok_load_json(root, path);
+    json_decref(root);
+    return t;
 }
 
 struct tokenizer *tok_load(const char *dir)

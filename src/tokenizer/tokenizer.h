@@ -15,6 +15,7 @@
 
 #include "../engine/grammar.h"
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -31,6 +32,9 @@ struct tok_ids {
 struct tokenizer *tok_load(const char *dir);
 /* Loads from a tokenizer.json path. */
 struct tokenizer *tok_load_file(const char *path);
+/* Loads from an already parsed tokenizer.json object (borrowed: the caller
+ * still owns root); what names it in errors. */
+struct tokenizer *tok_load_json(json_t *root, const char *what);
 void tok_free(struct tokenizer *t);
 
 /* Appends the ids of text[0..len) to out. -1 with err_set() for text that is not
