@@ -855,16 +855,55 @@ static void gguf_writer_scalar(struct gguf_writer *w, const char *key, enum gguf
         gguf_writer_put(w, v, gguf_type_size[type]);
 }
 
-void gguf_writer_kv_u8(struct gguf_writer *w, const char *key, uint8_t v) { gguf_writer_scalar(w, key, GGUF_U8, &v); }
-void gguf_writer_kv_i8(struct gguf_writer *w, const char *key, int8_t v) { gguf_writer_scalar(w, key, GGUF_I8, &v); }
-void gguf_writer_kv_u16(struct gguf_writer *w, const char *key, uint16_t v) { gguf_writer_scalar(w, key, GGUF_U16, &v); }
-void gguf_writer_kv_i16(struct gguf_writer *w, const char *key, int16_t v) { gguf_writer_scalar(w, key, GGUF_I16, &v); }
-void gguf_writer_kv_u32(struct gguf_writer *w, const char *key, uint32_t v) { gguf_writer_scalar(w, key, GGUF_U32, &v); }
-void gguf_writer_kv_i32(struct gguf_writer *w, const char *key, int32_t v) { gguf_writer_scalar(w, key, GGUF_I32, &v); }
-void gguf_writer_kv_u64(struct gguf_writer *w, const char *key, uint64_t v) { gguf_writer_scalar(w, key, GGUF_U64, &v); }
-void gguf_writer_kv_i64(struct gguf_writer *w, const char *key, int64_t v) { gguf_writer_scalar(w, key, GGUF_I64, &v); }
-void gguf_writer_kv_f32(struct gguf_writer *w, const char *key, float v) { gguf_writer_scalar(w, key, GGUF_F32, &v); }
-void gguf_writer_kv_f64(struct gguf_writer *w, const char *key, double v) { gguf_writer_scalar(w, key, GGUF_F64, &v); }
+void gguf_writer_kv_u8(struct gguf_writer *w, const char *key, uint8_t v)
+{
+    gguf_writer_scalar(w, key, GGUF_U8, &v);
+}
+
+void gguf_writer_kv_i8(struct gguf_writer *w, const char *key, int8_t v)
+{
+    gguf_writer_scalar(w, key, GGUF_I8, &v);
+}
+
+void gguf_writer_kv_u16(struct gguf_writer *w, const char *key, uint16_t v)
+{
+    gguf_writer_scalar(w, key, GGUF_U16, &v);
+}
+
+void gguf_writer_kv_i16(struct gguf_writer *w, const char *key, int16_t v)
+{
+    gguf_writer_scalar(w, key, GGUF_I16, &v);
+}
+
+void gguf_writer_kv_u32(struct gguf_writer *w, const char *key, uint32_t v)
+{
+    gguf_writer_scalar(w, key, GGUF_U32, &v);
+}
+
+void gguf_writer_kv_i32(struct gguf_writer *w, const char *key, int32_t v)
+{
+    gguf_writer_scalar(w, key, GGUF_I32, &v);
+}
+
+void gguf_writer_kv_u64(struct gguf_writer *w, const char *key, uint64_t v)
+{
+    gguf_writer_scalar(w, key, GGUF_U64, &v);
+}
+
+void gguf_writer_kv_i64(struct gguf_writer *w, const char *key, int64_t v)
+{
+    gguf_writer_scalar(w, key, GGUF_I64, &v);
+}
+
+void gguf_writer_kv_f32(struct gguf_writer *w, const char *key, float v)
+{
+    gguf_writer_scalar(w, key, GGUF_F32, &v);
+}
+
+void gguf_writer_kv_f64(struct gguf_writer *w, const char *key, double v)
+{
+    gguf_writer_scalar(w, key, GGUF_F64, &v);
+}
 
 void gguf_writer_kv_bool(struct gguf_writer *w, const char *key, bool v)
 {
@@ -999,8 +1038,9 @@ int gguf_writer_finish(struct gguf_writer *w, gguf_fill_fn fill, void *ctx)
     }
     const uint32_t version = 3;
     const uint64_t n_t = (uint64_t)w->n_t;
+    /* with no KVs w->kvs is NULL, which fwrite may not be given even for 0 bytes */
     if (fwrite("GGUF", 4, 1, f) != 1 || fwrite(&version, 4, 1, f) != 1 || fwrite(&n_t, 8, 1, f) != 1 ||
-        fwrite(&w->n_kv, 8, 1, f) != 1 || fwrite(w->kvs, 1, w->n_kvs, f) != w->n_kvs)
+        fwrite(&w->n_kv, 8, 1, f) != 1 || (w->n_kvs && fwrite(w->kvs, 1, w->n_kvs, f) != w->n_kvs))
         goto werr;
     for (int32_t i = 0; i < w->n_t; i++) {
         const struct gguf_wtensor *t = &w->t[i];

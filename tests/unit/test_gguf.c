@@ -2,6 +2,7 @@
  * plain and block tensor types, the writer's refusals, split sets opened through
  * any part, and broken files built byte by byte (each must fail with a message
  * naming the file and the key, tensor or reason; a file cut anywhere too). */
+#define _GNU_SOURCE
 #include "../../src/base/err.h"
 #include "../../src/model/gguf.h"
 #include "test.h"
@@ -136,14 +137,16 @@ void test_gguf_roundtrip(void)
     CHECK(gguf_get_arr(&g, "tokenizer.ggml.tokens", GGUF_STRING, &kv) == 0 && kv->n == 4, "tokens");
     for (int i = 0; i < 4 && kv && kv->n == 4; i++)
         CHECK(str_is(kv->strs[i].p, kv->strs[i].n, toks[i]), "token %d", i);
-    CHECK(gguf_get_arr(&g, "t.arr_i32", GGUF_F32, &kv) == -1 && strstr(err_msg(), "holds an ARRAY of I32, not an ARRAY of F32"),
+    CHECK(gguf_get_arr(&g, "t.arr_i32", GGUF_F32, &kv) == -1 &&
+              strstr(err_msg(), "holds an ARRAY of I32, not an ARRAY of F32"),
           "%s", err_msg());
     CHECK(gguf_get_arr(&g, "t.u8", GGUF_U8, &kv) == -1, "scalar as array");
     int32_t ids_back[3];
     CHECK(gguf_get_arr(&g, "t.arr_i32", GGUF_I32, &kv) == 0 && kv->n == 3, "arr_i32");
     memcpy(ids_back, kv->arr, sizeof ids_back);
     CHECK(memcmp(ids_back, ids, sizeof ids) == 0, "arr_i32 values");
-    CHECK(gguf_get_arr(&g, "t.arr_f32", GGUF_F32, &kv) == 0 && kv->n == 2 && memcmp(kv->arr, scores, sizeof scores) == 0,
+    CHECK(gguf_get_arr(&g, "t.arr_f32", GGUF_F32, &kv) == 0 && kv->n == 2 &&
+              memcmp(kv->arr, scores, sizeof scores) == 0,
           "arr_f32");
     CHECK(gguf_get_arr(&g, "t.arr_bool", GGUF_BOOL, &kv) == 0 && kv->n == 3 && memcmp(kv->arr, flags, 3) == 0, "bools");
     CHECK(gguf_get_arr(&g, "t.arr_f64", GGUF_F64, &kv) == 0 && kv->n == 2 && memcmp(kv->arr, dbl, sizeof dbl) == 0,
@@ -236,6 +239,17 @@ void test_gguf_writer_errors(void)
     CHECK(gguf_open(&g, path) == 0 && g.n_tensors == 1 && g.n_kv == 1, "the earlier file: %s", err_msg());
     gguf_close(&g);
 
+    /* a full disk: PATH.tmp leads to /dev/full, whose writes fail with ENOSPC */
+    if (access("/dev/full", W_OK) == 0 && symlink("/dev/full", tmp) == 0) {
+        CHECK(gguf_writer_init(&w, path) == 0, "%s", err_msg());
+        gguf_writer_tensor(w, "t", DT_F32, 2, ne);
+        CHECK(gguf_writer_finish(w, fill_seq, NULL) == -1 && strstr(err_msg(), "No space left on device") &&
+                  strstr(err_msg(), tmp),
+              "%s", err_msg());
+        CHECK(access(tmp, F_OK) != 0, "%s left behind", tmp);
+        CHECK(gguf_open(&g, path) == 0 && g.n_kv == 1, "the earlier file after a full disk: %s", err_msg());
+        gguf_close(&g);
+    }
     /* a folder that does not exist */
     char nodir[600];
     snprintf(nodir, sizeof nodir, "%s/no/such/dir/x.gguf", test_tmpdir());
