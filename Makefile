@@ -27,7 +27,7 @@ NVARCH    := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=c
 build/src/backend/cuda/flash_sm90.o build/src/backend/cuda/moe_gemm.o: NVARCH := -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90
 endif
 
-SRC     := $(wildcard src/base/*.c src/quant/*.c src/model/*.c src/backend/*.c src/backend/cpu/*.c src/backend/cuda/*.c src/engine/*.c src/tokenizer/*.c src/chat/*.c src/server/*.c src/hub/*.c)
+SRC     := $(wildcard src/base/*.c src/quant/*.c src/model/*.c src/backend/*.c src/backend/cpu/*.c src/backend/cuda/*.c src/engine/*.c src/tokenizer/*.c src/chat/*.c src/server/*.c src/hub/*.c src/runtime/*.c)
 CLI     := $(wildcard src/cli/*.c)
 TESTS   := $(wildcard tests/unit/*.c)
 

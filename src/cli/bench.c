@@ -10,7 +10,7 @@
 #include "../engine/engine.h"
 #include "../engine/sampler.h"
 #include "../engine/spec.h"
-#include "../tokenizer/tokenizer.h"
+#include "../runtime/runtime.h"
 #include "cli.h"
 
 #include <jansson.h>
@@ -175,7 +175,7 @@ static void bench_usage(FILE *f)
 /* Tokenizer throughput over a golden corpus; every document must match. */
 static int bench_tokenizer(const char *dir, const char *corpus)
 {
-    struct tokenizer *t = tok_load(dir);
+    struct tokenizer *t = runtime_tokenizer(dir);
     FILE *f = fopen(corpus, "r");
     json_t **docs = NULL;
     size_t n_docs = 0, cap = 0, bytes = 0, bad = 0;

@@ -7,7 +7,7 @@
 #include "../backend/device.h"
 #include "../base/err.h"
 #include "../engine/spec.h"
-#include "../tokenizer/tokenizer.h"
+#include "../runtime/runtime.h"
 #include "cli.h"
 
 #include <stdio.h>
@@ -117,7 +117,7 @@ int bench_spec(const char *target, const char *draft, const char *prompt_file, i
     int32_t *want = NULL, *got = NULL;
     int rc = 1, n_loaded = 0, n_up = 0;
     size_t n_text = 0;
-    if (!be || !(tok = tok_load(target)) || !(text = read_file(prompt_file, &n_text)) ||
+    if (!be || !(tok = runtime_tokenizer(target)) || !(text = read_file(prompt_file, &n_text)) ||
         tok_encode(tok, text, n_text, &ids) != 0)
         goto done;
     if (model_load(&tm, target, be, NULL) != 0)

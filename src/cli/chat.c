@@ -137,7 +137,7 @@ int cli_chat(int argc, char **argv)
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return 1;
     }
-    struct cli_models cm;
+    struct runtime cm;
     struct cli_gen g = {0};
     json_t *msgs = json_array(), *kw = json_pack("{s:b}", "enable_thinking", think);
     char *line = NULL;
@@ -157,7 +157,7 @@ int cli_chat(int argc, char **argv)
         }
     }
     int rc = 1, up = 0;
-    if (cli_models_open(&cm, device, (int32_t)threads, dir, draft_dir, true) != 0)
+    if (runtime_open(&cm, &(struct runtime_opts){device, (int32_t)threads, false, dir, draft_dir, true, true}) != 0)
         goto done;
     if (!temp_set && cm.m.cfg.gen_given)
         sampler_params_from_config(&sp, &cm.m.cfg);
@@ -228,6 +228,6 @@ done:
     json_decref(kw);
     if (up)
         cli_gen_free(&g);
-    cli_models_close(&cm);
+    runtime_close(&cm);
     return rc;
 }

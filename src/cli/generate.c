@@ -2,7 +2,6 @@
 #define _GNU_SOURCE
 #include "generate.h"
 
-#include "../backend/device.h"
 #include "../base/err.h"
 
 #include <stdlib.h>
@@ -15,34 +14,6 @@ static int is_eos(const struct model_config *c, int32_t t)
         if (c->eos_id[i] == t)
             return 1;
     return 0;
-}
-
-int cli_models_open(struct cli_models *cm, const char *device, int32_t threads, const char *dir, const char *draft_dir,
-                    bool with_template)
-{
-    memset(cm, 0, sizeof *cm);
-    cm->be = device_open(device, threads, false);
-    cm->tok = cm->be ? tok_load(dir) : NULL;
-    cm->ct = cm->tok && with_template ? chat_template_load(dir, NULL) : NULL;
-    if (!cm->tok || (with_template && !cm->ct) || model_load(&cm->m, dir, cm->be, NULL) != 0)
-        return -1;
-    cm->loaded = true;
-    if (draft_dir && model_load(&cm->dm, draft_dir, cm->be, NULL) != 0)
-        return -1;
-    cm->d_loaded = draft_dir != NULL;
-    return 0;
-}
-
-void cli_models_close(struct cli_models *cm)
-{
-    if (cm->d_loaded)
-        model_free(&cm->dm);
-    if (cm->loaded)
-        model_free(&cm->m);
-    chat_template_free(cm->ct);
-    tok_free(cm->tok);
-    if (cm->be)
-        cm->be->ops->free(cm->be);
 }
 
 int cli_gen_init(struct cli_gen *g, struct model *m, struct model *dm, const struct tokenizer *tok,

@@ -9,6 +9,7 @@
 
 #include "../chat/template.h"
 #include "../engine/spec.h"
+#include "../runtime/runtime.h"
 #include "../tokenizer/tokenizer.h"
 
 #include <stdio.h>
@@ -31,21 +32,6 @@ struct cli_gen {
     } last; /* the last turn */
 };
 
-/* What run and chat load, owned here: the device's backend, the model's
- * tokenizer and (with_template) chat template, the model and its draft. */
-struct cli_models {
-    struct backend *be;
-    struct tokenizer *tok;
-    struct chat_template *ct;
-    struct model m, dm;
-    bool loaded, d_loaded;
-};
-
-/* Loads all of it from dir (draft_dir may be NULL: no draft). -1 with
- * err_set(); cli_models_close frees what was loaded either way. */
-int cli_models_open(struct cli_models *cm, const char *device, int32_t threads, const char *dir, const char *draft_dir,
-                    bool with_template);
-void cli_models_close(struct cli_models *cm);
 
 /* dm may be NULL (no draft). ctx: tokens over all turns; kv_type: the KV
  * caches' dtype (engine_init). -1 with err_set(). */

@@ -1,8 +1,7 @@
 /* kapitsa render: an OpenAI chat request on stdin -> the exact prompt the model
  * sees (src/chat/template.h), or its token ids with --ids. */
 #include "../base/err.h"
-#include "../chat/template.h"
-#include "../tokenizer/tokenizer.h"
+#include "../runtime/runtime.h"
 #include "cli.h"
 
 #include <jansson.h>
@@ -41,8 +40,8 @@ int cli_render(int argc, char **argv)
         json_decref(req);
         return 1;
     }
-    struct chat_template *ct = chat_template_load(dir, file);
-    struct tokenizer *tok = ct && ids ? tok_load(dir) : NULL;
+    struct chat_template *ct = runtime_template(dir, file);
+    struct tokenizer *tok = ct && ids ? runtime_tokenizer(dir) : NULL;
     int rc = 1;
     if (!ct || (ids && !tok)) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());

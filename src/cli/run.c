@@ -104,12 +104,12 @@ int cli_run(int argc, char **argv)
         free(owned);
         return 2;
     }
-    struct cli_models cm;
+    struct runtime cm;
     struct cli_gen g = {0};
     struct tok_ids ids = {0};
     char *text = NULL;
     int rc = 1, up = 0;
-    if (cli_models_open(&cm, device, (int32_t)threads, dir, draft_dir, chat) != 0)
+    if (runtime_open(&cm, &(struct runtime_opts){device, (int32_t)threads, false, dir, draft_dir, true, chat}) != 0)
         goto done;
     size_t tlen = strlen(prompt);
     if (chat) {
@@ -150,6 +150,6 @@ done:
     free(text);
     free(owned);
     tok_ids_free(&ids);
-    cli_models_close(&cm);
+    runtime_close(&cm);
     return rc;
 }

@@ -1,7 +1,7 @@
 /* kapitsa tokenize / detokenize: the tokenizer from the command line, for
  * debugging prompts (src/tokenizer). */
 #include "../base/err.h"
-#include "../tokenizer/tokenizer.h"
+#include "../runtime/runtime.h"
 #include "cli.h"
 
 #include <stdio.h>
@@ -69,7 +69,7 @@ int cli_tokenize(int argc, char **argv)
         fprintf(stderr, "usage: kapitsa tokenize --model DIR [--ids|--pieces] TEXT   (TEXT '-' reads stdin)\n");
         return 2;
     }
-    struct tokenizer *t = tok_load(dir);
+    struct tokenizer *t = runtime_tokenizer(dir);
     if (!t) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return 1;
@@ -138,7 +138,7 @@ int cli_detokenize(int argc, char **argv)
         free(ids);
         return 2;
     }
-    struct tokenizer *t = tok_load(dir);
+    struct tokenizer *t = runtime_tokenizer(dir);
     size_t len = 0;
     char *s = t ? tok_decode(t, ids, n, false, &len) : NULL;
     int rc = s ? 0 : 1;

@@ -250,7 +250,7 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
     if (!json_is_integer(mt) || json_integer_value(mt) < 1 || json_integer_value(mt) > (1 << 24))
         return http_anthropic_error(c, 400, "invalid_request_error", "max_tokens: a positive integer is required");
     struct gen_opts go = {0};
-    if (gen_sampling(body, &a->model.cfg, 1.0f, &go.sp, err, sizeof err) != 0 ||
+    if (gen_sampling(body, &a->rt.m.cfg, 1.0f, &go.sp, err, sizeof err) != 0 ||
         gen_tool_choice(json_object_get(body, "tool_choice"), true, &go.tool_choice, &go.tool_name, err, sizeof err) != 0 ||
         output_format(body, &go, err, sizeof err) != 0)
         return http_anthropic_error(c, 400, "invalid_request_error", "%s", err);

@@ -2,19 +2,15 @@
 #ifndef KP_APP_H
 #define KP_APP_H
 
-#include "../chat/template.h"
 #include "../engine/sched.h"
-#include "../model/model.h"
-#include "../tokenizer/tokenizer.h"
+#include "../runtime/runtime.h"
 
 #include <jansson.h>
 #include <microhttpd.h>
 #include <stdarg.h>
 
 struct app {
-    struct model model;
-    struct tokenizer *tok;
-    struct chat_template *tpl;
+    struct runtime rt; /* the model, its tokenizer and chat template, the draft */
     struct sched *sched;
     struct vocab_bytes vb; /* each token's bytes, for constrained (JSON) output */
     const char *model_name;

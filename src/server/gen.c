@@ -97,13 +97,13 @@ static int build_prompt(struct app *a, json_t *messages, json_t *tools, json_t *
 {
     json_t *norm = chat_messages_from_openai(messages);
     size_t plen;
-    char *prompt = chat_template_render(a->tpl, norm, tools, true, kwargs, &plen);
+    char *prompt = chat_template_render(a->rt.ct, norm, tools, true, kwargs, &plen);
     json_decref(norm);
     if (!prompt) {
         snprintf(err, n_err, "the chat template rejected the messages: %s", err_msg());
         return -1;
     }
-    int rc = tok_encode(a->tok, prompt, plen, ids);
+    int rc = tok_encode(a->rt.tok, prompt, plen, ids);
     if (in_reasoning) /* templates that open the reasoning block end the prompt with it */
         *in_reasoning = plen >= 8 && strstr(prompt + (plen > 12 ? plen - 12 : 0), "<think>\n") != NULL;
     free(prompt);
@@ -252,7 +252,7 @@ static int call_grammar(struct app *a, const struct gen_opts *o, enum chat_think
         schemas[0] = schemas[named];
         n = 1;
     }
-    if (chat_tool_grammar(gm, chat_template_tool_format(a->tpl), names, schemas, n, think, lazy) != 0)
+    if (chat_tool_grammar(gm, chat_template_tool_format(a->rt.ct), names, schemas, n, think, lazy) != 0)
         return snprintf(err, n_err, "%s", err_msg()), -1;
     return 0;
 }
@@ -318,7 +318,7 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
     if (o->json && gm.n_seg == 0 && grammar_json(&gm, NULL) < 0)
         goto fail_msg;
     if (o->raw_prompt) {
-        if (tok_encode(a->tok, json_string_value(o->raw_prompt), json_string_length(o->raw_prompt), &ids) != 0)
+        if (tok_encode(a->rt.tok, json_string_value(o->raw_prompt), json_string_length(o->raw_prompt), &ids) != 0)
             goto fail_msg;
     } else {
         /* JSON output: the model answers at once, without a reasoning block
@@ -375,11 +375,11 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
     }
     json_decref(stops);
     struct sampler_params sp = o->sp;
-    for (int32_t i = 0; o->ignore_eos && i < a->model.cfg.n_eos && sp.n_bias < SAMPLER_MAX_BIAS; i++) {
-        sp.bias_id[sp.n_bias] = a->model.cfg.eos_id[i];
+    for (int32_t i = 0; o->ignore_eos && i < a->rt.m.cfg.n_eos && sp.n_bias < SAMPLER_MAX_BIAS; i++) {
+        sp.bias_id[sp.n_bias] = a->rt.m.cfg.eos_id[i];
         sp.bias[sp.n_bias++] = -INFINITY; /* never sampled, so never an end */
     }
-    g->req = sched_req_new(ids.ids, ids.n, &sp, max_tokens, a->model.cfg.vocab_size);
+    g->req = sched_req_new(ids.ids, ids.n, &sp, max_tokens, a->rt.m.cfg.vocab_size);
     if (!g->req || (o->logprobs >= 0 && sched_req_logprobs(g->req, o->logprobs) != 0))
         goto fail_msg;
     if (gm.n_seg)
@@ -391,7 +391,7 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
         g->fn = o->fn;
         g->ctx = o->ctx;
         g->one_call = o->one_call;
-        if (!(g->parser = chat_parser_new(chat_template_tool_format(a->tpl), in_reasoning, o->tools, on_event, g)))
+        if (!(g->parser = chat_parser_new(chat_template_tool_format(a->rt.ct), in_reasoning, o->tools, on_event, g)))
             goto fail_msg;
     }
     int rc = sched_submit(a->sched, g->req);
@@ -414,7 +414,7 @@ static void pump(struct gen *g, int32_t n)
 {
     char buf[4096];
     for (; g->seen < n && g->hit < 0 && !g->call_done; g->seen++) {
-        int32_t k = tok_stream_push(g->app->tok, &g->ts, g->req->out[g->seen], true, buf, sizeof buf);
+        int32_t k = tok_stream_push(g->app->rt.tok, &g->ts, g->req->out[g->seen], true, buf, sizeof buf);
         if (k > 0)
             feed(g, buf, (size_t)k, false);
     }
@@ -503,7 +503,7 @@ static json_t *token_json(const struct tokenizer *t, int32_t id, json_t **bytes)
 int32_t gen_logprobs(struct gen *g, int32_t from, int32_t to, bool legacy, json_t *arr, int64_t *offset)
 {
     const struct sched_req *r = g->req;
-    const struct tokenizer *tk = g->app->tok;
+    const struct tokenizer *tk = g->app->rt.tok;
     pthread_mutex_lock(&g->req->mu);
     if (to > r->n_out)
         to = r->n_out;

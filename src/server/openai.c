@@ -203,7 +203,7 @@ static int read_params(const struct app *a, json_t *b, struct sampler_params *sp
                        size_t n_err)
 {
     json_t *v;
-    if (gen_sampling(b, &a->model.cfg, 2.0f, sp, err, n_err) != 0)
+    if (gen_sampling(b, &a->rt.m.cfg, 2.0f, sp, err, n_err) != 0)
         return -1;
     v = json_object_get(b, "max_completion_tokens");
     if (!v || json_is_null(v))

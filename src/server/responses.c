@@ -222,7 +222,7 @@ enum MHD_Result openai_responses(struct app *a, struct MHD_Connection *c, json_t
                                  "previous_response_id is not supported: this server keeps no responses; send the "
                                  "whole conversation in input");
     struct gen_opts go = {0};
-    if (gen_sampling(body, &a->model.cfg, 2.0f, &go.sp, err, sizeof err) != 0 ||
+    if (gen_sampling(body, &a->rt.m.cfg, 2.0f, &go.sp, err, sizeof err) != 0 ||
         gen_tool_choice(json_object_get(body, "tool_choice"), false, &go.tool_choice, &go.tool_name, err, sizeof err) != 0 ||
         gen_response_format(json_object_get(json_object_get(body, "text"), "format"), "text.format", &go.json,
                             &go.schema, &go.schema_strict, err, sizeof err) != 0)

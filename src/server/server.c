@@ -220,31 +220,24 @@ static void on_signal(int sig)
 int server_run(const struct server_opts *o)
 {
     struct app a = {0};
-    struct backend *be = device_open(o->device, o->threads, false);
     struct MHD_Daemon *d = NULL;
-    int rc = -1, loaded = 0, d_loaded = 0;
-    struct model draft;
-    if (!be)
-        return -1;
+    int rc = -1;
     a.api_key = o->api_key && *o->api_key ? o->api_key : NULL;
     a.model_name = o->model_name;
     a.keepalive_s = o->keepalive_s > 0 ? o->keepalive_s : 10.0;
-    if (model_load(&a.model, o->model_dir, be, NULL) != 0)
+    const struct runtime_opts ro = {o->device, o->threads, false, o->model_dir, o->draft_dir, true, true};
+    if (runtime_open(&a.rt, &ro) != 0)
         goto done;
-    loaded = 1;
-    if (a.model.st.n_copied)
+    struct backend *be = a.rt.be;
+    if (a.rt.m.st.n_copied)
         fprintf(stderr, "kapitsa: %d tensors are not aligned in the checkpoint's files: read into memory (%.1f MB)\n",
-                (int)a.model.st.n_copied, (double)a.model.st.copied_bytes / 1e6);
-    if (!(a.tok = tok_load(o->model_dir)) || !(a.tpl = chat_template_load(o->model_dir, NULL)) ||
-        tok_vocab_bytes(a.tok, a.model.cfg.vocab_size, &a.vb) != 0 ||
-        vocab_bytes_set_end(&a.vb, a.model.cfg.eos_id, a.model.cfg.n_eos) != 0)
+                (int)a.rt.m.st.n_copied, (double)a.rt.m.st.copied_bytes / 1e6);
+    if (tok_vocab_bytes(a.rt.tok, a.rt.m.cfg.vocab_size, &a.vb) != 0 ||
+        vocab_bytes_set_end(&a.vb, a.rt.m.cfg.eos_id, a.rt.m.cfg.n_eos) != 0)
         goto done;
-    if (o->draft_dir && model_load(&draft, o->draft_dir, be, NULL) != 0)
-        goto done;
-    d_loaded = o->draft_dir != NULL;
     const int32_t chunk = o->prefill_chunk > 0 ? o->prefill_chunk : be->ops->prefill_chunk;
-    if (!(a.sched = sched_new(&a.model, o->n_ctx, o->n_seq, chunk > SERVER_MIN_BATCH ? chunk : SERVER_MIN_BATCH, chunk,
-                              o->kv_type, d_loaded ? &draft : NULL, &o->spec)))
+    if (!(a.sched = sched_new(&a.rt.m, o->n_ctx, o->n_seq, chunk > SERVER_MIN_BATCH ? chunk : SERVER_MIN_BATCH, chunk,
+                              o->kv_type, a.rt.d_loaded ? &a.rt.dm : NULL, &o->spec)))
         goto done;
     struct sockaddr_in addr = {0};
     addr.sin_family = AF_INET;
@@ -278,7 +271,7 @@ int server_run(const struct server_opts *o)
             a.model_name, o->host, port, o->host, port, o->host, port, o->host,
             port, a.api_key ? "<the --api-key value>" : "local", a.model_name, o->host, port, a.model_name,
             o->host, port, a.model_name, port);
-    const struct model_config *mc = &a.model.cfg;
+    const struct model_config *mc = &a.rt.m.cfg;
     fprintf(stderr,
             "  sampling defaults (generation_config.json; a request's own fields win): temperature %g, top_p %g, "
             "top_k %d, min_p %g, repetition_penalty %g\n",
@@ -308,14 +301,8 @@ done:
     if (d)
         MHD_stop_daemon(d);
     sched_free(a.sched);
-    chat_template_free(a.tpl);
-    tok_free(a.tok);
     vocab_bytes_free(&a.vb);
-    if (d_loaded)
-        model_free(&draft);
-    if (loaded)
-        model_free(&a.model);
-    be->ops->free(be);
+    runtime_close(&a.rt);
     for (int i = 0; i < 2; i++)
         if (stop_pipe[i] >= 0) {
             close(stop_pipe[i]);
