@@ -3,9 +3,10 @@
 redirect to a second path for LFS files, Range requests, ETags and the
 X-Linked-* / X-Repo-Commit headers, and faults: kapitsa/flaky drops the
 connection halfway through the first download of each LFS file,
-kapitsa/corrupt serves a flipped byte, kapitsa/gated wants a token.
+kapitsa/corrupt serves a flipped byte, kapitsa/gated wants a token; with
+GGUF_DIR, kapitsa/tiny-GGUF serves its files (folders included), as a GGUF repo.
 
-usage: hub_server.py MODEL_DIR PORT_FILE LOG_FILE
+usage: hub_server.py MODEL_DIR PORT_FILE LOG_FILE [GGUF_DIR]
 Serves MODEL_DIR's files as each repo; writes its port to PORT_FILE and one line
 per blob request ("REPO FILE RANGE") to LOG_FILE."""
 import hashlib
@@ -16,18 +17,34 @@ import sys
 import threading
 
 model_dir, port_file, log_file = sys.argv[1:4]
-REPOS = ["kapitsa/tiny", "kapitsa/flaky", "kapitsa/corrupt", "kapitsa/gated"]
+gguf_dir = sys.argv[4] if len(sys.argv) > 4 else None
+REPOS = ["kapitsa/tiny", "kapitsa/flaky", "kapitsa/corrupt", "kapitsa/gated"] + (["kapitsa/tiny-GGUF"] if gguf_dir else [])
 TOKEN = "good-token"
-files = {}
-for name in sorted(os.listdir(model_dir)):
-    data = open(os.path.join(model_dir, name), "rb").read()
-    lfs = name.endswith(".safetensors")
-    files[name] = {
-        "data": data,
-        "lfs": lfs,
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "blob": hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest(),
-    }
+
+
+def read_files(top):
+    out = {}
+    for root, _, names in os.walk(top):
+        for n in sorted(names):
+            name = os.path.relpath(os.path.join(root, n), top)
+            data = open(os.path.join(root, n), "rb").read()
+            out[name] = {
+                "data": data,
+                "lfs": name.endswith(".safetensors") or name.endswith(".gguf"),
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "blob": hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest(),
+            }
+    return out
+
+
+model_files = read_files(model_dir)
+gguf_files = read_files(gguf_dir) if gguf_dir else {}
+
+
+def files_of(repo):
+    return gguf_files if repo == "kapitsa/tiny-GGUF" else model_files
+
+
 commits = {r: hashlib.sha1(r.encode()).hexdigest() for r in REPOS}
 dropped = set()
 lock = threading.Lock()
@@ -69,7 +86,7 @@ class Hub(http.server.BaseHTTPRequestHandler):
             if parts[5] not in ("main", commits[repo]):
                 return self.fail(404, "Invalid rev id: " + parts[5], "RevisionNotFound")
             sib = []
-            for name, f in files.items():
+            for name, f in files_of(repo).items():
                 s = {"rfilename": name, "blobId": f["blob"], "size": len(f["data"])}
                 if f["lfs"]:
                     s["lfs"] = {"sha256": f["sha256"], "size": len(f["data"]), "pointerSize": 134}
@@ -87,6 +104,7 @@ class Hub(http.server.BaseHTTPRequestHandler):
             if not repo:
                 return
             name = "/".join(parts[4:])
+            files = files_of(repo)
             if parts[3] not in ("main", commits[repo]) or name not in files:
                 return self.fail(404, "Entry not found", "EntryNotFound")
             f = files[name]
@@ -102,8 +120,9 @@ class Hub(http.server.BaseHTTPRequestHandler):
             return self.send_blob(repo, name, f, etag=f["blob"])
         if parts[0] == "cdn" and len(parts) >= 4:
             repo, name = "/".join(parts[1:3]), "/".join(parts[3:])
-            if repo in REPOS and name in files:
-                return self.send_blob(repo, name, files[name], etag=files[name]["sha256"])
+            if repo in REPOS and name in files_of(repo):
+                f = files_of(repo)[name]
+                return self.send_blob(repo, name, f, etag=f["sha256"])
         self.fail(404, "not found")
 
     def send_blob(self, repo, name, f, etag):

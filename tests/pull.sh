@@ -3,7 +3,9 @@
 # hub protocol (tests/hub_server.py): the cache layout huggingface_hub writes,
 # resume after a dropped connection, a corrupted file refused, a gated model,
 # unknown repos and revisions, a file size limit (a full disk), two pulls of
-# one model at once, and model references resolving through the cache.
+# one model at once, and model references resolving through the cache; one
+# quantisation of a GGUF repo (ORG/NAME:QUANT), and GGUF models in Ollama's
+# store and llama.cpp's cache.
 # usage: tests/pull.sh KAPITSA_BINARY
 set -u
 bin=$1
@@ -12,7 +14,10 @@ tmp=$(mktemp -d)
 export ASAN_OPTIONS=exitcode=99:detect_leaks=1
 export UBSAN_OPTIONS=halt_on_error=1:exitcode=98:print_stacktrace=1
 export KAPITSA_DEVICE=cpu KAPITSA_CATALOG="$here/../models/catalog.json"
-python3 "$here/hub_server.py" "$here/../models/kapitsa-tiny" "$tmp/port" "$tmp/log" &
+mkdir -p "$tmp/gguf/BF16"
+"$bin" quantize "$here/../models/kapitsa-tiny" "$tmp/gguf/tiny-Q8_0.gguf" --recipe Q8_0 2>/dev/null
+"$bin" quantize "$here/../models/kapitsa-tiny" "$tmp/gguf/BF16/tiny-BF16.gguf" --recipe BF16 2>/dev/null
+python3 "$here/hub_server.py" "$here/../models/kapitsa-tiny" "$tmp/port" "$tmp/log" "$tmp/gguf" &
 srv=$!
 trap 'kill $srv 2>/dev/null; rm -rf "$tmp"' EXIT
 for _ in $(seq 50); do [ -f "$tmp/port" ] && break; sleep 0.1; done
@@ -103,6 +108,34 @@ expect "a removed model is not found" 1 "not downloaded; run: kapitsa pull kapit
 expect "rm of a model not in the cache" 1 "not in the cache" -- "$bin" rm kapitsa/tiny
 expect "a catalog name that is not downloaded" 1 "kapitsa pull Qwen/Qwen3-0.6B" -- "$bin" run --model qwen3-0.6b hi
 expect "doctor" 0 "memory" "what fits" "agents" -- "$bin" doctor
+
+# a GGUF repo: one quantisation's files, run by the same name
+: >"$tmp/log"
+expect "pull of one quantisation of a GGUF repo" 0 "snapshots/" -- "$bin" pull kapitsa/tiny-GGUF:Q8_0
+grep -q 'tiny-Q8_0.gguf' "$tmp/log" && ! grep -q 'BF16' "$tmp/log" && ok "only that quantisation is fetched" ||
+    bad "only that quantisation is fetched"
+"$bin" run --model "$tmp/gguf/tiny-Q8_0.gguf" --max-tokens 12 "def add(a, b):" >"$tmp/want_q8" 2>/dev/null
+expect "run --model ORG/NAME:QUANT" 0 "$(head -c 20 "$tmp/want_q8")" -- "$bin" run --model kapitsa/tiny-GGUF:Q8_0 \
+    --max-tokens 12 "def add(a, b):"
+expect "a quantisation in a folder of the repo" 0 "snapshots/" -- "$bin" pull kapitsa/tiny-GGUF:bf16
+expect "it runs" 0 "" -- "$bin" run --model kapitsa/tiny-GGUF:BF16 --max-tokens 2 "def"
+expect "a quantisation the repo lacks" 1 "no .gguf file of quantisation Q3_K" -- "$bin" pull kapitsa/tiny-GGUF:Q3_K
+expect "a quantisation not downloaded" 1 "holds no .gguf of quantisation Q6_K" -- \
+    "$bin" run --model kapitsa/tiny-GGUF:Q6_K hi
+
+# Ollama's store (manifests naming the model layer's blob) and llama.cpp's cache
+sha=$(sha256sum "$tmp/gguf/tiny-Q8_0.gguf" | cut -d' ' -f1)
+mkdir -p "$tmp/ollama/blobs" "$tmp/ollama/manifests/registry.ollama.ai/library/tiny" "$tmp/llamacache"
+cp "$tmp/gguf/tiny-Q8_0.gguf" "$tmp/ollama/blobs/sha256-$sha"
+cp "$tmp/gguf/tiny-Q8_0.gguf" "$tmp/llamacache/kapitsa_tiny-Q8_0.gguf"
+printf '{"schemaVersion":2,"layers":[{"mediaType":"application/vnd.ollama.image.model","digest":"sha256:%s","size":1}]}' \
+    "$sha" >"$tmp/ollama/manifests/registry.ollama.ai/library/tiny/q8"
+export OLLAMA_MODELS="$tmp/ollama" LLAMA_CACHE="$tmp/llamacache"
+expect "run --model ollama:NAME:TAG" 0 "$(head -c 20 "$tmp/want_q8")" -- "$bin" run --model ollama:tiny:q8 \
+    --max-tokens 12 "def add(a, b):"
+expect "an Ollama model that is not there" 1 "no Ollama model tiny:latest" -- "$bin" run --model ollama:tiny hi
+expect "list shows the GGUF models of the three stores" 0 "kapitsa/tiny-GGUF:tiny-Q8_0.gguf" \
+    "kapitsa/tiny-GGUF:BF16/tiny-BF16.gguf" "ollama:tiny:q8" "llamacache/kapitsa_tiny-Q8_0.gguf" -- "$bin" list
 
 echo "pull: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "../base/err.h"
 #include "../hub/cache.h"
+#include "../hub/local.h"
 #include "../hub/catalog.h"
 #include "../hub/pull.h"
 #include "cli.h"
@@ -18,6 +19,8 @@ static void pull_usage(FILE *f)
     fprintf(f, "usage: kapitsa pull MODEL [--revision R] [--parallel N] [--endpoint URL] [--with-draft]\n"
                "  MODEL: a catalog name (kapitsa list) or a hub id ORG/NAME. Downloads the safetensors,\n"
                "  configs and tokenizer into the Hugging Face cache ($HF_HOME/hub), checked by sha256;\n"
+               "  ORG/NAME:QUANT (e.g. Qwen/Qwen3-8B-GGUF:Q4_K_M) downloads that quantisation's .gguf\n"
+               "  files of a GGUF repo, which --model then takes under the same name;\n"
                "  an interrupted pull resumes. HF_ENDPOINT and HF_TOKEN are honoured. --with-draft also\n"
                "  pulls the catalog's recommended draft model.\n");
 }
@@ -26,7 +29,15 @@ static int pull_one(const char *ref, const char *revision, const struct hub_pull
 {
     const struct catalog_model *m = catalog_find(c, ref);
     const char *repo = m ? m->repo : ref, *rev = revision ? revision : m ? m->revision : "main";
-    char dir[4608];
+    char dir[4608], rbuf[256];
+    const char *colon = m ? NULL : strchr(ref, ':');
+    struct hub_pull_opts qo = *o;
+    if (colon) { /* ORG/NAME:QUANT: one quantisation of a GGUF repo */
+        snprintf(rbuf, sizeof rbuf, "%.*s", (int)(colon - ref), ref);
+        repo = rbuf;
+        qo.quant = colon + 1;
+        o = &qo;
+    }
     if (o->progress)
         fprintf(o->progress, "pull: %s (%s) from %s\n", repo, rev,
                 o->endpoint ? o->endpoint : getenv("HF_ENDPOINT") ? getenv("HF_ENDPOINT") : "https://huggingface.co");
@@ -107,11 +118,28 @@ static void list_others(const struct catalog *c)
         closedir(d);
 }
 
+/* GGUF models here and in other tools' stores, by the name --model takes. */
+static void list_ggufs(void)
+{
+    struct local_gguf *g;
+    int32_t n;
+    if (local_gguf_list(&g, &n) != 0) {
+        fprintf(stderr, "kapitsa: %s\n", err_msg());
+        return;
+    }
+    if (n > 0)
+        printf("\nGGUF models (--model NAME):\n");
+    for (int32_t i = 0; i < n; i++)
+        printf("  %-60s %-9s %8.1f GB\n", g[i].name, g[i].where, (double)g[i].bytes / 1e9);
+    free(g);
+}
+
 int cli_list(int argc, char **argv)
 {
     (void)argv;
     if (argc > 0) {
-        fprintf(stderr, "usage: kapitsa list   (the catalog, and what is in the Hugging Face cache)\n");
+        fprintf(stderr, "usage: kapitsa list   (the catalog, what is in the Hugging Face cache, and GGUF models there,\n"
+                        "                     in llama.cpp's cache and in Ollama's store)\n");
         return 2;
     }
     struct catalog c;
@@ -132,6 +160,7 @@ int cli_list(int argc, char **argv)
     err_clear();
     list_others(&c);
     catalog_free(&c);
+    list_ggufs();
     return 0;
 }
 

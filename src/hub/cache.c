@@ -4,6 +4,7 @@
 
 #include "../base/err.h"
 #include "catalog.h"
+#include "local.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -61,8 +62,8 @@ int hub_snapshot_dir(const char *repo, const char *revision, char *out, size_t n
         snprintf(commit, sizeof commit, "%s", revision); /* a commit given directly */
     }
     snprintf(out, n, "%s/snapshots/%s", dir, commit);
-    snprintf(path, sizeof path, "%s/config.json", out);
-    if (!commit[0] || strchr(commit, '/') || access(path, R_OK) != 0)
+    /* a pull writes the ref last, so a snapshot a ref names is whole (a GGUF repo's has no config.json) */
+    if (!commit[0] || strchr(commit, '/') || access(out, R_OK) != 0)
         return err_set("hub: %s (%s) is not downloaded; run: kapitsa pull %s", repo, revision, repo);
     return 0;
 }
@@ -78,6 +79,16 @@ int hub_model_dir(const char *ref, char *out, size_t n)
     }
     if (ref[0] == '/' || ref[0] == '.' || ref[0] == '~')
         return err_set("hub: %s: No such file or directory (not a model folder or a .gguf file)", ref);
+    if (strncmp(ref, "ollama:", 7) == 0)
+        return local_ollama_path(ref + 7, out, n);
+    const char *quant = strchr(ref, ':');
+    if (quant && strchr(ref, '/') && strchr(ref, '/') < quant) { /* ORG/NAME:QUANT, a GGUF repo's file */
+        char repo[256], snap[4608];
+        snprintf(repo, sizeof repo, "%.*s", (int)(quant - ref), ref);
+        if (!repo_ok(repo) || hub_snapshot_dir(repo, "main", snap, sizeof snap) != 0)
+            return err_set("hub: %s is not downloaded (kapitsa pull %s)", ref, ref);
+        return local_snapshot_gguf(snap, quant + 1, out, n);
+    }
     struct catalog c;
     const char *repo = ref, *rev = "main";
     char rbuf[256], vbuf[128];

@@ -19,9 +19,11 @@ int hub_repo_dir(const char *repo, char *out, size_t n);
 /* The snapshot folder of repo at revision (a branch/tag through refs/, or a
  * commit); -1 with err_set() if it is not in the cache. */
 int hub_snapshot_dir(const char *repo, const char *revision, char *out, size_t n);
-/* A model reference to a folder holding config.json: an existing folder, a
- * catalog name, or a hub id (its snapshot at main, or at the catalog's
- * revision). -1 with err_set() saying how to get it when it is not here. */
+/* A model reference to what holds the model: an existing folder or .gguf
+ * file, a catalog name or a hub id (its snapshot folder at main, or at the
+ * catalog's revision), ORG/NAME:QUANT (that quantisation's GGUF in the
+ * repo's snapshot), or ollama:NAME[:TAG] (the GGUF in Ollama's store; see
+ * local.h). -1 with err_set() saying how to get it when it is not here. */
 int hub_model_dir(const char *ref, char *out, size_t n);
 /* Bytes of the blobs of a cached repo (each counted once). */
 int64_t hub_repo_bytes(const char *repo);

@@ -8,6 +8,7 @@
 #include "cache.h"
 
 #include <curl/curl.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -107,8 +108,25 @@ static size_t hdr_cb(char *data, size_t sz, size_t nm, void *ctx)
     return len;
 }
 
-static bool wanted(const char *name)
+/* Whether a GGUF file's name holds quant as a word of its own (Q4_K_M in
+ * "Qwen3-8B-Q4_K_M.gguf" or "Q4_K_M/x-00001-of-00002.gguf", not in "Q4_K_M_L"). */
+bool hub_gguf_has_quant(const char *name, const char *quant)
 {
+    const size_t l = strlen(name), q = strlen(quant);
+    if (l < 5 || strcmp(name + l - 5, ".gguf") != 0 || q == 0)
+        return false;
+    for (const char *p = name; (p = strcasestr(p, quant)); p++) {
+        const char b = p == name ? '-' : p[-1], a = p[q];
+        if (!isalnum((unsigned char)b) && b != '_' && !isalnum((unsigned char)a) && a != '_')
+            return true;
+    }
+    return false;
+}
+
+static bool wanted(const struct pull *p, const char *name)
+{
+    if (p->o->quant)
+        return hub_gguf_has_quant(name, p->o->quant);
     static const char *const keep[] = {"config.json", "generation_config.json", "tokenizer.json",
                                        "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"};
     if (strchr(name, '/'))
@@ -185,7 +203,7 @@ static int fetch_info(struct pull *p, const char *revision)
             rc = p->f ? 0 : err_set("pull: out of memory");
             json_array_foreach(sib, i, s) {
                 const char *name = json_string_value(json_object_get(s, "rfilename"));
-                if (rc != 0 || !name || !wanted(name))
+                if (rc != 0 || !name || !wanted(p, name))
                     continue;
                 struct pfile *f = &p->f[p->n_f];
                 json_t *lfs = json_object_get(s, "lfs");
@@ -204,7 +222,9 @@ static int fetch_info(struct pull *p, const char *revision)
                 p->total += f->size;
                 p->n_f++;
             }
-            if (rc == 0 && p->n_f == 0)
+            if (rc == 0 && p->n_f == 0 && p->o->quant)
+                rc = err_set("pull: %s has no .gguf file of quantisation %s", p->repo, p->o->quant);
+            else if (rc == 0 && p->n_f == 0)
                 rc = err_set("pull: %s has no safetensors weights or configs to fetch", p->repo);
         }
     }
@@ -407,15 +427,20 @@ static int fetch_blob(struct pull *p, const struct pfile *f, const char *blob)
     return rc;
 }
 
-/* snapshots/COMMIT/NAME -> ../../blobs/ETAG */
+/* snapshots/COMMIT/NAME -> ../../blobs/ETAG (one more ../ a folder in NAME) */
 static int link_file(struct pull *p, const struct pfile *f)
 {
     char snap[4800], path[5000], target[256], tmp[5100];
     snprintf(snap, sizeof snap, "%s/snapshots/%s", p->dir, p->commit);
-    if (mkdirs(snap) != 0)
-        return err_set("pull: cannot create %s: %s", snap, strerror(errno));
     snprintf(path, sizeof path, "%s/%s", snap, f->name);
-    snprintf(target, sizeof target, "../../blobs/%s", f->etag);
+    const char *slash = strrchr(path, '/');
+    snprintf(tmp, sizeof tmp, "%.*s", (int)(slash - path), path);
+    if (mkdirs(tmp) != 0)
+        return err_set("pull: cannot create %s: %s", tmp, strerror(errno));
+    size_t o = 0;
+    for (const char *c = f->name; (c = strchr(c, '/')); c++)
+        o += (size_t)snprintf(target + o, sizeof target - o, "../");
+    snprintf(target + o, sizeof target - o, "../../blobs/%s", f->etag);
     snprintf(tmp, sizeof tmp, "%s.%d.lnk", path, (int)getpid());
     unlink(tmp);
     if (symlink(target, tmp) != 0 || rename(tmp, path) != 0)

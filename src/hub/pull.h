@@ -3,7 +3,8 @@
  *
  * The file list comes from the model info API (GET /api/models/REPO/revision/REV
  * ?blobs=true: the commit, each file's size and, for LFS files, its sha256);
- * each wanted file (weights, configs, tokenizer, chat template) is fetched
+ * each wanted file (weights, configs, tokenizer, chat template; or a GGUF
+ * repo's files of one quantisation) is fetched
  * from /REPO/resolve/COMMIT/FILE, following redirects, into
  * blobs/ETAG.incomplete, resumed with Range after a dropped connection or an
  * interrupted pull, checked (size, and sha256 for LFS files or the git blob
@@ -25,10 +26,14 @@ struct hub_pull_opts {
     int32_t n_parallel;   /* files at once; <= 0: 4 */
     FILE *progress;       /* NULL: quiet */
     bool bar;             /* a redrawn progress bar (a terminal) instead of a line per file */
+    const char *quant;    /* a GGUF repo's quantisation (Q4_K_M, ...): only the .gguf files whose name
+                             holds it (every part of a split set, in folders too); NULL: safetensors */
 };
 
 /* Fetches repo at revision; out receives the snapshot folder. -1 with
  * err_set() on failure (nothing half-written is left looking complete). */
 int hub_pull(const char *repo, const char *revision, const struct hub_pull_opts *o, char *out, size_t n);
+/* Whether a .gguf file name holds quant as a word of its own (case-insensitive). */
+bool hub_gguf_has_quant(const char *name, const char *quant);
 
 #endif
