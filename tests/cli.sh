@@ -253,6 +253,21 @@ expect "launch: an agent that is not installed" 127 "npm i -g @mariozechner/pi-c
 expect "launch: an unknown agent" 2 "unknown agent" -- "$bin" launch vim
 expect "bad flag" 2 "--chunks needs sizes" -- "$bin" check "$fx/qwen3" --chunks 0
 expect "unknown command" 2 "unknown command" -- "$bin" frobnicate
+# doctor and list with the catalog's quantised sizes; then a catalog of one model no machine holds in bf16
+# whose Qwen-style GGUF is small: doctor says bf16 does not fit, shows the recipe that does and recommends it
+expect "doctor" 0 "what fits" "GB/s, measured" "the rule: the most parameters that keep 32k" "recommended:" -- \
+    "$bin" doctor
+expect "list: the bf16 and Q4_K_M sizes" 0 "Q4_K_M" "61.1 GB   18.5 GB" -- "$bin" list
+cat >"$tmp/catalog.json" <<'JSON'
+{"models": [{"name": "huge", "repo": "org/huge", "revision": "main", "arch": "qwen3", "params": 5000000000000,
+  "bytes": 10000000000000, "active_bytes": 10000000000000, "context": 40960, "kv_bytes_per_token": 4096,
+  "state_bytes": 0, "gguf": {"repo": "org/huge-GGUF", "quants": ["Q4_K_M"]},
+  "quant": {"Q8_0": {"bytes": 5000000000000, "active_bytes": 5000000000000},
+            "Q4_K_M": {"bytes": 100000000, "active_bytes": 1000000}}}]}
+JSON
+expect "doctor: nothing fits in bf16, a recipe does" 0 "huge                       bf16    10000.0 GB  does not fit" \
+    "Q4_K_M     0.1 GB  cpu (memory)" "recommended: huge Q4_K_M on the cpu, 40960 tokens of context" \
+    "kapitsa pull org/huge-GGUF:Q4_K_M" -- env KAPITSA_CATALOG="$tmp/catalog.json" "$bin" doctor
 # kapitsa synth's MoE checkpoints ask for spread routing in their config; bench says so
 cp -r "$fx/qwen3_moe" "$tmp/moe_spread"
 sed -i '0,/{/s//{"kapitsa_route_spread": true, /' "$tmp/moe_spread/config.json"

@@ -1,10 +1,12 @@
-/* kapitsa doctor: what this machine has (CPU, memory, GPUs, disk) and which
- * catalog models fit it, at what context (the rule in src/hub/catalog.h),
- * and which agent CLIs are installed. */
+/* kapitsa doctor: what this machine has (CPU, memory, GPUs, disk), which
+ * catalog models fit it, in bf16 and quantised, at what context (the rule in
+ * src/hub/catalog.h) and at what estimated decode rate, which one to run, and
+ * which agent CLIs are installed. */
 #define _GNU_SOURCE
 #include "../backend/cpu/kern.h"
 #include "../backend/device.h"
 #include "../base/err.h"
+#include "../base/pool.h"
 #include "../hub/cache.h"
 #include "../hub/catalog.h"
 #include "cli.h"
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 static int64_t meminfo(const char *key)
@@ -79,6 +82,102 @@ static int64_t disk_free(char *dir)
     return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
 }
 
+/* Bytes of last-level cache on the machine: each distinct L3 once. */
+static int64_t l3_bytes(void)
+{
+    int64_t total = 0;
+    char seen[1024] = {0};
+    const long n_cpu = sysconf(_SC_NPROCESSORS_CONF);
+    for (long c = 0; c < n_cpu; c++) {
+        char path[128];
+        long id = -1, kb = 0;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%ld/cache/index3/id", c);
+        FILE *f = fopen(path, "r");
+        if (f && fscanf(f, "%ld", &id) != 1)
+            id = -1;
+        if (f)
+            fclose(f);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%ld/cache/index3/size", c);
+        f = fopen(path, "r");
+        if (f && fscanf(f, "%ldK", &kb) != 1)
+            kb = 0;
+        if (f)
+            fclose(f);
+        if (id >= 0 && id < (long)sizeof seen && !seen[id]) {
+            seen[id] = 1;
+            total += (int64_t)kb << 10;
+        }
+    }
+    return total;
+}
+
+struct bw_job {
+    float *buf;
+    int64_t n_per_task;
+    const struct kern *k;
+    bool fill; /* the first run writes the buffer, the others read it */
+};
+
+static void bw_task(void *ctx, int32_t task, int32_t worker)
+{
+    (void)worker;
+    struct bw_job *j = ctx;
+    float *x = j->buf + (int64_t)task * j->n_per_task;
+    if (j->fill)
+        memset(x, 0, (size_t)j->n_per_task * sizeof *x);
+    else
+        j->k->sumsq(x, j->n_per_task); /* a call through the kernel table: not optimised away */
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The host's read bandwidth in bytes/s on every core: the best of three sums
+ * over a buffer of 128 MiB, or four times the L3 where that is more, so that
+ * a pass reads memory, not the cache the last one filled (bench measures the
+ * same way over 1 GiB; doctor's buffer is smaller because filling it, page by
+ * page, is most of the time taken). 0 when the buffer cannot be had. */
+static double read_bandwidth(void)
+{
+    const int64_t l3 = l3_bytes(), bytes = 4 * l3 > ((int64_t)128 << 20) ? 4 * l3 : (int64_t)128 << 20;
+    const int32_t n_task = 256;
+    struct bw_job j = {malloc((size_t)bytes), bytes / (int64_t)sizeof(float) / n_task, kern_best(), true};
+    struct pool *p = j.buf ? pool_init((int32_t)sysconf(_SC_NPROCESSORS_ONLN)) : NULL;
+    double best = 0;
+    if (p) {
+        pool_run(p, bw_task, &j, n_task); /* the pages, touched by the workers that read them */
+        j.fill = false;
+        for (int rep = 0; rep < 3; rep++) {
+            const double t0 = now_s();
+            pool_run(p, bw_task, &j, n_task);
+            const double bw = (double)(j.n_per_task * n_task) * sizeof(float) / (now_s() - t0);
+            best = bw > best ? bw : best;
+        }
+    }
+    pool_free(p);
+    free(j.buf);
+    return best;
+}
+
+static void print_run(const struct catalog_run *r, const char *name, const char *gpu_name, int64_t disk)
+{
+    char ctxs[32] = "-", ctxs16[32] = "-", toks[32] = "-";
+    if (r->ctx)
+        snprintf(ctxs, sizeof ctxs, "%lld", (long long)r->ctx);
+    if (r->ctx16)
+        snprintf(ctxs16, sizeof ctxs16, "%lld", (long long)r->ctx16);
+    if (r->toks > 0)
+        snprintf(toks, sizeof toks, "%.1f tok/s", r->toks);
+    printf("  %-26s %-7s %6.1f GB  %-28s %17s %8s %12s  %s\n", name, r->q ? r->q->recipe : "bf16",
+           (double)(r->q ? r->q->bytes : r->m->bytes) / 1e9,
+           r->gpu ? gpu_name : r->ctx16 ? "cpu (memory)" : "does not fit", ctxs16, ctxs, toks,
+           r->disk <= disk ? "ok" : "too little free disk");
+}
+
 int cli_doctor(int argc, char **argv)
 {
     (void)argv;
@@ -128,36 +227,51 @@ int cli_doctor(int argc, char **argv)
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return 1;
     }
-    const int64_t cpu_budget = mem_avail;
-    printf("\nwhat fits (weights + KV for the context + state + runtime; one sequence):\n");
-    printf("  %-26s %9s  %-28s %17s %16s  %s\n", "model", "bf16", "where", "context, bf16 KV", "f32 KV", "disk");
-    const struct catalog_model *best = NULL;
-    const char *best_where = NULL;
+    const struct catalog_host host = {mem_avail, gpu_free, disk, read_bandwidth()};
+    printf("\nwhat fits (weights + KV for the context + state + runtime; one sequence), in bf16 and as the\n"
+           "kapitsa quantize recipe with the most bits that keeps %dk of context (else the smallest that fits);\n"
+           "GGUF weights run on the cpu. decode: estimated on the cpu as its read bandwidth (%.1f GB/s, measured)\n"
+           "over the weight bytes a token reads, a bound: a long context's cache reads, and on few cores the\n"
+           "arithmetic of quantised blocks, hold it lower\n",
+           CATALOG_REC_CTX / 1024, host.read_bw / 1e9);
+    printf("  %-26s %-7s %9s  %-28s %17s %8s %12s  %s\n", "model", "weights", "size", "where", "context, bf16 KV",
+           "f32 KV", "decode", "disk");
     for (int32_t i = 0; i < c.n; i++) {
         const struct catalog_model *m = &c.m[i];
-        const bool gpu = gpu_free > 0 && catalog_fit_context(m, gpu_free, 1, DT_BF16) > 0;
-        const int64_t avail = gpu ? gpu_free : cpu_budget;
-        const int64_t ctx = catalog_fit_context(m, avail, 1, DT_F32), ctx16 = catalog_fit_context(m, avail, 1, DT_BF16);
-        const char *where = gpu ? gpu_name : ctx16 ? "cpu (memory)" : "does not fit";
-        char ctxs[32] = "-", ctxs16[32] = "-";
-        if (ctx)
-            snprintf(ctxs, sizeof ctxs, "%lld", (long long)ctx);
-        if (ctx16)
-            snprintf(ctxs16, sizeof ctxs16, "%lld", (long long)ctx16);
-        printf("  %-26s %6.1f GB  %-28s %17s %16s  %s\n", m->name, (double)m->bytes / 1e9, where, ctxs16, ctxs,
-               m->bytes <= disk ? "ok" : "too little free disk");
-        /* the recommendation: the most parameters that keep 32k of context (the default bf16 cache) */
-        if (ctx16 >= 32768 && m->bytes <= disk && (!best || m->params > best->params)) {
-            best = m;
-            best_where = gpu ? "gpu" : "cpu";
-        }
+        const struct catalog_run r16 = catalog_run_on(m, NULL, &host), rq = catalog_best_quant(m, &host);
+        print_run(&r16, m->name, gpu_name, disk);
+        if (rq.m)
+            print_run(&rq, "", gpu_name, disk);
+        else if (m->n_quant)
+            printf("  %-26s %-7s %9s  does not fit\n", "", "GGUF", "");
     }
-    if (best)
-        printf("\nrecommended: %s on the %s%s%s (kapitsa pull %s%s)\n", best->name, best_where,
-               best->draft ? ", draft " : "", best->draft ? best->draft : "", best->name,
-               best->draft ? " --with-draft" : "");
-    else
-        printf("\nrecommended: models/kapitsa-tiny (embedded); no catalog model fits with 32k of context\n");
+    /* the rule is catalog_recommend's (src/hub/catalog.h); doctor prints it with the result */
+    struct catalog_run rec;
+    const int found = catalog_recommend(&c, &host, &rec);
+    printf("\nthe rule: the most parameters that keep %dk of context, in the form with the most bits whose\n"
+           "estimated decode on the cpu is %.0f tok/s or more\n",
+           CATALOG_REC_CTX / 1024, CATALOG_REC_TOKS);
+    if (found < 0) {
+        printf("recommended: models/kapitsa-tiny (embedded); no catalog model fits with %dk of context\n",
+               CATALOG_REC_CTX / 1024);
+    } else {
+        char toks[48] = "";
+        if (rec.toks > 0)
+            snprintf(toks, sizeof toks, ", ~%.1f tok/s", rec.toks);
+        if (found == 0)
+            printf("(none reaches %.0f tok/s here: the fastest)\n", CATALOG_REC_TOKS);
+        printf("recommended: %s %s on the %s, %lld tokens of context%s\n", rec.m->name, rec.q ? rec.q->recipe : "bf16",
+               rec.gpu ? "gpu" : "cpu", (long long)rec.ctx16, toks);
+        if (!rec.q)
+            printf("  kapitsa pull %s%s%s%s\n", rec.m->name, rec.m->draft ? " --with-draft   (its draft: " : "",
+                   rec.m->draft ? rec.m->draft : "", rec.m->draft ? ")" : "");
+        else if (rec.q->published)
+            printf("  kapitsa pull %s:%s   (the publisher's GGUF; --model takes the same name)\n", rec.m->gguf_repo,
+                   rec.q->recipe);
+        else
+            printf("  kapitsa pull %s, then kapitsa quantize %s %s-%s.gguf --recipe %s\n", rec.m->name, rec.m->name,
+                   rec.m->name, rec.q->recipe, rec.q->recipe);
+    }
     catalog_free(&c);
 
     printf("\nagents   ");

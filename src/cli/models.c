@@ -147,15 +147,20 @@ int cli_list(int argc, char **argv)
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return 1;
     }
-    printf("%-26s %-44s %8s %9s %8s  %-13s %s\n", "name", "hub id", "params", "bf16", "context", "draft",
-           "installed");
+    printf("%-26s %-44s %8s %9s %9s %8s  %-13s %s\n", "name", "hub id", "params", "bf16", "Q4_K_M", "context",
+           "draft", "installed");
     for (int32_t i = 0; i < c.n; i++) {
         const struct catalog_model *m = &c.m[i];
         char dir[4608], inst[64] = "-";
         if (hub_snapshot_dir(m->repo, m->revision, dir, sizeof dir) == 0)
             snprintf(inst, sizeof inst, "yes, %.1f GB", (double)hub_repo_bytes(m->repo) / 1e9);
-        printf("%-26s %-44s %7.2fB %7.1f GB %8lld  %-13s %s\n", m->name, m->repo, (double)m->params / 1e9,
-               (double)m->bytes / 1e9, (long long)m->context, m->draft ? m->draft : "-", inst);
+        /* the size of kapitsa quantize --recipe Q4_K_M; "-" where quantize does not write the architecture */
+        const struct catalog_quant *q4 = catalog_quant(m, "Q4_K_M");
+        char q4s[32] = "-";
+        if (q4)
+            snprintf(q4s, sizeof q4s, "%.1f GB", (double)q4->bytes / 1e9);
+        printf("%-26s %-44s %7.2fB %7.1f GB %9s %8lld  %-13s %s\n", m->name, m->repo, (double)m->params / 1e9,
+               (double)m->bytes / 1e9, q4s, (long long)m->context, m->draft ? m->draft : "-", inst);
     }
     err_clear();
     list_others(&c);
