@@ -25,6 +25,7 @@ int test_failures;
     X(test_gguf_model_recipes)                                                                                 \
     X(test_gguf_model_errors)                                                                                  \
     X(test_gguf_model_llama_files)                                                                             \
+    X(test_gguf_model_llama_archs)                                                                             \
     X(test_ops_rmsnorm_rope)                                                                                   \
     X(test_ops_attention_paged_tree)                                                                           \
     X(test_ops_attention_long)                                                                                 \
