@@ -23,6 +23,7 @@ static void usage(FILE *f)
                "  check DIR     compare a checkpoint with its reference logits (DIR/golden.safetensors)\n"
                "  synth         write a random-weight checkpoint with the shapes of a real model\n"
                "  quantize      write a checkpoint or GGUF as a GGUF file by a recipe (Q4_K_M, Q8_0, Q2_MOE, ...)\n"
+               "  imatrix       a model's importance matrix over a text, for quantize --imatrix (llama.cpp's format)\n"
                "  bench         measure prefill and decode speed of a checkpoint\n"
                "  chat          a conversation on the terminal (one user message per line)\n"
                "  eval          held-out loss of a model, and a draft's agreement with it, over token ids\n"
@@ -122,6 +123,8 @@ int main(int argc, char **argv)
         return cli_list(argc - 2, argv + 2);
     if (strcmp(cmd, "quantize") == 0)
         return cli_quantize(argc - 2, argv + 2);
+    if (strcmp(cmd, "imatrix") == 0)
+        return cli_imatrix(argc - 2, argv + 2);
     if (strcmp(cmd, "rm") == 0)
         return cli_rm(argc - 2, argv + 2);
     if (strcmp(cmd, "doctor") == 0)

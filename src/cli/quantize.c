@@ -2,6 +2,7 @@
  * GGUF file by a recipe (src/model/convert.h). */
 #include "../base/err.h"
 #include "../model/convert.h"
+#include "../model/imatrix.h"
 #include "cli.h"
 
 #include <stdio.h>
@@ -10,30 +11,35 @@
 
 static void quantize_usage(FILE *f)
 {
-    fprintf(f, "usage: kapitsa quantize SRC OUT.gguf --recipe NAME | --type TYPE\n"
+    fprintf(f, "usage: kapitsa quantize SRC OUT.gguf --recipe NAME | --type TYPE [--imatrix FILE]\n"
                "  SRC      a model folder, catalog name, hub id already pulled, or a .gguf file\n"
                "  --recipe");
     for (int i = 0; convert_recipes[i]; i++)
         fprintf(f, " %s", convert_recipes[i]);
     fprintf(f, "\n           (Q2_MOE: a MoE model's routed experts at 2-3 bits, the rest at 5-8)\n"
                "  --type   every matrix in one type: Q8_0 Q6_K Q5_K Q4_K Q3_K Q2_K Q5_0 Q5_1 Q4_0 Q4_1 IQ4_NL "
-               "IQ4_XS F16 BF16 F32\n");
+               "IQ4_XS F16 BF16 F32\n"
+               "  --imatrix an importance matrix (kapitsa imatrix, or llama-imatrix's .gguf or .dat) that\n"
+               "           weighs each column's error in the K-quant and IQ4 scale searches\n");
 }
 
 int cli_quantize(int argc, char **argv)
 {
-    const char *src = NULL, *out = NULL, *recipe = NULL;
+    const char *src = NULL, *out = NULL, *recipe = NULL, *imatrix = NULL;
     for (int i = 0; i < argc; i++) {
         const char *v;
         int f = cli_flag(argc, argv, &i, "--recipe", &v);
         if (f == 0)
             f = cli_flag(argc, argv, &i, "--type", &v);
-        if (f < 0) {
+        const int g = f == 0 ? cli_flag(argc, argv, &i, "--imatrix", &imatrix) : 0;
+        if (f < 0 || g < 0) {
             quantize_usage(stderr);
             return 2;
         }
         if (f) {
             recipe = v;
+        } else if (g) {
+            continue;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             quantize_usage(stdout);
             return 0;
@@ -55,8 +61,11 @@ int cli_quantize(int argc, char **argv)
         return 2;
     }
     const char *dir = cli_model_dir(src);
-    struct convert_opts o = {recipe, NULL, isatty(2)};
-    if (!dir || convert_write(dir, out, &o) != 0) {
+    struct imatrix im = {0};
+    struct convert_opts o = {recipe, imatrix ? &im : NULL, isatty(2)};
+    const int rc = !dir || (imatrix && imatrix_read(&im, imatrix) != 0) || convert_write(dir, out, &o) != 0;
+    imatrix_free(&im);
+    if (rc) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return 1;
     }

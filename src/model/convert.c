@@ -9,6 +9,7 @@
 #include "../quant/quant.h"
 #include "gguf.h"
 #include "gguf_hf.h"
+#include "imatrix.h"
 #include "safetensors.h"
 
 #include <jansson.h>
@@ -480,6 +481,7 @@ struct rows_job {
     uint8_t *dst;
     int64_t rows_per_task;
     float *scratch; /* [threads][cols] */
+    const float *imp; /* [experts][cols] importance, or NULL */
     int failed;
 };
 
@@ -495,7 +497,8 @@ static void rows_task(void *ctx, int32_t task, int32_t worker)
         const struct st_tensor *s = t->src[e];
         const int64_t src_row = t->fused ? e * s->shape[1] + t->row0 + row : row;
         quant_dequant(s->type, (const char *)s->data + dtype_bytes(s->type, src_row * cols), cols, x);
-        if (quant_quantize(t->type, x, cols, NULL, j->dst + dtype_bytes(t->type, r * cols)) != 0)
+        const float *imp = j->imp ? j->imp + e * cols : NULL;
+        if (quant_quantize(t->type, x, cols, imp, j->dst + dtype_bytes(t->type, r * cols)) != 0)
             j->failed = 1;
     }
 }
@@ -516,15 +519,27 @@ static void fill(void *ctx, int32_t i, void *buf, size_t n_bytes)
         }
     } else {
         const int32_t nth = pool_n_threads(f->pool);
-        struct rows_job j = {t, buf, per / (nth * 16) > 0 ? per / (nth * 16) : 1, NULL, 0};
+        struct rows_job j = {t, buf, per / (nth * 16) > 0 ? per / (nth * 16) : 1, NULL, NULL, 0};
         j.scratch = malloc((size_t)(cols * nth) * sizeof(float));
-        if (!j.scratch) {
+        const bool want_imp = f->o->im && dtype_is_block(t->type);
+        float *imp = want_imp ? malloc((size_t)(cols * t->ne[2]) * sizeof(float)) : NULL;
+        if (!j.scratch || (want_imp && !imp)) {
+            free(j.scratch);
+            free(imp);
             f->failed = 1;
             memset(buf, 0, n_bytes);
             return;
         }
+        /* sizes were checked before writing: an entry fits, or there is none */
+        for (int32_t e = 0; imp && e < t->ne[2]; e++)
+            if (imatrix_importance(f->o->im, t->name, cols, (int32_t)t->ne[2], e, imp + e * cols) != 0) {
+                free(imp);
+                imp = NULL;
+            }
+        j.imp = imp;
         pool_run(f->pool, rows_task, &j, (int32_t)((per + j.rows_per_task - 1) / j.rows_per_task));
         free(j.scratch);
+        free(imp);
         f->failed |= j.failed;
     }
     f->done_bytes += n_bytes;
@@ -546,6 +561,33 @@ static int plan_open(struct plan *p, const char *src)
     return rc == 0 ? gguf_hf_tensors(&p->gg, &p->cfg, &p->st) : -1;
 }
 
+/* Every importance entry of a tensor the plan quantises fits its shape (as
+ * llama-quantize refuses one that does not), and quantize.imatrix.* as
+ * llama-quantize writes them. */
+static int plan_imatrix(const struct plan *p, const struct imatrix *im, struct gguf_writer *w)
+{
+    int64_t cols = 1;
+    for (int32_t i = 0; i < p->n; i++)
+        cols = p->t[i].ne[0] > cols ? p->t[i].ne[0] : cols;
+    float *imp = malloc((size_t)cols * sizeof(float));
+    if (!imp)
+        return err_set("quantize: out of memory");
+    int rc = 0;
+    for (int32_t i = 0; i < p->n && rc == 0; i++)
+        if (dtype_is_block(p->t[i].type))
+            rc = imatrix_importance(im, p->t[i].name, p->t[i].ne[0], (int32_t)p->t[i].ne[2], 0, imp) < 0 ? -1 : 0;
+    free(imp);
+    if (rc != 0)
+        return -1;
+    gguf_writer_kv_str(w, "quantize.imatrix.file", im->path ? im->path : "");
+    if (im->n_datasets > 0)
+        gguf_writer_kv_str(w, "quantize.imatrix.dataset", im->datasets[0]);
+    gguf_writer_kv_u32(w, "quantize.imatrix.entries_count", (uint32_t)im->n);
+    if (im->chunk_count > 0)
+        gguf_writer_kv_u32(w, "quantize.imatrix.chunks_count", (uint32_t)im->chunk_count);
+    return 0;
+}
+
 int convert_write(const char *src, const char *out, const struct convert_opts *o)
 {
     struct plan p = {0};
@@ -558,6 +600,8 @@ int convert_write(const char *src, const char *out, const struct convert_opts *o
         goto done;
     const char *base = strrchr(src, '/');
     write_config(w, &p.cfg, base && base[1] ? base + 1 : src);
+    if (o->im && plan_imatrix(&p, o->im, w) != 0)
+        goto done;
     if ((p.gg.n_files ? write_vocab_gguf(w, &p.gg) : write_vocab_folder(w, src, &p.cfg)) != 0)
         goto done;
     for (int32_t i = 0; i < p.n; i++) {

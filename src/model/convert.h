@@ -13,6 +13,9 @@
  * tokenizer and chat template are written as tokenizer.ggml.* and
  * tokenizer.chat_template (from tokenizer.json and tokenizer_config.json,
  * or copied from a GGUF source; a folder without tokenizer.json gets none).
+ * With an importance matrix, each row quantised to a K-quant or IQ4 type
+ * takes its tensor's (its expert's) importance, as llama-quantize --imatrix
+ * does, and the file records it in quantize.imatrix.* as llama-quantize's do.
  * Architectures: qwen3, qwen3_moe. */
 #ifndef KP_CONVERT_H
 #define KP_CONVERT_H
@@ -38,10 +41,12 @@ enum convert_role {
     ROLE_VECTOR,   /* norms */
 };
 
+struct imatrix;
+
 struct convert_opts {
-    const char *recipe;       /* a name convert_recipe_type knows */
-    const float *const *imp;  /* optional importance per tensor, indexed as the writer orders them (NULL: none) */
-    bool progress;            /* a progress line on stderr */
+    const char *recipe;        /* a name convert_recipe_type knows */
+    const struct imatrix *im;  /* importance per column of the tensors it has entries for (imatrix.h), or NULL */
+    bool progress;             /* a progress line on stderr */
 };
 
 /* The type recipe gives a tensor of role in layer `layer` of n_layer with

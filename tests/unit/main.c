@@ -26,6 +26,11 @@ int test_failures;
     X(test_gguf_model_errors)                                                                                  \
     X(test_gguf_model_llama_files)                                                                             \
     X(test_gguf_model_llama_archs)                                                                             \
+    X(test_imatrix_collect)                                                                                    \
+    X(test_imatrix_llama)                                                                                      \
+    X(test_imatrix_moe)                                                                                        \
+    X(test_imatrix_quantize)                                                                                   \
+    X(test_imatrix_broken)                                                                                     \
     X(test_ops_rmsnorm_rope)                                                                                   \
     X(test_ops_attention_paged_tree)                                                                           \
     X(test_ops_attention_long)                                                                                 \
