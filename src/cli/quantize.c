@@ -18,7 +18,7 @@ static void quantize_usage(FILE *f)
         fprintf(f, " %s", convert_recipes[i]);
     fprintf(f, "\n           (Q2_MOE: a MoE model's routed experts at 2-3 bits, the rest at 5-8)\n"
                "  --type   every matrix in one type: Q8_0 Q6_K Q5_K Q4_K Q3_K Q2_K Q5_0 Q5_1 Q4_0 Q4_1 IQ4_NL "
-               "IQ4_XS F16 BF16 F32\n"
+               "IQ4_XS IQ2_XXS F16 BF16 F32\n"
                "  --imatrix an importance matrix (kapitsa imatrix, or llama-imatrix's .gguf or .dat) that\n"
                "           weighs each column's error in the K-quant and IQ4 scale searches\n");
 }

@@ -76,7 +76,7 @@ int convert_recipe_type(const char *recipe, enum convert_role role, int32_t laye
     } else if (dtype_parse(recipe, &t) != 0 || t == DT_I32 || !quant_can_quantize(t)) {
         return err_set("quantize: '%s' is neither a recipe (Q8_0, Q6_K, Q5_K_M, Q4_K_M, Q3_K_M, Q2_K, Q2_MOE, F16, "
                        "BF16, F32) nor a type to write every matrix in (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, "
-                       "Q5_K, IQ4_NL, IQ4_XS)",
+                       "Q5_K, IQ4_NL, IQ4_XS, IQ2_XXS)",
                        recipe);
     }
     *out = fit_cols(t, cols);

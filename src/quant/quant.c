@@ -8,6 +8,7 @@
 #include "iq_tables.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 /* ---- dequantisation ---- */
@@ -583,7 +584,149 @@ static void q_iq4_xs(const float *x, const float *imp, struct block_iq4_xs *b)
     }
 }
 
-bool quant_can_quantize(enum dtype t) { return t != DT_IQ2_XXS && t != DT_I32; }
+/* IQ2_XXS: each 8 values are a sign pattern of even parity times a point
+ * of the 256-point grid (magnitudes 8, 25, 43) times the group's scale. */
+
+/* Each grid point's levels (0, 1, 2 for magnitudes 8, 25, 43), and the
+ * grid index of each of the 3^8 level patterns (-1 where the grid has none). */
+static uint8_t iq2_levels[256][8];
+static int16_t iq2_index[6561];
+static pthread_once_t iq2_once = PTHREAD_ONCE_INIT;
+
+static void iq2_init(void)
+{
+    for (int i = 0; i < 6561; i++)
+        iq2_index[i] = -1;
+    for (int g = 0; g < 256; g++) {
+        int key = 0;
+        for (int j = 7; j >= 0; j--) {
+            const int v = (int)((iq2xxs_grid[g] >> (8 * j)) & 255);
+            iq2_levels[g][j] = (uint8_t)(v == 8 ? 0 : v == 25 ? 1 : 2);
+            key = key * 3 + iq2_levels[g][j];
+        }
+        iq2_index[key] = (int16_t)g;
+    }
+}
+
+/* The grid point nearest a[0..8) / dl in importance-weighted squares: each
+ * element's nearest level where that pattern is a grid point, else the
+ * best of all 256 by their per-element costs. */
+static int iq2_best(const float *a, const float *w, float dl, float *err)
+{
+    static const float mag[3] = {8, 25, 43};
+    float c[8][3];
+    int key = 0, near[8];
+    float e0 = 0;
+    for (int j = 7; j >= 0; j--) {
+        near[j] = 0;
+        for (int v = 0; v < 3; v++) {
+            const float d = a[j] - dl * mag[v];
+            c[j][v] = w[j] * d * d;
+            near[j] = c[j][v] < c[j][near[j]] ? v : near[j];
+        }
+        key = key * 3 + near[j];
+        e0 += c[j][near[j]];
+    }
+    if (iq2_index[key] >= 0) {
+        *err = e0;
+        return iq2_index[key];
+    }
+    int best = 0;
+    float be = INFINITY;
+    for (int g = 0; g < 256; g++) {
+        const uint8_t *l = iq2_levels[g];
+        const float e = c[0][l[0]] + c[1][l[1]] + c[2][l[2]] + c[3][l[3]] + c[4][l[4]] + c[5][l[5]] + c[6][l[6]] +
+                        c[7][l[7]];
+        if (e < be) {
+            be = e;
+            best = g;
+        }
+    }
+    *err = be;
+    return best;
+}
+
+/* A group of 32 magnitudes: the scale of the grid points (before the
+ * super-block's 4-bit quantisation of it) with the least error. */
+static float iq2_fit(const float *a, const float *w)
+{
+    float mx = 0, best = INFINITY, scale = 0;
+    for (int j = 0; j < 32; j++)
+        mx = a[j] > mx ? a[j] : mx;
+    if (mx < 1e-30f)
+        return 0;
+    for (int k = 0; k < 7; k++) {
+        float dl = mx / 43.0f * (0.6f + 0.1f * (float)k), e = 0, sag = 0, sgg = 0;
+        int idx[4];
+        for (int s = 0; s < 4; s++) {
+            float es;
+            idx[s] = iq2_best(a + 8 * s, w + 8 * s, dl, &es);
+            for (int j = 0; j < 8; j++) {
+                const float g = (float)((iq2xxs_grid[idx[s]] >> (8 * j)) & 255);
+                sag += w[8 * s + j] * a[8 * s + j] * g;
+                sgg += w[8 * s + j] * g * g;
+            }
+        }
+        if (sgg <= 0)
+            continue;
+        dl = sag / sgg; /* the least-squares scale of these points */
+        for (int s = 0; s < 4; s++)
+            for (int j = 0; j < 8; j++) {
+                const float d = a[8 * s + j] - dl * (float)((iq2xxs_grid[idx[s]] >> (8 * j)) & 255);
+                e += w[8 * s + j] * d * d;
+            }
+        if (e < best) {
+            best = e;
+            scale = dl;
+        }
+    }
+    return scale;
+}
+
+static void q_iq2_xxs(const float *x, const float *imp, struct block_iq2_xxs *b)
+{
+    pthread_once(&iq2_once, iq2_init);
+    float w[QK_K], a[QK_K], dl[8];
+    uint8_t neg[32];
+    weights_of(x, imp, QK_K, w);
+    for (int s = 0; s < 32; s++) { /* signs of even parity: the cheapest element flips */
+        int n = 0, cheap = 8 * s;
+        for (int j = 8 * s; j < 8 * s + 8; j++) {
+            n += x[j] < 0;
+            if (w[j] * x[j] * x[j] < w[cheap] * x[cheap] * x[cheap])
+                cheap = j;
+        }
+        neg[s] = 0;
+        for (int j = 0; j < 8; j++)
+            neg[s] |= (uint8_t)((x[8 * s + j] < 0) << j);
+        if (n % 2)
+            neg[s] ^= (uint8_t)(1u << (cheap - 8 * s));
+        for (int j = 0; j < 8; j++) /* the magnitude each point must match: negative where the sign was flipped */
+            a[8 * s + j] = neg[s] >> j & 1 ? -x[8 * s + j] : x[8 * s + j];
+    }
+    float mx = 0;
+    for (int g = 0; g < 8; g++) {
+        dl[g] = iq2_fit(a + 32 * g, w + 32 * g);
+        mx = dl[g] > mx ? dl[g] : mx;
+    }
+    const float d = f16_to_f32(f32_to_f16(mx / 3.875f)); /* the largest scale is d * (0.5 + 15) / 4 */
+    b->d = f32_to_f16(d);
+    for (int g = 0; g < 8; g++) {
+        const int sc = d > 0 ? clampi((int)lrintf(dl[g] * 4 / d - 0.5f), 0, 15) : 0;
+        const float db = d * (0.5f + (float)sc) * 0.25f;
+        uint32_t idx = 0, sg = (uint32_t)sc << 28;
+        for (int s = 0; s < 4; s++) {
+            float e;
+            idx |= (uint32_t)iq2_best(a + 32 * g + 8 * s, w + 32 * g + 8 * s, db, &e) << (8 * s);
+            sg |= (uint32_t)(neg[4 * g + s] & 127) << (7 * s);
+        }
+        uint8_t *p = (uint8_t *)(b->qs + 4 * g);
+        put_u32(p, idx);
+        put_u32(p + 4, sg);
+    }
+}
+
+bool quant_can_quantize(enum dtype t) { return t != DT_I32; }
 
 int quant_quantize(enum dtype t, const float *x, int64_t n, const float *imp, void *dst)
 {
@@ -617,8 +760,8 @@ int quant_quantize(enum dtype t, const float *x, int64_t n, const float *imp, vo
         case DT_Q6_K: q_q6_k(x, imp, (void *)p); break;
         case DT_IQ4_NL: q_iq4_nl(x, imp, (void *)p); break;
         case DT_IQ4_XS: q_iq4_xs(x, imp, (void *)p); break;
+        case DT_IQ2_XXS: q_iq2_xxs(x, imp, (void *)p); break;
         case DT_I32:
-        case DT_IQ2_XXS:
         case DT_COUNT: break;
         }
     return 0;

@@ -7,11 +7,13 @@
  * quantiser does, bit for bit, when no importance is given. The K-quants and
  * IQ4 pick each group's scale (and min) by a search that minimises the
  * importance-weighted squared error, then quantise the group scales
- * themselves and re-fit every element to the stored scales. Importance `imp`
+ * themselves and re-fit every element to the stored scales; IQ2_XXS picks each
+ * 8 values' grid point and a 32-value group's scale the same way. Importance `imp`
  * ([n], one weight per column, an importance matrix's row; NULL: x^2, the
  * error of the product with a typical activation) steers that search.
- * Everything here is single-threaded and allocation-free; callers split work
- * by rows. */
+ * Everything here is allocation-free and may run on any number of threads at
+ * once (IQ2_XXS builds a lookup table once, the first time); callers split
+ * work by rows. */
 #ifndef KP_QUANT_H
 #define KP_QUANT_H
 

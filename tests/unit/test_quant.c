@@ -171,7 +171,7 @@ void test_quant_roundtrip_error(void)
         double bound;
     } cases[] = {{DT_Q8_0, 0.008}, {DT_Q6_K, 0.025}, {DT_Q5_K, 0.045}, {DT_Q5_0, 0.06},   {DT_Q5_1, 0.05},
                  {DT_Q4_K, 0.08},  {DT_Q4_0, 0.12}, {DT_Q4_1, 0.1},  {DT_IQ4_NL, 0.1}, {DT_IQ4_XS, 0.1},
-                 {DT_Q3_K, 0.18},  {DT_Q2_K, 0.38}};
+                 {DT_Q3_K, 0.18},  {DT_Q2_K, 0.38}, {DT_IQ2_XXS, 0.45}};
     const int64_t n = 64 * QK_K;
     float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4), *imp = malloc((size_t)n * 4);
     for (int64_t i = 0; i < n; i++) {
@@ -210,66 +210,126 @@ void test_quant_roundtrip_error(void)
         float z[QK_K] = {0}, out[QK_K];
         uint8_t q[QK_K * 2];
         z[17] = 3.0f;
+        /* IQ2_XXS has no zero: its smallest magnitude is 8/43 of its largest */
+        const float small = t == DT_IQ2_XXS ? 3.0f * 8 / 43 + 0.01f : 0.5f;
         for (int pass = 0; pass < 2; pass++) {
             quant_quantize(t, z, QK_K, NULL, q);
             quant_dequant(t, q, QK_K, out);
             int finite = 1;
             for (int i = 0; i < QK_K; i++)
-                finite &= isfinite(out[i]) && (pass || i == 17 || fabsf(out[i]) < 0.5f);
+                finite &= isfinite(out[i]) && (pass || i == 17 || fabsf(out[i]) < small);
             CHECK(finite, "%s: degenerate block", dtype_name(t));
             z[17] = 0;
         }
     }
-    CHECK(quant_quantize(DT_IQ2_XXS, x, QK_K, NULL, y) != 0, "IQ2_XXS quantisation is not written");
     free(x);
     free(y);
     free(imp);
 }
 
-/* The cpu backend's products on block weights: the same bits as the
- * product over the dequantised fp32 weights, for one token and in a batch,
- * with a token's row identical in both (the tree == plain invariant). */
+/* Every table's matmul_q on random blocks of each type, k from one
+ * super-block to 2048, row ranges cut anywhere (tiles and the rows after
+ * them), 1 to 4 tokens: the same bits as the table's own dequant then
+ * matmul_f32, each token alone the same bits as in its tile, and within
+ * fp32 reordering error of the reference. Then the cpu backend with each
+ * table, rows not a multiple of any tile, 1 to 11 tokens: every batch's rows
+ * the bits of the 11-token batch (fused and dequantised paths agree) and of
+ * the product over the fp32 weights. */
 void test_quant_cpu_matmul(void)
 {
-    const enum dtype types[] = {DT_Q8_0, DT_Q4_K, DT_Q6_K, DT_Q2_K, DT_IQ4_XS, DT_Q5_0};
-    const int64_t m = 37, k = 512, nt = 11;
-    for (size_t c = 0; c < sizeof types / sizeof types[0]; c++) {
-        const enum dtype t = types[c];
-        struct backend *be = cpu_backend_init(2, NULL);
-        float *wf = malloc((size_t)(m * k) * 4), *xs = malloc((size_t)(nt * k) * 4);
-        uint8_t *wq = malloc(dtype_bytes(t, m * k));
-        for (int64_t i = 0; i < m * k; i++)
-            wf[i] = rndn() * 0.1f;
-        for (int64_t i = 0; i < nt * k; i++)
-            xs[i] = rndn();
-        quant_quantize(t, wf, m * k, NULL, wq);
-        quant_dequant(t, wq, m * k, wf);
-        struct tensor hq = {t, m, k, k, wq, false}, hf = {DT_F32, m, k, k, wf, false}, wqt, wft, x, o1, o2, o3;
-        CHECK(be->ops->weight(be, &wqt, &hq) == 0 && be->ops->weight(be, &wft, &hf) == 0, "weights");
-        be->ops->alloc(be, &x, DT_F32, nt, k);
-        be->ops->alloc(be, &o1, DT_F32, nt, m);
-        be->ops->alloc(be, &o2, DT_F32, nt, m);
-        be->ops->alloc(be, &o3, DT_F32, 1, m);
-        be->ops->write(be, &x, 0, nt, xs);
-        be->ops->matmul(be, &o1, &x, &wqt);
-        be->ops->matmul(be, &o2, &x, &wft);
-        CHECK(memcmp(o1.data, o2.data, (size_t)(nt * m) * 4) == 0, "%s: batch product differs from fp32's",
-              dtype_name(t));
-        for (int64_t r = 0; r < nt; r++) {
-            struct tensor xr = tensor_rows(&x, r, 1);
-            be->ops->matmul(be, &o3, &xr, &wqt);
-            CHECK(memcmp(o3.data, (float *)o1.data + r * m, (size_t)m * 4) == 0,
-                  "%s: token %lld alone differs from its row in the batch", dtype_name(t), (long long)r);
+    const struct kern *tables[] = {&kern_ref, &kern_avx2, &kern_avx512};
+    const int64_t ks[] = {256, 512, 1024, 2048};
+    const int64_t m = 13, os = 16, nx_max = 11;
+    float *x = malloc((size_t)(KERN_MAX_NX * 2048) * 4), *wf = malloc((size_t)(m * 2048) * 4);
+    for (int64_t i = 0; i < KERN_MAX_NX * 2048; i++)
+        x[i] = rndn();
+    for (int i = 0; i < N_BLOCK_TYPES; i++) {
+        const enum dtype t = block_types[i];
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+            const int64_t k = ks[ki];
+            uint8_t *w = malloc(dtype_bytes(t, m * k));
+            random_blocks(t, w, m * k / dtype_block(t));
+            for (size_t ti = 0; ti < sizeof tables / sizeof tables[0]; ti++) {
+                const struct kern *kt = tables[ti];
+                if (!kern_supported(kt))
+                    continue;
+                kt->dequant(t, w, m * k, wf);
+                for (int32_t nx = 1; nx <= KERN_MAX_NX; nx++) {
+                    const int64_t j0 = (int64_t)(rnd() % 4), j1 = m - (int64_t)(rnd() % 3);
+                    float want[KERN_MAX_NX * 16] = {0}, got[KERN_MAX_NX * 16] = {0}, ref[KERN_MAX_NX * 16] = {0};
+                    if (!kt->matmul_q(t, x, k, nx, w, k, k, got, os, j0, j1)) {
+                        CHECK(kt != &kern_ref && t == DT_IQ2_XXS, "%s: %s has no block product", kt->name,
+                              dtype_name(t));
+                        continue;
+                    }
+                    kt->matmul_f32(x, k, nx, wf, k, k, want, os, j0, j1);
+                    kern_ref.matmul_q(t, x, k, nx, w, k, k, ref, os, j0, j1);
+                    CHECK(memcmp(got, want, sizeof got) == 0, "%s %s k=%lld nx=%d: differs from dequant + matmul_f32",
+                          kt->name, dtype_name(t), (long long)k, nx);
+                    for (int32_t a = 0; a < nx; a++) {
+                        float alone[16] = {0};
+                        kt->matmul_q(t, x + a * k, k, 1, w, k, k, alone, os, j0, j1);
+                        CHECK(memcmp(alone, got + a * os, sizeof alone) == 0, "%s %s k=%lld: token %d of %d alone differs",
+                              kt->name, dtype_name(t), (long long)k, a, nx);
+                        for (int64_t j = j0; j < j1; j++) {
+                            double mag = 0;
+                            for (int64_t c = 0; c < k; c++)
+                                mag += fabs((double)x[a * k + c] * wf[j * k + c]);
+                            CHECK(fabs(got[a * os + j] - ref[a * os + j]) <= 2.0 * (double)k * 6e-8 * mag + 1e-30,
+                                  "%s %s k=%lld: %g, reference %g", kt->name, dtype_name(t), (long long)k,
+                                  got[a * os + j], ref[a * os + j]);
+                        }
+                    }
+                }
+            }
+            free(w);
         }
-        be->ops->release(be, &x);
-        be->ops->release(be, &o1);
-        be->ops->release(be, &o2);
-        be->ops->release(be, &o3);
-        be->ops->release(be, &wqt);
-        be->ops->release(be, &wft);
-        be->ops->free(be);
-        free(wf);
-        free(xs);
-        free(wq);
+    }
+    free(x);
+    free(wf);
+
+    for (size_t ti = 0; ti < sizeof tables / sizeof tables[0]; ti++) {
+        if (!kern_supported(tables[ti]))
+            continue;
+        for (int i = 0; i < N_BLOCK_TYPES; i++) {
+            const enum dtype t = block_types[i];
+            const int64_t rows = 37, k = i % 2 ? 512 : 1024;
+            struct backend *be = cpu_backend_init(2, tables[ti]);
+            float *f = malloc((size_t)(rows * k) * 4), *xs = malloc((size_t)(nx_max * k) * 4);
+            uint8_t *wq = malloc(dtype_bytes(t, rows * k));
+            random_blocks(t, wq, rows * k / dtype_block(t));
+            quant_dequant(t, wq, rows * k, f);
+            for (int64_t e = 0; e < nx_max * k; e++)
+                xs[e] = rndn();
+            struct tensor hq = {t, rows, k, k, wq, false}, hf = {DT_F32, rows, k, k, f, false}, wqt, wft, xt, o1, o2, o3;
+            CHECK(be->ops->weight(be, &wqt, &hq) == 0 && be->ops->weight(be, &wft, &hf) == 0, "weights");
+            be->ops->alloc(be, &xt, DT_F32, nx_max, k);
+            be->ops->alloc(be, &o1, DT_F32, nx_max, rows);
+            be->ops->alloc(be, &o2, DT_F32, nx_max, rows);
+            be->ops->alloc(be, &o3, DT_F32, nx_max, rows);
+            be->ops->write(be, &xt, 0, nx_max, xs);
+            be->ops->matmul(be, &o1, &xt, &wqt);
+            be->ops->matmul(be, &o2, &xt, &wft);
+            CHECK(memcmp(o1.data, o2.data, (size_t)(nx_max * rows) * 4) == 0, "%s %s: batch product differs from fp32's",
+                  tables[ti]->name, dtype_name(t));
+            for (int64_t n = 1; n < nx_max; n++)
+                for (int64_t r0 = 0; r0 + n <= nx_max; r0 += n) {
+                    struct tensor xr = tensor_rows(&xt, r0, n), or = tensor_rows(&o3, 0, n);
+                    be->ops->matmul(be, &or, &xr, &wqt);
+                    CHECK(memcmp(o3.data, (float *)o1.data + r0 * rows, (size_t)(n * rows) * 4) == 0,
+                          "%s %s: tokens %lld..%lld differ from their rows in the batch", tables[ti]->name,
+                          dtype_name(t), (long long)r0, (long long)(r0 + n - 1));
+                }
+            be->ops->release(be, &xt);
+            be->ops->release(be, &o1);
+            be->ops->release(be, &o2);
+            be->ops->release(be, &o3);
+            be->ops->release(be, &wqt);
+            be->ops->release(be, &wft);
+            be->ops->free(be);
+            free(f);
+            free(xs);
+            free(wq);
+        }
     }
 }

@@ -111,14 +111,21 @@ struct mm_job {
 };
 
 /* out's columns [j0, j1) = x . w's rows [j0, j1)^T, the tokens in tiles.
- * Block-type rows are dequantised DQ_ROWS at a time into dq (the worker's
- * buffer) and multiplied as fp32 rows: each stored byte is read once per
- * product, and a row's sum is the one matmul_f32 makes in any tiling. */
+ * Block-type rows: up to KERN_MAX_NX tokens (decoding) go to the kern's
+ * matmul_q, which dequantises each chunk in registers for every token at
+ * once; a larger batch has the rows dequantised DQ_ROWS at a time into dq
+ * (the worker's buffer) and multiplied as fp32 rows, so that each is
+ * dequantised once for all its token tiles. Both give the sums matmul_f32
+ * makes over the dequantised rows, so a token's row has the same bits
+ * alone and in any batch. */
 static void mm_rows(const struct kern *k, struct tensor *out, const struct tensor *x, const struct tensor *w, int64_t j0,
                     int64_t j1, float *dq)
 {
     if (dtype_is_block(w->type)) {
         const int64_t n = w->n_cols;
+        if (x->n_rows <= KERN_MAX_NX && k->matmul_q(w->type, f32_row(x, 0), x->row_stride, (int32_t)x->n_rows, w->data,
+                                                    w->row_stride, n, f32_row(out, 0), out->row_stride, j0, j1))
+            return;
         for (int64_t jg = j0; jg < j1; jg += DQ_ROWS) {
             const int64_t nr = j1 - jg < DQ_ROWS ? j1 - jg : DQ_ROWS;
             for (int64_t r = 0; r < nr; r++)

@@ -28,6 +28,12 @@ struct kern {
      * that a product over dequantised rows has the same bits in every table's
      * tiling (n a multiple of the block) */
     void (*dequant)(enum dtype t, const void *src, int64_t n, float *dst);
+    /* matmul over weights of block type t (w_stride in elements, k a whole
+     * number of blocks), bitwise dequant of each row then matmul_f32, the
+     * dequantised values made in registers as they are used; returns 0,
+     * doing nothing, for a type the table has no such kernel for */
+    int (*matmul_q)(enum dtype t, const float *x, int64_t x_stride, int32_t n_x, const void *w, int64_t w_stride,
+                    int64_t k, float *out, int64_t out_stride, int64_t j0, int64_t j1);
     float (*dot)(const float *a, const float *b, int64_t n);
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a*x */
     void (*scale)(float *y, float a, int64_t n);                /* y *= a */

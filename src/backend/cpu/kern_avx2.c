@@ -20,8 +20,19 @@
 #define V_LOAD_BF16(p)                                                                                       \
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #define V_LOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-#define V_LOAD_I8(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
-#define V_LOAD_U8(p) _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
+#define VI __m256i
+#define VI_I8(p) _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
+#define VI_U8(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
+#define VI_AND(a, m) _mm256_and_si256(a, _mm256_set1_epi32(m))
+#define VI_OR(a, b) _mm256_or_si256(a, b)
+#define VI_SUB(a, n) _mm256_sub_epi32(a, _mm256_set1_epi32(n))
+#define VI_SRL(a, n) _mm256_srli_epi32(a, n)
+#define VI_BIT(u, b)                                                                                         \
+    _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)(u)),                        \
+                                                         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),         \
+                                       _mm256_set1_epi32(1)),                                                \
+                      b)
+#define V_CVT(a) _mm256_cvtepi32_ps(a)
 #define KERN_JR 2
 #define KERN_NAME "avx2"
 #define KERN_TABLE kern_avx2

@@ -22,8 +22,16 @@
 #define V_LOAD_BF16(p)                                                                                       \
     _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
 #define V_LOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
-#define V_LOAD_I8(p) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p))))
-#define V_LOAD_U8(p) _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p))))
+#define VI __m512i
+#define VI_I8(p) _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p)))
+#define VI_U8(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)))
+#define VI_AND(a, m) _mm512_and_si512(a, _mm512_set1_epi32(m))
+#define VI_OR(a, b) _mm512_or_si512(a, b)
+#define VI_SUB(a, n) _mm512_sub_epi32(a, _mm512_set1_epi32(n))
+#define VI_SRL(a, n) _mm512_srli_epi32(a, n)
+#define VI_BIT(u, b) _mm512_maskz_mov_epi32((__mmask16)(u), _mm512_set1_epi32(1 << (b)))
+#define V_CVT(a) _mm512_cvtepi32_ps(a)
+#define V_LUT16(a, tab) _mm512_permutexvar_ps(a, tab)
 #define KERN_JR 4
 #define KERN_NAME "avx512"
 #define KERN_TABLE kern_avx512

@@ -4,6 +4,7 @@
 #include "kern.h"
 
 #include "../../base/dtype.h"
+#include "../../quant/blocks.h"
 #include "../../quant/quant.h"
 
 #include <cpuid.h>
@@ -29,6 +30,27 @@
 REF_MATMUL(ref_matmul_bf16, uint16_t, bf16_to_f32)
 REF_MATMUL(ref_matmul_f16, uint16_t, f16_to_f32)
 REF_MATMUL(ref_matmul_f32, float, CVT_NONE)
+
+/* Each row's blocks dequantised in turn, the sum carried on in element
+ * order: ref_matmul_f32 over the dequantised rows. */
+static int ref_matmul_q(enum dtype t, const float *x, int64_t x_stride, int32_t n_x, const void *w, int64_t w_stride,
+                        int64_t k, float *out, int64_t out_stride, int64_t j0, int64_t j1)
+{
+    const int64_t blk = dtype_block(t);
+    float y[QK_K];
+    for (int32_t i = 0; i < n_x; i++)
+        for (int64_t j = j0; j < j1; j++) {
+            const char *row = (const char *)w + dtype_bytes(t, j * w_stride);
+            float s = 0;
+            for (int64_t c = 0; c < k; c += blk) {
+                quant_dequant(t, row + dtype_bytes(t, c), blk, y);
+                for (int64_t e = 0; e < blk; e++)
+                    s += x[i * x_stride + c + e] * y[e];
+            }
+            out[i * out_stride + j] = s;
+        }
+    return 1;
+}
 
 static float ref_dot(const float *a, const float *b, int64_t n)
 {
@@ -121,7 +143,7 @@ static void ref_axpy_rows_bf16(float *const *y, int32_t nq, const float *a, int3
 }
 
 const struct kern kern_ref = {
-    "ref",     ref_matmul_bf16, ref_matmul_f16, ref_matmul_f32, quant_dequant,   ref_dot,         ref_axpy,
+    "ref",     ref_matmul_bf16, ref_matmul_f16, ref_matmul_f32, quant_dequant,   ref_matmul_q,    ref_dot,  ref_axpy,
     ref_scale, ref_sumsq,       ref_scores,     ref_exp_sum,    ref_axpy_rows,   ref_scores_bf16,
     ref_axpy_rows_bf16,
 };

@@ -5,11 +5,17 @@
  *   V_MAX(a,b) V_ROUND(v) (to nearest, ties even) V_POW2(k) (2^k of integral k in [-126, 127])
  *   V_HSUM(v)         sum of lanes
  *   V_LOAD_BF16(p) V_LOAD_F16(p)   VW stored weights widened to fp32
- *   V_LOAD_I8(p) V_LOAD_U8(p)      VW int8 / uint8 widened to fp32
+ *   VI                vector of VW int32 lanes
+ *   VI_I8(p) VI_U8(p) VW int8 / uint8 at p widened to int32
+ *   VI_AND(a,m) VI_SUB(a,n) (m, n int constants) VI_OR(a,b) VI_SRL(a,n) (logical shift)
+ *   VI_BIT(u,b)       lane i: bit i of u moved to bit b
+ *   V_CVT(a)          int32 lanes to fp32
+ *   V_LUT16(a,t)      optional: lane i of t (16 fp32) chosen by the low 4 bits of a's lane
  *   KERN_JR           weight rows per matmul micro-tile
  *   KERN_NAME         the table's name, KERN_TABLE its symbol, KFN(x) a name prefix
- * Sums are reordered relative to kern_ref (lane-wise partial sums), which the
- * tests bound by fp32 rounding error. */
+ * The block-type code also uses AVX2 intrinsics itself on 32-byte runs of
+ * codes, which both tables have. Sums are reordered relative to kern_ref
+ * (lane-wise partial sums), which the tests bound by fp32 rounding error. */
 #include "kern.h"
 
 #include "../../quant/blocks.h"
@@ -86,132 +92,401 @@ KERN_TILE(bf16, uint16_t, V_LOAD_BF16)
 KERN_TILE(f16, uint16_t, V_LOAD_F16)
 KERN_TILE(f32, float, V_LOAD_W_F32)
 
-/* ---- block types to fp32: quant_dequant's arithmetic, the codes unpacked
- * to bytes first (loops the compiler vectorises), then scaled VW at a time ---- */
+/* ---- block types: quant_dequant's arithmetic a VW-wide chunk at a time ----
+ *
+ * Each type has a prep, run once per block (its d and group scales to fp32:
+ * p[]), and a slice, the block's 32 elements [32s, 32s + 32) as 32/VW
+ * vectors: the codes (unpacked as bytes with AVX2, which both tables have,
+ * or as int32 lanes), converted, then the reference's float operations
+ * (q * d, dl * q - ml, ...), exact in the conversions and rounded once per
+ * multiply or subtract as quant.c's are. Where V_LUT16 exists, a 4-bit
+ * code's value comes from a table of the group's 16 values, each made by
+ * those same operations. dequant stores the slices; the fused products below
+ * multiply them into the accumulators at once, so both see the same bits. */
 
-/* y[0..n) = (dl * q[i]) - ml, n a multiple of VW: each element as the reference computes it */
-KERN_INLINE void KFN(dq_u8)(float *y, const uint8_t *q, int n, float dl, float ml)
+static const uint8_t KFN(iota)[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+/* The low (elements 0-15) or high (16-31) nibbles of the 16 bytes at q, elements [e, e + VW). */
+KERN_INLINE VI KFN(nib)(const uint8_t *q, int e)
 {
-    const VF d = V_SET1(dl), m = V_SET1(ml);
-    for (int c = 0; c < n; c += VW)
-        V_STORE(y + c, V_SUB(V_MUL(d, V_LOAD_U8(q + c)), m));
+    return e < 16 ? VI_AND(VI_U8(q + e), 15) : VI_SRL(VI_U8(q + e - 16), 4);
 }
 
-/* y[0..n) = dl * q[i], q signed */
-KERN_INLINE void KFN(dq_i8)(float *y, const int8_t *q, int n, float dl)
+#ifdef V_LUT16
+/* tab[q] of the nibbles of the 16 bytes at q, ordered as nib's; the
+ * permute reads only an index's low four bits, so a low nibble needs no mask */
+KERN_INLINE void KFN(lut_nib)(const uint8_t *q, VF tab, VF *y)
 {
-    const VF d = V_SET1(dl);
-    for (int c = 0; c < n; c += VW)
-        V_STORE(y + c, V_MUL(d, V_LOAD_I8(q + c)));
-}
-
-static void KFN(dq_q8_0)(const void *v, float *y)
-{
-    const struct block_q8_0 *b = v;
-    KFN(dq_i8)(y, b->qs, QK, f16_to_f32(b->d));
-}
-
-static void KFN(dq_q4_0)(const void *v, float *y)
-{
-    const struct block_q4_0 *b = v;
-    int8_t q[QK];
-    for (int j = 0; j < QK / 2; j++) {
-        q[j] = (int8_t)((b->qs[j] & 15) - 8);
-        q[j + QK / 2] = (int8_t)((b->qs[j] >> 4) - 8);
+    for (int e = 0; e < 32; e += VW) {
+        const VI u = VI_U8(q + e % 16);
+        y[e / VW] = V_LUT16(e < 16 ? u : VI_SRL(u, 4), tab);
     }
-    KFN(dq_i8)(y, q, QK, f16_to_f32(b->d));
+}
+#endif
+
+/* dl * kvalues_iq4nl[q] of the nibbles of the 16 bytes at q, ordered as nib's */
+KERN_INLINE void KFN(iq4)(const uint8_t *q, float dl, VF *y)
+{
+#ifdef V_LUT16
+    KFN(lut_nib)(q, V_MUL(V_SET1(dl), V_CVT(VI_I8(kvalues_iq4nl))), y);
+#else
+    const __m128i b = _mm_loadu_si128((const __m128i *)q), m = _mm_set1_epi8(15);
+    const __m128i kv = _mm_loadu_si128((const __m128i *)kvalues_iq4nl);
+    int8_t c[32];
+    _mm_storeu_si128((__m128i *)c, _mm_shuffle_epi8(kv, _mm_and_si128(b, m)));
+    _mm_storeu_si128((__m128i *)(c + 16), _mm_shuffle_epi8(kv, _mm_and_si128(_mm_srli_epi16(b, 4), m)));
+    for (int e = 0; e < 32; e += VW)
+        y[e / VW] = V_MUL(V_SET1(dl), V_CVT(VI_I8(c + e)));
+#endif
 }
 
-static void KFN(dq_q4_k)(const void *v, float *y)
+/* bytes a << n for n >= 0, a >> -n otherwise, through 16-bit lanes: only the
+ * bits that stay within their byte are meant to be kept by the caller's mask */
+KERN_INLINE __m256i KFN(bshift)(__m256i a, int n)
+{
+    return n >= 0 ? _mm256_slli_epi16(a, n) : _mm256_srli_epi16(a, -n);
+}
+
+static uint32_t KFN(u32)(const uint8_t *p)
+{
+    uint32_t u;
+    memcpy(&u, p, 4);
+    return u;
+}
+
+#define QSLICE for (int e = 0; e < 32; e += VW)
+
+static void KFN(qp_q8_0)(const void *v, float *p) { p[0] = f16_to_f32(((const struct block_q8_0 *)v)->d); }
+KERN_INLINE void KFN(qs_q8_0)(const void *v, const float *p, int s, VF *y)
+{
+    (void)s;
+    const struct block_q8_0 *b = v;
+    QSLICE y[e / VW] = V_MUL(V_SET1(p[0]), V_CVT(VI_I8(b->qs + e)));
+}
+
+static void KFN(qp_q4_0)(const void *v, float *p) { p[0] = f16_to_f32(((const struct block_q4_0 *)v)->d); }
+KERN_INLINE void KFN(qs_q4_0)(const void *v, const float *p, int s, VF *y)
+{
+    (void)s;
+    const struct block_q4_0 *b = v;
+#ifdef V_LUT16
+    KFN(lut_nib)(b->qs, V_MUL(V_CVT(VI_SUB(VI_U8(KFN(iota)), 8)), V_SET1(p[0])), y);
+#else
+    QSLICE y[e / VW] = V_MUL(V_CVT(VI_SUB(KFN(nib)(b->qs, e), 8)), V_SET1(p[0]));
+#endif
+}
+
+static void KFN(qp_q4_1)(const void *v, float *p)
+{
+    const struct block_q4_1 *b = v;
+    p[0] = f16_to_f32(b->d);
+    p[1] = f16_to_f32(b->m);
+}
+KERN_INLINE void KFN(qs_q4_1)(const void *v, const float *p, int s, VF *y)
+{
+    (void)s;
+    const struct block_q4_1 *b = v;
+#ifdef V_LUT16
+    KFN(lut_nib)(b->qs, V_ADD(V_MUL(V_CVT(VI_U8(KFN(iota))), V_SET1(p[0])), V_SET1(p[1])), y);
+#else
+    QSLICE y[e / VW] = V_ADD(V_MUL(V_CVT(KFN(nib)(b->qs, e)), V_SET1(p[0])), V_SET1(p[1]));
+#endif
+}
+
+/* Q5_0 / Q5_1: element e's fifth bit is bit e of qh */
+static void KFN(qp_q5_0)(const void *v, float *p) { p[0] = f16_to_f32(((const struct block_q5_0 *)v)->d); }
+KERN_INLINE void KFN(qs_q5_0)(const void *v, const float *p, int s, VF *y)
+{
+    (void)s;
+    const struct block_q5_0 *b = v;
+    const uint32_t qh = KFN(u32)(b->qh);
+    QSLICE y[e / VW] = V_MUL(V_CVT(VI_SUB(VI_OR(KFN(nib)(b->qs, e), VI_BIT(qh >> e, 4)), 16)), V_SET1(p[0]));
+}
+
+static void KFN(qp_q5_1)(const void *v, float *p)
+{
+    const struct block_q5_1 *b = v;
+    p[0] = f16_to_f32(b->d);
+    p[1] = f16_to_f32(b->m);
+}
+KERN_INLINE void KFN(qs_q5_1)(const void *v, const float *p, int s, VF *y)
+{
+    (void)s;
+    const struct block_q5_1 *b = v;
+    const uint32_t qh = KFN(u32)(b->qh);
+    QSLICE y[e / VW] = V_ADD(V_MUL(V_CVT(VI_OR(KFN(nib)(b->qs, e), VI_BIT(qh >> e, 4))), V_SET1(p[0])), V_SET1(p[1]));
+}
+
+static void KFN(qp_iq4_nl)(const void *v, float *p) { p[0] = f16_to_f32(((const struct block_iq4_nl *)v)->d); }
+KERN_INLINE void KFN(qs_iq4_nl)(const void *v, const float *p, int s, VF *y)
+{
+    (void)s;
+    KFN(iq4)(((const struct block_iq4_nl *)v)->qs, p[0], y);
+}
+
+/* K-quants with 16 groups of 16: slice s = 4c + j is groups 2s and 2s + 1,
+ * its 2-bit codes at bit 2j of the 32 bytes of half c */
+static void KFN(qp_q2_k)(const void *v, float *p)
+{
+    const struct block_q2_k *b = v;
+    const VF d = V_SET1(f16_to_f32(b->d)), dmin = V_SET1(f16_to_f32(b->dmin));
+    for (int g = 0; g < 16; g += VW) {
+        const VI sc = VI_U8(b->scales + g);
+        V_STORE(p + g, V_MUL(d, V_CVT(VI_AND(sc, 15))));
+        V_STORE(p + 16 + g, V_MUL(dmin, V_CVT(VI_SRL(sc, 4))));
+    }
+}
+KERN_INLINE void KFN(qs_q2_k)(const void *v, const float *p, int s, VF *y)
+{
+    const struct block_q2_k *b = v;
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * (s / 4)));
+    uint8_t c[32];
+    _mm256_storeu_si256((__m256i *)c, _mm256_and_si256(_mm256_srli_epi16(q, 2 * (s % 4)), _mm256_set1_epi8(3)));
+    QSLICE y[e / VW] = V_SUB(V_MUL(V_SET1(p[2 * s + e / 16]), V_CVT(VI_U8(c + e))), V_SET1(p[16 + 2 * s + e / 16]));
+}
+
+static void KFN(qp_q3_k)(const void *v, float *p)
+{
+    const struct block_q3_k *b = v;
+    /* block_q3_k_scale for the 16 groups, four a word */
+    uint32_t a[3], u[4];
+    memcpy(a, b->scales, 12);
+    u[0] = (a[0] & 0x0f0f0f0f) | (a[2] & 0x03030303) << 4;
+    u[1] = (a[1] & 0x0f0f0f0f) | (a[2] >> 2 & 0x03030303) << 4;
+    u[2] = (a[0] >> 4 & 0x0f0f0f0f) | (a[2] >> 4 & 0x03030303) << 4;
+    u[3] = (a[1] >> 4 & 0x0f0f0f0f) | (a[2] >> 6 & 0x03030303) << 4;
+    uint8_t sc[16];
+    memcpy(sc, u, 16);
+    const VF d = V_SET1(f16_to_f32(b->d));
+    for (int g = 0; g < 16; g += VW)
+        V_STORE(p + g, V_MUL(d, V_CVT(VI_SUB(VI_U8(sc + g), 32))));
+}
+KERN_INLINE void KFN(qs_q3_k)(const void *v, const float *p, int s, VF *y)
+{
+    const struct block_q3_k *b = v;
+    const int c = s / 4, j = s % 4;
+    /* q - (h ? 0 : 4) as (q | h << 2) - 4 */
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
+    const __m256i h = _mm256_loadu_si256((const __m256i *)b->hmask);
+    const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), _mm256_set1_epi8(3));
+    const __m256i hi = _mm256_and_si256(KFN(bshift)(h, 2 - (4 * c + j)), _mm256_set1_epi8(4));
+    int8_t cb[32];
+    _mm256_storeu_si256((__m256i *)cb, _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(4)));
+    QSLICE y[e / VW] = V_MUL(V_SET1(p[2 * s + e / 16]), V_CVT(VI_I8(cb + e)));
+}
+
+/* Q4_K / Q5_K: 8 groups of 32, group g the low (g even) or high nibbles of
+ * bytes 32(g/2) .. +32. dl = d * sc and ml = dmin * m of the 8 groups,
+ * block_k4_scale_min's unpacking done four groups a word. */
+KERN_INLINE void KFN(qp_k4)(const uint8_t *sc12, uint16_t d, uint16_t dmin, float *p)
+{
+    uint32_t u[3], s[2], m[2];
+    memcpy(u, sc12, 12);
+    s[0] = u[0] & 0x3f3f3f3f;
+    s[1] = (u[2] & 0x0f0f0f0f) | (u[0] >> 6 & 0x03030303) << 4;
+    m[0] = u[1] & 0x3f3f3f3f;
+    m[1] = (u[2] >> 4 & 0x0f0f0f0f) | (u[1] >> 6 & 0x03030303) << 4;
+    const __m256 sv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)s)));
+    const __m256 mv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)m)));
+    _mm256_storeu_ps(p, _mm256_mul_ps(_mm256_set1_ps(f16_to_f32(d)), sv));
+    _mm256_storeu_ps(p + 8, _mm256_mul_ps(_mm256_set1_ps(f16_to_f32(dmin)), mv));
+}
+
+static void KFN(qp_q4_k)(const void *v, float *p)
 {
     const struct block_q4_k *b = v;
-    const float d = f16_to_f32(b->d), dmin = f16_to_f32(b->dmin);
-    for (int g = 0; g < 8; g += 2) {
-        uint8_t lo[32], hi[32];
-        const uint8_t *q = b->qs + 16 * g;
-        for (int l = 0; l < 32; l++) {
-            lo[l] = q[l] & 15;
-            hi[l] = q[l] >> 4;
-        }
-        int sc, m;
-        block_k4_scale_min(b->scales, g, &sc, &m);
-        KFN(dq_u8)(y + 32 * g, lo, 32, d * (float)sc, dmin * (float)m);
-        block_k4_scale_min(b->scales, g + 1, &sc, &m);
-        KFN(dq_u8)(y + 32 * g + 32, hi, 32, d * (float)sc, dmin * (float)m);
+    KFN(qp_k4)(b->scales, b->d, b->dmin, p);
+}
+KERN_INLINE void KFN(qs_q4_k)(const void *v, const float *p, int s, VF *y)
+{
+    const uint8_t *q = ((const struct block_q4_k *)v)->qs + 32 * (s / 2);
+#ifdef V_LUT16
+    const VF tab = V_SUB(V_MUL(V_SET1(p[s]), V_CVT(VI_U8(KFN(iota)))), V_SET1(p[8 + s]));
+    QSLICE
+    {
+        const VI u = VI_U8(q + e);
+        y[e / VW] = V_LUT16(s % 2 ? VI_SRL(u, 4) : u, tab);
     }
+#else
+    QSLICE
+    {
+        const VI u = VI_U8(q + e);
+        y[e / VW] = V_SUB(V_MUL(V_SET1(p[s]), V_CVT(s % 2 ? VI_SRL(u, 4) : VI_AND(u, 15))), V_SET1(p[8 + s]));
+    }
+#endif
 }
 
-static void KFN(dq_q5_k)(const void *v, float *y)
+static void KFN(qp_q5_k)(const void *v, float *p)
 {
     const struct block_q5_k *b = v;
-    const float d = f16_to_f32(b->d), dmin = f16_to_f32(b->dmin);
-    for (int g = 0; g < 8; g += 2) {
-        uint8_t lo[32], hi[32];
-        const uint8_t *q = b->qs + 16 * g;
-        for (int l = 0; l < 32; l++) {
-            lo[l] = (uint8_t)((q[l] & 15) | ((b->qh[l] >> g) & 1) << 4);
-            hi[l] = (uint8_t)((q[l] >> 4) | ((b->qh[l] >> (g + 1)) & 1) << 4);
-        }
-        int sc, m;
-        block_k4_scale_min(b->scales, g, &sc, &m);
-        KFN(dq_u8)(y + 32 * g, lo, 32, d * (float)sc, dmin * (float)m);
-        block_k4_scale_min(b->scales, g + 1, &sc, &m);
-        KFN(dq_u8)(y + 32 * g + 32, hi, 32, d * (float)sc, dmin * (float)m);
-    }
+    KFN(qp_k4)(b->scales, b->d, b->dmin, p);
+}
+KERN_INLINE void KFN(qs_q5_k)(const void *v, const float *p, int s, VF *y)
+{
+    const struct block_q5_k *b = v;
+    /* the fifth bit, bit s of qh, moved to bit 4 */
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * (s / 2)));
+    const __m256i h = _mm256_loadu_si256((const __m256i *)b->qh);
+    const __m256i lo = _mm256_and_si256(s % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(15));
+    uint8_t c[32];
+    const __m256i hi = _mm256_and_si256(KFN(bshift)(h, 4 - s), _mm256_set1_epi8(16));
+    _mm256_storeu_si256((__m256i *)c, _mm256_or_si256(lo, hi));
+    QSLICE y[e / VW] = V_SUB(V_MUL(V_SET1(p[s]), V_CVT(VI_U8(c + e))), V_SET1(p[8 + s]));
 }
 
-static void KFN(dq_q6_k)(const void *v, float *y)
+static void KFN(qp_q6_k)(const void *v, float *p)
 {
     const struct block_q6_k *b = v;
-    const float d = f16_to_f32(b->d);
-    for (int c = 0; c < 2; c++) {
-        int8_t q[128];
-        const uint8_t *ql = b->ql + 64 * c, *qh = b->qh + 32 * c;
-        for (int l = 0; l < 32; l++) {
-            q[l] = (int8_t)(((ql[l] & 15) | (qh[l] & 3) << 4) - 32);
-            q[l + 32] = (int8_t)(((ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4) - 32);
-            q[l + 64] = (int8_t)(((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32);
-            q[l + 96] = (int8_t)(((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32);
-        }
-        for (int g = 0; g < 8; g++)
-            KFN(dq_i8)(y + 128 * c + 16 * g, q + 16 * g, 16, d * (float)b->scales[8 * c + g]);
-    }
+    const VF d = V_SET1(f16_to_f32(b->d));
+    for (int g = 0; g < 16; g += VW)
+        V_STORE(p + g, V_MUL(d, V_CVT(VI_I8(b->scales + g))));
+}
+/* slice s = 4c + k: the low (k < 2) or high nibbles of ql's 32 bytes at
+ * 64c + 32(k & 1), bits 2k, 2k + 1 of qh's 32 bytes at 32c as bits 4, 5 */
+KERN_INLINE void KFN(qs_q6_k)(const void *v, const float *p, int s, VF *y)
+{
+    const struct block_q6_k *b = v;
+    const int c = s / 4, k = s % 4;
+    const __m256i l = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * c + 32 * (k & 1)));
+    const __m256i h = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * c));
+    const __m256i lo = _mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), _mm256_set1_epi8(15));
+    const __m256i hi = _mm256_and_si256(KFN(bshift)(h, 4 - 2 * k), _mm256_set1_epi8(0x30));
+    int8_t cb[32];
+    _mm256_storeu_si256((__m256i *)cb, _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32)));
+    QSLICE y[e / VW] = V_MUL(V_SET1(p[2 * s + e / 16]), V_CVT(VI_I8(cb + e)));
 }
 
-static void KFN(dq_iq4_xs)(const void *v, float *y)
+static void KFN(qp_iq4_xs)(const void *v, float *p)
 {
     const struct block_iq4_xs *b = v;
     const float d = f16_to_f32(b->d);
     for (int g = 0; g < 8; g++) {
-        int8_t q[32];
-        const uint8_t *p = b->qs + 16 * g;
-        for (int j = 0; j < 16; j++) {
-            q[j] = kvalues_iq4nl[p[j] & 15];
-            q[j + 16] = kvalues_iq4nl[p[j] >> 4];
-        }
         const int ls = ((b->scales_l[g / 2] >> (4 * (g % 2))) & 15) | ((b->scales_h >> (2 * g)) & 3) << 4;
-        KFN(dq_i8)(y + 32 * g, q, 32, d * (float)(ls - 32));
+        p[g] = d * (float)(ls - 32);
     }
 }
+KERN_INLINE void KFN(qs_iq4_xs)(const void *v, const float *p, int s, VF *y)
+{
+    KFN(iq4)(((const struct block_iq4_xs *)v)->qs + 16 * s, p[s], y);
+}
+
+/* A type's dequant of one block, and its fused product: per weight row and
+ * block the prep, then each slice's vectors multiplied into every token's
+ * accumulator in element order, as matmul_f32's tile does over the
+ * dequantised row (the same chunks, one accumulator per (token, row), then
+ * V_HSUM; a row is a whole number of blocks, a multiple of VW, so there is
+ * no scalar tail). The slices of KERN_JR rows are interleaved so that their
+ * multiply-add chains overlap; JR rows read side by side are JR streams,
+ * which the hardware prefetchers follow poorly, so the tile asks the L2 for
+ * the blocks two tiles ahead as it reads its own (by address arithmetic on
+ * integers: past the last tiles they lie outside the weights). */
+#define KERN_QTYPE(T, BLK, NEL)                                                                          \
+    static void KFN(dq_##T)(const void *b, float *y)                                                     \
+    {                                                                                                    \
+        float p[32];                                                                                     \
+        KFN(qp_##T)(b, p);                                                                               \
+        KERN_UNROLL for (int s = 0; s < (NEL) / 32; s++)                                                 \
+        {                                                                                                \
+            VF v[32 / VW];                                                                               \
+            KFN(qs_##T)(b, p, s, v);                                                                     \
+            KERN_UNROLL for (int i = 0; i < 32 / VW; i++) V_STORE(y + 32 * s + i * VW, v[i]);            \
+        }                                                                                                \
+    }                                                                                                    \
+    KERN_INLINE void KFN(qtile_##T)(const float *x, int64_t xs, const int NT, const uint8_t *w, int64_t wsb, \
+                                    int64_t k, float *out, int64_t os, const int JR)                     \
+    {                                                                                                    \
+        VF acc[KERN_MAX_NX][KERN_JR];                                                                    \
+        KERN_UNROLL for (int t = 0; t < NT; t++) KERN_UNROLL for (int r = 0; r < JR; r++) acc[t][r] = V_ZERO(); \
+        for (int64_t c = 0; c < k; c += (NEL)) {                                                         \
+            const uint8_t *wb = w + c / (NEL) * (int64_t)sizeof(BLK);                                    \
+            float p[KERN_JR][32];                                                                        \
+            KERN_UNROLL for (int r = 0; r < JR; r++) {                                                   \
+                KFN(qp_##T)(wb + r * wsb, p[r]);                                                         \
+                KERN_UNROLL for (int o = 0; o < (int)sizeof(BLK); o += 64)                               \
+                    __builtin_prefetch((const void *)((uintptr_t)wb + (uintptr_t)((2 * JR + r) * wsb + o)),  \
+                                       0, 2);                                                            \
+            }                                                                                            \
+            KERN_UNROLL for (int s = 0; s < (NEL) / 32; s++)                                             \
+                KERN_UNROLL for (int r = 0; r < JR; r++)                                                 \
+                {                                                                                        \
+                    VF v[32 / VW];                                                                       \
+                    KFN(qs_##T)(wb + r * wsb, p[r], s, v);                                               \
+                    KERN_UNROLL for (int i = 0; i < 32 / VW; i++)                                        \
+                        KERN_UNROLL for (int t = 0; t < NT; t++)                                         \
+                            acc[t][r] = V_FMA(V_LOAD(x + t * xs + c + 32 * s + i * VW), v[i], acc[t][r]); \
+                }                                                                                        \
+        }                                                                                                \
+        KERN_UNROLL for (int t = 0; t < NT; t++) KERN_UNROLL for (int r = 0; r < JR; r++)                \
+            out[t * os + r] = V_HSUM(acc[t][r]);                                                         \
+    }                                                                                                    \
+    KERN_INLINE void KFN(qrows_##T)(const float *x, int64_t xs, const int NT, const uint8_t *w, int64_t wsb, \
+                                    int64_t k, float *out, int64_t os, int64_t j0, int64_t j1)           \
+    {                                                                                                    \
+        int64_t j = j0;                                                                                  \
+        /* the first two tiles, which no tile before them asked for */                                  \
+        for (int64_t o = 0; o < 2 * KERN_JR * wsb && o < (j1 - j0) * wsb; o += 64)                        \
+            __builtin_prefetch(w + j0 * wsb + o, 0, 2);                                                  \
+        for (; j + KERN_JR <= j1; j += KERN_JR)                                                          \
+            KFN(qtile_##T)(x, xs, NT, w + j * wsb, wsb, k, out + j, os, KERN_JR);                        \
+        for (; j < j1; j++)                                                                              \
+            KFN(qtile_##T)(x, xs, NT, w + j * wsb, wsb, k, out + j, os, 1);                              \
+    }                                                                                                    \
+    static void KFN(qmm_##T)(const float *x, int64_t xs, int32_t n_x, const uint8_t *w, int64_t wsb,     \
+                             int64_t k, float *out, int64_t os, int64_t j0, int64_t j1)                  \
+    {                                                                                                    \
+        switch (n_x) {                                                                                   \
+        case 1: KFN(qrows_##T)(x, xs, 1, w, wsb, k, out, os, j0, j1); break;                            \
+        case 2: KFN(qrows_##T)(x, xs, 2, w, wsb, k, out, os, j0, j1); break;                            \
+        case 3: KFN(qrows_##T)(x, xs, 3, w, wsb, k, out, os, j0, j1); break;                            \
+        default: KFN(qrows_##T)(x, xs, 4, w, wsb, k, out, os, j0, j1); break;                           \
+        }                                                                                                \
+    }
+
+KERN_QTYPE(q8_0, struct block_q8_0, QK)
+KERN_QTYPE(q4_0, struct block_q4_0, QK)
+KERN_QTYPE(q4_1, struct block_q4_1, QK)
+KERN_QTYPE(q5_0, struct block_q5_0, QK)
+KERN_QTYPE(q5_1, struct block_q5_1, QK)
+KERN_QTYPE(iq4_nl, struct block_iq4_nl, QK)
+KERN_QTYPE(q2_k, struct block_q2_k, QK_K)
+KERN_QTYPE(q3_k, struct block_q3_k, QK_K)
+KERN_QTYPE(q4_k, struct block_q4_k, QK_K)
+KERN_QTYPE(q5_k, struct block_q5_k, QK_K)
+KERN_QTYPE(q6_k, struct block_q6_k, QK_K)
+KERN_QTYPE(iq4_xs, struct block_iq4_xs, QK_K)
+
+#define KERN_QTYPES(X)                                                                                   \
+    X(DT_Q8_0, q8_0) X(DT_Q4_0, q4_0) X(DT_Q4_1, q4_1) X(DT_Q5_0, q5_0) X(DT_Q5_1, q5_1)                   \
+    X(DT_IQ4_NL, iq4_nl) X(DT_Q2_K, q2_k) X(DT_Q3_K, q3_k) X(DT_Q4_K, q4_k) X(DT_Q5_K, q5_k)               \
+    X(DT_Q6_K, q6_k) X(DT_IQ4_XS, iq4_xs)
 
 static void KFN(dequant)(enum dtype t, const void *src, int64_t n, float *dst)
 {
     const uint8_t *p = src;
     const int64_t blk = dtype_block(t);
     const size_t bb = dtype_block_bytes(t);
-    void (*fn)(const void *, float *) = t == DT_Q8_0    ? KFN(dq_q8_0)
-                                        : t == DT_Q4_0   ? KFN(dq_q4_0)
-                                        : t == DT_Q4_K   ? KFN(dq_q4_k)
-                                        : t == DT_Q5_K   ? KFN(dq_q5_k)
-                                        : t == DT_Q6_K   ? KFN(dq_q6_k)
-                                        : t == DT_IQ4_XS ? KFN(dq_iq4_xs)
-                                                         : NULL;
-    if (!fn) {
-        quant_dequant(t, src, n, dst);
-        return;
+    void (*fn)(const void *, float *) = NULL;
+#define KERN_QDQ(DT, T)                                                                                  \
+    case DT: fn = KFN(dq_##T); break;
+    switch (t) {
+        KERN_QTYPES(KERN_QDQ)
+    default: quant_dequant(t, src, n, dst); return;
     }
+#undef KERN_QDQ
     for (int64_t i = 0; i < n / blk; i++)
         fn(p + (size_t)i * bb, dst + i * blk);
+}
+
+static int KFN(matmul_q)(enum dtype t, const float *x, int64_t xs, int32_t n_x, const void *w, int64_t ws, int64_t k,
+                         float *out, int64_t os, int64_t j0, int64_t j1)
+{
+#define KERN_QMM(DT, T)                                                                                  \
+    case DT: KFN(qmm_##T)(x, xs, n_x, w, (int64_t)dtype_bytes(t, ws), k, out, os, j0, j1); return 1;
+    switch (t) {
+        KERN_QTYPES(KERN_QMM)
+    default: return 0;
+    }
+#undef KERN_QMM
 }
 
 static void KFN(scale)(float *y, float a, int64_t n)
@@ -393,7 +668,7 @@ KERN_ATT(bf16, uint16_t, V_LOAD_BF16)
 static void KFN(axpy)(float *y, float a, const float *x, int64_t n) { KFN(axpy_rows_f32)(&y, 1, &a, 1, &x, 1, n); }
 
 const struct kern KERN_TABLE = {
-    KERN_NAME,       KFN(matmul_bf16),    KFN(matmul_f16), KFN(matmul_f32), KFN(dequant), KFN(dot),
+    KERN_NAME,       KFN(matmul_bf16),    KFN(matmul_f16), KFN(matmul_f32), KFN(dequant), KFN(matmul_q), KFN(dot),
     KFN(axpy),       KFN(scale),          KFN(sumsq),      KFN(scores_f32), KFN(exp_sum),
     KFN(axpy_rows_f32), KFN(scores_bf16), KFN(axpy_rows_bf16),
 };
