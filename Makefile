@@ -72,8 +72,15 @@ build/tsan/%.o: %.c
 build/kapitsa: $(OBJ) $(CU_OBJ) $(CLI_OBJ)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
 
-build/test_unit: $(OBJ) $(CU_OBJ) $(TEST_OBJ)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LIBS)
+# the GGUF test files are kept xz-compressed (the repository stays small enough
+# to travel to a GPU machine); the unit tests read them unpacked from build/testdata
+TESTDATA := $(patsubst tests/data/%.xz,build/testdata/%,$(wildcard tests/data/*/*.xz tests/data/*/*/*.xz))
+build/testdata/%: tests/data/%.xz
+	@mkdir -p $(dir $@)
+	xz -dc $< >$@.tmp && mv $@.tmp $@
+
+build/test_unit: $(OBJ) $(CU_OBJ) $(TEST_OBJ) | $(TESTDATA)
+	$(CC) $(CFLAGS) $(filter-out $(TESTDATA),$^) -o $@ $(LDLIBS) $(CUDA_LIBS)
 
 # tools/bench_gemv.c: the decode products alone on the cuda backend (a CUDA build)
 build/bench_gemv: tools/bench_gemv.c $(OBJ) $(CU_OBJ)
@@ -83,10 +90,10 @@ build/bench_gemv: tools/bench_gemv.c $(OBJ) $(CU_OBJ)
 build/asan/kapitsa: $(SOBJ) $(SCLI_OBJ)
 	$(CC) $(CFLAGS) $(SAN) $^ -o $@ $(LDLIBS)
 
-build/asan/test_unit: $(SOBJ) $(STEST_OBJ)
+build/asan/test_unit: $(SOBJ) $(STEST_OBJ) | $(TESTDATA)
 	$(CC) $(CFLAGS) $(SAN) $^ -o $@ $(LDLIBS)
 
-build/tsan/test_unit: $(TOBJ) $(TTEST_OBJ)
+build/tsan/test_unit: $(TOBJ) $(TTEST_OBJ) | $(TESTDATA)
 	$(CC) $(CFLAGS) $(TSAN) $^ -o $@ $(LDLIBS)
 
 build/tsan/kapitsa: $(TOBJ) $(TCLI_OBJ)

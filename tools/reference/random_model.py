@@ -11,7 +11,7 @@ import numpy as np
 out, kind = sys.argv[1], sys.argv[2]
 os.makedirs(out, exist_ok=True)
 rng = np.random.default_rng(1234 if kind == "qwen3" else 5678)
-H, I, V, L, NH, NKV, HD, E, K, MI = 256, 256, 256, 2, 4, 2, 64, 4, 2, 256
+H, I, V, L, NH, NKV, HD, E, K, MI = 256, 256, 32, 1, 4, 2, 64, 2, 1, 256
 cfg = {"model_type": kind, "architectures": ["Qwen3ForCausalLM" if kind == "qwen3" else "Qwen3MoeForCausalLM"],
        "hidden_size": H, "intermediate_size": I, "vocab_size": V, "num_hidden_layers": L,
        "num_attention_heads": NH, "num_key_value_heads": NKV, "head_dim": HD, "rms_norm_eps": 1e-6,
