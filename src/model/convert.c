@@ -8,7 +8,7 @@
 #include "../base/pool.h"
 #include "../quant/quant.h"
 #include "gguf.h"
-#include "gguf_hf.h"
+#include "model.h"
 #include "imatrix.h"
 #include "safetensors.h"
 
@@ -548,19 +548,6 @@ static void fill(void *ctx, int32_t i, void *buf, size_t n_bytes)
                 (double)f->done_bytes / 1e9, (double)f->total_bytes / 1e9);
 }
 
-static int plan_open(struct plan *p, const char *src)
-{
-    if (!gguf_hf_is_gguf(src))
-        return config_load(&p->cfg, src) != 0 || st_open_dir(&p->st, src) != 0 ? -1 : 0;
-    if (gguf_open(&p->gg, src) != 0)
-        return -1;
-    json_t *cfg = gguf_hf_config(&p->gg), *gen = cfg ? gguf_hf_generation(&p->gg) : NULL;
-    int rc = gen ? config_parse(&p->cfg, cfg, src, gen, src) : -1;
-    json_decref(cfg);
-    json_decref(gen);
-    return rc == 0 ? gguf_hf_tensors(&p->gg, &p->cfg, &p->st) : -1;
-}
-
 /* Every importance entry of a tensor the plan quantises fits its shape (as
  * llama-quantize refuses one that does not), and quantize.imatrix.* as
  * llama-quantize writes them. */
@@ -594,7 +581,7 @@ int convert_write(const char *src, const char *out, const struct convert_opts *o
     struct gguf_writer *w = NULL;
     struct fill_ctx f = {&p, NULL, o, 0, 0, 0};
     int rc = -1;
-    if (plan_open(&p, src) != 0 || plan_build(&p) != 0 || plan_types(&p, o) != 0)
+    if (model_source_open(src, &p.cfg, &p.st, &p.gg) != 0 || plan_build(&p) != 0 || plan_types(&p, o) != 0)
         goto done;
     if (gguf_writer_init(&w, out) != 0)
         goto done;

@@ -33,24 +33,25 @@ static int model_init_rope(struct model *m, bool round)
     return rc;
 }
 
-/* config and tensors from a GGUF file, as its transformers checkpoint */
-static int model_open_gguf(struct model *m, const char *path)
+int model_source_open(const char *path, struct model_config *c, struct safetensors *st, struct gguf *g)
 {
-    if (gguf_open(&m->gguf, path) != 0)
+    memset(g, 0, sizeof *g);
+    if (!gguf_hf_is_gguf(path))
+        return config_load(c, path) != 0 || st_open_dir(st, path) != 0 ? -1 : 0;
+    if (gguf_open(g, path) != 0)
         return -1;
-    json_t *cfg = gguf_hf_config(&m->gguf), *gen = cfg ? gguf_hf_generation(&m->gguf) : NULL;
-    int rc = gen ? config_parse(&m->cfg, cfg, path, gen, path) : -1;
+    json_t *cfg = gguf_hf_config(g), *gen = cfg ? gguf_hf_generation(g) : NULL;
+    int rc = gen ? config_parse(c, cfg, path, gen, path) : -1;
     json_decref(cfg);
     json_decref(gen);
-    return rc == 0 ? gguf_hf_tensors(&m->gguf, &m->cfg, &m->st) : -1;
+    return rc == 0 ? gguf_hf_tensors(g, c, st) : -1;
 }
 
 int model_load(struct model *m, const char *path, struct backend *be, const struct model_opts *opts)
 {
     memset(m, 0, sizeof *m);
     m->be = be;
-    if (gguf_hf_is_gguf(path) ? model_open_gguf(m, path) != 0
-                              : config_load(&m->cfg, path) != 0 || st_open_dir(&m->st, path) != 0)
+    if (model_source_open(path, &m->cfg, &m->st, &m->gguf) != 0)
         goto fail;
     m->layers = calloc((size_t)m->cfg.n_layer, sizeof *m->layers);
     if (!m->layers) {

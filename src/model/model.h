@@ -87,6 +87,10 @@ struct model_opts {
  * GGUF file (one, or any part of a split set; see gguf_hf.h); opts NULL =
  * defaults. -1 with err_set() naming the file and the tensor or field on failure. */
 int model_load(struct model *m, const char *path, struct backend *be, const struct model_opts *opts);
+/* A source's config and tensor table alone, with no backend (kapitsa quantize):
+ * a folder into c and st, or a GGUF into g, c and st (views into g). The
+ * caller closes st and g (both safe when zeroed) on either result. */
+int model_source_open(const char *path, struct model_config *c, struct safetensors *st, struct gguf *g);
 void model_free(struct model *m);
 
 /* max_tokens: the largest batch; max_out: the most rows of it a forward
