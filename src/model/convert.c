@@ -8,8 +8,8 @@
 #include "../base/pool.h"
 #include "../quant/quant.h"
 #include "gguf.h"
-#include "model.h"
 #include "imatrix.h"
+#include "model.h"
 #include "safetensors.h"
 
 #include <jansson.h>
