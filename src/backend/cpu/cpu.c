@@ -101,6 +101,9 @@ static int cpu_set_batch(struct backend *be, const struct attn_batch *b)
 
 /* ---- matmul ---- */
 
+/* A worker's dequantisation buffer; NULL when no block-type weight was bound. */
+static float *dq_of(float *dq, int64_t per_worker, int32_t worker) { return dq ? dq + worker * per_worker : NULL; }
+
 struct mm_job {
     const struct kern *k;
     const struct tensor *x, *w;
@@ -151,7 +154,7 @@ static void mm_task(void *ctx, int32_t task, int32_t worker)
 {
     const struct mm_job *j = ctx;
     int64_t j0 = (int64_t)task * j->chunk, j1 = j0 + j->chunk;
-    mm_rows(j->k, j->out, j->x, j->w, j0, j1 < j->w->n_rows ? j1 : j->w->n_rows, j->dq + worker * j->dq_per_worker);
+    mm_rows(j->k, j->out, j->x, j->w, j0, j1 < j->w->n_rows ? j1 : j->w->n_rows, dq_of(j->dq, j->dq_per_worker, worker));
 }
 
 static void cpu_matmul(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w)
@@ -557,7 +560,7 @@ static struct tensor moe_cols(const struct moe_job *j, int32_t e, int64_t c0, in
 static void moe_up_task(void *ctx, int32_t task, int32_t worker)
 {
     const struct moe_job *j = ctx;
-    float *dq = j->dq + worker * j->dq_per_worker;
+    float *dq = dq_of(j->dq, j->dq_per_worker, worker);
     const int32_t e = j->act[task / j->n_chunk];
     const int64_t j0 = (task % j->n_chunk) * j->chunk, j1 = j0 + j->chunk < j->inter ? j0 + j->chunk : j->inter;
     const struct tensor x = moe_cols(j, e, 0, j->hidden);
@@ -580,7 +583,7 @@ static void moe_down_task(void *ctx, int32_t task, int32_t worker)
     const int64_t j0 = (task % j->n_chunk) * j->chunk, j1 = j0 + j->chunk < j->hidden ? j0 + j->chunk : j->hidden;
     const struct tensor u = moe_cols(j, e, j->hidden + j->inter, j->inter);
     struct tensor d = moe_cols(j, e, 2 * j->inter + j->hidden, j->hidden);
-    mm_rows(j->k, &d, &u, &j->ex->down[e], j0, j1, j->dq + worker * j->dq_per_worker);
+    mm_rows(j->k, &d, &u, &j->ex->down[e], j0, j1, dq_of(j->dq, j->dq_per_worker, worker));
 }
 
 /* rows per task: about eight tasks a thread over all the experts' rows, a
