@@ -22,6 +22,7 @@ int test_failures;
     X(test_quant_cpu_matmul)                                                                                   \
     X(test_gguf_model_golden)                                                                                  \
     X(test_gguf_model_dequant_equal)                                                                           \
+    X(test_gguf_model_device)                                                                                  \
     X(test_gguf_model_recipes)                                                                                 \
     X(test_gguf_model_errors)                                                                                  \
     X(test_gguf_model_llama_files)                                                                             \
@@ -40,6 +41,7 @@ int test_failures;
     X(test_cuda_top_k)                                                                                         \
     X(test_cuda_matmul)                                                                                        \
     X(test_cuda_matmul_fused)                                                                                  \
+    X(test_cuda_matmul_q)                                                                                      \
     X(test_cuda_attention)                                                                                     \
     X(test_cuda_rowwise)                                                                                       \
     X(test_cuda_moe)                                                                                           \

@@ -12,6 +12,7 @@
 #include "../../src/backend/cuda/cuda.h"
 #include "../../src/base/err.h"
 #include "../../src/engine/engine.h"
+#include "../../src/quant/quant.h"
 
 #include <assert.h>
 #include <math.h>
@@ -209,6 +210,136 @@ void test_cuda_matmul(void)
     pair_free(&b, &w);
     pair_free(&b, &o1);
     both_close(&b);
+}
+
+/* a weight of block type t [M][K] on both backends: random values quantised */
+static void pair_quant(struct both *b, struct pair *p, enum dtype t, int64_t M, int64_t K)
+{
+    float *f = malloc((size_t)(M * K) * 4);
+    for (int64_t i = 0; i < M * K; i++)
+        f[i] = rndf() * 0.5f;
+    p->host = malloc(dtype_bytes(t, M * K));
+    CHECK(quant_quantize(t, f, M * K, NULL, p->host) == 0, "%s", err_msg());
+    free(f);
+    const struct tensor h = {t, M, K, K, p->host, false};
+    CHECK(b->cpu->ops->weight(b->cpu, &p->c, &h) == 0, "%s", err_msg());
+    CHECK(b->gpu->ops->weight(b->gpu, &p->g, &h) == 0, "%s", err_msg());
+}
+
+/* Weights of GGUF's block types: for every type, decode-sized batches and
+ * (precise) every batch multiply the same dequantised values in fp32 as the
+ * cpu, to float rounding; fast prefill (more than CUDA_SMALL_N tokens) within
+ * bf16 rounding. matmul_fused with an input op and the residual, the
+ * embedding lookup (exact), and a row alone equal to it in a batch. */
+void test_cuda_matmul_q(void)
+{
+    static const enum dtype types[] = {DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q8_0, DT_Q2_K, DT_Q3_K,
+                                       DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_NL, DT_IQ4_XS, DT_IQ2_XXS};
+    const int32_t ns[] = {1, 2, 3, 8, 13, 64, 100};
+    struct both b;
+    for (int precise = 1; precise >= 0; precise--) {
+        if (both_open(&b, precise) != 0)
+            return both_close(&b);
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            const enum dtype t = types[ti];
+            const int32_t K = ti % 2 ? 512 : 768, M = 77;
+            struct pair w;
+            pair_quant(&b, &w, t, M, K);
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                const int32_t n = ns[ni];
+                struct pair x, o;
+                pair_make(&b, &x, DT_F32, n, K, 1.0f);
+                pair_make(&b, &o, DT_F32, n, M, 0.0f);
+                b.cpu->ops->matmul(b.cpu, &o.c, &x.c, &w.c);
+                b.gpu->ops->matmul(b.gpu, &o.g, &x.g, &w.g);
+                const double e = pair_err(&b, &o), tol = precise || n <= CUDA_SMALL_N ? 2e-5 : 1e-2;
+                CHECK(e < tol, "matmul %s n=%d K=%d M=%d %s: err %.3g", dtype_name(t), n, K, M,
+                      precise ? "precise" : "fast", e);
+                pair_free(&b, &x);
+                pair_free(&b, &o);
+            }
+            /* the embedding rows of a table of this type, exactly */
+            int32_t tok[3] = {5, 0, 76};
+            struct attn_batch ab = {.n_tokens = 3, .token = tok};
+            set_batch_both(&b, &ab);
+            struct pair o;
+            pair_make(&b, &o, DT_F32, 3, K, 0.0f);
+            b.cpu->ops->embed(b.cpu, &o.c, &w.c);
+            b.gpu->ops->embed(b.gpu, &o.g, &w.g);
+            CHECK(pair_err(&b, &o) == 0, "embed %s: err %.3g", dtype_name(t), pair_err(&b, &o));
+            pair_free(&b, &o);
+            pair_free(&b, &w);
+        }
+        /* fused: RMSNorm then q/k/v-like weights of mixed types; SwiGLU into a
+         * down weight added to the residual */
+        const int32_t K = 1024, n_f[] = {1, 7, 64, 100};
+        for (size_t ni = 0; ni < sizeof n_f / sizeof n_f[0]; ni++) {
+            const int32_t n = n_f[ni];
+            struct pair x, up, norm, pb, ab, w[3], o[3];
+            const enum dtype wt[3] = {DT_Q4_K, DT_Q6_K, DT_Q8_0};
+            const int32_t Ms[3] = {256, 96, 96};
+            pair_make(&b, &x, DT_F32, n, K, 2.0f);
+            pair_make(&b, &up, DT_F32, n, K, 1.0f);
+            pair_make(&b, &norm, DT_BF16, 1, K, 1.0f);
+            pair_make(&b, &pb, DT_F32, n, K, 0.0f);
+            pair_make(&b, &ab, DT_F32, n, 256, 0.0f);
+            struct tensor *oc[3], *og[3];
+            const struct tensor *wc[3], *wg[3];
+            for (int i = 0; i < 3; i++) {
+                pair_quant(&b, &w[i], wt[i], Ms[i], K);
+                pair_make(&b, &o[i], DT_F32, n, Ms[i], 1.0f);
+                oc[i] = &o[i].c, og[i] = &o[i].g, wc[i] = &w[i].c, wg[i] = &w[i].g;
+            }
+            for (int pass = 0; pass < 2; pass++) {
+                const enum mm_pre pre = pass ? MM_PRE_SWIGLU : MM_PRE_RMSNORM;
+                const int32_t n_w = pass ? 1 : 3;
+                struct mm_fused fc = {pre, &norm.c, 1e-6f, &up.c, pass == 1, &pb.c, &ab.c};
+                struct mm_fused fg = {pre, &norm.g, 1e-6f, &up.g, pass == 1, &pb.g, &ab.g};
+                b.cpu->ops->matmul_fused(b.cpu, n_w, oc, wc, &x.c, &fc);
+                b.gpu->ops->matmul_fused(b.gpu, n_w, og, wg, &x.g, &fg);
+                for (int32_t i = 0; i < n_w; i++) {
+                    const double e = pair_err(&b, &o[i]), tol = precise || n <= CUDA_SMALL_N ? 2e-5 : 1e-2;
+                    CHECK(e < tol, "matmul_fused %s n=%d pre=%d weight %d: err %.3g", precise ? "precise" : "fast", n,
+                          pre, i, e);
+                }
+            }
+            for (int i = 0; i < 3; i++) {
+                pair_free(&b, &w[i]);
+                pair_free(&b, &o[i]);
+            }
+            pair_free(&b, &x);
+            pair_free(&b, &up);
+            pair_free(&b, &norm);
+            pair_free(&b, &pb);
+            pair_free(&b, &ab);
+        }
+        /* a token's bits alone and inside batches of every tile width */
+        struct pair x, w, o1, o2;
+        const int32_t M = 300, r = 5;
+        pair_make(&b, &x, DT_F32, CUDA_SMALL_N, K, 1.0f);
+        pair_quant(&b, &w, DT_Q4_K, M, K);
+        pair_make(&b, &o1, DT_F32, 1, M, 0.0f);
+        pair_make(&b, &o2, DT_F32, CUDA_SMALL_N, M, 0.0f);
+        struct tensor xr = tensor_rows(&x.g, r, 1);
+        b.gpu->ops->matmul(b.gpu, &o1.g, &xr, &w.g);
+        float *y1 = malloc((size_t)M * 4), *y2 = malloc((size_t)M * 4);
+        b.gpu->ops->read(b.gpu, &o1.g, 0, 1, y1);
+        const int32_t nb[] = {2, 4, 8, 13, CUDA_SMALL_N};
+        for (size_t i = 0; i < sizeof nb / sizeof nb[0]; i++) {
+            struct tensor xn = tensor_rows(&x.g, 0, nb[i]), on = tensor_rows(&o2.g, 0, nb[i]);
+            b.gpu->ops->matmul(b.gpu, &on, &xn, &w.g);
+            b.gpu->ops->read(b.gpu, &o2.g, r, 1, y2);
+            CHECK(memcmp(y1, y2, (size_t)M * 4) == 0, "matmul Q4_K: row %d alone differs from it in a batch of %d", r,
+                  nb[i]);
+        }
+        free(y1);
+        free(y2);
+        pair_free(&b, &x);
+        pair_free(&b, &w);
+        pair_free(&b, &o1);
+        pair_free(&b, &o2);
+        both_close(&b);
+    }
 }
 
 /* matmul_fused: every input op, with and without the residual add, one to
@@ -1354,6 +1485,7 @@ void test_cuda_tree_invariance(void)
 static void no_cuda(void) { printf("  skipped: built without CUDA\n"); }
 void test_cuda_matmul(void) { no_cuda(); }
 void test_cuda_matmul_fused(void) { no_cuda(); }
+void test_cuda_matmul_q(void) { no_cuda(); }
 void test_cuda_attention(void) { no_cuda(); }
 void test_cuda_rowwise(void) { no_cuda(); }
 void test_cuda_moe(void) { no_cuda(); }

@@ -11,6 +11,7 @@
 #include "../../src/model/gguf.h"
 #include "test.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,10 +58,9 @@ void test_gguf_model_golden(void)
     }
 }
 
-/* The last-token logits of a fixed prompt. */
-static int logits_of(const char *path, float **out, int32_t *V)
+/* The last-token logits of a fixed prompt on backend be (freed here). */
+static int logits_on(const char *path, struct backend *be, float **out, int32_t *V)
 {
-    struct backend *be = cpu_backend_init(2, NULL);
     struct model m;
     struct engine e;
     int rc = -1;
@@ -91,6 +91,11 @@ done:
     return rc;
 }
 
+static int logits_of(const char *path, float **out, int32_t *V)
+{
+    return logits_on(path, cpu_backend_init(2, NULL), out, V);
+}
+
 /* A quantised GGUF's forward is its dequantised weights' forward: the same
  * logits, bit for bit, as the F32 GGUF written from it. */
 void test_gguf_model_dequant_equal(void)
@@ -109,6 +114,40 @@ void test_gguf_model_dequant_equal(void)
                   "%s %s: logits differ from the dequantised model's", gguf_archs[a], recipes[r]);
             free(lq);
             free(lf);
+        }
+}
+
+/* A quantised GGUF on the test device (KAPITSA_TEST_DEVICE: the cuda
+ * backend's block-type kernels) gives the cpu's logits to float rounding. */
+void test_gguf_model_device(void)
+{
+    static const char *const recipes[] = {"Q8_0", "Q4_K_M", "Q2_K", "IQ4_NL"};
+    for (size_t a = 0; a < 2; a++)
+        for (size_t r = 0; r < sizeof recipes / sizeof recipes[0]; r++) {
+            const char *q = tmp_gguf(gguf_archs[a], recipes[r]);
+            CHECK(write_gguf(fx(gguf_archs[a]), q, recipes[r]) == 0, "%s %s: %s", gguf_archs[a], recipes[r], err_msg());
+            float *lc = NULL, *ld = NULL;
+            int32_t V = 0;
+            struct backend *dev = test_backend();
+            CHECK(dev && logits_of(q, &lc, &V) == 0 && logits_on(q, dev, &ld, &V) == 0, "%s %s: %s", gguf_archs[a],
+                  recipes[r], err_msg());
+            if (!lc || !ld) {
+                free(lc);
+                free(ld);
+                continue;
+            }
+            float mx = 0, d = 0;
+            int32_t ac = 0, ad = 0;
+            for (int32_t i = 0; i < V; i++) {
+                mx = fmaxf(mx, fabsf(lc[i]));
+                d = fmaxf(d, fabsf(lc[i] - ld[i]));
+                ac = lc[i] > lc[ac] ? i : ac;
+                ad = ld[i] > ld[ad] ? i : ad;
+            }
+            CHECK(d <= 1e-4f * mx && ac == ad, "%s %s: max |dlogit| %g of %g, argmax %d vs %d", gguf_archs[a],
+                  recipes[r], d, mx, ad, ac);
+            free(lc);
+            free(ld);
         }
 }
 

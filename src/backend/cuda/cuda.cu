@@ -263,8 +263,7 @@ static int cu_weight(struct backend *be, struct tensor *dst, const struct tensor
 {
     struct cuda_backend *c = cuda_of(be);
     if (dtype_is_block(host->type))
-        return err_set("cuda: %s weights are not supported by the cuda backend yet (use --device cpu)",
-                       dtype_name(host->type));
+        return cuda_weight_q(c, dst, host);
     if (cu_alloc(be, dst, host->type, host->n_rows, host->n_cols) != 0)
         return -1;
     size_t es = dtype_size(host->type);
@@ -694,7 +693,7 @@ struct backend *cuda_backend_init(int32_t dev, bool precise)
         goto fail;
     }
     cublasSetStream(c->blas, c->stream);
-    if (cuda_matmul_init(c) != 0 || cuda_moe_init(c) != 0)
+    if (cuda_matmul_init(c) != 0 || cuda_matmul_q_init(c) != 0 || cuda_moe_init(c) != 0)
         goto fail;
     cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
     return &c->base;

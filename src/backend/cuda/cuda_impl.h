@@ -65,7 +65,8 @@ struct dev_batch {
 #define CUDA_SL_WARPS 16 /* k_mmv_slices' warps a block at most */
 
 /* scratch buffers (cuda_scratch); SCR_SIDE: SCR_MATMUL's inside a branch */
-enum { SCR_MATMUL, SCR_BLAS, SCR_ATTN, SCR_REC, SCR_TOPK, SCR_MOE, SCR_KV, SCR_SCAN, SCR_SIDE, SCR_N };
+/* SCR_DQ: a slice of a block-type weight dequantised for a prefill product */
+enum { SCR_MATMUL, SCR_BLAS, SCR_ATTN, SCR_REC, SCR_TOPK, SCR_MOE, SCR_KV, SCR_SCAN, SCR_SIDE, SCR_DQ, SCR_N };
 
 struct cuda_backend {
     struct backend base;
@@ -166,6 +167,14 @@ int cuda_matmul_init(struct cuda_backend *c);
 /* the fused MoE gate's shared memory limit, once per backend */
 int cuda_moe_init(struct cuda_backend *c);
 void cuda_matmul(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w);
+/* matmul_q.cu: weights in GGUF's block types. The device tables, once per
+ * backend; matmul_fused's work where every weight is of a block type; embed's
+ * for such a table; weight's upload of one. */
+int cuda_matmul_q_init(struct cuda_backend *c);
+void cuda_matmul_q(struct backend *be, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,
+                   const struct tensor *x, const struct mm_fused *f);
+void cuda_embed_q(struct cuda_backend *c, struct tensor *out, const struct tensor *table);
+int cuda_weight_q(struct cuda_backend *c, struct tensor *dst, const struct tensor *host);
 void cuda_matmul_fused(struct backend *be, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,
                        const struct tensor *x, const struct mm_fused *f);
 void cuda_attention(struct backend *be, struct tensor *out, const struct tensor *q, const struct tensor *kc,

@@ -1198,7 +1198,9 @@ static void mm_one(struct cuda_backend *c, struct tensor *out, const struct tens
 {
     const int32_t n = (int32_t)x->n_rows, K = (int32_t)x->n_cols, M = (int32_t)w->n_rows;
     const struct mm_fused plain = {MM_PRE_NONE, NULL, 0.0f, NULL, false, NULL, NULL};
-    if (mmv_fits(x, w) && n <= CUDA_SMALL_N) {
+    if (dtype_is_block(w->type)) {
+        cuda_matmul_q(&c->base, 1, &out, &w, x, &plain);
+    } else if (mmv_fits(x, w) && n <= CUDA_SMALL_N) {
         mmv_launch(c, 1, &out, &w, x, &plain);
     } else if (mmv_fits(x, w)) {
         mm_prefill(c, 1, &out, &w, x, &plain);
@@ -1220,6 +1222,13 @@ void cuda_matmul_fused(struct backend *be, int32_t n_w, struct tensor *const *ou
         assert(x->n_cols == w[i]->n_cols && out[i]->n_rows == n && out[i]->n_cols == w[i]->n_rows);
     if (cuda_op_skip(c) || n == 0)
         return;
+    bool quant = true;
+    for (int32_t i = 0; i < n_w; i++)
+        quant = quant && dtype_is_block(w[i]->type);
+    if (quant) {
+        cuda_matmul_q(be, n_w, out, w, x, f);
+        return;
+    }
     /* both paths read SwiGLU's up as they read x, 16 bytes at a time */
     bool fits = f->pre != MM_PRE_SWIGLU || cuda_rows_vec8((const float *)f->up->data, f->up->row_stride, x->n_cols);
     for (int32_t i = 0; i < n_w; i++)

@@ -27,6 +27,8 @@ void cuda_embed(struct backend *be, struct tensor *out, const struct tensor *tab
     struct cuda_backend *c = cuda_of(be);
     if (cuda_op_skip(c) || c->b.n_tokens == 0)
         return;
+    if (dtype_is_block(table->type))
+        return cuda_embed_q(c, out, table);
     /* a plain launch, never a programmatic dependent: it starts only once the
      * previous forward and copy_rows have finished, and every kernel of this
      * forward after it, so those that load the cache before their wait
