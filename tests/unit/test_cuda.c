@@ -949,9 +949,9 @@ static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t 
     for (int i = 0; i < n_ns; i++)
         n_max = ns[i] > n_max ? ns[i] : n_max;
     struct pair lg, bias, x, h, out, res, ws, ids, wts, nw, router;
-    struct pair *gate = calloc((size_t)(2 * E), sizeof *gate), *up = calloc((size_t)(2 * E), sizeof *up),
-                *down = calloc((size_t)(2 * E), sizeof *down);
-    struct tensor *tc = calloc((size_t)(12 * E), sizeof *tc);
+    struct pair *gate = calloc((size_t)(3 * E), sizeof *gate), *up = calloc((size_t)(3 * E), sizeof *up),
+                *down = calloc((size_t)(3 * E), sizeof *down);
+    struct tensor *tc = calloc((size_t)(18 * E), sizeof *tc);
     int32_t *ic = calloc((size_t)(2 * n_max * k), sizeof *ic), *ig = ic + n_max * k;
     bool *same = calloc((size_t)n_max, sizeof *same), *picked = calloc((size_t)(3 * n_max), sizeof *picked);
     assert(gate && up && down && tc && ic && same && picked);
@@ -981,9 +981,15 @@ static void moe_case(struct both *b, int32_t E, int32_t k, int32_t hid, int32_t 
         for (int e = 0; e < E; e++) {
             const enum dtype dt = t ? DT_F16 : DT_BF16;
             struct pair *pe[3] = {&gate[t * E + e], &up[t * E + e], &down[t * E + e]};
-            pair_make(b, pe[0], dt, inter, hid, 0.3f);
-            pair_make(b, pe[1], dt, inter, hid, 0.3f);
-            pair_make(b, pe[2], dt, hid, inter, 0.3f);
+            if (t == 2) { /* Q4_K experts (hid and inter multiples of 256) */
+                pair_quant(b, pe[0], DT_Q4_K, inter, hid);
+                pair_quant(b, pe[1], DT_Q4_K, inter, hid);
+                pair_quant(b, pe[2], DT_Q4_K, hid, inter);
+            } else {
+                pair_make(b, pe[0], dt, inter, hid, 0.3f);
+                pair_make(b, pe[1], dt, inter, hid, 0.3f);
+                pair_make(b, pe[2], dt, hid, inter, 0.3f);
+            }
             for (int m = 0; m < 3; m++) {
                 tc[((t * 3 + m) * 2) * E + e] = pe[m]->c;
                 tc[((t * 3 + m) * 2 + 1) * E + e] = pe[m]->g;
@@ -1137,6 +1143,10 @@ void test_cuda_moe(void)
      * slices, whose combined launch, 168 blocks of 12 warps, would not fit
      * one wave of 132 SMs, so the grouped product and the combine take them) */
     moe_case(&b, 16, 6, 2688, 1856, alone, 4, 1, 2e-5, false, 0);
+    /* block-type experts (the third type, Q4_K): the grouped product of
+     * cuda_matmul_q_grouped up to CUDA_SMALL_N tokens, each expert's product past it */
+    moe_case(&b, 16, 4, 256, 512, small, 5, 3, 2e-5, false, 0);
+    moe_case(&b, 16, 4, 256, 512, small, 5, 3, 2e-5, false, 56);
     both_close(&b);
     /* fast mode (bf16 activations, one product where precise makes two):
      * the small forms again, within bf16 rounding (70 tokens: the router
@@ -1158,6 +1168,7 @@ void test_cuda_moe(void)
         moe_case(&b, 8, 4, 1536, 256, alone, 4, 1, 1e-2, true, 0);
         moe_case(&b, 8, 4, 1536, 256, alone, 4, 1, 1e-2, true, 512);
         moe_case(&b, 8, 2, 256, 192, big, 1, 1, 1e-2, true, 128);
+        moe_case(&b, 16, 4, 256, 512, small, 5, 3, 1e-2, true, 0);
         both_close(&b);
     }
     if (!tma_set)

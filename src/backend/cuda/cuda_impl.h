@@ -325,6 +325,12 @@ int cuda_matmul_grouped_combine(struct cuda_backend *c, const struct mm_group *g
                                 int64_t xs, int32_t K, const struct mm_fused *f, const int32_t *tpos, const float *tw,
                                 int32_t k, const float *add);
 
+/* cuda_matmul_grouped's product for one weight of a block type: expert e's
+ * matrix at ew[e] (a device table), each of w0's type and shape; out (not
+ * accumulated) and the input as cuda_matmul_grouped takes them. */
+void cuda_matmul_q_grouped(struct cuda_backend *c, const struct mm_group *g, const void *const *ew,
+                           const struct tensor *w0, float *out, int64_t os, const float *x, int64_t xs, int32_t K);
+
 void cuda_moe(struct backend *be, struct tensor *out, const struct tensor *x, const struct moe_block *mb,
               bool accumulate);
 void cuda_moe_free(struct cuda_backend *c);

@@ -284,50 +284,100 @@ struct mmq_args {
     bool accumulate;
 };
 
+/* A warp's row wr (K elements) times the nt <= NT token rows x[t] into
+ * lane 0's out[t] (+)= the sums: each token's an fma chain in unit order,
+ * the lanes' sums added by a fixed butterfly. */
+template <int T, int NT>
+static __device__ __forceinline__ void mmq_row(const uint8_t *__restrict__ wr, const float *const *x, int nt, int32_t K,
+                                               bool vec, float *const *out, bool accumulate)
+{
+    const int lane = threadIdx.x & 31;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        acc[t] = 0.0f;
+    for (int32_t u = lane; u < K / 32; u += 32) {
+        float v[32];
+        dq32<T>(wr, u, v);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= nt)
+                break;
+            const float *xp = x[t] + (int64_t)u * 32;
+#pragma unroll
+            for (int q = 0; q < 8; q++) {
+                const float4 xv = vec ? ((const float4 *)xp)[q]
+                                      : make_float4(xp[4 * q], xp[4 * q + 1], xp[4 * q + 2], xp[4 * q + 3]);
+                acc[t] = fmaf(v[4 * q], xv.x, acc[t]);
+                acc[t] = fmaf(v[4 * q + 1], xv.y, acc[t]);
+                acc[t] = fmaf(v[4 * q + 2], xv.z, acc[t]);
+                acc[t] = fmaf(v[4 * q + 3], xv.w, acc[t]);
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        for (int o = 16; o > 0; o >>= 1)
+            acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], o);
+    if (lane == 0)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (t < nt)
+                *out[t] = accumulate ? *out[t] + acc[t] : acc[t];
+}
+
 /* out (+)= x . w^T for the tokens of tile blockIdx.y (NT a tile), a warp a row */
 template <int T, int NT> __global__ void __launch_bounds__(MMQ_WARPS * 32) k_mmq(const __grid_constant__ mmq_args a)
 {
     grid_dep_wait();
-    const int lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * MMQ_WARPS + threadIdx.x / 32;
     const int32_t t0 = blockIdx.y * NT, nt = min(NT, a.n - t0);
     if (r < a.M) {
-        const uint8_t *wr = a.w + r * a.wrow;
-        const float *x0 = a.x + (int64_t)t0 * a.xs;
-        float acc[NT];
+        const float *x[NT];
+        float *o[NT];
 #pragma unroll
-        for (int t = 0; t < NT; t++)
-            acc[t] = 0.0f;
-        for (int32_t u = lane; u < a.K / 32; u += 32) {
-            float v[32];
-            dq32<T>(wr, u, v);
+        for (int t = 0; t < NT; t++) {
+            x[t] = a.x + (int64_t)(t0 + t) * a.xs;
+            o[t] = a.out + (int64_t)(t0 + t) * a.os + r;
+        }
+        mmq_row<T, NT>(a.w + r * a.wrow, x, nt, a.K, a.vec, o, a.accumulate);
+    }
+    grid_dep_launch();
+}
+
+struct mmq_grp_args {
+    const float *x; /* input rows, xs apart (vec: 16-byte aligned) */
+    int64_t xs;
+    bool vec;
+    int32_t K, M;
+    const int32_t *plan; /* MOE_PLAN_* on the device */
+    int32_t max_act;
+    bool gather;               /* input row of compact row p: the plan's token of p (else p) */
+    const uint8_t *const *ew;  /* [n_expert] the experts' matrices on the device */
+    int64_t wrow;
+    float *out; /* compact rows, os apart */
+    int64_t os;
+};
+
+/* slot blockIdx.z's compact rows (tile blockIdx.y) through its expert, a warp a row */
+template <int T, int NT> __global__ void __launch_bounds__(MMQ_WARPS * 32) k_mmq_grp(const __grid_constant__ mmq_grp_args a)
+{
+    grid_dep_wait(); /* the plan is an earlier kernel's output */
+    const int32_t z = blockIdx.z, *beg = a.plan + MOE_PLAN_BEG(a.max_act);
+    const int64_t r = (int64_t)blockIdx.x * MMQ_WARPS + threadIdx.x / 32;
+    if (z < a.plan[0] && r < a.M) {
+        const int32_t base = beg[z] + blockIdx.y * NT, nt = min(NT, beg[z + 1] - base);
+        if (nt > 0) {
+            const float *x[NT];
+            float *o[NT];
 #pragma unroll
             for (int t = 0; t < NT; t++) {
-                if (t >= nt)
-                    break;
-                const float *xp = x0 + t * a.xs + (int64_t)u * 32;
-#pragma unroll
-                for (int q = 0; q < 8; q++) {
-                    const float4 xv = a.vec ? ((const float4 *)xp)[q]
-                                            : make_float4(xp[4 * q], xp[4 * q + 1], xp[4 * q + 2], xp[4 * q + 3]);
-                    acc[t] = fmaf(v[4 * q], xv.x, acc[t]);
-                    acc[t] = fmaf(v[4 * q + 1], xv.y, acc[t]);
-                    acc[t] = fmaf(v[4 * q + 2], xv.z, acc[t]);
-                    acc[t] = fmaf(v[4 * q + 3], xv.w, acc[t]);
-                }
+                const int32_t p = base + min(t, nt - 1);
+                x[t] = a.x + (int64_t)(a.gather ? a.plan[MOE_PLAN_ROWS(a.max_act) + p] : p) * a.xs;
+                o[t] = a.out + (int64_t)p * a.os + r;
             }
+            mmq_row<T, NT>(a.ew[a.plan[MOE_PLAN_EXPERT + z]] + r * a.wrow, x, nt, a.K, a.vec, o, false);
         }
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-            for (int o = 16; o > 0; o >>= 1)
-                acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], o);
-        if (lane == 0)
-#pragma unroll
-            for (int t = 0; t < NT; t++)
-                if (t < nt) {
-                    float *o = a.out + (int64_t)(t0 + t) * a.os + r;
-                    *o = a.accumulate ? *o + acc[t] : acc[t];
-                }
     }
     grid_dep_launch();
 }
@@ -415,6 +465,21 @@ static void mmq_run(struct cuda_backend *c, struct tensor *out, const struct ten
     mmq_type(w->type, [&](auto T) {
         constexpr int t = decltype(T)::value;
         auto k = nt == 1 ? k_mmq<t, 1> : nt == 2 ? k_mmq<t, 2> : nt == 4 ? k_mmq<t, 4> : k_mmq<t, MMQ_NT>;
+        cuda_launch_dep(c, k, grid, dim3(MMQ_WARPS * 32), 0, a);
+    });
+}
+
+void cuda_matmul_q_grouped(struct cuda_backend *c, const struct mm_group *g, const void *const *ew,
+                           const struct tensor *w0, float *out, int64_t os, const float *x, int64_t xs, int32_t K)
+{
+    const int32_t M = (int32_t)w0->n_rows;
+    const mmq_grp_args a = {x, xs, cuda_rows_vec8(x, xs, K), K, M, g->plan, g->max_act, g->gather,
+                            (const uint8_t *const *)ew, row_bytes(w0), out, os};
+    const int nt = g->n_max == 1 ? 1 : g->n_max == 2 ? 2 : g->n_max <= 4 ? 4 : MMQ_NT;
+    const dim3 grid(cdiv(M, MMQ_WARPS), cdiv(g->n_max, nt), (unsigned)g->max_act);
+    mmq_type(w0->type, [&](auto T) {
+        constexpr int t = decltype(T)::value;
+        auto k = nt == 1 ? k_mmq_grp<t, 1> : nt == 2 ? k_mmq_grp<t, 2> : nt == 4 ? k_mmq_grp<t, 4> : k_mmq_grp<t, MMQ_NT>;
         cuda_launch_dep(c, k, grid, dim3(MMQ_WARPS * 32), 0, a);
     });
 }

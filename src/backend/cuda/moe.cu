@@ -731,6 +731,20 @@ static void moe_ffn_bf16(struct cuda_backend *c, const struct moe_experts *ex, c
 
 static struct moe_table *moe_table_get(struct cuda_backend *c, const struct moe_experts *ex);
 
+/* Whether every expert matrix of a projection has one block type and one
+ * row stride: what cuda_matmul_q_grouped takes. */
+static bool moe_quant(const struct moe_experts *ex)
+{
+    const struct tensor *mats[3] = {ex->gate, ex->up, ex->down};
+    for (int m = 0; m < 3; m++)
+        for (int32_t e = 0; mats[m] && e < ex->n_expert; e++) {
+            const struct tensor *t = &mats[m][e];
+            if (!dtype_is_block(t->type) || t->type != mats[m][0].type || t->row_stride != mats[m][0].row_stride)
+                return false;
+        }
+    return true;
+}
+
 /* The experts of a large batch in bf16 on moe_gemm.cu's grouped products,
  * fast mode: the unpadded compact rows rounded to bf16 (each token's row
  * scattered to its k places in the list, tpos [n_tokens][k]), gate
@@ -1119,7 +1133,8 @@ void cuda_moe(struct backend *be, struct tensor *out, const struct tensor *x, co
         return;
     const bool small =
         n <= CUDA_SMALL_N && inter % 8 == 0 && cuda_rows_vec8((const float *)h->data, h->row_stride, hidden);
-    const struct moe_table *mt = small && moe_bf16(ex) ? moe_table_get(c, ex) : NULL;
+    const bool quant = small && moe_quant(ex);
+    const struct moe_table *mt = small && (quant || moe_bf16(ex)) ? moe_table_get(c, ex) : NULL;
     const uint16_t **tab = mt ? mt->dev : NULL;
     const struct tensor *sh_y = mb->shared ? mb->shared->y : NULL;
     if (c->failed)
@@ -1178,6 +1193,26 @@ void cuda_moe(struct backend *be, struct tensor *out, const struct tensor *x, co
     grp.fill_slots = k;
     grp.gather = true;
     grp.ws = ex->up[0].row_stride;
+    const int32_t *tpos = plan + MOE_PLAN_ROWS(max_act) + nk;
+    const float *tw = (const float *)(tpos + nk);
+    if (quant) {
+        /* block-type experts: gate, up, the activation over the compact rows, down */
+        const void *const *ew = (const void *const *)tab;
+        const float *hd = (const float *)h->data;
+        if (ex->gate)
+            cuda_matmul_q_grouped(c, &grp, ew, &ex->gate[0], g, inter, hd, h->row_stride, (int32_t)hidden);
+        cuda_matmul_q_grouped(c, &grp, ew + E, &ex->up[0], u, inter, hd, h->row_stride, (int32_t)hidden);
+        struct tensor G = {DT_F32, nk, inter, inter, g, false}, U = {DT_F32, nk, inter, inter, u, false};
+        if (ex->gate)
+            cuda_swiglu(be, &U, &G, &U);
+        else
+            cuda_relu2(be, &U);
+        grp.gather = false;
+        cuda_matmul_q_grouped(c, &grp, ew + 2 * E, &ex->down[0], y, hidden, u, inter, (int32_t)inter);
+        cuda_branch_join(c);
+        moe_combine(c, out, y, tpos, tw, k, sh_y, accumulate);
+        return;
+    }
     const struct mm_fused none = {MM_PRE_NONE, NULL, 0.0f, NULL, false, NULL, NULL};
     const int64_t gate_stride = ex->gate ? ex->gate[0].row_stride : grp.ws;
     assert(gate_stride == grp.ws && ex->down[0].n_rows == hidden);
@@ -1200,8 +1235,6 @@ void cuda_moe(struct backend *be, struct tensor *out, const struct tensor *x, co
     grp.w[0] = tab + 2 * E;
     grp.ws = ex->down[0].row_stride;
     grp.M[0] = (int32_t)hidden;
-    const int32_t *tpos = plan + MOE_PLAN_ROWS(max_act) + nk;
-    const float *tw = (const float *)(tpos + nk);
     cuda_branch_join(c);
     if (n == 1) { /* the down products and the combine in one launch, where they fit one */
         struct mm_fused comb = act;
