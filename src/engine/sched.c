@@ -21,7 +21,7 @@ static double now_s(void)
 #define SCHED_CKPT_MIN 64   /* recurrent models: the fewest tokens a mid-prompt checkpoint must save */
 #define SCHED_BRANCH_KEPT 2 /* mid-prompt checkpoints (the most recently used) evicted only after the rest */
 #define SCHED_MAX_QUEUE 32  /* waiting requests beyond which the server says it is overloaded
-                               (below the server's 64 connections, so that it can be reached) */
+                               (below the server's connections from one address, so that it can be reached) */
 
 /* A finished sequence kept in the KV cache: a later request that starts with
  * the same tokens (the next turn of an agent's conversation) forks it. */

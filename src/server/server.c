@@ -20,6 +20,15 @@
 #include <unistd.h>
 
 #define SERVER_MAX_BODY (32u << 20)
+/* Slow or idle clients: a connection holds a thread, so one address may hold
+ * only so many (the rest of the limit stays for everyone else), and one that
+ * goes quiet while sending its request, or between requests, is closed soon.
+ * Once a request is complete its answer may take minutes (a long generation;
+ * streams send keep-alives), so its connection gets the longer timeout. */
+#define SERVER_MAX_CONN 512u
+#define SERVER_MAX_PER_IP 64u
+#define SERVER_REQUEST_TIMEOUT_S 10u
+#define SERVER_ANSWER_TIMEOUT_S 600u
 
 struct conn_state {
     char *body;
@@ -151,6 +160,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, SERVER_ANSWER_TIMEOUT_S);
     if (strcmp(url, "/health") == 0)
         return http_json(c, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
     bool ant = strncmp(url, "/v1/messages", 12) == 0;
@@ -195,8 +205,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
     (void)cls;
-    (void)c;
     (void)toe;
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, SERVER_REQUEST_TIMEOUT_S); /* until the next request */
     struct conn_state *st = *con_cls;
     if (st) {
         free(st->body);
@@ -248,8 +258,9 @@ int server_run(const struct server_opts *o)
     }
     d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG, o->port,
                          NULL, NULL, on_request, &a, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL, MHD_OPTION_CONNECTION_LIMIT, 64u,
-                         MHD_OPTION_CONNECTION_TIMEOUT, 600u, /* idle seconds */
+                         MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL, MHD_OPTION_CONNECTION_LIMIT, SERVER_MAX_CONN,
+                         MHD_OPTION_PER_IP_CONNECTION_LIMIT, SERVER_MAX_PER_IP,
+                         MHD_OPTION_CONNECTION_TIMEOUT, SERVER_REQUEST_TIMEOUT_S, /* idle seconds */
                          MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 << 10), /* headers and read buffer */
                          MHD_OPTION_END);
     if (!d) {
