@@ -30,7 +30,8 @@ int kv_cache_init(struct kv_cache *kv, struct backend *be, int32_t n_layer, int3
     kv->table = calloc((size_t)n_seq_max * (size_t)kv->max_blocks, sizeof *kv->table);
     kv->n_held = calloc((size_t)n_seq_max, sizeof *kv->n_held);
     kv->len = calloc((size_t)n_seq_max, sizeof *kv->len);
-    if (!kv->k || !kv->v || !kv->ref || !kv->free_ids || !kv->table || !kv->n_held || !kv->len) {
+    kv->mark = calloc((size_t)kv->n_blocks, 1);
+    if (!kv->k || !kv->v || !kv->ref || !kv->free_ids || !kv->table || !kv->n_held || !kv->len || !kv->mark) {
         err_set("kv_cache: out of memory");
         goto fail;
     }
@@ -65,6 +66,7 @@ void kv_cache_free(struct kv_cache *kv)
     free(kv->table);
     free(kv->n_held);
     free(kv->len);
+    free(kv->mark);
     memset(kv, 0, sizeof *kv);
 }
 
@@ -135,6 +137,30 @@ void kv_seq_free(struct kv_cache *kv, int32_t seq)
 {
     kv_seq_truncate(kv, seq, 0);
     kv->len[seq] = -1;
+}
+
+int32_t kv_seq_need(const struct kv_cache *kv, int32_t seq, int32_t n)
+{
+    assert(kv_seq_valid(kv, seq) && n >= 0);
+    const int32_t bs = kv->block_size, len = kv->len[seq], held = kv->n_held[seq];
+    const int32_t need = (len + n + bs - 1) / bs, first = len / bs;
+    const int cow = n > 0 && first < held && kv->ref[kv->table[(int64_t)seq * kv->max_blocks + first]] > 1;
+    return (need > held ? need - held : 0) + cow;
+}
+
+int32_t kv_cache_n_held(struct kv_cache *kv, const int32_t *seqs, int32_t n)
+{
+    int32_t count = 0;
+    for (int pass = 0; pass < 2; pass++) /* mark and count, then clear the marks */
+        for (int32_t i = 0; i < n; i++) {
+            assert(kv_seq_valid(kv, seqs[i]));
+            const int32_t *t = kv->table + (int64_t)seqs[i] * kv->max_blocks;
+            for (int32_t b = 0; b < kv->n_held[seqs[i]]; b++) {
+                count += pass == 0 && !kv->mark[t[b]];
+                kv->mark[t[b]] = pass == 0;
+            }
+        }
+    return count;
 }
 
 int kv_seq_reserve(struct kv_cache *kv, int32_t seq, int32_t n)

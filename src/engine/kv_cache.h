@@ -30,6 +30,7 @@ struct kv_cache {
     int32_t *table;       /* [n_seq_max][max_blocks] */
     int32_t *n_held;      /* [n_seq_max] blocks in each table */
     int32_t *len;         /* [n_seq_max] committed tokens; -1: sequence slot unused */
+    uint8_t *mark;        /* [n_blocks] scratch of kv_cache_n_held */
 };
 
 /* n_tokens: total cache capacity in tokens over all sequences; type DT_F32
@@ -51,6 +52,11 @@ int kv_seq_reserve(struct kv_cache *kv, int32_t seq, int32_t n);
 /* Cache row of position pos (< reserved capacity) of seq. */
 int32_t kv_seq_row(const struct kv_cache *kv, int32_t seq, int32_t pos);
 int kv_seq_valid(const struct kv_cache *kv, int32_t seq);
+/* Blocks kv_seq_reserve(kv, seq, n) would take from the free list: those past
+ * the ones seq holds, plus a copy of a shared, partly filled block. */
+int32_t kv_seq_need(const struct kv_cache *kv, int32_t seq, int32_t n);
+/* Distinct blocks the sequences seqs[0..n) hold together (a shared one once). */
+int32_t kv_cache_n_held(struct kv_cache *kv, const int32_t *seqs, int32_t n);
 /* Free blocks left. */
 int32_t kv_cache_n_free(const struct kv_cache *kv);
 

@@ -3,8 +3,9 @@
 
 #include "../base/err.h"
 
-#include <stdio.h>
+#include <assert.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -20,7 +21,7 @@ static double now_s(void)
 #define SCHED_CKPT_MIN 64   /* recurrent models: the fewest tokens a mid-prompt checkpoint must save */
 #define SCHED_BRANCH_KEPT 2 /* mid-prompt checkpoints (the most recently used) evicted only after the rest */
 #define SCHED_MAX_QUEUE 32  /* waiting requests beyond which the server says it is overloaded
-                               (below the server's 64 connections, so that it can be reached) */
+                               (below the server's connections from one address, so that it can be reached) */
 
 /* A finished sequence kept in the KV cache: a later request that starts with
  * the same tokens (the next turn of an agent's conversation) forks it. */
@@ -41,6 +42,8 @@ struct sched {
     struct sched_req *queue;   /* submitted, not yet admitted */
     struct sched_req **active; /* [n_seq_max] */
     int32_t n_seq_max, max_batch, prefill_chunk, n_ctx;
+    int32_t slack;     /* cache rows a request may take past its prompt and max_tokens: a speculative tree's */
+    int32_t *fit_seq;  /* [n_seq_max + 1] scratch of sched_fits */
     struct cached cache[SCHED_CACHE_SLOTS];
     uint64_t clock;
     struct sched_stats stats; /* under mu */
@@ -341,10 +344,10 @@ static bool is_eos(const struct model_config *c, int32_t t)
     return false;
 }
 
-/* Frees cached conversations until the blocks this step may need are free. */
-static void sched_make_room(struct sched *s, int32_t n_tokens, int32_t n_seqs)
+/* Frees cached conversations until `need` blocks are free (admission made
+ * sure that evicting them all would be enough: sched_fits). */
+static void sched_make_room(struct sched *s, int32_t need)
 {
-    int32_t need = n_tokens / s->e.kv.block_size + 2 * n_seqs + 1;
     struct cached *c;
     while (kv_cache_n_free(&s->e.kv) < need && (c = cache_lru(s)))
         cache_evict(s, c);
@@ -401,7 +404,10 @@ static void sched_spec_step(struct sched *s, const int32_t *act, int32_t n_act)
         cap = s->e.n_keep / n_act;
     if (cap > s->k.max_nodes)
         cap = s->k.max_nodes;
-    sched_make_room(s, n_act * (cap + 1), n_act);
+    int32_t need = 0;
+    for (int32_t i = 0; i < n_act; i++)
+        need += kv_seq_need(&s->e.kv, s->active[act[i]]->seq, cap + 1);
+    sched_make_room(s, need);
     int32_t n = 0, n_want = 0, n_live = 0;
     for (int32_t i = 0; i < n_act; i++) {
         const int32_t a = act[i];
@@ -478,7 +484,7 @@ static void sched_spec_step(struct sched *s, const int32_t *act, int32_t n_act)
 static bool sched_step(struct sched *s)
 {
     /* the decoding requests' tokens are placed whatever the prompts take */
-    int32_t n = 0, n_dec = 0;
+    int32_t n = 0, n_dec = 0, need = 0;
     for (int32_t a = 0; a < s->n_seq_max; a++) {
         struct sched_req *r = s->active[a];
         if (!r)
@@ -511,6 +517,7 @@ static bool sched_step(struct sched *s)
             if (engine_is_recurrent(&s->e) && r->n_fed < ck && r->n_fed + k > ck)
                 k = ck - r->n_fed;
             r->ckpt_due = engine_is_recurrent(&s->e) && ck > 0 && r->n_fed + k == ck;
+            need += kv_seq_need(&s->e.kv, r->seq, k);
             for (int32_t i = 0; i < k; i++, n++) {
                 s->tok[n] = r->prompt[r->n_fed + i];
                 s->pos[n] = r->n_fed + i;
@@ -530,6 +537,7 @@ static bool sched_step(struct sched *s)
             s->want[n] = 1;
             s->owner[n] = a;
             n++;
+            need += kv_seq_need(&s->e.kv, r->seq, 1);
         }
     }
     if (n == 0)
@@ -545,10 +553,7 @@ static bool sched_step(struct sched *s)
         sched_spec_step(s, s->owner, n);
         return true;
     }
-    int32_t n_seqs = 0;
-    for (int32_t a = 0; a < s->n_seq_max; a++)
-        n_seqs += s->active[a] != NULL;
-    sched_make_room(s, n, n_seqs);
+    sched_make_room(s, need);
     /* requests whose draws need only the largest logits (greedy: the argmax;
      * top_k with nothing changing the logits first: those k) and nothing else
      * to report read k numbers per row, not the vocabulary (a GPU's copy, and
@@ -653,21 +658,86 @@ static int32_t sched_seq_for(struct sched *s, struct sched_req *r)
     }
 }
 
-/* Moves queued requests into free slots. */
-static void sched_admit(struct sched *s)
+/* Admission reserves what a request may hold at the longest: the blocks of
+ * its prompt and max_tokens (and of a speculative tree past them). q (its
+ * sequence just made by sched_seq_for) fits when the blocks the running
+ * requests and q hold, plus what each may still take, fit the cache. Blocks
+ * only cached conversations hold count as free: sched_make_room evicts them
+ * as steps need the room. Reserving rather than admitting and pre-empting:
+ * tokens go to the client as they come, and a recurrent model's state cannot
+ * be cut back, so a pre-empted request would recompute its prompt and output
+ * (and rewind its sampler, grammar and draft) to resume; reserving costs only
+ * concurrency when requests stop well before max_tokens. The draft engine
+ * (KFlash) holds a private sequence per request, counted the same way. */
+static bool sched_fits(struct sched *s, struct sched_req *q)
 {
+    struct kv_cache *kv = &s->e.kv;
+    const int32_t dbs = s->dm ? s->de.kv.block_size : 1;
+    int32_t n = 0, need = 0, d_need = 0;
+    for (int32_t a = 0; a <= s->n_seq_max; a++) {
+        const struct sched_req *r = a < s->n_seq_max ? s->active[a] : q;
+        if (!r)
+            continue;
+        const int32_t span = r->n_prompt + r->max_tokens + s->slack, len = kv->len[r->seq];
+        s->fit_seq[n++] = r->seq;
+        need += kv_seq_need(kv, r->seq, span > len ? span - len : 0);
+        d_need += (span + dbs - 1) / dbs;
+    }
+    if (s->dm && d_need > s->de.kv.n_blocks)
+        return false;
+    return kv_cache_n_held(kv, s->fit_seq, n) + need <= kv->n_blocks;
+}
+
+/* Moves queued requests into free slots, in order, while they fit the cache
+ * (sched_fits); the first that does not waits until running requests end. A
+ * request alone always fits once the cached conversations are evicted (the
+ * cache holds the context, sched_submit's limit, plus the slack). Queued
+ * requests whose client left are unlinked and returned, for the caller to
+ * finish once it has let go of s->mu. */
+static struct sched_req *sched_admit(struct sched *s)
+{
+    struct sched_req *gone = NULL;
+    for (struct sched_req **q = &s->queue; *q;) {
+        struct sched_req *r = *q;
+        pthread_mutex_lock(&r->mu);
+        const bool cancel = r->cancel;
+        pthread_mutex_unlock(&r->mu);
+        if (!cancel) {
+            q = &r->next;
+            continue;
+        }
+        *q = r->next;
+        r->next = gone;
+        gone = r;
+    }
     for (int32_t a = 0; a < s->n_seq_max && s->queue; a++) {
         if (s->active[a])
             continue;
         struct sched_req *r = s->queue;
-        int32_t seq = sched_seq_for(s, r);
-        if (seq < 0)
+        if ((r->seq = sched_seq_for(s, r)) < 0)
             break;
+        bool alone = true, fits;
+        for (int32_t i = 0; i < s->n_seq_max; i++)
+            alone = alone && !s->active[i];
+        struct cached *c;
+        while (!(fits = sched_fits(s, r)) && alone && (c = cache_lru(s)))
+            cache_evict(s, c);
+        assert(fits || !alone);
+        if (!fits) {
+            engine_seq_free(&s->e, r->seq);
+            r->seq = -1;
+            r->n_fed = 0;
+            r->ckpt_at = -1;
+            pthread_mutex_lock(&r->mu);
+            r->n_cached = 0;
+            pthread_mutex_unlock(&r->mu);
+            break;
+        }
         s->queue = r->next;
-        r->seq = seq;
         s->active[a] = r;
         s->stats.active++;
     }
+    return gone;
 }
 
 static void *sched_main(void *arg)
@@ -684,8 +754,13 @@ static void *sched_main(void *arg)
             pthread_mutex_unlock(&s->mu);
             break;
         }
-        sched_admit(s);
+        struct sched_req *gone = sched_admit(s);
         pthread_mutex_unlock(&s->mu);
+        while (gone) {
+            struct sched_req *r = gone;
+            gone = r->next;
+            req_finish(s, r, SCHED_CANCELLED, NULL);
+        }
         sched_step(s);
     }
     return NULL;
@@ -712,17 +787,19 @@ struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32
     for (int i = 0; i < SCHED_CACHE_SLOTS; i++)
         s->cache[i].seq = -1;
     s->spec_on = sp && sp->mode != SPEC_OFF;
+    s->slack = s->spec_on ? sp->n_nodes + 1 : 0;
     s->dm = s->spec_on ? draft : NULL;
     const int64_t n_out = (int64_t)n_seq_max * (s->spec_on ? sp->n_nodes + 1 : 1);
     s->max_out = n_out < max_batch ? (int32_t)n_out : max_batch;
-    if (engine_init(&s->e, m, n_ctx, n_seq_max + SCHED_CACHE_SLOTS, max_batch, s->max_out,
+    /* the slack past the context: a request that fits the context fits alone with its tree */
+    if (engine_init(&s->e, m, n_ctx + s->slack, n_seq_max + SCHED_CACHE_SLOTS, max_batch, s->max_out,
                     s->spec_on ? sp->n_nodes + 1 : 0, kv_type) != 0) {
         free(s);
         return NULL;
     }
     if (s->spec_on) {
         const int32_t d_batch = spec_engine_batch(prefill_chunk);
-        if (s->dm && engine_init(&s->de, s->dm, n_ctx, n_seq_max, d_batch, spec_engine_out(d_batch), 256, kv_type) != 0)
+        if (s->dm && engine_init(&s->de, s->dm, n_ctx + s->slack, n_seq_max, d_batch, spec_engine_out(d_batch), 256, kv_type) != 0)
             goto fail_engine;
         if (spec_init(&s->k, &s->e, -1, s->dm ? &s->de : NULL, -1, sp, n_ctx) != 0)
             goto fail_draft;
@@ -740,6 +817,7 @@ struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32
     }
     size_t n = (size_t)max_batch;
     s->active = calloc((size_t)n_seq_max, sizeof *s->active);
+    s->fit_seq = malloc(((size_t)n_seq_max + 1) * sizeof(int32_t));
     s->tok = malloc(n * sizeof(int32_t));
     s->pos = malloc(n * sizeof(int32_t));
     s->seq = malloc(n * sizeof(int32_t));
@@ -751,7 +829,7 @@ struct sched *sched_new(struct model *m, int32_t n_ctx, int32_t n_seq_max, int32
     s->top_vals = malloc((size_t)s->max_out * TOP_K_MAX * sizeof(float));
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    if (!s->active || !s->tok || !s->pos || !s->seq || !s->par || !s->owner || !s->want || !s->logits || !s->top_ids || !s->top_vals ||
+    if (!s->active || !s->fit_seq || !s->tok || !s->pos || !s->seq || !s->par || !s->owner || !s->want || !s->logits || !s->top_ids || !s->top_vals ||
         pthread_create(&s->thread, NULL, sched_main, s) != 0) {
         err_set("sched: cannot start the engine thread");
         s->stop = true;
@@ -820,6 +898,7 @@ void sched_free(struct sched *s)
     }
     engine_free(&s->e);
     free(s->active);
+    free(s->fit_seq);
     free(s->tok);
     free(s->pos);
     free(s->seq);

@@ -11,6 +11,10 @@
  * too, and so is the state where a prompt leaves a cached conversation it
  * shares a long prefix with (see cache_checkpoint).
  *
+ * A request is admitted only while the KV cache can hold all that it and the
+ * running requests may take (prompt and max_tokens each): the rest wait in
+ * order, so no request fails for want of blocks.
+ *
  * Server threads never touch the model: they submit a request and wait on it;
  * the engine thread never blocks on a socket. A request that goes away
  * (client disconnect) is cancelled and its sequence dropped at the next step.

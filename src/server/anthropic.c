@@ -295,8 +295,7 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
         put(s, "ping", json_pack("{s:s}", "type", "ping"));
         return sse_respond(c, ant_reader, s, ant_reader_free);
     }
-    while (!gen_finished(s->gen))
-        gen_pump(s->gen);
+    gen_wait(s->gen, c);
     close_block(s);
     if (gen_error_status(s->gen)) {
         json_decref(usage);

@@ -6,11 +6,14 @@
 #include "../chat/json_schema.h"
 #include "../chat/tool_grammar.h"
 
-#include <stdio.h>
 #include <math.h>
+#include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#define GEN_POLL_S 0.1 /* the longest a blocked handler goes without looking at its client */
 
 struct gen {
     struct app *app;
@@ -452,6 +455,27 @@ bool gen_pump_for(struct gen *g, double seconds)
         return false;
     pump(g, n);
     return true;
+}
+
+/* Whether the client closed its connection (or it failed). A handler that
+ * waits for the whole answer holds its connection's thread, so libmicrohttpd
+ * cannot notice the close itself, as it does for a stream. */
+static bool client_gone(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return false;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+void gen_wait(struct gen *g, struct MHD_Connection *c)
+{
+    while (!g->finished) {
+        gen_pump_for(g, GEN_POLL_S);
+        if (!g->finished && client_gone(c))
+            sched_req_cancel(g->req);
+    }
 }
 
 bool gen_finished(const struct gen *g) { return g->finished; }

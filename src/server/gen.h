@@ -88,6 +88,9 @@ void gen_pump(struct gen *g);
  * sends a keep-alive, so that proxies and clients see it is alive during a long
  * prefill). */
 bool gen_pump_for(struct gen *g, double seconds);
+/* Pumps until the output is complete, for an answer sent whole: a client that
+ * closes its connection meanwhile cancels the request, as a stream's does. */
+void gen_wait(struct gen *g, struct MHD_Connection *c);
 bool gen_finished(const struct gen *g);
 /* SCHED_STOP also when a stop string ended the output (gen_stop_string tells which). */
 enum sched_finish gen_finish(const struct gen *g);

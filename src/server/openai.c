@@ -265,8 +265,7 @@ static enum MHD_Result oai_run(struct app *a, struct MHD_Connection *c, struct o
             sse(g, chunk(g, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL));
         return sse_respond(c, sse_reader, g, oai_reader_free);
     }
-    while (!gen_finished(g->gen))
-        gen_pump(g->gen);
+    gen_wait(g->gen, c);
     if (gen_error_status(g->gen)) {
         enum MHD_Result r = http_openai_error(c, gen_error_status(g->gen), "server_error", "%s", gen_error(g->gen));
         oai_free(g);

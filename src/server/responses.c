@@ -277,8 +277,7 @@ enum MHD_Result openai_responses(struct app *a, struct MHD_Connection *c, json_t
         put(r, "response.in_progress", json_pack("{s:o}", "response", response_obj(r, "in_progress")));
         return sse_respond(c, resp_reader, r, resp_reader_free);
     }
-    while (!gen_finished(r->gen))
-        gen_pump(r->gen);
+    gen_wait(r->gen, c);
     close_item(r);
     if (gen_error_status(r->gen)) {
         enum MHD_Result e = http_openai_error(c, gen_error_status(r->gen), "server_error", "%s", gen_error(r->gen));

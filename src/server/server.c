@@ -1,7 +1,8 @@
 /* server: libmicrohttpd glue, limits, authentication and routing (see server.h).
- * Bodies are collected up to SERVER_MAX_BODY; every endpoint but /health needs
- * the API key when one is set (Authorization: Bearer, or x-api-key), compared
- * in constant time. */
+ * Every endpoint but /health needs the API key when one is set (Authorization:
+ * Bearer, or x-api-key), compared in constant time as soon as the headers are
+ * in, before any of the body is kept. Bodies are collected up to
+ * SERVER_MAX_BODY and parsed only if they hold at most SERVER_MAX_JSON values. */
 #define _GNU_SOURCE
 #include "server.h"
 
@@ -10,6 +11,7 @@
 #include "app.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -20,6 +22,22 @@
 #include <unistd.h>
 
 #define SERVER_MAX_BODY (32u << 20)
+/* A parsed JSON value costs jansson some 50 bytes however short its text, so
+ * the body's size alone lets 32 MiB of "[1,1,...]" take over 600 MB: bodies
+ * are refused past this many values (counted on the text before parsing),
+ * which is far above what long conversations with many tools take. */
+#define SERVER_MAX_JSON (1u << 19)
+/* Bodies past this size give their memory back to the system when done. */
+#define SERVER_TRIM_BYTES (1u << 20)
+/* Slow or idle clients: a connection holds a thread, so one address may hold
+ * only so many (the rest of the limit stays for everyone else), and one that
+ * goes quiet while sending its request, or between requests, is closed soon.
+ * Once a request is complete its answer may take minutes (a long generation;
+ * streams send keep-alives), so its connection gets the longer timeout. */
+#define SERVER_MAX_CONN 512u
+#define SERVER_MAX_PER_IP 64u
+#define SERVER_REQUEST_TIMEOUT_S 10u
+#define SERVER_ANSWER_TIMEOUT_S 600u
 
 struct conn_state {
     char *body;
@@ -73,6 +91,25 @@ static bool key_ok(const struct app *a, struct MHD_Connection *c)
     return diff == 0;
 }
 
+/* An upper bound on the number of JSON values in text: every value but the
+ * first follows a comma or opens a container, outside strings. */
+static size_t json_count_values(const char *text, size_t n)
+{
+    size_t count = 1;
+    bool in_str = false, esc = false;
+    for (size_t i = 0; i < n; i++) {
+        const char ch = text[i];
+        if (in_str) {
+            in_str = esc || ch != '"';
+            esc = !esc && ch == '\\';
+        } else {
+            in_str = ch == '"';
+            count += ch == ',' || ch == '[' || ch == '{';
+        }
+    }
+    return count;
+}
+
 /* Prometheus text exposition of the scheduler's counters. */
 static enum MHD_Result metrics(struct app *a, struct MHD_Connection *c)
 {
@@ -124,7 +161,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     (void)version;
     struct app *a = cls;
     struct conn_state *st = *con_cls;
-    if (!st) {
+    bool ant = strncmp(url, "/v1/messages", 12) == 0;
+    enum MHD_Result (*fail)(struct MHD_Connection *, unsigned, const char *, const char *, ...) =
+        ant ? http_anthropic_error : http_openai_error;
+    if (!st) { /* the headers are in: refuse a request without the key before its body comes */
+        if (strcmp(url, "/health") != 0 && !key_ok(a, c))
+            return fail(c, MHD_HTTP_UNAUTHORIZED, "authentication_error", "invalid or missing API key");
         st = calloc(1, sizeof *st);
         if (!st)
             return MHD_NO;
@@ -151,13 +193,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, SERVER_ANSWER_TIMEOUT_S);
     if (strcmp(url, "/health") == 0)
         return http_json(c, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
-    bool ant = strncmp(url, "/v1/messages", 12) == 0;
-    enum MHD_Result (*fail)(struct MHD_Connection *, unsigned, const char *, const char *, ...) =
-        ant ? http_anthropic_error : http_openai_error;
-    if (!key_ok(a, c))
-        return fail(c, MHD_HTTP_UNAUTHORIZED, "authentication_error", "invalid or missing API key");
     if (st->too_big)
         return fail(c, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error", "request body larger than %u bytes",
                     SERVER_MAX_BODY);
@@ -180,6 +218,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                     url);
     if (!post)
         return fail(c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", "use POST");
+    if (json_count_values(st->body, st->n) > SERVER_MAX_JSON)
+        return fail(c, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error", "request body has more than %u JSON values",
+                    SERVER_MAX_JSON);
     json_error_t je;
     json_t *body = json_loadb(st->body ? st->body : "", st->n, 0, &je);
     if (!json_is_object(body)) {
@@ -195,11 +236,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
     (void)cls;
-    (void)c;
     (void)toe;
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, SERVER_REQUEST_TIMEOUT_S); /* until the next request */
     struct conn_state *st = *con_cls;
     if (st) {
         free(st->body);
+        if (st->cap >= SERVER_TRIM_BYTES)
+            malloc_trim(0); /* the body's and its parse's memory: free() keeps most of it in the heap */
         free(st);
     }
     *con_cls = NULL;
@@ -248,8 +291,9 @@ int server_run(const struct server_opts *o)
     }
     d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG, o->port,
                          NULL, NULL, on_request, &a, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL, MHD_OPTION_CONNECTION_LIMIT, 64u,
-                         MHD_OPTION_CONNECTION_TIMEOUT, 600u, /* idle seconds */
+                         MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL, MHD_OPTION_CONNECTION_LIMIT, SERVER_MAX_CONN,
+                         MHD_OPTION_PER_IP_CONNECTION_LIMIT, SERVER_MAX_PER_IP,
+                         MHD_OPTION_CONNECTION_TIMEOUT, SERVER_REQUEST_TIMEOUT_S, /* idle seconds */
                          MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 << 10), /* headers and read buffer */
                          MHD_OPTION_END);
     if (!d) {

@@ -165,6 +165,32 @@ test("a client that disconnects mid-stream does not stop the server", async () =
   assert.ok(Date.now() - t0 < 5000);
 });
 
+test("a client that leaves before its whole answer is sent cancels the request, as a stream's does", async () => {
+  const metrics = async () => await (await fetch(`${srv.base}/metrics`)).text();
+  const num = (m, name) => Number(m.match(new RegExp(`^${name} (\\d+)$`, "m"))[1]);
+  const before = await metrics();
+  const ac = new AbortController();
+  // the end tokens banned: only the client's leaving ends it before 4000 tokens
+  const answer = fetch(`${srv.base}/v1/chat/completions`, {
+    method: "POST",
+    signal: ac.signal,
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "write a long story" }], max_tokens: 4000,
+      temperature: 0, logit_bias: { "151643": -100, "151645": -100 } }),
+  }).then(() => "answered", (e) => e.name);
+  let m = before;
+  while (num(m, "kapitsa_requests_active") === 0) m = await metrics(); // generating
+  ac.abort();
+  assert.equal(await answer, "AbortError");
+  for (let i = 0; i < 600 && num(m, "kapitsa_requests_cancelled_total") === num(before, "kapitsa_requests_cancelled_total"); i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    m = await metrics();
+  }
+  assert.equal(num(m, "kapitsa_requests_cancelled_total"), num(before, "kapitsa_requests_cancelled_total") + 1, "cancelled");
+  const made = num(m, "kapitsa_generated_tokens_total") - num(before, "kapitsa_generated_tokens_total");
+  assert.ok(made < 4000, `${made} tokens generated for nobody`);
+});
+
 test("with --api-key every endpoint but /health needs the key", async () => {
   const s = await startServer(["--api-key", "s3cret"]);
   assert.match(s.log(), /KV cache: +\d+ tokens over \d+ sequences, bf16/, "the default cache type");

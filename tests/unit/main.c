@@ -108,6 +108,7 @@ int test_failures;
     X(test_sched_stop)                                                                                         \
     X(test_sched_top_k)                                                                                        \
     X(test_sched_prefill_chunks)                                                                               \
+    X(test_sched_cache_full)                                                                                   \
     X(test_spec_greedy_fixtures)                                                                               \
     X(test_spec_greedy_tiny)                                                                                   \
     X(test_spec_top)                                                                                           \

@@ -1,5 +1,6 @@
 /* Tests of the paged KV cache bookkeeping: block sharing on fork, copy on
- * write into a shared partial block, truncation, and running out. */
+ * write into a shared partial block, truncation, running out, and the counts
+ * admission reserves by. */
 #include "../../src/backend/cpu/cpu.h"
 #include "../../src/base/err.h"
 #include "../../src/base/dtype.h"
@@ -32,6 +33,12 @@ void test_kv_cache_blocks(void)
 
     int32_t b = kv_seq_fork(&kv, a);
     CHECK(b == 1 && kv.len[b] == 20 && kv_cache_n_free(&kv) == 2, "fork shares blocks");
+    /* what a reservation would take: past the held blocks, plus the shared partial block's copy */
+    int32_t ab[2] = {a, b};
+    CHECK(kv_seq_need(&kv, b, 0) == 0 && kv_seq_need(&kv, b, 1) == 1 && kv_seq_need(&kv, b, 13) == 2 &&
+              kv_seq_need(&kv, a, 12) == 1,
+          "need counts the copy on write and new blocks");
+    CHECK(kv_cache_n_held(&kv, ab, 2) == 2 && kv_cache_n_held(&kv, ab, 1) == 2, "shared blocks held once");
     CHECK(kv_seq_row(&kv, a, 5) == kv_seq_row(&kv, b, 5) && kv_seq_row(&kv, a, 17) == kv_seq_row(&kv, b, 17),
           "same rows");
     /* b writes position 20: block 1 is shared and partly filled -> copied */

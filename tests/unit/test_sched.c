@@ -450,3 +450,52 @@ void test_sched_prefill_chunks(void)
     model_free(&m);
     be->ops->free(be);
 }
+
+/* A cache of 256 tokens (16 blocks) and six requests of 100 tokens each (60 of
+ * prompt, 40 to generate: 7 blocks) in four slots: two run at a time, the
+ * others wait instead of failing for want of blocks, and every answer is the
+ * plain engine run's. Two repeat earlier prompts, so that cached conversations
+ * hold blocks that must be evicted first; on the hybrid, prompt-end checkpoints
+ * share a running request's blocks too. A request longer than the whole
+ * cache is refused at submission. */
+void test_sched_cache_full(void)
+{
+    const char *archs[] = {"qwen3", "qwen3_5"};
+    for (int arch = 0; arch < 2; arch++) {
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/%s", test_fixtures(), archs[arch]);
+        struct backend *be = test_backend();
+        struct model m;
+        CHECK(model_load(&m, dir, be, NULL) == 0, "%s", err_msg());
+        enum { NR = 6, NP = 60, G = 40 };
+        const int32_t V = m.cfg.vocab_size;
+        int32_t p[NR][NP], w[NR][G];
+        for (int q = 0; q < NR; q++) {
+            for (int i = 0; i < NP; i++)
+                p[q][i] = q >= 4 ? p[q - 4][i] : 2 + (i * (31 + 6 * q) + 7 * q + 3) % (V - 2);
+            greedy_ref(&m, p[q], NP, G, w[q]);
+        }
+        struct sched *s = sched_new(&m, 256, 4, 64, 64, DT_F32, NULL, NULL);
+        CHECK(s != NULL, "%s", err_msg());
+        struct sched_req *rs[NR];
+        for (int q = 0; q < NR; q++)
+            rs[q] = submit(s, p[q], NP, G, V);
+        for (int q = 0; q < NR; q++)
+            finish(rs[q], w[q], G, archs[arch]);
+        struct sampler_params sp = {.temperature = 0, .top_p = 1, .repeat_penalty = 1, .penalty_last_n = -1};
+        int32_t big[200];
+        for (int i = 0; i < 200; i++)
+            big[i] = 2 + i % (V - 2);
+        struct sched_req *r = sched_req_new(big, 200, &sp, 100, V);
+        CHECK(r && sched_submit(s, r) == -1 && strstr(err_msg(), "exceed the context"),
+              "a request longer than the cache is refused: %s", err_msg());
+        sched_req_release(r);
+        struct sched_stats st;
+        sched_get_stats(s, &st);
+        CHECK(st.failed == 0 && st.requests == NR, "%s: %lld of %lld requests failed", archs[arch],
+              (long long)st.failed, (long long)st.requests);
+        sched_free(s);
+        model_free(&m);
+        be->ops->free(be);
+    }
+}
