@@ -3,7 +3,10 @@
 redirect to a second path for LFS files, Range requests, ETags and the
 X-Linked-* / X-Repo-Commit headers, and faults: kapitsa/flaky drops the
 connection halfway through the first download of each LFS file,
-kapitsa/corrupt serves a flipped byte, kapitsa/gated wants a token; with
+kapitsa/corrupt serves a flipped byte, kapitsa/gated wants a token,
+kapitsa/oversize lists config.json at 16 bytes and serves 4 MiB,
+kapitsa/oddnames adds names to escape (a space and '#', a control character)
+and names that leave the snapshot folder; with
 GGUF_DIR, kapitsa/tiny-GGUF serves its files (folders included), as a GGUF repo.
 
 usage: hub_server.py MODEL_DIR PORT_FILE LOG_FILE [GGUF_DIR]
@@ -13,12 +16,13 @@ import hashlib
 import http.server
 import json
 import os
+import urllib.parse
 import sys
 import threading
 
 model_dir, port_file, log_file = sys.argv[1:4]
 gguf_dir = sys.argv[4] if len(sys.argv) > 4 else None
-REPOS = ["kapitsa/tiny", "kapitsa/flaky", "kapitsa/corrupt", "kapitsa/gated"] + (["kapitsa/tiny-GGUF"] if gguf_dir else [])
+REPOS = ["kapitsa/tiny", "kapitsa/flaky", "kapitsa/corrupt", "kapitsa/gated", "kapitsa/oversize", "kapitsa/oddnames"] + (["kapitsa/tiny-GGUF"] if gguf_dir else [])
 TOKEN = "good-token"
 
 
@@ -41,7 +45,20 @@ model_files = read_files(model_dir)
 gguf_files = read_files(gguf_dir) if gguf_dir else {}
 
 
+def blob_entry(data, lfs):
+    return {"data": data, "lfs": lfs, "sha256": hashlib.sha256(data).hexdigest(),
+            "blob": hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()}
+
+
+odd_files = dict(model_files)
+odd_files["a b#c.safetensors"] = blob_entry(b"odd", True)
+odd_files["evil\x1b[2J.safetensors"] = blob_entry(b"evil", True)
+ESCAPING = ["../../escape.json", "/abs.json", "sub/../../x.json"]
+
+
 def files_of(repo):
+    if repo == "kapitsa/oddnames":
+        return odd_files
     return gguf_files if repo == "kapitsa/tiny-GGUF" else model_files
 
 
@@ -78,7 +95,7 @@ class Hub(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         path = self.path.split("?")[0]
-        parts = path.strip("/").split("/")
+        parts = [urllib.parse.unquote(p) for p in path.strip("/").split("/")]
         if parts[:2] == ["api", "models"] and len(parts) == 6 and parts[4] == "revision":
             repo = self.repo_of(parts[2:4])
             if not repo:
@@ -90,8 +107,12 @@ class Hub(http.server.BaseHTTPRequestHandler):
                 s = {"rfilename": name, "blobId": f["blob"], "size": len(f["data"])}
                 if f["lfs"]:
                     s["lfs"] = {"sha256": f["sha256"], "size": len(f["data"]), "pointerSize": 134}
+                if repo == "kapitsa/oversize" and name == "config.json":
+                    s["size"] = 16
                 sib.append(s)
             sib.append({"rfilename": "original/consolidated.pth", "blobId": "0" * 40, "size": 1})
+            if repo == "kapitsa/oddnames":
+                sib += [{"rfilename": n, "blobId": "1" * 40, "size": 2} for n in ESCAPING]
             body = json.dumps({"id": repo, "sha": commits[repo], "siblings": sib}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -110,7 +131,7 @@ class Hub(http.server.BaseHTTPRequestHandler):
             f = files[name]
             if f["lfs"]:
                 self.send_response(302)
-                self.send_header("Location", "/cdn/%s/%s" % (repo, name))
+                self.send_header("Location", "/cdn/%s/%s" % (repo, urllib.parse.quote(name)))
                 self.send_header("X-Linked-Etag", '"%s"' % f["sha256"])
                 self.send_header("X-Linked-Size", str(len(f["data"])))
                 self.send_header("X-Repo-Commit", commits[repo])
@@ -127,6 +148,8 @@ class Hub(http.server.BaseHTTPRequestHandler):
 
     def send_blob(self, repo, name, f, etag):
         data = f["data"]
+        if repo == "kapitsa/oversize" and name == "config.json":
+            data = data + b" " * (4 << 20)
         if repo == "kapitsa/corrupt" and f["lfs"]:
             data = bytearray(data)
             data[len(data) // 2] ^= 1

@@ -70,6 +70,24 @@ if ls "$HF_HOME/hub/models--kapitsa--corrupt/blobs" | grep -v -E '^[0-9a-f]{40}$
 else ok "no corrupt blob installed"; fi
 [ ! -e "$HF_HOME/hub/models--kapitsa--corrupt/refs/main" ] && ok "no ref for the failed pull" || bad "no ref for the failed pull"
 
+expect "a file larger than listed is refused" 1 "more than the 16 bytes it lists" "nothing installed" -- \
+    "$bin" pull kapitsa/oversize
+if find "$HF_HOME/hub/models--kapitsa--oversize" -name '*.incomplete' | grep -q .; then
+    bad "no partial file of the oversized download"
+else ok "no partial file of the oversized download"; fi
+"$bin" pull kapitsa/oddnames >"$tmp/odd" 2>&1
+odd_rc=$?
+[ "$odd_rc" = 0 ] && ok "names with a space and '#' are fetched (percent-encoded)" ||
+    { bad "names with a space and '#' are fetched (percent-encoded)"; cat "$tmp/odd"; }
+grep -q $'\x1b' "$tmp/odd" && bad "no control character reaches the terminal" ||
+    ok "no control character reaches the terminal"
+grep -qF 'evil\x1b[2J.safetensors' "$tmp/odd" && ok "a control character is shown escaped" ||
+    { bad "a control character is shown escaped"; cat "$tmp/odd"; }
+[ "$(grep -c 'leaves the snapshot folder' "$tmp/odd")" = 3 ] && ok "names leaving the snapshot are reported" ||
+    { bad "names leaving the snapshot are reported"; cat "$tmp/odd"; }
+[ ! -e "$HF_HOME/hub/escape.json" ] && [ ! -e "$HF_HOME/escape.json" ] && ok "nothing written outside the cache" ||
+    bad "nothing written outside the cache"
+
 expect "a gated model without a token" 1 "gated or private" "HF_TOKEN" -- "$bin" pull kapitsa/gated
 expect "a gated model with a wrong token" 1 "no access" -- env HF_TOKEN=bad "$bin" pull kapitsa/gated
 expect "a gated model with the token" 0 "snapshots/" -- env HF_TOKEN=good-token "$bin" pull kapitsa/gated

@@ -26,6 +26,7 @@
 
 struct pfile {
     char *name;
+    char *shown; /* name as printed: control characters escaped (a hub's names reach the terminal) */
     int64_t size;
     char etag[72]; /* sha256 (LFS) or git blob sha1 */
     bool lfs;
@@ -141,6 +142,33 @@ static bool wanted(const struct pull *p, const char *name)
     return false;
 }
 
+/* Whether a listed name would leave the snapshot folder: absolute, or a
+ * segment that is empty, "." or "..". */
+static bool name_escapes(const char *name)
+{
+    if (name[0] == '/' || name[0] == '\0')
+        return true;
+    for (const char *seg = name;; seg++) {
+        const size_t l = strcspn(seg, "/");
+        if (l == 0 || (l == 1 && seg[0] == '.') || (l == 2 && seg[0] == '.' && seg[1] == '.'))
+            return true;
+        seg += l;
+        if (!*seg)
+            return false;
+    }
+}
+
+/* name with its control characters as \xNN, malloc'd */
+static char *name_shown(const char *name)
+{
+    char *out = malloc(4 * strlen(name) + 1), *o = out;
+    for (const unsigned char *c = (const unsigned char *)name; out && *c; c++)
+        o += *c < 0x20 || *c == 0x7f ? sprintf(o, "\\x%02x", *c) : sprintf(o, "%c", *c);
+    if (out)
+        *o = '\0';
+    return out;
+}
+
 static bool hex_ok(const char *s, size_t n)
 {
     if (strlen(s) != n)
@@ -203,6 +231,13 @@ static int fetch_info(struct pull *p, const char *revision)
             rc = p->f ? 0 : err_set("pull: out of memory");
             json_array_foreach(sib, i, s) {
                 const char *name = json_string_value(json_object_get(s, "rfilename"));
+                if (rc == 0 && name && name_escapes(name)) {
+                    char *shown = name_shown(name);
+                    fprintf(p->o->progress ? p->o->progress : stderr,
+                            "pull: skipping %s: its path leaves the snapshot folder\n", shown ? shown : "?");
+                    free(shown);
+                    continue;
+                }
                 if (rc != 0 || !name || !wanted(p, name))
                     continue;
                 struct pfile *f = &p->f[p->n_f];
@@ -211,13 +246,22 @@ static int fetch_info(struct pull *p, const char *revision)
                                     : json_string_value(json_object_get(s, "blobId"));
                 f->lfs = lfs != NULL;
                 f->size = json_integer_value(json_object_get(lfs ? lfs : s, "size"));
-                if (!e || !hex_ok(e, f->lfs ? 64 : 40) || f->size < 0 ||
-                    strstr(name, "..")) {
-                    rc = err_set("pull: %s: file %s has no valid %s and size", url, name,
+                f->shown = name_shown(name);
+                if (!e || !hex_ok(e, f->lfs ? 64 : 40) || f->size < 0) {
+                    rc = err_set("pull: %s: file %s has no valid %s and size", url, f->shown ? f->shown : "?",
                                  f->lfs ? "sha256" : "blob id");
+                    free(f->shown);
+                    f->shown = NULL;
                     continue;
                 }
                 f->name = strdup(name);
+                if (!f->name || !f->shown) {
+                    free(f->name);
+                    free(f->shown);
+                    f->name = f->shown = NULL;
+                    rc = err_set("pull: out of memory");
+                    continue;
+                }
                 snprintf(f->etag, sizeof f->etag, "%s", e);
                 p->total += f->size;
                 p->n_f++;
@@ -242,6 +286,9 @@ struct sink {
     FILE *fp;
     int write_errno;
     int64_t got;
+    CURL *c;
+    int64_t have, size; /* bytes already on disk, the listed size */
+    bool over;          /* the server sent more than the listed size */
 };
 
 static void draw(struct pull *p, bool force)
@@ -264,6 +311,14 @@ static size_t file_write(char *data, size_t sz, size_t nm, void *ctx)
 {
     struct sink *s = ctx;
     size_t len = sz * nm;
+    /* the listed size bounds what is taken: the rest of it after a range
+     * answered with 206, the whole of it otherwise */
+    long code = 0;
+    curl_easy_getinfo(s->c, CURLINFO_RESPONSE_CODE, &code);
+    if (s->got + (int64_t)len > (code == 206 ? s->size - s->have : s->size)) {
+        s->over = true;
+        return 0;
+    }
     if (fwrite(data, 1, len, s->fp) != len || fflush(s->fp) != 0) {
         s->write_errno = errno ? errno : EIO;
         return 0;
@@ -317,8 +372,16 @@ static int fetch_blob(struct pull *p, const struct pfile *f, const char *blob)
 {
     char part[4900], url[4096];
     snprintf(part, sizeof part, "%s.incomplete", blob);
-    snprintf(url, sizeof url, "%s/%s/resolve/%s/%s", p->endpoint, p->repo, p->commit, f->name);
     CURL *c = curl_easy_init();
+    /* the name percent-encoded a segment at a time */
+    int o = snprintf(url, sizeof url, "%s/%s/resolve/%s", p->endpoint, p->repo, p->commit);
+    for (const char *seg = f->name; c && *seg && o > 0 && (size_t)o < sizeof url;) {
+        const size_t l = strcspn(seg, "/");
+        char *e = curl_easy_escape(c, seg, (int)l);
+        o += snprintf(url + o, sizeof url - (size_t)o, "/%s", e ? e : "");
+        curl_free(e);
+        seg += l + (seg[l] == '/');
+    }
     struct curl_slist *hl = p->auth[0] ? curl_slist_append(NULL, p->auth) : NULL;
     int rc = -1;
     if (!c)
@@ -333,7 +396,7 @@ static int fetch_blob(struct pull *p, const struct pfile *f, const char *blob)
             }
             have = 0;
         }
-        struct sink s = {p, fopen(part, "ab"), 0, 0};
+        struct sink s = {p, fopen(part, "ab"), 0, 0, c, have, f->size, false};
         if (!s.fp) {
             err_set("pull: cannot write %s: %s", part, strerror(errno));
             break;
@@ -378,6 +441,13 @@ static int fetch_blob(struct pull *p, const struct pfile *f, const char *blob)
                 break;
             }
         }
+        if (s.over) {
+            unlink(part);
+            err_set("pull: %s: the hub sent more than the %lld bytes it lists; the download was discarded, nothing "
+                    "installed",
+                    f->shown, (long long)f->size);
+            break;
+        }
         if (s.write_errno) {
             err_set("pull: writing %s failed: %s%s", part, strerror(s.write_errno),
                     s.write_errno == ENOSPC || s.write_errno == EFBIG
@@ -400,7 +470,7 @@ static int fetch_blob(struct pull *p, const struct pfile *f, const char *blob)
         if (stat(part, &st) != 0 || st.st_size != f->size) {
             if (attempt + 1 < PULL_TRIES)
                 continue; /* short: resume */
-            err_set("pull: %s: got %lld bytes of %lld", f->name, (long long)(stat(part, &st) == 0 ? st.st_size : 0),
+            err_set("pull: %s: got %lld bytes of %lld", f->shown, (long long)(stat(part, &st) == 0 ? st.st_size : 0),
                     (long long)f->size);
             break;
         }
@@ -412,7 +482,7 @@ static int fetch_blob(struct pull *p, const struct pfile *f, const char *blob)
         if (strcmp(hex, f->etag) != 0) {
             unlink(part);
             err_set("pull: %s: %s mismatch (expected %s, got %s); the download was discarded, nothing installed",
-                    f->name, f->lfs ? "sha256" : "git blob sha1", f->etag, hex);
+                    f->shown, f->lfs ? "sha256" : "git blob sha1", f->etag, hex);
             break;
         }
         if (rename(part, blob) != 0) {
@@ -472,7 +542,7 @@ static int pull_file(struct pull *p, const struct pfile *f)
         rc = link_file(p, f);
     if (rc == 0 && p->o->progress && !p->o->bar) {
         pthread_mutex_lock(&p->mu);
-        fprintf(p->o->progress, "pull: %s  %.1f MB  ok\n", f->name, (double)f->size / 1e6);
+        fprintf(p->o->progress, "pull: %s  %.1f MB  ok\n", f->shown, (double)f->size / 1e6);
         pthread_mutex_unlock(&p->mu);
     }
     return rc;
@@ -564,8 +634,10 @@ int hub_pull(const char *repo, const char *revision, const struct hub_pull_opts 
     snprintf(out, n, "%s/snapshots/%s", p.dir, p.commit);
     rc = 0;
 done:
-    for (int32_t i = 0; i < p.n_f; i++)
+    for (int32_t i = 0; i < p.n_f; i++) {
         free(p.f[i].name);
+        free(p.f[i].shown);
+    }
     free(p.f);
     pthread_mutex_destroy(&p.mu);
     return rc;
