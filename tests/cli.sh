@@ -253,6 +253,22 @@ expect "launch: an agent that is not installed" 127 "npm i -g @mariozechner/pi-c
 expect "launch: an unknown agent" 2 "unknown agent" -- "$bin" launch vim
 expect "bad flag" 2 "--chunks needs sizes" -- "$bin" check "$fx/qwen3" --chunks 0
 expect "unknown command" 2 "unknown command" -- "$bin" frobnicate
+# the command line every command shares: --help (and -h) on stdout with status 0,
+# unknown options named with status 2, --flag=value
+for c in check synth bench eval chat tokenize detokenize launch serve run pull list quantize imatrix rm doctor \
+    render "bench compare"; do
+    expect "$c --help: its usage on stdout" 0 "usage: kapitsa $c" -- sh -c "'$bin' $c --help 2>/dev/null"
+    expect "$c -h" 0 "usage: kapitsa $c" -- sh -c "'$bin' $c -h 2>/dev/null"
+    expect "$c: an unknown option is named" 2 "kapitsa $c: unknown option '--frob'" -- "$bin" $c --frob
+done
+expect "run: an unknown short option is named" 2 "kapitsa run: unknown option '-q'" -- "$bin" run -q x
+expect "detokenize --help is not read as a token id" 0 "usage: kapitsa detokenize" -- "$bin" detokenize --model "$tok" --help
+expect "serve: an unexpected argument" 2 "kapitsa serve: unexpected argument 'x'" -- "$bin" serve x
+expect "help names the four agents" 0 "claude, codex, opencode or pi" -- "$bin" --help
+expect "a flag's value missing" 2 "kapitsa run: --max-tokens needs a value" -- "$bin" run x --max-tokens
+expect "run --flag=value" 0 "    return np.array([1, 2, 3" -- \
+    sh -c "cd '$here/..' && '$bin' run --max-tokens=12 --model=models/kapitsa-tiny --temperature=0 'def is_prime(n):
+'"
 # doctor and list with the catalog's quantised sizes; then a catalog of one model no machine holds in bf16
 # whose Qwen-style GGUF is small: doctor says bf16 does not fit, shows the recipe that does and recommends it
 expect "doctor" 0 "what fits" "GB/s, measured" "the rule: the most parameters that keep 32k" "recommended:" -- \

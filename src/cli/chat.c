@@ -19,8 +19,8 @@
 
 static void chat_usage(FILE *f)
 {
-    fprintf(f, "usage: kapitsa chat [--model DIR] [--system TEXT] [--max-tokens N] [--temperature T] [--seed S]\n"
-               "                    [--ctx TOKENS] [--threads N] [--device D] " CLI_SPEC_USAGE "\n"
+    fprintf(f, "usage: kapitsa chat [--model M] [--system TEXT] [--max-tokens N] [--temp|--temperature T]\n"
+               "                    [--seed S] [--ctx TOKENS] [--threads N] [--device D] " CLI_SPEC_USAGE "\n"
                "                    [--think] " CLI_KV_USAGE "\n"
                "  one user message per line (a line ending in \\ continues it; so do lines between two\n"
                "  lines of \"\"\"); on a terminal with line editing and history (~/.cache/kapitsa/chat_history).\n"
@@ -98,13 +98,9 @@ int cli_chat(int argc, char **argv)
             (f = cli_flag(argc, argv, &i, "--device", &device)) != 0) {
             if (f < 0)
                 return chat_usage(stderr), 2;
-        } else if (strcmp(argv[i], "--help") == 0) {
-            chat_usage(stdout);
-            return 0;
-        } else if (strcmp(argv[i], "--think") == 0) {
+        } else if (cli_switch(argv[i], "--think")) {
             think = 1;
-        } else if ((f = cli_flag(argc, argv, &i, "--temp", &v)) != 0 ||
-                   (f = cli_flag(argc, argv, &i, "--temperature", &v)) != 0) {
+        } else if ((f = cli_flag(argc, argv, &i, "--temp|--temperature", &v)) != 0) {
             if (f < 0 || sscanf(v, "%lf", &d) != 1 || d < 0)
                 return chat_usage(stderr), 2;
             sp.temperature = (float)d;
@@ -122,8 +118,10 @@ int cli_chat(int argc, char **argv)
                     return chat_usage(stderr), 2;
                 sp.seed = (uint64_t)cli_int(v);
                 continue;
+            } else {
+                return cli_arg_reject(argv[i], chat_usage);
             }
-            if (f <= 0 || (*dst = cli_int(v)) < 1 || *dst > (1 << 24))
+            if (f < 0 || (*dst = cli_int(v)) < 1 || *dst > (1 << 24))
                 return chat_usage(stderr), 2;
         }
     }

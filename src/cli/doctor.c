@@ -178,13 +178,15 @@ static void print_run(const struct catalog_run *r, const char *name, const char 
            r->disk <= disk ? "ok" : "too little free disk");
 }
 
+static void doctor_usage(FILE *f)
+{
+    fprintf(f, "usage: kapitsa doctor   (this machine: CPU, memory, GPUs, disk, which models fit, agent CLIs)\n");
+}
+
 int cli_doctor(int argc, char **argv)
 {
-    (void)argv;
-    if (argc > 0) {
-        fprintf(stderr, "usage: kapitsa doctor\n");
-        return 2;
-    }
+    if (argc > 0)
+        return cli_arg_reject(argv[0], doctor_usage);
     char model[256], flags[8192];
     cpu_line(model, sizeof model, flags, sizeof flags);
     const int64_t mem_total = meminfo("MemTotal"), mem_avail = meminfo("MemAvailable");

@@ -66,6 +66,15 @@ static int greedy(struct engine *e, const int32_t *ctx, int32_t n_ctx, int32_t n
     return 0;
 }
 
+static void eval_usage(FILE *f)
+{
+    fprintf(f, "usage: kapitsa eval --model M [--draft DIR] --ids FILE [--tokens N] [--threads N]\n"
+               "       [--device cpu|cuda|auto]\n"
+               "  FILE: little-endian int32 token ids (tools/train/eval_pair.py writes the held-out\n"
+               "  split); prints the loss over the first N tokens (default 16384) in windows of 512,\n"
+               "  and with a draft its top-1 agreement and mean accepted length of 5-token chains\n");
+}
+
 int cli_eval(int argc, char **argv)
 {
     const char *dir = NULL, *draft = NULL, *ids_path = NULL, *v;
@@ -85,12 +94,10 @@ int cli_eval(int argc, char **argv)
             dst = &n_tok;
         else if ((f = cli_flag(argc, argv, &i, "--threads", &v)))
             dst = &threads;
-        if (f <= 0 || (*dst = cli_int(v)) < 1) {
-            fprintf(stderr, "usage: kapitsa eval --model DIR [--draft DIR] --ids FILE [--tokens N] [--threads N]\n"
-                            "       [--device cpu|cuda|auto]\n"
-                            "  FILE: little-endian int32 token ids (tools/train/eval_pair.py writes the held-out\n"
-                            "  split); prints the loss over the first N tokens (default 16384) in windows of 512,\n"
-                            "  and with a draft its top-1 agreement and mean accepted length of 5-token chains\n");
+        else
+            return cli_arg_reject(argv[i], eval_usage);
+        if (f < 0 || (*dst = cli_int(v)) < 1) {
+            eval_usage(stderr);
             return 2;
         }
     }

@@ -17,7 +17,8 @@
 
 static void imatrix_usage(FILE *f)
 {
-    fprintf(f, "usage: kapitsa imatrix --model M --text FILE [--out FILE.gguf] [--chunk N] [--chunks K] [--threads N]\n"
+    fprintf(f, "usage: kapitsa imatrix --model M --text FILE [--out FILE.gguf] [--chunk N] [--chunks K]\n"
+               "                       [--threads N]\n"
                "  the importance matrix of model M (a folder, catalog name, hub id or .gguf; qwen3, qwen3_moe)\n"
                "  over the text in FILE: per weight matrix, the sums of each input column's squares over the\n"
                "  tokens, in chunks of N tokens (default 512), the first K chunks (default all), on the cpu.\n"
@@ -105,13 +106,9 @@ int cli_imatrix(int argc, char **argv)
             dst = &chunks;
         else if ((f = cli_flag(argc, argv, &i, "--threads", &v)))
             dst = &threads;
-        if (f == 0 && (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)) {
-            imatrix_usage(stdout);
-            return 0;
-        }
-        if (f <= 0 || (*dst = cli_int(v)) < 1 || *dst > INT32_MAX) {
-            if (f == 0)
-                fprintf(stderr, "kapitsa imatrix: unknown option '%s'\n", argv[i]);
+        else
+            return cli_arg_reject(argv[i], imatrix_usage);
+        if (f < 0 || (*dst = cli_int(v)) < 1 || *dst > INT32_MAX) {
             imatrix_usage(stderr);
             return 2;
         }

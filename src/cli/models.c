@@ -54,9 +54,8 @@ int cli_pull(int argc, char **argv)
     int with_draft = 0;
     for (int i = 0; i < argc; i++) {
         int f;
-        if (strcmp(argv[i], "--help") == 0)
-            return pull_usage(stdout), 0;
-        if (strcmp(argv[i], "--with-draft") == 0) {
+        enum cli_arg a;
+        if (cli_switch(argv[i], "--with-draft")) {
             with_draft = 1;
             continue;
         }
@@ -68,7 +67,9 @@ int cli_pull(int argc, char **argv)
             if (f < 0 || cli_int(v) < 1 || cli_int(v) > 16)
                 return pull_usage(stderr), 2;
             o.n_parallel = (int32_t)cli_int(v);
-        } else if (argv[i][0] == '-' || ref) {
+        } else if ((a = cli_arg(argv[i])) != CLI_ARG_POSITIONAL) {
+            return cli_arg_exit(a, pull_usage);
+        } else if (ref) {
             return pull_usage(stderr), 2;
         } else {
             ref = argv[i];
@@ -134,14 +135,21 @@ static void list_ggufs(void)
     free(g);
 }
 
+static void list_usage(FILE *f)
+{
+    fprintf(f, "usage: kapitsa list   (the catalog, what is in the Hugging Face cache, and GGUF models there,\n"
+               "                     in llama.cpp's cache and in Ollama's store)\n");
+}
+
+static void rm_usage(FILE *f)
+{
+    fprintf(f, "usage: kapitsa rm MODEL   (a catalog name or hub id; removes it from the cache)\n");
+}
+
 int cli_list(int argc, char **argv)
 {
-    (void)argv;
-    if (argc > 0) {
-        fprintf(stderr, "usage: kapitsa list   (the catalog, what is in the Hugging Face cache, and GGUF models there,\n"
-                        "                     in llama.cpp's cache and in Ollama's store)\n");
-        return 2;
-    }
+    if (argc > 0)
+        return cli_arg_reject(argv[0], list_usage);
     struct catalog c;
     if (catalog_load(&c, NULL) != 0) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());
@@ -171,10 +179,13 @@ int cli_list(int argc, char **argv)
 
 int cli_rm(int argc, char **argv)
 {
-    if (argc != 1 || argv[0][0] == '-') {
-        fprintf(stderr, "usage: kapitsa rm MODEL   (a catalog name or hub id; removes it from the cache)\n");
-        return 2;
+    for (int i = 0; i < argc; i++) {
+        const enum cli_arg a = cli_arg(argv[i]);
+        if (a != CLI_ARG_POSITIONAL)
+            return cli_arg_exit(a, rm_usage);
     }
+    if (argc != 1)
+        return rm_usage(stderr), 2;
     struct catalog c = {0};
     const char *repo = argv[0];
     char buf[256];

@@ -9,6 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void render_usage(FILE *f)
+{
+    fprintf(f, "usage: kapitsa render --model DIR [--template FILE] [--ids] < request.json\n"
+               "  request: {messages, tools?, chat_template_kwargs?, add_generation_prompt? (default true)}\n");
+}
+
 int cli_render(int argc, char **argv)
 {
     const char *dir = NULL, *file = NULL;
@@ -21,18 +27,13 @@ int cli_render(int argc, char **argv)
             return 2;
         if (f)
             continue;
-        if (strcmp(argv[i], "--ids") == 0)
+        if (cli_switch(argv[i], "--ids"))
             ids = 1;
-        else {
-            dir = NULL;
-            break;
-        }
+        else
+            return cli_arg_reject(argv[i], render_usage);
     }
-    if (!dir) {
-        fprintf(stderr, "usage: kapitsa render --model DIR [--template FILE] [--ids] < request.json\n"
-                        "  request: {messages, tools?, chat_template_kwargs?, add_generation_prompt? (default true)}\n");
-        return 2;
-    }
+    if (!dir)
+        return render_usage(stderr), 2;
     json_error_t je;
     json_t *req = json_loadf(stdin, 0, &je);
     if (!json_is_object(req) || !json_is_array(json_object_get(req, "messages"))) {

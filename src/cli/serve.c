@@ -8,6 +8,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void serve_usage(FILE *f)
+{
+    fprintf(f, "usage: kapitsa serve [--model M] [--host ADDR] [--port N] [--api-key KEY] [--name NAME]\n"
+               "                     [--ctx TOKENS] [--parallel N] [--threads N] [--device D]\n"
+               "                     [--prefill-chunk TOKENS] [--keepalive SECONDS] " CLI_KV_USAGE "\n"
+               "                     " CLI_SPEC_USAGE "\n"
+               "  defaults: models/kapitsa-tiny, 127.0.0.1:11435, 8192 tokens of KV cache (bf16), 4 sequences,\n"
+               "  a prompt fed 4096 tokens a step on a GPU, 128 on the CPU (the other requests decode between);\n"
+               "  --port 0 takes any free port and prints it\n");
+}
+
 int cli_serve(int argc, char **argv)
 {
     struct server_opts o = {.host = "127.0.0.1", .port = 11435, .n_ctx = 8192, .n_seq = 4, .kv_type = CLI_KV_DEFAULT};
@@ -28,7 +39,8 @@ int cli_serve(int argc, char **argv)
             }
             continue;
         }
-        if ((f = cli_flag(argc, argv, &i, "--model", &o.model_dir)) || (f = cli_flag(argc, argv, &i, "--host", &o.host)) ||
+        if ((f = cli_flag(argc, argv, &i, "--model", &o.model_dir)) ||
+            (f = cli_flag(argc, argv, &i, "--host", &o.host)) ||
             (f = cli_flag(argc, argv, &i, "--api-key", &o.api_key)) ||
             (f = cli_flag(argc, argv, &i, "--name", &o.model_name)) ||
             (f = cli_flag(argc, argv, &i, "--device", &o.device))) {
@@ -48,14 +60,10 @@ int cli_serve(int argc, char **argv)
             dst = &o.threads, hi = 1024;
         else if ((f = cli_flag(argc, argv, &i, "--prefill-chunk", &v)))
             dst = &o.prefill_chunk, hi = 16384;
-        if (f <= 0 || (n = cli_int(v)) < lo || n > hi) {
-            fprintf(stderr, "usage: kapitsa serve [--model DIR] [--host ADDR] [--port N] [--api-key KEY] [--name NAME]\n"
-                            "                     [--ctx TOKENS] [--parallel N] [--threads N] [--device D]\n"
-                            "                     [--prefill-chunk TOKENS] [--keepalive SECONDS] " CLI_KV_USAGE "\n"
-                            "                     " CLI_SPEC_USAGE "\n"
-                            "  defaults: models/kapitsa-tiny, 127.0.0.1:11435, 8192 tokens of KV cache (bf16), 4 sequences,\n"
-                            "  a prompt fed 4096 tokens a step on a GPU, 128 on the CPU (the other requests decode between);\n"
-                            "  --port 0 takes any free port and prints it\n");
+        else
+            return cli_arg_reject(argv[i], serve_usage);
+        if (f < 0 || (n = cli_int(v)) < lo || n > hi) {
+            serve_usage(stderr);
             return 2;
         }
         if (dst)
