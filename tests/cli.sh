@@ -254,7 +254,7 @@ expect "launch: an unknown agent" 2 "unknown agent" -- "$bin" launch vim
 expect "bad flag" 2 "--chunks needs sizes" -- "$bin" check "$fx/qwen3" --chunks 0
 expect "unknown command" 2 "unknown command" -- "$bin" frobnicate
 # the command line every command shares: --help (and -h) on stdout with status 0,
-# unknown options named with status 2, --flag=value
+# unknown options named with status 2, --flag=value, the short flags llama.cpp's users type
 for c in check synth bench eval chat tokenize detokenize launch serve run pull list quantize imatrix rm doctor \
     render "bench compare"; do
     expect "$c --help: its usage on stdout" 0 "usage: kapitsa $c" -- sh -c "'$bin' $c --help 2>/dev/null"
@@ -265,10 +265,31 @@ expect "run: an unknown short option is named" 2 "kapitsa run: unknown option '-
 expect "detokenize --help is not read as a token id" 0 "usage: kapitsa detokenize" -- "$bin" detokenize --model "$tok" --help
 expect "serve: an unexpected argument" 2 "kapitsa serve: unexpected argument 'x'" -- "$bin" serve x
 expect "help names the four agents" 0 "claude, codex, opencode or pi" -- "$bin" --help
-expect "a flag's value missing" 2 "kapitsa run: --max-tokens needs a value" -- "$bin" run x --max-tokens
+expect "a flag's value missing" 2 "kapitsa run: -n needs a value" -- "$bin" run x -n
 expect "run --flag=value" 0 "    return np.array([1, 2, 3" -- \
     sh -c "cd '$here/..' && '$bin' run --max-tokens=12 --model=models/kapitsa-tiny --temperature=0 'def is_prime(n):
 '"
+expect "run -m -n -p -t --temp, as llama-cli takes them" 0 "    return np.array([1, 2, 3" -- \
+    "$bin" run -m "$m/kapitsa-tiny" -n 12 -t 1 --temp 0 -p 'def is_prime(n):
+'
+expect "tokenize -m" 0 "[9707, 11, 1879, 0]" -- "$bin" tokenize -m "$tok" --ids "Hello, world!"
+expect "bench -m -p -n -t, as llama-bench takes them" 0 '"prompt":16' '"gen":3' -- \
+    "$bin" bench -m "$m/kapitsa-tiny" -p 16 -n 3 -t 1 --json
+expect "serve --ctx-size=0 is refused" 2 "[-c|--ctx TOKENS]" -- "$bin" serve --ctx-size=0
+expect "chat -c past the limit is refused" 2 "usage: kapitsa chat" -- "$bin" chat -c 99999999
+expect "KAPITSA_PORT not a port" 2 "KAPITSA_PORT is 'http', not a number from 0 to 65535" -- \
+    env KAPITSA_PORT=http "$bin" serve
+expect "KAPITSA_CTX not a number" 2 "KAPITSA_CTX is '8k'" -- env KAPITSA_CTX=8k "$bin" chat
+# KAPITSA_HOST, KAPITSA_PORT and KAPITSA_CTX set serve's defaults; launch finds that server by KAPITSA_PORT
+# (the stand-in pi prints the server's /v1/models) and starts none of its own
+SPORT=$(free_port)
+KAPITSA_HOST=127.0.0.1 KAPITSA_PORT=$SPORT KAPITSA_CTX=3000 "$bin" serve --model "$m/kapitsa-tiny" 2>"$tmp/serve_env.log" &
+spid=$!
+for _ in $(seq 600); do curl -sf "http://127.0.0.1:$SPORT/health" >/dev/null && break; sleep 0.1; done
+expect "serve from KAPITSA_HOST/PORT/CTX, found by launch through KAPITSA_PORT" 0 '"max_model_len":3000' -- \
+    env KAPITSA_PORT=$SPORT LPORT=$SPORT HOME="$tmp/lhome" PATH="$fake:$PATH" "$bin" launch pi
+kill $spid
+wait $spid 2>/dev/null
 # doctor and list with the catalog's quantised sizes; then a catalog of one model no machine holds in bf16
 # whose Qwen-style GGUF is small: doctor says bf16 does not fit, shows the recipe that does and recommends it
 expect "doctor" 0 "what fits" "GB/s, measured" "the rule: the most parameters that keep 32k" "recommended:" -- \

@@ -146,7 +146,7 @@ static double prefill_flops(const struct model *m, int64_t n)
 
 static void bench_usage(FILE *f)
 {
-    fprintf(f, "usage: kapitsa bench --model M [--threads N] [--device D] [--prompt N[,N...]] [--gen M]\n"
+    fprintf(f, "usage: kapitsa bench -m|--model M [-t|--threads N] [--device D] [-p|--prompt N[,N...]] [-n|--gen M]\n"
                "                     [--batch B] [--seqs S] [--sample T,K] [--peak-gbs G] [--peak-tflops T]\n"
                "                     [--kv-type bf16|f32] [--mix] [--json]\n"
                "  prefill N random tokens (default 512; several lengths: a row each, with the time to the\n"
@@ -325,7 +325,7 @@ int cli_bench(int argc, char **argv)
             mix = 1;
             continue;
         }
-        if ((f = cli_flag(argc, argv, &i, "--model", &dir)) != 0 ||
+        if ((f = cli_flag(argc, argv, &i, "-m|--model", &dir)) != 0 ||
             (f = cli_flag(argc, argv, &i, "--tokenizer", &tok_dir)) != 0 ||
             (f = cli_flag(argc, argv, &i, "--corpus", &corpus)) != 0 ||
             (f = cli_flag(argc, argv, &i, "--draft", &draft)) != 0 ||
@@ -361,7 +361,7 @@ int cli_bench(int argc, char **argv)
             }
             continue;
         }
-        if ((f = cli_flag(argc, argv, &i, "--prompt", &v)) != 0) {
+        if ((f = cli_flag(argc, argv, &i, "-p|--prompt", &v)) != 0) {
             n_lens = 0;
             for (const char *p = v; f > 0 && *p;) {
                 char *end;
@@ -376,9 +376,9 @@ int cli_bench(int argc, char **argv)
             n_prompt = lens[n_lens - 1];
             continue;
         }
-        if ((f = cli_flag(argc, argv, &i, "--threads", &v)) != 0)
+        if ((f = cli_flag(argc, argv, &i, "-t|--threads", &v)) != 0)
             dst = &threads;
-        else if ((f = cli_flag(argc, argv, &i, "--gen", &v)) != 0)
+        else if ((f = cli_flag(argc, argv, &i, "-n|--gen", &v)) != 0)
             dst = &n_gen;
         else if ((f = cli_flag(argc, argv, &i, "--batch", &v)) != 0)
             dst = &n_batch;

@@ -66,7 +66,7 @@ int cli_check(int argc, char **argv)
             if (f < 0)
                 return 2;
             o.golden = v;
-        } else if ((f = cli_flag(argc, argv, &i, "--threads", &v)) != 0) {
+        } else if ((f = cli_flag(argc, argv, &i, "-t|--threads", &v)) != 0) {
             if (f < 0 || (threads = cli_int(v)) < 1) {
                 fprintf(stderr, "kapitsa check: --threads needs a positive integer\n");
                 return 2;

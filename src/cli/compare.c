@@ -327,12 +327,12 @@ int bench_compare(int argc, char **argv)
             }
             if (f < 0 || n_l == 0)
                 return compare_usage(stderr), 2;
-        } else if ((f = cli_flag(argc, argv, &i, "--gen", &v)) != 0) {
+        } else if ((f = cli_flag(argc, argv, &i, "-n|--gen", &v)) != 0) {
             int64_t x = f < 0 ? -1 : cli_int(v);
             if (x < 1 || x > 100000)
                 return compare_usage(stderr), 2;
             gen = (int32_t)x;
-        } else if ((f = cli_flag(argc, argv, &i, "--reps", &v)) != 0) {
+        } else if ((f = cli_flag(argc, argv, &i, "-r|--reps", &v)) != 0) {
             int64_t x = f < 0 ? -1 : cli_int(v);
             if (x < 1 || x > CMP_MAX_REPS)
                 return compare_usage(stderr), 2;

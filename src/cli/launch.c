@@ -230,8 +230,9 @@ static pid_t start_server(const char *home, const char *port_s, int port, const 
         snprintf(log, sizeof log, "%s/server.log", home);
         if (!freopen(log, "w", stderr) || !freopen("/dev/null", "w", stdout))
             _exit(1);
-        char *args[] = {self, "serve", "--port", (char *)port_s, "--ctx", "65536", model ? "--model" : NULL,
-                        (char *)model, NULL};
+        /* the host given, as KAPITSA_HOST would otherwise move it off the loopback launch talks to */
+        char *args[] = {self,   "serve", "--host", "127.0.0.1", "--port", (char *)port_s, "--ctx", "65536",
+                        model ? "--model" : NULL, (char *)model, NULL};
         execv(self, args);
         _exit(127);
     }
@@ -256,10 +257,10 @@ static pid_t start_server(const char *home, const char *port_s, int port, const 
 
 static void launch_usage(FILE *f)
 {
-    fprintf(f, "usage: kapitsa launch claude|codex|opencode|pi [--port N] [--model M] [-- AGENT ARGS...]\n"
-               "  starts the server if none answers on the port (default 11435), then runs the agent\n"
-               "  configured for it in a temporary config home (your own agent settings are not touched);\n"
-               "  KAPITSA_API_KEY: the key of a server started with --api-key\n");
+    fprintf(f, "usage: kapitsa launch claude|codex|opencode|pi [--port N] [-m|--model M] [-- AGENT ARGS...]\n"
+               "  starts the server if none answers on the port (default 11435, or KAPITSA_PORT), then runs\n"
+               "  the agent configured for it in a temporary config home (your own agent settings are not\n"
+               "  touched); KAPITSA_API_KEY: the key of a server started with --api-key\n");
 }
 
 int cli_launch(int argc, char **argv)
@@ -277,12 +278,14 @@ int cli_launch(int argc, char **argv)
         fprintf(stderr, "kapitsa launch: unknown agent '%s' (claude, codex, opencode or pi)\n", argv[0]);
         return 2;
     }
-    const char *model = NULL, *port_s = "11435";
+    const char *model = NULL, *port_s = getenv("KAPITSA_PORT");
+    if (!port_s || !*port_s)
+        port_s = "11435";
     int i = 1;
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         int f = cli_flag(argc, argv, &i, "--port", &port_s);
         if (f == 0)
-            f = cli_flag(argc, argv, &i, "--model", &model);
+            f = cli_flag(argc, argv, &i, "-m|--model", &model);
         if (f == 0)
             return cli_arg_reject(argv[i], launch_usage);
         if (f < 0)
@@ -292,7 +295,7 @@ int cli_launch(int argc, char **argv)
     int n_extra = (int)(argv + argc - extra);
     int64_t port = cli_int(port_s);
     if (port < 1 || port > 65535) {
-        fprintf(stderr, "kapitsa launch: --port is 1 to 65535, not '%s'\n", port_s);
+        fprintf(stderr, "kapitsa launch: the port (--port or KAPITSA_PORT) is 1 to 65535, not '%s'\n", port_s);
         return 2;
     }
     char home[] = "/tmp/kapitsa-launch-XXXXXX";

@@ -82,6 +82,21 @@ int cli_arg_reject(const char *arg, void (*usage)(FILE *f))
     return cli_arg_exit(a, usage);
 }
 
+int cli_env_int(const char *name, int64_t lo, int64_t hi, int64_t *out)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return 0;
+    const int64_t n = cli_int(v);
+    if (n < lo || n > hi) {
+        print_prefix();
+        fprintf(stderr, "%s is '%s', not a number from %lld to %lld\n", name, v, (long long)lo, (long long)hi);
+        return -1;
+    }
+    *out = n;
+    return 1;
+}
+
 int cli_kv_flag(int argc, char **argv, int *i, enum dtype *type)
 {
     const char *v;

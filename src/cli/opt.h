@@ -30,6 +30,9 @@ int cli_arg_exit(enum cli_arg a, void (*usage)(FILE *f));
  * positional arguments: 0 after the usage on stdout for --help, 2 after
  * naming the unknown option or the unexpected argument. */
 int cli_arg_reject(const char *arg, void (*usage)(FILE *f));
+/* The integer environment variable name in [lo, hi]: 1 and *out set, 0 when
+ * unset or empty, -1 with a message when it is not such a number. */
+int cli_env_int(const char *name, int64_t lo, int64_t hi, int64_t *out);
 /* --kv-type f32|bf16: the KV cache's dtype (bf16: half the memory and the
  * bytes a long context's decode reads). 1 when consumed, 0 when not, -1 on a bad value. */
 #define CLI_KV_USAGE "[--kv-type bf16|f32]"

@@ -11,7 +11,7 @@
 
 static void render_usage(FILE *f)
 {
-    fprintf(f, "usage: kapitsa render --model DIR [--template FILE] [--ids] < request.json\n"
+    fprintf(f, "usage: kapitsa render -m|--model DIR [--template FILE] [--ids] < request.json\n"
                "  request: {messages, tools?, chat_template_kwargs?, add_generation_prompt? (default true)}\n");
 }
 
@@ -20,7 +20,7 @@ int cli_render(int argc, char **argv)
     const char *dir = NULL, *file = NULL;
     int ids = 0;
     for (int i = 0; i < argc; i++) {
-        int f = cli_flag(argc, argv, &i, "--model", &dir);
+        int f = cli_flag(argc, argv, &i, "-m|--model", &dir);
         if (f == 0)
             f = cli_flag(argc, argv, &i, "--template", &file);
         if (f < 0)

@@ -17,9 +17,9 @@
 
 static void run_usage(FILE *f)
 {
-    fprintf(f, "usage: kapitsa run [--model M] [--chat] [--max-tokens N] [--temp|--temperature T] [--top-p P]\n"
-               "                   [--top-k K] [--seed S] [--threads N] [--device D] " CLI_KV_USAGE "\n"
-               "                   " CLI_SPEC_USAGE " PROMPT\n"
+    fprintf(f, "usage: kapitsa run [-m|--model M] [--chat] [-n|--max-tokens N] [--temp|--temperature T] [--top-p P]\n"
+               "                   [--top-k K] [-s|--seed S] [-t|--threads N] [--device D] " CLI_KV_USAGE "\n"
+               "                   " CLI_SPEC_USAGE " PROMPT | -p|--prompt PROMPT\n"
                "  M: a folder, catalog name, hub id or GGUF (default: the embedded models/kapitsa-tiny).\n"
                "  PROMPT '-' reads stdin; --chat wraps it as a user turn in the model's chat template.\n"
                "  With --draft, KFlash speculative decoding (same output as without); --spec lookup\n"
@@ -43,17 +43,21 @@ int cli_run(int argc, char **argv)
                 return run_usage(stderr), 2;
         } else if (cli_switch(argv[i], "--chat")) {
             chat = 1;
-        } else if ((f = cli_flag(argc, argv, &i, "--model", &dir)) != 0 ||
+        } else if ((f = cli_flag(argc, argv, &i, "-m|--model", &dir)) != 0 ||
                    (f = cli_flag(argc, argv, &i, "--device", &device)) != 0) {
             if (f < 0)
                 return 2;
-        } else if ((f = cli_flag(argc, argv, &i, "--max-tokens", &v)) != 0) {
+        } else if ((f = cli_flag(argc, argv, &i, "-p|--prompt", &v)) != 0) {
+            if (f < 0 || prompt)
+                return run_usage(stderr), 2;
+            prompt = v;
+        } else if ((f = cli_flag(argc, argv, &i, "-n|--max-tokens", &v)) != 0) {
             if (f < 0 || (max_tokens = cli_int(v)) < 1)
                 return run_usage(stderr), 2;
-        } else if ((f = cli_flag(argc, argv, &i, "--threads", &v)) != 0) {
+        } else if ((f = cli_flag(argc, argv, &i, "-t|--threads", &v)) != 0) {
             if (f < 0 || (threads = cli_int(v)) < 1)
                 return run_usage(stderr), 2;
-        } else if ((f = cli_flag(argc, argv, &i, "--seed", &v)) != 0) {
+        } else if ((f = cli_flag(argc, argv, &i, "-s|--seed", &v)) != 0) {
             if (f < 0 || cli_int(v) < 0)
                 return run_usage(stderr), 2;
             sp.seed = (uint64_t)cli_int(v);

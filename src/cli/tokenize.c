@@ -46,12 +46,12 @@ static void print_json_str(const char *s, size_t n)
 
 static void tokenize_usage(FILE *f)
 {
-    fprintf(f, "usage: kapitsa tokenize --model DIR [--ids|--pieces] TEXT   (TEXT '-' reads stdin)\n");
+    fprintf(f, "usage: kapitsa tokenize -m|--model DIR [--ids|--pieces] TEXT   (TEXT '-' reads stdin)\n");
 }
 
 static void detokenize_usage(FILE *f)
 {
-    fprintf(f, "usage: kapitsa detokenize --model DIR ID...\n");
+    fprintf(f, "usage: kapitsa detokenize -m|--model DIR ID...\n");
 }
 
 int cli_tokenize(int argc, char **argv)
@@ -59,7 +59,7 @@ int cli_tokenize(int argc, char **argv)
     const char *dir = NULL, *text = NULL;
     int ids_only = 0, pieces = 0;
     for (int i = 0; i < argc; i++) {
-        int f = cli_flag(argc, argv, &i, "--model", &dir);
+        int f = cli_flag(argc, argv, &i, "-m|--model", &dir);
         enum cli_arg a;
         if (f < 0)
             return 2;
@@ -126,7 +126,7 @@ int cli_detokenize(int argc, char **argv)
     const char *dir = NULL;
     int32_t *ids = calloc((size_t)argc + 1, sizeof *ids), n = 0;
     for (int i = 0; i < argc; i++) {
-        int f = cli_flag(argc, argv, &i, "--model", &dir);
+        int f = cli_flag(argc, argv, &i, "-m|--model", &dir);
         enum cli_arg a = f ? CLI_ARG_POSITIONAL : cli_arg(argv[i]);
         if (f < 0 || a != CLI_ARG_POSITIONAL) {
             free(ids);
