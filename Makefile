@@ -27,6 +27,16 @@ NVARCH    := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=c
 build/src/backend/cuda/flash_sm90.o build/src/backend/cuda/moe_gemm.o: NVARCH := -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90
 endif
 
+# kapitsa --version: VERSION's number and the commit built (git describe; "unknown" outside a
+# git checkout). The stamp changes only with them, so version.o is rebuilt only then.
+VERSION_NUM   := $(shell cat VERSION)
+COMMIT        := $(or $(if $(wildcard .git),$(shell git describe --always --dirty 2>/dev/null)),unknown)
+VERSION_STAMP := $(shell mkdir -p build && (echo '$(VERSION_NUM) $(COMMIT)' | cmp -s - build/version.stamp || \
+                   echo '$(VERSION_NUM) $(COMMIT)' >build/version.stamp) && echo build/version.stamp)
+build/src/cli/version.o build/asan/src/cli/version.o build/tsan/src/cli/version.o: $(VERSION_STAMP)
+build/src/cli/version.o build/asan/src/cli/version.o build/tsan/src/cli/version.o: \
+    CFLAGS += -DKAPITSA_VERSION='"$(VERSION_NUM)"' -DKAPITSA_COMMIT='"$(COMMIT)"'
+
 SRC     := $(wildcard src/base/*.c src/quant/*.c src/model/*.c src/backend/*.c src/backend/cpu/*.c src/backend/cuda/*.c src/engine/*.c src/tokenizer/*.c src/chat/*.c src/server/*.c src/hub/*.c src/runtime/*.c)
 CLI     := $(wildcard src/cli/*.c)
 TESTS   := $(wildcard tests/unit/*.c)

@@ -264,6 +264,9 @@ done
 expect "run: an unknown short option is named" 2 "kapitsa run: unknown option '-q'" -- "$bin" run -q x
 expect "detokenize --help is not read as a token id" 0 "usage: kapitsa detokenize" -- "$bin" detokenize --model "$tok" --help
 expect "serve: an unexpected argument" 2 "kapitsa serve: unexpected argument 'x'" -- "$bin" serve x
+expect "--version: version, commit, backends, the cpu kernels and the one chosen" 0 \
+    "kapitsa $(cat "$here/../VERSION") (commit " "backends     cpu" "cpu kernels  ref avx2 avx512; running " -- "$bin" --version
+expect "version, forced to the reference kernels" 0 "running ref" -- env KAPITSA_KERN=ref "$bin" version
 expect "help names the four agents" 0 "claude, codex, opencode or pi" -- "$bin" --help
 expect "a flag's value missing" 2 "kapitsa run: -n needs a value" -- "$bin" run x -n
 expect "run --flag=value" 0 "    return np.array([1, 2, 3" -- \

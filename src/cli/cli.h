@@ -26,6 +26,7 @@ int cli_rm(int argc, char **argv);
 int cli_doctor(int argc, char **argv);
 int cli_quantize(int argc, char **argv);
 int cli_imatrix(int argc, char **argv);
+int cli_version(int argc, char **argv);
 /* kapitsa bench --draft (bench_spec.c): plain, chain of chain_k, tree of tree_n
  * nodes / depth tree_d, tree + prompt lookup, side by side. */
 int bench_spec(const char *target, const char *draft, const char *prompt_file, int32_t n_gen, int32_t threads,

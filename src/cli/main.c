@@ -30,6 +30,7 @@ static void usage(FILE *f)
                "  tokenize      text to token ids (--model DIR with tokenizer.json)\n"
                "  detokenize    token ids to text\n"
                "  render        an OpenAI chat request (stdin) to the exact prompt of the model's template\n"
+               "  version       version, commit, backends and cpu kernels (also --version)\n"
                "  help          this text\n\n"
                "'kapitsa COMMAND --help' describes a command's options.\n");
 }
@@ -63,7 +64,7 @@ static const struct {
     {"chat", cli_chat},           {"tokenize", cli_tokenize}, {"detokenize", cli_detokenize}, {"launch", cli_launch},
     {"serve", cli_serve},         {"run", cli_run},       {"pull", cli_pull},         {"list", cli_list},
     {"quantize", cli_quantize},   {"imatrix", cli_imatrix}, {"rm", cli_rm},           {"doctor", cli_doctor},
-    {"render", cli_render},
+    {"render", cli_render},       {"version", cli_version},
 };
 
 int main(int argc, char **argv)
@@ -78,6 +79,10 @@ int main(int argc, char **argv)
             cli_opt_command(cmd);
             return commands[k].fn(argc - 2, argv + 2);
         }
+    if (cli_switch(cmd, "-V|--version")) {
+        cli_opt_command("version");
+        return cli_version(argc - 2, argv + 2);
+    }
     if (cli_switch(cmd, "help|-h|--help")) {
         usage(stdout);
         return 0;
