@@ -60,7 +60,7 @@ TCLI_OBJ  := $(CLI:%.c=build/tsan/%.o)
 FUZZ_OBJ := $(patsubst %.c,build/fuzz/obj/%.o,$(wildcard src/base/*.c src/quant/*.c src/model/*.c src/backend/*.c \
             src/backend/cpu/*.c src/engine/*.c src/tokenizer/*.c src/chat/*.c))
 
-.PHONY: all test debug help clean fuzz fuzz-run serve test-agents
+.PHONY: all test debug help clean fuzz fuzz-run serve test-agents install uninstall
 all: build/kapitsa
 
 build/%.o: %.c
@@ -117,6 +117,23 @@ test: build/kapitsa build/test_unit build/asan/kapitsa build/asan/test_unit buil
 ## serve: build, then serve the embedded default model (kapitsa-tiny) on http://127.0.0.1:11435/v1
 serve: build/kapitsa
 	build/kapitsa serve
+
+## install: build/kapitsa and its data (catalog, embedded models, tokenizer) under PREFIX (/usr/local), a systemd user unit for serve
+# the data goes to $(PREFIX)/share/kapitsa/models, where the binary looks (src/base/path.h); the
+# unit to $(PREFIX)/lib/systemd/user. INSTALL_BIN installs another build (tests/cli.sh: the one it tests).
+PREFIX      ?= /usr/local
+INSTALL_BIN ?= build/kapitsa
+DATA        := models/catalog.json models/kapitsa-tiny models/kapitsa-tiny-draft models/qwen3-tokenizer
+install: $(INSTALL_BIN)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/kapitsa/models $(DESTDIR)$(PREFIX)/lib/systemd/user
+	install -m 755 $(INSTALL_BIN) $(DESTDIR)$(PREFIX)/bin/kapitsa
+	rm -rf $(addprefix $(DESTDIR)$(PREFIX)/share/kapitsa/,$(DATA))
+	cp -R $(DATA) $(DESTDIR)$(PREFIX)/share/kapitsa/models/
+	sed 's|@PREFIX@|$(PREFIX)|' contrib/kapitsa.service >$(DESTDIR)$(PREFIX)/lib/systemd/user/kapitsa.service
+
+## uninstall: remove what make install put in $(PREFIX)
+uninstall:
+	rm -rf $(DESTDIR)$(PREFIX)/bin/kapitsa $(DESTDIR)$(PREFIX)/share/kapitsa $(DESTDIR)$(PREFIX)/lib/systemd/user/kapitsa.service
 
 ## test-agents: Claude Code, Codex, opencode and pi (from npm) through kapitsa launch on the default model (slow: minutes)
 test-agents: build/kapitsa

@@ -308,6 +308,29 @@ JSON
 expect "doctor: nothing fits in bf16, a recipe does" 0 "huge                       bf16    10000.0 GB  does not fit" \
     "Q4_K_M     0.1 GB  cpu (memory)" "recommended: huge Q4_K_M on the cpu, 40960 tokens of context" \
     "kapitsa pull org/huge-GGUF:Q4_K_M" -- env KAPITSA_CATALOG="$tmp/catalog.json" "$bin" doctor
+# make install: the binary under test and its data under a prefix; the installed binary runs the
+# embedded model from any folder, as the build does; a binary copied without its data says where it
+# looked, and KAPITSA_DATA points it at the data
+inst="$tmp/inst"
+absbin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
+expect "make install PREFIX=" 0 -- env -u MAKEFLAGS -u MAKELEVEL make -s -C "$here/.." install PREFIX="$inst" INSTALL_BIN="$absbin"
+(cd "$here/.." && "$bin" run --max-tokens 4 hello >"$tmp/run_src.txt" 2>/dev/null)
+if (cd / && "$inst/bin/kapitsa" run --max-tokens 4 hello >"$tmp/run_inst.txt" 2>"$tmp/run_inst.err") &&
+    [ -s "$tmp/run_src.txt" ] && cmp -s "$tmp/run_src.txt" "$tmp/run_inst.txt"; then
+    ok "installed: run --max-tokens 4 from / gives the build's text"
+else
+    bad "installed: run differs or fails"; head -3 "$tmp/run_inst.err" "$tmp/run_inst.txt"
+fi
+expect "installed: --version" 0 "kapitsa $(cat "$here/../VERSION")" -- "$inst/bin/kapitsa" --version
+expect "installed: list finds the catalog" 0 "Q4_K_M" -- sh -c "cd / && '$inst/bin/kapitsa' list"
+expect "installed: a systemd user unit for serve" 0 "ExecStart=$inst/bin/kapitsa serve" -- \
+    cat "$inst/lib/systemd/user/kapitsa.service"
+mkdir -p "$tmp/copied"
+cp "$bin" "$tmp/copied/kapitsa"
+expect "a binary copied without its data says where it looked" 1 "kapitsa-tiny is in none of" \
+    "share/kapitsa/models" "make install" -- sh -c "cd / && '$tmp/copied/kapitsa' run --max-tokens 4 hello"
+expect "a copied binary with KAPITSA_DATA" 0 "Q4_K_M" -- \
+    sh -c "cd / && KAPITSA_DATA='$inst/share/kapitsa/models' '$tmp/copied/kapitsa' list"
 # kapitsa synth's MoE checkpoints ask for spread routing in their config; bench says so
 cp -r "$fx/qwen3_moe" "$tmp/moe_spread"
 sed -i '0,/{/s//{"kapitsa_route_spread": true, /' "$tmp/moe_spread/config.json"

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static void usage(FILE *f)
 {
@@ -35,17 +34,15 @@ static void usage(FILE *f)
                "'kapitsa COMMAND --help' describes a command's options.\n");
 }
 
-/* The embedded default model folder: KAPITSA_MODEL, ./models/kapitsa-tiny, or beside the binary. */
+/* The embedded default model folder: KAPITSA_MODEL, else kapitsa-tiny in the
+ * data folder (path.h); NULL with err_set() when there is none. */
 static const char *default_model(void)
 {
     static char path[PATH_MAX + 32];
     const char *env = getenv("KAPITSA_MODEL");
     if (env && *env)
         return env;
-    if (access("models/kapitsa-tiny/config.json", R_OK) == 0)
-        return "models/kapitsa-tiny";
-    path_beside_exe("models/kapitsa-tiny", path, sizeof path);
-    return path;
+    return path_data("kapitsa-tiny", path, sizeof path) == 0 ? path : NULL;
 }
 
 const char *cli_model_dir(const char *ref)
@@ -53,7 +50,9 @@ const char *cli_model_dir(const char *ref)
     static char dirs[4][4608];
     static int next;
     char *out = dirs[next++ % 4];
-    return hub_model_dir(ref ? ref : default_model(), out, sizeof dirs[0]) == 0 ? out : NULL;
+    if (!ref && !(ref = default_model()))
+        return NULL;
+    return hub_model_dir(ref, out, sizeof dirs[0]) == 0 ? out : NULL;
 }
 
 static const struct {
