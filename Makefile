@@ -60,7 +60,7 @@ TCLI_OBJ  := $(CLI:%.c=build/tsan/%.o)
 FUZZ_OBJ := $(patsubst %.c,build/fuzz/obj/%.o,$(wildcard src/base/*.c src/quant/*.c src/model/*.c src/backend/*.c \
             src/backend/cpu/*.c src/engine/*.c src/tokenizer/*.c src/chat/*.c))
 
-.PHONY: all test debug help clean fuzz fuzz-run serve test-agents install uninstall
+.PHONY: all test unit debug help clean fuzz fuzz-run serve test-agents install uninstall
 all: build/kapitsa
 
 build/%.o: %.c
@@ -113,6 +113,10 @@ build/tsan/kapitsa: $(TOBJ) $(TCLI_OBJ)
 test: build/kapitsa build/test_unit build/asan/kapitsa build/asan/test_unit build/tsan/kapitsa build/tsan/test_unit \
       $(FUZZERS)
 	@bash tests/run.sh
+
+## unit: build and run the unit tests alone, release build (T=test_tokenizer: one suite); the quick edit-test loop
+unit: build/test_unit
+	@d=$$(mktemp -d); TMPDIR=$$d build/test_unit $(T); rc=$$?; rm -rf "$$d"; exit $$rc
 
 ## serve: build, then serve the embedded default model (kapitsa-tiny) on http://127.0.0.1:11435/v1
 serve: build/kapitsa
