@@ -298,6 +298,16 @@ wait $spid 2>/dev/null
 expect "doctor" 0 "what fits" "GB/s, measured" "the rule: the most parameters that keep 32k" "recommended:" -- \
     "$bin" doctor
 expect "list: the bf16 and Q4_K_M sizes" 0 "Q4_K_M" "61.1 GB   18.5 GB" -- "$bin" list
+expect "list: the embedded models first" 0 "embedded (no download):" "kapitsa-tiny               the default --model" \
+    "kapitsa-tiny-draft         its KFlash draft" -- "$bin" list
+expect "list --json" 0 "ok" -- sh -c "'$bin' list --json | python3 -c 'import json, sys
+d = json.load(sys.stdin)
+assert [e[\"name\"] for e in d[\"embedded\"]] == [\"kapitsa-tiny\", \"kapitsa-tiny-draft\"], d[\"embedded\"]
+assert d[\"embedded\"][0][\"bytes\"] > 1000000
+q = [m for m in d[\"catalog\"] if m[\"name\"] == \"qwen3-30b-a3b\"][0]
+assert q[\"bytes\"] == 61064245248 and q[\"q4_k_m_bytes\"] > 0 and q[\"draft\"] and type(q[\"installed\"]) is bool, q
+assert type(d[\"other\"]) is list and type(d[\"gguf\"]) is list
+print(\"ok\")'"
 cat >"$tmp/catalog.json" <<'JSON'
 {"models": [{"name": "huge", "repo": "org/huge", "revision": "main", "arch": "qwen3", "params": 5000000000000,
   "bytes": 10000000000000, "active_bytes": 10000000000000, "context": 40960, "kv_bytes_per_token": 4096,
@@ -308,6 +318,15 @@ JSON
 expect "doctor: nothing fits in bf16, a recipe does" 0 "huge                       bf16    10000.0 GB  does not fit" \
     "Q4_K_M     0.1 GB  cpu (memory)" "recommended: huge Q4_K_M on the cpu, 40960 tokens of context" \
     "kapitsa pull org/huge-GGUF:Q4_K_M" -- env KAPITSA_CATALOG="$tmp/catalog.json" "$bin" doctor
+expect "doctor --json: the same report as one object" 0 "ok" -- sh -c "KAPITSA_CATALOG='$tmp/catalog.json' '$bin' doctor --json |
+    python3 -c 'import json, sys
+d = json.load(sys.stdin)
+assert d[\"cpu\"][\"cores\"] >= 1 and d[\"memory\"][\"total_bytes\"] > 0 and d[\"read_bandwidth_gb_s\"] > 0, d
+assert [(m[\"name\"], m[\"weights\"], m[\"where\"]) for m in d[\"models\"]] == [(\"huge\", \"bf16\", None), (\"huge\", \"Q4_K_M\", \"cpu\")], d[\"models\"]
+r = d[\"recommended\"]
+assert (r[\"name\"], r[\"weights\"], r[\"context\"]) == (\"huge\", \"Q4_K_M\", 40960) and \"huge-GGUF:Q4_K_M\" in r[\"next\"], r
+assert set(d[\"agents\"]) == {\"claude\", \"codex\", \"opencode\", \"pi\"}
+print(\"ok\")'"
 # make install: the binary under test and its data under a prefix; the installed binary runs the
 # embedded model from any folder, as the build does; a binary copied without its data says where it
 # looked, and KAPITSA_DATA points it at the data
@@ -323,6 +342,8 @@ else
 fi
 expect "installed: --version" 0 "kapitsa $(cat "$here/../VERSION")" -- "$inst/bin/kapitsa" --version
 expect "installed: list finds the catalog" 0 "Q4_K_M" -- sh -c "cd / && '$inst/bin/kapitsa' list"
+expect "installed: the embedded model is the installed copy" 0 "\"path\": \"$inst/share/kapitsa/models/kapitsa-tiny\"" -- \
+    sh -c "cd / && '$inst/bin/kapitsa' list --json"
 expect "installed: a systemd user unit for serve" 0 "ExecStart=$inst/bin/kapitsa serve" -- \
     cat "$inst/lib/systemd/user/kapitsa.service"
 mkdir -p "$tmp/copied"
