@@ -27,6 +27,16 @@ NVARCH    := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=c
 build/src/backend/cuda/flash_sm90.o build/src/backend/cuda/moe_gemm.o: NVARCH := -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90
 endif
 
+# kapitsa --version: VERSION's number and the commit built (git describe; "unknown" outside a
+# git checkout). The stamp changes only with them, so version.o is rebuilt only then.
+VERSION_NUM   := $(shell cat VERSION)
+COMMIT        := $(or $(if $(wildcard .git),$(shell git describe --always --dirty 2>/dev/null)),unknown)
+VERSION_STAMP := $(shell mkdir -p build && (echo '$(VERSION_NUM) $(COMMIT)' | cmp -s - build/version.stamp || \
+                   echo '$(VERSION_NUM) $(COMMIT)' >build/version.stamp) && echo build/version.stamp)
+build/src/cli/version.o build/asan/src/cli/version.o build/tsan/src/cli/version.o: $(VERSION_STAMP)
+build/src/cli/version.o build/asan/src/cli/version.o build/tsan/src/cli/version.o: \
+    CFLAGS += -DKAPITSA_VERSION='"$(VERSION_NUM)"' -DKAPITSA_COMMIT='"$(COMMIT)"'
+
 SRC     := $(wildcard src/base/*.c src/quant/*.c src/model/*.c src/backend/*.c src/backend/cpu/*.c src/backend/cuda/*.c src/engine/*.c src/tokenizer/*.c src/chat/*.c src/server/*.c src/hub/*.c src/runtime/*.c)
 CLI     := $(wildcard src/cli/*.c)
 TESTS   := $(wildcard tests/unit/*.c)
@@ -50,7 +60,7 @@ TCLI_OBJ  := $(CLI:%.c=build/tsan/%.o)
 FUZZ_OBJ := $(patsubst %.c,build/fuzz/obj/%.o,$(wildcard src/base/*.c src/quant/*.c src/model/*.c src/backend/*.c \
             src/backend/cpu/*.c src/engine/*.c src/tokenizer/*.c src/chat/*.c))
 
-.PHONY: all test debug help clean fuzz fuzz-run serve test-agents
+.PHONY: all test unit debug help clean fuzz fuzz-run serve test-agents install uninstall
 all: build/kapitsa
 
 build/%.o: %.c
@@ -104,9 +114,30 @@ test: build/kapitsa build/test_unit build/asan/kapitsa build/asan/test_unit buil
       $(FUZZERS)
 	@bash tests/run.sh
 
+## unit: build and run the unit tests alone, release build (T=test_tokenizer: one suite); the quick edit-test loop
+unit: build/test_unit
+	@d=$$(mktemp -d); TMPDIR=$$d build/test_unit $(T); rc=$$?; rm -rf "$$d"; exit $$rc
+
 ## serve: build, then serve the embedded default model (kapitsa-tiny) on http://127.0.0.1:11435/v1
 serve: build/kapitsa
 	build/kapitsa serve
+
+## install: build/kapitsa and its data (catalog, embedded models, tokenizer) under PREFIX (/usr/local), a systemd user unit for serve
+# the data goes to $(PREFIX)/share/kapitsa/models, where the binary looks (src/base/path.h); the
+# unit to $(PREFIX)/lib/systemd/user. INSTALL_BIN installs another build (tests/cli.sh: the one it tests).
+PREFIX      ?= /usr/local
+INSTALL_BIN ?= build/kapitsa
+DATA        := models/catalog.json models/kapitsa-tiny models/kapitsa-tiny-draft models/qwen3-tokenizer
+install: $(INSTALL_BIN)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/kapitsa/models $(DESTDIR)$(PREFIX)/lib/systemd/user
+	install -m 755 $(INSTALL_BIN) $(DESTDIR)$(PREFIX)/bin/kapitsa
+	rm -rf $(addprefix $(DESTDIR)$(PREFIX)/share/kapitsa/,$(DATA))
+	cp -R $(DATA) $(DESTDIR)$(PREFIX)/share/kapitsa/models/
+	sed 's|@PREFIX@|$(PREFIX)|' contrib/kapitsa.service >$(DESTDIR)$(PREFIX)/lib/systemd/user/kapitsa.service
+
+## uninstall: remove what make install put in $(PREFIX)
+uninstall:
+	rm -rf $(DESTDIR)$(PREFIX)/bin/kapitsa $(DESTDIR)$(PREFIX)/share/kapitsa $(DESTDIR)$(PREFIX)/lib/systemd/user/kapitsa.service
 
 ## test-agents: Claude Code, Codex, opencode and pi (from npm) through kapitsa launch on the default model (slow: minutes)
 test-agents: build/kapitsa

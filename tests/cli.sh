@@ -253,11 +253,61 @@ expect "launch: an agent that is not installed" 127 "npm i -g @mariozechner/pi-c
 expect "launch: an unknown agent" 2 "unknown agent" -- "$bin" launch vim
 expect "bad flag" 2 "--chunks needs sizes" -- "$bin" check "$fx/qwen3" --chunks 0
 expect "unknown command" 2 "unknown command" -- "$bin" frobnicate
+# the command line every command shares: --help (and -h) on stdout with status 0,
+# unknown options named with status 2, --flag=value, the short flags llama.cpp's users type
+for c in check synth bench eval chat tokenize detokenize launch serve run pull list quantize imatrix rm doctor \
+    render "bench compare"; do
+    expect "$c --help: its usage on stdout" 0 "usage: kapitsa $c" -- sh -c "'$bin' $c --help 2>/dev/null"
+    expect "$c -h" 0 "usage: kapitsa $c" -- sh -c "'$bin' $c -h 2>/dev/null"
+    expect "$c: an unknown option is named" 2 "kapitsa $c: unknown option '--frob'" -- "$bin" $c --frob
+done
+expect "run: an unknown short option is named" 2 "kapitsa run: unknown option '-q'" -- "$bin" run -q x
+expect "detokenize --help is not read as a token id" 0 "usage: kapitsa detokenize" -- "$bin" detokenize --model "$tok" --help
+expect "serve: an unexpected argument" 2 "kapitsa serve: unexpected argument 'x'" -- "$bin" serve x
+expect "--version: version, commit, backends, the cpu kernels and the one chosen" 0 \
+    "kapitsa $(cat "$here/../VERSION") (commit " "backends     cpu" "cpu kernels  ref avx2 avx512; running " -- "$bin" --version
+expect "version, forced to the reference kernels" 0 "running ref" -- env KAPITSA_KERN=ref "$bin" version
+expect "help names the four agents" 0 "claude, codex, opencode or pi" -- "$bin" --help
+expect "a flag's value missing" 2 "kapitsa run: -n needs a value" -- "$bin" run x -n
+expect "run --flag=value" 0 "    return np.array([1, 2, 3" -- \
+    sh -c "cd '$here/..' && '$bin' run --max-tokens=12 --model=models/kapitsa-tiny --temperature=0 'def is_prime(n):
+'"
+expect "run -m -n -p -t --temp, as llama-cli takes them" 0 "    return np.array([1, 2, 3" -- \
+    "$bin" run -m "$m/kapitsa-tiny" -n 12 -t 1 --temp 0 -p 'def is_prime(n):
+'
+expect "tokenize -m" 0 "[9707, 11, 1879, 0]" -- "$bin" tokenize -m "$tok" --ids "Hello, world!"
+expect "bench -m -p -n -t, as llama-bench takes them" 0 '"prompt":16' '"gen":3' -- \
+    "$bin" bench -m "$m/kapitsa-tiny" -p 16 -n 3 -t 1 --json
+expect "serve --ctx-size=0 is refused" 2 "[-c|--ctx TOKENS]" -- "$bin" serve --ctx-size=0
+expect "chat -c past the limit is refused" 2 "usage: kapitsa chat" -- "$bin" chat -c 99999999
+expect "KAPITSA_PORT not a port" 2 "KAPITSA_PORT is 'http', not a number from 0 to 65535" -- \
+    env KAPITSA_PORT=http "$bin" serve
+expect "KAPITSA_CTX not a number" 2 "KAPITSA_CTX is '8k'" -- env KAPITSA_CTX=8k "$bin" chat
+# KAPITSA_HOST, KAPITSA_PORT and KAPITSA_CTX set serve's defaults; launch finds that server by KAPITSA_PORT
+# (the stand-in pi prints the server's /v1/models) and starts none of its own
+SPORT=$(free_port)
+KAPITSA_HOST=127.0.0.1 KAPITSA_PORT=$SPORT KAPITSA_CTX=3000 "$bin" serve --model "$m/kapitsa-tiny" 2>"$tmp/serve_env.log" &
+spid=$!
+for _ in $(seq 600); do curl -sf "http://127.0.0.1:$SPORT/health" >/dev/null && break; sleep 0.1; done
+expect "serve from KAPITSA_HOST/PORT/CTX, found by launch through KAPITSA_PORT" 0 '"max_model_len":3000' -- \
+    env KAPITSA_PORT=$SPORT LPORT=$SPORT HOME="$tmp/lhome" PATH="$fake:$PATH" "$bin" launch pi
+kill $spid
+wait $spid 2>/dev/null
 # doctor and list with the catalog's quantised sizes; then a catalog of one model no machine holds in bf16
 # whose Qwen-style GGUF is small: doctor says bf16 does not fit, shows the recipe that does and recommends it
 expect "doctor" 0 "what fits" "GB/s, measured" "the rule: the most parameters that keep 32k" "recommended:" -- \
     "$bin" doctor
 expect "list: the bf16 and Q4_K_M sizes" 0 "Q4_K_M" "61.1 GB   18.5 GB" -- "$bin" list
+expect "list: the embedded models first" 0 "embedded (no download):" "kapitsa-tiny               the default --model" \
+    "kapitsa-tiny-draft         its KFlash draft" -- "$bin" list
+expect "list --json" 0 "ok" -- sh -c "'$bin' list --json | python3 -c 'import json, sys
+d = json.load(sys.stdin)
+assert [e[\"name\"] for e in d[\"embedded\"]] == [\"kapitsa-tiny\", \"kapitsa-tiny-draft\"], d[\"embedded\"]
+assert d[\"embedded\"][0][\"bytes\"] > 1000000
+q = [m for m in d[\"catalog\"] if m[\"name\"] == \"qwen3-30b-a3b\"][0]
+assert q[\"bytes\"] == 61064245248 and q[\"q4_k_m_bytes\"] > 0 and q[\"draft\"] and type(q[\"installed\"]) is bool, q
+assert type(d[\"other\"]) is list and type(d[\"gguf\"]) is list
+print(\"ok\")'"
 cat >"$tmp/catalog.json" <<'JSON'
 {"models": [{"name": "huge", "repo": "org/huge", "revision": "main", "arch": "qwen3", "params": 5000000000000,
   "bytes": 10000000000000, "active_bytes": 10000000000000, "context": 40960, "kv_bytes_per_token": 4096,
@@ -268,6 +318,40 @@ JSON
 expect "doctor: nothing fits in bf16, a recipe does" 0 "huge                       bf16    10000.0 GB  does not fit" \
     "Q4_K_M     0.1 GB  cpu (memory)" "recommended: huge Q4_K_M on the cpu, 40960 tokens of context" \
     "kapitsa pull org/huge-GGUF:Q4_K_M" -- env KAPITSA_CATALOG="$tmp/catalog.json" "$bin" doctor
+expect "doctor --json: the same report as one object" 0 "ok" -- sh -c "KAPITSA_CATALOG='$tmp/catalog.json' '$bin' doctor --json |
+    python3 -c 'import json, sys
+d = json.load(sys.stdin)
+assert d[\"cpu\"][\"cores\"] >= 1 and d[\"memory\"][\"total_bytes\"] > 0 and d[\"read_bandwidth_gb_s\"] > 0, d
+assert [(m[\"name\"], m[\"weights\"], m[\"where\"]) for m in d[\"models\"]] == [(\"huge\", \"bf16\", None), (\"huge\", \"Q4_K_M\", \"cpu\")], d[\"models\"]
+r = d[\"recommended\"]
+assert (r[\"name\"], r[\"weights\"], r[\"context\"]) == (\"huge\", \"Q4_K_M\", 40960) and \"huge-GGUF:Q4_K_M\" in r[\"next\"], r
+assert set(d[\"agents\"]) == {\"claude\", \"codex\", \"opencode\", \"pi\"}
+print(\"ok\")'"
+# make install: the binary under test and its data under a prefix; the installed binary runs the
+# embedded model from any folder, as the build does; a binary copied without its data says where it
+# looked, and KAPITSA_DATA points it at the data
+inst="$tmp/inst"
+absbin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
+expect "make install PREFIX=" 0 -- env -u MAKEFLAGS -u MAKELEVEL make -s -C "$here/.." install PREFIX="$inst" INSTALL_BIN="$absbin"
+(cd "$here/.." && "$bin" run --max-tokens 4 hello >"$tmp/run_src.txt" 2>/dev/null)
+if (cd / && "$inst/bin/kapitsa" run --max-tokens 4 hello >"$tmp/run_inst.txt" 2>"$tmp/run_inst.err") &&
+    [ -s "$tmp/run_src.txt" ] && cmp -s "$tmp/run_src.txt" "$tmp/run_inst.txt"; then
+    ok "installed: run --max-tokens 4 from / gives the build's text"
+else
+    bad "installed: run differs or fails"; head -3 "$tmp/run_inst.err" "$tmp/run_inst.txt"
+fi
+expect "installed: --version" 0 "kapitsa $(cat "$here/../VERSION")" -- "$inst/bin/kapitsa" --version
+expect "installed: list finds the catalog" 0 "Q4_K_M" -- sh -c "cd / && '$inst/bin/kapitsa' list"
+expect "installed: the embedded model is the installed copy" 0 "\"path\": \"$inst/share/kapitsa/models/kapitsa-tiny\"" -- \
+    sh -c "cd / && '$inst/bin/kapitsa' list --json"
+expect "installed: a systemd user unit for serve" 0 "ExecStart=$inst/bin/kapitsa serve" -- \
+    cat "$inst/lib/systemd/user/kapitsa.service"
+mkdir -p "$tmp/copied"
+cp "$bin" "$tmp/copied/kapitsa"
+expect "a binary copied without its data says where it looked" 1 "kapitsa-tiny is in none of" \
+    "share/kapitsa/models" "make install" -- sh -c "cd / && '$tmp/copied/kapitsa' run --max-tokens 4 hello"
+expect "a copied binary with KAPITSA_DATA" 0 "Q4_K_M" -- \
+    sh -c "cd / && KAPITSA_DATA='$inst/share/kapitsa/models' '$tmp/copied/kapitsa' list"
 # kapitsa synth's MoE checkpoints ask for spread routing in their config; bench says so
 cp -r "$fx/qwen3_moe" "$tmp/moe_spread"
 sed -i '0,/{/s//{"kapitsa_route_spread": true, /' "$tmp/moe_spread/config.json"

@@ -1,13 +1,16 @@
-/* path: files that ship beside the binary (models/, the catalog), found
- * relative to /proc/self/exe so an installed kapitsa finds them wherever it
- * is started from. */
+/* path: the data that ships with the binary (the repository's models/: the
+ * catalog, the embedded models, their tokenizer), found relative to
+ * /proc/self/exe so that a built or installed kapitsa finds it wherever it is
+ * started from. */
 #ifndef KP_PATH_H
 #define KP_PATH_H
 
 #include <stddef.h>
 
-/* out = DIR/../rel where DIR holds the running binary; out = rel if that
- * cannot be read. */
-void path_beside_exe(const char *rel, char *out, size_t n);
+/* out = rel inside the data folder: the first of $KAPITSA_DATA, DIR/../models
+ * (a source tree's build/kapitsa), DIR/../share/kapitsa/models (make install's
+ * layout), where DIR holds the running binary, and ./models, that has rel.
+ * 0, or -1 with err_set() naming the places (out: the source tree's). */
+int path_data(const char *rel, char *out, size_t n);
 
 #endif

@@ -146,9 +146,9 @@ static double prefill_flops(const struct model *m, int64_t n)
 
 static void bench_usage(FILE *f)
 {
-    fprintf(f, "usage: kapitsa bench --model DIR [--threads N] [--device D] [--prompt N[,N...]] [--gen M] [--batch B]\n"
-               "                     [--seqs S] [--sample T,K] [--peak-gbs G] [--peak-tflops T] [--kv-type bf16|f32] [--mix]\n"
-               "                     [--json]\n"
+    fprintf(f, "usage: kapitsa bench -m|--model M [-t|--threads N] [--device D] [-p|--prompt N[,N...]] [-n|--gen M]\n"
+               "                     [--batch B] [--seqs S] [--sample T,K] [--peak-gbs G] [--peak-tflops T]\n"
+               "                     [--kv-type bf16|f32] [--mix] [--json]\n"
                "  prefill N random tokens (default 512; several lengths: a row each, with the time to the\n"
                "  first token) in batches of B (default 512; on a GPU 4096, the server's chunk there), then\n"
                "  decode M tokens (default 64) greedily, or with --sample seeded draws at temperature T from\n"
@@ -317,19 +317,15 @@ int cli_bench(int argc, char **argv)
                 return bench_usage(stderr), 2;
             continue;
         }
-        if (strcmp(argv[i], "--help") == 0) {
-            bench_usage(stdout);
-            return 0;
-        }
-        if (strcmp(argv[i], "--json") == 0) {
+        if (cli_switch(argv[i], "--json")) {
             json = 1;
             continue;
         }
-        if (strcmp(argv[i], "--mix") == 0) {
+        if (cli_switch(argv[i], "--mix")) {
             mix = 1;
             continue;
         }
-        if ((f = cli_flag(argc, argv, &i, "--model", &dir)) != 0 ||
+        if ((f = cli_flag(argc, argv, &i, "-m|--model", &dir)) != 0 ||
             (f = cli_flag(argc, argv, &i, "--tokenizer", &tok_dir)) != 0 ||
             (f = cli_flag(argc, argv, &i, "--corpus", &corpus)) != 0 ||
             (f = cli_flag(argc, argv, &i, "--draft", &draft)) != 0 ||
@@ -339,14 +335,16 @@ int cli_bench(int argc, char **argv)
                 return 2;
             continue;
         }
-        if ((f = cli_flag(argc, argv, &i, "--peak-gbs", &v)) != 0 ||
-            (f = cli_flag(argc, argv, &i, "--peak-tflops", &v)) != 0) {
-            double d;
-            if (f < 0 || sscanf(v, "%lf", &d) != 1 || !(d > 0)) {
+        double *peak = NULL;
+        if ((f = cli_flag(argc, argv, &i, "--peak-gbs", &v)) != 0)
+            peak = &peak_gbs;
+        else if ((f = cli_flag(argc, argv, &i, "--peak-tflops", &v)) != 0)
+            peak = &peak_tflops;
+        if (peak) {
+            if (f < 0 || sscanf(v, "%lf", peak) != 1 || !(*peak > 0)) {
                 bench_usage(stderr);
                 return 2;
             }
-            *(strcmp(argv[i - 1], "--peak-gbs") == 0 ? &peak_gbs : &peak_tflops) = d;
             continue;
         }
         if ((f = cli_flag(argc, argv, &i, "--sample", &v)) != 0) {
@@ -363,7 +361,7 @@ int cli_bench(int argc, char **argv)
             }
             continue;
         }
-        if ((f = cli_flag(argc, argv, &i, "--prompt", &v)) != 0) {
+        if ((f = cli_flag(argc, argv, &i, "-p|--prompt", &v)) != 0) {
             n_lens = 0;
             for (const char *p = v; f > 0 && *p;) {
                 char *end;
@@ -378,9 +376,9 @@ int cli_bench(int argc, char **argv)
             n_prompt = lens[n_lens - 1];
             continue;
         }
-        if ((f = cli_flag(argc, argv, &i, "--threads", &v)) != 0)
+        if ((f = cli_flag(argc, argv, &i, "-t|--threads", &v)) != 0)
             dst = &threads;
-        else if ((f = cli_flag(argc, argv, &i, "--gen", &v)) != 0)
+        else if ((f = cli_flag(argc, argv, &i, "-n|--gen", &v)) != 0)
             dst = &n_gen;
         else if ((f = cli_flag(argc, argv, &i, "--batch", &v)) != 0)
             dst = &n_batch;
@@ -388,7 +386,9 @@ int cli_bench(int argc, char **argv)
             dst = &chain_k;
         else if ((f = cli_flag(argc, argv, &i, "--seqs", &v)) != 0)
             dst = &n_seqs;
-        if (f <= 0 || (*dst = cli_int(v)) < 1 || *dst > 1000000) {
+        else
+            return cli_arg_reject(argv[i], bench_usage);
+        if (f < 0 || (*dst = cli_int(v)) < 1 || *dst > 1000000) {
             bench_usage(stderr);
             return 2;
         }

@@ -19,15 +19,15 @@
 
 static void chat_usage(FILE *f)
 {
-    fprintf(f, "usage: kapitsa chat [--model DIR] [--system TEXT] [--max-tokens N] [--temperature T] [--seed S]\n"
-               "                    [--ctx TOKENS] [--threads N] [--device D] " CLI_SPEC_USAGE "\n"
+    fprintf(f, "usage: kapitsa chat [-m|--model M] [--system TEXT] [-n|--max-tokens N] [--temp|--temperature T]\n"
+               "                    [-s|--seed S] [-c|--ctx TOKENS] [-t|--threads N] [--device D] " CLI_SPEC_USAGE "\n"
                "                    [--think] " CLI_KV_USAGE "\n"
                "  one user message per line (a line ending in \\ continues it; so do lines between two\n"
                "  lines of \"\"\"); on a terminal with line editing and history (~/.cache/kapitsa/chat_history).\n"
                "  /reset starts over, /stats shows the last turn's numbers, /exit or end of input ends.\n"
                "  --think lets the model reason first (shown dimmed on a terminal). Sampling: the model's\n"
                "  generation_config.json where it names any (Qwen3: temperature 0.6, top_p 0.95, top_k 20),\n"
-               "  else greedy; --temperature overrides (0: greedy).\n");
+               "  else greedy; --temperature overrides (0: greedy). KAPITSA_CTX sets --ctx's default (8192).\n");
 }
 
 /* Input lines: readline (libedit) on a terminal, with history; getline otherwise. */
@@ -89,41 +89,41 @@ int cli_chat(int argc, char **argv)
     enum dtype kv_type = CLI_KV_DEFAULT;
     struct sampler_params sp = sampler_defaults();
     struct cli_spec so = {0};
+    if (cli_env_int("KAPITSA_CTX", 1, 1 << 24, &n_ctx) < 0)
+        return 2;
     for (int i = 0; i < argc; i++) {
         int f;
         double d;
         if ((f = cli_spec_flag(argc, argv, &i, &so)) != 0 || (f = cli_kv_flag(argc, argv, &i, &kv_type)) != 0 ||
-            (f = cli_flag(argc, argv, &i, "--model", &dir)) != 0 ||
+            (f = cli_flag(argc, argv, &i, "-m|--model", &dir)) != 0 ||
             (f = cli_flag(argc, argv, &i, "--system", &system)) != 0 ||
             (f = cli_flag(argc, argv, &i, "--device", &device)) != 0) {
             if (f < 0)
                 return chat_usage(stderr), 2;
-        } else if (strcmp(argv[i], "--help") == 0) {
-            chat_usage(stdout);
-            return 0;
-        } else if (strcmp(argv[i], "--think") == 0) {
+        } else if (cli_switch(argv[i], "--think")) {
             think = 1;
-        } else if ((f = cli_flag(argc, argv, &i, "--temp", &v)) != 0 ||
-                   (f = cli_flag(argc, argv, &i, "--temperature", &v)) != 0) {
+        } else if ((f = cli_flag(argc, argv, &i, "--temp|--temperature", &v)) != 0) {
             if (f < 0 || sscanf(v, "%lf", &d) != 1 || d < 0)
                 return chat_usage(stderr), 2;
             sp.temperature = (float)d;
             temp_set = true;
         } else {
             int64_t *dst = NULL;
-            if ((f = cli_flag(argc, argv, &i, "--max-tokens", &v)) != 0)
+            if ((f = cli_flag(argc, argv, &i, "-n|--max-tokens", &v)) != 0)
                 dst = &max_tokens;
-            else if ((f = cli_flag(argc, argv, &i, "--threads", &v)) != 0)
+            else if ((f = cli_flag(argc, argv, &i, "-t|--threads", &v)) != 0)
                 dst = &threads;
-            else if ((f = cli_flag(argc, argv, &i, "--ctx", &v)) != 0)
+            else if ((f = cli_flag(argc, argv, &i, "-c|--ctx|--ctx-size", &v)) != 0)
                 dst = &n_ctx;
-            else if ((f = cli_flag(argc, argv, &i, "--seed", &v)) != 0) {
+            else if ((f = cli_flag(argc, argv, &i, "-s|--seed", &v)) != 0) {
                 if (f < 0 || cli_int(v) < 0)
                     return chat_usage(stderr), 2;
                 sp.seed = (uint64_t)cli_int(v);
                 continue;
+            } else {
+                return cli_arg_reject(argv[i], chat_usage);
             }
-            if (f <= 0 || (*dst = cli_int(v)) < 1 || *dst > (1 << 24))
+            if (f < 0 || (*dst = cli_int(v)) < 1 || *dst > (1 << 24))
                 return chat_usage(stderr), 2;
         }
     }

@@ -48,15 +48,12 @@ int cli_check(int argc, char **argv)
     double tol = 2e-4;
     for (int i = 0; i < argc; i++) {
         int f;
-        if (strcmp(argv[i], "--help") == 0) {
-            check_usage(stdout);
-            return 0;
-        }
-        if (strcmp(argv[i], "--rope-f32") == 0) {
+        enum cli_arg a;
+        if (cli_switch(argv[i], "--rope-f32")) {
             o.rope_freq_f32 = true;
             continue;
         }
-        if (strcmp(argv[i], "--fast") == 0) {
+        if (cli_switch(argv[i], "--fast")) {
             fast = true;
             continue;
         }
@@ -69,7 +66,7 @@ int cli_check(int argc, char **argv)
             if (f < 0)
                 return 2;
             o.golden = v;
-        } else if ((f = cli_flag(argc, argv, &i, "--threads", &v)) != 0) {
+        } else if ((f = cli_flag(argc, argv, &i, "-t|--threads", &v)) != 0) {
             if (f < 0 || (threads = cli_int(v)) < 1) {
                 fprintf(stderr, "kapitsa check: --threads needs a positive integer\n");
                 return 2;
@@ -84,7 +81,9 @@ int cli_check(int argc, char **argv)
                 fprintf(stderr, "kapitsa check: --tol needs a positive number\n");
                 return 2;
             }
-        } else if (argv[i][0] == '-' || dir) {
+        } else if ((a = cli_arg(argv[i])) != CLI_ARG_POSITIONAL) {
+            return cli_arg_exit(a, check_usage);
+        } else if (dir) {
             check_usage(stderr);
             return 2;
         } else {

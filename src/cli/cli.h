@@ -4,6 +4,7 @@
 #define KP_CLI_H
 
 #include "../engine/spec.h"
+#include "opt.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -25,6 +26,7 @@ int cli_rm(int argc, char **argv);
 int cli_doctor(int argc, char **argv);
 int cli_quantize(int argc, char **argv);
 int cli_imatrix(int argc, char **argv);
+int cli_version(int argc, char **argv);
 /* kapitsa bench --draft (bench_spec.c): plain, chain of chain_k, tree of tree_n
  * nodes / depth tree_d, tree + prompt lookup, side by side. */
 int bench_spec(const char *target, const char *draft, const char *prompt_file, int32_t n_gen, int32_t threads,
@@ -33,17 +35,10 @@ int bench_spec(const char *target, const char *draft, const char *prompt_file, i
 /* kapitsa bench compare (compare.c): the same OpenAI workload against several servers. */
 int bench_compare(int argc, char **argv);
 
-/* Shared flag parsing: "--name value". Returns 1 and sets *val when argv[*i]
- * is --name (advancing *i), 0 when it is another flag, -1 when the value is missing. */
-int cli_flag(int argc, char **argv, int *i, const char *name, const char **val);
-/* --kv-type f32|bf16: the KV cache's dtype (bf16: half the memory and the
- * bytes a long context's decode reads). 1 when consumed, 0 when not, -1 on a bad value. */
-#define CLI_KV_USAGE "[--kv-type bf16|f32]"
 /* The generating commands' cache type (serve, run, chat, bench): bf16, the
  * type the checkpoints' own reference (transformers in bf16) keeps its cache
  * in. check compares against f32 logits and keeps f32, which its 1e-3 bound assumes. */
 #define CLI_KV_DEFAULT DT_BF16
-int cli_kv_flag(int argc, char **argv, int *i, enum dtype *type);
 /* Speculative decoding flags (spec_opts.c): --draft DIR, --spec off|chain|tree|lookup,
  * --spec-tree N,D. Default: tree when a draft is given, else off; lookup = prompt
  * lookup without a draft. */
@@ -68,7 +63,4 @@ void cli_spec_key(char *key, size_t n, const char *model, const char *draft, int
  * until exit. NULL with err_set() when it cannot be found (the message says
  * how to pull it). */
 const char *cli_model_dir(const char *ref);
-/* Parses a positive integer; -1 on error. */
-int64_t cli_int(const char *s);
-
 #endif

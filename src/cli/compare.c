@@ -296,15 +296,14 @@ static void compare_usage(FILE *f)
 
 int bench_compare(int argc, char **argv)
 {
+    cli_opt_command("bench compare");
     char *urls[CMP_MAX_TARGETS];
     int32_t n_t = 0, lens[CMP_MAX_LENS] = {128, 512, 2048}, n_l = 3, gen = 128, reps = 3;
     const char *svg = NULL, *v;
     int json = 0;
     for (int i = 0; i < argc; i++) {
         int f;
-        if (strcmp(argv[i], "--help") == 0)
-            return compare_usage(stdout), 0;
-        if (strcmp(argv[i], "--json") == 0) {
+        if (cli_switch(argv[i], "--json")) {
             json = 1;
         } else if ((f = cli_flag(argc, argv, &i, "--against", &v)) != 0) {
             if (f < 0 || n_t == CMP_MAX_TARGETS)
@@ -328,17 +327,21 @@ int bench_compare(int argc, char **argv)
             }
             if (f < 0 || n_l == 0)
                 return compare_usage(stderr), 2;
-        } else if ((f = cli_flag(argc, argv, &i, "--gen", &v)) != 0 ||
-                   (f = cli_flag(argc, argv, &i, "--reps", &v)) != 0) {
+        } else if ((f = cli_flag(argc, argv, &i, "-n|--gen", &v)) != 0) {
             int64_t x = f < 0 ? -1 : cli_int(v);
-            if (x < 1 || (strcmp(argv[i - 1], "--reps") == 0 ? x > CMP_MAX_REPS : x > 100000))
+            if (x < 1 || x > 100000)
                 return compare_usage(stderr), 2;
-            *(strcmp(argv[i - 1], "--reps") == 0 ? &reps : &gen) = (int32_t)x;
+            gen = (int32_t)x;
+        } else if ((f = cli_flag(argc, argv, &i, "-r|--reps", &v)) != 0) {
+            int64_t x = f < 0 ? -1 : cli_int(v);
+            if (x < 1 || x > CMP_MAX_REPS)
+                return compare_usage(stderr), 2;
+            reps = (int32_t)x;
         } else if ((f = cli_flag(argc, argv, &i, "--svg", &svg)) != 0) {
             if (f < 0)
                 return 2;
         } else {
-            return compare_usage(stderr), 2;
+            return cli_arg_reject(argv[i], compare_usage);
         }
     }
     if (n_t == 0)

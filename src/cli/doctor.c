@@ -14,6 +14,7 @@
 #include "../backend/cuda/cuda.h"
 #endif
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,8 +164,18 @@ static double read_bandwidth(void)
     return best;
 }
 
-static void print_run(const struct catalog_run *r, const char *name, const char *gpu_name, int64_t disk)
+/* One row of what fits: appended to the JSON array out, or printed when out is NULL. */
+static void print_run(const struct catalog_run *r, const char *name, const char *gpu_name, int64_t disk, json_t *out)
 {
+    if (out) {
+        json_array_append_new(
+            out, json_pack("{s:s,s:s,s:I,s:s?,s:I,s:I,s:o,s:b}", "name", r->m->name, "weights",
+                           r->q ? r->q->recipe : "bf16", "bytes", (json_int_t)(r->q ? r->q->bytes : r->m->bytes),
+                           "where", r->gpu ? "gpu" : r->ctx16 ? "cpu" : NULL, "context_bf16_kv", (json_int_t)r->ctx16,
+                           "context_f32_kv", (json_int_t)r->ctx, "decode_tok_s",
+                           r->toks > 0 ? json_real(r->toks) : json_null(), "disk_ok", r->disk <= disk));
+        return;
+    }
     char ctxs[32] = "-", ctxs16[32] = "-", toks[32] = "-";
     if (r->ctx)
         snprintf(ctxs, sizeof ctxs, "%lld", (long long)r->ctx);
@@ -178,31 +189,69 @@ static void print_run(const struct catalog_run *r, const char *name, const char 
            r->disk <= disk ? "ok" : "too little free disk");
 }
 
+static void doctor_usage(FILE *f)
+{
+    fprintf(f, "usage: kapitsa doctor [--json]   (this machine: CPU, memory, GPUs, disk, which models fit, agent CLIs)\n"
+               "  --json: the same as one JSON object, sizes in bytes\n");
+}
+
 int cli_doctor(int argc, char **argv)
 {
-    (void)argv;
-    if (argc > 0) {
-        fprintf(stderr, "usage: kapitsa doctor\n");
-        return 2;
+    json_t *j = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (!cli_switch(argv[i], "--json")) {
+            json_decref(j);
+            return cli_arg_reject(argv[i], doctor_usage);
+        }
+        if (!j)
+            j = json_object();
+    }
+    /* the text goes to stdout, or with --json nowhere: the JSON is built beside it */
+    FILE *out = j ? fopen("/dev/null", "w") : stdout;
+    if (!out) {
+        perror("kapitsa doctor: /dev/null");
+        json_decref(j);
+        return 1;
     }
     char model[256], flags[8192];
     cpu_line(model, sizeof model, flags, sizeof flags);
     const int64_t mem_total = meminfo("MemTotal"), mem_avail = meminfo("MemAvailable");
-    printf("cpu      %s, %ld cores\n", model, sysconf(_SC_NPROCESSORS_ONLN));
-    printf("simd     kernels: %s (avx2 %s, avx512 %s)%s%s\n", kern_best()->name,
-           kern_supported(&kern_avx2) ? "yes" : "no", kern_supported(&kern_avx512) ? "yes" : "no",
-           strstr(flags, " avx512_bf16 ") ? ", avx512_bf16" : "", strstr(flags, " amx_bf16 ") ? ", amx_bf16" : "");
-    printf("memory   %.1f GiB total, %.1f GiB available\n", (double)mem_total / (1 << 30),
-           (double)mem_avail / (1 << 30));
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    fprintf(out, "cpu      %s, %ld cores\n", model, cores);
+    fprintf(out, "simd     kernels: %s (avx2 %s, avx512 %s)%s%s\n", kern_best()->name,
+            kern_supported(&kern_avx2) ? "yes" : "no", kern_supported(&kern_avx512) ? "yes" : "no",
+            strstr(flags, " avx512_bf16 ") ? ", avx512_bf16" : "", strstr(flags, " amx_bf16 ") ? ", amx_bf16" : "");
+    fprintf(out, "memory   %.1f GiB total, %.1f GiB available\n", (double)mem_total / (1 << 30),
+            (double)mem_avail / (1 << 30));
+    json_t *gpus = j ? json_array() : NULL;
+    if (j) {
+        json_object_set_new(j, "cpu", json_pack("{s:s,s:I,s:s,s:b,s:b,s:b,s:b}", "model", model, "cores",
+                                                (json_int_t)cores, "kernels", kern_best()->name, "avx2",
+                                                kern_supported(&kern_avx2), "avx512", kern_supported(&kern_avx512),
+                                                "avx512_bf16", strstr(flags, " avx512_bf16 ") != NULL, "amx_bf16",
+                                                strstr(flags, " amx_bf16 ") != NULL));
+        json_object_set_new(j, "memory", json_pack("{s:I,s:I}", "total_bytes", (json_int_t)mem_total,
+                                                   "available_bytes", (json_int_t)mem_avail));
+        json_object_set_new(j, "gpus", gpus);
+    }
     int64_t gpu_free = 0;
     char gpu_name[300] = "";
 #ifdef KAPITSA_CUDA
+    if (j)
+        json_object_set_new(j, "cuda", json_true());
     const int32_t n_gpu = cuda_device_count();
     for (int32_t d = 0; d < n_gpu; d++) {
         struct cuda_device_info gi;
         if (cuda_device_query(d, &gi) != 0)
             continue;
-        printf("gpu %d    %s, %.1f GiB (%.1f free), compute %d.%d, %d SMs, driver %d.%d, runtime %d.%d\n", d, gi.name,
+        char cc[32];
+        snprintf(cc, sizeof cc, "%d.%d", gi.major, gi.minor);
+        if (j)
+            json_array_append_new(gpus, json_pack("{s:i,s:s,s:I,s:I,s:s,s:i,s:i,s:i}", "index", d, "name", gi.name,
+                                                  "total_bytes", (json_int_t)gi.total, "free_bytes",
+                                                  (json_int_t)gi.free, "compute", cc, "sms", gi.n_sm, "driver",
+                                                  gi.driver, "runtime", gi.runtime));
+        fprintf(out, "gpu %d    %s, %.1f GiB (%.1f free), compute %d.%d, %d SMs, driver %d.%d, runtime %d.%d\n", d, gi.name,
                (double)gi.total / (1 << 30), (double)gi.free / (1 << 30), gi.major, gi.minor, gi.n_sm,
                gi.driver / 1000, gi.driver % 1000 / 10, gi.runtime / 1000, gi.runtime % 1000 / 10);
         if (d == 0) {
@@ -211,72 +260,107 @@ int cli_doctor(int argc, char **argv)
         }
     }
     if (n_gpu == 0)
-        printf("gpu      none found (this build has the cuda backend)\n");
+        fprintf(out, "gpu      none found (this build has the cuda backend)\n");
 #else
-    printf("gpu      not checked: this kapitsa was built without CUDA\n");
+    if (j)
+        json_object_set_new(j, "cuda", json_false());
+    fprintf(out, "gpu      not checked: this kapitsa was built without CUDA\n");
 #endif
     char cache[4096];
     hub_cache_dir(cache, sizeof cache);
     char probe[4096];
     snprintf(probe, sizeof probe, "%s", cache);
     const int64_t disk = disk_free(probe);
-    printf("disk     %.1f GB free at %s (models: %s)\n", (double)disk / 1e9, probe, cache);
+    fprintf(out, "disk     %.1f GB free at %s (models: %s)\n", (double)disk / 1e9, probe, cache);
+    if (j)
+        json_object_set_new(j, "disk", json_pack("{s:I,s:s,s:s}", "free_bytes", (json_int_t)disk, "at", probe,
+                                                 "models", cache));
 
     struct catalog c;
     if (catalog_load(&c, NULL) != 0) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());
+        if (j)
+            fclose(out);
+        json_decref(j);
         return 1;
     }
     const struct catalog_host host = {mem_avail, gpu_free, disk, read_bandwidth()};
-    printf("\nwhat fits (weights + KV for the context + state + runtime; one sequence), in bf16 and as the\n"
+    json_t *runs = j ? json_array() : NULL;
+    if (j) {
+        json_object_set_new(j, "read_bandwidth_gb_s", json_real(host.read_bw / 1e9));
+        json_object_set_new(j, "models", runs);
+    }
+    fprintf(out, "\nwhat fits (weights + KV for the context + state + runtime; one sequence), in bf16 and as the\n"
            "kapitsa quantize recipe with the most bits that keeps %dk of context (else the smallest that fits);\n"
            "GGUF weights run on the cpu. decode: estimated on the cpu as its read bandwidth (%.1f GB/s, measured)\n"
            "over the weight bytes a token reads, a bound: a long context's cache reads, and on few cores the\n"
            "arithmetic of quantised blocks, hold it lower\n",
            CATALOG_REC_CTX / 1024, host.read_bw / 1e9);
-    printf("  %-26s %-7s %9s  %-28s %17s %8s %12s  %s\n", "model", "weights", "size", "where", "context, bf16 KV",
-           "f32 KV", "decode", "disk");
+    fprintf(out, "  %-26s %-7s %9s  %-28s %17s %8s %12s  %s\n", "model", "weights", "size", "where",
+            "context, bf16 KV", "f32 KV", "decode", "disk");
     for (int32_t i = 0; i < c.n; i++) {
         const struct catalog_model *m = &c.m[i];
         const struct catalog_run r16 = catalog_run_on(m, NULL, &host), rq = catalog_best_quant(m, &host);
-        print_run(&r16, m->name, gpu_name, disk);
+        print_run(&r16, m->name, gpu_name, disk, runs);
         if (rq.m)
-            print_run(&rq, "", gpu_name, disk);
+            print_run(&rq, "", gpu_name, disk, runs);
         else if (m->n_quant)
-            printf("  %-26s %-7s %9s  does not fit\n", "", "GGUF", "");
+            fprintf(out, "  %-26s %-7s %9s  does not fit\n", "", "GGUF", "");
     }
     /* the rule is catalog_recommend's (src/hub/catalog.h); doctor prints it with the result */
     struct catalog_run rec;
     const int found = catalog_recommend(&c, &host, &rec);
-    printf("\nthe rule: the most parameters that keep %dk of context, in the form with the most bits whose\n"
+    fprintf(out, "\nthe rule: the most parameters that keep %dk of context, in the form with the most bits whose\n"
            "estimated decode on the cpu is %.0f tok/s or more\n",
            CATALOG_REC_CTX / 1024, CATALOG_REC_TOKS);
     if (found < 0) {
-        printf("recommended: models/kapitsa-tiny (embedded); no catalog model fits with %dk of context\n",
-               CATALOG_REC_CTX / 1024);
+        fprintf(out, "recommended: models/kapitsa-tiny (embedded); no catalog model fits with %dk of context\n",
+                CATALOG_REC_CTX / 1024);
+        if (j)
+            json_object_set_new(j, "recommended", json_pack("{s:s,s:s}", "name", "kapitsa-tiny", "weights", "bf16"));
     } else {
-        char toks[48] = "";
+        char toks[48] = "", cmd[1024];
         if (rec.toks > 0)
             snprintf(toks, sizeof toks, ", ~%.1f tok/s", rec.toks);
         if (found == 0)
-            printf("(none reaches %.0f tok/s here: the fastest)\n", CATALOG_REC_TOKS);
-        printf("recommended: %s %s on the %s, %lld tokens of context%s\n", rec.m->name, rec.q ? rec.q->recipe : "bf16",
-               rec.gpu ? "gpu" : "cpu", (long long)rec.ctx16, toks);
+            fprintf(out, "(none reaches %.0f tok/s here: the fastest)\n", CATALOG_REC_TOKS);
+        fprintf(out, "recommended: %s %s on the %s, %lld tokens of context%s\n", rec.m->name,
+                rec.q ? rec.q->recipe : "bf16", rec.gpu ? "gpu" : "cpu", (long long)rec.ctx16, toks);
         if (!rec.q)
-            printf("  kapitsa pull %s%s%s%s\n", rec.m->name, rec.m->draft ? " --with-draft   (its draft: " : "",
-                   rec.m->draft ? rec.m->draft : "", rec.m->draft ? ")" : "");
+            snprintf(cmd, sizeof cmd, "kapitsa pull %s%s%s%s", rec.m->name,
+                     rec.m->draft ? " --with-draft   (its draft: " : "", rec.m->draft ? rec.m->draft : "",
+                     rec.m->draft ? ")" : "");
         else if (rec.q->published)
-            printf("  kapitsa pull %s:%s   (the publisher's GGUF; --model takes the same name)\n", rec.m->gguf_repo,
-                   rec.q->recipe);
+            snprintf(cmd, sizeof cmd, "kapitsa pull %s:%s   (the publisher's GGUF; --model takes the same name)",
+                     rec.m->gguf_repo, rec.q->recipe);
         else
-            printf("  kapitsa pull %s, then kapitsa quantize %s %s-%s.gguf --recipe %s\n", rec.m->name, rec.m->name,
-                   rec.m->name, rec.q->recipe, rec.q->recipe);
+            snprintf(cmd, sizeof cmd, "kapitsa pull %s, then kapitsa quantize %s %s-%s.gguf --recipe %s", rec.m->name,
+                     rec.m->name, rec.m->name, rec.q->recipe, rec.q->recipe);
+        fprintf(out, "  %s\n", cmd);
+        if (j)
+            json_object_set_new(j, "recommended",
+                                json_pack("{s:s,s:s,s:s,s:I,s:o,s:b,s:s}", "name", rec.m->name, "weights",
+                                          rec.q ? rec.q->recipe : "bf16", "device", rec.gpu ? "gpu" : "cpu", "context",
+                                          (json_int_t)rec.ctx16, "decode_tok_s",
+                                          rec.toks > 0 ? json_real(rec.toks) : json_null(), "fast_enough", found > 0,
+                                          "next", cmd));
     }
     catalog_free(&c);
 
-    printf("\nagents   ");
+    fprintf(out, "\nagents   ");
     const char *agents[] = {"claude", "codex", "opencode", "pi"};
-    for (int i = 0; i < 4; i++)
-        printf("%s %s%s", agents[i], on_path(agents[i]) ? "installed" : "not installed", i < 3 ? ", " : "\n");
+    json_t *ag = j ? json_object() : NULL;
+    for (int i = 0; i < 4; i++) {
+        fprintf(out, "%s %s%s", agents[i], on_path(agents[i]) ? "installed" : "not installed", i < 3 ? ", " : "\n");
+        if (ag)
+            json_object_set_new(ag, agents[i], json_boolean(on_path(agents[i])));
+    }
+    if (j) {
+        fclose(out);
+        json_object_set_new(j, "agents", ag);
+        json_dumpf(j, stdout, JSON_INDENT(2));
+        putchar('\n');
+        json_decref(j);
+    }
     return 0;
 }

@@ -66,6 +66,15 @@ static int greedy(struct engine *e, const int32_t *ctx, int32_t n_ctx, int32_t n
     return 0;
 }
 
+static void eval_usage(FILE *f)
+{
+    fprintf(f, "usage: kapitsa eval -m|--model M [--draft DIR] --ids FILE [--tokens N] [-t|--threads N]\n"
+               "       [--device cpu|cuda|auto]\n"
+               "  FILE: little-endian int32 token ids (tools/train/eval_pair.py writes the held-out\n"
+               "  split); prints the loss over the first N tokens (default 16384) in windows of 512,\n"
+               "  and with a draft its top-1 agreement and mean accepted length of 5-token chains\n");
+}
+
 int cli_eval(int argc, char **argv)
 {
     const char *dir = NULL, *draft = NULL, *ids_path = NULL, *v;
@@ -73,7 +82,7 @@ int cli_eval(int argc, char **argv)
     const char *device = NULL;
     for (int i = 0; i < argc; i++) {
         int f;
-        if ((f = cli_flag(argc, argv, &i, "--model", &dir)) || (f = cli_flag(argc, argv, &i, "--draft", &draft)) ||
+        if ((f = cli_flag(argc, argv, &i, "-m|--model", &dir)) || (f = cli_flag(argc, argv, &i, "--draft", &draft)) ||
             (f = cli_flag(argc, argv, &i, "--ids", &ids_path)) ||
             (f = cli_flag(argc, argv, &i, "--device", &device))) {
             if (f < 0)
@@ -83,14 +92,12 @@ int cli_eval(int argc, char **argv)
         int64_t *dst = NULL;
         if ((f = cli_flag(argc, argv, &i, "--tokens", &v)))
             dst = &n_tok;
-        else if ((f = cli_flag(argc, argv, &i, "--threads", &v)))
+        else if ((f = cli_flag(argc, argv, &i, "-t|--threads", &v)))
             dst = &threads;
-        if (f <= 0 || (*dst = cli_int(v)) < 1) {
-            fprintf(stderr, "usage: kapitsa eval --model DIR [--draft DIR] --ids FILE [--tokens N] [--threads N]\n"
-                            "       [--device cpu|cuda|auto]\n"
-                            "  FILE: little-endian int32 token ids (tools/train/eval_pair.py writes the held-out\n"
-                            "  split); prints the loss over the first N tokens (default 16384) in windows of 512,\n"
-                            "  and with a draft its top-1 agreement and mean accepted length of 5-token chains\n");
+        else
+            return cli_arg_reject(argv[i], eval_usage);
+        if (f < 0 || (*dst = cli_int(v)) < 1) {
+            eval_usage(stderr);
             return 2;
         }
     }

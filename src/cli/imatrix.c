@@ -17,7 +17,8 @@
 
 static void imatrix_usage(FILE *f)
 {
-    fprintf(f, "usage: kapitsa imatrix --model M --text FILE [--out FILE.gguf] [--chunk N] [--chunks K] [--threads N]\n"
+    fprintf(f, "usage: kapitsa imatrix -m|--model M --text FILE [--out FILE.gguf] [--chunk N] [--chunks K]\n"
+               "                       [-t|--threads N]\n"
                "  the importance matrix of model M (a folder, catalog name, hub id or .gguf; qwen3, qwen3_moe)\n"
                "  over the text in FILE: per weight matrix, the sums of each input column's squares over the\n"
                "  tokens, in chunks of N tokens (default 512), the first K chunks (default all), on the cpu.\n"
@@ -92,7 +93,7 @@ int cli_imatrix(int argc, char **argv)
     int64_t chunk = 512, chunks = 0, threads = 0;
     for (int i = 0; i < argc; i++) {
         int f;
-        if ((f = cli_flag(argc, argv, &i, "--model", &model)) || (f = cli_flag(argc, argv, &i, "--text", &text)) ||
+        if ((f = cli_flag(argc, argv, &i, "-m|--model", &model)) || (f = cli_flag(argc, argv, &i, "--text", &text)) ||
             (f = cli_flag(argc, argv, &i, "--out", &out))) {
             if (f < 0)
                 return 2;
@@ -103,15 +104,11 @@ int cli_imatrix(int argc, char **argv)
             dst = &chunk;
         else if ((f = cli_flag(argc, argv, &i, "--chunks", &v)))
             dst = &chunks;
-        else if ((f = cli_flag(argc, argv, &i, "--threads", &v)))
+        else if ((f = cli_flag(argc, argv, &i, "-t|--threads", &v)))
             dst = &threads;
-        if (f == 0 && (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)) {
-            imatrix_usage(stdout);
-            return 0;
-        }
-        if (f <= 0 || (*dst = cli_int(v)) < 1 || *dst > INT32_MAX) {
-            if (f == 0)
-                fprintf(stderr, "kapitsa imatrix: unknown option '%s'\n", argv[i]);
+        else
+            return cli_arg_reject(argv[i], imatrix_usage);
+        if (f < 0 || (*dst = cli_int(v)) < 1 || *dst > INT32_MAX) {
             imatrix_usage(stderr);
             return 2;
         }

@@ -230,8 +230,9 @@ static pid_t start_server(const char *home, const char *port_s, int port, const 
         snprintf(log, sizeof log, "%s/server.log", home);
         if (!freopen(log, "w", stderr) || !freopen("/dev/null", "w", stdout))
             _exit(1);
-        char *args[] = {self, "serve", "--port", (char *)port_s, "--ctx", "65536", model ? "--model" : NULL,
-                        (char *)model, NULL};
+        /* the host given, as KAPITSA_HOST would otherwise move it off the loopback launch talks to */
+        char *args[] = {self,   "serve", "--host", "127.0.0.1", "--port", (char *)port_s, "--ctx", "65536",
+                        model ? "--model" : NULL, (char *)model, NULL};
         execv(self, args);
         _exit(127);
     }
@@ -254,16 +255,21 @@ static pid_t start_server(const char *home, const char *port_s, int port, const 
     return -1;
 }
 
+static void launch_usage(FILE *f)
+{
+    fprintf(f, "usage: kapitsa launch claude|codex|opencode|pi [--port N] [-m|--model M] [-- AGENT ARGS...]\n"
+               "  starts the server if none answers on the port (default 11435, or KAPITSA_PORT), then runs\n"
+               "  the agent configured for it in a temporary config home (your own agent settings are not\n"
+               "  touched); KAPITSA_API_KEY: the key of a server started with --api-key\n");
+}
+
 int cli_launch(int argc, char **argv)
 {
-    if (argc < 1 || strcmp(argv[0], "--help") == 0) {
-        fprintf(argc < 1 ? stderr : stdout,
-                "usage: kapitsa launch claude|codex|opencode|pi [--port N] [--model DIR] [-- AGENT ARGS...]\n"
-                "  starts the server if none answers on the port (default 11435), then runs the agent\n"
-                "  configured for it in a temporary config home (your own agent settings are not touched);\n"
-                "  KAPITSA_API_KEY: the key of a server started with --api-key\n");
-        return argc < 1 ? 2 : 0;
-    }
+    if (argc < 1)
+        return launch_usage(stderr), 2;
+    const enum cli_arg a0 = cli_arg(argv[0]);
+    if (a0 != CLI_ARG_POSITIONAL)
+        return cli_arg_exit(a0, launch_usage);
     const struct agent *ag = NULL;
     for (size_t k = 0; k < sizeof agents / sizeof *agents; k++)
         if (strcmp(argv[0], agents[k].name) == 0)
@@ -272,22 +278,24 @@ int cli_launch(int argc, char **argv)
         fprintf(stderr, "kapitsa launch: unknown agent '%s' (claude, codex, opencode or pi)\n", argv[0]);
         return 2;
     }
-    const char *model = NULL, *port_s = "11435";
+    const char *model = NULL, *port_s = getenv("KAPITSA_PORT");
+    if (!port_s || !*port_s)
+        port_s = "11435";
     int i = 1;
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         int f = cli_flag(argc, argv, &i, "--port", &port_s);
         if (f == 0)
-            f = cli_flag(argc, argv, &i, "--model", &model);
-        if (f <= 0) {
-            fprintf(stderr, "kapitsa launch: unknown option '%s'\n", argv[i]);
+            f = cli_flag(argc, argv, &i, "-m|--model", &model);
+        if (f == 0)
+            return cli_arg_reject(argv[i], launch_usage);
+        if (f < 0)
             return 2;
-        }
     }
     char **extra = i < argc ? argv + i + 1 : argv + argc;
     int n_extra = (int)(argv + argc - extra);
     int64_t port = cli_int(port_s);
     if (port < 1 || port > 65535) {
-        fprintf(stderr, "kapitsa launch: bad port\n");
+        fprintf(stderr, "kapitsa launch: the port (--port or KAPITSA_PORT) is 1 to 65535, not '%s'\n", port_s);
         return 2;
     }
     char home[] = "/tmp/kapitsa-launch-XXXXXX";

@@ -2,6 +2,7 @@
  * Face cache (src/hub). */
 #define _GNU_SOURCE
 #include "../base/err.h"
+#include "../base/path.h"
 #include "../hub/cache.h"
 #include "../hub/local.h"
 #include "../hub/catalog.h"
@@ -9,9 +10,12 @@
 #include "cli.h"
 
 #include <dirent.h>
+#include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void pull_usage(FILE *f)
@@ -54,9 +58,8 @@ int cli_pull(int argc, char **argv)
     int with_draft = 0;
     for (int i = 0; i < argc; i++) {
         int f;
-        if (strcmp(argv[i], "--help") == 0)
-            return pull_usage(stdout), 0;
-        if (strcmp(argv[i], "--with-draft") == 0) {
+        enum cli_arg a;
+        if (cli_switch(argv[i], "--with-draft")) {
             with_draft = 1;
             continue;
         }
@@ -68,7 +71,9 @@ int cli_pull(int argc, char **argv)
             if (f < 0 || cli_int(v) < 1 || cli_int(v) > 16)
                 return pull_usage(stderr), 2;
             o.n_parallel = (int32_t)cli_int(v);
-        } else if (argv[i][0] == '-' || ref) {
+        } else if ((a = cli_arg(argv[i])) != CLI_ARG_POSITIONAL) {
+            return cli_arg_exit(a, pull_usage);
+        } else if (ref) {
             return pull_usage(stderr), 2;
         } else {
             ref = argv[i];
@@ -91,8 +96,9 @@ int cli_pull(int argc, char **argv)
     return rc ? 1 : 0;
 }
 
-/* Cached repos (models--ORG--NAME) that the catalog does not list. */
-static void list_others(const struct catalog *c)
+/* Cached repos (models--ORG--NAME) that the catalog does not list; into
+ * the JSON array out, or printed when out is NULL. */
+static void list_others(const struct catalog *c, json_t *out)
 {
     char cache[4096];
     hub_cache_dir(cache, sizeof cache);
@@ -109,6 +115,10 @@ static void list_others(const struct catalog *c)
         snprintf(repo, sizeof repo, "%.*s/%s", (int)(sep - rest), rest, sep + 2);
         if (catalog_find(c, repo))
             continue;
+        if (out) {
+            json_array_append_new(out, json_pack("{s:s,s:I}", "repo", repo, "bytes", (json_int_t)hub_repo_bytes(repo)));
+            continue;
+        }
         if (!header)
             printf("\nother models in %s:\n", cache);
         header = 1;
@@ -118,8 +128,9 @@ static void list_others(const struct catalog *c)
         closedir(d);
 }
 
-/* GGUF models here and in other tools' stores, by the name --model takes. */
-static void list_ggufs(void)
+/* GGUF models here and in other tools' stores, by the name --model takes;
+ * into out, or printed when out is NULL. */
+static void list_ggufs(json_t *out)
 {
     struct local_gguf *g;
     int32_t n;
@@ -127,26 +138,115 @@ static void list_ggufs(void)
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return;
     }
-    if (n > 0)
+    if (n > 0 && !out)
         printf("\nGGUF models (--model NAME):\n");
     for (int32_t i = 0; i < n; i++)
-        printf("  %-60s %-9s %8.1f GB\n", g[i].name, g[i].where, (double)g[i].bytes / 1e9);
+        if (out)
+            json_array_append_new(out, json_pack("{s:s,s:s,s:s,s:I}", "name", g[i].name, "where", g[i].where, "path",
+                                                 g[i].path, "bytes", (json_int_t)g[i].bytes));
+        else
+            printf("  %-60s %-9s %8.1f GB\n", g[i].name, g[i].where, (double)g[i].bytes / 1e9);
     free(g);
+}
+
+static void list_usage(FILE *f)
+{
+    fprintf(f, "usage: kapitsa list [--json]   (the embedded models, the catalog, what is in the Hugging Face\n"
+               "                              cache, and GGUF models there, in llama.cpp's cache and in Ollama's store)\n");
+}
+
+/* Bytes of the files in dir (links followed: the embedded models link their tokenizer). */
+static int64_t dir_bytes(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int64_t total = 0;
+    while (d && (e = readdir(d))) {
+        char path[PATH_MAX + 256];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+            total += (int64_t)st.st_size;
+    }
+    if (d)
+        closedir(d);
+    return total;
+}
+
+/* The models that ship with kapitsa (the data folder's, base/path.h): the
+ * default model and its KFlash draft, which run with no download; into out,
+ * or printed when out is NULL. */
+static void list_embedded(json_t *out)
+{
+    static const char *const names[][2] = {{"kapitsa-tiny", "the default --model"},
+                                           {"kapitsa-tiny-draft", "its KFlash draft"}};
+    if (!out)
+        printf("embedded (no download):\n");
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char path[PATH_MAX + 64], real[PATH_MAX];
+        if (path_data(names[i][0], path, sizeof path) != 0 || !realpath(path, real))
+            continue;
+        const int64_t bytes = dir_bytes(real);
+        if (out)
+            json_array_append_new(out, json_pack("{s:s,s:s,s:I}", "name", names[i][0], "path", real, "bytes",
+                                                 (json_int_t)bytes));
+        else
+            printf("  %-26s %-20s %7.1f MB  %s\n", names[i][0], names[i][1], (double)bytes / 1e6, real);
+    }
+    err_clear();
+    if (!out)
+        printf("\n");
+}
+
+static void rm_usage(FILE *f)
+{
+    fprintf(f, "usage: kapitsa rm MODEL   (a catalog name or hub id; removes it from the cache)\n");
+}
+
+/* kapitsa list --json: {embedded, catalog, other, gguf}, sizes in bytes; frees c. */
+static int list_json(struct catalog *c)
+{
+    json_t *cat = json_array(), *root = json_pack("{s:[],s:o,s:[],s:[]}", "embedded", "catalog", cat, "other", "gguf");
+    list_embedded(json_object_get(root, "embedded"));
+    for (int32_t i = 0; i < c->n; i++) {
+        const struct catalog_model *m = &c->m[i];
+        char dir[4608];
+        const int installed = hub_snapshot_dir(m->repo, m->revision, dir, sizeof dir) == 0;
+        const struct catalog_quant *q4 = catalog_quant(m, "Q4_K_M");
+        json_array_append_new(cat, json_pack("{s:s,s:s,s:I,s:I,s:o,s:I,s:o,s:b,s:o}", "name", m->name, "repo", m->repo,
+                                             "params", (json_int_t)m->params, "bytes", (json_int_t)m->bytes,
+                                             "q4_k_m_bytes", q4 ? json_integer(q4->bytes) : json_null(), "context",
+                                             (json_int_t)m->context, "draft",
+                                             m->draft ? json_string(m->draft) : json_null(), "installed", installed,
+                                             "installed_bytes",
+                                             installed ? json_integer(hub_repo_bytes(m->repo)) : json_null()));
+    }
+    err_clear();
+    list_others(c, json_object_get(root, "other"));
+    catalog_free(c);
+    list_ggufs(json_object_get(root, "gguf"));
+    json_dumpf(root, stdout, JSON_INDENT(2));
+    putchar('\n');
+    json_decref(root);
+    return 0;
 }
 
 int cli_list(int argc, char **argv)
 {
-    (void)argv;
-    if (argc > 0) {
-        fprintf(stderr, "usage: kapitsa list   (the catalog, what is in the Hugging Face cache, and GGUF models there,\n"
-                        "                     in llama.cpp's cache and in Ollama's store)\n");
-        return 2;
+    int json = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!cli_switch(argv[i], "--json"))
+            return cli_arg_reject(argv[i], list_usage);
+        json = 1;
     }
     struct catalog c;
     if (catalog_load(&c, NULL) != 0) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return 1;
     }
+    if (json)
+        return list_json(&c);
+    list_embedded(NULL);
     printf("%-26s %-44s %8s %9s %9s %8s  %-13s %s\n", "name", "hub id", "params", "bf16", "Q4_K_M", "context",
            "draft", "installed");
     for (int32_t i = 0; i < c.n; i++) {
@@ -163,18 +263,21 @@ int cli_list(int argc, char **argv)
                (double)m->bytes / 1e9, q4s, (long long)m->context, m->draft ? m->draft : "-", inst);
     }
     err_clear();
-    list_others(&c);
+    list_others(&c, NULL);
     catalog_free(&c);
-    list_ggufs();
+    list_ggufs(NULL);
     return 0;
 }
 
 int cli_rm(int argc, char **argv)
 {
-    if (argc != 1 || argv[0][0] == '-') {
-        fprintf(stderr, "usage: kapitsa rm MODEL   (a catalog name or hub id; removes it from the cache)\n");
-        return 2;
+    for (int i = 0; i < argc; i++) {
+        const enum cli_arg a = cli_arg(argv[i]);
+        if (a != CLI_ARG_POSITIONAL)
+            return cli_arg_exit(a, rm_usage);
     }
+    if (argc != 1)
+        return rm_usage(stderr), 2;
     struct catalog c = {0};
     const char *repo = argv[0];
     char buf[256];

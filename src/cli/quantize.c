@@ -32,6 +32,7 @@ int cli_quantize(int argc, char **argv)
         if (f == 0)
             f = cli_flag(argc, argv, &i, "--type", &v);
         const int g = f == 0 ? cli_flag(argc, argv, &i, "--imatrix", &imatrix) : 0;
+        enum cli_arg a = f || g ? CLI_ARG_POSITIONAL : cli_arg(argv[i]);
         if (f < 0 || g < 0) {
             quantize_usage(stderr);
             return 2;
@@ -40,13 +41,8 @@ int cli_quantize(int argc, char **argv)
             recipe = v;
         } else if (g) {
             continue;
-        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            quantize_usage(stdout);
-            return 0;
-        } else if (argv[i][0] == '-') {
-            fprintf(stderr, "kapitsa quantize: unknown option '%s'\n", argv[i]);
-            quantize_usage(stderr);
-            return 2;
+        } else if (a != CLI_ARG_POSITIONAL) {
+            return cli_arg_exit(a, quantize_usage);
         } else if (!src) {
             src = argv[i];
         } else if (!out) {

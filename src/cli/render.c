@@ -9,30 +9,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void render_usage(FILE *f)
+{
+    fprintf(f, "usage: kapitsa render -m|--model DIR [--template FILE] [--ids] < request.json\n"
+               "  request: {messages, tools?, chat_template_kwargs?, add_generation_prompt? (default true)}\n");
+}
+
 int cli_render(int argc, char **argv)
 {
     const char *dir = NULL, *file = NULL;
     int ids = 0;
     for (int i = 0; i < argc; i++) {
-        int f = cli_flag(argc, argv, &i, "--model", &dir);
+        int f = cli_flag(argc, argv, &i, "-m|--model", &dir);
         if (f == 0)
             f = cli_flag(argc, argv, &i, "--template", &file);
         if (f < 0)
             return 2;
         if (f)
             continue;
-        if (strcmp(argv[i], "--ids") == 0)
+        if (cli_switch(argv[i], "--ids"))
             ids = 1;
-        else {
-            dir = NULL;
-            break;
-        }
+        else
+            return cli_arg_reject(argv[i], render_usage);
     }
-    if (!dir) {
-        fprintf(stderr, "usage: kapitsa render --model DIR [--template FILE] [--ids] < request.json\n"
-                        "  request: {messages, tools?, chat_template_kwargs?, add_generation_prompt? (default true)}\n");
-        return 2;
-    }
+    if (!dir)
+        return render_usage(stderr), 2;
     json_error_t je;
     json_t *req = json_loadf(stdin, 0, &je);
     if (!json_is_object(req) || !json_is_array(json_object_get(req, "messages"))) {

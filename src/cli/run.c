@@ -17,9 +17,10 @@
 
 static void run_usage(FILE *f)
 {
-    fprintf(f, "usage: kapitsa run [--model DIR] [--chat] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K]\n"
-               "                   [--seed S] [--threads N] [--device D] " CLI_SPEC_USAGE "\n"
-               "                   " CLI_KV_USAGE " PROMPT\n"
+    fprintf(f, "usage: kapitsa run [-m|--model M] [--chat] [-n|--max-tokens N] [--temp|--temperature T] [--top-p P]\n"
+               "                   [--top-k K] [-s|--seed S] [-t|--threads N] [--device D] " CLI_KV_USAGE "\n"
+               "                   " CLI_SPEC_USAGE " PROMPT | -p|--prompt PROMPT\n"
+               "  M: a folder, catalog name, hub id or GGUF (default: the embedded models/kapitsa-tiny).\n"
                "  PROMPT '-' reads stdin; --chat wraps it as a user turn in the model's chat template.\n"
                "  With --draft, KFlash speculative decoding (same output as without); --spec lookup\n"
                "  drafts from the prompt itself, without a draft model.\n");
@@ -36,25 +37,27 @@ int cli_run(int argc, char **argv)
     for (int i = 0; i < argc; i++) {
         int f;
         double d;
+        enum cli_arg a;
         if ((f = cli_spec_flag(argc, argv, &i, &so)) != 0 || (f = cli_kv_flag(argc, argv, &i, &kv_type)) != 0) {
             if (f < 0)
                 return run_usage(stderr), 2;
-        } else if (strcmp(argv[i], "--chat") == 0) {
+        } else if (cli_switch(argv[i], "--chat")) {
             chat = 1;
-        } else if (strcmp(argv[i], "--help") == 0) {
-            run_usage(stdout);
-            return 0;
-        } else if ((f = cli_flag(argc, argv, &i, "--model", &dir)) != 0 ||
+        } else if ((f = cli_flag(argc, argv, &i, "-m|--model", &dir)) != 0 ||
                    (f = cli_flag(argc, argv, &i, "--device", &device)) != 0) {
             if (f < 0)
                 return 2;
-        } else if ((f = cli_flag(argc, argv, &i, "--max-tokens", &v)) != 0) {
+        } else if ((f = cli_flag(argc, argv, &i, "-p|--prompt", &v)) != 0) {
+            if (f < 0 || prompt)
+                return run_usage(stderr), 2;
+            prompt = v;
+        } else if ((f = cli_flag(argc, argv, &i, "-n|--max-tokens", &v)) != 0) {
             if (f < 0 || (max_tokens = cli_int(v)) < 1)
                 return run_usage(stderr), 2;
-        } else if ((f = cli_flag(argc, argv, &i, "--threads", &v)) != 0) {
+        } else if ((f = cli_flag(argc, argv, &i, "-t|--threads", &v)) != 0) {
             if (f < 0 || (threads = cli_int(v)) < 1)
                 return run_usage(stderr), 2;
-        } else if ((f = cli_flag(argc, argv, &i, "--seed", &v)) != 0) {
+        } else if ((f = cli_flag(argc, argv, &i, "-s|--seed", &v)) != 0) {
             if (f < 0 || cli_int(v) < 0)
                 return run_usage(stderr), 2;
             sp.seed = (uint64_t)cli_int(v);
@@ -62,15 +65,16 @@ int cli_run(int argc, char **argv)
             if (f < 0 || cli_int(v) < 0)
                 return run_usage(stderr), 2;
             sp.top_k = (int32_t)cli_int(v);
-        } else if ((f = cli_flag(argc, argv, &i, "--temp", &v)) != 0 ||
-                   (f = cli_flag(argc, argv, &i, "--temperature", &v)) != 0 ||
-                   (f = cli_flag(argc, argv, &i, "--top-p", &v)) != 0) {
+        } else if ((f = cli_flag(argc, argv, &i, "--temp|--temperature", &v)) != 0) {
             if (f < 0 || sscanf(v, "%lf", &d) != 1)
                 return run_usage(stderr), 2;
-            if (strcmp(argv[i - 1], "--top-p") != 0)
-                sp.temperature = (float)d;
-            else
-                sp.top_p = (float)d;
+            sp.temperature = (float)d;
+        } else if ((f = cli_flag(argc, argv, &i, "--top-p", &v)) != 0) {
+            if (f < 0 || sscanf(v, "%lf", &d) != 1)
+                return run_usage(stderr), 2;
+            sp.top_p = (float)d;
+        } else if ((a = cli_arg(argv[i])) != CLI_ARG_POSITIONAL) {
+            return cli_arg_exit(a, run_usage);
         } else if (!prompt) {
             prompt = argv[i];
         } else {

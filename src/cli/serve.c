@@ -8,11 +8,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void serve_usage(FILE *f)
+{
+    fprintf(f, "usage: kapitsa serve [-m|--model M] [--host ADDR] [--port N] [--api-key KEY] [--name NAME]\n"
+               "                     [-c|--ctx TOKENS] [--parallel N] [-t|--threads N] [--device D]\n"
+               "                     [--prefill-chunk TOKENS] [--keepalive SECONDS] " CLI_KV_USAGE "\n"
+               "                     " CLI_SPEC_USAGE "\n"
+               "  defaults: models/kapitsa-tiny, 127.0.0.1:11435, 8192 tokens of KV cache (bf16), 4 sequences,\n"
+               "  a prompt fed 4096 tokens a step on a GPU, 128 on the CPU (the other requests decode between);\n"
+               "  --port 0 takes any free port and prints it.\n"
+               "  KAPITSA_HOST, KAPITSA_PORT and KAPITSA_CTX set --host's, --port's and --ctx's defaults.\n");
+}
+
 int cli_serve(int argc, char **argv)
 {
     struct server_opts o = {.host = "127.0.0.1", .port = 11435, .n_ctx = 8192, .n_seq = 4, .kv_type = CLI_KV_DEFAULT};
     struct cli_spec so = {0};
     const char *v;
+    int64_t env_port = o.port, env_ctx = o.n_ctx;
+    if (cli_env_int("KAPITSA_PORT", 0, 65535, &env_port) < 0 || cli_env_int("KAPITSA_CTX", 1, 1 << 24, &env_ctx) < 0)
+        return 2;
+    o.port = (uint16_t)env_port;
+    o.n_ctx = (int32_t)env_ctx;
+    if ((v = getenv("KAPITSA_HOST")) && *v)
+        o.host = v;
     for (int i = 0; i < argc; i++) {
         int f;
         int64_t n;
@@ -28,7 +47,8 @@ int cli_serve(int argc, char **argv)
             }
             continue;
         }
-        if ((f = cli_flag(argc, argv, &i, "--model", &o.model_dir)) || (f = cli_flag(argc, argv, &i, "--host", &o.host)) ||
+        if ((f = cli_flag(argc, argv, &i, "-m|--model", &o.model_dir)) ||
+            (f = cli_flag(argc, argv, &i, "--host", &o.host)) ||
             (f = cli_flag(argc, argv, &i, "--api-key", &o.api_key)) ||
             (f = cli_flag(argc, argv, &i, "--name", &o.model_name)) ||
             (f = cli_flag(argc, argv, &i, "--device", &o.device))) {
@@ -40,22 +60,18 @@ int cli_serve(int argc, char **argv)
         int64_t lo = 1, hi = 1 << 24;
         if ((f = cli_flag(argc, argv, &i, "--port", &v)))
             lo = 0, hi = 65535; /* 0: any free port */
-        else if ((f = cli_flag(argc, argv, &i, "--ctx", &v)))
+        else if ((f = cli_flag(argc, argv, &i, "-c|--ctx|--ctx-size", &v)))
             dst = &o.n_ctx;
         else if ((f = cli_flag(argc, argv, &i, "--parallel", &v)))
             dst = &o.n_seq, hi = 256;
-        else if ((f = cli_flag(argc, argv, &i, "--threads", &v)))
+        else if ((f = cli_flag(argc, argv, &i, "-t|--threads", &v)))
             dst = &o.threads, hi = 1024;
         else if ((f = cli_flag(argc, argv, &i, "--prefill-chunk", &v)))
             dst = &o.prefill_chunk, hi = 16384;
-        if (f <= 0 || (n = cli_int(v)) < lo || n > hi) {
-            fprintf(stderr, "usage: kapitsa serve [--model DIR] [--host ADDR] [--port N] [--api-key KEY] [--name NAME]\n"
-                            "                     [--ctx TOKENS] [--parallel N] [--threads N] [--device D]\n"
-                            "                     [--prefill-chunk TOKENS] [--keepalive SECONDS] " CLI_KV_USAGE "\n"
-                            "                     " CLI_SPEC_USAGE "\n"
-                            "  defaults: models/kapitsa-tiny, 127.0.0.1:11435, 8192 tokens of KV cache (bf16), 4 sequences,\n"
-                            "  a prompt fed 4096 tokens a step on a GPU, 128 on the CPU (the other requests decode between);\n"
-                            "  --port 0 takes any free port and prints it\n");
+        else
+            return cli_arg_reject(argv[i], serve_usage);
+        if (f < 0 || (n = cli_int(v)) < lo || n > hi) {
+            serve_usage(stderr);
             return 2;
         }
         if (dst)

@@ -369,14 +369,11 @@ int cli_synth(int argc, char **argv)
     const char *name = NULL, *out = NULL, *layers = NULL;
     for (int i = 0; i < argc; i++) {
         int f;
-        if (strcmp(argv[i], "--help") == 0) {
-            synth_usage(stdout);
-            return 0;
-        }
         if ((f = cli_flag(argc, argv, &i, "--preset", &name)) == 0 &&
-            (f = cli_flag(argc, argv, &i, "--out", &out)) == 0)
-            f = cli_flag(argc, argv, &i, "--layers", &layers);
-        if (f <= 0) {
+            (f = cli_flag(argc, argv, &i, "--out", &out)) == 0 &&
+            (f = cli_flag(argc, argv, &i, "--layers", &layers)) == 0)
+            return cli_arg_reject(argv[i], synth_usage);
+        if (f < 0) {
             synth_usage(stderr);
             return 2;
         }

@@ -44,31 +44,40 @@ static void print_json_str(const char *s, size_t n)
     putchar('"');
 }
 
+static void tokenize_usage(FILE *f)
+{
+    fprintf(f, "usage: kapitsa tokenize -m|--model DIR [--ids|--pieces] TEXT   (TEXT '-' reads stdin)\n");
+}
+
+static void detokenize_usage(FILE *f)
+{
+    fprintf(f, "usage: kapitsa detokenize -m|--model DIR ID...\n");
+}
+
 int cli_tokenize(int argc, char **argv)
 {
     const char *dir = NULL, *text = NULL;
     int ids_only = 0, pieces = 0;
     for (int i = 0; i < argc; i++) {
-        int f = cli_flag(argc, argv, &i, "--model", &dir);
+        int f = cli_flag(argc, argv, &i, "-m|--model", &dir);
+        enum cli_arg a;
         if (f < 0)
             return 2;
         if (f)
             continue;
-        if (strcmp(argv[i], "--ids") == 0)
+        if (cli_switch(argv[i], "--ids"))
             ids_only = 1;
-        else if (strcmp(argv[i], "--pieces") == 0)
+        else if (cli_switch(argv[i], "--pieces"))
             pieces = 1;
-        else if (!text && (argv[i][0] != '-' || strcmp(argv[i], "-") == 0))
+        else if ((a = cli_arg(argv[i])) != CLI_ARG_POSITIONAL)
+            return cli_arg_exit(a, tokenize_usage);
+        else if (!text)
             text = argv[i];
-        else {
-            text = NULL;
-            break;
-        }
+        else
+            return tokenize_usage(stderr), 2;
     }
-    if (!dir || !text) {
-        fprintf(stderr, "usage: kapitsa tokenize --model DIR [--ids|--pieces] TEXT   (TEXT '-' reads stdin)\n");
-        return 2;
-    }
+    if (!dir || !text)
+        return tokenize_usage(stderr), 2;
     struct tokenizer *t = runtime_tokenizer(dir);
     if (!t) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());
@@ -117,10 +126,11 @@ int cli_detokenize(int argc, char **argv)
     const char *dir = NULL;
     int32_t *ids = calloc((size_t)argc + 1, sizeof *ids), n = 0;
     for (int i = 0; i < argc; i++) {
-        int f = cli_flag(argc, argv, &i, "--model", &dir);
-        if (f < 0) {
+        int f = cli_flag(argc, argv, &i, "-m|--model", &dir);
+        enum cli_arg a = f ? CLI_ARG_POSITIONAL : cli_arg(argv[i]);
+        if (f < 0 || a != CLI_ARG_POSITIONAL) {
             free(ids);
-            return 2;
+            return f < 0 ? 2 : cli_arg_exit(a, detokenize_usage);
         }
         if (f)
             continue;
@@ -134,7 +144,7 @@ int cli_detokenize(int argc, char **argv)
         ids[n++] = (int32_t)v;
     }
     if (!dir) {
-        fprintf(stderr, "usage: kapitsa detokenize --model DIR ID...\n");
+        detokenize_usage(stderr);
         free(ids);
         return 2;
     }

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 const char *const catalog_recipes[CATALOG_N_RECIPES] = {"Q8_0",   "Q6_K",   "Q5_K_M", "Q4_K_M",
                                                          "Q3_K_M", "Q2_MOE", "Q2_K"};
@@ -27,18 +26,15 @@ static const char *default_path(char *buf, size_t n)
     const char *env = getenv("KAPITSA_CATALOG");
     if (env && *env)
         return env;
-    if (access("models/catalog.json", R_OK) == 0)
-        return "models/catalog.json";
-    path_beside_exe("models/catalog.json", buf, n);
-    return buf;
+    return path_data("catalog.json", buf, n) == 0 ? buf : NULL;
 }
 
 int catalog_load(struct catalog *c, const char *path)
 {
     char buf[PATH_MAX + 32];
     memset(c, 0, sizeof *c);
-    if (!path)
-        path = default_path(buf, sizeof buf);
+    if (!path && !(path = default_path(buf, sizeof buf)))
+        return -1; /* path_data's message names the places looked in */
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je);
     json_t *arr = root ? json_object_get(root, "models") : NULL;

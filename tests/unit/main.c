@@ -51,6 +51,7 @@ int test_failures;
     X(test_safetensors_roundtrip)                                                                              \
     X(test_catalog_entries)                                                                                    \
     X(test_catalog_fit)                                                                                        \
+    X(test_path_data)                                                                                          \
     X(test_safetensors_broken)                                                                                 \
     X(test_safetensors_unaligned)                                                                              \
     X(test_safetensors_sharded)                                                                                \
