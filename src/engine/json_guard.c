@@ -98,6 +98,7 @@ static int begin_value(struct json_guard *g, unsigned char c)
         return 0;
     case '0':
         g->state = S_NUM_ZERO;
+        g->digits = 1;
         return 0;
     case 't':
     case 'f':
@@ -109,6 +110,7 @@ static int begin_value(struct json_guard *g, unsigned char c)
     default:
         if (c >= '1' && c <= '9') {
             g->state = S_NUM_INT;
+            g->digits = 1;
             return 0;
         }
         return -1;
@@ -116,6 +118,9 @@ static int begin_value(struct json_guard *g, unsigned char c)
 }
 
 static bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+
+/* One digit more in the number's current part, at most max (json_guard.h). */
+static int digit_more(struct json_guard *g, uint8_t max) { return ++g->digits > max ? -1 : 0; }
 
 static int step(struct json_guard *g, unsigned char c)
 {
@@ -241,12 +246,13 @@ static int step(struct json_guard *g, unsigned char c)
         if (!is_digit(c))
             return -1;
         g->state = c == '0' ? S_NUM_ZERO : S_NUM_INT;
+        g->digits = 1;
         return 0;
     case S_NUM_ZERO:
     case S_NUM_INT:
     case S_NUM_FRAC:
         if (is_digit(c) && g->state != S_NUM_ZERO)
-            return 0;
+            return digit_more(g, g->state == S_NUM_INT ? JSON_GUARD_MAX_INT_DIGITS : JSON_GUARD_MAX_FRAC_DIGITS);
         if (c == '.' && g->state != S_NUM_FRAC) {
             g->state = S_NUM_DOT;
             return 0;
@@ -261,6 +267,7 @@ static int step(struct json_guard *g, unsigned char c)
         if (!is_digit(c))
             return -1;
         g->state = S_NUM_FRAC;
+        g->digits = 1;
         return 0;
     case S_NUM_E:
         if (c == '+' || c == '-') {
@@ -272,10 +279,11 @@ static int step(struct json_guard *g, unsigned char c)
         if (!is_digit(c))
             return -1;
         g->state = S_NUM_EXP;
+        g->digits = 1;
         return 0;
     case S_NUM_EXP:
         if (is_digit(c))
-            return 0;
+            return digit_more(g, JSON_GUARD_MAX_EXP_DIGITS);
         value_end(g);
         return g->state == S_DONE ? -1 : step(g, c);
     default: /* S_DONE: nothing may follow */

@@ -475,6 +475,20 @@ test("a strict tool's forced call follows its parameters' schema; a strict schem
   assert.ok(["tool_calls", "length"].includes(ok.choices[0].finish_reason));
 });
 
+test("a forced call with numbers comes back as a call whose numbers a client reads (finite, integers exact)", async () => {
+  // numbers have a bounded spelling (json_guard.h), so the tiny model finishes the call within max_tokens
+  const params = { type: "object", additionalProperties: false, required: ["x", "n"],
+    properties: { x: { type: "number" }, n: { type: "integer" } } };
+  const tools = [{ type: "function", function: { name: "measure", strict: true, parameters: params } }];
+  for (const [temperature, seed] of [[0, 1], [1, 1], [1.5, 2], [1.5, 3]]) {
+    const r = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "Measure something huge." }],
+      max_tokens: 200, tools, tool_choice: "required", temperature, seed, chat_template_kwargs: { enable_thinking: false } });
+    assert.equal(r.choices[0].finish_reason, "tool_calls", JSON.stringify(r.choices[0]));
+    const v = JSON.parse(r.choices[0].message.tool_calls[0].function.arguments);
+    assert.ok(Number.isFinite(v.x) && Number.isSafeInteger(v.n), JSON.stringify(v));
+  }
+});
+
 test("tool_choice auto with a strict tool: the calls the model makes follow the schema; its text and end are its own", async () => {
   const params = { type: "object", additionalProperties: false, required: ["unit", "days"],
     properties: { unit: { enum: ["celsius", "fahrenheit"] }, days: { enum: [1, 2, 3] } } };

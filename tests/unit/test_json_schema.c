@@ -46,6 +46,7 @@ void test_json_schema_grammar(void)
     static const char *const bad[] = {
         "{\"ok\":1,", "{\"ok\":\"true\",", "{\"ok\":true,\"color\":\"blue\",", "{\"ok\":true,\"color\":\"red\",\"n\":1.5,",
         "{\"ok\":true,\"color\":\"red\",\"n\":1e3,", "{\"ok\":true,\"color\":\"red\",\"n\":-,",
+        "{\"ok\":true,\"color\":\"red\",\"n\":1234567890123456,", "{\"ok\":true,\"color\":\"red\",\"n\":-12,\"x\":1e100,",
         "{\"ok\":true,\"color\":\"red\",\"n\":-12,\"x\":\"0.5\",",
         "{\"ok\":true,\"color\":\"red\",\"n\":-12,\"x\":0.5,\"tags\":[1],",
         "{\"ok\":true,\"color\":\"red\",\"n\":-12,\"x\":0.5,\"tags\":[\"a\",],",
