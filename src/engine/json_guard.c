@@ -92,6 +92,7 @@ static int begin_value(struct json_guard *g, unsigned char c)
     case '"':
         g->state = S_STRING;
         g->in_key = false;
+        g->chars = 0;
         return 0;
     case '-':
         g->state = S_NUM_MINUS;
@@ -155,6 +156,7 @@ static int step(struct json_guard *g, unsigned char c)
             return -1;
         g->state = S_STRING;
         g->in_key = true;
+        g->chars = 0;
         return 0;
     case S_COLON:
         if (c != ':')
@@ -191,6 +193,7 @@ static int step(struct json_guard *g, unsigned char c)
                 value_end(g);
             return 0;
         }
+        g->chars += c >= 0xf0 ? 2 : 1; /* a character begins: a 4-byte sequence is two UTF-16 units */
         if (c == '\\') {
             g->state = S_ESC;
             return 0;

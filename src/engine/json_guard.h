@@ -27,6 +27,8 @@ struct json_guard {
     uint8_t state, lit, lit_pos, hex_left;
     uint8_t utf8_need, utf8_lo, utf8_hi; /* continuation bytes due, the range of the next one */
     uint8_t digits;                      /* digits of the number's current part (integer, fraction, exponent) */
+    uint32_t chars; /* the string being read (or the last one): its length as JavaScript counts it, in UTF-16
+                       units (an escape one, a character past U+FFFF two), as a schema's clients check it */
     bool in_key;
     uint16_t ws_run;
     int16_t depth;

@@ -162,7 +162,7 @@ test("structured outputs: output_config.format and the beta's output_format give
     (e) => e.status === 400 && e.error?.error?.type === "invalid_request_error" && re.test(e.message));
   await refused({ output_config: { format: { type: "json_object" } } }, /json_schema/);
   await refused({ output_config: { format: { type: "json_schema" } } }, /schema/);
-  await refused({ output_config: { format: { type: "json_schema", schema: { type: "object", properties: { s: { type: "string", minLength: 2 } } } } } }, /minLength/);
+  await refused({ output_config: { format: { type: "json_schema", schema: { type: "object", properties: { s: { type: "string", pattern: "^a" } } } } } }, /pattern/);
   await refused({ output_format: { type: "json_schema", schema }, output_config: { format: { type: "json_schema", schema } } }, /one of them/);
   await refused({ output_format: { type: "json_schema", schema }, tools: TOOLS, tool_choice: { type: "any" } }, /cannot be combined/);
 });
@@ -181,8 +181,8 @@ test("a strict tool's forced call gives an input its schema describes", async ()
     assert.deepEqual(Object.keys(use[0].input), ["unit", "days"], JSON.stringify(use[0].input));
     assert.ok(["celsius", "fahrenheit"].includes(use[0].input.unit) && [1, 2, 3].includes(use[0].input.days));
   }
-  await assert.rejects(client.messages.create({ ...req, tools: [{ ...tools[0], input_schema: { type: "object", properties: { n: { type: "integer", minimum: 0 } } } }] }),
-    (e) => e.status === 400 && e.error?.error?.type === "invalid_request_error" && /minimum/.test(e.message));
+  await assert.rejects(client.messages.create({ ...req, tools: [{ ...tools[0], input_schema: { type: "object", properties: { n: { type: "integer", minimum: 10, maximum: 1 } } } }] }),
+    (e) => e.status === 400 && e.error?.error?.type === "invalid_request_error" && /range/.test(e.message));
 });
 
 test("tool_choice auto with a strict tool: each tool_use the model makes has an input its schema describes", async () => {
