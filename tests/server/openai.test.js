@@ -24,6 +24,14 @@ test("models.list names the served model", async () => {
   assert.ok(list.data[0].max_model_len >= 4096, "the context length, as vLLM reports it");
 });
 
+test("models.retrieve gives the served model, an unknown id a 404 in OpenAI's shape; the banner is on stdout too", async () => {
+  const m = await client.models.retrieve("kapitsa-tiny");
+  assert.equal(m.id, "kapitsa-tiny");
+  assert.equal(m.object, "model");
+  await assert.rejects(client.models.retrieve("gpt-9"), (e) => e.status === 404 && e.error?.type === "invalid_request_error" && /gpt-9/.test(e.message));
+  assert.match(srv.out(), /^kapitsa: serving kapitsa-tiny on http:\/\/127\.0\.0\.1:\d+$/m);
+});
+
 test("a chat completion returns text, a finish reason and usage", async () => {
   const r = await client.chat.completions.create({
     model: "kapitsa-tiny",
