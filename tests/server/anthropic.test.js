@@ -52,6 +52,18 @@ test("streaming follows the event sequence and equals the non-streamed message",
   assert.equal(final.usage.output_tokens, whole.usage.output_tokens);
 });
 
+test("usage: a second request with the same prefix reads it from the cache; input_tokens leave the cached ones out", async () => {
+  const long = "Kapitsa serves local models. ".repeat(40);
+  const req = { model: "m", max_tokens: 4, temperature: 0, system: long, messages: [{ role: "user", content: "Say hi." }] };
+  const first = await client.messages.create(req);
+  const total = first.usage.input_tokens + first.usage.cache_read_input_tokens + first.usage.cache_creation_input_tokens;
+  const second = await client.messages.create({ ...req, messages: [{ role: "user", content: "Say hello." }] });
+  assert.ok(second.usage.cache_read_input_tokens > 200, JSON.stringify(second.usage));
+  const total2 = second.usage.input_tokens + second.usage.cache_read_input_tokens + second.usage.cache_creation_input_tokens;
+  assert.ok(Math.abs(total2 - total) <= 4, `${total} then ${total2} prompt tokens`);
+  assert.ok(second.usage.input_tokens < 40, JSON.stringify(second.usage));
+});
+
 test("a tool_use / tool_result conversation is accepted", async () => {
   const m = await client.messages.create({
     model: "m", max_tokens: 8, tools: TOOLS,
