@@ -6,6 +6,7 @@
 
 #include "../base/err.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,129 @@ static unsigned primitive(const char *type)
 
 static int emit(struct walk *w, json_t *s, int depth);
 
+static const char *const known[] = {"type", "properties", "required", "additionalProperties", "items", "enum",
+                                     "const", "anyOf", "$ref", "$defs", "definitions", "description", "title",
+                                     "default", "examples", "$schema", "$id", "$comment", "strict"};
+/* the keywords that bound a value (bounds(), array()) */
+static const char *const bounding[] = {"minimum",   "maximum",   "exclusiveMinimum", "exclusiveMaximum", "minLength",
+                                       "maxLength", "minItems",  "maxItems",         "format",           "pattern"};
+
+static bool among(const char *key, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(key, list[i]))
+            return true;
+    return false;
+}
+
+/* -1 (w's message) if schema object s has a keyword the grammar cannot enforce */
+static int keywords(struct walk *w, json_t *s)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(s, key, v) {
+        (void)v;
+        if (!among(key, known, sizeof known / sizeof *known) && !among(key, bounding, sizeof bounding / sizeof *bounding))
+            return fail(w, "json_schema: '%.64s' is not supported (it would not be enforced)", key);
+    }
+    return 0;
+}
+
+/* A count keyword of s (minLength, maxItems, ...) into *n: absent leaves it. */
+static int count_of(struct walk *w, json_t *s, const char *key, json_int_t *n)
+{
+    json_t *v = json_object_get(s, key);
+    if (!v)
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > UINT32_MAX)
+        return fail(w, "json_schema: '%s' must be a count (a non-negative integer)", key);
+    *n = json_integer_value(v);
+    return 0;
+}
+
+static const char *const formats[] = {[GRAM_F_DATE] = "date", [GRAM_F_TIME] = "time", [GRAM_F_DATE_TIME] = "date-time",
+                                      [GRAM_F_UUID] = "uuid", [GRAM_F_EMAIL] = "email", [GRAM_F_URI] = "uri"};
+
+/* The bounds schema s puts on value segment seg: a number's range
+ * (minimum, maximum, exclusive*), a string's length and format. A pattern
+ * is taken beside a format only: the format's strict form (grammar.h) is
+ * what the patterns clients write for it (zod's) accept; alone it is
+ * refused. */
+static int bounds(struct walk *w, json_t *s, int32_t seg)
+{
+    static const char *const range[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    double lo = -HUGE_VAL, hi = HUGE_VAL;
+    bool lo_open = false, hi_open = false, ranged = false;
+    for (int i = 0; i < 4; i++) {
+        json_t *v = json_object_get(s, range[i]);
+        if (!v)
+            continue;
+        if (!json_is_number(v))
+            return fail(w, "json_schema: '%s' must be a number", range[i]);
+        const double x = json_number_value(v);
+        ranged = true;
+        if (i < 2 && (x > lo || (x == lo && i == 1))) {
+            lo = x;
+            lo_open = i == 1;
+        } else if (i >= 2 && (x < hi || (x == hi && i == 3))) {
+            hi = x;
+            hi_open = i == 3;
+        }
+    }
+    if (ranged && grammar_value_range(w->g, seg, lo, lo_open, hi, hi_open) != 0)
+        return fail(w, "json_schema: %s", err_msg());
+    json_int_t min_len = 0, max_len = UINT32_MAX;
+    if (count_of(w, s, "minLength", &min_len) != 0 || count_of(w, s, "maxLength", &max_len) != 0)
+        return -1;
+    json_t *fv = json_object_get(s, "format");
+    enum grammar_format f = GRAM_F_NONE;
+    if (fv) {
+        const char *name = json_string_value(fv);
+        for (size_t i = 1; name && i < sizeof formats / sizeof *formats && !f; i++)
+            if (!strcmp(name, formats[i]))
+                f = (enum grammar_format)i;
+        if (!f)
+            return fail(w, "json_schema: format '%.32s' is not supported (date, time, date-time, uuid, email and uri are)",
+                        name ? name : "");
+    }
+    if (json_object_get(s, "pattern") && !f)
+        return fail(w, "json_schema: 'pattern' is not supported (it would not be enforced); a format is");
+    if ((min_len > 0 || max_len < UINT32_MAX || f) &&
+        grammar_value_string(w->g, seg, (uint32_t)min_len, (uint32_t)max_len, f) != 0)
+        return fail(w, "json_schema: %s", err_msg());
+    return 0;
+}
+
+/* One JSON value of the kinds given, bounded as schema s says (NULL: not). */
+static int bounded_value(struct walk *w, unsigned kinds, json_t *s)
+{
+    const int32_t seg = value(w, kinds);
+    if (added(w, seg) != 0)
+        return -1;
+    return s ? bounds(w, s, seg) : 0;
+}
+
+/* Whether alternative a of an anyOf is a primitive type alone, with annotations or bounds. */
+static bool plain_primitive(json_t *a)
+{
+    static const char *const not[] = {"enum", "const", "anyOf", "$ref", "properties", "items"};
+    if (!primitive(json_string_value(json_object_get(a, "type"))))
+        return false;
+    for (size_t i = 0; i < sizeof not / sizeof *not; i++)
+        if (json_object_get(a, not[i]))
+            return false;
+    return true;
+}
+
+/* Whether schema s has a keyword that bounds a value (bounds()'s). */
+static bool has_bounds(json_t *s)
+{
+    for (size_t i = 0; i < sizeof bounding / sizeof *bounding; i++)
+        if (json_object_get(s, bounding[i]))
+            return true;
+    return false;
+}
+
 /* A value of schema s, or null: a choice between the literal and s (no
  * JSON value but null begins with 'n'). */
 static int nullable(struct walk *w, json_t *s, int depth)
@@ -93,26 +217,42 @@ static int nullable(struct walk *w, json_t *s, int depth)
 }
 
 /* A list of alternatives (type names, or anyOf's schemas): primitives
- * merged into one value's kinds, or one object or array schema with null. */
+ * merged into one value's kinds, or one object or array schema with null.
+ * Bounds: a type list's are s's; of anyOf's primitives one may have bounds,
+ * if no other alternative is of the kind they bound. */
 static int union_of(struct walk *w, json_t *s, json_t *list, bool types, int depth)
 {
-    unsigned kinds = 0;
-    json_t *other = NULL;
+    unsigned kinds = 0, bounded_kinds = 0;
+    json_t *other = NULL, *bounded = types ? s : NULL;
     size_t i;
     json_t *a;
     json_array_foreach(list, i, a) {
         const char *name = types ? json_string_value(a) : json_string_value(json_object_get(a, "type"));
         const unsigned k = primitive(name);
-        if (k && (types || json_object_size(a) == 1 + (json_object_get(a, "description") != NULL)))
+        if (k && !types && plain_primitive(a)) {
+            if (keywords(w, a) != 0)
+                return -1;
+            const unsigned cls = k & (GRAM_V_NUMBER | GRAM_V_INTEGER) ? GRAM_V_NUMBER | GRAM_V_INTEGER : k;
+            if (has_bounds(a)) {
+                if (bounded || (kinds & cls))
+                    return fail(w, "json_schema: anyOf: bounds on one primitive alternative only, none other of its kind");
+                bounded = a;
+                bounded_kinds = cls;
+            } else if (cls & bounded_kinds) {
+                return fail(w, "json_schema: anyOf: bounds on one primitive alternative only, none other of its kind");
+            }
             kinds |= k;
-        else if (!other && (!types || (name && (!strcmp(name, "object") || !strcmp(name, "array")))))
+        } else if (k && types) {
+            kinds |= k;
+        } else if (!other && (!types || (name && (!strcmp(name, "object") || !strcmp(name, "array"))))) {
             other = a;
-        else
+        } else {
             return fail(w, "json_schema: %s: only primitive types, or one object or array with null, are supported",
                         types ? "a list of types" : "anyOf");
+        }
     }
     if (!other)
-        return kinds ? added(w, value(w, kinds))
+        return kinds ? bounded_value(w, kinds, bounded)
                      : fail(w, "json_schema: %s is empty", types ? "type" : "anyOf");
     if (kinds != GRAM_V_NULL)
         return fail(w, "json_schema: %s: an object or array may be combined with null only",
@@ -151,27 +291,56 @@ static int object(struct walk *w, json_t *props, int depth)
     return added(w, grammar_lit(w->g, WS "}"));
 }
 
-static int array(struct walk *w, json_t *items, int depth)
+/* An array of items: minItems of them, then up to maxItems, each place
+ * after the first minItems a choice between another and the end. Bounded,
+ * the items are written out (maxItems copies: a grammar too large for
+ * GRAMMAR_MAX_SEG is refused); unbounded, the last copy loops. */
+static int array(struct walk *w, json_t *s, json_t *items, int depth)
 {
-    const int32_t open = grammar_lit(w->g, WS "[");
-    const int32_t empty = open < 0 ? -1 : grammar_alt(w->g, "]", NULL);
-    if (added(w, open) != 0 || added(w, empty) != 0)
+    json_int_t lo = 0, hi = -1;
+    if (count_of(w, s, "minItems", &lo) != 0 || count_of(w, s, "maxItems", &hi) != 0)
         return -1;
-    const int32_t item = w->g->n_seg;
-    grammar_else(w->g, empty, item);
-    if (emit(w, items, depth + 1) != 0)
+    if (json_object_get(s, "maxItems") && hi < lo)
+        return fail(w, "json_schema: minItems is more than maxItems");
+    if (added(w, grammar_lit(w->g, WS "[")) != 0)
         return -1;
-    const int32_t more = grammar_alt(w->g, ",", "]");
-    if (added(w, more) != 0)
-        return -1;
-    grammar_jump(w->g, more, 0, item);
-    grammar_jump(w->g, empty, 0, w->g->n_seg);
-    return 0;
+    if (hi == 0)
+        return added(w, grammar_lit(w->g, WS "]"));
+    /* the choices whose "]" (alternative 1; an empty array's: 0) goes past the array */
+    int32_t *ends = NULL, n_ends = 0, empty = -1;
+    int rc = 0;
+    if (lo == 0 && (rc = added(w, empty = grammar_alt(w->g, "]", NULL))) == 0)
+        grammar_else(w->g, empty, w->g->n_seg);
+    for (json_int_t k = 1; rc == 0; k++) {
+        const int32_t item = w->g->n_seg;
+        if ((rc = emit(w, items, depth + 1)) != 0)
+            break;
+        if (k < lo) {
+            rc = added(w, grammar_lit(w->g, WS ","));
+            continue;
+        }
+        if (k == hi) {
+            rc = added(w, grammar_lit(w->g, WS "]"));
+            break;
+        }
+        const int32_t more = grammar_alt(w->g, ",", "]");
+        int32_t *e = more >= 0 ? realloc(ends, (size_t)(n_ends + 1) * sizeof *ends) : NULL;
+        if ((rc = added(w, more)) != 0 || (!e && (rc = fail(w, "json_schema: out of memory")) != 0))
+            break;
+        ends = e;
+        ends[n_ends++] = more;
+        if (hi < 0) { /* unbounded: another item is this one again */
+            grammar_jump(w->g, more, 0, item);
+            break;
+        }
+    }
+    for (int32_t i = 0; rc == 0 && i < n_ends; i++)
+        grammar_jump(w->g, ends[i], 1, w->g->n_seg);
+    if (rc == 0 && empty >= 0)
+        grammar_jump(w->g, empty, 0, w->g->n_seg);
+    free(ends);
+    return rc;
 }
-
-static const char *const known[] = {"type", "properties", "required", "additionalProperties", "items", "enum",
-                                     "const", "anyOf", "$ref", "$defs", "definitions", "description", "title",
-                                     "default", "examples", "$schema", "$id", "$comment", "strict"};
 
 /* the schema a local $ref points at ("#/$defs/A", "#/definitions/A/..."), or NULL */
 static json_t *resolve(struct walk *w, const char *ref)
@@ -193,21 +362,6 @@ static json_t *resolve(struct walk *w, const char *ref)
         p += n + (p[n] == '/');
     }
     return at;
-}
-
-/* -1 (w's message) if schema object s has a keyword the grammar cannot enforce */
-static int keywords(struct walk *w, json_t *s)
-{
-    const char *key;
-    json_t *v;
-    json_object_foreach(s, key, v) {
-        size_t i = 0;
-        while (i < sizeof known / sizeof *known && strcmp(key, known[i]) != 0)
-            i++;
-        if (i == sizeof known / sizeof *known)
-            return fail(w, "json_schema: '%.64s' is not supported (it would not be enforced)", key);
-    }
-    return 0;
 }
 
 static int emit(struct walk *w, json_t *s, int depth)
@@ -254,17 +408,19 @@ static int emit(struct walk *w, json_t *s, int depth)
     if (type && !t)
         return fail(w, "json_schema: type must be a string or a list");
     if (t && primitive(t))
-        return added(w, value(w, primitive(t)));
+        return bounded_value(w, primitive(t), s);
     if ((t && !strcmp(t, "object")) || (!t && props)) {
         if (props && !json_is_object(props))
             return fail(w, "json_schema: properties must be an object");
         return props ? object(w, props, depth) : added(w, value(w, GRAM_V_OBJECT));
     }
     if ((t && !strcmp(t, "array")) || (!t && items))
-        return items ? array(w, items, depth) : added(w, value(w, GRAM_V_ARRAY));
+        return items || json_object_get(s, "minItems") || json_object_get(s, "maxItems")
+                   ? array(w, s, items ? items : json_true(), depth)
+                   : added(w, value(w, GRAM_V_ARRAY));
     if (t)
         return fail(w, "json_schema: type '%.32s' is not a JSON type", t);
-    return added(w, value(w, 127)); /* no constraint: any value */
+    return bounded_value(w, 127, s); /* no type: any value, bounded where it is a number or a string */
 }
 
 int json_schema_append(struct grammar *g, json_t *schema, const char *forbid, char *err, size_t n_err)
@@ -342,6 +498,9 @@ int json_schema_xml_params(struct grammar *g, json_t *schema, char *err, size_t 
         /* as the parser reads it: a "string" type, or none, keeps the text
          * raw; any other type, or a list of them, is JSON */
         if (!ty || (json_is_string(ty) && !strcmp(json_string_value(ty), "string"))) {
+            if (has_bounds(s)) /* the raw text runs to its closing tag: nothing counts or checks it */
+                return fail(&w, "json_schema: parameter '%.64s': a string's minLength, maxLength, format or pattern "
+                                "is not supported in the XML tool-call format", key);
             if (xml_string(&w, key, s) != 0)
                 return -1;
         } else if (emit(&w, s, 1) != 0 || added(&w, grammar_lit(g, WS "</parameter>")) != 0) {

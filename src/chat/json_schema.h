@@ -5,11 +5,17 @@
  *
  * Understood: type (one, or a list of primitives, or one object or array
  * type with "null"), properties, required, additionalProperties, items,
- * enum, const, anyOf (the same combinations as type lists), local $ref into
- * $defs or definitions (not recursive), and the annotations (description,
- * title, default, examples, $schema, $id, $comment, strict). A keyword that
- * would constrain values further (pattern, format, minLength, minimum,
- * minItems, oneOf, ...) is refused rather than left unenforced. */
+ * enum, const, anyOf (the same combinations as type lists; one primitive
+ * alternative may carry bounds), local $ref into $defs or definitions (not
+ * recursive), the annotations (description, title, default, examples,
+ * $schema, $id, $comment, strict), and bounds the grammar enforces: minimum,
+ * maximum, exclusiveMinimum, exclusiveMaximum (a bounded number is written
+ * without exponent), minLength, maxLength, minItems, maxItems (the items
+ * written out up to maxItems), format date, time, date-time, uuid, email,
+ * uri (grammar.h's strict forms), and pattern beside such a format only.
+ * A keyword that would constrain values further (pattern alone, another
+ * format, oneOf, ...) is refused rather than left unenforced. Every number
+ * is a finite double and every integer exact (json_guard.h). */
 #ifndef KP_JSON_SCHEMA_H
 #define KP_JSON_SCHEMA_H
 

@@ -58,6 +58,24 @@ enum grammar_value_kind {
     GRAM_V_ARRAY = 64,
 };
 
+/* A string format a VALUE segment's string follows, in a strict form that
+ * RFC 3339 / 4122 / 5321 / 3986 and zod's patterns for these formats accept:
+ * a date YYYY-MM-DD (a day its month has); a time HH:MM:SS, a fraction of 1
+ * to 9 digits, then Z (UTC); a date-time as the two joined by T; a UUID in
+ * lower-case hex with a version 1-8 and the RFC variant; an e-mail address
+ * as dot-separated atoms of [A-Za-z0-9_+-], @, and a domain of two labels
+ * or more, the last of letters; a URI as a scheme, ':', and at least one
+ * byte of RFC 3986's characters. No escapes, ASCII only. */
+enum grammar_format {
+    GRAM_F_NONE,
+    GRAM_F_DATE,
+    GRAM_F_TIME,
+    GRAM_F_DATE_TIME,
+    GRAM_F_UUID,
+    GRAM_F_EMAIL,
+    GRAM_F_URI,
+};
+
 struct grammar_seg {
     enum grammar_kind kind;
     int32_t next;                   /* the segment that follows; n_seg or past it: the end */
@@ -70,6 +88,12 @@ struct grammar_seg {
     int32_t alt_next[GRAMMAR_MAX_ALT];
     int32_t alt_else;               /* ALT: where a first byte no literal begins goes, or -1 */
     bool may_end;                   /* FREE: the output may end in it (grammar_may_end) */
+    /* VALUE: a number's range (either end excluded where open; -HUGE_VAL, HUGE_VAL: none), and a
+       string's length in UTF-16 units (json_guard's chars) and format */
+    double lo, hi;
+    bool lo_open, hi_open;
+    uint32_t min_len, max_len;
+    enum grammar_format format;
 };
 
 struct grammar_name {
@@ -101,6 +125,16 @@ int32_t grammar_names(struct grammar *g, const char *const *names, int32_t n_nam
 /* One JSON value of the kinds given (enum grammar_value_kind), whitespace
  * first; forbid as grammar_json's. */
 int32_t grammar_value(struct grammar *g, unsigned kinds, const char *forbid);
+/* VALUE segment seg's numbers within lo..hi (an end excluded where open;
+ * -HUGE_VAL, HUGE_VAL for none) and written without exponent, where a
+ * bounded number is checked as it grows: a byte comes only while some
+ * number it begins is in range. -1 with err_set() when no number the
+ * segment may write is in range. */
+int grammar_value_range(struct grammar *g, int32_t seg, double lo, bool lo_open, double hi, bool hi_open);
+/* VALUE segment seg's strings: min_len to max_len UTF-16 units, in format f.
+ * -1 with err_set() when no string fits (a fixed-length format with length
+ * bounds is refused). */
+int grammar_value_string(struct grammar *g, int32_t seg, uint32_t min_len, uint32_t max_len, enum grammar_format f);
 /* Where NAME segment seg goes on after its name j (0-based, in the order given). */
 void grammar_name_jump(struct grammar *g, int32_t seg, int32_t j, int32_t target);
 /* Where ALT segment seg sends a first byte that none of its literals begins. */
@@ -132,6 +166,13 @@ struct guard {
     uint8_t alive;        /* ALT: the literals still matching, a bit each */
     int32_t name;         /* NAME: the first name the bytes so far begin; VALUE: 1 once a byte of it came */
     struct json_guard json;
+    /* VALUE: a bounded number's text, or a fixed-length format's string, so far; an e-mail address's or
+       URI's state (its part, the bytes of its current atom or label, labels done, the last byte, whether
+       the label is letters only); the bytes a format's string needs at least before it may close */
+    char text[40];
+    uint8_t n_text, f_part, f_run, f_labels, f_need;
+    char f_last;
+    bool f_alpha, number;
 };
 
 void guard_init(struct guard *gd, const struct grammar *gm);

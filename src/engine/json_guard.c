@@ -92,12 +92,14 @@ static int begin_value(struct json_guard *g, unsigned char c)
     case '"':
         g->state = S_STRING;
         g->in_key = false;
+        g->chars = 0;
         return 0;
     case '-':
         g->state = S_NUM_MINUS;
         return 0;
     case '0':
         g->state = S_NUM_ZERO;
+        g->digits = 1;
         return 0;
     case 't':
     case 'f':
@@ -109,6 +111,7 @@ static int begin_value(struct json_guard *g, unsigned char c)
     default:
         if (c >= '1' && c <= '9') {
             g->state = S_NUM_INT;
+            g->digits = 1;
             return 0;
         }
         return -1;
@@ -116,6 +119,9 @@ static int begin_value(struct json_guard *g, unsigned char c)
 }
 
 static bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+
+/* One digit more in the number's current part, at most max (json_guard.h). */
+static int digit_more(struct json_guard *g, uint8_t max) { return ++g->digits > max ? -1 : 0; }
 
 static int step(struct json_guard *g, unsigned char c)
 {
@@ -150,6 +156,7 @@ static int step(struct json_guard *g, unsigned char c)
             return -1;
         g->state = S_STRING;
         g->in_key = true;
+        g->chars = 0;
         return 0;
     case S_COLON:
         if (c != ':')
@@ -186,6 +193,7 @@ static int step(struct json_guard *g, unsigned char c)
                 value_end(g);
             return 0;
         }
+        g->chars += c >= 0xf0 ? 2 : 1; /* a character begins: a 4-byte sequence is two UTF-16 units */
         if (c == '\\') {
             g->state = S_ESC;
             return 0;
@@ -241,12 +249,13 @@ static int step(struct json_guard *g, unsigned char c)
         if (!is_digit(c))
             return -1;
         g->state = c == '0' ? S_NUM_ZERO : S_NUM_INT;
+        g->digits = 1;
         return 0;
     case S_NUM_ZERO:
     case S_NUM_INT:
     case S_NUM_FRAC:
         if (is_digit(c) && g->state != S_NUM_ZERO)
-            return 0;
+            return digit_more(g, g->state == S_NUM_INT ? JSON_GUARD_MAX_INT_DIGITS : JSON_GUARD_MAX_FRAC_DIGITS);
         if (c == '.' && g->state != S_NUM_FRAC) {
             g->state = S_NUM_DOT;
             return 0;
@@ -261,6 +270,7 @@ static int step(struct json_guard *g, unsigned char c)
         if (!is_digit(c))
             return -1;
         g->state = S_NUM_FRAC;
+        g->digits = 1;
         return 0;
     case S_NUM_E:
         if (c == '+' || c == '-') {
@@ -272,10 +282,11 @@ static int step(struct json_guard *g, unsigned char c)
         if (!is_digit(c))
             return -1;
         g->state = S_NUM_EXP;
+        g->digits = 1;
         return 0;
     case S_NUM_EXP:
         if (is_digit(c))
-            return 0;
+            return digit_more(g, JSON_GUARD_MAX_EXP_DIGITS);
         value_end(g);
         return g->state == S_DONE ? -1 : step(g, c);
     default: /* S_DONE: nothing may follow */

@@ -14,10 +14,21 @@
 
 #define JSON_GUARD_MAX_DEPTH 128
 #define JSON_GUARD_MAX_WS 32 /* whitespace bytes in a row outside strings: a model cannot stall in them */
+/* A number's parts are bounded so that every number the guard accepts is a
+ * finite double and an integer is exact: at most 15 integer digits (an
+ * integer without fraction or exponent is then below 2^53), 16 fraction
+ * digits and 2 exponent digits, so |x| < 10^15 * 10^99 = 10^114, far below
+ * DBL_MAX; every client can read what constrained decoding writes. */
+#define JSON_GUARD_MAX_INT_DIGITS 15
+#define JSON_GUARD_MAX_FRAC_DIGITS 16
+#define JSON_GUARD_MAX_EXP_DIGITS 2
 
 struct json_guard {
     uint8_t state, lit, lit_pos, hex_left;
     uint8_t utf8_need, utf8_lo, utf8_hi; /* continuation bytes due, the range of the next one */
+    uint8_t digits;                      /* digits of the number's current part (integer, fraction, exponent) */
+    uint32_t chars; /* the string being read (or the last one): its length as JavaScript counts it, in UTF-16
+                       units (an escape one, a character past U+FFFF two), as a schema's clients check it */
     bool in_key;
     uint16_t ws_run;
     int16_t depth;

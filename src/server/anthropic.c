@@ -303,6 +303,8 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
         ant_free(s);
         return r;
     }
+    /* Anthropic's input_tokens leave out the cached ones: the prompt is input + cache_creation + cache_read */
+    json_object_set_new(usage, "input_tokens", json_integer(gen_n_prompt(s->gen) - gen_n_cached(s->gen)));
     json_object_set_new(usage, "output_tokens", json_integer(gen_n_output(s->gen)));
     json_object_set_new(usage, "cache_read_input_tokens", json_integer(gen_n_cached(s->gen)));
     json_t *resp = json_pack("{s:s,s:s,s:s,s:s,s:O,s:s,s:o,s:o}", "id", s->id, "type", "message", "role", "assistant",

@@ -29,7 +29,8 @@ enum MHD_Result http_openai_error(struct MHD_Connection *c, unsigned status, con
 /* An Anthropic-shaped error: {"type": "error", "error": {"type", "message"}}. */
 enum MHD_Result http_anthropic_error(struct MHD_Connection *c, unsigned status, const char *type, const char *fmt, ...);
 
-enum MHD_Result openai_models(struct app *a, struct MHD_Connection *c);
+/* id NULL: the list; else that model (404 unless it is the one served) */
+enum MHD_Result openai_models(struct app *a, struct MHD_Connection *c, const char *id);
 enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *body);
 enum MHD_Result openai_responses(struct app *a, struct MHD_Connection *c, json_t *body);
 enum MHD_Result openai_completions(struct app *a, struct MHD_Connection *c, json_t *body);

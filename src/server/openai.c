@@ -10,16 +10,22 @@
 #include <string.h>
 #include <time.h>
 
-enum MHD_Result openai_models(struct app *a, struct MHD_Connection *c)
+enum MHD_Result openai_models(struct app *a, struct MHD_Connection *c, const char *id)
 {
-    /* fields of both APIs' model objects, so either SDK can list it, and the
-     * context length as vLLM names it, for agents configured from it */
+    if (id && strcmp(id, a->model_name) != 0)
+        return http_openai_error(c, MHD_HTTP_NOT_FOUND, "invalid_request_error", "the model '%.200s' does not exist",
+                                 id);
+    /* fields of both APIs' model objects, so either SDK can list or
+     * retrieve it, and the context length as vLLM names it, for agents
+     * configured from it */
+    json_t *m = json_pack("{s:s,s:s,s:i,s:s,s:s,s:s,s:s,s:I}", "id", a->model_name, "object", "model", "created", 0,
+                          "owned_by", "kapitsa", "type", "model", "display_name", a->model_name, "created_at",
+                          "1970-01-01T00:00:00Z", "max_model_len", (json_int_t)sched_n_ctx(a->sched));
+    if (id)
+        return http_json(c, MHD_HTTP_OK, m);
     return http_json(c, MHD_HTTP_OK,
-                     json_pack("{s:s,s:[{s:s,s:s,s:i,s:s,s:s,s:s,s:s,s:i}],s:b,s:s,s:s}", "object", "list", "data", "id",
-                               a->model_name, "object", "model", "created", 0, "owned_by", "kapitsa", "type", "model",
-                               "display_name", a->model_name, "created_at", "1970-01-01T00:00:00Z", "max_model_len",
-                               (json_int_t)sched_n_ctx(a->sched), "has_more", 0, "first_id", a->model_name, "last_id",
-                               a->model_name));
+                     json_pack("{s:s,s:[o],s:b,s:s,s:s}", "object", "list", "data", m, "has_more", 0, "first_id",
+                               a->model_name, "last_id", a->model_name));
 }
 
 /* One response's state, shared by the non-streaming and streaming paths. */

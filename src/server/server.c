@@ -203,7 +203,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if ((get || strcmp(method, "HEAD") == 0) && strcmp(url, "/") == 0) /* clients probe the base URL (Claude Code: HEAD /) */
         return http_json(c, MHD_HTTP_OK, json_pack("{s:s,s:s}", "status", "ok", "model", a->model_name));
     if (get && strcmp(url, "/v1/models") == 0)
-        return openai_models(a, c);
+        return openai_models(a, c, NULL);
+    if (get && strncmp(url, "/v1/models/", 11) == 0)
+        return openai_models(a, c, url + 11);
     if (get && strcmp(url, "/metrics") == 0)
         return metrics(a, c);
     enum MHD_Result (*handler)(struct app *, struct MHD_Connection *, json_t *) =
@@ -303,18 +305,21 @@ int server_run(const struct server_opts *o)
     /* port 0: the system picked a free one, which the banner reports */
     const union MHD_DaemonInfo *bound = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     const unsigned port = bound && bound->port ? bound->port : o->port;
-    fprintf(stderr,
-            "kapitsa: serving %s on http://%s:%u\n"
-            "  OpenAI API:    base URL http://%s:%u/v1 (chat completions, responses, completions)\n"
-            "  Anthropic API: base URL http://%s:%u (messages)\n"
-            "  Claude Code:   ANTHROPIC_BASE_URL=http://%s:%u ANTHROPIC_AUTH_TOKEN=%s ANTHROPIC_MODEL=%s claude\n"
-            "  Codex:         codex -c model_provider=kapitsa -c 'model_providers.kapitsa={name=\"kapitsa\","
-            "base_url=\"http://%s:%u/v1\",wire_api=\"responses\"}' -m %s\n"
-            "  opencode, pi:  an OpenAI-compatible provider at http://%s:%u/v1, model %s\n"
-            "  or configured for you: kapitsa launch claude|codex|opencode|pi --port %u\n",
-            a.model_name, o->host, port, o->host, port, o->host, port, o->host,
-            port, a.api_key ? "<the --api-key value>" : "local", a.model_name, o->host, port, a.model_name,
-            o->host, port, a.model_name, port);
+    /* on stderr with the log, and on stdout, where a user or a script reads a command's answer */
+    for (int k = 0; k < 2; k++)
+        fprintf(k ? stdout : stderr,
+                "kapitsa: serving %s on http://%s:%u\n"
+                "  OpenAI API:    base URL http://%s:%u/v1 (chat completions, responses, completions)\n"
+                "  Anthropic API: base URL http://%s:%u (messages)\n"
+                "  Claude Code:   ANTHROPIC_BASE_URL=http://%s:%u ANTHROPIC_AUTH_TOKEN=%s ANTHROPIC_MODEL=%s claude\n"
+                "  Codex:         codex -c model_provider=kapitsa -c 'model_providers.kapitsa={name=\"kapitsa\","
+                "base_url=\"http://%s:%u/v1\",wire_api=\"responses\"}' -m %s\n"
+                "  opencode, pi:  an OpenAI-compatible provider at http://%s:%u/v1, model %s\n"
+                "  or configured for you: kapitsa launch claude|codex|opencode|pi --port %u\n",
+                a.model_name, o->host, port, o->host, port, o->host, port, o->host,
+                port, a.api_key ? "<the --api-key value>" : "local", a.model_name, o->host, port, a.model_name,
+                o->host, port, a.model_name, port);
+    fflush(stdout);
     const struct model_config *mc = &a.rt.m.cfg;
     fprintf(stderr,
             "  sampling defaults (generation_config.json; a request's own fields win): temperature %g, top_p %g, "

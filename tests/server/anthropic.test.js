@@ -52,6 +52,18 @@ test("streaming follows the event sequence and equals the non-streamed message",
   assert.equal(final.usage.output_tokens, whole.usage.output_tokens);
 });
 
+test("usage: a second request with the same prefix reads it from the cache; input_tokens leave the cached ones out", async () => {
+  const long = "Kapitsa serves local models. ".repeat(40);
+  const req = { model: "m", max_tokens: 4, temperature: 0, system: long, messages: [{ role: "user", content: "Say hi." }] };
+  const first = await client.messages.create(req);
+  const total = first.usage.input_tokens + first.usage.cache_read_input_tokens + first.usage.cache_creation_input_tokens;
+  const second = await client.messages.create({ ...req, messages: [{ role: "user", content: "Say hello." }] });
+  assert.ok(second.usage.cache_read_input_tokens > 200, JSON.stringify(second.usage));
+  const total2 = second.usage.input_tokens + second.usage.cache_read_input_tokens + second.usage.cache_creation_input_tokens;
+  assert.ok(Math.abs(total2 - total) <= 4, `${total} then ${total2} prompt tokens`);
+  assert.ok(second.usage.input_tokens < 40, JSON.stringify(second.usage));
+});
+
 test("a tool_use / tool_result conversation is accepted", async () => {
   const m = await client.messages.create({
     model: "m", max_tokens: 8, tools: TOOLS,
@@ -110,8 +122,9 @@ test("tool_choice: none drops the tools from the prompt; any and a named tool fo
   const none = await client.messages.create({ ...base, tools, tool_choice: { type: "none" } });
   const bare = await client.messages.create(base);
   const auto = await client.messages.create({ ...base, tools, tool_choice: { type: "auto" } });
-  assert.equal(none.usage.input_tokens, bare.usage.input_tokens);
-  assert.ok(auto.usage.input_tokens > bare.usage.input_tokens + 20);
+  const prompt = (m) => m.usage.input_tokens + m.usage.cache_read_input_tokens + m.usage.cache_creation_input_tokens;
+  assert.equal(prompt(none), prompt(bare));
+  assert.ok(prompt(auto) > prompt(bare) + 20);
   const req = { ...base, tools, max_tokens: 100 };
   const use = (m) => {
     assert.equal(m.stop_reason, "tool_use");
@@ -162,7 +175,7 @@ test("structured outputs: output_config.format and the beta's output_format give
     (e) => e.status === 400 && e.error?.error?.type === "invalid_request_error" && re.test(e.message));
   await refused({ output_config: { format: { type: "json_object" } } }, /json_schema/);
   await refused({ output_config: { format: { type: "json_schema" } } }, /schema/);
-  await refused({ output_config: { format: { type: "json_schema", schema: { type: "object", properties: { s: { type: "string", minLength: 2 } } } } } }, /minLength/);
+  await refused({ output_config: { format: { type: "json_schema", schema: { type: "object", properties: { s: { type: "string", pattern: "^a" } } } } } }, /pattern/);
   await refused({ output_format: { type: "json_schema", schema }, output_config: { format: { type: "json_schema", schema } } }, /one of them/);
   await refused({ output_format: { type: "json_schema", schema }, tools: TOOLS, tool_choice: { type: "any" } }, /cannot be combined/);
 });
@@ -181,8 +194,8 @@ test("a strict tool's forced call gives an input its schema describes", async ()
     assert.deepEqual(Object.keys(use[0].input), ["unit", "days"], JSON.stringify(use[0].input));
     assert.ok(["celsius", "fahrenheit"].includes(use[0].input.unit) && [1, 2, 3].includes(use[0].input.days));
   }
-  await assert.rejects(client.messages.create({ ...req, tools: [{ ...tools[0], input_schema: { type: "object", properties: { n: { type: "integer", minimum: 0 } } } }] }),
-    (e) => e.status === 400 && e.error?.error?.type === "invalid_request_error" && /minimum/.test(e.message));
+  await assert.rejects(client.messages.create({ ...req, tools: [{ ...tools[0], input_schema: { type: "object", properties: { n: { type: "integer", minimum: 10, maximum: 1 } } } }] }),
+    (e) => e.status === 400 && e.error?.error?.type === "invalid_request_error" && /range/.test(e.message));
 });
 
 test("tool_choice auto with a strict tool: each tool_use the model makes has an input its schema describes", async () => {

@@ -4,6 +4,8 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import OpenAI from "openai";
+import { zodResponseFormat, zodFunction } from "openai/helpers/zod";
+import { z } from "zod";
 import { mkdtempSync, readdirSync, symlinkSync, writeFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -20,6 +22,14 @@ test("models.list names the served model", async () => {
   const list = await client.models.list();
   assert.equal(list.data[0].id, "kapitsa-tiny");
   assert.ok(list.data[0].max_model_len >= 4096, "the context length, as vLLM reports it");
+});
+
+test("models.retrieve gives the served model, an unknown id a 404 in OpenAI's shape; the banner is on stdout too", async () => {
+  const m = await client.models.retrieve("kapitsa-tiny");
+  assert.equal(m.id, "kapitsa-tiny");
+  assert.equal(m.object, "model");
+  await assert.rejects(client.models.retrieve("gpt-9"), (e) => e.status === 404 && e.error?.type === "invalid_request_error" && /gpt-9/.test(e.message));
+  assert.match(srv.out(), /^kapitsa: serving kapitsa-tiny on http:\/\/127\.0\.0\.1:\d+$/m);
 });
 
 test("a chat completion returns text, a finish reason and usage", async () => {
@@ -501,6 +511,20 @@ test("a strict tool's forced call follows its parameters' schema; a strict schem
   assert.ok(["tool_calls", "length"].includes(ok.choices[0].finish_reason));
 });
 
+test("a forced call with numbers comes back as a call whose numbers a client reads (finite, integers exact)", async () => {
+  // numbers have a bounded spelling (json_guard.h), so the tiny model finishes the call within max_tokens
+  const params = { type: "object", additionalProperties: false, required: ["x", "n"],
+    properties: { x: { type: "number" }, n: { type: "integer" } } };
+  const tools = [{ type: "function", function: { name: "measure", strict: true, parameters: params } }];
+  for (const [temperature, seed] of [[0, 1], [1, 1], [1.5, 2], [1.5, 3]]) {
+    const r = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "Measure something huge." }],
+      max_tokens: 200, tools, tool_choice: "required", temperature, seed, chat_template_kwargs: { enable_thinking: false } });
+    assert.equal(r.choices[0].finish_reason, "tool_calls", JSON.stringify(r.choices[0]));
+    const v = JSON.parse(r.choices[0].message.tool_calls[0].function.arguments);
+    assert.ok(Number.isFinite(v.x) && Number.isSafeInteger(v.n), JSON.stringify(v));
+  }
+});
+
 test("tool_choice auto with a strict tool: the calls the model makes follow the schema; its text and end are its own", async () => {
   const params = { type: "object", additionalProperties: false, required: ["unit", "days"],
     properties: { unit: { enum: ["celsius", "fahrenheit"] }, days: { enum: [1, 2, 3] } } };
@@ -646,6 +670,25 @@ test("response_format json_schema: the output is an object the schema describes;
   assert.ok(loose.choices[0].message.content.startsWith("{"), loose.choices[0].message.content);
   await assert.rejects(client.chat.completions.create({ ...base, response_format: { type: "json_schema", json_schema: { name: "x" } } }),
     (e) => e.status === 400 && /schema/.test(e.message));
+});
+
+test("zod's idioms with chat.completions.parse: .int(), ranges, lengths, item counts and a date are enforced", async () => {
+  // every value's spelling bounded: the tiny model finishes, greedy and sampled
+  const Cat = z.object({ age: z.number().int(), lives: z.number().int().positive().max(9), weight: z.number().min(0).max(20),
+    name: z.string().min(2).max(8), toys: z.array(z.string().max(6)).min(1).max(2), born: z.iso.date(), id: z.uuid() });
+  for (const [temperature, seed] of [[0, 1], [1, 2], [1.5, 3]]) {
+    const r = await client.chat.completions.parse({ model: "m", messages: [{ role: "user", content: "Describe a cat as JSON." }],
+      max_tokens: 400, temperature, seed, response_format: zodResponseFormat(Cat, "cat") });
+    assert.equal(r.choices[0].finish_reason, "stop");
+    const cat = r.choices[0].message.parsed; // zod has checked it: parse throws otherwise
+    assert.ok(Number.isSafeInteger(cat.age) && cat.lives >= 1 && cat.lives <= 9 && cat.name.length >= 2, JSON.stringify(cat));
+  }
+  // the same schema as a strict tool's parameters, the call forced
+  const r = await client.chat.completions.parse({ model: "m", messages: [{ role: "user", content: "Register a cat." }],
+    max_tokens: 400, temperature: 1, seed: 4, tools: [zodFunction({ name: "register", parameters: Cat })], tool_choice: "required",
+    chat_template_kwargs: { enable_thinking: false } });
+  assert.equal(r.choices[0].finish_reason, "tool_calls");
+  Cat.parse(r.choices[0].message.tool_calls[0].function.parsed_arguments);
 });
 
 test("keep-alives flow while a long prompt is prefilled, in each API's form", async () => {

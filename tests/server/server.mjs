@@ -14,9 +14,10 @@ const procs = [];
 export async function startServer(extra = []) {
   const proc = spawn(BIN, ["serve", "--port", "0", "--ctx", "4096", ...(extra.includes("--parallel") ? [] : ["--parallel", "4"]), ...EXTRA, ...extra], {
     cwd: ROOT,
-    stdio: ["ignore", "inherit", "pipe"],
+    stdio: ["ignore", "pipe", "pipe"],
   });
-  let log = "";
+  let log = "", out = "";
+  proc.stdout.on("data", (d) => (out += d));
   proc.stderr.on("data", (d) => {
     log += d;
     if (process.env.KAPITSA_SERVER_LOG) process.stderr.write(d);
@@ -30,7 +31,7 @@ export async function startServer(extra = []) {
     const m = log.match(/^kapitsa: serving .* on (http:\/\/127\.0\.0\.1:\d+)$/m);
     if (m) {
       try {
-        if ((await fetch(`${m[1]}/health`)).ok) return { base: m[1], proc, log: () => log };
+        if ((await fetch(`${m[1]}/health`)).ok) return { base: m[1], proc, log: () => log, out: () => out };
       } catch {}
     }
     await sleep(100);

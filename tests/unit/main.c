@@ -77,6 +77,7 @@ int test_failures;
     X(test_tool_grammar_end)                                                                                   \
     X(test_tool_grammar_tokens)                                                                                \
     X(test_json_schema_grammar)                                                                                \
+    X(test_json_schema_bounds)                                                                                 \
     X(test_tokenizer_goldens)                                                                                  \
     X(test_tokenizer_corpus)                                                                                   \
     X(test_tokenizer_features)                                                                                 \

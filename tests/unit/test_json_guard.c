@@ -1,5 +1,6 @@
 /* json_guard: the recogniser against valid and invalid JSON texts (every
- * prefix of a valid object continues, an invalid text stops where it breaks). */
+ * prefix of a valid object continues, an invalid text stops where it breaks;
+ * a number with more digits than a double holds is invalid). */
 #include "test.h"
 
 #include "../../src/engine/json_guard.h"
@@ -29,6 +30,7 @@ void test_json_guard_grammar(void)
         "{\"\xc3\xa9\":\"\xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80\"}",
         "{\"a\":{\"b\":{\"c\":[[],[{}],{}]}},\"d\":\"\"}",
         "{\"n\":[1,2,3],\"m\":{\"x\":-1.5E-7}}",
+        "{\"big\":[999999999999999,-999999999999999.9999999999999999e+99,0.0000000000000001E-99]}",
     };
     for (size_t i = 0; i < sizeof valid / sizeof *valid; i++) {
         CHECK(run(valid[i]) == 1, "valid JSON refused or left open: %s", valid[i]);
@@ -46,6 +48,9 @@ void test_json_guard_grammar(void)
         "{\"a\":\"\\q\"}", "{\"a\":1}}", "{\"a\":1} ", "{\"a\":\"\xff\"}", "{\"a\":\"\xc3(\"}", "{\"a\":-}",
         "{\"a\":1.}", "{\"a\":1e}", "{\"a\":.5}", "{\"a\":+1}", "{a:1}", "{\"a\":\"\\u12g4\"}", "{\"a\" 1}",
         "{\"a\":[1 2]}", "{\"a\":nul}", "{\"a\":[}", "{\"a\":{]}",
+        /* numbers past a double (or an exact integer) */
+        "{\"a\":3016e6561}", "{\"a\":19.03e+150462524544}", "{\"a\":1e100}", "{\"a\":1234567890123456}",
+        "{\"a\":-9007199254740993}", "{\"a\":0.12345678901234567}",
     };
     for (size_t i = 0; i < sizeof invalid / sizeof *invalid; i++)
         CHECK(run(invalid[i]) == -1, "invalid JSON accepted: %s", invalid[i]);
