@@ -76,6 +76,10 @@ int nemotron_h_bind(struct model *m)
         weights_bind(m, &m->out_norm, "backbone.norm_f.weight", 0, H) != 0)
         return -1;
     m->embed_stored = st_find(&m->st, "backbone.embeddings.weight");
+    /* transformers' NemotronH never ties: a stored head is the head whatever
+     * tie_word_embeddings says (Qwen's classes tie when it is set) */
+    if (c->tie_embeddings && weights_has(m, "lm_head.weight"))
+        m->cfg.tie_embeddings = false;
     if (c->tie_embeddings)
         m->lm_head = m->embed;
     else if (weights_bind(m, &m->lm_head, "lm_head.weight", c->vocab_size, H) != 0)

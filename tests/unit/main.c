@@ -95,6 +95,7 @@ int test_failures;
     X(test_model_golden)                                                                                       \
     X(test_model_threads_and_kernels)                                                                          \
     X(test_model_chunked)                                                                                      \
+    X(test_model_tied_head)                                                                                    \
     X(test_model_unaligned)                                                                                    \
     X(test_model_two_sequences)                                                                                \
     X(test_model_fork_truncate)                                                                                \

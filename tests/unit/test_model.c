@@ -113,6 +113,46 @@ done:
 
 /* A checkpoint whose tensors are not aligned in the file (a header not padded
  * to 8 bytes, as MLX and other writers leave it) gives the same logits. */
+/* The head each family's transformers class uses when config.json says
+ * tie_word_embeddings but the checkpoint stores lm_head.weight: NemotronH's
+ * own (the golden, made without tying, still matches); Qwen3's fixture ties
+ * (its golden from the embeddings, test_model_golden). */
+void test_model_tied_head(void)
+{
+    char dir[512], src[600], dst[600], golden[600];
+    snprintf(dir, sizeof dir, "%s/tied_nemotron_h", test_tmpdir());
+    mkdir(dir, 0755);
+    const char *files[] = {"generation_config.json", "model.safetensors"};
+    for (int f = 0; f < 2; f++) {
+        snprintf(src, sizeof src, "%s/%s", fixture("nemotron_h"), files[f]);
+        snprintf(dst, sizeof dst, "%s/%s", dir, files[f]);
+        CHECK(copy_file(src, dst, false) == 0, "copy %s", files[f]);
+    }
+    snprintf(src, sizeof src, "%s/config.json", fixture("nemotron_h"));
+    snprintf(dst, sizeof dst, "%s/config.json", dir);
+    FILE *in = fopen(src, "r"), *out = fopen(dst, "w");
+    CHECK(in && out, "config.json");
+    char line[4096];
+    while (in && out && fgets(line, sizeof line, in)) {
+        char *t = strstr(line, "\"tie_word_embeddings\": false");
+        if (t)
+            memcpy(t, "\"tie_word_embeddings\": true ", 28);
+        fputs(line, out);
+    }
+    if (in)
+        fclose(in);
+    if (out)
+        fclose(out);
+    snprintf(golden, sizeof golden, "%s/golden.safetensors", fixture("nemotron_h"));
+    struct check_opts o = {.golden = golden};
+    struct check_result r;
+    struct backend *be = cpu_backend_init(2, NULL);
+    CHECK(check_run(dir, be, &o, &r) == 0, "%s", err_msg());
+    CHECK(r.max_logit_err <= TOL && r.greedy_match == r.n_greedy, "nemotron_h tied flag, stored head: err %g greedy %d/%d",
+          r.max_logit_err, r.greedy_match, r.n_greedy);
+    be->ops->free(be);
+}
+
 void test_model_unaligned(void)
 {
     for (size_t a = 0; a < N_ENGINE_ARCH; a++) {
