@@ -839,7 +839,11 @@ static int encode_segment(const struct tokenizer *t, const char *text, size_t le
 {
     if (len == 0)
         return 0;
-    if (!t->nfc)
+    /* ASCII text is its own NFC form (no character there decomposes or combines) */
+    size_t ascii = 0;
+    while (ascii < len && (unsigned char)text[ascii] < 0x80)
+        ascii++;
+    if (!t->nfc || ascii == len)
         return split_added(t, text, len, true, encode_pieces, out);
     /* with an explicit length utf8proc keeps NUL characters (NFC() would stop at one) */
     utf8proc_uint8_t *z = NULL;
