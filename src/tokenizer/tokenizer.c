@@ -454,10 +454,10 @@ struct bpe_sym {
     int32_t id, prev, next;
 };
 
-/* The merge queue: a 4-ary min-heap (a node's children share a cache line)
- * of candidate pairs keyed rank << 32 | the left symbol's position, so the
- * lowest rank comes first and the leftmost on ties, the order in which the
- * reference merges. */
+/* The merge queue: a 4-ary min-heap (half the depth of a binary one, a node's
+ * children side by side: fewer cache misses on a long piece) of candidate
+ * pairs keyed rank << 32 | the left symbol's position, so the lowest rank
+ * comes first and the leftmost on ties, the order in which the reference merges. */
 static void heap_sift_down(uint64_t *h, size_t n, size_t i)
 {
     uint64_t x = h[i];
