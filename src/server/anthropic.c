@@ -249,6 +249,9 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
         return http_anthropic_error(c, 400, "invalid_request_error", "messages: a non-empty list is required");
     if (!json_is_integer(mt) || json_integer_value(mt) < 1 || json_integer_value(mt) > (1 << 24))
         return http_anthropic_error(c, 400, "invalid_request_error", "max_tokens: a positive integer is required");
+    json_t *stream = json_object_get(body, "stream");
+    if (stream && !json_is_boolean(stream) && !json_is_null(stream))
+        return http_anthropic_error(c, 400, "invalid_request_error", "stream: a boolean is required");
     struct gen_opts go = {0};
     if (gen_sampling(body, &a->rt.m.cfg, 1.0f, &go.sp, err, sizeof err) != 0 ||
         gen_tool_choice(json_object_get(body, "tool_choice"), true, &go.tool_choice, &go.tool_name, err, sizeof err) != 0 ||
@@ -264,9 +267,9 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
     if (!s)
         return MHD_NO;
     s->app = a;
-    s->stream = json_is_true(json_object_get(body, "stream"));
+    s->stream = json_is_true(stream);
     s->content = json_array();
-    snprintf(s->id, sizeof s->id, "msg_%08lx%08lx", (unsigned long)random(), (unsigned long)random());
+    snprintf(s->id, sizeof s->id, "msg_%016llx", (unsigned long long)gen_random());
     json_t *msgs = convert_anthropic_messages(body, err, sizeof err),
            *tools = go.tool_choice != GEN_TOOLS_NONE ? convert_anthropic_tools(json_object_get(body, "tools")) : NULL;
     json_t *kw = thinking_kwargs(body);

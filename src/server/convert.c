@@ -137,8 +137,9 @@ json_t *convert_responses_input(json_t *body, char *err, size_t n_err)
         const char *type = json_string_value(json_object_get(it, "type"));
         const char *role = json_string_value(json_object_get(it, "role"));
         if (!type || !strcmp(type, "message")) {
-            if (!role) {
-                snprintf(err, n_err, "input[%zu]: a message needs a role", i);
+            if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system") &&
+                          strcmp(role, "developer"))) {
+                snprintf(err, n_err, "input[%zu]: a message's role must be user, assistant, system or developer", i);
                 json_decref(out);
                 return NULL;
             }

@@ -6,11 +6,13 @@
 #include "../chat/json_schema.h"
 #include "../chat/tool_grammar.h"
 
+#include <errno.h>
 #include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #define GEN_POLL_S 0.1 /* the longest a blocked handler goes without looking at its client */
@@ -171,8 +173,22 @@ int gen_sampling(json_t *b, const struct model_config *mc, float max_temperature
     if ((v = json_object_get(b, "seed")) && json_is_integer(v))
         sp->seed = (uint64_t)json_integer_value(v);
     else
-        sp->seed = (uint64_t)random() ^ (uint64_t)time(NULL);
+        sp->seed = gen_random();
     return 0;
+}
+
+uint64_t gen_random(void)
+{
+    uint64_t r = 0;
+    ssize_t k;
+    while ((k = getrandom(&r, sizeof r, 0)) < 0 && errno == EINTR)
+        ;
+    if (k != (ssize_t)sizeof r) { /* no entropy source (kernels before 3.17): the clock, still not a constant */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        r ^= (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)ts.tv_sec;
+    }
+    return r;
 }
 
 int gen_tool_choice(json_t *tc, bool anthropic, enum gen_tools *mode, const char **name, char *err, size_t n_err)
@@ -298,9 +314,43 @@ int32_t gen_count_tokens(struct app *a, json_t *messages, json_t *tools, json_t 
     return n;
 }
 
+/* The request's limits that need no prompt: checked before it is rendered and
+ * tokenized, which for a large one costs far more. -1 with err. */
+static int check_limits(struct app *a, const struct gen_opts *o, char *err, size_t n_err)
+{
+    json_t *stops = json_is_string(o->stop) ? json_pack("[O]", o->stop) : json_incref(o->stop);
+    size_t i;
+    json_t *v;
+    int rc = 0;
+    if (stops && !json_is_array(stops))
+        rc = -1;
+    json_array_foreach(stops, i, v) if (!json_is_string(v) || json_string_length(v) == 0 ||
+                                        json_string_length(v) > GEN_MAX_STOP_LEN || i == GEN_MAX_STOP) rc = -1;
+    json_decref(stops);
+    if (rc != 0)
+        return snprintf(err, n_err, "stop sequences must be at most %d non-empty strings of at most %d bytes",
+                        GEN_MAX_STOP, GEN_MAX_STOP_LEN), -1;
+    json_array_foreach(o->tools, i, v) {
+        json_t *name = json_object_get(json_object_get(v, "function"), "name");
+        if (!json_is_string(name) || json_string_length(name) == 0 || json_string_length(name) > GEN_MAX_TOOL_NAME)
+            return snprintf(err, n_err, "tools[%zu]: a function needs a name of 1 to %d bytes", i, GEN_MAX_TOOL_NAME),
+                   -1;
+    }
+    if (o->ignore_eos && o->sp.n_bias + a->rt.m.cfg.n_eos > SAMPLER_MAX_BIAS)
+        return snprintf(err, n_err, "ignore_eos bans the model's %d end tokens through logit_bias, which then takes "
+                        "at most %d entries", (int)a->rt.m.cfg.n_eos, SAMPLER_MAX_BIAS - (int)a->rt.m.cfg.n_eos), -1;
+    const int32_t n_ctx = sched_n_ctx(a->sched);
+    if (!o->clamp && o->max_tokens >= n_ctx)
+        return snprintf(err, n_err, "this model's context is %d tokens and %d were asked to generate", n_ctx,
+                        o->max_tokens), -1;
+    return 0;
+}
+
 struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t n_err, enum gen_refusal *why)
 {
     *why = GEN_INVALID;
+    if (check_limits(a, o, err, n_err) != 0)
+        return NULL;
     struct tok_ids ids = {0};
     struct gen *g = NULL;
     bool in_reasoning = false;
@@ -368,17 +418,16 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
     json_t *stops = json_is_string(o->stop) ? json_pack("[O]", o->stop) : json_incref(o->stop);
     size_t si;
     json_t *sv;
-    json_array_foreach(stops, si, sv) {
-        if (!json_is_string(sv) || json_string_length(sv) == 0 || g->n_stop == GEN_MAX_STOP) {
-            snprintf(err, n_err, "stop sequences must be at most %d non-empty strings", GEN_MAX_STOP);
+    json_array_foreach(stops, si, sv) { /* check_limits took their measure */
+        if (!(g->stop[g->n_stop++] = strdup(json_string_value(sv)))) {
+            snprintf(err, n_err, "out of memory");
             json_decref(stops);
             goto fail;
         }
-        g->stop[g->n_stop++] = strdup(json_string_value(sv));
     }
     json_decref(stops);
     struct sampler_params sp = o->sp;
-    for (int32_t i = 0; o->ignore_eos && i < a->rt.m.cfg.n_eos && sp.n_bias < SAMPLER_MAX_BIAS; i++) {
+    for (int32_t i = 0; o->ignore_eos && i < a->rt.m.cfg.n_eos; i++) { /* check_limits left room */
         sp.bias_id[sp.n_bias] = a->rt.m.cfg.eos_id[i];
         sp.bias[sp.n_bias++] = -INFINITY; /* never sampled, so never an end */
     }

@@ -76,11 +76,20 @@ int gen_response_format(json_t *rf, const char *what, bool *json, json_t **schem
                         size_t n_err);
 
 #define GEN_MAX_STOP 8
+#define GEN_MAX_STOP_LEN 1024 /* bytes of one stop string: each is searched for at every token */
+#define GEN_MAX_TOOL_NAME 128 /* bytes of a tool's name (OpenAI allows 64) */
+
+/* 64 random bits from the operating system (getrandom), for response ids and
+ * the seed of a request that names none: they differ from one start to the next. */
+uint64_t gen_random(void);
 
 /* Why gen_start refused a request: the client's fault (bad messages, too long,
  * bad stop list...), the queue was full, or the server is stopping. */
 enum gen_refusal { GEN_INVALID, GEN_OVERLOADED, GEN_STOPPING };
-/* NULL with a message in err and the reason in *why. */
+/* NULL with a message in err and the reason in *why. What can be checked
+ * without the prompt (stop strings, tool names, logit_bias room for
+ * ignore_eos, max_tokens against the context) is, before it is rendered and
+ * tokenized. */
 struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t n_err, enum gen_refusal *why);
 /* Blocks for the next tokens and delivers their events; after the last, flushes. */
 void gen_pump(struct gen *g);

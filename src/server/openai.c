@@ -84,9 +84,9 @@ static json_t *chunk(struct oai *g, json_t *delta, const char *finish)
     const int32_t to = finish ? gen_n_output(g->gen) : gen_n_seen(g->gen) + 1;
     if (g->completion) { /* a text_completion chunk: the delta's text is the choice's text */
         json_t *t = json_object_get(delta, "content");
-        json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:O,s:o,s:o}]}", "id", g->id, "object", "text_completion",
+        json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:o,s:o}]}", "id", g->id, "object", "text_completion",
                               "created", (json_int_t)g->created, "model", g->app->model_name, "choices", "index", 0,
-                              "text", t ? t : json_string(""), "logprobs", lp_json(g, to), "finish_reason",
+                              "text", t ? json_incref(t) : json_string(""), "logprobs", lp_json(g, to), "finish_reason",
                               finish ? json_string(finish) : json_null());
         json_decref(delta);
         return c;
@@ -118,7 +118,7 @@ static void on_event(void *ctx, const struct chat_event *ev)
         call = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function", "function", "name", ev->name,
                          "arguments", "");
         if (g->stream) {
-            json_object_set(call, "index", json_integer(ev->tool_index));
+            json_object_set_new(call, "index", json_integer(ev->tool_index));
             sse(g, chunk(g, json_pack("{s:[o]}", "tool_calls", call), NULL));
         } else {
             json_array_append_new(g->tool_calls, call);
@@ -229,11 +229,15 @@ static enum MHD_Result oai_run(struct app *a, struct MHD_Connection *c, struct o
 {
     char perr[512];
     g->app = a;
-    g->stream = json_is_true(json_object_get(body, "stream"));
+    json_t *stream = json_object_get(body, "stream");
+    if (stream && !json_is_boolean(stream) && !json_is_null(stream)) {
+        oai_free(g);
+        return http_openai_error(c, 400, "invalid_request_error", "'stream' must be a boolean");
+    }
+    g->stream = json_is_true(stream);
     g->include_usage = json_is_true(json_object_get(json_object_get(body, "stream_options"), "include_usage"));
     g->created = (long long)time(NULL);
-    snprintf(g->id, sizeof g->id, "%s-%08lx%08lx", g->completion ? "cmpl" : "chatcmpl", (unsigned long)random(),
-             (unsigned long)random());
+    snprintf(g->id, sizeof g->id, "%s-%016llx", g->completion ? "cmpl" : "chatcmpl", (unsigned long long)gen_random());
     g->tool_calls = json_array();
     go->fn = on_event;
     go->ctx = g;
@@ -305,8 +309,18 @@ enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *bod
         return http_openai_error(c, 400, "invalid_request_error", "'messages' must be a non-empty array");
     size_t i;
     json_t *m;
-    json_array_foreach(msgs, i, m) if (!json_is_object(m) || !json_is_string(json_object_get(m, "role")))
-        return http_openai_error(c, 400, "invalid_request_error", "messages[%zu] needs a string 'role'", i);
+    static const char *const roles[] = {"system", "developer", "user", "assistant", "tool", "function"};
+    json_array_foreach(msgs, i, m) {
+        const char *role = json_is_object(m) ? json_string_value(json_object_get(m, "role")) : NULL;
+        size_t r = 0;
+        while (role && r < sizeof roles / sizeof *roles && strcmp(role, roles[r]) != 0)
+            r++;
+        if (!role || r == sizeof roles / sizeof *roles)
+            return http_openai_error(c, 400, "invalid_request_error",
+                                     "messages[%zu].role must be one of system, developer, user, assistant, tool, "
+                                     "function",
+                                     i);
+    }
     if (tools && !json_is_null(tools) && !json_is_array(tools))
         return http_openai_error(c, 400, "invalid_request_error", "'tools' must be an array");
     enum gen_tools choice;

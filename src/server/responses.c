@@ -221,6 +221,9 @@ enum MHD_Result openai_responses(struct app *a, struct MHD_Connection *c, json_t
         return http_openai_error(c, 400, "invalid_request_error",
                                  "previous_response_id is not supported: this server keeps no responses; send the "
                                  "whole conversation in input");
+    json_t *stream = json_object_get(body, "stream");
+    if (stream && !json_is_boolean(stream) && !json_is_null(stream))
+        return http_openai_error(c, 400, "invalid_request_error", "'stream' must be a boolean");
     struct gen_opts go = {0};
     if (gen_sampling(body, &a->rt.m.cfg, 2.0f, &go.sp, err, sizeof err) != 0 ||
         gen_tool_choice(json_object_get(body, "tool_choice"), false, &go.tool_choice, &go.tool_name, err, sizeof err) != 0 ||
@@ -247,10 +250,10 @@ enum MHD_Result openai_responses(struct app *a, struct MHD_Connection *c, json_t
         return MHD_NO;
     }
     r->app = a;
-    r->stream = json_is_true(json_object_get(body, "stream"));
+    r->stream = json_is_true(stream);
     r->created = (long long)time(NULL);
     r->output = json_array();
-    snprintf(r->id, sizeof r->id, "resp_%08lx%08lx", (unsigned long)random(), (unsigned long)random());
+    snprintf(r->id, sizeof r->id, "resp_%016llx", (unsigned long long)gen_random());
     go.messages = msgs;
     go.tools = tools;
     go.kwargs = kw;

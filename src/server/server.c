@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <unistd.h>
@@ -81,7 +82,8 @@ static bool key_ok(const struct app *a, struct MHD_Connection *c)
         return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
-    const char *given = x ? x : (h && strncmp(h, "Bearer ", 7) == 0 ? h + 7 : NULL);
+    /* the scheme is case-insensitive (RFC 9110): "bearer KEY" is the same */
+    const char *given = x ? x : (h && strncasecmp(h, "Bearer ", 7) == 0 ? h + 7 : NULL);
     if (!given)
         return false;
     size_t n = strlen(a->api_key), m = strlen(given);
@@ -202,11 +204,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
     if ((get || strcmp(method, "HEAD") == 0) && strcmp(url, "/") == 0) /* clients probe the base URL (Claude Code: HEAD /) */
         return http_json(c, MHD_HTTP_OK, json_pack("{s:s,s:s}", "status", "ok", "model", a->model_name));
-    if (get && strcmp(url, "/v1/models") == 0)
+    const bool models = strcmp(url, "/v1/models") == 0, metrics_url = strcmp(url, "/metrics") == 0;
+    if ((models || metrics_url) && !get)
+        return fail(c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", "use GET");
+    if (models)
         return openai_models(a, c, NULL);
     if (get && strncmp(url, "/v1/models/", 11) == 0)
         return openai_models(a, c, url + 11);
-    if (get && strcmp(url, "/metrics") == 0)
+    if (metrics_url)
         return metrics(a, c);
     enum MHD_Result (*handler)(struct app *, struct MHD_Connection *, json_t *) =
         strcmp(url, "/v1/chat/completions") == 0 ? openai_chat
@@ -267,7 +272,11 @@ int server_run(const struct server_opts *o)
     struct app a = {0};
     struct MHD_Daemon *d = NULL;
     int rc = -1;
-    a.api_key = o->api_key && *o->api_key ? o->api_key : NULL;
+    if (o->api_key && !*o->api_key) {
+        err_set("server: the API key is empty (leave --api-key out to serve without one)");
+        goto done;
+    }
+    a.api_key = o->api_key;
     a.model_name = o->model_name;
     a.keepalive_s = o->keepalive_s > 0 ? o->keepalive_s : 10.0;
     const struct runtime_opts ro = {o->device, o->threads, false, o->model_dir, o->draft_dir, true, true};
@@ -291,6 +300,9 @@ int server_run(const struct server_opts *o)
         err_set("server: '%s' is not an IPv4 address", o->host);
         goto done;
     }
+    if (!a.api_key && (ntohl(addr.sin_addr.s_addr) >> 24) != 127)
+        fprintf(stderr, "kapitsa: warning: listening on %s without --api-key: anyone who can reach this address can "
+                        "use the model\n", o->host);
     d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG, o->port,
                          NULL, NULL, on_request, &a, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                          MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL, MHD_OPTION_CONNECTION_LIMIT, SERVER_MAX_CONN,

@@ -18,7 +18,7 @@
 struct server_opts {
     const char *host;     /* default 127.0.0.1 */
     uint16_t port;        /* default 11435; 0: any free port */
-    const char *api_key;  /* NULL: no authentication */
+    const char *api_key;  /* NULL: no authentication; "" is refused (it would look set and guard nothing) */
     const char *model_dir;
     const char *model_name; /* reported in /v1/models; default: the folder's name */
     int32_t n_ctx;        /* KV cache tokens over all sequences */

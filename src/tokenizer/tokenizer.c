@@ -49,8 +49,9 @@ struct tokenizer {
     struct hmap vocab;             /* piece -> id */
     struct hmap merges;            /* (left << 32 | right) -> (rank << 32 | merged id) */
     int32_t byte_id[256];          /* id of each single byte's byte-level symbol */
-    struct added_tok *adds;        /* [n_adds] longest first */
+    struct added_tok *adds;        /* [n_adds] by first byte, longest first */
     int32_t n_adds;
+    int32_t add_first[257];        /* adds[add_first[c], add_first[c + 1]) start with byte c */
     bool nfc;
     bool byte_level;               /* ByteLevel pre-tokenizer present: BPE over byte symbols */
     struct pre_tok pre[TOK_MAX_PRE];
@@ -183,9 +184,12 @@ static int load_normalizer(struct tokenizer *t, json_t *n, const char *path)
     return err_set("tokenizer: %s: normalizer '%s' is not supported", path, type ? type : "?");
 }
 
-static int cmp_added_len(const void *a, const void *b)
+static int cmp_added(const void *a, const void *b)
 {
     const struct added_tok *x = a, *y = b;
+    unsigned char cx = (unsigned char)x->content[0], cy = (unsigned char)y->content[0];
+    if (cx != cy)
+        return cx < cy ? -1 : 1;
     return x->len < y->len ? 1 : x->len > y->len ? -1 : 0;
 }
 
@@ -301,7 +305,13 @@ static int load_model(struct tokenizer *t, json_t *root, const char *path)
         t->special[a->id] = a->special;
         t->added[a->id] = true;
     }
-    qsort(t->adds, (size_t)t->n_adds, sizeof *t->adds, cmp_added_len);
+    /* a text position is compared only with the tokens that start with its byte */
+    qsort(t->adds, (size_t)t->n_adds, sizeof *t->adds, cmp_added);
+    for (int c = 0, a = 0; c <= 256; c++) {
+        while (a < t->n_adds && (unsigned char)t->adds[a].content[0] < c)
+            a++;
+        t->add_first[c] = a;
+    }
     return 0;
 }
 
@@ -438,7 +448,58 @@ void tok_ids_free(struct tok_ids *ids)
     memset(ids, 0, sizeof *ids);
 }
 
-/* BPE over one pre-token: byte symbols, merged lowest rank first (leftmost on ties). */
+/* One symbol of a piece being merged: its token and its neighbours in the
+ * list of symbols still standing (-1 at either end; id -1 once merged away). */
+struct bpe_sym {
+    int32_t id, prev, next;
+};
+
+/* The merge queue: a 4-ary min-heap (half the depth of a binary one, a node's
+ * children side by side: fewer cache misses on a long piece) of candidate
+ * pairs keyed rank << 32 | the left symbol's position, so the lowest rank
+ * comes first and the leftmost on ties, the order in which the reference merges. */
+static void heap_sift_down(uint64_t *h, size_t n, size_t i)
+{
+    uint64_t x = h[i];
+    for (;;) {
+        size_t c = 4 * i + 1, m = c;
+        if (c >= n)
+            break;
+        for (size_t k = c + 1; k < c + 4 && k < n; k++)
+            if (h[k] < h[m])
+                m = k;
+        if (h[m] >= x)
+            break;
+        h[i] = h[m];
+        i = m;
+    }
+    h[i] = x;
+}
+
+static void heap_push(uint64_t *h, size_t *n, uint64_t key)
+{
+    size_t i = (*n)++;
+    while (i > 0 && key < h[(i - 1) / 4]) {
+        h[i] = h[(i - 1) / 4];
+        i = (i - 1) / 4;
+    }
+    h[i] = key;
+}
+
+/* The rank of merging a and b, with the merged id in *id; UINT32_MAX if none. */
+static uint32_t merge_rank(const struct tokenizer *t, int32_t a, int32_t b, int32_t *id)
+{
+    uint64_t v;
+    if (!hmap_get_u64(&t->merges, (uint64_t)a << 32 | (uint32_t)b, &v))
+        return UINT32_MAX;
+    *id = (int32_t)(v & 0xffffffffu);
+    return (uint32_t)(v >> 32);
+}
+
+/* BPE over one pre-token: byte symbols, merged lowest rank first (leftmost on
+ * ties). A candidate is checked when it leaves the queue (its left symbol still
+ * stands and the pair there still has its rank: a rank names one pair), so a
+ * merge costs O(log n) and a piece O(n log n). */
 static int bpe_piece(const struct tokenizer *t, const char *s, size_t n, struct tok_ids *out)
 {
     uint64_t whole;
@@ -451,33 +512,63 @@ static int bpe_piece(const struct tokenizer *t, const char *s, size_t n, struct 
         if (i + 1 == n && hmap_get_str(&t->vocab, small, m, &whole))
             return ids_push(out, (int32_t)whole);
     }
-    int32_t stack_sym[256];
-    int32_t *sym = n <= 256 ? stack_sym : malloc(n * sizeof *sym);
-    if (!sym)
-        return err_set("tokenizer: out of memory");
-    for (size_t i = 0; i < n; i++)
-        sym[i] = t->byte_id[(unsigned char)s[i]];
-    size_t len = n;
-    for (;;) {
-        uint64_t best_rank = UINT64_MAX, best_id = 0, v;
-        size_t best = 0;
-        for (size_t i = 0; i + 1 < len; i++)
-            if (hmap_get_u64(&t->merges, (uint64_t)sym[i] << 32 | (uint32_t)sym[i + 1], &v) && (v >> 32) < best_rank) {
-                best_rank = v >> 32;
-                best_id = v & 0xffffffffu;
-                best = i;
-            }
-        if (best_rank == UINT64_MAX)
-            break;
-        sym[best] = (int32_t)best_id;
-        memmove(sym + best + 1, sym + best + 2, (len - best - 2) * sizeof *sym);
-        len--;
+    if (n > INT32_MAX)
+        return err_set("tokenizer: a pre-tokenized piece of %zu bytes is too long", n);
+    /* the queue starts with at most n - 1 pairs, and each merge takes one out
+     * and puts at most two in: never more than 2n entries */
+    struct bpe_sym stack_sym[64];
+    uint64_t stack_heap[128];
+    struct bpe_sym *sym = n <= 64 ? stack_sym : malloc(n * sizeof *sym);
+    uint64_t *heap = n <= 64 ? stack_heap : malloc(2 * n * sizeof *heap);
+    int rc = -1;
+    if (!sym || !heap) {
+        err_set("tokenizer: out of memory");
+        goto done;
     }
-    int rc = 0;
-    for (size_t i = 0; i < len && rc == 0; i++)
-        rc = ids_push(out, sym[i]);
+    size_t nh = 0;
+    for (size_t i = 0; i < n; i++) {
+        sym[i] = (struct bpe_sym){t->byte_id[(unsigned char)s[i]], (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1};
+        int32_t id;
+        uint32_t r = i > 0 ? merge_rank(t, sym[i - 1].id, sym[i].id, &id) : UINT32_MAX;
+        if (r != UINT32_MAX)
+            heap[nh++] = (uint64_t)r << 32 | (i - 1);
+    }
+    for (size_t i = nh / 4 + 1; i-- > 0;)
+        heap_sift_down(heap, nh, i);
+    out->work += nh;
+    while (nh > 0) {
+        uint64_t key = heap[0];
+        heap[0] = heap[--nh];
+        heap_sift_down(heap, nh, 0);
+        out->work++;
+        uint32_t rank = (uint32_t)(key >> 32), pos = (uint32_t)key;
+        int32_t nx = sym[pos].next, id = 0;
+        if (sym[pos].id < 0 || nx < 0 || merge_rank(t, sym[pos].id, sym[nx].id, &id) != rank)
+            continue; /* stale: a neighbour merged since it was queued */
+        sym[pos].id = id;
+        sym[nx].id = -1;
+        sym[pos].next = sym[nx].next;
+        if (sym[nx].next >= 0)
+            sym[sym[nx].next].prev = (int32_t)pos;
+        int32_t pv = sym[pos].prev, mid;
+        uint32_t r;
+        if (pv >= 0 && (r = merge_rank(t, sym[pv].id, id, &mid)) != UINT32_MAX) {
+            heap_push(heap, &nh, (uint64_t)r << 32 | (uint32_t)pv);
+            out->work++;
+        }
+        if (sym[pos].next >= 0 && (r = merge_rank(t, id, sym[sym[pos].next].id, &mid)) != UINT32_MAX) {
+            heap_push(heap, &nh, (uint64_t)r << 32 | pos);
+            out->work++;
+        }
+    }
+    rc = 0;
+    for (int32_t i = 0; i >= 0 && rc == 0; i = sym[i].next)
+        rc = ids_push(out, sym[i].id);
+done:
     if (sym != stack_sym)
         free(sym);
+    if (heap != stack_heap)
+        free(heap);
     return rc;
 }
 
@@ -506,7 +597,7 @@ static int spans_push(struct spans *s, size_t b, size_t e)
 
 /* Splits [b, e) of text by one pre-tokenizer into out. */
 static int pre_split(const struct pre_tok *p, const char *text, size_t b, size_t e, pcre2_match_data *md,
-                     struct spans *out)
+                     pcre2_match_context *mc, struct spans *out)
 {
     if (p->kind == PRE_DIGITS) {
         size_t i = b;
@@ -564,10 +655,19 @@ static int pre_split(const struct pre_tok *p, const char *text, size_t b, size_t
             }                                                                                                    \
         }                                                                                                        \
     } while (0)
+    /* a whitespace run is scanned to its end by \s*[\r\n]+ before \s+(?!\S)
+     * takes it, so a match may cost steps in proportion to the span: PCRE2's
+     * default limit (10 million) would fail a long run, which is not "no match" */
+    pcre2_set_match_limit(mc, (uint32_t)(e - b < 500000000 ? 10000000 + 8 * (e - b) : UINT32_MAX));
     while (pos < e) {
-        int rc = pcre2_match(p->re, (PCRE2_SPTR)text, e, pos, PCRE2_NO_UTF_CHECK, md, NULL);
-        if (rc < 0)
+        int rc = pcre2_match(p->re, (PCRE2_SPTR)text, e, pos, PCRE2_NO_UTF_CHECK, md, mc);
+        if (rc == PCRE2_ERROR_NOMATCH)
             break;
+        if (rc < 0) {
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(rc, msg, sizeof msg);
+            return err_set("tokenizer: pre-tokenizer regex failed at byte %zu: %s", pos, (char *)msg);
+        }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         size_t mb = ov[0], me = ov[1];
         if (me == mb) { /* empty match: step one character */
@@ -622,7 +722,12 @@ static int encode_pieces(const struct tokenizer *t, const char *text, size_t len
     int rc = -1;
     struct spans cur = {0}, next = {0};
     pcre2_match_data *md = pcre2_match_data_create(1, NULL);
-    if (!md || spans_push(&cur, 0, len) != 0)
+    pcre2_match_context *mc = pcre2_match_context_create(NULL);
+    if (!md || !mc) {
+        err_set("tokenizer: out of memory");
+        goto done;
+    }
+    if (spans_push(&cur, 0, len) != 0)
         goto done;
     for (int32_t p = 0; p < t->n_pre; p++) {
         if (t->pre[p].kind == PRE_BYTELEVEL && t->pre[p].add_prefix_space && prefix_spaces(&s, &len, &cur, &spaced) != 0)
@@ -631,7 +736,7 @@ static int encode_pieces(const struct tokenizer *t, const char *text, size_t len
             continue;
         next.n = 0;
         for (size_t i = 0; i < cur.n; i++)
-            if (pre_split(&t->pre[p], s, cur.v[i].b, cur.v[i].e, md, &next) != 0)
+            if (pre_split(&t->pre[p], s, cur.v[i].b, cur.v[i].e, md, mc, &next) != 0)
                 goto done;
         struct spans tmp = cur;
         cur = next;
@@ -643,6 +748,7 @@ static int encode_pieces(const struct tokenizer *t, const char *text, size_t len
     rc = 0;
 done:
     pcre2_match_data_free(md);
+    pcre2_match_context_free(mc);
     free(cur.v);
     free(next.v);
     free(spaced);
@@ -694,9 +800,10 @@ static int split_added(const struct tokenizer *t, const char *text, size_t len, 
 {
     size_t start = 0, i = 0;
     while (i < len) {
-        /* the list is sorted longest first */
+        /* the tokens that start with this byte, longest first */
         const struct added_tok *hit = NULL;
-        for (int32_t a = 0; a < t->n_adds && !hit; a++) {
+        unsigned char c0 = (unsigned char)text[i];
+        for (int32_t a = t->add_first[c0]; a < t->add_first[c0 + 1] && !hit; a++) {
             const struct added_tok *c = &t->adds[a];
             if (c->normalized == pass && c->len <= len - i && memcmp(text + i, c->content, c->len) == 0 &&
                 (!c->single_word || (!is_word_char(text, len, i, 1) && !is_word_char(text, len, i + c->len, 0))))
@@ -732,7 +839,11 @@ static int encode_segment(const struct tokenizer *t, const char *text, size_t le
 {
     if (len == 0)
         return 0;
-    if (!t->nfc)
+    /* ASCII text is its own NFC form (no character there decomposes or combines) */
+    size_t ascii = 0;
+    while (ascii < len && (unsigned char)text[ascii] < 0x80)
+        ascii++;
+    if (!t->nfc || ascii == len)
         return split_added(t, text, len, true, encode_pieces, out);
     /* with an explicit length utf8proc keeps NUL characters (NFC() would stop at one) */
     utf8proc_uint8_t *z = NULL;

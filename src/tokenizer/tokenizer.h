@@ -22,10 +22,13 @@
 
 struct tokenizer;
 
-/* A growable id array owned by the caller (tok_ids_free). */
+/* A growable id array owned by the caller (tok_ids_free). work counts the
+ * merge-queue operations tok_encode spent on it (pairs queued and taken out),
+ * a measure of encoding time that grows as n log n of the input at worst. */
 struct tok_ids {
     int32_t *ids;
     int32_t n, cap;
+    uint64_t work;
 };
 
 /* Loads DIR/tokenizer.json. NULL with err_set() naming the file and field. */

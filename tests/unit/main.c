@@ -84,6 +84,7 @@ int test_failures;
     X(test_tokenizer_added_normalized)                                                                         \
     X(test_tokenizer_edges)                                                                                    \
     X(test_tokenizer_split_literal)                                                                            \
+    X(test_tokenizer_long_runs)                                                                                \
     X(test_gguf_vocab_qwen3)                                                                                   \
     X(test_gguf_vocab_tiny)                                                                                    \
     X(test_chat_template_goldens)                                                                              \

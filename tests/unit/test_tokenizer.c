@@ -252,3 +252,49 @@ void test_tokenizer_edges(void)
     tok_ids_free(&ids);
     tok_free(t);
 }
+
+/* A long run that pre-tokenizes to one piece (letters, CJK, spaces,
+ * punctuation) is merged with O(log n) queue operations per merge: the work
+ * counted stays a small multiple of the bytes (it grew as n^2 when every merge
+ * rescanned the piece), and the ids decode back to the text. */
+void test_tokenizer_long_runs(void)
+{
+    struct tokenizer *t = qwen3_tok();
+    if (!t)
+        return;
+    const char *units[] = {"a", "\xe4\xb8\xad\xe6\x96\x87", " ", "!", "ab"};
+    const size_t n = 200000;
+    char *text = malloc(n + 8);
+    for (int u = 0; u < 5; u++) {
+        size_t ul = strlen(units[u]), len = 0;
+        while (len + ul <= n) {
+            memcpy(text + len, units[u], ul);
+            len += ul;
+        }
+        struct tok_ids ids = {0};
+        CHECK(tok_encode(t, text, len, &ids) == 0, "%s", err_msg());
+        /* pairs queued: n - 1 at first and at most two per merge; each taken out once */
+        CHECK(ids.work >= len / 2 && ids.work <= 6 * (uint64_t)len, "run of '%s': %llu queue operations for %zu bytes",
+              units[u], (unsigned long long)ids.work, len);
+        CHECK(ids.n > 0 && ids.n <= (int32_t)len / 2, "run of '%s': %d ids", units[u], ids.n);
+        size_t dn;
+        char *d = tok_decode(t, ids.ids, ids.n, false, &dn);
+        CHECK(d && dn == len && memcmp(d, text, len) == 0, "run of '%s' round-trips", units[u]);
+        free(d);
+        tok_ids_free(&ids);
+    }
+    free(text);
+    /* 12 MB of spaces then a word: the regex's match over the run needs more
+     * than PCRE2's default 10 million steps, and a failed match must not be
+     * taken for "no match" (the whole text merged as one piece) */
+    const size_t big = 12000000;
+    text = malloc(big + 1);
+    memset(text, ' ', big);
+    text[big] = 'x';
+    struct tok_ids ids = {0};
+    CHECK(tok_encode(t, text, big + 1, &ids) == 0, "%s", err_msg());
+    CHECK(ids.n > 0 && ids.ids[ids.n - 1] == tok_find(t, "\xc4\xa0x"), "the run ends as ' x', not 'x'");
+    tok_ids_free(&ids);
+    free(text);
+    tok_free(t);
+}
