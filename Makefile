@@ -44,7 +44,8 @@ TESTS   := $(wildcard tests/unit/*.c)
 # SIMD kernels get their ISA's flags only; kern_best() picks one at run time.
 ISA_avx2   := -mavx2 -mfma -mf16c
 ISA_avx512 := -mavx512f -mavx512bw -mfma -mf16c
-isa = $(if $(findstring kern_avx512,$1),-O3 $(ISA_avx512),$(if $(findstring kern_avx2,$1),-O3 $(ISA_avx2)))
+ISA_vnni   := $(ISA_avx512) -mavx512vnni
+isa = $(if $(findstring kern_avx512,$1),-O3 $(ISA_avx512),$(if $(findstring kern_avx2,$1),-O3 $(ISA_avx2),$(if $(findstring kern_vnni,$1),-O3 $(ISA_vnni))))
 
 FUZZERS  := build/fuzz/fuzz_tokenizer build/fuzz/fuzz_jinja build/fuzz/fuzz_parser build/fuzz/fuzz_json_guard build/fuzz/fuzz_tool_grammar build/fuzz/fuzz_json_schema build/fuzz/fuzz_request \
             build/fuzz/fuzz_checkpoint build/fuzz/fuzz_tokenizer_load build/fuzz/fuzz_gguf

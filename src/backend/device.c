@@ -20,6 +20,14 @@ bool device_has_cuda(void)
 #endif
 }
 
+static struct backend *cpu_open(int32_t n_threads, bool precise)
+{
+    struct backend *be = cpu_backend_init(n_threads, NULL);
+    if (be)
+        cpu_backend_set_precise(be, precise);
+    return be;
+}
+
 static struct backend *open_named(const char *name, int32_t n_threads, bool precise)
 {
     if (!name || !*name)
@@ -27,7 +35,7 @@ static struct backend *open_named(const char *name, int32_t n_threads, bool prec
     if (!name || !*name)
         name = "auto";
     if (strcmp(name, "cpu") == 0)
-        return cpu_backend_init(n_threads, NULL);
+        return cpu_open(n_threads, precise);
     const bool is_auto = strcmp(name, "auto") == 0;
     if (!is_auto && strncmp(name, "cuda", 4) != 0) {
         err_set("device: unknown device '%s' (cpu, cuda, cuda:N or auto)", name);
@@ -47,13 +55,12 @@ static struct backend *open_named(const char *name, int32_t n_threads, bool prec
     if (!is_auto || cuda_device_count() > 0)
         return cuda_backend_init(dev, precise);
 #else
-    (void)precise;
     if (!is_auto) {
         err_set("device: this kapitsa was built without CUDA (rebuild with nvcc on the PATH, or make CUDA=1)");
         return NULL;
     }
 #endif
-    return cpu_backend_init(n_threads, NULL);
+    return cpu_open(n_threads, precise);
 }
 
 struct backend *device_open(const char *name, int32_t n_threads, bool precise)

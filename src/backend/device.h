@@ -14,7 +14,7 @@
 /* Whether this binary was built with the cuda backend. */
 bool device_has_cuda(void);
 /* The backend for `name` (NULL: KAPITSA_DEVICE, else auto). n_threads: cpu
- * worker threads (<= 0: one per core). precise: see cuda.h. NULL with
+ * worker threads (<= 0: one per core). precise: see cuda.h and cpu.h. NULL with
  * err_set() when the name is unknown or the device unusable. */
 struct backend *device_open(const char *name, int32_t n_threads, bool precise);
 

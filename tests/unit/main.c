@@ -20,8 +20,10 @@ int test_failures;
     X(test_quant_dequant_tables)                                                                               \
     X(test_quant_roundtrip_error)                                                                              \
     X(test_quant_cpu_matmul)                                                                                   \
+    X(test_quant_q8)                                                                                           \
     X(test_gguf_model_golden)                                                                                  \
     X(test_gguf_model_dequant_equal)                                                                           \
+    X(test_gguf_model_q8)                                                                                      \
     X(test_gguf_model_device)                                                                                  \
     X(test_gguf_model_recipes)                                                                                 \
     X(test_gguf_model_errors)                                                                                  \

@@ -40,6 +40,8 @@ static int both_open(struct both *b, bool precise)
         return -1;
     }
     b->cpu = cpu_backend_init(2, NULL);
+    if (b->cpu) /* the exact products of block-type weights, the reference */
+        cpu_backend_set_precise(b->cpu, true);
     b->gpu = cuda_backend_init(0, precise);
     CHECK(b->gpu != NULL, "%s", err_msg());
     return b->gpu ? 0 : -1;

@@ -49,6 +49,15 @@ static int cpu_weight(struct backend *be, struct tensor *dst, const struct tenso
         c->dq = p;
         c->dq_per_worker = per;
     }
+    const int64_t xb = KERN_MAX_NX * kern_q8_row_bytes(host->type, host->n_cols);
+    if (xb > c->xq_per_worker) {
+        uint8_t *p = aligned_alloc(64, (size_t)(xb * pool_n_threads(c->pool)));
+        if (!p)
+            return err_set("cpu: out of memory");
+        free(c->xq_own);
+        c->xq_own = p;
+        c->xq_per_worker = xb;
+    }
     *dst = *host;
     dst->owned = false;
     return 0;
@@ -104,28 +113,70 @@ static int cpu_set_batch(struct backend *be, const struct attn_batch *b)
 /* A worker's dequantisation buffer; NULL when no block-type weight was bound. */
 static float *dq_of(float *dq, int64_t per_worker, int32_t worker) { return dq ? dq + worker * per_worker : NULL; }
 
+void cpu_backend_set_precise(struct backend *be, bool precise)
+{
+    struct cpu_backend *c = cpu_of(be);
+    c->q8 = !precise && kern_q8_supported(c->k);
+}
+
+/* Activation rows for matmul_q8: rounded already (rows, stride bytes apart)
+ * or, rows NULL, to be rounded a token tile at a time into own. */
+struct q8_x {
+    const uint8_t *rows;
+    int64_t stride;
+    uint8_t *own;
+};
+
+static struct q8_x q8_of(const struct cpu_backend *c, const uint8_t *rows, int64_t stride, int32_t worker)
+{
+    return (struct q8_x){rows, stride, c->xq_own + worker * c->xq_per_worker};
+}
+
+/* Whether w's products take the int8 path. */
+static bool q8_takes(const struct cpu_backend *c, const struct tensor *w)
+{
+    return c->q8 && kern_q8_row_bytes(w->type, w->n_cols) > 0;
+}
+
 struct mm_job {
-    const struct kern *k;
+    const struct cpu_backend *c;
     const struct tensor *x, *w;
     struct tensor *out;
     int64_t chunk;
-    float *dq;
-    int64_t dq_per_worker;
+    const uint8_t *xq; /* x rounded for matmul_q8, or NULL */
+    int64_t xq_stride;
 };
 
 /* out's columns [j0, j1) = x . w's rows [j0, j1)^T, the tokens in tiles.
- * Block-type rows: up to KERN_MAX_NX tokens (decoding) go to the kern's
- * matmul_q, which dequantises each chunk in registers for every token at
- * once; a larger batch has the rows dequantised DQ_ROWS at a time into dq
- * (the worker's buffer) and multiplied as fp32 rows, so that each is
- * dequantised once for all its token tiles. Both give the sums matmul_f32
- * makes over the dequantised rows, so a token's row has the same bits
- * alone and in any batch. */
+ * Block-type rows take the int8 path when q8 is given (matmul_q8, a token
+ * tile at a time over the rows, which stay in L2 between tiles). Otherwise
+ * up to KERN_MAX_NX tokens (decoding) go to the kern's matmul_q, which
+ * dequantises each chunk in registers for every token at once; a larger
+ * batch has the rows dequantised DQ_ROWS at a time into dq (the worker's
+ * buffer) and multiplied as fp32 rows, so that each is dequantised once for
+ * all its token tiles. Both give the sums matmul_f32 makes over the
+ * dequantised rows, so a token's row has the same bits alone and in any
+ * batch (on either path). */
 static void mm_rows(const struct kern *k, struct tensor *out, const struct tensor *x, const struct tensor *w, int64_t j0,
-                    int64_t j1, float *dq)
+                    int64_t j1, float *dq, const struct q8_x *q8)
 {
     if (dtype_is_block(w->type)) {
         const int64_t n = w->n_cols;
+        if (q8) {
+            const int64_t rb = kern_q8_row_bytes(w->type, n);
+            for (int64_t t = 0; t < x->n_rows; t += KERN_MAX_NX) {
+                int32_t nt = (int32_t)(x->n_rows - t < KERN_MAX_NX ? x->n_rows - t : KERN_MAX_NX);
+                const uint8_t *xr = q8->rows ? q8->rows + t * q8->stride : q8->own;
+                if (!q8->rows)
+                    for (int32_t i = 0; i < nt; i++)
+                        k->q8_quant(w->type, f32_row(x, t + i), n, q8->own + i * rb);
+                const int done = k->matmul_q8(w->type, xr, q8->rows ? q8->stride : rb, nt, w->data, w->row_stride, n,
+                                              f32_row(out, t), out->row_stride, j0, j1);
+                assert(done);
+                (void)done;
+            }
+            return;
+        }
         if (x->n_rows <= KERN_MAX_NX && k->matmul_q(w->type, f32_row(x, 0), x->row_stride, (int32_t)x->n_rows, w->data,
                                                     w->row_stride, n, f32_row(out, 0), out->row_stride, j0, j1))
             return;
@@ -153,8 +204,39 @@ static void mm_rows(const struct kern *k, struct tensor *out, const struct tenso
 static void mm_task(void *ctx, int32_t task, int32_t worker)
 {
     const struct mm_job *j = ctx;
+    const struct cpu_backend *c = j->c;
     int64_t j0 = (int64_t)task * j->chunk, j1 = j0 + j->chunk;
-    mm_rows(j->k, j->out, j->x, j->w, j0, j1 < j->w->n_rows ? j1 : j->w->n_rows, dq_of(j->dq, j->dq_per_worker, worker));
+    const struct q8_x q8 = q8_of(c, j->xq, j->xq_stride, worker);
+    mm_rows(c->k, j->out, j->x, j->w, j0, j1 < j->w->n_rows ? j1 : j->w->n_rows, dq_of(c->dq, c->dq_per_worker, worker),
+            q8_takes(c, j->w) ? &q8 : NULL);
+}
+
+static void q8_task(void *ctx, int32_t task, int32_t worker)
+{
+    (void)worker;
+    const struct mm_job *j = ctx;
+    j->c->k->q8_quant(j->w->type, f32_row(j->x, task), j->w->n_cols, (uint8_t *)j->xq + task * j->xq_stride);
+}
+
+/* The int8 path's activation rows of x rounded once into c->xq for all the
+ * tasks; left NULL where the buffer cannot grow (each task then rounds its own). */
+static void q8_round(struct cpu_backend *c, struct mm_job *j)
+{
+    const int64_t bytes = j->x->n_rows * j->xq_stride;
+    if (bytes > c->xq_cap) {
+        uint8_t *p = aligned_alloc(64, (size_t)bytes);
+        if (!p)
+            return;
+        free(c->xq);
+        c->xq = p;
+        c->xq_cap = bytes;
+    }
+    j->xq = c->xq;
+    if (j->x->n_rows <= KERN_MAX_NX)
+        for (int32_t r = 0; r < j->x->n_rows; r++)
+            q8_task(j, r, 0);
+    else
+        pool_run(c->pool, q8_task, j, (int32_t)j->x->n_rows);
 }
 
 static void cpu_matmul(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w)
@@ -170,7 +252,11 @@ static void cpu_matmul(struct backend *be, struct tensor *out, const struct tens
     if (chunk > 64 && x->n_rows > KERN_MAX_NX)
         chunk = 64;
     chunk = (chunk + 3) & ~(int64_t)3;
-    struct mm_job j = {c->k, x, w, out, chunk, c->dq, c->dq_per_worker};
+    struct mm_job j = {c, x, w, out, chunk, NULL, 0};
+    if (q8_takes(c, w)) {
+        j.xq_stride = kern_q8_row_bytes(w->type, w->n_cols);
+        q8_round(c, &j);
+    }
     pool_run(c->pool, mm_task, &j, (int32_t)((w->n_rows + chunk - 1) / chunk));
 }
 
@@ -538,9 +624,7 @@ static void cpu_relu2(struct backend *be, struct tensor *x)
 #define MOE_PICKS_MAX_EXPERT 1024
 
 struct moe_job {
-    const struct kern *k;
-    float *dq;
-    int64_t dq_per_worker;
+    const struct cpu_backend *c;
     const struct moe_experts *ex;
     const struct tensor *ws;
     const int32_t *act; /* [n_act] the experts picked, in index order */
@@ -560,14 +644,15 @@ static struct tensor moe_cols(const struct moe_job *j, int32_t e, int64_t c0, in
 static void moe_up_task(void *ctx, int32_t task, int32_t worker)
 {
     const struct moe_job *j = ctx;
-    float *dq = dq_of(j->dq, j->dq_per_worker, worker);
+    float *dq = dq_of(j->c->dq, j->c->dq_per_worker, worker);
     const int32_t e = j->act[task / j->n_chunk];
     const int64_t j0 = (task % j->n_chunk) * j->chunk, j1 = j0 + j->chunk < j->inter ? j0 + j->chunk : j->inter;
     const struct tensor x = moe_cols(j, e, 0, j->hidden);
     struct tensor g = moe_cols(j, e, j->hidden, j->inter), u = moe_cols(j, e, j->hidden + j->inter, j->inter);
-    mm_rows(j->k, &u, &x, &j->ex->up[e], j0, j1, dq);
+    const struct q8_x q8 = q8_of(j->c, NULL, 0, worker);
+    mm_rows(j->c->k, &u, &x, &j->ex->up[e], j0, j1, dq, q8_takes(j->c, &j->ex->up[e]) ? &q8 : NULL);
     if (j->ex->gate)
-        mm_rows(j->k, &g, &x, &j->ex->gate[e], j0, j1, dq);
+        mm_rows(j->c->k, &g, &x, &j->ex->gate[e], j0, j1, dq, q8_takes(j->c, &j->ex->gate[e]) ? &q8 : NULL);
     for (int64_t t = 0; t < u.n_rows; t++) { /* cpu_swiglu's and cpu_relu2's arithmetic */
         float *a = f32_row(&u, t);
         const float *b = f32_row(&g, t);
@@ -583,7 +668,9 @@ static void moe_down_task(void *ctx, int32_t task, int32_t worker)
     const int64_t j0 = (task % j->n_chunk) * j->chunk, j1 = j0 + j->chunk < j->hidden ? j0 + j->chunk : j->hidden;
     const struct tensor u = moe_cols(j, e, j->hidden + j->inter, j->inter);
     struct tensor d = moe_cols(j, e, 2 * j->inter + j->hidden, j->hidden);
-    mm_rows(j->k, &d, &u, &j->ex->down[e], j0, j1, dq_of(j->dq, j->dq_per_worker, worker));
+    const struct q8_x q8 = q8_of(j->c, NULL, 0, worker);
+    mm_rows(j->c->k, &d, &u, &j->ex->down[e], j0, j1, dq_of(j->c->dq, j->c->dq_per_worker, worker),
+            q8_takes(j->c, &j->ex->down[e]) ? &q8 : NULL);
 }
 
 /* rows per task: about eight tasks a thread over all the experts' rows, a
@@ -619,7 +706,7 @@ static void moe_picks(struct cpu_backend *c, struct tensor *sum, const struct mo
             row[r * k + j] = p;
             memcpy(f32_row(mb->ws, p), f32_row(mb->h, r), (size_t)hidden * sizeof(float));
         }
-    struct moe_job job = {c->k, c->dq, c->dq_per_worker, ex, mb->ws, act, off, hidden, inter, moe_chunk(inter, n_act, nth), 0};
+    struct moe_job job = {c, ex, mb->ws, act, off, hidden, inter, moe_chunk(inter, n_act, nth), 0};
     job.n_chunk = (int32_t)((inter + job.chunk - 1) / job.chunk);
     pool_run(c->pool, moe_up_task, &job, n_act * job.n_chunk);
     job.chunk = moe_chunk(hidden, n_act, nth);
@@ -776,6 +863,8 @@ static void cpu_free(struct backend *be)
     free(c->att_acc);
     free(c->scratch);
     free(c->dq);
+    free(c->xq);
+    free(c->xq_own);
     free(c);
 }
 
@@ -830,6 +919,7 @@ struct backend *cpu_backend_init(int32_t n_threads, const struct kern *kern)
     }
     c->base.ops = &cpu_ops;
     c->k = kern ? kern : kern_best();
+    c->q8 = kern_q8_supported(c->k);
     c->pool = pool_init(n_threads);
     if (!c->pool) {
         free(c);

@@ -36,6 +36,16 @@ struct cpu_backend {
      * weights are bound so that no op allocates */
     float *dq;
     int64_t dq_per_worker;
+    /* the int8 path (kern.h's matmul_q8): taken for block-type weights unless
+     * the backend is precise; a product's activation rows rounded once into
+     * xq (grown to the largest batch), or, where that cannot grow and in the
+     * MoE tasks, a token tile at a time into each worker's xq_own
+     * ([workers][KERN_MAX_NX][widest such row], sized as the weights are bound) */
+    bool q8;
+    uint8_t *xq;
+    int64_t xq_cap;
+    uint8_t *xq_own;
+    int64_t xq_per_worker;
 };
 
 #define DQ_ROWS 4 /* weight rows dequantised at once: every token tile passes over them */

@@ -34,6 +34,17 @@ struct kern {
      * doing nothing, for a type the table has no such kernel for */
     int (*matmul_q)(enum dtype t, const float *x, int64_t x_stride, int32_t n_x, const void *w, int64_t w_stride,
                     int64_t k, float *out, int64_t out_stride, int64_t j0, int64_t j1);
+    /* The fast products over block-type weights (NULL where the table has
+     * none): q8_quant rounds one activation row of k fp32 values to int8
+     * blocks for weights of type t (the layout below, kern_q8_row_bytes(t, k)
+     * bytes); matmul_q8 multiplies n_x such rows (xq_stride bytes apart) by
+     * the weights' integer codes exactly in int32 and applies the weights'
+     * and activations' scales in fp32, per lane as below, so that every table
+     * gives the same bits; out and the other arguments as matmul_q. Returns 0,
+     * doing nothing, for a type the table has no such kernel for. */
+    void (*q8_quant)(enum dtype t, const float *x, int64_t k, void *xq);
+    int (*matmul_q8)(enum dtype t, const void *xq, int64_t xq_stride, int32_t n_x, const void *w, int64_t w_stride,
+                     int64_t k, float *out, int64_t out_stride, int64_t j0, int64_t j1);
     float (*dot)(const float *a, const float *b, int64_t n);
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a*x */
     void (*scale)(float *y, float a, int64_t n);                /* y *= a */
@@ -54,6 +65,60 @@ struct kern {
     void (*axpy_rows_bf16)(float *const *y, int32_t nq, const float *a, int32_t ld, const uint16_t *const *rows,
                            int32_t n, int64_t hd);
 };
+
+/* Activation rows for matmul_q8. A block's values x become q = round(x *
+ * 127 / amax) (ties to even; all zero when amax is 0) with d = amax / 127,
+ * amax the block's largest |x|. Q8_0 weights: blocks of 32, in pairs (one
+ * 64-byte vector of codes): corr[l] = -128 * (q[4l] + .. + q[4l + 3]) (the
+ * weights' codes are offset by 128 into unsigned bytes) and each lane's
+ * block scale. K-quants: blocks of 256 with the sums of each 16 values
+ * (natural order); the codes in the order the weights' 64-byte vectors hold
+ * their elements (kern_q8_elem). The kernels accumulate 16 fp32 lanes, lane
+ * l of a 64-code vector taking codes 4l..4l+3, and sum them as kern_q8_hsum. */
+struct kern_q8_pair {
+    int8_t q[64];
+    int32_t corr[16];
+    float d[16]; /* lanes 0-7 the first block's d, 8-15 the second's */
+};
+struct kern_q8_super {
+    int8_t q[256];
+    float d;
+    int16_t sum[16];
+    uint8_t pad[28];
+};
+_Static_assert(sizeof(struct kern_q8_pair) == 192 && sizeof(struct kern_q8_super) == 320, "q8 layouts");
+
+/* Bytes of one row of k activations for weights of type t, or 0 where no
+ * matmul_q8 kernel takes that type and width. */
+int64_t kern_q8_row_bytes(enum dtype t, int64_t k);
+/* The element of a 256-block that code p stands for: Q4_K and Q5_K hold
+ * each 64 elements' low nibbles (elements 64c..64c+31) and high nibbles in
+ * one 32-byte run, so a 64-byte vector is runs of 32 elements in the order
+ * 0, 2, 1, 3 (then 4, 6, 5, 7); Q6_K's are in order. */
+static inline int kern_q8_elem(enum dtype t, int p)
+{
+    static const int8_t run[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+    return t == DT_Q6_K ? p : 32 * run[p / 32] + p % 32;
+}
+/* The sum of 16 lanes in the kernels' order: halves, quarters, pairs. */
+static inline float kern_q8_hsum(const float *a)
+{
+    float b[8], c[4], e[2];
+    for (int i = 0; i < 8; i++)
+        b[i] = a[i] + a[i + 8];
+    for (int i = 0; i < 4; i++)
+        c[i] = b[i] + b[i + 4];
+    for (int i = 0; i < 2; i++)
+        e[i] = c[i] + c[i + 2];
+    return e[0] + e[1];
+}
+/* kern_vnni.c: the avx512 table's q8_quant and matmul_q8, with AVX512-VNNI's
+ * dot products of unsigned by signed bytes. */
+void kern_vnni_q8_quant(enum dtype t, const float *x, int64_t k, void *xq);
+int kern_vnni_matmul_q8(enum dtype t, const void *xq, int64_t xq_stride, int32_t n_x, const void *w, int64_t w_stride,
+                        int64_t k, float *out, int64_t out_stride, int64_t j0, int64_t j1);
+/* Whether the table's matmul_q8 runs on this CPU (the avx512 one needs VNNI). */
+int kern_q8_supported(const struct kern *k);
 
 /* e^x for x <= 0, the one formula every table uses (vector lanes and scalar
  * tails alike, so that a value does not depend on where it stands): round

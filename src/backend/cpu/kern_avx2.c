@@ -34,6 +34,8 @@
                       b)
 #define V_CVT(a) _mm256_cvtepi32_ps(a)
 #define KERN_JR 2
+#define KERN_Q8_QUANT NULL
+#define KERN_MATMUL_Q8 NULL
 #define KERN_NAME "avx2"
 #define KERN_TABLE kern_avx2
 #define KFN(x) avx2_##x

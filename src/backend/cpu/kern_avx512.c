@@ -33,6 +33,8 @@
 #define V_CVT(a) _mm512_cvtepi32_ps(a)
 #define V_LUT16(a, tab) _mm512_permutexvar_ps(a, tab)
 #define KERN_JR 4
+#define KERN_Q8_QUANT kern_vnni_q8_quant
+#define KERN_MATMUL_Q8 kern_vnni_matmul_q8
 #define KERN_NAME "avx512"
 #define KERN_TABLE kern_avx512
 #define KFN(x) avx512_##x

@@ -52,6 +52,142 @@ static int ref_matmul_q(enum dtype t, const float *x, int64_t x_stride, int32_t 
     return 1;
 }
 
+/* ---- the int8 path (kern.h): the arithmetic every matmul_q8 table has ---- */
+
+int64_t kern_q8_row_bytes(enum dtype t, int64_t k)
+{
+    switch (t) {
+    case DT_Q8_0: return k % 64 ? 0 : k / 64 * (int64_t)sizeof(struct kern_q8_pair);
+    case DT_Q4_K:
+    case DT_Q6_K: return k % QK_K ? 0 : k / QK_K * (int64_t)sizeof(struct kern_q8_super);
+    default: return 0;
+    }
+}
+
+/* n values rounded to q with the block's d (kern.h) */
+static float ref_q8_block(const float *x, int n, int8_t *q)
+{
+    float amax = 0;
+    for (int i = 0; i < n; i++)
+        amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+    const float id = amax > 0 ? 127.0f / amax : 0.0f;
+    for (int i = 0; i < n; i++)
+        q[i] = (int8_t)nearbyintf(x[i] * id);
+    return amax / 127.0f;
+}
+
+static void ref_q8_quant(enum dtype t, const float *x, int64_t k, void *xq)
+{
+    if (t == DT_Q8_0) {
+        struct kern_q8_pair *p = xq;
+        for (int64_t i = 0; i < k / 64; i++, p++) {
+            const float d0 = ref_q8_block(x + 64 * i, 32, p->q), d1 = ref_q8_block(x + 64 * i + 32, 32, p->q + 32);
+            for (int l = 0; l < 16; l++) {
+                p->corr[l] = -128 * (p->q[4 * l] + p->q[4 * l + 1] + p->q[4 * l + 2] + p->q[4 * l + 3]);
+                p->d[l] = l < 8 ? d0 : d1;
+            }
+        }
+        return;
+    }
+    struct kern_q8_super *s = xq;
+    for (int64_t i = 0; i < k / QK_K; i++, s++) {
+        int8_t q[QK_K];
+        s->d = ref_q8_block(x + QK_K * i, QK_K, q);
+        for (int p = 0; p < QK_K; p++)
+            s->q[p] = q[kern_q8_elem(t, p)];
+        for (int g = 0; g < 16; g++) {
+            int sum = 0;
+            for (int e = 0; e < 16; e++)
+                sum += q[16 * g + e];
+            s->sum[g] = (int16_t)sum;
+        }
+        memset(s->pad, 0, sizeof s->pad);
+    }
+}
+
+/* A K-quant block's code of element e and its group's integer scale (the
+ * group of 32 for Q4_K, of 16 for Q6_K) */
+static int ref_q8_code(enum dtype t, const void *blk, int e, int *scale)
+{
+    if (t == DT_Q4_K) {
+        const struct block_q4_k *b = blk;
+        int m;
+        block_k4_scale_min(b->scales, e / 32, scale, &m);
+        return b->qs[32 * (e / 64) + e % 32] >> (4 * (e % 64 / 32)) & 15;
+    }
+    const struct block_q6_k *b = blk;
+    const int h = e / 128, r = e % 128, l = r % 32, part = r / 32;
+    *scale = b->scales[e / 16];
+    const int lo = b->ql[64 * h + l + 32 * (part % 2)] >> (4 * (part / 2)) & 15;
+    return lo | (b->qh[32 * h + l] >> (2 * part) & 3) << 4;
+}
+
+/* One row of weights by one activation row: per block the integer lanes
+ * I[16], then in fp32 acc = fma(I, d * dx, acc) (Q4_K: then the mins' lanes,
+ * acc = fma(M, -(dmin * dx), acc)), the sum of the lanes at the end. */
+static float ref_q8_row(enum dtype t, const void *xq, const uint8_t *w, int64_t k)
+{
+    float acc[16] = {0};
+    if (t == DT_Q8_0) {
+        const struct kern_q8_pair *p = xq;
+        const struct block_q8_0 *b = (const struct block_q8_0 *)w;
+        for (int64_t i = 0; i < k / 64; i++, p++)
+            for (int l = 0; l < 16; l++) {
+                const struct block_q8_0 *bl = b + 2 * i + l / 8;
+                int32_t dp = p->corr[l];
+                for (int e = 0; e < 4; e++)
+                    dp += (bl->qs[4 * (l % 8) + e] + 128) * p->q[4 * l + e];
+                acc[l] = fmaf((float)dp, f16_to_f32(bl->d) * p->d[l], acc[l]);
+            }
+        return kern_q8_hsum(acc);
+    }
+    const struct kern_q8_super *s = xq;
+    const size_t bb = dtype_block_bytes(t);
+    for (int64_t i = 0; i < k / QK_K; i++, s++) {
+        const void *blk = w + (size_t)i * bb;
+        int32_t I[16] = {0}, M[16] = {0};
+        for (int p = 0; p < QK_K; p++) {
+            int sc;
+            const int q = ref_q8_code(t, blk, kern_q8_elem(t, p), &sc);
+            I[p % 64 / 4] += sc * q * s->q[p];
+        }
+        float d, dm = 0;
+        if (t == DT_Q4_K) {
+            const struct block_q4_k *b = blk;
+            d = f16_to_f32(b->d);
+            dm = f16_to_f32(b->dmin);
+            for (int j = 0; j < 8; j++) {
+                int sc, m;
+                block_k4_scale_min(b->scales, j, &sc, &m);
+                M[j] = m * (s->sum[2 * j] + s->sum[2 * j + 1]);
+            }
+        } else {
+            const struct block_q6_k *b = blk;
+            d = f16_to_f32(b->d);
+            for (int j = 0; j < 8; j++) /* the codes' offset of 32 */
+                I[j] -= 32 * (b->scales[2 * j] * s->sum[2 * j] + b->scales[2 * j + 1] * s->sum[2 * j + 1]);
+        }
+        for (int l = 0; l < 16; l++)
+            acc[l] = fmaf((float)I[l], d * s->d, acc[l]);
+        if (t == DT_Q4_K)
+            for (int l = 0; l < 16; l++)
+                acc[l] = fmaf((float)M[l], -(dm * s->d), acc[l]);
+    }
+    return kern_q8_hsum(acc);
+}
+
+static int ref_matmul_q8(enum dtype t, const void *xq, int64_t xq_stride, int32_t n_x, const void *w,
+                         int64_t w_stride, int64_t k, float *out, int64_t out_stride, int64_t j0, int64_t j1)
+{
+    if (!kern_q8_row_bytes(t, k))
+        return 0;
+    for (int32_t i = 0; i < n_x; i++)
+        for (int64_t j = j0; j < j1; j++)
+            out[i * out_stride + j] = ref_q8_row(t, (const uint8_t *)xq + i * xq_stride,
+                                                 (const uint8_t *)w + dtype_bytes(t, j * w_stride), k);
+    return 1;
+}
+
 static float ref_dot(const float *a, const float *b, int64_t n)
 {
     float s = 0;
@@ -143,9 +279,9 @@ static void ref_axpy_rows_bf16(float *const *y, int32_t nq, const float *a, int3
 }
 
 const struct kern kern_ref = {
-    "ref",     ref_matmul_bf16, ref_matmul_f16, ref_matmul_f32, quant_dequant,   ref_matmul_q,    ref_dot,  ref_axpy,
-    ref_scale, ref_sumsq,       ref_scores,     ref_exp_sum,    ref_axpy_rows,   ref_scores_bf16,
-    ref_axpy_rows_bf16,
+    "ref",           ref_matmul_bf16, ref_matmul_f16, ref_matmul_f32, quant_dequant, ref_matmul_q,
+    ref_q8_quant,    ref_matmul_q8,   ref_dot,        ref_axpy,       ref_scale,     ref_sumsq,
+    ref_scores,      ref_exp_sum,     ref_axpy_rows,  ref_scores_bf16, ref_axpy_rows_bf16,
 };
 
 /* F16C from cpuid itself: clang before 16 does not know it in __builtin_cpu_supports. */
@@ -164,6 +300,12 @@ int kern_supported(const struct kern *k)
     if (k == &kern_avx2)
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     return 1;
+}
+
+int kern_q8_supported(const struct kern *k)
+{
+    __builtin_cpu_init();
+    return k->matmul_q8 && kern_supported(k) && (k != &kern_avx512 || __builtin_cpu_supports("avx512vnni"));
 }
 
 const struct kern *kern_best(void)
