@@ -9,10 +9,11 @@
  *
  * Up to CUDA_SMALL_N tokens (decoding, KFlash trees), and every batch on a
  * precise backend, k_mmq: a warp per weight row, a lane per unit in turn,
- * each token's sum an fp32 fma chain in unit order and the lanes' sums added
- * by a fixed butterfly, so a token's bits never depend on the batch (a tree
- * reproduces plain decoding). Tokens come in tiles of up to 8 per pass over
- * the weights (grid y over the tiles).
+ * the activations staged in shared memory a chunk at a time, each token's
+ * sum an fp32 fma chain in unit order and the lanes' sums added by a fixed
+ * butterfly, so a token's bits never depend on the batch (a tree reproduces
+ * plain decoding). Tokens come in tiles of up to 8 per pass over the weights
+ * (grid y over the tiles).
  *
  * Larger batches (prefill) dequantise the weight, a slice of rows at a time,
  * to bf16 in scratch and run cuBLAS on activations rounded to bf16 once, as
@@ -44,7 +45,7 @@ static_assert(sizeof(block_q6_k) == 210 && offsetof(block_q6_k, qh) == 128 && of
 static_assert(sizeof(block_iq4_xs) == 136 && offsetof(block_iq4_xs, qs) == 8, "iq4_xs");
 static_assert(sizeof(block_iq2_xxs) == 66, "iq2_xxs");
 
-#define MMQ_WARPS 8                   /* rows a block of k_mmq */
+#define MMQ_WARPS 16                  /* rows a block of k_mmq (the staged activations shared by as many) */
 #define MMQ_NT 8                      /* tokens a pass at most */
 #define MMQ_DQ_BYTES ((size_t)64 << 20) /* bf16 scratch of the prefill's dequantised slice */
 
@@ -284,30 +285,63 @@ struct mmq_args {
     bool accumulate;
 };
 
-/* A warp's row wr (K elements) times the nt <= NT token rows x[t] into
- * lane 0's out[t] (+)= the sums: each token's an fma chain in unit order,
- * the lanes' sums added by a fixed butterfly. */
+/* The block's token rows x[t], t < nt, a chunk of MMQ_CHUNK units at a
+ * time, staged in shared memory by all its threads (coalesced), each unit's
+ * 32 floats padded to 36 so that the lanes' float4 reads of their own units
+ * (a unit a lane) fall in distinct banks; read straight from global memory
+ * they would be 32 scattered lines per load. */
+#define MMQ_CHUNK 32
+#define MMQ_UPAD 36
+
+template <int NT>
+static __device__ __forceinline__ void mmq_stage(float (*sx)[MMQ_CHUNK * MMQ_UPAD], const float *const *x, int nt,
+                                                 int32_t u0, int32_t nu, bool vec)
+{
+#pragma unroll
+    for (int t = 0; t < NT; t++) /* t unrolled: x[t] stays in registers */
+        for (int p = threadIdx.x; t < nt && p < MMQ_CHUNK * 8; p += blockDim.x) {
+            const int u = p / 8, q = p % 8;
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (u0 + u < nu) {
+                const float *src = x[t] + (int64_t)(u0 + u) * 32 + 4 * q;
+                v = vec ? *(const float4 *)src : make_float4(src[0], src[1], src[2], src[3]);
+            }
+            *(float4 *)&sx[t][u * MMQ_UPAD + 4 * q] = v;
+        }
+}
+
+/* A warp's row wr (K elements, live: a row of the weight) times the block's
+ * nt <= NT token rows x[t] into lane 0's out[t] (+)= the sums: each token's
+ * an fma chain in unit order, the lanes' sums added by a fixed butterfly.
+ * Every warp of the block calls it (the staging's barriers). */
 template <int T, int NT>
-static __device__ __forceinline__ void mmq_row(const uint8_t *__restrict__ wr, const float *const *x, int nt, int32_t K,
-                                               bool vec, float *const *out, bool accumulate)
+static __device__ __forceinline__ void mmq_row(float (*sx)[MMQ_CHUNK * MMQ_UPAD], const uint8_t *__restrict__ wr,
+                                               bool live, const float *const *x, int nt, int32_t K, bool vec,
+                                               float *const *out, bool accumulate)
 {
     const int lane = threadIdx.x & 31;
+    const int32_t nu = K / 32;
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++)
         acc[t] = 0.0f;
-    for (int32_t u = lane; u < K / 32; u += 32) {
+    for (int32_t u0 = 0; u0 < nu; u0 += MMQ_CHUNK) {
+        __syncthreads(); /* the previous chunk is read */
+        mmq_stage<NT>(sx, x, nt, u0, nu, vec);
+        __syncthreads();
+        const int32_t u = u0 + lane;
+        if (!live || u >= nu)
+            continue;
         float v[32];
         dq32<T>(wr, u, v);
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t >= nt)
                 break;
-            const float *xp = x[t] + (int64_t)u * 32;
+            const float *xs = &sx[t][lane * MMQ_UPAD];
 #pragma unroll
             for (int q = 0; q < 8; q++) {
-                const float4 xv = vec ? ((const float4 *)xp)[q]
-                                      : make_float4(xp[4 * q], xp[4 * q + 1], xp[4 * q + 2], xp[4 * q + 3]);
+                const float4 xv = *(const float4 *)&xs[4 * q];
                 acc[t] = fmaf(v[4 * q], xv.x, acc[t]);
                 acc[t] = fmaf(v[4 * q + 1], xv.y, acc[t]);
                 acc[t] = fmaf(v[4 * q + 2], xv.z, acc[t]);
@@ -319,7 +353,7 @@ static __device__ __forceinline__ void mmq_row(const uint8_t *__restrict__ wr, c
     for (int t = 0; t < NT; t++)
         for (int o = 16; o > 0; o >>= 1)
             acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], o);
-    if (lane == 0)
+    if (live && lane == 0)
 #pragma unroll
         for (int t = 0; t < NT; t++)
             if (t < nt)
@@ -329,19 +363,19 @@ static __device__ __forceinline__ void mmq_row(const uint8_t *__restrict__ wr, c
 /* out (+)= x . w^T for the tokens of tile blockIdx.y (NT a tile), a warp a row */
 template <int T, int NT> __global__ void __launch_bounds__(MMQ_WARPS * 32) k_mmq(const __grid_constant__ mmq_args a)
 {
+    __shared__ __align__(16) float sx[NT][MMQ_CHUNK * MMQ_UPAD];
     grid_dep_wait();
     const int64_t r = (int64_t)blockIdx.x * MMQ_WARPS + threadIdx.x / 32;
     const int32_t t0 = blockIdx.y * NT, nt = min(NT, a.n - t0);
-    if (r < a.M) {
-        const float *x[NT];
-        float *o[NT];
+    const bool live = r < a.M;
+    const float *x[NT];
+    float *o[NT];
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            x[t] = a.x + (int64_t)(t0 + t) * a.xs;
-            o[t] = a.out + (int64_t)(t0 + t) * a.os + r;
-        }
-        mmq_row<T, NT>(a.w + r * a.wrow, x, nt, a.K, a.vec, o, a.accumulate);
+    for (int t = 0; t < NT; t++) {
+        x[t] = a.x + (int64_t)(t0 + t) * a.xs;
+        o[t] = a.out + (int64_t)(t0 + t) * a.os + r;
     }
+    mmq_row<T, NT>(sx, a.w + (live ? r : 0) * a.wrow, live, x, nt, a.K, a.vec, o, a.accumulate);
     grid_dep_launch();
 }
 
@@ -362,23 +396,25 @@ struct mmq_grp_args {
 /* slot blockIdx.z's compact rows (tile blockIdx.y) through its expert, a warp a row */
 template <int T, int NT> __global__ void __launch_bounds__(MMQ_WARPS * 32) k_mmq_grp(const __grid_constant__ mmq_grp_args a)
 {
+    __shared__ __align__(16) float sx[NT][MMQ_CHUNK * MMQ_UPAD];
     grid_dep_wait(); /* the plan is an earlier kernel's output */
     const int32_t z = blockIdx.z, *beg = a.plan + MOE_PLAN_BEG(a.max_act);
+    if (z >= a.plan[0])
+        return; /* the whole block: an inactive slot */
+    const int32_t base = beg[z] + blockIdx.y * NT, nt = min(NT, beg[z + 1] - base);
+    if (nt <= 0)
+        return;
     const int64_t r = (int64_t)blockIdx.x * MMQ_WARPS + threadIdx.x / 32;
-    if (z < a.plan[0] && r < a.M) {
-        const int32_t base = beg[z] + blockIdx.y * NT, nt = min(NT, beg[z + 1] - base);
-        if (nt > 0) {
-            const float *x[NT];
-            float *o[NT];
+    const bool live = r < a.M;
+    const float *x[NT];
+    float *o[NT];
 #pragma unroll
-            for (int t = 0; t < NT; t++) {
-                const int32_t p = base + min(t, nt - 1);
-                x[t] = a.x + (int64_t)(a.gather ? a.plan[MOE_PLAN_ROWS(a.max_act) + p] : p) * a.xs;
-                o[t] = a.out + (int64_t)p * a.os + r;
-            }
-            mmq_row<T, NT>(a.ew[a.plan[MOE_PLAN_EXPERT + z]] + r * a.wrow, x, nt, a.K, a.vec, o, false);
-        }
+    for (int t = 0; t < NT; t++) {
+        const int32_t p = base + min(t, nt - 1);
+        x[t] = a.x + (int64_t)(a.gather ? a.plan[MOE_PLAN_ROWS(a.max_act) + p] : p) * a.xs;
+        o[t] = a.out + (int64_t)p * a.os + r;
     }
+    mmq_row<T, NT>(sx, a.ew[a.plan[MOE_PLAN_EXPERT + z]] + (live ? r : 0) * a.wrow, live, x, nt, a.K, a.vec, o, false);
     grid_dep_launch();
 }
 
