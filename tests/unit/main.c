@@ -20,6 +20,7 @@ int test_failures;
     X(test_quant_dequant_tables)                                                                               \
     X(test_quant_roundtrip_error)                                                                              \
     X(test_quant_cpu_matmul)                                                                                   \
+    X(test_fp8_e4m3_codes)                                                                                     \
     X(test_gguf_model_golden)                                                                                  \
     X(test_gguf_model_dequant_equal)                                                                           \
     X(test_gguf_model_device)                                                                                  \
