@@ -22,6 +22,7 @@ int test_failures;
     X(test_quant_cpu_matmul)                                                                                   \
     X(test_fp8_e4m3_codes)                                                                                     \
     X(test_fp8_logits)                                                                                         \
+    X(test_fp8_device)                                                                                         \
     X(test_fp8_quantize)                                                                                       \
     X(test_fp8_errors)                                                                                         \
     X(test_gguf_model_golden)                                                                                  \

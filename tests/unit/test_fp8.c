@@ -75,15 +75,15 @@ static const char *fp8_data(const char *name)
     return p;
 }
 
-/* The logits of all 40 positions of a fixed prompt on the cpu backend. */
-static int logits_of(const char *path, float **out, int32_t *V, int32_t *n_dequant)
+/* The logits of all 40 positions of a fixed prompt on backend be (freed here),
+ * and the dequantised copies the model keeps. */
+static int logits_on(const char *path, struct backend *be, float **out, int32_t *V, int32_t *n_dequant)
 {
-    struct backend *be = cpu_backend_init(2, NULL);
     struct model m;
     struct engine e;
     int rc = -1;
     *out = NULL;
-    if (model_load(&m, path, be, NULL) != 0)
+    if (!be || model_load(&m, path, be, NULL) != 0)
         goto done;
     *n_dequant = m.n_dequant;
     if (engine_init(&e, &m, 256, 1, 64, 64, 0, DT_F32) != 0) {
@@ -108,8 +108,14 @@ static int logits_of(const char *path, float **out, int32_t *V, int32_t *n_dequa
     engine_free(&e);
     model_free(&m);
 done:
-    be->ops->free(be);
+    if (be)
+        be->ops->free(be);
     return rc;
+}
+
+static int logits_of(const char *path, float **out, int32_t *V, int32_t *n_dequant)
+{
+    return logits_on(path, cpu_backend_init(2, NULL), out, V, n_dequant);
 }
 
 static const char *const fp8_archs[] = {"qwen3", "qwen3_moe"};
@@ -132,6 +138,29 @@ void test_fp8_logits(void)
               "checkpoint's", fp8_archs[a]);
         /* the cpu uses the BF16 copies in place: the model keeps them; nothing to copy from a BF16 checkpoint */
         CHECK(nq >= 14 && nd == 0, "%s: %d and %d dequantised copies kept", fp8_archs[a], (int)nq, (int)nd);
+        free(lq);
+        free(ld);
+    }
+}
+
+/* The same on the test device (KAPITSA_TEST_DEVICE): a backend that keeps its
+ * own copy of the weights (a GPU's) leaves the model none of the BF16 ones. */
+void test_fp8_device(void)
+{
+    for (size_t a = 0; a < sizeof fp8_archs / sizeof fp8_archs[0]; a++) {
+        char q[128], d[128];
+        snprintf(q, sizeof q, "%s_fp8", fp8_archs[a]);
+        snprintf(d, sizeof d, "%s_fp8_dequant", fp8_archs[a]);
+        float *lq = NULL, *ld = NULL;
+        int32_t n = 0, nq = 0, nd = 0;
+        struct backend *be = test_backend();
+        const bool cpu = be && strcmp(be->ops->name, "cpu") == 0;
+        CHECK(logits_on(fp8_data(q), be, &lq, &n, &nq) == 0 &&
+                  logits_on(fp8_data(d), test_backend(), &ld, &n, &nd) == 0,
+              "%s: %s", fp8_archs[a], err_msg());
+        CHECK(lq && ld && memcmp(lq, ld, (size_t)n * sizeof(float)) == 0, "%s: logits differ from the dequantised "
+              "checkpoint's", fp8_archs[a]);
+        CHECK(cpu ? nq > 0 : nq == 0, "%s: %d dequantised copies kept", fp8_archs[a], (int)nq);
         free(lq);
         free(ld);
     }
