@@ -52,7 +52,7 @@ variant("overlap", edit_st=lambda h: h["model.norm.weight"].__setitem__("data_of
     h[Q]["data_offsets"][0] + 2, h[Q]["data_offsets"][0] + 2 + 128]))
 variant("missing_tensor", edit_st=lambda h: h.pop("model.layers.1.mlp.up_proj.weight"))
 variant("wrong_shape", edit_st=lambda h: h[Q].__setitem__("shape", [64, 128]))
-variant("unknown_dtype", edit_st=lambda h: h[Q].__setitem__("dtype", "F8_E4M3"))
+variant("unknown_dtype", edit_st=lambda h: h[Q].__setitem__("dtype", "F8_E5M2"))
 variant("int_weights", edit_st=lambda h: h["model.norm.weight"].update(
     dtype="I32", shape=[32]))
 variant("no_hidden_size", edit_cfg=cfg_json(lambda c: c.pop("hidden_size")))

@@ -72,7 +72,7 @@ expect "offsets past the end" 1 "model.safetensors" "q_proj.weight" "outside" --
 expect "overlapping tensors" 1 "model.safetensors" "overlap" "q_proj.weight" -- "$bin" check "$b/overlap"
 expect "missing tensor" 1 "missing tensor 'model.layers.1.mlp.up_proj.weight'" -- "$bin" check "$b/missing_tensor"
 expect "wrong shape" 1 "q_proj.weight' has shape [64, 128], expected [128, 64]" -- "$bin" check "$b/wrong_shape"
-expect "unknown dtype" 1 "unsupported dtype 'F8_E4M3'" "q_proj.weight" -- "$bin" check "$b/unknown_dtype"
+expect "unknown dtype" 1 "unsupported dtype 'F8_E5M2'" "q_proj.weight" -- "$bin" check "$b/unknown_dtype"
 expect "integer weights" 1 "model.norm.weight' has dtype I32" -- "$bin" check "$b/int_weights"
 expect "config without hidden_size" 1 "config.json" "missing field 'hidden_size'" -- "$bin" check "$b/no_hidden_size"
 expect "malformed config" 1 "config.json" -- "$bin" check "$b/bad_json"

@@ -33,7 +33,7 @@ group_unit() {
     run build/test_unit
     # with a GPU: the model, scheduler and KFlash tests again on the cuda backend
     if build/kapitsa run --device cuda --max-tokens 1 x >/dev/null 2>&1; then
-        for t in test_model test_sched test_spec test_gguf_model_device; do KAPITSA_TEST_DEVICE=cuda run build/test_unit $t; done
+        for t in test_model test_sched test_spec test_gguf_model_device test_fp8_device; do KAPITSA_TEST_DEVICE=cuda run build/test_unit $t; done
     fi
     run build/asan/test_unit
 }

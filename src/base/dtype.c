@@ -10,6 +10,7 @@ const struct dtype_traits dtype_traits[DT_COUNT] = {
     [DT_F16] = {"F16", 1, 1, 2},
     [DT_BF16] = {"BF16", 30, 1, 2},
     [DT_I32] = {"I32", 26, 1, 4},
+    [DT_F8_E4M3] = {"F8_E4M3", -1, 1, 1}, /* GGUF has no such type */
     [DT_Q4_0] = {"Q4_0", 2, 32, 18},
     [DT_Q4_1] = {"Q4_1", 3, 32, 20},
     [DT_Q5_0] = {"Q5_0", 6, 32, 22},

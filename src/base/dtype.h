@@ -1,7 +1,8 @@
 /* dtype: element types of stored tensors and their conversions to fp32.
  *
  * BF16 is the upper half of an IEEE binary32; F16 is IEEE binary16
- * (converted exactly, subnormals included). Weights stay in their stored
+ * (converted exactly, subnormals included); F8_E4M3 is OCP FP8 E4M3
+ * (torch.float8_e4m3fn). Weights stay in their stored
  * type; every kernel widens to fp32 before it computes.
  *
  * The block types (Q8_0 ... IQ2_XXS) are GGUF's: a row is a run of blocks,
@@ -25,6 +26,7 @@ enum dtype {
     DT_F16,
     DT_BF16,
     DT_I32,
+    DT_F8_E4M3, /* FP8 of Hugging Face's FP8 checkpoints: read at load (src/model/fp8.h), never a backend's type */
     DT_N_PLAIN, /* the types above are one element a unit; safetensors stores only these */
     DT_Q4_0 = DT_N_PLAIN,
     DT_Q4_1,
@@ -74,6 +76,26 @@ int dtype_parse(const char *name, enum dtype *out);
 static inline float bf16_to_f32(uint16_t h)
 {
     uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* FP8 E4M3: sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is
+ * subnormal (m * 2^-9); no infinities: S.1111.111 is NaN, S.1111.110 is
+ * +-448, the largest. Every value is exact in fp32. */
+static inline float f8e4m3_to_f32(uint8_t b)
+{
+    const uint32_t sign = (uint32_t)(b & 0x80u) << 24, exp = (b >> 3) & 0xfu, man = b & 7u;
+    uint32_t u;
+    if ((b & 0x7fu) == 0x7fu)
+        u = sign | 0x7fc00000u;
+    else if (exp != 0)
+        u = sign | ((exp + 120u) << 23) | (man << 20);
+    else {
+        const float f = (float)man * (1.0f / 512.0f);
+        return sign ? -f : f;
+    }
     float f;
     memcpy(&f, &u, 4);
     return f;

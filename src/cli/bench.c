@@ -84,16 +84,26 @@ static double expert_share(const struct model_config *c, int32_t S)
     return (double)n / E;
 }
 
+/* The block scales of an FP8 checkpoint's weights: used at load, never read by a step. */
+static bool fp8_scale(const struct model_config *c, const struct st_tensor *t)
+{
+    const size_t n = strlen(t->name);
+    return c->fp8_block[0] && n > 10 && strcmp(t->name + n - 10, "_scale_inv") == 0;
+}
+
 /* Bytes of weights a decode step of S tokens reads: the decoder's tensors and
  * the LM head (not the input embedding table: one row of it; not vision or
- * MTP tensors a checkpoint may carry), routed experts at their share. */
+ * MTP tensors a checkpoint may carry), routed experts at their share. FP8
+ * weights count as the BF16 copies the backends run (fp8.h). */
 static double decode_bytes(const struct model *m, int32_t S)
 {
     const struct model_config *c = &m->cfg;
     double total = 0;
     for (int32_t i = 0; i < m->st.n_tensors; i++) {
         const struct st_tensor *t = &m->st.tensors[i];
-        double b = (double)t->n_bytes;
+        double b = (double)t->n_bytes * (t->type == DT_F8_E4M3 ? 2 : 1);
+        if (fp8_scale(c, t))
+            continue;
         const bool head = strcmp(t->name, "lm_head.weight") == 0;
         if (!head && strncmp(t->name, c->prefix, strlen(c->prefix)) != 0)
             continue;
@@ -133,7 +143,8 @@ static double prefill_flops(const struct model *m, int64_t n)
     double w = 0;
     for (int32_t i = 0; i < m->st.n_tensors; i++) {
         const struct st_tensor *t = &m->st.tensors[i];
-        if (t->n_dim != 2 || strncmp(t->name, c->prefix, strlen(c->prefix)) != 0 || t == m->embed_stored)
+        if (t->n_dim != 2 || strncmp(t->name, c->prefix, strlen(c->prefix)) != 0 || t == m->embed_stored ||
+            fp8_scale(c, t))
             continue;
         double e = (double)t->shape[0] * (double)t->shape[1];
         if (strstr(t->name, ".experts."))

@@ -368,6 +368,34 @@ static int cfg_nemotron(struct cfg_reader *r, json_t *root, struct model_config 
     return 0;
 }
 
+/* quantization_config: Hugging Face's block-scaled FP8 alone (what fp8.h reads). */
+static int cfg_quant(struct cfg_reader *r, struct model_config *c)
+{
+    json_t *q = cfg_get(r, r->root, "quantization_config", 0);
+    if (!q)
+        return 0;
+    const char *method = json_string_value(json_object_get(q, "quant_method"));
+    const char *fmt = json_string_value(json_object_get(q, "fmt"));
+    json_t *bs = json_object_get(q, "weight_block_size");
+    if (!json_is_object(q) || !method)
+        return err_set("config: %s: quantization_config must be an object with a quant_method", r->path);
+    if (strcmp(method, "fp8") != 0)
+        return err_set("config: %s: quantization_config.quant_method '%s' is not supported (fp8)", r->path, method);
+    if (json_object_get(q, "fmt") && (!fmt || strcmp(fmt, "e4m3") != 0))
+        return err_set("config: %s: quantization_config.fmt must be \"e4m3\"", r->path);
+    if (!json_is_array(bs) || json_array_size(bs) != 2)
+        return err_set("config: %s: quantization_config.weight_block_size must be [rows, cols] (FP8 with a scale "
+                       "per tensor or per row is not supported)", r->path);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *v = json_array_get(bs, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1 << 20)
+            return err_set("config: %s: quantization_config.weight_block_size must be two integers in [1, %d]",
+                           r->path, 1 << 20);
+        c->fp8_block[i] = (int32_t)json_integer_value(v);
+    }
+    return 0;
+}
+
 static int cfg_parse(struct cfg_reader *r, struct model_config *c)
 {
     json_t *root = r->root;
@@ -445,6 +473,8 @@ static int cfg_parse(struct cfg_reader *r, struct model_config *c)
         c->n_rec_layer += c->layer_mixer[l] == MIX_DELTA || c->layer_mixer[l] == MIX_MAMBA;
     }
     c->route_spread = c->n_expert > 0 && cfg_bool(r, r->root, "kapitsa_route_spread", 0);
+    if (cfg_quant(r, c) != 0)
+        return -1;
     c->bos_id = cfg_int(r, root, "bos_token_id", 0, -1, 0, INT32_MAX);
     cfg_eos(r, root, c);
     if (root != r->root) {

@@ -82,6 +82,10 @@ struct model_config {
     float routed_scale;
     bool route_spread;        /* kapitsa synth's checkpoints: MOE_SPREAD_ID's picks (backend.h says why) */
 
+    /* quantization_config {"quant_method": "fp8", "weight_block_size": [rows, cols]}:
+     * the block of one weight_scale_inv entry (fp8.h); 0 0 for an unquantised checkpoint */
+    int32_t fp8_block[2];
+
     int32_t bos_id;           /* -1 if none */
     int32_t n_eos;
     int32_t eos_id[CFG_MAX_EOS];

@@ -7,6 +7,7 @@
 #include "../base/err.h"
 #include "../base/pool.h"
 #include "../quant/quant.h"
+#include "fp8.h"
 #include "gguf.h"
 #include "imatrix.h"
 #include "model.h"
@@ -478,9 +479,11 @@ struct fill_ctx {
 /* one task: rows [r0, r1) of slice e of a tensor, source values to fp32 then the written type */
 struct rows_job {
     const struct plan_tensor *t;
+    const struct fp8_weight *fp8; /* [n_src] the scales of the F8_E4M3 sources, or NULL when there are none */
     uint8_t *dst;
     int64_t rows_per_task;
     float *scratch; /* [threads][cols] */
+    uint16_t *bf16; /* [threads][cols] with fp8 */
     const float *imp; /* [experts][cols] importance, or NULL */
     int failed;
 };
@@ -496,7 +499,13 @@ static void rows_task(void *ctx, int32_t task, int32_t worker)
         const int64_t e = r / rows, row = r % rows;
         const struct st_tensor *s = t->src[e];
         const int64_t src_row = t->fused ? e * s->shape[1] + t->row0 + row : row;
-        quant_dequant(s->type, (const char *)s->data + dtype_bytes(s->type, src_row * cols), cols, x);
+        if (s->type == DT_F8_E4M3) { /* the BF16 values a model loads from it */
+            uint16_t *h = j->bf16 + worker * cols;
+            fp8_rows_bf16(&j->fp8[e], src_row, 1, h);
+            quant_dequant(DT_BF16, h, cols, x);
+        } else {
+            quant_dequant(s->type, (const char *)s->data + dtype_bytes(s->type, src_row * cols), cols, x);
+        }
         const float *imp = j->imp ? j->imp + e * cols : NULL;
         if (quant_quantize(t->type, x, cols, imp, j->dst + dtype_bytes(t->type, r * cols)) != 0)
             j->failed = 1;
@@ -519,13 +528,25 @@ static void fill(void *ctx, int32_t i, void *buf, size_t n_bytes)
         }
     } else {
         const int32_t nth = pool_n_threads(f->pool);
-        struct rows_job j = {t, buf, per / (nth * 16) > 0 ? per / (nth * 16) : 1, NULL, NULL, 0};
+        struct rows_job j = {t, NULL, buf, per / (nth * 16) > 0 ? per / (nth * 16) : 1, NULL, NULL, NULL, 0};
         j.scratch = malloc((size_t)(cols * nth) * sizeof(float));
         const bool want_imp = f->o->im && dtype_is_block(t->type);
         float *imp = want_imp ? malloc((size_t)(cols * t->ne[2]) * sizeof(float)) : NULL;
-        if (!j.scratch || (want_imp && !imp)) {
+        /* FP8 sources (checked when the source was opened): their scales, a row of BF16 a worker */
+        bool any_fp8 = false, fp8_ok = true;
+        for (int32_t s = 0; s < t->n_src; s++)
+            any_fp8 |= t->src[s]->type == DT_F8_E4M3;
+        struct fp8_weight *fp8 = any_fp8 ? calloc((size_t)t->n_src, sizeof *fp8) : NULL;
+        for (int32_t s = 0; fp8 && s < t->n_src; s++)
+            if (t->src[s]->type == DT_F8_E4M3)
+                fp8_ok &= fp8_find(&f->p->st, &f->p->cfg, t->src[s], &fp8[s]) == 0;
+        j.fp8 = fp8;
+        j.bf16 = fp8 ? malloc((size_t)(cols * nth) * sizeof(uint16_t)) : NULL;
+        if (!j.scratch || (want_imp && !imp) || (any_fp8 && (!fp8 || !j.bf16 || !fp8_ok))) {
             free(j.scratch);
             free(imp);
+            free(fp8);
+            free(j.bf16);
             f->failed = 1;
             memset(buf, 0, n_bytes);
             return;
@@ -540,6 +561,8 @@ static void fill(void *ctx, int32_t i, void *buf, size_t n_bytes)
         pool_run(f->pool, rows_task, &j, (int32_t)((per + j.rows_per_task - 1) / j.rows_per_task));
         free(j.scratch);
         free(imp);
+        free(fp8);
+        free(j.bf16);
         f->failed |= j.failed;
     }
     f->done_bytes += n_bytes;

@@ -3,6 +3,7 @@
 #include "model.h"
 
 #include "../base/err.h"
+#include "fp8.h"
 #include "gguf_hf.h"
 #include "nemotron_h.h"
 #include "qwen3.h"
@@ -37,7 +38,7 @@ int model_source_open(const char *path, struct model_config *c, struct safetenso
 {
     memset(g, 0, sizeof *g);
     if (!gguf_hf_is_gguf(path))
-        return config_load(c, path) != 0 || st_open_dir(st, path) != 0 ? -1 : 0;
+        return config_load(c, path) != 0 || st_open_dir(st, path) != 0 || fp8_check(st, c) != 0 ? -1 : 0;
     if (gguf_open(g, path) != 0)
         return -1;
     json_t *cfg = gguf_hf_config(g), *gen = cfg ? gguf_hf_generation(g) : NULL;
@@ -123,6 +124,9 @@ void model_free(struct model *m)
         release(be, &m->perm_qkvz);
         release(be, &m->perm_ba);
     }
+    for (int32_t i = 0; i < m->n_dequant; i++)
+        free(m->dequant[i]);
+    free(m->dequant);
     st_close(&m->st);
     gguf_close(&m->gguf);
     memset(m, 0, sizeof *m);

@@ -1,8 +1,8 @@
 /* model: a loaded checkpoint (config + weights bound to a backend) and its
  * forward pass over one batch.
  *
- * Ownership: struct model owns the safetensors mappings and the backend weight
- * tensors made from them; it borrows the backend, which must outlive it.
+ * Ownership: struct model owns the safetensors mappings, the backend weight
+ * tensors made from them and the host copies of weights dequantised at load; it borrows the backend, which must outlive it.
  * struct model_scratch holds the activations of one context, sized once for
  * its largest batch, so the forward itself never allocates.
  * The KV cache storage (struct kv_tensors) belongs to the engine's cache;
@@ -48,6 +48,9 @@ struct model {
     /* column permutations (I32 [1][cols]) from the stored fused layouts to the
      * grouped ones the ops take: q/gate of gated attention, qkvz and ba of qwen3_next */
     struct tensor perm_qg, perm_qkvz, perm_ba;
+    /* BF16 host copies of FP8 weights (weights.c) that the backend uses in place */
+    void **dequant;
+    int32_t n_dequant, cap_dequant;
 };
 
 /* The cache the forward reads and writes, owned by the engine: KV rows of the

@@ -2,6 +2,7 @@
 #include "weights.h"
 
 #include "../base/err.h"
+#include "fp8.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,12 +25,56 @@ static const struct st_tensor *weights_find(struct model *m, const char *name)
 static const struct st_tensor *weights_find_plain(struct model *m, const char *name)
 {
     const struct st_tensor *t = weights_find(m, name);
-    if (t && dtype_is_block(t->type)) {
+    if (t && (dtype_is_block(t->type) || t->type == DT_F8_E4M3)) {
         err_set("model: %s: tensor '%s' is %s; a vector must be F32, F16 or BF16", t->file, name,
                 dtype_name(t->type));
         return NULL;
     }
     return t;
+}
+
+/* dst <- rows [row0, row0+rows) of t seen as [.][cols]. An F8_E4M3 weight
+ * becomes a BF16 host copy here (fp8.h), one tensor (one expert's slice) at
+ * a time: BF16 is what the backends' products have fast paths for; FP8
+ * kernels (tensor cores) can come later and would take the stored bytes and
+ * scales instead. The copy is the model's while the backend uses it in place
+ * (the cpu), and freed at once when the backend keeps its own (a GPU). */
+static int weights_load(struct model *m, struct tensor *dst, const struct st_tensor *t, int64_t row0, int64_t rows,
+                        int64_t cols)
+{
+    struct backend *be = m->be;
+    if (t->type != DT_F8_E4M3) {
+        struct tensor host = {t->type, rows, cols, cols, (char *)t->data + dtype_bytes(t->type, row0 * cols), false};
+        return be->ops->weight(be, dst, &host);
+    }
+    struct fp8_weight f;
+    if (fp8_find(&m->st, &m->cfg, t, &f) != 0)
+        return -1;
+    if (m->n_dequant == m->cap_dequant) {
+        const int32_t cap = m->cap_dequant ? 2 * m->cap_dequant : 64;
+        void **p = realloc(m->dequant, (size_t)cap * sizeof *p);
+        if (!p)
+            return err_set("model: out of memory");
+        m->dequant = p;
+        m->cap_dequant = cap;
+    }
+    const size_t n_bytes = (size_t)(rows * cols) * sizeof(uint16_t);
+    uint16_t *buf = malloc(n_bytes);
+    if (!buf)
+        return err_set("model: out of memory for '%s' as BF16 (%zu bytes)", t->name, n_bytes);
+    fp8_rows_bf16(&f, row0, rows, buf);
+    struct tensor host = {DT_BF16, rows, cols, cols, buf, false};
+    if (be->ops->weight(be, dst, &host) != 0) {
+        free(buf);
+        return -1;
+    }
+    const uintptr_t at = (uintptr_t)dst->data, lo = (uintptr_t)buf;
+    const bool in_place = at >= lo && at < lo + n_bytes;
+    if (in_place)
+        m->dequant[m->n_dequant++] = buf;
+    else
+        free(buf);
+    return 0;
 }
 
 static void shape_str(char *buf, size_t n, const struct st_tensor *t)
@@ -68,8 +113,7 @@ int weights_bind(struct model *m, struct tensor *dst, const char *name, int64_t 
     if (cols % dtype_block(t->type) != 0)
         return err_set("model: %s: tensor '%s' is %s with %lld columns, not a whole number of blocks", t->file,
                        name, dtype_name(t->type), (long long)cols);
-    struct tensor host = {t->type, rows, cols, cols, (void *)t->data, false};
-    return m->be->ops->weight(m->be, dst, &host);
+    return weights_load(m, dst, t, 0, rows, cols);
 }
 
 int weights_bind_slices(struct model *m, struct tensor *dst, const char *name, int64_t n, int64_t height,
@@ -83,12 +127,9 @@ int weights_bind_slices(struct model *m, struct tensor *dst, const char *name, i
         snprintf(want, sizeof want, "[%lld, %lld, %lld]", (long long)n, (long long)height, (long long)cols);
         return weights_bad_shape(t, want);
     }
-    for (int64_t e = 0; e < n; e++) {
-        const char *p = (const char *)t->data + dtype_bytes(t->type, (e * height + row0) * cols);
-        struct tensor host = {t->type, rows, cols, cols, (void *)p, false};
-        if (m->be->ops->weight(m->be, &dst[e], &host) != 0)
+    for (int64_t e = 0; e < n; e++)
+        if (weights_load(m, &dst[e], t, e * height + row0, rows, cols) != 0)
             return -1;
-    }
     return 0;
 }
 

@@ -1,6 +1,8 @@
 /* weights: binding checkpoint tensors by name to backend tensors, with the
  * shape the architecture expects checked first. Used by the per-architecture
- * files at load; every failure names the tensor, its file and both shapes. */
+ * files at load; every failure names the tensor, its file and both shapes.
+ * An F8_E4M3 matrix (fp8.h) is bound as its BF16 dequantisation, which the
+ * model keeps (struct model's dequant) while the backend uses it in place. */
 #ifndef KP_WEIGHTS_H
 #define KP_WEIGHTS_H
 

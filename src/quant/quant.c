@@ -175,6 +175,7 @@ void quant_dequant(enum dtype t, const void *src, int64_t n, float *dst)
         case DT_F16: dst[0] = f16_to_f32((uint16_t)(p[0] | p[1] << 8)); break;
         case DT_BF16: dst[0] = bf16_to_f32((uint16_t)(p[0] | p[1] << 8)); break;
         case DT_I32: dst[0] = (float)(int32_t)load_u32(p); break;
+        case DT_F8_E4M3: dst[0] = f8e4m3_to_f32(p[0]); break;
         case DT_Q4_0: dq_q4_0((const void *)p, dst); break;
         case DT_Q4_1: dq_q4_1((const void *)p, dst); break;
         case DT_Q5_0: dq_q5_0((const void *)p, dst); break;
@@ -726,7 +727,7 @@ static void q_iq2_xxs(const float *x, const float *imp, struct block_iq2_xxs *b)
     }
 }
 
-bool quant_can_quantize(enum dtype t) { return t != DT_I32; }
+bool quant_can_quantize(enum dtype t) { return t != DT_I32 && t != DT_F8_E4M3; }
 
 int quant_quantize(enum dtype t, const float *x, int64_t n, const float *imp, void *dst)
 {
@@ -762,6 +763,7 @@ int quant_quantize(enum dtype t, const float *x, int64_t n, const float *imp, vo
         case DT_IQ4_XS: q_iq4_xs(x, imp, (void *)p); break;
         case DT_IQ2_XXS: q_iq2_xxs(x, imp, (void *)p); break;
         case DT_I32:
+        case DT_F8_E4M3:
         case DT_COUNT: break;
         }
     return 0;

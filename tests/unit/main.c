@@ -21,6 +21,11 @@ int test_failures;
     X(test_quant_roundtrip_error)                                                                              \
     X(test_quant_cpu_matmul)                                                                                   \
     X(test_quant_q8)                                                                                           \
+    X(test_fp8_e4m3_codes)                                                                                     \
+    X(test_fp8_logits)                                                                                         \
+    X(test_fp8_device)                                                                                         \
+    X(test_fp8_quantize)                                                                                       \
+    X(test_fp8_errors)                                                                                         \
     X(test_gguf_model_golden)                                                                                  \
     X(test_gguf_model_dequant_equal)                                                                           \
     X(test_gguf_model_q8)                                                                                      \
