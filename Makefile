@@ -47,6 +47,9 @@ ISA_avx512 := -mavx512f -mavx512bw -mfma -mf16c
 ISA_vnni   := $(ISA_avx512) -mavx512vnni
 isa = $(if $(findstring kern_avx512,$1),-O3 $(ISA_avx512),$(if $(findstring kern_avx2,$1),-O3 $(ISA_avx2),$(if $(findstring kern_vnni,$1),-O3 $(ISA_vnni))))
 
+# the fuzzers' seed inputs, kept as one archive (1,600 small files would cost
+# the repository more than their bytes); unpacked to build/fuzz/seed/TARGET
+FUZZ_SEED := build/fuzz/seed/.unpacked
 FUZZERS  := build/fuzz/fuzz_tokenizer build/fuzz/fuzz_jinja build/fuzz/fuzz_parser build/fuzz/fuzz_json_guard build/fuzz/fuzz_tool_grammar build/fuzz/fuzz_json_schema build/fuzz/fuzz_request \
             build/fuzz/fuzz_checkpoint build/fuzz/fuzz_tokenizer_load build/fuzz/fuzz_gguf
 OBJ      := $(SRC:%.c=build/%.o)
@@ -112,7 +115,7 @@ build/tsan/kapitsa: $(TOBJ) $(TCLI_OBJ)
 
 ## test: build, then run every test, also under ASan+UBSan, and the unit tests and the server under TSan; ends with "N passed, N failed"
 test: build/kapitsa build/test_unit build/asan/kapitsa build/asan/test_unit build/tsan/kapitsa build/tsan/test_unit \
-      $(FUZZERS)
+      $(FUZZERS) $(FUZZ_SEED)
 	@bash tests/run.sh
 
 ## unit: build and run the unit tests alone, release build (T=test_tokenizer: one suite); the quick edit-test loop
@@ -184,10 +187,14 @@ build/fuzz/%: tests/fuzz/%.c tests/fuzz/guard_check.h $(FUZZ_DEPS)
 	@mkdir -p build/fuzz
 	clang -std=c11 -Wall -Wextra $(FUZZ_SAN) $< $(FUZZ_DEPS) -o $@ $(LDLIBS)
 
-## fuzz: build the libFuzzer targets; FUZZ_TIME=600 make fuzz-run runs each that many seconds
-fuzz: $(FUZZERS)
-fuzz-run: $(FUZZERS)
+$(FUZZ_SEED): tests/fuzz/corpus.tar.xz
+	@rm -rf build/fuzz/seed && mkdir -p build/fuzz/seed
+	tar xJf $< -C build/fuzz/seed --strip-components=1 && touch $@
+
+## fuzz: build the libFuzzer targets and unpack their seeds; FUZZ_TIME=600 make fuzz-run runs each that many seconds
+fuzz: $(FUZZERS) $(FUZZ_SEED)
+fuzz-run: $(FUZZERS) $(FUZZ_SEED)
 	@for f in tokenizer jinja parser json_guard tool_grammar json_schema request checkpoint tokenizer_load gguf; do mkdir -p build/fuzz/corpus-$$f; \
 	  build/fuzz/fuzz_$$f $$([ -f tests/fuzz/$$f.dict ] && echo -dict=tests/fuzz/$$f.dict) \
 	    -max_total_time=$${FUZZ_TIME:-10} -timeout=10 -rss_limit_mb=2048 \
-	    build/fuzz/corpus-$$f tests/fuzz/corpus/$$f || exit 1; done
+	    build/fuzz/corpus-$$f build/fuzz/seed/$$f || exit 1; done

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# A short run of each libFuzzer target on its committed corpus (tests/fuzz/corpus),
+# A short run of each libFuzzer target on its committed seeds (tests/fuzz/corpus.tar.xz,
+# unpacked by make into build/fuzz/seed; to add one: unpack it, add the file under
+# corpus/TARGET, and pack it again with tar cJf),
 # new inputs kept in a scratch folder; any crash, leak, timeout or hang fails.
 # usage: tests/fuzz.sh SECONDS_PER_TARGET
 set -u
