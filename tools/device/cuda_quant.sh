@@ -9,6 +9,8 @@
 #   bash tools/device/cuda_quant.sh bench   waits for those files, then decode,
 #                                           prefill and batched decode of the
 #                                           Q4_K_M and Q8_0 GGUFs and of bf16
+#   bash tools/device/cuda_quant.sh all     both in one call, on 12 of the 8B
+#                                           model's 36 layers
 set -u
 part=${1:-}
 OUT=${OUT:-/tmp/cuda_quant}
@@ -44,5 +46,26 @@ bench)
         for s in 4 16 64; do bench --model "$m" --prompt 128 --gen 32 --seqs $s | grep decode; done
     done 2>&1 | tee "$OUT/bench.txt"
     ;;
-*) echo "cuda_quant.sh: test or bench" >&2; exit 2 ;;
+all)
+    # one call: the build, the block-type tests, then qwen3-8b's first 12
+    # layers (real shapes, a third of the weights) at Q4_K_M and bf16
+    echo "$gpu" | tee "$OUT/gpu.txt"
+    make -j16 build/kapitsa build/test_unit > "$OUT/build.txt" 2>&1 || { tail -30 "$OUT/build.txt"; exit 1; }
+    (build/kapitsa synth --preset qwen3-8b --layers 12 --out /dev/shm/q8 > /dev/null &&
+        build/kapitsa quantize /dev/shm/q8 /dev/shm/q8-q4km.gguf --recipe Q4_K_M > /dev/null) &
+    for t in test_cuda_matmul_q test_cuda_moe test_cuda_matmul test_cuda_tree_invariance; do
+        timeout 120 build/test_unit $t 2>&1 | grep -v "^ok"
+    done | tee "$OUT/unit.txt"
+    for t in test_gguf_model_device test_fp8_device; do
+        KAPITSA_TEST_DEVICE=cuda timeout 120 build/test_unit $t 2>&1
+    done | tee -a "$OUT/unit.txt"
+    wait
+    for m in /dev/shm/q8-q4km.gguf /dev/shm/q8; do
+        echo "== $m"
+        bench --model "$m" --prompt 512 --gen 128
+        bench --model "$m" --prompt 4096 --batch 4096 --gen 8 | grep prefill
+        for s in 4 16 64; do bench --model "$m" --prompt 128 --gen 32 --seqs $s | grep decode; done
+    done 2>&1 | tee "$OUT/bench.txt"
+    ;;
+*) echo "cuda_quant.sh: test, bench or all" >&2; exit 2 ;;
 esac
