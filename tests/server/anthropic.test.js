@@ -228,3 +228,24 @@ test("disable_parallel_tool_use: the message ends with the first tool_use", asyn
   assert.deepEqual(one.content.map((b) => b.type), ["tool_use"]);
   assert.ok(one.usage.output_tokens < 40);
 });
+
+test("message threads: a thread's create or continue gets thread_unsupported_request, which the SDK's toolRunner answers by sending the whole conversation", async () => {
+  const msg = { model: "m", max_tokens: 4, messages: [{ role: "user", content: "hi" }] };
+  for (const thread of [{ type: "create" }, { type: "continue", previous_message_id: "msg_x" }]) {
+    const res = await fetch(`${srv.base}/v1/messages`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-api-key": "k-123", "anthropic-version": "2023-06-01", "anthropic-beta": "message-threads-2026-08-12" },
+      body: JSON.stringify({ ...msg, thread }),
+    });
+    assert.equal(res.status, 400);
+    const body = await res.json();
+    assert.equal(body.type, "error");
+    assert.equal(body.error.type, "invalid_request_error");
+    assert.equal(body.error.details.error_code, "thread_unsupported_request");
+    assert.match(body.error.message, /thread/);
+  }
+  await assert.rejects(client.messages.create({ ...msg, thread: { type: "create" } }),
+    (e) => e.status === 400 && e.error?.error?.details?.error_code === "thread_unsupported_request");
+  const m = await client.messages.create({ ...msg, thread: null });
+  assert.equal(m.type, "message");
+});
