@@ -75,6 +75,8 @@ static void close_item(struct resp *r)
     if (r->open == I_NONE)
         return;
     const char *id = json_string_value(json_object_get(r->cur, "id"));
+    /* the item open when max_output_tokens ended the output is incomplete, as its response is */
+    const char *status = gen_finished(r->gen) && gen_finish(r->gen) == SCHED_LENGTH ? "incomplete" : "completed";
     json_t *txt = json_stringn(r->text ? r->text : "", r->n_text);
     if (r->open == I_MESSAGE) {
         json_t *part = json_pack("{s:s,s:O,s:[]}", "type", "output_text", "text", txt, "annotations");
@@ -85,7 +87,7 @@ static void close_item(struct resp *r)
                                                            out_index(r), "content_index", 0, "part", part));
         }
         json_object_set_new(r->cur, "content", json_pack("[o]", part));
-        json_object_set_new(r->cur, "status", json_string("completed"));
+        json_object_set_new(r->cur, "status", json_string(status));
     } else if (r->open == I_REASONING) {
         if (r->stream)
             put(r, "response.reasoning_text.done", json_pack("{s:s,s:i,s:i,s:O}", "item_id", id, "output_index",
@@ -96,7 +98,7 @@ static void close_item(struct resp *r)
             put(r, "response.function_call_arguments.done", json_pack("{s:s,s:i,s:O}", "item_id", id, "output_index",
                                                                       out_index(r), "arguments", txt));
         json_object_set(r->cur, "arguments", txt);
-        json_object_set_new(r->cur, "status", json_string("completed"));
+        json_object_set_new(r->cur, "status", json_string(status));
     }
     json_decref(txt);
     if (r->stream)

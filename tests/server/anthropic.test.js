@@ -180,6 +180,18 @@ test("structured outputs: output_config.format and the beta's output_format give
   await refused({ output_format: { type: "json_schema", schema }, tools: TOOLS, tool_choice: { type: "any" } }, /cannot be combined/);
 });
 
+test("a forced call cut by max_tokens: stop_reason max_tokens and its text without markup", async () => {
+  const req = { model: "m", temperature: 0, tools: TOOLS, tool_choice: { type: "any" }, messages: [{ role: "user", content: "Read main.c" }] };
+  for (const stream of [false, true]) {
+    const cut = stream ? await client.messages.stream({ ...req, max_tokens: 60 }).finalMessage() : await client.messages.create({ ...req, max_tokens: 60 });
+    assert.equal(cut.stop_reason, "max_tokens");
+    assert.ok(!cut.content.some((b) => b.type === "tool_use"));
+    const text = cut.content.filter((b) => b.type === "text").map((b) => b.text).join("");
+    assert.match(text, /^\{\s*"name":\s*"read_file"/);
+    assert.ok(!text.includes("<tool_call>"), text);
+  }
+});
+
 test("a strict tool's forced call gives an input its schema describes", async () => {
   const input_schema = { type: "object", additionalProperties: false, required: ["unit", "days"],
     properties: { unit: { enum: ["celsius", "fahrenheit"] }, days: { enum: [1, 2, 3] } } };

@@ -507,6 +507,33 @@ test("tool_choice: none renders the prompt without the tools; required and a nam
   await assert.rejects(client.responses.create({ model: "m", input: "x", tool_choice: "required" }), (e) => e.status === 400 && /no tools/.test(e.message));
 });
 
+test("a forced call cut by max_tokens: finish_reason length and its text without markup; a Responses item cut short is incomplete", async () => {
+  const tools = [{ type: "function", function: { name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } } } } }];
+  const req = { model: "m", messages: [{ role: "user", content: "What's the weather in Paris?" }], temperature: 0, tools, tool_choice: "required" };
+  const full = await client.chat.completions.create({ ...req, max_tokens: 100 });
+  assert.equal(full.choices[0].finish_reason, "tool_calls");
+  const cut = { ...req, max_tokens: full.usage.completion_tokens - 6 }; // inside the arguments
+  const r = await client.chat.completions.create(cut);
+  assert.equal(r.choices[0].finish_reason, "length");
+  assert.equal(r.choices[0].message.tool_calls, undefined);
+  assert.match(r.choices[0].message.content, /^\{"name": "get_weather", "arguments": \{/);
+  let streamed = "", finish;
+  for await (const ch of await client.chat.completions.create({ ...cut, stream: true })) {
+    streamed += ch.choices[0]?.delta?.content ?? "";
+    finish = ch.choices[0]?.finish_reason ?? finish;
+  }
+  assert.deepEqual([streamed, finish], [r.choices[0].message.content, "length"]);
+
+  const rq = { model: "m", input: "Write a long story about a cat.", max_output_tokens: 6, temperature: 0, reasoning: { effort: "minimal" } };
+  const rr = await client.responses.create(rq);
+  assert.equal(rr.status, "incomplete");
+  assert.deepEqual(rr.output.map((o) => [o.type, o.status]), [["message", "incomplete"]]);
+  let items = [];
+  for await (const ev of await client.responses.create({ ...rq, stream: true }))
+    if (ev.type === "response.output_item.done") items.push(ev.item.status);
+  assert.deepEqual(items, ["incomplete"]);
+});
+
 test("a strict tool's forced call follows its parameters' schema; a strict schema it cannot enforce is refused", async () => {
   // enums only: bounded arguments that even the tiny model finishes
   const params = { type: "object", additionalProperties: false, required: ["unit", "days"],
