@@ -6,7 +6,8 @@
 # and pi (`pi -p`, chat completions). Each must exit 0, print no API error,
 # and the server must have answered its requests without an error. Every
 # agent gets a fresh HOME and working folder, so nothing of the user's is read
-# or written. Slow on a CPU (Claude Code's ~19k-token prompt prefills at
+# or written. A second Claude Code session must find the first one's prompt in
+# the cache: launch gives it the same config folder, which its prompt names. Slow on a CPU (Claude Code's ~19k-token prompt prefills at
 # ~80 tok/s on 2 cores), so it is not part of make test.
 set -u
 cd "$(dirname "$0")/.."
@@ -37,7 +38,7 @@ run() {
     local before after out rc served errors
     before=$(wc -l < "$log")
     mkdir -p "$tmp/$agent/home" "$tmp/$agent/work"
-    out=$(cd "$tmp/$agent/work" && HOME="$tmp/$agent/home" timeout "$limit" "$OLDPWD/build/kapitsa" launch "$agent" \
+    out=$(cd "$tmp/$agent/work" && HOME="$tmp/$agent/home" XDG_STATE_HOME= timeout "$limit" "$OLDPWD/build/kapitsa" launch "$agent" \
         --port $port -- "$@" < /dev/null 2>&1)
     rc=$?
     after=$(tail -n +"$((before + 1))" "$log")
@@ -59,5 +60,16 @@ run "pi -p" 600 pi -p "Reply with one word."
 run "codex exec" 900 codex exec --skip-git-repo-check "Reply with one word."
 run "opencode run" 900 opencode run "Reply with one word."
 run "claude -p" 1500 claude -p "Reply with one word." --max-turns 1
+first=$(wc -l < "$log")
+run "claude -p, a second session" 1500 claude -p "Reply with one word." --max-turns 1
+cached=$(tail -n +"$((first + 1))" "$log" | sed -n 's/^kapitsa: request [a-z_]*: [0-9]* prompt tokens (\([0-9]*\) cached).*/\1/p' |
+    sort -n | tail -1)
+if [ "${cached:-0}" -ge 10000 ]; then
+    echo "ok - claude's second session reuses the first one's prompt ($cached tokens cached)"
+    pass=$((pass + 1))
+else
+    echo "not ok - claude's second session prefilled its prompt again (at most ${cached:-0} tokens cached)"
+    fail=$((fail + 1))
+fi
 echo "agents: $pass passed, $fail failed"
 [ "$fail" = 0 ]
