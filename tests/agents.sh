@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# make test-agents: the four coding agents from npm (pinned versions), each
+# make test-agents: the five coding agents from npm (pinned versions), each
 # run non-interactively through `kapitsa launch` against one local server on
 # the default model, offline: Claude Code (`claude -p`, Anthropic Messages),
-# Codex (`codex exec`, Responses), opencode (`opencode run`, chat completions)
-# and pi (`pi -p`, chat completions). Each must exit 0, print no API error,
+# Codex (`codex exec`, Responses), opencode (`opencode run`, chat completions),
+# pi (`pi -p`, chat completions) and Qwen Code (`qwen -p`, chat completions). Each must exit 0, print no API error,
 # and the server must have answered its requests without an error. Every
 # agent gets a fresh HOME and working folder, so nothing of the user's is read
 # or written. A second Claude Code session must find the first one's prompt in
@@ -12,7 +12,7 @@
 set -u
 cd "$(dirname "$0")/.."
 dir=build/agents
-pkgs="@anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0 opencode-ai@1.18.33 @mariozechner/pi-coding-agent@0.73.1"
+pkgs="@anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0 opencode-ai@1.18.33 @mariozechner/pi-coding-agent@0.73.1 @qwen-code/qwen-code@0.24.4"
 mkdir -p "$dir"
 if [ "$(cat "$dir/.pkgs" 2>/dev/null)" != "$pkgs" ]; then
     # shellcheck disable=SC2086
@@ -59,6 +59,7 @@ run() {
 run "pi -p" 600 pi -p "Reply with one word."
 run "codex exec" 900 codex exec --skip-git-repo-check "Reply with one word."
 run "opencode run" 900 opencode run "Reply with one word."
+run "qwen -p" 900 qwen -p "Reply with one word."
 run "claude -p" 1500 claude -p "Reply with one word." --max-turns 1
 first=$(wc -l < "$log")
 run "claude -p, a second session" 1500 claude -p "Reply with one word." --max-turns 1

@@ -230,6 +230,7 @@ mkdir -p "$fake" "$tmp/lhome"
 printf '#!/bin/sh\necho "home=$PI_CODING_AGENT_DIR args=$*"; cat "$PI_CODING_AGENT_DIR/models.json" "$PI_CODING_AGENT_DIR/settings.json"\ncurl -sf -H "x-api-key: $KAPITSA_API_KEY" http://127.0.0.1:$LPORT/v1/models\n' > "$fake/pi"
 printf '#!/bin/sh\necho "home=$CODEX_HOME key=$KAPITSA_API_KEY"; cat "$CODEX_HOME/config.toml"\nexit 3\n' > "$fake/codex"
 printf '#!/bin/sh\necho "home=$(dirname "$OPENCODE_CONFIG")"; cat "$OPENCODE_CONFIG"\n' > "$fake/opencode"
+printf '#!/bin/sh\necho "home=$QWEN_HOME url=$OPENAI_BASE_URL key=$OPENAI_API_KEY model=$OPENAI_MODEL out=$QWEN_CODE_MAX_OUTPUT_TOKENS args=$*"; cat "$QWEN_HOME/settings.json"\n' > "$fake/qwen"
 printf '#!/bin/sh\necho "home=$CLAUDE_CONFIG_DIR url=$ANTHROPIC_BASE_URL model=$ANTHROPIC_MODEL attribution=$CLAUDE_CODE_ATTRIBUTION_HEADER"\n' > "$fake/claude"
 chmod +x "$fake"/*
 LPORT=$(free_port)
@@ -260,6 +261,12 @@ expect "launch claude again: the same CLAUDE_CONFIG_DIR (its path is in Claude C
     bad "launch removed the agent's own files"
 expect "launch: XDG_STATE_HOME relative is ignored (the XDG rule)" 3 "home=$tmp/lhome/.local/state/kapitsa/agents/codex" -- \
     env XDG_STATE_HOME=rel HOME="$tmp/lhome" PATH="$fake:$PATH" "$bin" launch codex --port $LPORT
+expect "launch qwen: Qwen Code's OpenAI variables and QWEN_HOME/settings.json with the context" 0 \
+    "home=$tmp/state/kapitsa/agents/qwen url=http://127.0.0.1:$LPORT/v1 key=local model=kapitsa-tiny out=4096 args=-p hi" \
+    '"selectedType": "openai"' '"name": "kapitsa-tiny"' '"contextWindowSize": 65536' '"$version": 4' -- \
+    env PATH="$fake:$PATH" "$bin" launch qwen --port $LPORT -- -p hi
+python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$tmp/state/kapitsa/agents/qwen/settings.json" &&
+    ok "launch qwen: settings.json is JSON" || bad "launch qwen: settings.json is not JSON"
 expect "launch: an agent that is not installed" 127 "npm i -g @mariozechner/pi-coding-agent" -- \
     env PATH="/usr/bin:/bin" "$bin" launch pi --port $LPORT
 expect "launch: an unknown agent" 2 "unknown agent" -- "$bin" launch vim
@@ -279,7 +286,7 @@ expect "serve: an unexpected argument" 2 "kapitsa serve: unexpected argument 'x'
 expect "--version: version, commit, backends, the cpu kernels and the one chosen" 0 \
     "kapitsa $(cat "$here/../VERSION") (commit " "backends     cpu" "cpu kernels  ref avx2 avx512; running " -- "$bin" --version
 expect "version, forced to the reference kernels" 0 "running ref" -- env KAPITSA_KERN=ref "$bin" version
-expect "help names the four agents" 0 "claude, codex, opencode or pi" -- "$bin" --help
+expect "help names the five agents" 0 "claude, codex, opencode, pi or qwen" -- "$bin" --help
 expect "a flag's value missing" 2 "kapitsa run: -n needs a value" -- "$bin" run x -n
 expect "run --flag=value" 0 "    return np.array([1, 2, 3" -- \
     sh -c "cd '$here/..' && '$bin' run --max-tokens=12 --model=models/kapitsa-tiny --temperature=0 'def is_prime(n):

@@ -15,7 +15,8 @@
  *   claude   ANTHROPIC_BASE_URL / _AUTH_TOKEN / _MODEL, CLAUDE_CONFIG_DIR
  *   codex    CODEX_HOME/config.toml: a model provider on the Responses API
  *   opencode OPENCODE_CONFIG: an extra config file with an openai-compatible provider
- *   pi       PI_CODING_AGENT_DIR/models.json and settings.json */
+ *   pi       PI_CODING_AGENT_DIR/models.json and settings.json
+ *   qwen     Qwen Code: OPENAI_BASE_URL / _API_KEY / _MODEL, QWEN_HOME/settings.json */
 #define _GNU_SOURCE
 #include "../base/err.h"
 #include "cli.h"
@@ -198,6 +199,25 @@ static int setup_pi(const struct target *t)
     return 0;
 }
 
+static int setup_qwen(const struct target *t)
+{
+    char q[600], url[80];
+    /* $version: the settings schema this is written in, so that Qwen Code does not migrate (rewrite) it */
+    if (put_file(t->home, "settings.json",
+                 "{\"$version\": 4, \"security\": {\"auth\": {\"selectedType\": \"openai\"}},\n"
+                 " \"model\": {\"name\": %s, \"generationConfig\": {\"contextWindowSize\": %lld}},\n"
+                 " \"general\": {\"enableAutoUpdate\": false}, \"privacy\": {\"usageStatisticsEnabled\": false}}\n",
+                 quoted(t->model, q, sizeof q), t->n_ctx) != 0)
+        return -1;
+    snprintf(url, sizeof url, "%s/v1", t->url);
+    setenv("QWEN_HOME", t->home, 1);
+    setenv("OPENAI_BASE_URL", url, 1);
+    setenv("OPENAI_API_KEY", t->key, 1);
+    setenv("OPENAI_MODEL", t->model, 1);
+    setenv("QWEN_CODE_MAX_OUTPUT_TOKENS", "4096", 1); /* as the others' configs ask */
+    return 0;
+}
+
 static const struct agent {
     const char *name, *exe, *package;
     int (*setup)(const struct target *t);
@@ -206,6 +226,7 @@ static const struct agent {
     {"codex", "codex", "@openai/codex", setup_codex},
     {"opencode", "opencode", "opencode-ai", setup_opencode},
     {"pi", "pi", "@mariozechner/pi-coding-agent", setup_pi},
+    {"qwen", "qwen", "@qwen-code/qwen-code", setup_qwen},
 };
 
 /* The agent's config folder (see the top), made if missing. */
@@ -282,7 +303,7 @@ static pid_t start_server(const char *home, const char *port_s, int port, const 
 
 static void launch_usage(FILE *f)
 {
-    fprintf(f, "usage: kapitsa launch claude|codex|opencode|pi [--port N] [-m|--model M] [-- AGENT ARGS...]\n"
+    fprintf(f, "usage: kapitsa launch claude|codex|opencode|pi|qwen [--port N] [-m|--model M] [-- AGENT ARGS...]\n"
                "  starts the server if none answers on the port (default 11435, or KAPITSA_PORT), then runs\n"
                "  the agent configured for it in its own folder, the same each time, $XDG_STATE_HOME/kapitsa/\n"
                "  agents/AGENT (~/.local/state/...; your own agent settings are not touched);\n"
@@ -301,7 +322,7 @@ int cli_launch(int argc, char **argv)
         if (strcmp(argv[0], agents[k].name) == 0)
             ag = &agents[k];
     if (!ag) {
-        fprintf(stderr, "kapitsa launch: unknown agent '%s' (claude, codex, opencode or pi)\n", argv[0]);
+        fprintf(stderr, "kapitsa launch: unknown agent '%s' (claude, codex, opencode, pi or qwen)\n", argv[0]);
         return 2;
     }
     const char *model = NULL, *port_s = getenv("KAPITSA_PORT");

@@ -328,7 +328,7 @@ int server_run(const struct server_opts *o)
                 "  Codex:         codex -c model_provider=kapitsa -c 'model_providers.kapitsa={name=\"kapitsa\","
                 "base_url=\"http://%s:%u/v1\",wire_api=\"responses\"}' -m %s\n"
                 "  opencode, pi:  an OpenAI-compatible provider at http://%s:%u/v1, model %s\n"
-                "  or configured for you: kapitsa launch claude|codex|opencode|pi --port %u\n",
+                "  or configured for you: kapitsa launch claude|codex|opencode|pi|qwen --port %u\n",
                 a.model_name, o->host, port, o->host, port, o->host, port, o->host,
                 port, a.api_key ? "<the --api-key value>" : "local", a.model_name, o->host, port, a.model_name,
                 o->host, port, a.model_name, port);
