@@ -143,7 +143,7 @@ install: $(INSTALL_BIN)
 uninstall:
 	rm -rf $(DESTDIR)$(PREFIX)/bin/kapitsa $(DESTDIR)$(PREFIX)/share/kapitsa $(DESTDIR)$(PREFIX)/lib/systemd/user/kapitsa.service
 
-## test-agents: Claude Code, Codex, opencode and pi (from npm) through kapitsa launch on the default model (slow: minutes)
+## test-agents: Claude Code, Codex, opencode, pi and Qwen Code (from npm) through kapitsa launch on the default model (slow: minutes)
 test-agents: build/kapitsa
 	@bash tests/agents.sh
 

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# make test-agents: the four coding agents from npm (pinned versions), each
+# make test-agents: the five coding agents from npm (pinned versions), each
 # run non-interactively through `kapitsa launch` against one local server on
 # the default model, offline: Claude Code (`claude -p`, Anthropic Messages),
-# Codex (`codex exec`, Responses), opencode (`opencode run`, chat completions)
-# and pi (`pi -p`, chat completions). Each must exit 0, print no API error,
+# Codex (`codex exec`, Responses), opencode (`opencode run`, chat completions),
+# pi (`pi -p`, chat completions) and Qwen Code (`qwen -p`, chat completions). Each must exit 0, print no API error,
 # and the server must have answered its requests without an error. Every
 # agent gets a fresh HOME and working folder, so nothing of the user's is read
-# or written. Slow on a CPU (Claude Code's ~19k-token prompt prefills at
+# or written. A second Claude Code session must find the first one's prompt in
+# the cache: launch gives it the same config folder, which its prompt names. Slow on a CPU (Claude Code's ~19k-token prompt prefills at
 # ~80 tok/s on 2 cores), so it is not part of make test.
 set -u
 cd "$(dirname "$0")/.."
 dir=build/agents
-pkgs="@anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0 opencode-ai@1.18.33 @mariozechner/pi-coding-agent@0.73.1"
+pkgs="@anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0 opencode-ai@1.18.33 @mariozechner/pi-coding-agent@0.73.1 @qwen-code/qwen-code@0.24.4"
 mkdir -p "$dir"
 if [ "$(cat "$dir/.pkgs" 2>/dev/null)" != "$pkgs" ]; then
     # shellcheck disable=SC2086
@@ -37,7 +38,7 @@ run() {
     local before after out rc served errors
     before=$(wc -l < "$log")
     mkdir -p "$tmp/$agent/home" "$tmp/$agent/work"
-    out=$(cd "$tmp/$agent/work" && HOME="$tmp/$agent/home" timeout "$limit" "$OLDPWD/build/kapitsa" launch "$agent" \
+    out=$(cd "$tmp/$agent/work" && HOME="$tmp/$agent/home" XDG_STATE_HOME= timeout "$limit" "$OLDPWD/build/kapitsa" launch "$agent" \
         --port $port -- "$@" < /dev/null 2>&1)
     rc=$?
     after=$(tail -n +"$((before + 1))" "$log")
@@ -58,6 +59,18 @@ run() {
 run "pi -p" 600 pi -p "Reply with one word."
 run "codex exec" 900 codex exec --skip-git-repo-check "Reply with one word."
 run "opencode run" 900 opencode run "Reply with one word."
+run "qwen -p" 900 qwen -p "Reply with one word."
 run "claude -p" 1500 claude -p "Reply with one word." --max-turns 1
+first=$(wc -l < "$log")
+run "claude -p, a second session" 1500 claude -p "Reply with one word." --max-turns 1
+cached=$(tail -n +"$((first + 1))" "$log" | sed -n 's/^kapitsa: request [a-z_]*: [0-9]* prompt tokens (\([0-9]*\) cached).*/\1/p' |
+    sort -n | tail -1)
+if [ "${cached:-0}" -ge 10000 ]; then
+    echo "ok - claude's second session reuses the first one's prompt ($cached tokens cached)"
+    pass=$((pass + 1))
+else
+    echo "not ok - claude's second session prefilled its prompt again (at most ${cached:-0} tokens cached)"
+    fail=$((fail + 1))
+fi
 echo "agents: $pass passed, $fail failed"
 [ "$fail" = 0 ]

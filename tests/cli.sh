@@ -223,31 +223,50 @@ expect "bench --draft with another vocabulary" 1 "vocabulary" -- \
     "$bin" bench --model "$m/kapitsa-tiny" --draft "$fx/qwen3" --prompt-file "$here/../tools/bench_tasks/edit.txt" --gen 8
 # launch: stand-in agents (the real ones run in make test-agents) print what
 # kapitsa launch gave them: the configuration each reads, pointing at the
-# server it started, whose model id it asked for; the config home is gone after
+# server it started, whose model id it asked for, in a folder of the agent's
+# own under XDG_STATE_HOME (else ~/.local/state), the same at each launch
 fake="$tmp/agents"
 mkdir -p "$fake" "$tmp/lhome"
 printf '#!/bin/sh\necho "home=$PI_CODING_AGENT_DIR args=$*"; cat "$PI_CODING_AGENT_DIR/models.json" "$PI_CODING_AGENT_DIR/settings.json"\ncurl -sf -H "x-api-key: $KAPITSA_API_KEY" http://127.0.0.1:$LPORT/v1/models\n' > "$fake/pi"
 printf '#!/bin/sh\necho "home=$CODEX_HOME key=$KAPITSA_API_KEY"; cat "$CODEX_HOME/config.toml"\nexit 3\n' > "$fake/codex"
 printf '#!/bin/sh\necho "home=$(dirname "$OPENCODE_CONFIG")"; cat "$OPENCODE_CONFIG"\n' > "$fake/opencode"
+printf '#!/bin/sh\necho "home=$QWEN_HOME url=$OPENAI_BASE_URL key=$OPENAI_API_KEY model=$OPENAI_MODEL out=$QWEN_CODE_MAX_OUTPUT_TOKENS args=$*"; cat "$QWEN_HOME/settings.json"\n' > "$fake/qwen"
 printf '#!/bin/sh\necho "home=$CLAUDE_CONFIG_DIR url=$ANTHROPIC_BASE_URL model=$ANTHROPIC_MODEL attribution=$CLAUDE_CODE_ATTRIBUTION_HEADER"\n' > "$fake/claude"
 chmod +x "$fake"/*
 LPORT=$(free_port)
 export LPORT
 expect "launch pi: models.json and settings.json for the served model" 0 '"id": "kapitsa-tiny"' \
     '"contextWindow": 65536' '"defaultModel": "kapitsa-tiny"' 'args=-p hi there' '"max_model_len":65536' -- \
-    env HOME="$tmp/lhome" PATH="$fake:$PATH" "$bin" launch pi --port $LPORT -- -p "hi there"
+    env -u XDG_STATE_HOME HOME="$tmp/lhome" PATH="$fake:$PATH" "$bin" launch pi --port $LPORT -- -p "hi there"
 home=$(sed -n 's/^home=\([^ ]*\).*/\1/p' "$tmp/out")
-if [ -n "$home" ] && [ ! -e "$home" ] && [ -z "$(ls -A "$tmp/lhome")" ]; then ok "launch removes its config home and writes nothing in HOME"
-else bad "launch leaves $home behind or writes in HOME"; fi
+if [ "$home" = "$tmp/lhome/.local/state/kapitsa/agents/pi" ] && [ -f "$home/models.json" ] &&
+    [ "$(ls -A "$tmp/lhome")" = ".local" ] && [ "$(stat -c %a "$home")" = 700 ]; then
+    ok "launch keeps pi's config in ~/.local/state/kapitsa/agents/pi (mode 700) and writes nothing else in HOME"
+else bad "launch put pi's config in '$home' or wrote elsewhere in HOME: $(ls -A "$tmp/lhome")"; fi
+export XDG_STATE_HOME="$tmp/state" # the other launches' folders, kept out of the user's
 expect "launch codex: a Responses provider in CODEX_HOME, the agent's exit status passed on" 3 \
-    'model = "kapitsa-tiny"' "base_url = \"http://127.0.0.1:$LPORT/v1\"" 'wire_api = "responses"' 'key=local' -- \
+    "home=$tmp/state/kapitsa/agents/codex " 'model = "kapitsa-tiny"' "base_url = \"http://127.0.0.1:$LPORT/v1\"" 'wire_api = "responses"' 'key=local' -- \
     env PATH="$fake:$PATH" "$bin" launch codex --port $LPORT
 expect "launch opencode: an openai-compatible provider through OPENCODE_CONFIG" 0 \
-    '"model": "kapitsa/kapitsa-tiny"' "\"baseURL\": \"http://127.0.0.1:$LPORT/v1\"" '"context": 65536' -- \
+    "home=$tmp/state/kapitsa/agents/opencode" '"model": "kapitsa/kapitsa-tiny"' "\"baseURL\": \"http://127.0.0.1:$LPORT/v1\"" '"context": 65536' -- \
     env PATH="$fake:$PATH" "$bin" launch opencode --port $LPORT
 expect "launch claude: the Anthropic base URL, the model, no attribution line" 0 \
-    "url=http://127.0.0.1:$LPORT model=kapitsa-tiny attribution=0" -- \
+    "home=$tmp/state/kapitsa/agents/claude url=http://127.0.0.1:$LPORT model=kapitsa-tiny attribution=0" -- \
     env PATH="$fake:$PATH" "$bin" launch claude --port $LPORT
+echo "a memory Claude Code wrote" > "$tmp/state/kapitsa/agents/claude/CLAUDE.md"
+expect "launch claude again: the same CLAUDE_CONFIG_DIR (its path is in Claude Code's prompt), what it holds kept" 0 \
+    "home=$tmp/state/kapitsa/agents/claude url=" -- \
+    env PATH="$fake:$PATH" "$bin" launch claude --port $LPORT
+[ -f "$tmp/state/kapitsa/agents/claude/CLAUDE.md" ] && ok "launch keeps what the agent wrote in its folder" ||
+    bad "launch removed the agent's own files"
+expect "launch: XDG_STATE_HOME relative is ignored (the XDG rule)" 3 "home=$tmp/lhome/.local/state/kapitsa/agents/codex" -- \
+    env XDG_STATE_HOME=rel HOME="$tmp/lhome" PATH="$fake:$PATH" "$bin" launch codex --port $LPORT
+expect "launch qwen: Qwen Code's OpenAI variables and QWEN_HOME/settings.json with the context" 0 \
+    "home=$tmp/state/kapitsa/agents/qwen url=http://127.0.0.1:$LPORT/v1 key=local model=kapitsa-tiny out=4096 args=-p hi" \
+    '"selectedType": "openai"' '"name": "kapitsa-tiny"' '"contextWindowSize": 65536' '"$version": 4' -- \
+    env PATH="$fake:$PATH" "$bin" launch qwen --port $LPORT -- -p hi
+python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$tmp/state/kapitsa/agents/qwen/settings.json" &&
+    ok "launch qwen: settings.json is JSON" || bad "launch qwen: settings.json is not JSON"
 expect "launch: an agent that is not installed" 127 "npm i -g @mariozechner/pi-coding-agent" -- \
     env PATH="/usr/bin:/bin" "$bin" launch pi --port $LPORT
 expect "launch: an unknown agent" 2 "unknown agent" -- "$bin" launch vim
@@ -267,7 +286,7 @@ expect "serve: an unexpected argument" 2 "kapitsa serve: unexpected argument 'x'
 expect "--version: version, commit, backends, the cpu kernels and the one chosen" 0 \
     "kapitsa $(cat "$here/../VERSION") (commit " "backends     cpu" "cpu kernels  ref avx2 avx512; running " -- "$bin" --version
 expect "version, forced to the reference kernels" 0 "running ref" -- env KAPITSA_KERN=ref "$bin" version
-expect "help names the four agents" 0 "claude, codex, opencode or pi" -- "$bin" --help
+expect "help names the five agents" 0 "claude, codex, opencode, pi or qwen" -- "$bin" --help
 expect "a flag's value missing" 2 "kapitsa run: -n needs a value" -- "$bin" run x -n
 expect "run --flag=value" 0 "    return np.array([1, 2, 3" -- \
     sh -c "cd '$here/..' && '$bin' run --max-tokens=12 --model=models/kapitsa-tiny --temperature=0 'def is_prime(n):

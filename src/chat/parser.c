@@ -277,12 +277,16 @@ static int finish_tool(struct chat_parser *p, bool closed)
         }
         json_decref(j);
     }
-    if (!done) { /* not a call: the user sees it as it was written */
+    if (!done && closed) { /* not a call: the user sees it as it was written */
         emit(p, CHAT_EV_TEXT, p->open, strlen(p->open));
         emit(p, CHAT_EV_TEXT, s, (size_t)(e - s));
-        if (closed)
-            emit(p, CHAT_EV_TEXT, p->close, strlen(p->close));
+        emit(p, CHAT_EV_TEXT, p->close, strlen(p->close));
         p->seen_text = true;
+    } else if (!done) { /* a call cut short (max_tokens): its text, without the markup that opened it */
+        while (s < e && strchr(" \t\r\n", *s))
+            s++;
+        emit(p, CHAT_EV_TEXT, s, (size_t)(e - s));
+        p->seen_text |= s < e;
     }
     p->tool.n = 0;
     return 0;

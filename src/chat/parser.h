@@ -12,7 +12,8 @@
  * Feeding one byte at a time gives the same events, merged, as feeding all at
  * once. Tolerated: a missing closing tag at the end, a tool call opened inside
  * an unclosed <think>, whitespace around tags. Text that does not parse as a
- * tool call is returned as text, never dropped.
+ * tool call is returned as text, never dropped; the opening tag of one the
+ * output ended in (cut by max_tokens) is left out, so that no markup shows.
  *
  * Ownership: the parser copies what it holds; event pointers are valid only
  * during the callback. */

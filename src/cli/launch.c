@@ -1,15 +1,22 @@
 /* kapitsa launch AGENT [-- ARGS]: runs a coding agent against the local server.
  * Starts `kapitsa serve` (default model, 64k tokens of cache) if nothing answers
  * on the port, asks it which model it serves, points the agent at it through
- * environment variables and files in a temporary config home of its own (the
- * user's own configuration is never written), runs it, and stops the server
+ * environment variables and files in a config folder of its own (the user's
+ * own configuration is never read or written), runs it, and stops the server
  * it started when the agent exits.
+ *
+ * The folder is the same at each launch, $XDG_STATE_HOME/kapitsa/agents/AGENT
+ * (~/.local/state/... without it): Claude Code's system prompt names its memory
+ * folder under CLAUDE_CONFIG_DIR, so a fresh folder each launch would change
+ * the prompt's first tokens and the server would prefill all of it (~19k
+ * tokens) again for every session instead of reusing it.
  *
  * What each agent reads (their documented configuration):
  *   claude   ANTHROPIC_BASE_URL / _AUTH_TOKEN / _MODEL, CLAUDE_CONFIG_DIR
  *   codex    CODEX_HOME/config.toml: a model provider on the Responses API
  *   opencode OPENCODE_CONFIG: an extra config file with an openai-compatible provider
- *   pi       PI_CODING_AGENT_DIR/models.json and settings.json */
+ *   pi       PI_CODING_AGENT_DIR/models.json and settings.json
+ *   qwen     Qwen Code: OPENAI_BASE_URL / _API_KEY / _MODEL, QWEN_HOME/settings.json */
 #define _GNU_SOURCE
 #include "../base/err.h"
 #include "cli.h"
@@ -32,7 +39,7 @@
 
 /* What the agent is pointed at. */
 struct target {
-    const char *home; /* the temporary config home */
+    const char *home; /* the agent's config folder */
     char url[64];     /* http://127.0.0.1:PORT */
     char model[256];  /* the id the server answers to */
     long long n_ctx;  /* its context length */
@@ -135,23 +142,19 @@ static int setup_claude(const struct target *t)
     /* the per-request attribution line at the top of the system prompt would
      * change every request's first tokens and defeat prefix reuse */
     setenv("CLAUDE_CODE_ATTRIBUTION_HEADER", "0", 1);
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s/claude", t->home);
-    mkdir(dir, 0700);
-    setenv("CLAUDE_CONFIG_DIR", dir, 1);
+    setenv("CLAUDE_CONFIG_DIR", t->home, 1);
     return 0;
 }
 
 static int setup_codex(const struct target *t)
 {
-    char q[600], dir[4200];
-    if (put_file(t->home, "codex/config.toml",
+    char q[600];
+    if (put_file(t->home, "config.toml",
                  "model = %s\nmodel_provider = \"kapitsa\"\n\n[model_providers.kapitsa]\nname = \"Kapitsa\"\n"
                  "base_url = \"%s/v1\"\nenv_key = \"KAPITSA_API_KEY\"\nwire_api = \"responses\"\n",
                  quoted(t->model, q, sizeof q), t->url) != 0)
         return -1;
-    snprintf(dir, sizeof dir, "%s/codex", t->home);
-    setenv("CODEX_HOME", dir, 1);
+    setenv("CODEX_HOME", t->home, 1);
     setenv("KAPITSA_API_KEY", t->key, 1);
     return 0;
 }
@@ -164,7 +167,7 @@ static int setup_opencode(const struct target *t)
         return err_set("out of memory");
     quoted(m, full, sizeof full);
     free(m);
-    if (put_file(t->home, "opencode/opencode.json",
+    if (put_file(t->home, "opencode.json",
                  "{\n  \"$schema\": \"https://opencode.ai/config.json\",\n  \"provider\": {\n    \"kapitsa\": {\n"
                  "      \"npm\": \"@ai-sdk/openai-compatible\",\n      \"name\": \"Kapitsa\",\n"
                  "      \"options\": {\"baseURL\": \"%s/v1\", \"apiKey\": \"{env:KAPITSA_API_KEY}\"},\n"
@@ -172,7 +175,7 @@ static int setup_opencode(const struct target *t)
                  "  \"model\": %s,\n  \"small_model\": %s,\n  \"autoupdate\": false,\n  \"share\": \"disabled\"\n}\n",
                  t->url, quoted(t->model, q, sizeof q), t->n_ctx, full, full) != 0)
         return -1;
-    snprintf(path, sizeof path, "%s/opencode/opencode.json", t->home);
+    snprintf(path, sizeof path, "%s/opencode.json", t->home);
     setenv("OPENCODE_CONFIG", path, 1);
     setenv("KAPITSA_API_KEY", t->key, 1);
     return 0;
@@ -180,20 +183,38 @@ static int setup_opencode(const struct target *t)
 
 static int setup_pi(const struct target *t)
 {
-    char q[600], dir[4200];
+    char q[600];
     quoted(t->model, q, sizeof q);
-    if (put_file(t->home, "pi/models.json",
+    if (put_file(t->home, "models.json",
                  "{\"providers\": {\"kapitsa\": {\"baseUrl\": \"%s/v1\", \"api\": \"openai-completions\", "
                  "\"apiKey\": \"KAPITSA_API_KEY\",\n  \"models\": [{\"id\": %s, \"contextWindow\": %lld, "
                  "\"maxTokens\": 4096}]}}}\n",
                  t->url, q, t->n_ctx) != 0 ||
-        put_file(t->home, "pi/settings.json",
+        put_file(t->home, "settings.json",
                  "{\"defaultProvider\": \"kapitsa\", \"defaultModel\": %s, \"enableInstallTelemetry\": false}\n", q) != 0)
         return -1;
-    snprintf(dir, sizeof dir, "%s/pi", t->home);
-    setenv("PI_CODING_AGENT_DIR", dir, 1);
+    setenv("PI_CODING_AGENT_DIR", t->home, 1);
     setenv("PI_OFFLINE", "1", 1);
     setenv("KAPITSA_API_KEY", t->key, 1);
+    return 0;
+}
+
+static int setup_qwen(const struct target *t)
+{
+    char q[600], url[80];
+    /* $version: the settings schema this is written in, so that Qwen Code does not migrate (rewrite) it */
+    if (put_file(t->home, "settings.json",
+                 "{\"$version\": 4, \"security\": {\"auth\": {\"selectedType\": \"openai\"}},\n"
+                 " \"model\": {\"name\": %s, \"generationConfig\": {\"contextWindowSize\": %lld}},\n"
+                 " \"general\": {\"enableAutoUpdate\": false}, \"privacy\": {\"usageStatisticsEnabled\": false}}\n",
+                 quoted(t->model, q, sizeof q), t->n_ctx) != 0)
+        return -1;
+    snprintf(url, sizeof url, "%s/v1", t->url);
+    setenv("QWEN_HOME", t->home, 1);
+    setenv("OPENAI_BASE_URL", url, 1);
+    setenv("OPENAI_API_KEY", t->key, 1);
+    setenv("OPENAI_MODEL", t->model, 1);
+    setenv("QWEN_CODE_MAX_OUTPUT_TOKENS", "4096", 1); /* as the others' configs ask */
     return 0;
 }
 
@@ -205,7 +226,32 @@ static const struct agent {
     {"codex", "codex", "@openai/codex", setup_codex},
     {"opencode", "opencode", "opencode-ai", setup_opencode},
     {"pi", "pi", "@mariozechner/pi-coding-agent", setup_pi},
+    {"qwen", "qwen", "@qwen-code/qwen-code", setup_qwen},
 };
+
+/* The agent's config folder (see the top), made if missing. */
+static int agent_home(const char *name, char *dir, size_t cap)
+{
+    const char *x = getenv("XDG_STATE_HOME"), *h = getenv("HOME");
+    int n;
+    if (x && x[0] == '/') /* the XDG rule: a relative path is ignored */
+        n = snprintf(dir, cap, "%s/kapitsa/agents/%s", x, name);
+    else if (h && *h)
+        n = snprintf(dir, cap, "%s/.local/state/kapitsa/agents/%s", h, name);
+    else
+        return err_set("neither XDG_STATE_HOME nor HOME is set: no folder for the agent's configuration");
+    if (n < 0 || (size_t)n >= cap)
+        return err_set("the agent's config folder's path is too long");
+    for (char *s = strchr(dir + 1, '/');; s = strchr(s + 1, '/')) {
+        if (s)
+            *s = 0;
+        if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+            return err_set("cannot make %s: %s", dir, strerror(errno));
+        if (!s)
+            return 0;
+        *s = '/';
+    }
+}
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -257,10 +303,11 @@ static pid_t start_server(const char *home, const char *port_s, int port, const 
 
 static void launch_usage(FILE *f)
 {
-    fprintf(f, "usage: kapitsa launch claude|codex|opencode|pi [--port N] [-m|--model M] [-- AGENT ARGS...]\n"
+    fprintf(f, "usage: kapitsa launch claude|codex|opencode|pi|qwen [--port N] [-m|--model M] [-- AGENT ARGS...]\n"
                "  starts the server if none answers on the port (default 11435, or KAPITSA_PORT), then runs\n"
-               "  the agent configured for it in a temporary config home (your own agent settings are not\n"
-               "  touched); KAPITSA_API_KEY: the key of a server started with --api-key\n");
+               "  the agent configured for it in its own folder, the same each time, $XDG_STATE_HOME/kapitsa/\n"
+               "  agents/AGENT (~/.local/state/...; your own agent settings are not touched);\n"
+               "  KAPITSA_API_KEY: the key of a server started with --api-key\n");
 }
 
 int cli_launch(int argc, char **argv)
@@ -275,7 +322,7 @@ int cli_launch(int argc, char **argv)
         if (strcmp(argv[0], agents[k].name) == 0)
             ag = &agents[k];
     if (!ag) {
-        fprintf(stderr, "kapitsa launch: unknown agent '%s' (claude, codex, opencode or pi)\n", argv[0]);
+        fprintf(stderr, "kapitsa launch: unknown agent '%s' (claude, codex, opencode, pi or qwen)\n", argv[0]);
         return 2;
     }
     const char *model = NULL, *port_s = getenv("KAPITSA_PORT");
@@ -298,12 +345,16 @@ int cli_launch(int argc, char **argv)
         fprintf(stderr, "kapitsa launch: the port (--port or KAPITSA_PORT) is 1 to 65535, not '%s'\n", port_s);
         return 2;
     }
-    char home[] = "/tmp/kapitsa-launch-XXXXXX";
+    char home[] = "/tmp/kapitsa-launch-XXXXXX", dir[4096]; /* home: the log of a server launch starts */
+    if (agent_home(ag->name, dir, sizeof dir) != 0) {
+        fprintf(stderr, "kapitsa launch: %s\n", err_msg());
+        return 1;
+    }
     if (!mkdtemp(home)) {
         perror("kapitsa launch: mkdtemp");
         return 1;
     }
-    struct target t = {.home = home, .key = getenv("KAPITSA_API_KEY")};
+    struct target t = {.home = dir, .key = getenv("KAPITSA_API_KEY")};
     if (!t.key || !*t.key)
         t.key = "local";
     snprintf(t.url, sizeof t.url, "http://127.0.0.1:%lld", (long long)port);

@@ -14,7 +14,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: kapitsa COMMAND [options]\n\n"
                "commands:\n"
                "  serve         the OpenAI/Anthropic-compatible HTTP API (default model: models/kapitsa-tiny)\n"
-               "  launch AGENT  run a coding agent (claude, codex, opencode or pi) against the local server\n"
+               "  launch AGENT  run a coding agent (claude, codex, opencode, pi or qwen) against the local server\n"
                "  run PROMPT    generate text (default model: models/kapitsa-tiny)\n"
                "  pull MODEL    download a model (catalog name or ORG/NAME) into the Hugging Face cache\n"
                "  list          the model catalog and what is downloaded; rm MODEL removes one\n"

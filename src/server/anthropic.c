@@ -241,10 +241,26 @@ enum MHD_Result anthropic_count_tokens(struct app *a, struct MHD_Connection *c, 
     return http_json(c, MHD_HTTP_OK, json_pack("{s:i}", "input_tokens", n));
 }
 
+/* Message threads (beta message-threads-*: a conversation the server keeps
+ * between turns, each request sending only what is new) are not kept here.
+ * error_code thread_unsupported_request is what @anthropic-ai/sdk's toolRunner
+ * answers by sending the whole conversation again, without a thread. */
+static enum MHD_Result thread_unsupported(struct MHD_Connection *c)
+{
+    const char *msg = "thread: message threads are not supported by this server; send the whole conversation "
+                      "without 'thread'";
+    fprintf(stderr, "kapitsa: error 400 invalid_request_error: %s\n", msg);
+    return http_json(c, 400, json_pack("{s:s,s:{s:s,s:s,s:{s:s}}}", "type", "error", "error", "type",
+                                       "invalid_request_error", "message", msg, "details", "error_code",
+                                       "thread_unsupported_request"));
+}
+
 enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json_t *body)
 {
     char err[512];
-    json_t *mt = json_object_get(body, "max_tokens");
+    json_t *mt = json_object_get(body, "max_tokens"), *thread = json_object_get(body, "thread");
+    if (thread && !json_is_null(thread))
+        return thread_unsupported(c);
     if (!json_is_array(json_object_get(body, "messages")) || json_array_size(json_object_get(body, "messages")) == 0)
         return http_anthropic_error(c, 400, "invalid_request_error", "messages: a non-empty list is required");
     if (!json_is_integer(mt) || json_integer_value(mt) < 1 || json_integer_value(mt) > (1 << 24))

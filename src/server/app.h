@@ -9,6 +9,8 @@
 #include <microhttpd.h>
 #include <stdarg.h>
 
+struct resp_store;
+
 struct app {
     struct runtime rt; /* the model, its tokenizer and chat template, the draft */
     struct sched *sched;
@@ -16,6 +18,7 @@ struct app {
     const char *model_name;
     const char *api_key;
     double keepalive_s; /* idle seconds before a stream sends a keep-alive */
+    struct resp_store *responses; /* the Responses API's stored responses */
 };
 
 /* Queues a JSON response; takes the reference to body. */
@@ -33,6 +36,8 @@ enum MHD_Result http_anthropic_error(struct MHD_Connection *c, unsigned status, 
 enum MHD_Result openai_models(struct app *a, struct MHD_Connection *c, const char *id);
 enum MHD_Result openai_chat(struct app *a, struct MHD_Connection *c, json_t *body);
 enum MHD_Result openai_responses(struct app *a, struct MHD_Connection *c, json_t *body);
+/* GET /v1/responses/{id}: a stored response (404 unless the store holds it) */
+enum MHD_Result openai_response_get(struct app *a, struct MHD_Connection *c, const char *id);
 enum MHD_Result openai_completions(struct app *a, struct MHD_Connection *c, json_t *body);
 enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json_t *body);
 enum MHD_Result anthropic_count_tokens(struct app *a, struct MHD_Connection *c, json_t *body);

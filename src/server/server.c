@@ -9,6 +9,7 @@
 #include "../backend/device.h"
 #include "../base/err.h"
 #include "app.h"
+#include "resp_store.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -39,6 +40,12 @@
 #define SERVER_MAX_PER_IP 64u
 #define SERVER_REQUEST_TIMEOUT_S 10u
 #define SERVER_ANSWER_TIMEOUT_S 600u
+
+/* The Responses API's store: an agent's conversation is its latest response
+ * (which holds the whole conversation again), so a few thousand responses and
+ * 256 MiB of their JSON keep many conversations continuable. */
+#define SERVER_STORED_RESPONSES 4096
+#define SERVER_STORED_BYTES ((size_t)256 << 20)
 
 struct conn_state {
     char *body;
@@ -211,6 +218,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return openai_models(a, c, NULL);
     if (get && strncmp(url, "/v1/models/", 11) == 0)
         return openai_models(a, c, url + 11);
+    if (get && strncmp(url, "/v1/responses/", 14) == 0)
+        return openai_response_get(a, c, url + 14);
     if (metrics_url)
         return metrics(a, c);
     enum MHD_Result (*handler)(struct app *, struct MHD_Connection *, json_t *) =
@@ -279,6 +288,10 @@ int server_run(const struct server_opts *o)
     a.api_key = o->api_key;
     a.model_name = o->model_name;
     a.keepalive_s = o->keepalive_s > 0 ? o->keepalive_s : 10.0;
+    if (!(a.responses = resp_store_new(SERVER_STORED_RESPONSES, SERVER_STORED_BYTES))) {
+        err_set("server: out of memory");
+        goto done;
+    }
     const struct runtime_opts ro = {o->device, o->threads, false, o->model_dir, o->draft_dir, true, true};
     if (runtime_open(&a.rt, &ro) != 0)
         goto done;
@@ -327,7 +340,7 @@ int server_run(const struct server_opts *o)
                 "  Codex:         codex -c model_provider=kapitsa -c 'model_providers.kapitsa={name=\"kapitsa\","
                 "base_url=\"http://%s:%u/v1\",wire_api=\"responses\"}' -m %s\n"
                 "  opencode, pi:  an OpenAI-compatible provider at http://%s:%u/v1, model %s\n"
-                "  or configured for you: kapitsa launch claude|codex|opencode|pi --port %u\n",
+                "  or configured for you: kapitsa launch claude|codex|opencode|pi|qwen --port %u\n",
                 a.model_name, o->host, port, o->host, port, o->host, port, o->host,
                 port, a.api_key ? "<the --api-key value>" : "local", a.model_name, o->host, port, a.model_name,
                 o->host, port, a.model_name, port);
@@ -362,6 +375,7 @@ done:
     if (d)
         MHD_stop_daemon(d);
     sched_free(a.sched);
+    resp_store_free(a.responses);
     vocab_bytes_free(&a.vb);
     runtime_close(&a.rt);
     for (int i = 0; i < 2; i++)

@@ -180,6 +180,18 @@ test("structured outputs: output_config.format and the beta's output_format give
   await refused({ output_format: { type: "json_schema", schema }, tools: TOOLS, tool_choice: { type: "any" } }, /cannot be combined/);
 });
 
+test("a forced call cut by max_tokens: stop_reason max_tokens and its text without markup", async () => {
+  const req = { model: "m", temperature: 0, tools: TOOLS, tool_choice: { type: "any" }, messages: [{ role: "user", content: "Read main.c" }] };
+  for (const stream of [false, true]) {
+    const cut = stream ? await client.messages.stream({ ...req, max_tokens: 60 }).finalMessage() : await client.messages.create({ ...req, max_tokens: 60 });
+    assert.equal(cut.stop_reason, "max_tokens");
+    assert.ok(!cut.content.some((b) => b.type === "tool_use"));
+    const text = cut.content.filter((b) => b.type === "text").map((b) => b.text).join("");
+    assert.match(text, /^\{\s*"name":\s*"read_file"/);
+    assert.ok(!text.includes("<tool_call>"), text);
+  }
+});
+
 test("a strict tool's forced call gives an input its schema describes", async () => {
   const input_schema = { type: "object", additionalProperties: false, required: ["unit", "days"],
     properties: { unit: { enum: ["celsius", "fahrenheit"] }, days: { enum: [1, 2, 3] } } };
@@ -227,4 +239,25 @@ test("disable_parallel_tool_use: the message ends with the first tool_use", asyn
   assert.equal(one.stop_reason, "tool_use");
   assert.deepEqual(one.content.map((b) => b.type), ["tool_use"]);
   assert.ok(one.usage.output_tokens < 40);
+});
+
+test("message threads: a thread's create or continue gets thread_unsupported_request, which the SDK's toolRunner answers by sending the whole conversation", async () => {
+  const msg = { model: "m", max_tokens: 4, messages: [{ role: "user", content: "hi" }] };
+  for (const thread of [{ type: "create" }, { type: "continue", previous_message_id: "msg_x" }]) {
+    const res = await fetch(`${srv.base}/v1/messages`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-api-key": "k-123", "anthropic-version": "2023-06-01", "anthropic-beta": "message-threads-2026-08-12" },
+      body: JSON.stringify({ ...msg, thread }),
+    });
+    assert.equal(res.status, 400);
+    const body = await res.json();
+    assert.equal(body.type, "error");
+    assert.equal(body.error.type, "invalid_request_error");
+    assert.equal(body.error.details.error_code, "thread_unsupported_request");
+    assert.match(body.error.message, /thread/);
+  }
+  await assert.rejects(client.messages.create({ ...msg, thread: { type: "create" } }),
+    (e) => e.status === 400 && e.error?.error?.details?.error_code === "thread_unsupported_request");
+  const m = await client.messages.create({ ...msg, thread: null });
+  assert.equal(m.type, "message");
 });

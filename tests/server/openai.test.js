@@ -255,8 +255,42 @@ test("the Responses API: text, streaming events, function calls in the input", a
     ],
   });
   assert.ok(withCall.output.length >= 0 && withCall.status);
-  await assert.rejects(client.responses.create({ ...req, previous_response_id: "resp_x" }), (e) => e.status === 400 && /previous_response_id/.test(e.message));
   await assert.rejects(client.responses.create({ ...req, max_output_tokens: 100000 }), (e) => e.status === 400 && e.code === "context_length_exceeded");
+});
+
+test("stored responses: previous_response_id and item_reference continue one as if sent whole, retrieve gives it, unknown ids get 400", async () => {
+  const turn = { model: "m", max_output_tokens: 8, temperature: 0 };
+  const first = await client.responses.create({ ...turn, input: "Say hello." });
+  assert.equal(first.store, true);
+  assert.deepEqual((await client.responses.retrieve(first.id)).output, first.output);
+  const again = { role: "user", content: "And again." };
+  const whole = await client.responses.create({ ...turn, store: false, input: [{ role: "user", content: "Say hello." }, ...first.output, again] });
+  const byId = await client.responses.create({ ...turn, previous_response_id: first.id, input: [again] });
+  assert.equal(byId.previous_response_id, first.id);
+  const refs = first.output.map((o) => ({ type: "item_reference", id: o.id }));
+  const byRef = await client.responses.create({ ...turn, input: [{ role: "user", content: "Say hello." }, ...refs, again] });
+  for (const r of [byId, byRef]) {
+    assert.equal(r.usage.input_tokens, whole.usage.input_tokens);
+    assert.equal(r.output_text, whole.output_text);
+  }
+  // a chain: the third turn continues the second, which continued the first
+  const third = await client.responses.create({ ...turn, previous_response_id: byId.id, input: "Once more." });
+  const thirdWhole = await client.responses.create({ ...turn, store: false,
+    input: [{ role: "user", content: "Say hello." }, ...first.output, again, ...byId.output, { role: "user", content: "Once more." }] });
+  assert.equal(third.usage.input_tokens, thirdWhole.usage.input_tokens);
+  // a streamed response is stored as its last event has it
+  let done;
+  for await (const ev of await client.responses.create({ ...turn, input: "Count to three.", stream: true }))
+    if (ev.type === "response.completed" || ev.type === "response.incomplete") done = ev.response;
+  assert.deepEqual((await client.responses.retrieve(done.id)).output, done.output);
+
+  await assert.rejects(client.responses.retrieve(whole.id), (e) => e.status === 404 && /store: false/.test(e.message));
+  await assert.rejects(client.responses.create({ ...turn, previous_response_id: whole.id, input: "x" }),
+    (e) => e.status === 400 && e.code === "previous_response_not_found" && e.param === "previous_response_id");
+  await assert.rejects(client.responses.create({ ...turn, previous_response_id: "resp_x", input: "x" }),
+    (e) => e.status === 400 && e.code === "previous_response_not_found" && /resp_x/.test(e.message));
+  await assert.rejects(client.responses.create({ ...turn, input: [{ role: "user", content: "hi" }, { type: "item_reference", id: "msg_x" }] }),
+    (e) => e.status === 400 && e.param === "input" && /input\[1\]: item_reference 'msg_x'/.test(e.message));
 });
 
 test("the next turn of a conversation reuses the cached prefix and answers the same", async () => {
@@ -471,6 +505,33 @@ test("tool_choice: none renders the prompt without the tools; required and a nam
     parameters: { type: "object", properties: {} } }], tool_choice: "none", max_output_tokens: 16 });
   assert.ok(["completed", "incomplete"].includes(r.status) && !r.output.some((o) => o.type === "function_call"));
   await assert.rejects(client.responses.create({ model: "m", input: "x", tool_choice: "required" }), (e) => e.status === 400 && /no tools/.test(e.message));
+});
+
+test("a forced call cut by max_tokens: finish_reason length and its text without markup; a Responses item cut short is incomplete", async () => {
+  const tools = [{ type: "function", function: { name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } } } } }];
+  const req = { model: "m", messages: [{ role: "user", content: "What's the weather in Paris?" }], temperature: 0, tools, tool_choice: "required" };
+  const full = await client.chat.completions.create({ ...req, max_tokens: 100 });
+  assert.equal(full.choices[0].finish_reason, "tool_calls");
+  const cut = { ...req, max_tokens: full.usage.completion_tokens - 6 }; // inside the arguments
+  const r = await client.chat.completions.create(cut);
+  assert.equal(r.choices[0].finish_reason, "length");
+  assert.equal(r.choices[0].message.tool_calls, undefined);
+  assert.match(r.choices[0].message.content, /^\{"name": "get_weather", "arguments": \{/);
+  let streamed = "", finish;
+  for await (const ch of await client.chat.completions.create({ ...cut, stream: true })) {
+    streamed += ch.choices[0]?.delta?.content ?? "";
+    finish = ch.choices[0]?.finish_reason ?? finish;
+  }
+  assert.deepEqual([streamed, finish], [r.choices[0].message.content, "length"]);
+
+  const rq = { model: "m", input: "Write a long story about a cat.", max_output_tokens: 6, temperature: 0, reasoning: { effort: "minimal" } };
+  const rr = await client.responses.create(rq);
+  assert.equal(rr.status, "incomplete");
+  assert.deepEqual(rr.output.map((o) => [o.type, o.status]), [["message", "incomplete"]]);
+  let items = [];
+  for await (const ev of await client.responses.create({ ...rq, stream: true }))
+    if (ev.type === "response.output_item.done") items.push(ev.item.status);
+  assert.deepEqual(items, ["incomplete"]);
 });
 
 test("a strict tool's forced call follows its parameters' schema; a strict schema it cannot enforce is refused", async () => {

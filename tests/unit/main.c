@@ -113,6 +113,7 @@ int test_failures;
     X(test_model_bad_batch)                                                                                    \
     X(test_model_hybrid_state)                                                                                 \
     X(test_model_hybrid_no_keep)                                                                               \
+    X(test_resp_store)                                                                                         \
     X(test_sched_hybrid)                                                                                       \
     X(test_sched_hybrid_traffic)                                                                               \
     X(test_sched_spec)                                                                                         \

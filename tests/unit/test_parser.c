@@ -75,7 +75,9 @@ void test_parser_table(void)
         {CHAT_FMT_JSON, true, "thinking\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>", "R:thinking|Sa|A:{}|E"},
         {CHAT_FMT_JSON, false, "<tool_call>not json</tool_call> after", "T:<tool_call>not json</tool_call>after"},
         {CHAT_FMT_JSON, false, "<tool_call>\n{\"name\": \"a\", \"arguments\": \"{\\\"k\\\": 2}\"}\n</tool_call>", "Sa|A:{\"k\": 2}|E"},
-        {CHAT_FMT_JSON, false, "<tool_call>{\"name\": \"a\"", "T:<tool_call>{\"name\": \"a\""},
+        {CHAT_FMT_JSON, false, "<tool_call>{\"name\": \"a\"", "T:{\"name\": \"a\""},
+        {CHAT_FMT_JSON, false, "Sure.\n<tool_call>\n  {\"name\": \"a\", \"argu", "T:Sure.{\"name\": \"a\", \"argu"},
+        {CHAT_FMT_JSON, false, "<tool_call>\n ", ""},
         /* XML (Qwen3-Coder, Qwen3.5, Nemotron 3) */
         {CHAT_FMT_XML, false,
          "I'll edit it.\n<tool_call>\n<function=edit>\n<parameter=path>\nsrc/a b.c\n</parameter>\n<parameter=n>\n3\n</parameter>\n"
@@ -93,6 +95,8 @@ void test_parser_table(void)
          "Sa|A:{\"x\": 1}|E|Sb|A:{}|E"},
         {CHAT_FMT_TOOLCALL, false, "<think>\nhm\n</think>\nok <TOOLCALL>[{\"name\": \"a\", \"arguments\": {}}]", "R:hm|T:ok|Sa|A:{}|E"},
         {CHAT_FMT_TOOLCALL, false, "<tool_call>{}</tool_call>", "T:<tool_call>{}</tool_call>"},
+        {CHAT_FMT_TOOLCALL, false, "<TOOLCALL>[{\"name\": \"a\", \"argum", "T:[{\"name\": \"a\", \"argum"},
+        {CHAT_FMT_XML, false, "<tool_call>\n<functi", "T:<functi"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct rec whole, part;
