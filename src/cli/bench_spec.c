@@ -4,7 +4,6 @@
  * each checked identical to plain; reports target passes per token and
  * wall-clock speed. */
 #define _POSIX_C_SOURCE 200809L
-#include "../backend/device.h"
 #include "../base/err.h"
 #include "../engine/spec.h"
 #include "../runtime/runtime.h"
@@ -108,30 +107,23 @@ int bench_spec(const char *target, const char *draft, const char *prompt_file, i
                const char *device,
                int32_t chain_k, int32_t tree_n, int32_t tree_d, int json)
 {
-    struct backend *be = device_open(device, threads, false);
-    struct model tm, dm;
+    struct runtime rt = {0};
     struct engine te, de;
-    struct tokenizer *tok = NULL;
     struct tok_ids ids = {0};
     char *text = NULL;
     int32_t *want = NULL, *got = NULL;
-    int rc = 1, n_loaded = 0, n_up = 0;
+    int rc = 1, n_up = 0;
     size_t n_text = 0;
-    if (!be || !(tok = runtime_tokenizer(target)) || !(text = read_file(prompt_file, &n_text)) ||
-        tok_encode(tok, text, n_text, &ids) != 0)
+    if (!(text = read_file(prompt_file, &n_text)) ||
+        runtime_open(&rt, &(struct runtime_opts){.device = device, .threads = threads, .model = target, .draft = draft, .tokenizer = true}) != 0 ||
+        tok_encode(rt.tok, text, n_text, &ids) != 0)
         goto done;
-    if (model_load(&tm, target, be, NULL) != 0)
-        goto done;
-    n_loaded = 1;
-    if (model_load(&dm, draft, be, NULL) != 0)
-        goto done;
-    n_loaded = 2;
     const int32_t batch = (tree_n > chain_k ? tree_n : chain_k) + 1 < 64 ? 64 : (tree_n > chain_k ? tree_n : chain_k) + 1;
     const int32_t ctx = ids.n + n_gen + (tree_n > chain_k ? tree_n : chain_k) + 2;
-    if (engine_init(&te, &tm, ctx, 1, batch, batch, batch, DT_F32) != 0)
+    if (engine_init(&te, &rt.m, ctx, 1, batch, batch, batch, DT_F32) != 0)
         goto done;
     n_up = 1;
-    if (engine_init(&de, &dm, ctx, 1, batch, batch, batch, DT_F32) != 0)
+    if (engine_init(&de, &rt.dm, ctx, 1, batch, batch, batch, DT_F32) != 0)
         goto done;
     n_up = 2;
     want = malloc(sizeof(int32_t) * (size_t)n_gen);
@@ -194,14 +186,8 @@ done:
         engine_free(&de);
     if (n_up > 0)
         engine_free(&te);
-    if (n_loaded > 1)
-        model_free(&dm);
-    if (n_loaded > 0)
-        model_free(&tm);
     tok_ids_free(&ids);
     free(text);
-    tok_free(tok);
-    if (be)
-        be->ops->free(be);
+    runtime_close(&rt);
     return rc;
 }

@@ -157,7 +157,9 @@ int cli_chat(int argc, char **argv)
         }
     }
     int rc = 1, up = 0;
-    if (runtime_open(&cm, &(struct runtime_opts){device, (int32_t)threads, false, dir, draft_dir, true, true}) != 0)
+    const struct runtime_opts ro = {.device = device, .threads = (int32_t)threads, .model = dir, .draft = draft_dir,
+                                    .tokenizer = true, .chat_template = true};
+    if (runtime_open(&cm, &ro) != 0)
         goto done;
     if (!temp_set && cm.m.cfg.gen_given)
         sampler_params_from_config(&sp, &cm.m.cfg);

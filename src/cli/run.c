@@ -113,7 +113,9 @@ int cli_run(int argc, char **argv)
     struct tok_ids ids = {0};
     char *text = NULL;
     int rc = 1, up = 0;
-    if (runtime_open(&cm, &(struct runtime_opts){device, (int32_t)threads, false, dir, draft_dir, true, chat}) != 0)
+    const struct runtime_opts ro = {.device = device, .threads = (int32_t)threads, .model = dir, .draft = draft_dir,
+                                    .tokenizer = true, .chat_template = chat};
+    if (runtime_open(&cm, &ro) != 0)
         goto done;
     size_t tlen = strlen(prompt);
     if (chat) {
