@@ -48,6 +48,7 @@ struct sched {
     uint64_t clock;
     struct sched_stats stats; /* under mu */
     bool stop;
+    bool quiet; /* no line on stderr per finished request */
     /* KFlash (spec_on): the draft's engine and the speculation state */
     bool spec_on;
     struct model *dm;
@@ -176,31 +177,41 @@ static void logprobs_fill(struct sched_req *r, const float *row, int32_t V, int3
     r->lp[i] = row[t] - lse;
 }
 
-int32_t sched_req_wait_for(struct sched_req *r, int32_t seen, double seconds)
+int32_t sched_req_poll(struct sched_req *r, int32_t seen, double seconds, struct sched_progress *p)
 {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until); /* the condition variable's clock */
-    const double t = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + seconds;
+    const double t = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + (seconds > 0 ? seconds : 0);
     until.tv_sec = (time_t)t;
     until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
     pthread_mutex_lock(&r->mu);
     int rc = 0;
     while (r->n_out <= seen && r->finish == SCHED_RUNNING && rc == 0)
-        rc = pthread_cond_timedwait(&r->cv, &r->mu, &until);
-    int32_t n = r->n_out;
+        rc = seconds < 0 ? pthread_cond_wait(&r->cv, &r->mu) : pthread_cond_timedwait(&r->cv, &r->mu, &until);
+    /* t_first is written before the first token is published, t_done before the end */
+    const double first = r->n_out > 0 ? r->t_first : 0, done = r->finish != SCHED_RUNNING ? r->t_done : 0;
+    *p = (struct sched_progress){.n_out = r->n_out, .n_cached = r->n_cached, .finish = r->finish};
     pthread_mutex_unlock(&r->mu);
-    return n;
+    p->t_prefill = first > 0 ? first - r->t_submit : done > 0 ? done - r->t_submit : 0;
+    p->t_decode = first > 0 && done > 0 ? done - first : 0;
+    return p->n_out;
+}
+
+int32_t sched_req_wait_for(struct sched_req *r, int32_t seen, double seconds)
+{
+    struct sched_progress p;
+    return sched_req_poll(r, seen, seconds, &p);
 }
 
 int32_t sched_req_wait(struct sched_req *r, int32_t seen)
 {
-    pthread_mutex_lock(&r->mu);
-    while (r->n_out <= seen && r->finish == SCHED_RUNNING)
-        pthread_cond_wait(&r->cv, &r->mu);
-    int32_t n = r->n_out;
-    pthread_mutex_unlock(&r->mu);
-    return n;
+    struct sched_progress p;
+    return sched_req_poll(r, seen, -1, &p);
 }
+
+const int32_t *sched_req_out(const struct sched_req *r) { return r->out; }
+const char *sched_req_error(const struct sched_req *r) { return r->error; }
+struct sampler *sched_req_sampler(struct sched_req *r) { return &r->sampler; }
 
 void sched_req_cancel(struct sched_req *r)
 {
@@ -314,9 +325,11 @@ static void req_finish(struct sched *s, struct sched_req *r, enum sched_finish f
     s->stats.decode_seconds += dec;
     pthread_mutex_unlock(&s->mu);
     static const char *const how[] = {"running", "stop", "length", "cancelled", "error"};
-    fprintf(stderr, "kapitsa: request %s: %d prompt tokens (%d cached), %d out; prefill %.3f s (%.0f tok/s), decode %.1f tok/s\n",
-            how[f], r->n_prompt, r->n_cached, r->n_out, pre, pre > 0 ? (r->n_prompt - r->n_cached) / pre : 0.0,
-            dec > 0 && r->n_out > 1 ? (r->n_out - 1) / dec : 0.0);
+    if (!s->quiet)
+        fprintf(stderr,
+                "kapitsa: request %s: %d prompt tokens (%d cached), %d out; prefill %.3f s (%.0f tok/s), decode %.1f tok/s\n",
+                how[f], r->n_prompt, r->n_cached, r->n_out, pre, pre > 0 ? (r->n_prompt - r->n_cached) / pre : 0.0,
+                dec > 0 && r->n_out > 1 ? (r->n_out - 1) / dec : 0.0);
     if (r->dseq >= 0 && s->dm)
         engine_seq_free(&s->de, r->dseq);
     r->dseq = -1;
@@ -914,6 +927,8 @@ void sched_free(struct sched *s)
 }
 
 int32_t sched_n_ctx(const struct sched *s) { return s->n_ctx; }
+void sched_quiet(struct sched *s) { s->quiet = true; }
+struct spec_tuner *sched_spec_tuner(struct sched *s) { return s->spec_on ? &s->tuner[0] : NULL; }
 
 void sched_get_stats(struct sched *s, struct sched_stats *st)
 {

@@ -122,6 +122,30 @@ struct sched_stats {
     double prefill_seconds, decode_seconds;
 };
 void sched_get_stats(struct sched *s, struct sched_stats *st);
+/* Where a request stands, read at once. */
+struct sched_progress {
+    int32_t n_out;              /* output tokens so far (sched_req_out) */
+    int32_t n_cached;           /* prompt tokens reused from an earlier conversation (set at admission) */
+    enum sched_finish finish;   /* SCHED_RUNNING until it ends */
+    double t_prefill, t_decode; /* seconds from submission to the first token, from it to the end (0: not yet) */
+};
+/* Waits until r has more than `seen` output tokens or has finished, for at
+ * most `seconds` (< 0: as long as it takes), then fills *p; returns p->n_out. */
+int32_t sched_req_poll(struct sched_req *r, int32_t seen, double seconds, struct sched_progress *p);
+/* The output tokens: the first n_out that a poll reported are final. */
+const int32_t *sched_req_out(const struct sched_req *r);
+/* Why the engine failed r (SCHED_ERROR), once a poll reported its end. */
+const char *sched_req_error(const struct sched_req *r);
+/* r's sampler: to set its random state before sched_submit, or to read it once
+ * a poll reported r's end (a conversation draws on where its last turn stopped). */
+struct sampler *sched_req_sampler(struct sched_req *r);
+/* Stops the line each finished request writes to stderr (the server's log),
+ * for a command that reports on its own; before the first sched_submit. */
+void sched_quiet(struct sched *s);
+/* The KFlash tuner of steps where one request speculates (NULL without
+ * speculation), to start from what an earlier run learnt and keep what this
+ * one did; only while no request runs. */
+struct spec_tuner *sched_spec_tuner(struct sched *s);
 /* Blocks until the request has more than `seen` tokens or has finished; returns
  * the token count now (tokens [seen, n) can be read from r->out under r->mu). */
 int32_t sched_req_wait(struct sched_req *r, int32_t seen);
