@@ -5,6 +5,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,45 @@ static double now_s(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+struct sched_req {
+    /* set before sched_submit (sched_req_new, _logprobs, _guard), read-only afterwards */
+    int32_t *prompt;         /* [n_prompt] */
+    int32_t n_prompt;
+    int32_t max_tokens;
+    struct sampler sampler;  /* initialised by the submitter */
+    /* shared, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t *out;            /* [n_out] generated tokens (eos excluded) */
+    int32_t n_out, cap_out;
+    /* log-probabilities (sched_req_logprobs): of each output token under the
+     * model (log-softmax of its logits, before sampling's adjustments), and the
+     * n_top most likely alternatives, best first; -1: not asked for */
+    int32_t n_top;
+    float *lp;               /* [cap_out] */
+    int32_t *top_id;         /* [cap_out][n_top] */
+    float *top_lp;           /* [cap_out][n_top] */
+    /* constrained output (sched_req_guard): the vocabulary's bytes (NULL: free
+     * text), the grammar (owned) and the guard over what was generated so far */
+    const struct vocab_bytes *vb;
+    struct grammar gm;
+    struct guard guard;
+    enum sched_finish finish;
+    bool cancel;
+    char error[256];
+    int refs;
+    int32_t n_cached;        /* prompt tokens reused from an earlier conversation (set at admission) */
+    double t_submit, t_first, t_done; /* seconds (monotonic): submitted, first token, finished */
+    /* engine side */
+    int32_t seq, n_fed;      /* prompt tokens already in the cache */
+    bool ckpt_due;           /* recurrent models: keep a checkpoint after this step */
+    int32_t ckpt_at;         /* recurrent models: a checkpoint to keep mid-prompt, where the prompt
+                                leaves a cached conversation it shares a long prefix with; -1: none */
+    int32_t dseq;            /* its sequence in the draft engine (KFlash), -1 until it speculates */
+    int32_t *hist;           /* prompt + output, for penalties */
+    struct sched_req *next;
+};
 
 #define SCHED_CACHE_SLOTS 8 /* finished conversations kept for prefix reuse */
 #define SCHED_CKPT_MIN 64   /* recurrent models: the fewest tokens a mid-prompt checkpoint must save */
@@ -186,7 +226,7 @@ int32_t sched_req_poll(struct sched_req *r, int32_t seen, double seconds, struct
     until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
     pthread_mutex_lock(&r->mu);
     int rc = 0;
-    while (r->n_out <= seen && r->finish == SCHED_RUNNING && rc == 0)
+    while (seconds != 0 && r->n_out <= seen && r->finish == SCHED_RUNNING && rc == 0)
         rc = seconds < 0 ? pthread_cond_wait(&r->cv, &r->mu) : pthread_cond_timedwait(&r->cv, &r->mu, &until);
     /* t_first is written before the first token is published, t_done before the end */
     const double first = r->n_out > 0 ? r->t_first : 0, done = r->finish != SCHED_RUNNING ? r->t_done : 0;
@@ -197,21 +237,20 @@ int32_t sched_req_poll(struct sched_req *r, int32_t seen, double seconds, struct
     return p->n_out;
 }
 
-int32_t sched_req_wait_for(struct sched_req *r, int32_t seen, double seconds)
-{
-    struct sched_progress p;
-    return sched_req_poll(r, seen, seconds, &p);
-}
-
-int32_t sched_req_wait(struct sched_req *r, int32_t seen)
-{
-    struct sched_progress p;
-    return sched_req_poll(r, seen, -1, &p);
-}
-
 const int32_t *sched_req_out(const struct sched_req *r) { return r->out; }
 const char *sched_req_error(const struct sched_req *r) { return r->error; }
 struct sampler *sched_req_sampler(struct sched_req *r) { return &r->sampler; }
+
+int32_t sched_req_logprob(const struct sched_req *r, int32_t i, float *lp, const int32_t **top_id,
+                          const float **top_lp)
+{
+    if (r->n_top < 0)
+        return -1;
+    *lp = r->lp[i];
+    *top_id = r->top_id + (size_t)i * (size_t)r->n_top;
+    *top_lp = r->top_lp + (size_t)i * (size_t)r->n_top;
+    return r->n_top;
+}
 
 void sched_req_cancel(struct sched_req *r)
 {

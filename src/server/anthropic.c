@@ -244,17 +244,17 @@ enum MHD_Result anthropic_count_tokens(struct app *a, struct MHD_Connection *c, 
 enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json_t *body)
 {
     char err[512];
-    json_t *mt = json_object_get(body, "max_tokens");
+    int32_t max_tokens;
     if (!json_is_array(json_object_get(body, "messages")) || json_array_size(json_object_get(body, "messages")) == 0)
         return http_anthropic_error(c, 400, "invalid_request_error", "messages: a non-empty list is required");
-    if (!json_is_integer(mt) || json_integer_value(mt) < 1 || json_integer_value(mt) > (1 << 24))
+    if (gen_max_tokens(json_object_get(body, "max_tokens"), &max_tokens) != 0)
         return http_anthropic_error(c, 400, "invalid_request_error", "max_tokens: a positive integer is required");
     struct gen_opts go = {0};
     if (gen_sampling(body, &a->rt.m.cfg, 1.0f, &go.sp, err, sizeof err) != 0 ||
         gen_tool_choice(json_object_get(body, "tool_choice"), true, &go.tool_choice, &go.tool_name, err, sizeof err) != 0 ||
         output_format(body, &go, err, sizeof err) != 0)
         return http_anthropic_error(c, 400, "invalid_request_error", "%s", err);
-    go.max_tokens = (int32_t)json_integer_value(mt);
+    go.max_tokens = max_tokens;
     go.ignore_eos = json_is_true(json_object_get(body, "ignore_eos")); /* the OpenAI endpoints' extension too */
     go.one_call = json_is_true(json_object_get(json_object_get(body, "tool_choice"), "disable_parallel_tool_use"));
     go.clamp = true; /* agents ask for more than a local context holds (Claude Code: 32000) */
