@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "../backend/cpu/kern.h"
 #include "../backend/profile.h"
+#include "../base/clock.h"
 #include "../base/err.h"
 #include "../base/pool.h"
 #include "../engine/engine.h"
@@ -17,15 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 struct bw_job {
     const float *buf;
@@ -52,9 +45,9 @@ static double measure_bandwidth(int32_t n_threads)
             buf[i] = (float)(i & 1023);
         struct bw_job j = {buf, n / 256, kern_best(), {0}};
         for (int rep = 0; rep < 5; rep++) {
-            double t0 = now_s();
+            double t0 = clock_now_s();
             pool_run(p, bw_task, &j, 256);
-            double bw = (double)n * sizeof(float) / (now_s() - t0);
+            double bw = (double)n * sizeof(float) / (clock_now_s() - t0);
             best = bw > best ? bw : best;
         }
     }
@@ -208,9 +201,9 @@ static int bench_tokenizer(const char *dir, const char *corpus)
         for (size_t d = 0; d < n_docs; d++) {
             json_t *text = json_object_get(docs[d], "text"), *want = json_object_get(docs[d], "ids");
             struct tok_ids ids = {0};
-            double t0 = now_s();
+            double t0 = clock_now_s();
             int e = tok_encode(t, json_string_value(text), json_string_length(text), &ids);
-            t_sum += now_s() - t0;
+            t_sum += clock_now_s() - t0;
             int same = e == 0 && (size_t)ids.n == json_array_size(want);
             for (int32_t i = 0; same && i < ids.n; i++)
                 same = ids.ids[i] == json_integer_value(json_array_get(want, (size_t)i));
@@ -519,16 +512,16 @@ int cli_bench(int argc, char **argv)
     profile_reset(be);
     for (int32_t l = 0; l < n_lens; l++) {
         n_prompt = lens[l];
-        double t0 = now_s();
+        double t0 = clock_now_s();
         if ((seqs[0] = bench_prefill(&e, tok, n_prompt, (int32_t)n_batch, pos, seqv, par, want, logits)) < 0)
             goto done;
-        t_prefill = now_s() - t0; /* the first token's logits are ready: time to first token */
+        t_prefill = clock_now_s() - t0; /* the first token's logits are ready: time to first token */
         /* more sequences decoding together: each its own copy of the prompt */
         for (int32_t k = 1; k < S; k++)
             if ((seqs[k] = bench_prefill(&e, tok, n_prompt, (int32_t)n_batch, pos, seqv, par, want,
                                          logits + (size_t)k * V)) < 0)
                 goto done;
-        t0 = now_s();
+        t0 = clock_now_s();
         for (int32_t k = 0; k < S; k++)
             next[k] = sampler_argmax(logits + (size_t)k * V, V);
         /* greedy steps: the next tokens are the argmax ranked on the backend */
@@ -556,7 +549,7 @@ int cli_bench(int argc, char **argv)
             if (engine_commit_all(&e) != 0)
                 goto done;
         }
-        t_decode = now_s() - t0;
+        t_decode = clock_now_s() - t0;
         if (mix) {
             /* untimed first: a step of each size the timed pass takes (its
              * first chunk, and its last where that differs), in a sequence of its own */
@@ -574,14 +567,14 @@ int cli_bench(int argc, char **argv)
             engine_seq_free(&e, q);
             if ((q = engine_seq_new(&e)) < 0)
                 goto done;
-            t0 = now_s();
+            t0 = clock_now_s();
             for (int64_t done = 0, r = 0; r == 0; done += chunk, mix_n++) {
                 const int32_t k = (int32_t)(n_prompt - done < chunk ? n_prompt - done : chunk);
                 if ((r = bench_mix_step(&e, tok, n_prompt, done, k, q, S, seqs, next, npos, mtok, pos, seqv, par, want,
                                         mix_ids)) < 0)
                     goto done;
             }
-            t_mix = now_s() - t0;
+            t_mix = clock_now_s() - t0;
             engine_seq_free(&e, q);
         }
         for (int32_t k = 0; k < S; k++)

@@ -4,6 +4,7 @@
  * each checked identical to plain; reports target passes per token and
  * wall-clock speed. */
 #define _POSIX_C_SOURCE 200809L
+#include "../base/clock.h"
 #include "../base/err.h"
 #include "../engine/spec.h"
 #include "../runtime/runtime.h"
@@ -12,14 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static char *read_file(const char *path, size_t *n)
 {
@@ -73,7 +66,7 @@ static int run_one(struct engine *te, struct engine *de, const struct spec_param
         goto done_spec;
     memcpy(hist, prompt, sizeof(int32_t) * (size_t)n);
     int32_t len = n;
-    double t0 = now_s();
+    double t0 = clock_now_s();
     hist[len++] = sampler_sample(&sm, lg, hist, n);
     while (len - n < n_gen) {
         int32_t k = spec_step(&s, &sm, hist, len, hist + len, n_gen - (len - n));
@@ -81,7 +74,7 @@ static int run_one(struct engine *te, struct engine *de, const struct spec_param
             goto done_spec;
         len += k;
     }
-    r->seconds = now_s() - t0;
+    r->seconds = clock_now_s() - t0;
     r->passes = s.st.steps;
     r->t_draft = s.st.t_draft;
     r->t_verify = s.st.t_verify;

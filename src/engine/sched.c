@@ -1,6 +1,7 @@
 /* sched: continuous batching on one engine thread (see sched.h). */
 #include "sched.h"
 
+#include "../base/clock.h"
 #include "../base/err.h"
 
 #include <assert.h>
@@ -10,13 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 struct sched_req {
     /* set before sched_submit (sched_req_new, _logprobs, _guard), read-only afterwards */
@@ -351,7 +345,7 @@ static void cache_checkpoint(struct sched *s, struct sched_req *r)
 
 static void req_finish(struct sched *s, struct sched_req *r, enum sched_finish f, const char *msg)
 {
-    r->t_done = now_s();
+    r->t_done = clock_now_s();
     double pre = (r->t_first > 0 ? r->t_first : r->t_done) - r->t_submit, dec = r->t_first > 0 ? r->t_done - r->t_first : 0;
     pthread_mutex_lock(&s->mu);
     s->stats.active -= r->seq >= 0; /* it was admitted */
@@ -418,7 +412,7 @@ static bool sched_emit(struct sched *s, int32_t a, int32_t t)
     int32_t len = r->n_prompt + r->n_out;
     r->hist[len] = t;
     if (r->n_out == 0)
-        r->t_first = now_s();
+        r->t_first = clock_now_s();
     pthread_mutex_lock(&r->mu);
     r->out[r->n_out++] = t;
     pthread_cond_broadcast(&r->cv);
@@ -1006,7 +1000,7 @@ int sched_submit(struct sched *s, struct sched_req *r)
     pthread_mutex_lock(&r->mu);
     r->refs++; /* the engine's */
     pthread_mutex_unlock(&r->mu);
-    r->t_submit = now_s();
+    r->t_submit = clock_now_s();
     s->stats.requests++;
     *tail = r;
     pthread_cond_broadcast(&s->cv);
