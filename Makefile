@@ -113,7 +113,7 @@ build/tsan/test_unit: $(TOBJ) $(TTEST_OBJ) | $(TESTDATA)
 build/tsan/kapitsa: $(TOBJ) $(TCLI_OBJ)
 	$(CC) $(CFLAGS) $(TSAN) $^ -o $@ $(LDLIBS)
 
-## test: build, then run every test, also under ASan+UBSan, and the unit tests and the server under TSan; ends with "N passed, N failed"
+## test: build, then run every test, also under ASan+UBSan, and the unit tests and the server under TSan; ends with "N passed, N failed, N skipped"
 test: build/kapitsa build/test_unit build/asan/kapitsa build/asan/test_unit build/tsan/kapitsa build/tsan/test_unit \
       $(FUZZERS) $(FUZZ_SEED)
 	@bash tests/run.sh

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make test: every suite, the release build, the ASan+UBSan build, and the unit
-# tests and the server under TSan; prints one total line "N passed, N failed"
+# tests and the server under TSan; prints one total line "N passed, N failed, N skipped"
 # and fails if anything failed.
 #
 # The suites run in groups, several groups at once (KAPITSA_TEST_JOBS, default
@@ -81,10 +81,13 @@ for g in group_server group_tsan_unit group_unit group_ports group_pull; do
 done
 wait
 touch "$work/log"
-passed=$(grep -E '^[a-z]+: [0-9]+ passed, [0-9]+ failed$' "$work/log" | awk '{s += $2} END {print s + 0}')
-failed=$(grep -E '^[a-z]+: [0-9]+ passed, [0-9]+ failed$' "$work/log" | awk '{s += $4} END {print s + 0}')
+# a suite's summary: "name: N passed, N failed", the unit runner's with ", N skipped"
+summary='^[a-z]+: [0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$'
+passed=$(grep -E "$summary" "$work/log" | awk '{s += $2} END {print s + 0}')
+failed=$(grep -E "$summary" "$work/log" | awk '{s += $4} END {print s + 0}')
+skipped=$(grep -E "$summary" "$work/log" | awk '{s += $6} END {print s + 0}')
 status=0
 [ -s "$work/failed" ] && status=1
 [ "$status" = 0 ] || [ "$failed" != 0 ] || failed=1 # a suite that crashed before its summary
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 exit $status

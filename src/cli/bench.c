@@ -3,8 +3,8 @@
  * over the read bandwidth measured here, with the same threads). */
 #define _GNU_SOURCE
 #include "../backend/cpu/kern.h"
-#include "../backend/device.h"
 #include "../backend/profile.h"
+#include "../base/clock.h"
 #include "../base/err.h"
 #include "../base/pool.h"
 #include "../engine/engine.h"
@@ -18,15 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 struct bw_job {
     const float *buf;
@@ -53,9 +45,9 @@ static double measure_bandwidth(int32_t n_threads)
             buf[i] = (float)(i & 1023);
         struct bw_job j = {buf, n / 256, kern_best(), {0}};
         for (int rep = 0; rep < 5; rep++) {
-            double t0 = now_s();
+            double t0 = clock_now_s();
             pool_run(p, bw_task, &j, 256);
-            double bw = (double)n * sizeof(float) / (now_s() - t0);
+            double bw = (double)n * sizeof(float) / (clock_now_s() - t0);
             best = bw > best ? bw : best;
         }
     }
@@ -220,9 +212,9 @@ static int bench_tokenizer(const char *dir, const char *corpus)
         for (size_t d = 0; d < n_docs; d++) {
             json_t *text = json_object_get(docs[d], "text"), *want = json_object_get(docs[d], "ids");
             struct tok_ids ids = {0};
-            double t0 = now_s();
+            double t0 = clock_now_s();
             int e = tok_encode(t, json_string_value(text), json_string_length(text), &ids);
-            t_sum += now_s() - t0;
+            t_sum += clock_now_s() - t0;
             int same = e == 0 && (size_t)ids.n == json_array_size(want);
             for (int32_t i = 0; same && i < ids.n; i++)
                 same = ids.ids[i] == json_integer_value(json_array_get(want, (size_t)i));
@@ -426,19 +418,19 @@ int cli_bench(int argc, char **argv)
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return 1;
     }
-    struct backend *be = device_open(device, (int32_t)threads, false);
-    struct model m;
+    struct runtime rt = {0};
     struct engine e;
     float *logits = NULL;
     int32_t *tok = NULL, *pos = NULL, *seqv = NULL, *par = NULL, *mtok = NULL;
     uint8_t *want = NULL;
-    int rc = 1, loaded = 0, up = 0;
+    int rc = 1, up = 0;
     /* --sample: a seeded sampler per sequence; k_read (below) the top logits a step reads, 0: whole rows */
     struct sampler smp[BENCH_MAX_SEQS];
     int32_t n_smp = 0;
-    if (!be || model_load(&m, dir, be, NULL) != 0)
+    if (runtime_open(&rt, &(struct runtime_opts){.device = device, .threads = (int32_t)threads, .model = dir}) != 0)
         goto done;
-    loaded = 1;
+    struct model *const m = &rt.m;
+    struct backend *const be = rt.be;
     if (n_batch == 0)
         n_batch = be->ops->prefill_chunk > 512 ? be->ops->prefill_chunk : 512;
     for (int32_t l = 0; l < n_lens; l++)
@@ -454,7 +446,7 @@ int cli_bench(int argc, char **argv)
         sp.top_k = sample_k;
         for (; n_smp < S; n_smp++) {
             sp.seed = 1000 + (uint64_t)n_smp;
-            if (sampler_init(&smp[n_smp], &sp, m.cfg.vocab_size) != 0)
+            if (sampler_init(&smp[n_smp], &sp, m->cfg.vocab_size) != 0)
                 goto done;
         }
         const int32_t need = sampler_top_need(&smp[0]);
@@ -465,10 +457,10 @@ int cli_bench(int argc, char **argv)
     const int64_t chunk = n_batch - S, mix_steps = mix ? (n_prompt + chunk - 1) / chunk + 2 : 0;
     /* each sequence rounded up to whole cache blocks (16 tokens) */
     const int64_t n_ctx = S * (n_prompt + n_gen + mix_steps + 16) + (mix ? n_prompt + 2 * chunk + 32 : 0);
-    if (engine_init(&e, &m, (int32_t)n_ctx, S + mix, (int32_t)(n_batch > S ? n_batch : S), S + mix, 0, kv_type) != 0)
+    if (engine_init(&e, m, (int32_t)n_ctx, S + mix, (int32_t)(n_batch > S ? n_batch : S), S + mix, 0, kv_type) != 0)
         goto done;
     up = 1;
-    const int32_t V = m.cfg.vocab_size;
+    const int32_t V = m->cfg.vocab_size;
     logits = malloc((size_t)S * V * sizeof(float));
     tok = malloc((size_t)n_prompt * sizeof(int32_t));
     pos = malloc((size_t)n_batch * sizeof(int32_t));
@@ -489,8 +481,8 @@ int cli_bench(int argc, char **argv)
     int32_t mix_n = 0, mix_ids[BENCH_MAX_SEQS + 1]; /* --mix: its timed steps, each step's next tokens */
     const bool gpu = strcmp(be->ops->name, "cpu") != 0;
     if (n_lens > 1 && !json)
-        printf("model    %s (%s, %s%s)\n%8s %14s %14s %16s %14s\n", dir, m.cfg.model_type, be->ops->name,
-               m.cfg.route_spread ? ", spread routing" : "", "prompt",
+        printf("model    %s (%s, %s%s)\n%8s %14s %14s %16s %14s\n", dir, m->cfg.model_type, be->ops->name,
+               m->cfg.route_spread ? ", spread routing" : "", "prompt",
                "prefill tok/s", "TFLOP/s", "first token ms", "decode tok/s");
     if (n_lens > 1 && json)
         printf("[");
@@ -531,16 +523,16 @@ int cli_bench(int argc, char **argv)
     profile_reset(be);
     for (int32_t l = 0; l < n_lens; l++) {
         n_prompt = lens[l];
-        double t0 = now_s();
+        double t0 = clock_now_s();
         if ((seqs[0] = bench_prefill(&e, tok, n_prompt, (int32_t)n_batch, pos, seqv, par, want, logits)) < 0)
             goto done;
-        t_prefill = now_s() - t0; /* the first token's logits are ready: time to first token */
+        t_prefill = clock_now_s() - t0; /* the first token's logits are ready: time to first token */
         /* more sequences decoding together: each its own copy of the prompt */
         for (int32_t k = 1; k < S; k++)
             if ((seqs[k] = bench_prefill(&e, tok, n_prompt, (int32_t)n_batch, pos, seqv, par, want,
                                          logits + (size_t)k * V)) < 0)
                 goto done;
-        t0 = now_s();
+        t0 = clock_now_s();
         for (int32_t k = 0; k < S; k++)
             next[k] = sampler_argmax(logits + (size_t)k * V, V);
         /* greedy steps: the next tokens are the argmax ranked on the backend */
@@ -568,7 +560,7 @@ int cli_bench(int argc, char **argv)
             if (engine_commit_all(&e) != 0)
                 goto done;
         }
-        t_decode = now_s() - t0;
+        t_decode = clock_now_s() - t0;
         if (mix) {
             /* untimed first: a step of each size the timed pass takes (its
              * first chunk, and its last where that differs), in a sequence of its own */
@@ -586,21 +578,21 @@ int cli_bench(int argc, char **argv)
             engine_seq_free(&e, q);
             if ((q = engine_seq_new(&e)) < 0)
                 goto done;
-            t0 = now_s();
+            t0 = clock_now_s();
             for (int64_t done = 0, r = 0; r == 0; done += chunk, mix_n++) {
                 const int32_t k = (int32_t)(n_prompt - done < chunk ? n_prompt - done : chunk);
                 if ((r = bench_mix_step(&e, tok, n_prompt, done, k, q, S, seqs, next, npos, mtok, pos, seqv, par, want,
                                         mix_ids)) < 0)
                     goto done;
             }
-            t_mix = now_s() - t0;
+            t_mix = clock_now_s() - t0;
             engine_seq_free(&e, q);
         }
         for (int32_t k = 0; k < S; k++)
             engine_seq_free(&e, seqs[k]);
         if (n_lens == 1)
             break;
-        const double pf = (double)n_prompt / t_prefill, tf = prefill_flops(&m, n_prompt) / t_prefill / 1e12;
+        const double pf = (double)n_prompt / t_prefill, tf = prefill_flops(m, n_prompt) / t_prefill / 1e12;
         if (json)
             printf("%s{\"prompt\":%lld,\"prefill_tok_s\":%.2f,\"prefill_tflops\":%.2f,\"ttft_ms\":%.2f,"
                    "\"decode_tok_s\":%.2f}",
@@ -620,11 +612,11 @@ int cli_bench(int argc, char **argv)
         nth = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
     /* a step reads the weights once for all sequences and each one's caches
      * at its context (the middle of the generated run, on average) */
-    const double wbytes = decode_bytes(&m, S), cbytes = cache_bytes(&e, (double)n_prompt + (double)n_gen / 2);
+    const double wbytes = decode_bytes(m, S), cbytes = cache_bytes(&e, (double)n_prompt + (double)n_gen / 2);
     double bw = gpu ? peak_gbs * 1e9 : measure_bandwidth(nth), bytes = wbytes + S * cbytes;
     /* dc: tokens per second of each sequence */
     double pf = (double)n_prompt / t_prefill, dc = (double)n_gen / t_decode, roof = bw / bytes;
-    const double flops = prefill_flops(&m, n_prompt), pflops = flops / t_prefill / 1e12;
+    const double flops = prefill_flops(m, n_prompt), pflops = flops / t_prefill / 1e12;
     /* --mix: the prompt's first token beside the decoders, and their speed meanwhile */
     const double mix_dc = mix ? mix_n / t_mix : 0;
     if (json) {
@@ -635,14 +627,14 @@ int cli_bench(int argc, char **argv)
                "\"decode_tok_s_total\":%.2f,\"kv_type\":\"%s\",\"ttft_ms\":%.2f,\"route_spread\":%s",
                dir, be->ops->name, nth, (long long)n_prompt, (long long)n_gen, pf, pflops, flops, dc, wbytes, cbytes,
                bw / 1e9, roof, dc / roof, gpu ? pflops / peak_tflops : 0.0, S, S * dc, dtype_name(kv_type),
-               1e3 * t_prefill, m.cfg.route_spread ? "true" : "false");
+               1e3 * t_prefill, m->cfg.route_spread ? "true" : "false");
         if (mix)
             printf(",\"mix_chunk\":%lld,\"mix_steps\":%d,\"mix_ttft_ms\":%.2f,\"mix_decode_tok_s\":%.2f",
                    (long long)chunk, mix_n, 1e3 * t_mix, mix_dc);
         printf("}\n");
     } else {
-        printf("model    %s (%s, %s", dir, m.cfg.model_type, be->ops->name);
-        if (m.cfg.route_spread)
+        printf("model    %s (%s, %s", dir, m->cfg.model_type, be->ops->name);
+        if (m->cfg.route_spread)
             printf(", spread routing");
         if (!gpu)
             printf(", %d threads", nth);
@@ -682,9 +674,6 @@ done:
         sampler_free(&smp[k]);
     if (up)
         engine_free(&e);
-    if (loaded)
-        model_free(&m);
-    if (be)
-        be->ops->free(be);
+    runtime_close(&rt);
     return rc;
 }

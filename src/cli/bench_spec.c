@@ -4,7 +4,7 @@
  * each checked identical to plain; reports target passes per token and
  * wall-clock speed. */
 #define _POSIX_C_SOURCE 200809L
-#include "../backend/device.h"
+#include "../base/clock.h"
 #include "../base/err.h"
 #include "../engine/spec.h"
 #include "../runtime/runtime.h"
@@ -13,14 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static char *read_file(const char *path, size_t *n)
 {
@@ -74,7 +66,7 @@ static int run_one(struct engine *te, struct engine *de, const struct spec_param
         goto done_spec;
     memcpy(hist, prompt, sizeof(int32_t) * (size_t)n);
     int32_t len = n;
-    double t0 = now_s();
+    double t0 = clock_now_s();
     hist[len++] = sampler_sample(&sm, lg, hist, n);
     while (len - n < n_gen) {
         int32_t k = spec_step(&s, &sm, hist, len, hist + len, n_gen - (len - n));
@@ -82,7 +74,7 @@ static int run_one(struct engine *te, struct engine *de, const struct spec_param
             goto done_spec;
         len += k;
     }
-    r->seconds = now_s() - t0;
+    r->seconds = clock_now_s() - t0;
     r->passes = s.st.steps;
     r->t_draft = s.st.t_draft;
     r->t_verify = s.st.t_verify;
@@ -108,30 +100,23 @@ int bench_spec(const char *target, const char *draft, const char *prompt_file, i
                const char *device,
                int32_t chain_k, int32_t tree_n, int32_t tree_d, int json)
 {
-    struct backend *be = device_open(device, threads, false);
-    struct model tm, dm;
+    struct runtime rt = {0};
     struct engine te, de;
-    struct tokenizer *tok = NULL;
     struct tok_ids ids = {0};
     char *text = NULL;
     int32_t *want = NULL, *got = NULL;
-    int rc = 1, n_loaded = 0, n_up = 0;
+    int rc = 1, n_up = 0;
     size_t n_text = 0;
-    if (!be || !(tok = runtime_tokenizer(target)) || !(text = read_file(prompt_file, &n_text)) ||
-        tok_encode(tok, text, n_text, &ids) != 0)
+    if (!(text = read_file(prompt_file, &n_text)) ||
+        runtime_open(&rt, &(struct runtime_opts){.device = device, .threads = threads, .model = target, .draft = draft, .tokenizer = true}) != 0 ||
+        tok_encode(rt.tok, text, n_text, &ids) != 0)
         goto done;
-    if (model_load(&tm, target, be, NULL) != 0)
-        goto done;
-    n_loaded = 1;
-    if (model_load(&dm, draft, be, NULL) != 0)
-        goto done;
-    n_loaded = 2;
     const int32_t batch = (tree_n > chain_k ? tree_n : chain_k) + 1 < 64 ? 64 : (tree_n > chain_k ? tree_n : chain_k) + 1;
     const int32_t ctx = ids.n + n_gen + (tree_n > chain_k ? tree_n : chain_k) + 2;
-    if (engine_init(&te, &tm, ctx, 1, batch, batch, batch, DT_F32) != 0)
+    if (engine_init(&te, &rt.m, ctx, 1, batch, batch, batch, DT_F32) != 0)
         goto done;
     n_up = 1;
-    if (engine_init(&de, &dm, ctx, 1, batch, batch, batch, DT_F32) != 0)
+    if (engine_init(&de, &rt.dm, ctx, 1, batch, batch, batch, DT_F32) != 0)
         goto done;
     n_up = 2;
     want = malloc(sizeof(int32_t) * (size_t)n_gen);
@@ -194,14 +179,8 @@ done:
         engine_free(&de);
     if (n_up > 0)
         engine_free(&te);
-    if (n_loaded > 1)
-        model_free(&dm);
-    if (n_loaded > 0)
-        model_free(&tm);
     tok_ids_free(&ids);
     free(text);
-    tok_free(tok);
-    if (be)
-        be->ops->free(be);
+    runtime_close(&rt);
     return rc;
 }

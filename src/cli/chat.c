@@ -157,7 +157,9 @@ int cli_chat(int argc, char **argv)
         }
     }
     int rc = 1, up = 0;
-    if (runtime_open(&cm, &(struct runtime_opts){device, (int32_t)threads, false, dir, draft_dir, true, true}) != 0)
+    const struct runtime_opts ro = {.device = device, .threads = (int32_t)threads, .model = dir, .draft = draft_dir,
+                                    .tokenizer = true, .chat_template = true};
+    if (runtime_open(&cm, &ro) != 0)
         goto done;
     if (!temp_set && cm.m.cfg.gen_given)
         sampler_params_from_config(&sp, &cm.m.cfg);
@@ -167,7 +169,7 @@ int cli_chat(int argc, char **argv)
     g.dim_reasoning = isatty(1) != 0;
     char tkey[9000];
     cli_spec_key(tkey, sizeof tkey, dir, draft_dir, (int32_t)threads);
-    cli_spec_tune_load(&g.k, tkey);
+    cli_spec_tune_load(sched_spec_tuner(g.s), &kp, tkey);
     if (system)
         json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", system));
     const size_t n_fixed = json_array_size(msgs);
@@ -184,7 +186,7 @@ int cli_chat(int argc, char **argv)
                             "decode %.3f s (%.1f tok/s)",
                     st->n_prompt, st->n_cached, st->n_gen, st->t_prefill, st->t_decode,
                     st->t_decode > 0 ? st->n_gen / st->t_decode : 0.0);
-            if (st->spec_steps > 0 && g.k.p.mode != SPEC_OFF)
+            if (st->spec_steps > 0 && g.spec_on)
                 fprintf(stderr, "; KFlash %.2f tokens per target pass", (double)st->spec_tokens / st->spec_steps);
             fputc('\n', stderr);
             continue;
@@ -214,7 +216,7 @@ int cli_chat(int argc, char **argv)
         json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "assistant", "content", reply));
         free(reply);
     }
-    cli_spec_tune_save(&g.k, tkey);
+    cli_spec_tune_save(sched_spec_tuner(g.s), &kp, tkey);
     if (in.tty && in.hist[0])
         write_history(in.hist);
     rc = 0;

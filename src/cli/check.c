@@ -1,7 +1,7 @@
 /* kapitsa check DIR: validates a checkpoint against its reference (src/engine/check.h). */
-#include "../backend/device.h"
 #include "../base/err.h"
 #include "../engine/check.h"
+#include "../runtime/runtime.h"
 #include "cli.h"
 
 #include <stdio.h>
@@ -98,14 +98,15 @@ int cli_check(int argc, char **argv)
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return 1;
     }
-    struct backend *be = device_open(device, (int32_t)threads, !fast);
-    if (!be) {
+    struct runtime rt;
+    if (runtime_open(&rt, &(struct runtime_opts){.device = device, .threads = (int32_t)threads, .precise = !fast}) != 0) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());
+        runtime_close(&rt);
         return 1;
     }
     struct check_result r;
-    int rc = check_run(dir, be, &o, &r);
-    be->ops->free(be);
+    int rc = check_run(dir, rt.be, &o, &r);
+    runtime_close(&rt);
     if (rc != 0) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return 1;

@@ -13,6 +13,7 @@
  * streamed text; decode tok/s is (completion tokens - 1) over the time from
  * the first to the last streamed text. */
 #define _GNU_SOURCE
+#include "../base/clock.h"
 #include "../base/err.h"
 #include "cli.h"
 
@@ -22,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define CMP_MAX_TARGETS 8
 #define CMP_MAX_LENS 8
@@ -35,13 +35,6 @@ struct stream {
     int32_t n_text, usage_out, usage_in;
     char err[256];
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void on_event(struct stream *s, const char *data)
 {
@@ -58,7 +51,7 @@ static void on_event(struct stream *s, const char *data)
     json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
     const char *text = ch ? json_string_value(json_object_get(ch, "text")) : NULL;
     if (text && *text) {
-        double t = now_s();
+        double t = clock_now_s();
         if (!s->n_text)
             s->t_first = t;
         s->t_last = t;
@@ -188,7 +181,7 @@ static int one_request(const char *url, const char *model, const char *prompt, i
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_bytes);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 1800L);
-    s.t0 = now_s();
+    s.t0 = clock_now_s();
     CURLcode cc = curl_easy_perform(c);
     long code = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);

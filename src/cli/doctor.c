@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "../backend/cpu/kern.h"
 #include "../backend/device.h"
+#include "../base/clock.h"
 #include "../base/err.h"
 #include "../base/pool.h"
 #include "../hub/cache.h"
@@ -19,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
-#include <time.h>
 #include <unistd.h>
 
 static int64_t meminfo(const char *key)
@@ -130,13 +130,6 @@ static void bw_task(void *ctx, int32_t task, int32_t worker)
         j->k->sumsq(x, j->n_per_task); /* a call through the kernel table: not optimised away */
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The host's read bandwidth in bytes/s on every core: the best of three sums
  * over a buffer of 128 MiB, or four times the L3 where that is more, so that
  * a pass reads memory, not the cache the last one filled (bench measures the
@@ -153,9 +146,9 @@ static double read_bandwidth(void)
         pool_run(p, bw_task, &j, n_task); /* the pages, touched by the workers that read them */
         j.fill = false;
         for (int rep = 0; rep < 3; rep++) {
-            const double t0 = now_s();
+            const double t0 = clock_now_s();
             pool_run(p, bw_task, &j, n_task);
-            const double bw = (double)(j.n_per_task * n_task) * sizeof(float) / (now_s() - t0);
+            const double bw = (double)(j.n_per_task * n_task) * sizeof(float) / (clock_now_s() - t0);
             best = bw > best ? bw : best;
         }
     }

@@ -7,10 +7,10 @@
  *   accepted of 5: at 200 evenly spread positions p, both models continue
  *         ids[p-64..p) greedily for 5 tokens; the length of the common prefix. */
 #define _POSIX_C_SOURCE 200809L
-#include "../backend/device.h"
 #include "../base/err.h"
 #include "../engine/engine.h"
 #include "../engine/sampler.h"
+#include "../runtime/runtime.h"
 #include "cli.h"
 
 #include <math.h>
@@ -120,31 +120,26 @@ int cli_eval(int argc, char **argv)
     int32_t *ids = malloc((size_t)(n_all > 0 ? n_all : 1) * sizeof(int32_t));
     const size_t got = ids ? fread(ids, sizeof(int32_t), (size_t)n_all, f) : 0;
     fclose(f);
-    struct backend *be = device_open(device, (int32_t)threads, false);
-    struct model m, dm;
+    struct runtime rt = {0};
     struct engine e, de;
     float *lg = NULL, *dlg = NULL;
-    int rc = 1, n_loaded = 0, n_up = 0;
+    int rc = 1, n_up = 0;
     if (!ids || got != (size_t)n_all || n_all < EVAL_SEQ + 665) {
         err_set("eval: %s: need at least %d token ids", ids_path, EVAL_SEQ + 665);
         goto done;
     }
-    if (!be || model_load(&m, dir, be, NULL) != 0)
+    if (runtime_open(&rt, &(struct runtime_opts){.device = device, .threads = (int32_t)threads, .model = dir, .draft = draft}) != 0)
         goto done;
-    n_loaded = 1;
-    if (draft && model_load(&dm, draft, be, NULL) != 0)
-        goto done;
-    n_loaded += draft != NULL;
-    const int32_t V = m.cfg.vocab_size;
+    const int32_t V = rt.m.cfg.vocab_size;
     for (int64_t i = 0; i < n_all; i++)
         if (ids[i] < 0 || ids[i] >= V) {
             err_set("eval: id %d at %lld outside the vocabulary", ids[i], (long long)i);
             goto done;
         }
-    if (engine_init(&e, &m, EVAL_SEQ + 16, 1, EVAL_CHUNK, EVAL_CHUNK, 0, DT_F32) != 0)
+    if (engine_init(&e, &rt.m, EVAL_SEQ + 16, 1, EVAL_CHUNK, EVAL_CHUNK, 0, DT_F32) != 0)
         goto done;
     n_up = 1;
-    if (draft && engine_init(&de, &dm, EVAL_SEQ + 16, 1, EVAL_CHUNK, EVAL_CHUNK, 0, DT_F32) != 0)
+    if (draft && engine_init(&de, &rt.dm, EVAL_SEQ + 16, 1, EVAL_CHUNK, EVAL_CHUNK, 0, DT_F32) != 0)
         goto done;
     n_up += draft != NULL;
     lg = malloc((size_t)EVAL_SEQ * (size_t)V * sizeof(float));
@@ -207,12 +202,7 @@ done:
         engine_free(&de);
     if (n_up > 0)
         engine_free(&e);
-    if (n_loaded > 1)
-        model_free(&dm);
-    if (n_loaded > 0)
-        model_free(&m);
     free(ids);
-    if (be)
-        be->ops->free(be);
+    runtime_close(&rt);
     return rc;
 }

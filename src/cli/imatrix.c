@@ -3,7 +3,6 @@
  * text's tokens are cut into chunks, each run from an empty cache as
  * llama-imatrix runs them; a tail shorter than a chunk is left out, as there. */
 #define _POSIX_C_SOURCE 200809L
-#include "../backend/device.h"
 #include "../base/err.h"
 #include "../engine/engine.h"
 #include "../model/imatrix.h"
@@ -120,10 +119,9 @@ int cli_imatrix(int argc, char **argv)
     }
     struct tok_ids ids = {0};
     struct imatrix im = {0};
-    struct model m;
+    struct runtime rt = {0};
     struct engine e;
-    struct backend *be = NULL;
-    bool loaded = false, engine = false;
+    bool engine = false;
     int rc = 1;
     const char *dir = cli_model_dir(model);
     if (!dir || read_tokens(dir, text, &ids) != 0)
@@ -135,18 +133,18 @@ int cli_imatrix(int argc, char **argv)
     }
     if (chunks > 0 && chunks < n_chunks)
         n_chunks = chunks;
-    if (!(be = device_open("cpu", (int32_t)threads, false)) || !(be = imatrix_collector_wrap(be)) ||
-        model_load(&m, dir, be, NULL) != 0)
+    const struct runtime_opts ro = {.device = "cpu", .threads = (int32_t)threads, .model = dir,
+                                    .wrap = imatrix_collector_wrap};
+    if (runtime_open(&rt, &ro) != 0)
         goto done;
-    loaded = true;
-    if (imatrix_collector_bind(be, &m, &im) != 0 ||
-        engine_init(&e, &m, (int32_t)chunk, 1, (int32_t)chunk, 1, 0, DT_F32) != 0)
+    if (imatrix_collector_bind(rt.be, &rt.m, &im) != 0 ||
+        engine_init(&e, &rt.m, (int32_t)chunk, 1, (int32_t)chunk, 1, 0, DT_F32) != 0)
         goto done;
     engine = true;
     fprintf(stderr, "imatrix: %s, %lld chunks of %lld tokens (of %d)\n", dir, (long long)n_chunks, (long long)chunk,
             (int)ids.n);
     if (run_chunks(&e, ids.ids, (int32_t)chunk, (int32_t)n_chunks, isatty(2)) != 0 ||
-        imatrix_collector_status(be) != 0 || imatrix_add_dataset(&im, text) != 0)
+        imatrix_collector_status(rt.be) != 0 || imatrix_add_dataset(&im, text) != 0)
         goto done;
     im.chunk_count = (int32_t)n_chunks;
     im.chunk_size = (int32_t)chunk;
@@ -159,10 +157,7 @@ done:
         fprintf(stderr, "kapitsa: %s\n", err_msg());
     if (engine)
         engine_free(&e);
-    if (loaded)
-        model_free(&m);
-    if (be)
-        be->ops->free(be);
+    runtime_close(&rt);
     imatrix_free(&im);
     tok_ids_free(&ids);
     return rc;

@@ -113,7 +113,9 @@ int cli_run(int argc, char **argv)
     struct tok_ids ids = {0};
     char *text = NULL;
     int rc = 1, up = 0;
-    if (runtime_open(&cm, &(struct runtime_opts){device, (int32_t)threads, false, dir, draft_dir, true, chat}) != 0)
+    const struct runtime_opts ro = {.device = device, .threads = (int32_t)threads, .model = dir, .draft = draft_dir,
+                                    .tokenizer = true, .chat_template = chat};
+    if (runtime_open(&cm, &ro) != 0)
         goto done;
     size_t tlen = strlen(prompt);
     if (chat) {
@@ -137,14 +139,14 @@ int cli_run(int argc, char **argv)
     up = 1;
     char tkey[9000];
     cli_spec_key(tkey, sizeof tkey, dir, draft_dir, (int32_t)threads);
-    cli_spec_tune_load(&g.k, tkey);
+    cli_spec_tune_load(sched_spec_tuner(g.s), &kp, tkey);
     if (cli_gen_turn(&g, ids.ids, ids.n, max_tokens, stdout, NULL) != 0)
         goto done;
     putchar('\n');
-    cli_spec_tune_save(&g.k, tkey);
-    if (kp.mode != SPEC_OFF && g.k.st.steps > 0)
+    cli_spec_tune_save(sched_spec_tuner(g.s), &kp, tkey);
+    if (kp.mode != SPEC_OFF && g.spec_steps > 0)
         fprintf(stderr, "kapitsa: KFlash: %lld tokens in %lld target passes (%.2f per pass)\n",
-                (long long)g.k.st.tokens, (long long)g.k.st.steps, (double)g.k.st.tokens / (double)g.k.st.steps);
+                (long long)g.spec_tokens, (long long)g.spec_steps, (double)g.spec_tokens / (double)g.spec_steps);
     rc = 0;
 done:
     if (rc)

@@ -82,10 +82,10 @@ static int tune_path(char *path, size_t n)
     return 0;
 }
 
-void cli_spec_tune_load(struct spec *s, const char *key)
+void cli_spec_tune_load(struct spec_tuner *t, const struct spec_params *p, const char *key)
 {
     char path[3100], line[4096];
-    if (!s->p.tune || tune_path(path, sizeof path) != 0)
+    if (!t || !p->tune || tune_path(path, sizeof path) != 0)
         return;
     FILE *f = fopen(path, "r");
     if (!f)
@@ -97,7 +97,6 @@ void cli_spec_tune_load(struct spec *s, const char *key)
         if (!tab || (size_t)(tab - line) != strlen(key) || strncmp(line, key, strlen(key)) != 0 ||
             sscanf(tab + 1, "%d\t%d\t%lf", &nodes, &depth, &tps) != 3)
             continue;
-        struct spec_tuner *t = &s->tu;
         for (int32_t i = 0; i < t->n_shape; i++)
             if (t->nodes[i] == nodes && t->depth[i] == depth) {
                 /* start from the cached best; the others are re-tried as the tuner goes */
@@ -109,17 +108,20 @@ void cli_spec_tune_load(struct spec *s, const char *key)
     fclose(f);
 }
 
-void cli_spec_tune_save(const struct spec *s, const char *key)
+void cli_spec_tune_save(const struct spec_tuner *t, const struct spec_params *p, const char *key)
 {
     char path[3100], tmp[3200], line[4096];
-    int32_t nodes, depth;
-    if (!s->p.tune || s->tu.step < 8 || tune_path(path, sizeof path) != 0)
+    if (!t || !p->tune || t->step < 8 || tune_path(path, sizeof path) != 0)
         return;
-    spec_tuned_shape(s, &nodes, &depth, NULL);
+    int32_t b = 0; /* the fastest shape (spec_tuned_shape) */
+    for (int32_t i = 1; i < t->n_shape; i++)
+        if (t->tok_s[i] > t->tok_s[b])
+            b = i;
+    const int32_t nodes = t->nodes[b], depth = t->depth[b];
     double best = 0;
-    for (int32_t i = 0; i < s->tu.n_shape; i++)
-        if (s->tu.nodes[i] == nodes && s->tu.depth[i] == depth)
-            best = s->tu.tok_s[i];
+    for (int32_t i = 0; i < t->n_shape; i++)
+        if (t->nodes[i] == nodes && t->depth[i] == depth)
+            best = t->tok_s[i];
     char dir[3100];
     snprintf(dir, sizeof dir, "%s", path);
     *strrchr(dir, '/') = 0;

@@ -1,21 +1,55 @@
 /* sched: continuous batching on one engine thread (see sched.h). */
 #include "sched.h"
 
+#include "../base/clock.h"
 #include "../base/err.h"
 
 #include <assert.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+struct sched_req {
+    /* set before sched_submit (sched_req_new, _logprobs, _guard), read-only afterwards */
+    int32_t *prompt;         /* [n_prompt] */
+    int32_t n_prompt;
+    int32_t max_tokens;
+    struct sampler sampler;  /* initialised by the submitter */
+    /* shared, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t *out;            /* [n_out] generated tokens (eos excluded) */
+    int32_t n_out, cap_out;
+    /* log-probabilities (sched_req_logprobs): of each output token under the
+     * model (log-softmax of its logits, before sampling's adjustments), and the
+     * n_top most likely alternatives, best first; -1: not asked for */
+    int32_t n_top;
+    float *lp;               /* [cap_out] */
+    int32_t *top_id;         /* [cap_out][n_top] */
+    float *top_lp;           /* [cap_out][n_top] */
+    /* constrained output (sched_req_guard): the vocabulary's bytes (NULL: free
+     * text), the grammar (owned) and the guard over what was generated so far */
+    const struct vocab_bytes *vb;
+    struct grammar gm;
+    struct guard guard;
+    enum sched_finish finish;
+    bool cancel;
+    char error[256];
+    int refs;
+    int32_t n_cached;        /* prompt tokens reused from an earlier conversation (set at admission) */
+    double t_submit, t_first, t_done; /* seconds (monotonic): submitted, first token, finished */
+    /* engine side */
+    int32_t seq, n_fed;      /* prompt tokens already in the cache */
+    bool ckpt_due;           /* recurrent models: keep a checkpoint after this step */
+    int32_t ckpt_at;         /* recurrent models: a checkpoint to keep mid-prompt, where the prompt
+                                leaves a cached conversation it shares a long prefix with; -1: none */
+    int32_t dseq;            /* its sequence in the draft engine (KFlash), -1 until it speculates */
+    int32_t *hist;           /* prompt + output, for penalties */
+    struct sched_req *next;
+};
 
 #define SCHED_CACHE_SLOTS 8 /* finished conversations kept for prefix reuse */
 #define SCHED_CKPT_MIN 64   /* recurrent models: the fewest tokens a mid-prompt checkpoint must save */
@@ -48,6 +82,7 @@ struct sched {
     uint64_t clock;
     struct sched_stats stats; /* under mu */
     bool stop;
+    bool quiet; /* no line on stderr per finished request */
     /* KFlash (spec_on): the draft's engine and the speculation state */
     bool spec_on;
     struct model *dm;
@@ -176,30 +211,39 @@ static void logprobs_fill(struct sched_req *r, const float *row, int32_t V, int3
     r->lp[i] = row[t] - lse;
 }
 
-int32_t sched_req_wait_for(struct sched_req *r, int32_t seen, double seconds)
+int32_t sched_req_poll(struct sched_req *r, int32_t seen, double seconds, struct sched_progress *p)
 {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until); /* the condition variable's clock */
-    const double t = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + seconds;
+    const double t = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + (seconds > 0 ? seconds : 0);
     until.tv_sec = (time_t)t;
     until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
     pthread_mutex_lock(&r->mu);
     int rc = 0;
-    while (r->n_out <= seen && r->finish == SCHED_RUNNING && rc == 0)
-        rc = pthread_cond_timedwait(&r->cv, &r->mu, &until);
-    int32_t n = r->n_out;
+    while (seconds != 0 && r->n_out <= seen && r->finish == SCHED_RUNNING && rc == 0)
+        rc = seconds < 0 ? pthread_cond_wait(&r->cv, &r->mu) : pthread_cond_timedwait(&r->cv, &r->mu, &until);
+    /* t_first is written before the first token is published, t_done before the end */
+    const double first = r->n_out > 0 ? r->t_first : 0, done = r->finish != SCHED_RUNNING ? r->t_done : 0;
+    *p = (struct sched_progress){.n_out = r->n_out, .n_cached = r->n_cached, .finish = r->finish};
     pthread_mutex_unlock(&r->mu);
-    return n;
+    p->t_prefill = first > 0 ? first - r->t_submit : done > 0 ? done - r->t_submit : 0;
+    p->t_decode = first > 0 && done > 0 ? done - first : 0;
+    return p->n_out;
 }
 
-int32_t sched_req_wait(struct sched_req *r, int32_t seen)
+const int32_t *sched_req_out(const struct sched_req *r) { return r->out; }
+const char *sched_req_error(const struct sched_req *r) { return r->error; }
+struct sampler *sched_req_sampler(struct sched_req *r) { return &r->sampler; }
+
+int32_t sched_req_logprob(const struct sched_req *r, int32_t i, float *lp, const int32_t **top_id,
+                          const float **top_lp)
 {
-    pthread_mutex_lock(&r->mu);
-    while (r->n_out <= seen && r->finish == SCHED_RUNNING)
-        pthread_cond_wait(&r->cv, &r->mu);
-    int32_t n = r->n_out;
-    pthread_mutex_unlock(&r->mu);
-    return n;
+    if (r->n_top < 0)
+        return -1;
+    *lp = r->lp[i];
+    *top_id = r->top_id + (size_t)i * (size_t)r->n_top;
+    *top_lp = r->top_lp + (size_t)i * (size_t)r->n_top;
+    return r->n_top;
 }
 
 void sched_req_cancel(struct sched_req *r)
@@ -301,7 +345,7 @@ static void cache_checkpoint(struct sched *s, struct sched_req *r)
 
 static void req_finish(struct sched *s, struct sched_req *r, enum sched_finish f, const char *msg)
 {
-    r->t_done = now_s();
+    r->t_done = clock_now_s();
     double pre = (r->t_first > 0 ? r->t_first : r->t_done) - r->t_submit, dec = r->t_first > 0 ? r->t_done - r->t_first : 0;
     pthread_mutex_lock(&s->mu);
     s->stats.active -= r->seq >= 0; /* it was admitted */
@@ -314,9 +358,11 @@ static void req_finish(struct sched *s, struct sched_req *r, enum sched_finish f
     s->stats.decode_seconds += dec;
     pthread_mutex_unlock(&s->mu);
     static const char *const how[] = {"running", "stop", "length", "cancelled", "error"};
-    fprintf(stderr, "kapitsa: request %s: %d prompt tokens (%d cached), %d out; prefill %.3f s (%.0f tok/s), decode %.1f tok/s\n",
-            how[f], r->n_prompt, r->n_cached, r->n_out, pre, pre > 0 ? (r->n_prompt - r->n_cached) / pre : 0.0,
-            dec > 0 && r->n_out > 1 ? (r->n_out - 1) / dec : 0.0);
+    if (!s->quiet)
+        fprintf(stderr,
+                "kapitsa: request %s: %d prompt tokens (%d cached), %d out; prefill %.3f s (%.0f tok/s), decode %.1f tok/s\n",
+                how[f], r->n_prompt, r->n_cached, r->n_out, pre, pre > 0 ? (r->n_prompt - r->n_cached) / pre : 0.0,
+                dec > 0 && r->n_out > 1 ? (r->n_out - 1) / dec : 0.0);
     if (r->dseq >= 0 && s->dm)
         engine_seq_free(&s->de, r->dseq);
     r->dseq = -1;
@@ -366,7 +412,7 @@ static bool sched_emit(struct sched *s, int32_t a, int32_t t)
     int32_t len = r->n_prompt + r->n_out;
     r->hist[len] = t;
     if (r->n_out == 0)
-        r->t_first = now_s();
+        r->t_first = clock_now_s();
     pthread_mutex_lock(&r->mu);
     r->out[r->n_out++] = t;
     pthread_cond_broadcast(&r->cv);
@@ -914,6 +960,8 @@ void sched_free(struct sched *s)
 }
 
 int32_t sched_n_ctx(const struct sched *s) { return s->n_ctx; }
+void sched_quiet(struct sched *s) { s->quiet = true; }
+struct spec_tuner *sched_spec_tuner(struct sched *s) { return s->spec_on ? &s->tuner[0] : NULL; }
 
 void sched_get_stats(struct sched *s, struct sched_stats *st)
 {
@@ -952,7 +1000,7 @@ int sched_submit(struct sched *s, struct sched_req *r)
     pthread_mutex_lock(&r->mu);
     r->refs++; /* the engine's */
     pthread_mutex_unlock(&r->mu);
-    r->t_submit = now_s();
+    r->t_submit = clock_now_s();
     s->stats.requests++;
     *tail = r;
     pthread_cond_broadcast(&s->cv);

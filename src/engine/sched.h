@@ -29,51 +29,12 @@
 #include "sampler.h"
 #include "spec.h"
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 enum sched_finish { SCHED_RUNNING, SCHED_STOP, SCHED_LENGTH, SCHED_CANCELLED, SCHED_ERROR };
 
-struct sched_req {
-    /* set by the submitter before sched_submit, read-only afterwards */
-    int32_t *prompt;         /* [n_prompt] */
-    int32_t n_prompt;
-    int32_t max_tokens;
-    struct sampler sampler;  /* initialised by the submitter */
-    /* shared, under mu */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int32_t *out;            /* [n_out] generated tokens (eos excluded) */
-    int32_t n_out, cap_out;
-    /* log-probabilities (sched_req_logprobs): of each output token under the
-     * model (log-softmax of its logits, before sampling's adjustments), and the
-     * n_top most likely alternatives, best first; -1: not asked for */
-    int32_t n_top;
-    float *lp;               /* [cap_out] */
-    int32_t *top_id;         /* [cap_out][n_top] */
-    float *top_lp;           /* [cap_out][n_top] */
-    /* constrained output (sched_req_guard): the vocabulary's bytes (NULL: free
-     * text), the grammar (owned) and the guard over what was generated so far */
-    const struct vocab_bytes *vb;
-    struct grammar gm;
-    struct guard guard;
-    enum sched_finish finish;
-    bool cancel;
-    char error[256];
-    int refs;
-    int32_t n_cached;        /* prompt tokens reused from an earlier conversation (set at admission) */
-    double t_submit, t_first, t_done; /* seconds (monotonic): submitted, first token, finished */
-    /* engine side */
-    int32_t seq, n_fed;      /* prompt tokens already in the cache */
-    bool ckpt_due;           /* recurrent models: keep a checkpoint after this step */
-    int32_t ckpt_at;         /* recurrent models: a checkpoint to keep mid-prompt, where the prompt
-                                leaves a cached conversation it shares a long prefix with; -1: none */
-    int32_t dseq;            /* its sequence in the draft engine (KFlash), -1 until it speculates */
-    int32_t *hist;           /* prompt + output, for penalties */
-    struct sched_req *next;
-};
-
+struct sched_req; /* opaque: sched_req_poll and the accessors below read it */
 struct sched;
 
 /* Starts the engine thread over model m. draft (may be NULL) and sp (NULL or
@@ -122,11 +83,38 @@ struct sched_stats {
     double prefill_seconds, decode_seconds;
 };
 void sched_get_stats(struct sched *s, struct sched_stats *st);
-/* Blocks until the request has more than `seen` tokens or has finished; returns
- * the token count now (tokens [seen, n) can be read from r->out under r->mu). */
-int32_t sched_req_wait(struct sched_req *r, int32_t seen);
-/* The same, giving up after `seconds` (then it returns seen if nothing came). */
-int32_t sched_req_wait_for(struct sched_req *r, int32_t seen, double seconds);
+/* Where a request stands, read at once. */
+struct sched_progress {
+    int32_t n_out;              /* output tokens so far (sched_req_out) */
+    int32_t n_cached;           /* prompt tokens reused from an earlier conversation (set at admission) */
+    enum sched_finish finish;   /* SCHED_RUNNING until it ends */
+    double t_prefill, t_decode; /* seconds from submission to the first token, from it to the end (0: not yet) */
+};
+/* Waits until r has more than `seen` output tokens or has finished, for at
+ * most `seconds` (< 0: as long as it takes; 0: not at all), then fills *p;
+ * returns p->n_out. */
+int32_t sched_req_poll(struct sched_req *r, int32_t seen, double seconds, struct sched_progress *p);
+/* The output tokens: the first n_out that a poll reported are final. */
+const int32_t *sched_req_out(const struct sched_req *r);
+/* Why r ended as it did, once a poll reported its end: the engine's error
+ * (SCHED_ERROR), "server shutting down" (cancelled by sched_stop), else "". */
+const char *sched_req_error(const struct sched_req *r);
+/* Output token i's log-probability (under the model, before sampling's
+ * adjustments) in *lp and its most likely alternatives, best first, in
+ * *top_id / *top_lp (i below a polled n_out); returns how many alternatives,
+ * -1 when r did not ask for them (sched_req_logprobs). */
+int32_t sched_req_logprob(const struct sched_req *r, int32_t i, float *lp, const int32_t **top_id,
+                          const float **top_lp);
+/* r's sampler: to set its random state before sched_submit, or to read it once
+ * a poll reported r's end (a conversation draws on where its last turn stopped). */
+struct sampler *sched_req_sampler(struct sched_req *r);
+/* Stops the line each finished request writes to stderr (the server's log),
+ * for a command that reports on its own; before the first sched_submit. */
+void sched_quiet(struct sched *s);
+/* The KFlash tuner of steps where one request speculates (NULL without
+ * speculation), to start from what an earlier run learnt and keep what this
+ * one did; only while no request runs. */
+struct spec_tuner *sched_spec_tuner(struct sched *s);
 void sched_req_cancel(struct sched_req *r);
 void sched_req_release(struct sched_req *r);
 int32_t sched_n_ctx(const struct sched *s);

@@ -6,20 +6,13 @@
 #define _POSIX_C_SOURCE 200809L
 #include "spec.h"
 
+#include "../base/clock.h"
 #include "../base/err.h"
 
 #include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 struct spec_params spec_defaults(void)
 {
@@ -210,12 +203,12 @@ static int32_t draft_forward(struct spec *s, const int32_t *hist, int32_t n_hist
         s->node[i].drow = n;
     }
     struct batch b = {n, s->tok, s->pos, s->seq, s->par, s->want};
-    double t0 = now_s();
+    double t0 = clock_now_s();
     int32_t r = engine_forward(s->dft, &b, NULL, NULL);
     if (r >= 0 && engine_out_top(s->dft, s->draft_top, s->dids, s->dvals) != 0)
         r = -1;
     s->dfw_mine = ++*s->dfw;
-    s->st.t_draft += now_s() - t0;
+    s->st.t_draft += clock_now_s() - t0;
     return r < 0 ? -1 : C;
 }
 
@@ -329,7 +322,7 @@ static void tune_record(struct spec *s, int32_t k, double seconds)
 
 int32_t spec_propose(struct spec *s, const int32_t *hist, int32_t n_hist, int32_t max_out, int32_t cap)
 {
-    s->t_step = now_s();
+    s->t_step = clock_now_s();
     if (s->p.tune && s->p.mode == SPEC_TREE)
         tune_pick(s);
     s->cap = cap < s->p.n_nodes ? cap : s->p.n_nodes;
@@ -508,7 +501,7 @@ int32_t spec_accept(struct spec *s, struct sampler *sm, const int32_t *hist, int
 {
     assert(in->logits || (in->ids && in->k >= spec_top_need(sm) && spec_top_need(sm) > 0 &&
                           (in->vals || sampler_greedy(sm))));
-    const double t0 = now_s();
+    const double t0 = clock_now_s();
     int32_t n_path = 1;
     s->rows[0] = 0;
     /* the greedy walk is the sampled one's with a one-candidate distribution;
@@ -518,7 +511,7 @@ int32_t spec_accept(struct spec *s, struct sampler *sm, const int32_t *hist, int
                           : accept_sampled(s, sm, hist, n_hist, out, in, &n_path);
     if (k < 0)
         return -1;
-    s->st.t_verify += now_s() - t0;
+    s->st.t_verify += clock_now_s() - t0;
     s->st.steps++;
     s->st.tokens += k;
     for (int32_t d = 0; d < k - 1 && d <= SPEC_MAX_DEPTH; d++)
@@ -541,7 +534,7 @@ int32_t spec_accept(struct spec *s, struct sampler *sm, const int32_t *hist, int
         s->d_len += m;
     }
     if (s->p.tune && s->p.mode == SPEC_TREE)
-        tune_record(s, k, now_s() - s->t_step);
+        tune_record(s, k, clock_now_s() - s->t_step);
     return k;
 }
 
@@ -552,12 +545,12 @@ int32_t spec_step(struct spec *s, struct sampler *sm, const int32_t *hist, int32
         return -1;
     spec_fill(s, n_hist, 0, s->tok, s->pos, s->seq, s->par, s->want);
     struct batch b = {s->n_node, s->tok, s->pos, s->seq, s->par, s->want};
-    const double t0 = now_s();
+    const double t0 = clock_now_s();
     const int32_t k = spec_top_need(sm);
     if (engine_forward(s->tgt, &b, k ? NULL : s->tlogits, NULL) < 0 ||
         (k && engine_out_top(s->tgt, k, s->tids, s->tvals) != 0))
         return -1;
-    s->st.t_verify += now_s() - t0;
+    s->st.t_verify += clock_now_s() - t0;
     const struct spec_rows in = {k ? NULL : s->tlogits, s->tids, s->tvals, k};
     return spec_accept(s, sm, hist, n_hist, out, &in);
 }

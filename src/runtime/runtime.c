@@ -41,8 +41,10 @@ struct chat_template *runtime_template(const char *source, const char *file)
 int runtime_open(struct runtime *rt, const struct runtime_opts *o)
 {
     memset(rt, 0, sizeof *rt);
-    if (!(rt->be = device_open(o->device, o->threads, o->precise)))
+    if (!(rt->be = device_open(o->device, o->threads, o->precise)) || (o->wrap && !(rt->be = o->wrap(rt->be))))
         return -1;
+    if (!o->model)
+        return 0;
     if (o->tokenizer && !(rt->tok = runtime_tokenizer(o->model)))
         return -1;
     if (o->chat_template && !(rt->ct = runtime_template(o->model, NULL)))

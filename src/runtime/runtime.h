@@ -26,10 +26,14 @@ struct runtime_opts {
     const char *device;  /* cpu, cuda, cuda:N (device_open) */
     int32_t threads;     /* cpu threads; <= 0: one a core */
     bool precise;        /* a GPU's fp32-level products (kapitsa check) */
-    const char *model;   /* the source */
+    const char *model;   /* the source; NULL: the backend alone (kapitsa check loads its own) */
     const char *draft;   /* a draft model's source, or NULL */
     bool tokenizer;      /* open the tokenizer */
     bool chat_template;  /* open the chat template */
+    /* a backend that wraps the device's and takes it over (freeing it on
+     * failure, NULL with err_set()), loading the model through itself:
+     * imatrix's collector; NULL: the device's as it is */
+    struct backend *(*wrap)(struct backend *inner);
 };
 
 struct runtime {

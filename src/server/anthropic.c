@@ -258,12 +258,13 @@ static enum MHD_Result thread_unsupported(struct MHD_Connection *c)
 enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json_t *body)
 {
     char err[512];
-    json_t *mt = json_object_get(body, "max_tokens"), *thread = json_object_get(body, "thread");
+    json_t *thread = json_object_get(body, "thread");
     if (thread && !json_is_null(thread))
         return thread_unsupported(c);
+    int32_t max_tokens;
     if (!json_is_array(json_object_get(body, "messages")) || json_array_size(json_object_get(body, "messages")) == 0)
         return http_anthropic_error(c, 400, "invalid_request_error", "messages: a non-empty list is required");
-    if (!json_is_integer(mt) || json_integer_value(mt) < 1 || json_integer_value(mt) > (1 << 24))
+    if (gen_max_tokens(json_object_get(body, "max_tokens"), &max_tokens) != 0)
         return http_anthropic_error(c, 400, "invalid_request_error", "max_tokens: a positive integer is required");
     json_t *stream = json_object_get(body, "stream");
     if (stream && !json_is_boolean(stream) && !json_is_null(stream))
@@ -273,7 +274,7 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
         gen_tool_choice(json_object_get(body, "tool_choice"), true, &go.tool_choice, &go.tool_name, err, sizeof err) != 0 ||
         output_format(body, &go, err, sizeof err) != 0)
         return http_anthropic_error(c, 400, "invalid_request_error", "%s", err);
-    go.max_tokens = (int32_t)json_integer_value(mt);
+    go.max_tokens = max_tokens;
     go.ignore_eos = json_is_true(json_object_get(body, "ignore_eos")); /* the OpenAI endpoints' extension too */
     go.one_call = json_is_true(json_object_get(json_object_get(body, "tool_choice"), "disable_parallel_tool_use"));
     go.clamp = true; /* agents ask for more than a local context holds (Claude Code: 32000) */

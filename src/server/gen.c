@@ -20,6 +20,7 @@
 struct gen {
     struct app *app;
     struct sched_req *req;
+    struct sched_progress prog; /* the request's, as last polled */
     struct chat_parser *parser;
     struct tok_stream ts;
     int32_t seen, n_prompt;
@@ -189,6 +190,14 @@ uint64_t gen_random(void)
         r ^= (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)ts.tv_sec;
     }
     return r;
+}
+
+int gen_max_tokens(json_t *v, int32_t *n)
+{
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (1 << 24))
+        return -1;
+    *n = (int32_t)json_integer_value(v);
+    return 0;
 }
 
 int gen_tool_choice(json_t *tc, bool anthropic, enum gen_tools *mode, const char **name, char *err, size_t n_err)
@@ -462,18 +471,17 @@ fail:
     return NULL;
 }
 
-static void pump(struct gen *g, int32_t n)
+/* Delivers the tokens the last poll reported; after the last, flushes. */
+static void pump(struct gen *g)
 {
     char buf[4096];
-    for (; g->seen < n && g->hit < 0 && !g->call_done; g->seen++) {
-        int32_t k = tok_stream_push(g->app->rt.tok, &g->ts, g->req->out[g->seen], true, buf, sizeof buf);
+    const int32_t *out = sched_req_out(g->req);
+    for (; g->seen < g->prog.n_out && g->hit < 0 && !g->call_done; g->seen++) {
+        int32_t k = tok_stream_push(g->app->rt.tok, &g->ts, out[g->seen], true, buf, sizeof buf);
         if (k > 0)
             feed(g, buf, (size_t)k, false);
     }
-    pthread_mutex_lock(&g->req->mu);
-    bool over = g->hit >= 0 || g->call_done || (g->req->finish != SCHED_RUNNING && g->seen == g->req->n_out);
-    pthread_mutex_unlock(&g->req->mu);
-    if (!over)
+    if (!(g->hit >= 0 || g->call_done || (g->prog.finish != SCHED_RUNNING && g->seen == g->prog.n_out)))
         return;
     if (g->call_done) {
         sched_req_cancel(g->req);
@@ -488,21 +496,19 @@ static void pump(struct gen *g, int32_t n)
 
 void gen_pump(struct gen *g)
 {
-    if (!g->finished)
-        pump(g, sched_req_wait(g->req, g->seen));
+    if (g->finished)
+        return;
+    sched_req_poll(g->req, g->seen, -1, &g->prog);
+    pump(g);
 }
 
 bool gen_pump_for(struct gen *g, double seconds)
 {
     if (g->finished)
         return true;
-    int32_t n = sched_req_wait_for(g->req, g->seen, seconds);
-    pthread_mutex_lock(&g->req->mu);
-    const bool over = g->req->finish != SCHED_RUNNING;
-    pthread_mutex_unlock(&g->req->mu);
-    if (n == g->seen && !over)
+    if (sched_req_poll(g->req, g->seen, seconds, &g->prog) == g->seen && g->prog.finish == SCHED_RUNNING)
         return false;
-    pump(g, n);
+    pump(g);
     return true;
 }
 
@@ -530,10 +536,14 @@ void gen_wait(struct gen *g, struct MHD_Connection *c)
 bool gen_finished(const struct gen *g) { return g->finished; }
 enum sched_finish gen_finish(const struct gen *g)
 {
-    return g->hit >= 0 || g->call_done ? SCHED_STOP : g->req->finish;
+    if (g->hit >= 0 || g->call_done)
+        return SCHED_STOP;
+    struct sched_progress p;
+    sched_req_poll(g->req, g->seen, 0, &p);
+    return p.finish;
 }
 const char *gen_stop_string(const struct gen *g) { return g->hit >= 0 ? g->stop[g->hit] : NULL; }
-const char *gen_error(const struct gen *g) { return g->req->error; }
+const char *gen_error(const struct gen *g) { return sched_req_error(g->req); }
 
 unsigned gen_error_status(const struct gen *g)
 {
@@ -544,17 +554,15 @@ int32_t gen_n_prompt(const struct gen *g) { return g->n_prompt; }
 
 int32_t gen_n_cached(const struct gen *g)
 {
-    pthread_mutex_lock(&g->req->mu);
-    int32_t n = g->req->n_cached;
-    pthread_mutex_unlock(&g->req->mu);
-    return n;
+    struct sched_progress p;
+    sched_req_poll(g->req, g->seen, 0, &p);
+    return p.n_cached;
 }
 int32_t gen_n_output(const struct gen *g)
 {
-    pthread_mutex_lock(&g->req->mu);
-    int32_t n = g->hit >= 0 || g->call_done ? g->seen : g->req->n_out; /* cut short: what the client got */
-    pthread_mutex_unlock(&g->req->mu);
-    return n;
+    struct sched_progress p;
+    sched_req_poll(g->req, g->seen, 0, &p);
+    return g->hit >= 0 || g->call_done ? g->seen : p.n_out; /* cut short: what the client got */
 }
 int32_t gen_n_seen(const struct gen *g) { return g->seen; }
 
@@ -575,22 +583,23 @@ static json_t *token_json(const struct tokenizer *t, int32_t id, json_t **bytes)
 
 int32_t gen_logprobs(struct gen *g, int32_t from, int32_t to, bool legacy, json_t *arr, int64_t *offset)
 {
-    const struct sched_req *r = g->req;
     const struct tokenizer *tk = g->app->rt.tok;
-    pthread_mutex_lock(&g->req->mu);
-    if (to > r->n_out)
-        to = r->n_out;
-    pthread_mutex_unlock(&g->req->mu);
-    for (int32_t i = from; i < to && r->n_top >= 0; i++) {
-        const int32_t *tid = r->top_id + (size_t)i * (size_t)r->n_top;
-        const float *tlp = r->top_lp + (size_t)i * (size_t)r->n_top;
+    const int32_t *out = sched_req_out(g->req);
+    struct sched_progress p;
+    if (to > sched_req_poll(g->req, g->seen, 0, &p))
+        to = p.n_out;
+    const int32_t *tid;
+    const float *tlp;
+    float lp;
+    int32_t n_top;
+    for (int32_t i = from; i < to && (n_top = sched_req_logprob(g->req, i, &lp, &tid, &tlp)) >= 0; i++) {
         if (legacy) {
-            json_t *tok = token_json(tk, r->out[i], NULL), *top = json_object();
+            json_t *tok = token_json(tk, out[i], NULL), *top = json_object();
             *offset += (int64_t)json_string_length(tok);
             json_array_append_new(json_object_get(arr, "text_offset"), json_integer(*offset - (int64_t)json_string_length(tok)));
             json_array_append_new(json_object_get(arr, "tokens"), tok);
-            json_array_append_new(json_object_get(arr, "token_logprobs"), json_real(r->lp[i]));
-            for (int32_t j = 0; j < r->n_top; j++) {
+            json_array_append_new(json_object_get(arr, "token_logprobs"), json_real(lp));
+            for (int32_t j = 0; j < n_top; j++) {
                 json_t *alt = token_json(tk, tid[j], NULL);
                 json_object_set_new(top, json_string_value(alt), json_real(tlp[j]));
                 json_decref(alt);
@@ -599,12 +608,12 @@ int32_t gen_logprobs(struct gen *g, int32_t from, int32_t to, bool legacy, json_
             continue;
         }
         json_t *bytes, *top = json_array();
-        json_t *tok = token_json(tk, r->out[i], &bytes);
-        for (int32_t j = 0; j < r->n_top; j++) {
+        json_t *tok = token_json(tk, out[i], &bytes);
+        for (int32_t j = 0; j < n_top; j++) {
             json_t *ab, *alt = token_json(tk, tid[j], &ab);
             json_array_append_new(top, json_pack("{s:o,s:f,s:o}", "token", alt, "logprob", (double)tlp[j], "bytes", ab));
         }
-        json_array_append_new(arr, json_pack("{s:o,s:f,s:o,s:o}", "token", tok, "logprob", (double)r->lp[i], "bytes",
+        json_array_append_new(arr, json_pack("{s:o,s:f,s:o,s:o}", "token", tok, "logprob", (double)lp, "bytes",
                                              bytes, "top_logprobs", top));
     }
     return to > from ? to : from;

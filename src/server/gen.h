@@ -60,6 +60,12 @@ struct gen;
 int gen_sampling(json_t *body, const struct model_config *mc, float max_temperature, struct sampler_params *sp,
                  char *err, size_t n_err);
 
+/* A limit on the tokens to generate (chat completions' max_tokens and
+ * max_completion_tokens, the Responses API's max_output_tokens, Anthropic's
+ * max_tokens): 0 with it in *n when v is an integer from 1 to 2^24, else -1
+ * (the caller words the error as its API does). */
+int gen_max_tokens(json_t *v, int32_t *n);
+
 /* tool_choice: OpenAI's "auto" / "none" / "required" or {"type":
  * "function", "function": {"name": N}} (chat completions; the Responses API's
  * {"type": "function", "name": N} too), null or absent: auto; or Anthropic's

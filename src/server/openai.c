@@ -215,9 +215,8 @@ static int read_params(const struct app *a, json_t *b, struct sampler_params *sp
     if (!v || json_is_null(v))
         v = json_object_get(b, "max_tokens");
     if (v && !json_is_null(v)) {
-        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (1 << 24))
+        if (gen_max_tokens(v, max_tokens) != 0)
             return snprintf(err, n_err, "max_tokens must be a positive integer"), -1;
-        *max_tokens = (int32_t)json_integer_value(v);
     }
     if ((v = json_object_get(b, "n")) && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) != 1))
         return snprintf(err, n_err, "only n=1 is supported"), -1;

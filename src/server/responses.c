@@ -305,9 +305,8 @@ enum MHD_Result openai_responses(struct app *a, struct MHD_Connection *c, json_t
                             &go.schema, &go.schema_strict, err, sizeof err) != 0)
         return http_openai_error(c, 400, "invalid_request_error", "%s", err);
     if ((v = json_object_get(body, "max_output_tokens")) && !json_is_null(v)) {
-        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (1 << 24))
+        if (gen_max_tokens(v, &go.max_tokens) != 0)
             return http_openai_error(c, 400, "invalid_request_error", "max_output_tokens must be a positive integer");
-        go.max_tokens = (int32_t)json_integer_value(v);
     }
     go.one_call = json_is_false(json_object_get(body, "parallel_tool_calls"));
     const char *param = "input", *code = NULL;

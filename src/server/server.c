@@ -292,7 +292,8 @@ int server_run(const struct server_opts *o)
         err_set("server: out of memory");
         goto done;
     }
-    const struct runtime_opts ro = {o->device, o->threads, false, o->model_dir, o->draft_dir, true, true};
+    const struct runtime_opts ro = {.device = o->device, .threads = o->threads, .model = o->model_dir,
+                                    .draft = o->draft_dir, .tokenizer = true, .chat_template = true};
     if (runtime_open(&a.rt, &ro) != 0)
         goto done;
     struct backend *be = a.rt.be;

@@ -1,6 +1,6 @@
 #define _GNU_SOURCE
 /* Unit test runner: runs every registered test (or those whose name contains
- * argv[1]) and ends with "unit: N passed, N failed". */
+ * argv[1]) and ends with "unit: N passed, N failed, N skipped". */
 #include "test.h"
 
 #include "../../src/backend/device.h"
@@ -9,6 +9,13 @@
 #include <string.h>
 
 int test_failures;
+static int test_skipped;
+
+void test_skip(const char *why)
+{
+    printf("  skipped: %s\n", why);
+    test_skipped = 1;
+}
 
 #define TESTS(X)                                                                                               \
     X(test_pool)                                                                                               \
@@ -164,21 +171,25 @@ const char *test_tmpdir(void)
 
 int main(int argc, char **argv)
 {
-    int passed = 0, failed = 0;
+    int passed = 0, failed = 0, skipped = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         if (argc > 1 && !strstr(tests[i].name, argv[1]))
             continue;
         test_failures = 0;
+        test_skipped = 0;
         tests[i].fn();
         if (test_failures) {
             printf("not ok - %s (%d failed checks)\n", tests[i].name, test_failures);
             failed++;
+        } else if (test_skipped) {
+            printf("ok - %s # skip\n", tests[i].name);
+            skipped++;
         } else {
             printf("ok - %s\n", tests[i].name);
             passed++;
         }
         fflush(stdout);
     }
-    printf("unit: %d passed, %d failed\n", passed, failed);
+    printf("unit: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
 }

@@ -7,6 +7,10 @@
 
 extern int test_failures; /* failures in the current test */
 
+/* Marks the current test skipped, saying why (what it checks cannot run here:
+ * no CUDA device): it counts as skipped, not passed, unless a check failed. */
+void test_skip(const char *why);
+
 #define CHECK(cond, ...)                                                                                       \
     do {                                                                                                       \
         if (!(cond)) {                                                                                         \

@@ -36,7 +36,7 @@ static int both_open(struct both *b, bool precise)
 {
     b->cpu = b->gpu = NULL;
     if (cuda_device_count() == 0) {
-        printf("  skipped: no CUDA device\n");
+        test_skip("no CUDA device");
         return -1;
     }
     b->cpu = cpu_backend_init(2, NULL);
@@ -1428,7 +1428,7 @@ void test_cuda_top_k(void)
 void test_cuda_tree_invariance(void)
 {
     if (cuda_device_count() == 0) {
-        printf("  skipped: no CUDA device\n");
+        test_skip("no CUDA device");
         return;
     }
     const char *archs[] = {"qwen3", "qwen3_moe", "qwen3_5", "nemotron_h"};
@@ -1492,7 +1492,7 @@ void test_cuda_tree_invariance(void)
 
 #else
 
-static void no_cuda(void) { printf("  skipped: built without CUDA\n"); }
+static void no_cuda(void) { test_skip("built without CUDA"); }
 void test_cuda_matmul(void) { no_cuda(); }
 void test_cuda_matmul_fused(void) { no_cuda(); }
 void test_cuda_matmul_q(void) { no_cuda(); }

@@ -57,26 +57,32 @@ static struct sched_req *submit(struct sched *s, const int32_t *prompt, int32_t 
     return r;
 }
 
-/* Waits until r has ended; returns with r->mu held. */
-static void wait_end(struct sched_req *r, int32_t n_gen)
+/* Waits until r has more than `seen` tokens or has ended; the token count. */
+static int32_t wait_more(struct sched_req *r, int32_t seen)
 {
-    while (sched_req_wait(r, n_gen) < n_gen && r->finish == SCHED_RUNNING)
-        ;
-    pthread_mutex_lock(&r->mu);
-    while (r->finish == SCHED_RUNNING)
-        pthread_cond_wait(&r->cv, &r->mu);
+    struct sched_progress p;
+    return sched_req_poll(r, seen, -1, &p);
+}
+
+/* Waits until r has ended. */
+static struct sched_progress wait_end(struct sched_req *r)
+{
+    struct sched_progress p;
+    int32_t seen = 0;
+    do
+        seen = sched_req_poll(r, seen, -1, &p);
+    while (p.finish == SCHED_RUNNING);
+    return p;
 }
 
 /* Waits for r and compares its ids with the reference; returns its cached count. */
 static int32_t finish(struct sched_req *r, const int32_t *want, int32_t n_gen, const char *what)
 {
-    wait_end(r, n_gen);
-    int32_t n = r->n_out, cached = r->n_cached;
-    int same = n == n_gen && memcmp(r->out, want, sizeof(int32_t) * (size_t)n_gen) == 0;
-    pthread_mutex_unlock(&r->mu);
-    CHECK(same, "%s: %d ids, differ from the plain engine run", what, n);
+    const struct sched_progress p = wait_end(r);
+    int same = p.n_out == n_gen && memcmp(sched_req_out(r), want, sizeof(int32_t) * (size_t)n_gen) == 0;
+    CHECK(same, "%s: %d ids, differ from the plain engine run", what, p.n_out);
     sched_req_release(r);
-    return cached;
+    return p.n_cached;
 }
 
 void test_sched_hybrid(void)
@@ -196,11 +202,15 @@ void test_sched_hybrid_traffic(void)
             CHECK(r[j] && sched_req_logprobs(r[j], 0) == 0 && sched_submit(s, r[j]) == 0, "%s", err_msg());
         }
         for (int j = 0; j < 2; j++) {
-            wait_end(r[j], G);
+            const struct sched_progress p = wait_end(r[j]);
             double d = 0;
-            for (int g = 0; g < r[j]->n_out && g < G; g++)
-                d = fmax(d, fabs((double)r[j]->lp[g] - want_lp[q + j][g]));
-            pthread_mutex_unlock(&r[j]->mu);
+            for (int g = 0; g < p.n_out && g < G; g++) {
+                float lp;
+                const int32_t *top_id;
+                const float *top_lp;
+                CHECK(sched_req_logprob(r[j], g, &lp, &top_id, &top_lp) == 0, "no alternatives were asked for");
+                d = fmax(d, fabs((double)lp - want_lp[q + j][g]));
+            }
             CHECK(d < 1e-4, "request %d: log-probabilities %.3g from the plain engine's", q + j, d);
             cached += finish(r[j], want[q + j], G, "traffic");
         }
@@ -270,11 +280,9 @@ void test_sched_spec(void)
                 CHECK(rq[q] && sched_submit(s, rq[q]) == 0, "%s", err_msg());
             }
             for (int q = 0; q < 2; q++) {
-                wait_end(rq[q], G);
-                n_got[rows][q] = rq[q]->n_out; /* fewer than G if it drew the end of text */
-                CHECK(n_got[rows][q] >= 1 && n_got[rows][q] <= G, "sampled %d: %d tokens", q, rq[q]->n_out);
-                memcpy(got[rows][q], rq[q]->out, sizeof(int32_t) * (size_t)n_got[rows][q]);
-                pthread_mutex_unlock(&rq[q]->mu);
+                n_got[rows][q] = wait_end(rq[q]).n_out; /* fewer than G if it drew the end of text */
+                CHECK(n_got[rows][q] >= 1 && n_got[rows][q] <= G, "sampled %d: %d tokens", q, n_got[rows][q]);
+                memcpy(got[rows][q], sched_req_out(rq[q]), sizeof(int32_t) * (size_t)n_got[rows][q]);
                 sched_req_release(rq[q]);
             }
         }
@@ -307,17 +315,17 @@ void test_sched_stop(void)
     struct sched *s = sched_new(&m, 4096, 1, 64, 64, DT_F32, NULL, NULL);
     CHECK(s != NULL, "%s", err_msg());
     struct sched_req *run = submit(s, p, 20, 3000, V), *queued = submit(s, p, 20, 3000, V);
-    CHECK(sched_req_wait(run, 1) >= 1, "the first request generates");
+    CHECK(wait_more(run, 1) >= 1, "the first request generates");
     sched_stop(s);
     struct sched_req *rs[2] = {run, queued};
     for (int i = 0; i < 2; i++) {
-        pthread_mutex_lock(&rs[i]->mu);
-        const enum sched_finish f = rs[i]->finish;
-        const int32_t n = rs[i]->n_out;
-        const bool said = strcmp(rs[i]->error, "server shutting down") == 0;
-        pthread_mutex_unlock(&rs[i]->mu);
+        struct sched_progress p;
+        sched_req_poll(rs[i], 0, 0, &p);
+        const enum sched_finish f = p.finish;
+        const int32_t n = p.n_out;
+        const bool said = strcmp(sched_req_error(rs[i]), "server shutting down") == 0;
         CHECK(f == SCHED_CANCELLED && said && n < 3000, "%s: finish %d after %d tokens, '%s'", i ? "queued" : "running",
-              (int)f, n, rs[i]->error);
+              (int)f, n, sched_req_error(rs[i]));
         CHECK(i == 0 || n == 0, "the queued request generated %d tokens", n);
         sched_req_release(rs[i]);
     }
@@ -427,19 +435,17 @@ void test_sched_prefill_chunks(void)
     s = sched_new(&m, 4096, 2, 64, 64, DT_F32, NULL, NULL);
     CHECK(s != NULL, "%s", err_msg());
     struct sched_req *x = submit(s, p, 10, 2000, V), *a = submit(s, p + 10, 10, 2000, V);
-    CHECK(sched_req_wait(a, 0) >= 1, "the decoding request starts");
+    CHECK(wait_more(a, 0) >= 1, "the decoding request starts");
     sched_req_cancel(x); /* frees the first slot: the long prompt takes it, before the decoding request */
     struct sched_req *b = submit(s, lp, LONG, 1, V);
-    const int32_t a0 = sched_req_wait(a, 0);
-    CHECK(sched_req_wait(b, 0) == 1, "the long prompt is answered");
-    const int32_t a1 = sched_req_wait(a, 0);
+    const int32_t a0 = wait_more(a, 0);
+    CHECK(wait_more(b, 0) == 1, "the long prompt is answered");
+    const int32_t a1 = wait_more(a, 0);
     /* the prompt takes at least LONG / 63 = 20 steps, each with a token of a's */
     CHECK(a1 - a0 >= 15, "the decoding request made %d tokens while a %d-token prompt was fed", a1 - a0, LONG);
     sched_req_cancel(a);
-    wait_end(x, 2000);
-    pthread_mutex_unlock(&x->mu);
-    wait_end(a, 2000);
-    pthread_mutex_unlock(&a->mu);
+    wait_end(x);
+    wait_end(a);
     sched_req_release(x);
     sched_req_release(a);
     sched_req_release(b);
