@@ -352,6 +352,28 @@ expect "a binary copied without its data says where it looked" 1 "kapitsa-tiny i
     "share/kapitsa/models" "make install" -- sh -c "cd / && '$tmp/copied/kapitsa' run --max-tokens 4 hello"
 expect "a copied binary with KAPITSA_DATA" 0 "Q4_K_M" -- \
     sh -c "cd / && KAPITSA_DATA='$inst/share/kapitsa/models' '$tmp/copied/kapitsa' list"
+# tools/deps.sh (make's set-up) against stand-ins for dpkg, id and apt-get: nothing to do when every
+# package is installed; as root it installs the missing ones; without root or sudo it prints the command
+stub="$tmp/deps_stub"
+mkdir -p "$stub"
+printf '#!/bin/sh\necho 1000\n' >"$stub/id"
+printf '#!/bin/sh\n[ "$2" = libssl-dev ] && echo "Status: install ok installed"\nexit 0\n' >"$stub/dpkg"
+printf '#!/bin/sh\necho "apt-get $*"\n' >"$stub/apt-get"
+chmod +x "$stub"/*
+ln -s "$(command -v sh)" "$stub/sh"
+deps=$here/../tools/deps.sh
+expect "deps: without root or sudo, the one command to run" 1 "could not install" \
+    "apt-get install -y --no-install-recommends build-essential libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcurl4-openssl-dev libedit-dev" -- \
+    env PATH="$stub" /bin/bash "$deps" build
+expect "deps: test adds the tests' packages (npm absent here)" 1 "libedit-dev clang libclang-rt-14-dev xz-utils python3 curl nodejs npm" -- \
+    env PATH="$stub" /bin/bash "$deps" test
+printf '#!/bin/sh\necho 0\n' >"$stub/id"
+expect "deps: as root, apt-get installs what is missing" 0 "apt-get update" \
+    "apt-get install -y --no-install-recommends build-essential libjansson-dev" -- env PATH="$stub" /bin/bash "$deps" build
+printf '#!/bin/sh\necho "Status: install ok installed"\n' >"$stub/dpkg"
+expect "deps: nothing missing, nothing done" 0 -- env PATH="$stub" /bin/bash "$deps" test
+if [ ! -s "$tmp/out" ]; then ok "deps: silent when nothing is missing"; else bad "deps: output when nothing is missing"; cat "$tmp/out"; fi
+expect "deps: a bad mode" 2 "usage: tools/deps.sh build|test" -- /bin/bash "$deps"
 # kapitsa synth's MoE checkpoints ask for spread routing in their config; bench says so
 cp -r "$fx/qwen3_moe" "$tmp/moe_spread"
 sed -i '0,/{/s//{"kapitsa_route_spread": true, /' "$tmp/moe_spread/config.json"
