@@ -392,6 +392,13 @@ if [ "$quick" != "--quick" ]; then
     expect "synth --layers: the config says 2 layers" 0 '"num_hidden_layers": 2' -- cat "$tmp/q06l/config.json"
     expect "synth --layers: bench runs the short model" 0 '"decode_tok_s"' -- \
         "$bin" bench --model "$tmp/q06l" --prompt 8 --gen 2 --json
+    expect "synth --layers 1: the Qwen3 tokenizer beside the weights" 0 "tokenizer: Qwen3's" -- \
+        "$bin" synth --preset qwen3-0.6b --layers 1 --out "$tmp/q06one"
+    expect "synth: a greedy generation_config" 0 '"do_sample": false' -- cat "$tmp/q06one/generation_config.json"
+    expect "run on a synth checkpoint as it is" 0 -- "$bin" run --model "$tmp/q06one" --max-tokens 2 hello
+    expect "synth qwen3.5: Qwen3's tokenizer as a stand-in" 0 "as a stand-in" -- \
+        "$bin" synth --preset qwen3.5-0.8b --layers 1 --out "$tmp/q35one"
+    expect "run on a synth qwen3.5 checkpoint" 0 -- "$bin" run --model "$tmp/q35one" --max-tokens 2 hello
     expect "synth --layers 0" 2 "--layers takes 1 to 28" -- "$bin" synth --preset qwen3-0.6b --layers 0 --out "$tmp/x"
     expect "synth --layers past the preset" 2 "--layers takes 1 to 28" -- \
         "$bin" synth --preset qwen3-0.6b --layers 29 --out "$tmp/x"
