@@ -293,6 +293,41 @@ expect "serve from KAPITSA_HOST/PORT/CTX, found by launch through KAPITSA_PORT" 
     env KAPITSA_PORT=$SPORT LPORT=$SPORT HOME="$tmp/lhome" PATH="$fake:$PATH" "$bin" launch pi
 kill $spid
 wait $spid 2>/dev/null
+# serve --port 0 ARGS... in the background: its pid in $spid, the URL its first line names in $surl
+serve_start() {
+    local out=$1
+    shift
+    "$bin" serve --port 0 "$@" >"$out" 2>"$out.err" &
+    spid=$!
+    for _ in $(seq 600); do
+        grep -q "^kapitsa: serving" "$out" || { kill -0 $spid 2>/dev/null && sleep 0.1 && continue; }
+        break
+    done
+    surl=$(sed -n 's/^kapitsa: serving .* on //p' "$out")
+}
+serve_stop() { kill $spid; wait $spid 2>/dev/null; }
+serve_start "$tmp/s_local" --host localhost --model "$m/kapitsa-tiny"
+expect "serve --host localhost: named so in the banner, reached at 127.0.0.1" 0 '"status":"ok"' -- \
+    sh -c "echo '$surl' | grep -q '^http://localhost:[0-9]*$' && curl -sf 'http://127.0.0.1:${surl##*:}/health'"
+serve_stop
+if python3 -c 'import socket; socket.socket(socket.AF_INET6).bind(("::1", 0))' 2>/dev/null; then
+    for h in ::1 '[::1]'; do
+        serve_start "$tmp/s_v6" --host "$h" --model "$m/kapitsa-tiny"
+        expect "serve --host $h: an IPv6 address, bracketed in the URL" 0 '"status":"ok"' -- \
+            sh -c "echo '$surl' | grep -q '^http://\[::1\]:[0-9]*$' && curl -gsf '$surl/health'"
+        serve_stop
+    done
+else
+    echo "# no IPv6 loopback: serve --host ::1 skipped"
+fi
+# --ctx past the model's positions (kapitsa-tiny: 65536) is capped, with a warning, and so advertised
+serve_start "$tmp/s_ctx" --ctx 100000 --model "$m/kapitsa-tiny"
+expect "serve --ctx past max_position_embeddings: capped, max_model_len says so" 0 '"max_model_len":65536' -- \
+    curl -sf "$surl/v1/models"
+serve_stop
+expect "serve --ctx past max_position_embeddings: the warning" 0 \
+    "warning: --ctx 100000 is past the model's context (max_position_embeddings 65536)" "KV cache:      65536 tokens" -- \
+    cat "$tmp/s_ctx.err"
 # doctor and list with the catalog's quantised sizes; then a catalog of one model no machine holds in bf16
 # whose Qwen-style GGUF is small: doctor says bf16 does not fit, shows the recipe that does and recommends it
 expect "doctor" 0 "what fits" "GB/s, measured" "the rule: the most parameters that keep 32k" "recommended:" -- \
@@ -399,6 +434,20 @@ if [ "$quick" != "--quick" ]; then
     expect "synth qwen3.5: Qwen3's tokenizer as a stand-in" 0 "as a stand-in" -- \
         "$bin" synth --preset qwen3.5-0.8b --layers 1 --out "$tmp/q35one"
     expect "run on a synth qwen3.5 checkpoint" 0 -- "$bin" run --model "$tmp/q35one" --max-tokens 2 hello
+    # serve's memory check before the KV cache (f32, 2^24 tokens of qwen3-0.6b's 28 layers: 3.8 TB), and an
+    # allocation that fails (under a 1 GB address space) naming what it was for; the copies' configs allow
+    # that many positions
+    for d in q06 q06one; do
+        mkdir -p "$tmp/${d}_long"
+        for f in "$tmp/$d"/*; do ln -s "$f" "$tmp/${d}_long/"; done
+        rm "$tmp/${d}_long/config.json"
+        sed 's/"max_position_embeddings": 40960/"max_position_embeddings": 16777216/' "$tmp/$d/config.json" \
+            >"$tmp/${d}_long/config.json"
+    done
+    expect "serve: a KV cache past the memory left is refused, saying what to lower" 1 "the KV cache of 16777216 tokens (f32) needs" \
+        "lower --ctx (" "or take --kv-type bf16" -- "$bin" serve --model "$tmp/q06_long" --port 0 --ctx 16777216 --kv-type f32
+    expect "serve: a failed allocation names the KV cache" 1 "for the KV cache of 262144 tokens" -- \
+        sh -c "ulimit -v 1000000; exec '$bin' serve --model '$tmp/q06one_long' --port 0 --ctx 262144 -t 1"
     expect "synth --layers 0" 2 "--layers takes 1 to 28" -- "$bin" synth --preset qwen3-0.6b --layers 0 --out "$tmp/x"
     expect "synth --layers past the preset" 2 "--layers takes 1 to 28" -- \
         "$bin" synth --preset qwen3-0.6b --layers 29 --out "$tmp/x"

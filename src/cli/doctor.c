@@ -7,6 +7,7 @@
 #include "../backend/device.h"
 #include "../base/err.h"
 #include "../base/pool.h"
+#include "../base/sysmem.h"
 #include "../hub/cache.h"
 #include "../hub/catalog.h"
 #include "cli.h"
@@ -21,19 +22,6 @@
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
-
-static int64_t meminfo(const char *key)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    long long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, key, strlen(key)) == 0 && line[strlen(key)] == ':')
-            sscanf(line + strlen(key) + 1, "%lld", &kb);
-    if (f)
-        fclose(f);
-    return kb < 0 ? -1 : (int64_t)kb * 1024;
-}
 
 static void cpu_line(char *model, size_t n, char *flags, size_t fn)
 {
@@ -215,7 +203,7 @@ int cli_doctor(int argc, char **argv)
     }
     char model[256], flags[8192];
     cpu_line(model, sizeof model, flags, sizeof flags);
-    const int64_t mem_total = meminfo("MemTotal"), mem_avail = meminfo("MemAvailable");
+    const int64_t mem_total = sysmem_meminfo("MemTotal"), mem_avail = sysmem_available();
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     fprintf(out, "cpu      %s, %ld cores\n", model, cores);
     fprintf(out, "simd     kernels: %s (avx2 %s, avx512 %s)%s%s\n", kern_best()->name,

@@ -8,6 +8,7 @@
 
 #include "../backend/device.h"
 #include "../base/err.h"
+#include "../base/sysmem.h"
 #include "app.h"
 
 #include <errno.h>
@@ -17,8 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #define SERVER_MAX_BODY (32u << 20)
@@ -108,6 +110,14 @@ static size_t json_count_values(const char *text, size_t n)
         }
     }
     return count;
+}
+
+/* The KV cache's bytes for n_ctx tokens of model m (the recurrent states
+ * beside it are a few slots, left out). */
+static double server_kv_bytes(const struct model *m, int32_t n_ctx, enum dtype kv_type)
+{
+    const struct model_config *c = &m->cfg;
+    return 2.0 * c->n_attn_layer * c->n_kv_head * c->head_dim * (double)dtype_size(kv_type) * n_ctx;
 }
 
 /* Prometheus text exposition of the scheduler's counters. */
@@ -262,6 +272,56 @@ static void on_signal(int sig)
     errno = e;
 }
 
+/* The address --host names (a name, an IPv4 address, an IPv6 one bare or in
+ * brackets) into addr; an IPv4 one where a name has both, as the loopback's
+ * clients (launch among them) reach 127.0.0.1. url_host: the host as a URL
+ * writes it. */
+static int server_addr(const char *host, uint16_t port, struct sockaddr_storage *addr, char *url_host, size_t n)
+{
+    char h[256], p[8];
+    const size_t len = strlen(host);
+    if (len >= 2 && host[0] == '[' && host[len - 1] == ']')
+        snprintf(h, sizeof h, "%.*s", (int)(len - 2), host + 1);
+    else
+        snprintf(h, sizeof h, "%s", host);
+    snprintf(p, sizeof p, "%u", (unsigned)port);
+    struct addrinfo hints = {.ai_flags = AI_NUMERICSERV, .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
+    const int e = getaddrinfo(h, p, &hints, &res);
+    if (e != 0)
+        return err_set("server: --host '%s': %s", host, e == EAI_SYSTEM ? strerror(errno) : gai_strerror(e));
+    const struct addrinfo *pick = NULL;
+    for (const struct addrinfo *r = res; r; r = r->ai_next)
+        if ((r->ai_family == AF_INET || r->ai_family == AF_INET6) && (!pick || (pick->ai_family == AF_INET6 &&
+                                                                               r->ai_family == AF_INET)))
+            pick = r;
+    if (pick)
+        memcpy(addr, pick->ai_addr, pick->ai_addrlen);
+    freeaddrinfo(res);
+    if (!pick)
+        return err_set("server: --host '%s' has no IPv4 or IPv6 address", host);
+    snprintf(url_host, n, addr->ss_family == AF_INET6 && !strchr(host, '[') ? "[%s]" : "%s", host);
+    return 0;
+}
+
+/* The KV cache of n_ctx tokens must fit the memory left on the cpu (a GPU's
+ * allocations fail by themselves, with their own message; the host's are
+ * granted and then killed for), else the message says what to lower. */
+static int server_check_memory(const struct app *a, int32_t n_ctx, enum dtype kv_type)
+{
+    if (strcmp(a->rt.be->ops->name, "cpu") != 0)
+        return 0;
+    const int64_t avail = sysmem_available();
+    double per_token = server_kv_bytes(&a->rt.m, 1, kv_type);
+    if (a->rt.d_loaded)
+        per_token += server_kv_bytes(&a->rt.dm, 1, kv_type);
+    if (avail < 0 || per_token * n_ctx <= (double)avail)
+        return 0;
+    return err_set("server: the KV cache of %d tokens (%s) needs %.2f GB, and %.2f GB of memory is available: "
+                   "lower --ctx (%lld tokens fit)%s",
+                   (int)n_ctx, kv_type == DT_BF16 ? "bf16" : "f32", per_token * n_ctx / 1e9, (double)avail / 1e9,
+                   (long long)((double)avail / per_token), kv_type == DT_BF16 ? "" : " or take --kv-type bf16 (half)");
+}
+
 int server_run(const struct server_opts *o)
 {
     struct app a = {0};
@@ -270,6 +330,10 @@ int server_run(const struct server_opts *o)
     a.api_key = o->api_key && *o->api_key ? o->api_key : NULL;
     a.model_name = o->model_name;
     a.keepalive_s = o->keepalive_s > 0 ? o->keepalive_s : 10.0;
+    struct sockaddr_storage addr = {0};
+    char host[300];
+    if (server_addr(o->host, o->port, &addr, host, sizeof host) != 0) /* before the minutes a model may take */
+        goto done;
     const struct runtime_opts ro = {o->device, o->threads, false, o->model_dir, o->draft_dir, true, true};
     if (runtime_open(&a.rt, &ro) != 0)
         goto done;
@@ -280,18 +344,28 @@ int server_run(const struct server_opts *o)
     if (tok_vocab_bytes(a.rt.tok, a.rt.m.cfg.vocab_size, &a.vb) != 0 ||
         vocab_bytes_set_end(&a.vb, a.rt.m.cfg.eos_id, a.rt.m.cfg.n_eos) != 0)
         goto done;
+    /* one conversation can use the whole cache, and clients are told it as max_model_len: no more than
+     * the model's positions */
+    int32_t n_ctx = o->n_ctx;
+    const int32_t max_pos = a.rt.m.cfg.max_position;
+    if (max_pos > 0 && n_ctx > max_pos) {
+        fprintf(stderr, "kapitsa: warning: --ctx %d is past the model's context (max_position_embeddings %d): "
+                        "%d tokens of KV cache\n", (int)n_ctx, (int)max_pos, (int)max_pos);
+        n_ctx = max_pos;
+    }
+    if (server_check_memory(&a, n_ctx, o->kv_type) != 0)
+        goto done;
     const int32_t chunk = o->prefill_chunk > 0 ? o->prefill_chunk : be->ops->prefill_chunk;
-    if (!(a.sched = sched_new(&a.rt.m, o->n_ctx, o->n_seq, chunk > SERVER_MIN_BATCH ? chunk : SERVER_MIN_BATCH, chunk,
+    if (!(a.sched = sched_new(&a.rt.m, n_ctx, o->n_seq, chunk > SERVER_MIN_BATCH ? chunk : SERVER_MIN_BATCH, chunk,
                               o->kv_type, a.rt.d_loaded ? &a.rt.dm : NULL, &o->spec)))
         goto done;
-    struct sockaddr_in addr = {0};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(o->port);
-    if (inet_pton(AF_INET, o->host, &addr.sin_addr) != 1) {
-        err_set("server: '%s' is not an IPv4 address", o->host);
-        goto done;
-    }
-    d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG, o->port,
+    /* an IPv6 address needs its flag; the unspecified one (::) takes IPv4 clients too */
+    const struct in6_addr any6 = IN6ADDR_ANY_INIT;
+    const unsigned family = addr.ss_family != AF_INET6 ? 0
+                            : memcmp(&((struct sockaddr_in6 *)&addr)->sin6_addr, &any6, sizeof any6) == 0
+                                ? MHD_USE_DUAL_STACK
+                                : MHD_USE_IPv6;
+    d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG | family, o->port,
                          NULL, NULL, on_request, &a, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                          MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL, MHD_OPTION_CONNECTION_LIMIT, SERVER_MAX_CONN,
                          MHD_OPTION_PER_IP_CONNECTION_LIMIT, SERVER_MAX_PER_IP,
@@ -299,7 +373,7 @@ int server_run(const struct server_opts *o)
                          MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 << 10), /* headers and read buffer */
                          MHD_OPTION_END);
     if (!d) {
-        err_set("server: cannot listen on %s:%u", o->host, (unsigned)o->port);
+        err_set("server: cannot listen on %s:%u", host, (unsigned)o->port);
         goto done;
     }
     /* port 0: the system picked a free one, which the banner reports */
@@ -316,9 +390,9 @@ int server_run(const struct server_opts *o)
                 "base_url=\"http://%s:%u/v1\",wire_api=\"responses\"}' -m %s\n"
                 "  opencode, pi:  an OpenAI-compatible provider at http://%s:%u/v1, model %s\n"
                 "  or configured for you: kapitsa launch claude|codex|opencode|pi --port %u\n",
-                a.model_name, o->host, port, o->host, port, o->host, port, o->host,
-                port, a.api_key ? "<the --api-key value>" : "local", a.model_name, o->host, port, a.model_name,
-                o->host, port, a.model_name, port);
+                a.model_name, host, port, host, port, host, port, host, port,
+                a.api_key ? "<the --api-key value>" : "local", a.model_name, host, port, a.model_name, host, port,
+                a.model_name, port);
     fflush(stdout);
     const struct model_config *mc = &a.rt.m.cfg;
     fprintf(stderr,
@@ -326,7 +400,7 @@ int server_run(const struct server_opts *o)
             "top_k %d, min_p %g, repetition_penalty %g\n",
             (double)mc->gen_temperature, (double)mc->gen_top_p, (int)mc->gen_top_k, (double)mc->gen_min_p,
             (double)mc->gen_repeat_penalty);
-    fprintf(stderr, "  KV cache:      %d tokens over %d sequences, %s (--kv-type f32|bf16)\n", (int)o->n_ctx, (int)o->n_seq,
+    fprintf(stderr, "  KV cache:      %d tokens over %d sequences, %s (--kv-type f32|bf16)\n", (int)n_ctx, (int)o->n_seq,
             o->kv_type == DT_BF16 ? "bf16" : "f32");
     fprintf(stderr, "  prompts:       fed %d tokens a step on %s, beside the decoding requests (--prefill-chunk)\n",
             (int)chunk, be->ops->name);
