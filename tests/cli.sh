@@ -256,7 +256,7 @@ expect "unknown command" 2 "unknown command" -- "$bin" frobnicate
 # the command line every command shares: --help (and -h) on stdout with status 0,
 # unknown options named with status 2, --flag=value, the short flags llama.cpp's users type
 for c in check synth bench eval chat tokenize detokenize launch serve run pull list quantize imatrix rm doctor \
-    render "bench compare"; do
+    render "bench compare" show ps; do
     expect "$c --help: its usage on stdout" 0 "usage: kapitsa $c" -- sh -c "'$bin' $c --help 2>/dev/null"
     expect "$c -h" 0 "usage: kapitsa $c" -- sh -c "'$bin' $c -h 2>/dev/null"
     expect "$c: an unknown option is named" 2 "kapitsa $c: unknown option '--frob'" -- "$bin" $c --frob
@@ -328,6 +328,45 @@ serve_stop
 expect "serve --ctx past max_position_embeddings: the warning" 0 \
     "warning: --ctx 100000 is past the model's context (max_position_embeddings 65536)" "KV cache:      65536 tokens" -- \
     cat "$tmp/s_ctx.err"
+# show: a model's make-up from its headers, the same parameter count from its GGUF
+expect "show: the embedded model" 0 "architecture   qwen3: 8 layers, hidden 64, 4 heads / 2 KV heads, head_dim 32" \
+    "parameters     10.3M (10315328)" "weights        BF16 90 tensors" "context        65536 tokens" \
+    "chat template  yes" "draft          kapitsa-tiny-draft" "model-00001-of-00002.safetensors" -- "$bin" show
+expect "show --json: a hybrid's layers, no template" 0 "ok" -- sh -c "'$bin' show '$fx/qwen3_5' --json | python3 -c 'import json, sys
+d = json.load(sys.stdin)
+a = d[\"architecture\"]
+assert d[\"format\"] == \"safetensors\" and a[\"recurrent_layers\"] > 0 and a[\"attention_layers\"] > 0, d
+assert a[\"layers\"] == a[\"recurrent_layers\"] + a[\"attention_layers\"] and d[\"chat_template\"] is False, d
+assert d[\"draft\"] is None and d[\"parameters\"] > 0 and \"config.json\" in [f[\"name\"] for f in d[\"files\"]], d
+print(\"ok\")'"
+"$bin" quantize "$m/kapitsa-tiny" "$tmp/tiny.gguf" --recipe Q4_K_M >/dev/null 2>&1
+expect "show a GGUF: its types tensor by tensor, the checkpoint's parameter count" 0 "ok" -- \
+    sh -c "'$bin' show '$tmp/tiny.gguf' --json | python3 -c 'import json, sys
+d = json.load(sys.stdin)
+assert d[\"format\"] == \"gguf\" and d[\"parameters\"] == 10315328 and d[\"chat_template\"] is True, d
+assert \"Q4_K\" in d[\"dtypes\"] and \"Q6_K\" in d[\"dtypes\"] and d[\"context\"] == 65536, d
+assert [f[\"name\"] for f in d[\"files\"]] == [\"tiny.gguf\"], d
+print(\"ok\")'"
+expect "show a missing model" 1 "nowhere" -- "$bin" show "$tmp/nowhere"
+# ps: what a running server has loaded, from its /v1/models and /metrics
+serve_start "$tmp/s_ps" --ctx 2048 --parallel 2 --api-key sesame --model "$m/kapitsa-tiny"
+curl -sf -H "x-api-key: sesame" "$surl/v1/chat/completions" \
+    -d '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0, "ignore_eos": true}' >/dev/null
+expect "ps: the model, its KV cache, memory and requests" 0 "model      kapitsa-tiny on cpu, 2048 tokens of context" \
+    "KV cache   2048 tokens, bf16" "2 requests generated together" "1 since it started" -- \
+    env KAPITSA_API_KEY=sesame "$bin" ps --port "${surl##*:}"
+expect "ps --json" 0 "ok" -- sh -c "'$bin' ps --port ${surl##*:} --api-key sesame --json | python3 -c 'import json, sys
+d = json.load(sys.stdin)
+assert (d[\"model\"], d[\"device\"], d[\"max_model_len\"], d[\"sequences\"]) == (\"kapitsa-tiny\", \"cpu\", 2048, 2), d
+assert d[\"kv_cache\"] == {\"tokens\": 2048, \"bytes\": 2048 * 8 * 2 * 64 * 2, \"type\": \"bf16\"}, d
+m = d[\"memory\"]
+assert m[\"resident_bytes\"] > m[\"weights_bytes\"] == 20630656, m
+r = d[\"requests\"]
+assert (r[\"active\"], r[\"queued\"], r[\"total\"], r[\"generated_tokens\"]) == (0, 0, 1, 4), r
+print(\"ok\")'"
+expect "ps without the server's key" 1 "status 401" "--api-key or KAPITSA_API_KEY" -- "$bin" ps --port "${surl##*:}"
+serve_stop
+expect "ps with no server" 1 "kapitsa ps: no server answers at http://127.0.0.1:${surl##*:}" -- "$bin" ps --port "${surl##*:}"
 # doctor and list with the catalog's quantised sizes; then a catalog of one model no machine holds in bf16
 # whose Qwen-style GGUF is small: doctor says bf16 does not fit, shows the recipe that does and recommends it
 expect "doctor" 0 "what fits" "GB/s, measured" "the rule: the most parameters that keep 32k" "recommended:" -- \

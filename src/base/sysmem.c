@@ -21,6 +21,8 @@ static int64_t kb_field(const char *file, const char *key)
 
 int64_t sysmem_meminfo(const char *key) { return kb_field("/proc/meminfo", key); }
 
+int64_t sysmem_resident(void) { return kb_field("/proc/self/status", "VmRSS"); }
+
 /* The number in the file dir/name of the cgroup filesystem; -1 when absent
  * or not a number ("max": no limit). */
 static int64_t cgroup_value(const char *dir, const char *name)

@@ -12,5 +12,7 @@ int64_t sysmem_meminfo(const char *key);
  * MemAvailable, or less where the process's cgroup limits it
  * (memory.max - memory.current); -1 when unknown. */
 int64_t sysmem_available(void);
+/* This process's resident bytes (VmRSS); -1 when unknown. */
+int64_t sysmem_resident(void);
 
 #endif

@@ -16,6 +16,8 @@ struct app {
     const char *model_name;
     const char *api_key;
     double keepalive_s; /* idle seconds before a stream sends a keep-alive */
+    int32_t n_seq;      /* requests generated together (--parallel), for /metrics */
+    enum dtype kv_type; /* the KV cache's type, for /metrics */
 };
 
 /* Queues a JSON response; takes the reference to body. */

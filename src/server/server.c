@@ -120,13 +120,55 @@ static double server_kv_bytes(const struct model *m, int32_t n_ctx, enum dtype k
     return 2.0 * c->n_attn_layer * c->n_kv_head * c->head_dim * (double)dtype_size(kv_type) * n_ctx;
 }
 
-/* Prometheus text exposition of the scheduler's counters. */
+/* What the server holds, as /metrics gauges (kapitsa ps reads them): the
+ * model, device and KV cache type as an info metric's labels, the KV cache,
+ * the weights and the process's resident memory. NULL when out of memory. */
+static char *metrics_loaded(const struct app *a)
+{
+    int64_t weights = 0;
+    double kv = server_kv_bytes(&a->rt.m, sched_n_ctx(a->sched), a->kv_type);
+    for (int k = 0; k < (a->rt.d_loaded ? 2 : 1); k++) {
+        const struct safetensors *st = k ? &a->rt.dm.st : &a->rt.m.st;
+        for (int32_t i = 0; i < st->n_tensors; i++)
+            weights += (int64_t)st->tensors[i].n_bytes;
+        if (k)
+            kv += server_kv_bytes(&a->rt.dm, sched_n_ctx(a->sched), a->kv_type);
+    }
+    char name[512]; /* a label value escapes \\, " and newlines */
+    size_t k = 0;
+    for (const char *p = a->model_name; *p && k + 3 < sizeof name; p++) {
+        if (*p == '\\' || *p == '"' || *p == '\n')
+            name[k++] = '\\';
+        name[k++] = *p == '\n' ? 'n' : *p;
+    }
+    name[k] = 0;
+    char *text = NULL;
+    return asprintf(&text,
+                    "# HELP kapitsa_model_info The model served, the device it runs on, the KV cache's type.\n"
+                    "# TYPE kapitsa_model_info gauge\nkapitsa_model_info{model=\"%s\",device=\"%s\",kv_type=\"%s\"} 1\n"
+                    "# HELP kapitsa_kv_cache_tokens KV cache capacity in tokens, all sequences together.\n"
+                    "# TYPE kapitsa_kv_cache_tokens gauge\nkapitsa_kv_cache_tokens %d\n"
+                    "# HELP kapitsa_kv_cache_bytes Bytes of the KV cache (the draft's too).\n"
+                    "# TYPE kapitsa_kv_cache_bytes gauge\nkapitsa_kv_cache_bytes %.0f\n"
+                    "# HELP kapitsa_sequences_max Requests generated together (--parallel).\n"
+                    "# TYPE kapitsa_sequences_max gauge\nkapitsa_sequences_max %d\n"
+                    "# HELP kapitsa_weights_bytes Bytes of the model's weights (the draft's too).\n"
+                    "# TYPE kapitsa_weights_bytes gauge\nkapitsa_weights_bytes %lld\n"
+                    "# HELP process_resident_memory_bytes Resident memory of the server's process.\n"
+                    "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes %lld\n",
+                    name, a->rt.be->ops->name, a->kv_type == DT_BF16 ? "bf16" : "f32", (int)sched_n_ctx(a->sched), kv,
+                    (int)a->n_seq, (long long)weights, (long long)sysmem_resident()) < 0
+               ? NULL
+               : text;
+}
+
+/* Prometheus text exposition of the scheduler's counters and what is loaded. */
 static enum MHD_Result metrics(struct app *a, struct MHD_Connection *c)
 {
     struct sched_stats st;
     sched_get_stats(a->sched, &st);
-    char *text = NULL;
-    int n = asprintf(&text,
+    char *text = NULL, *loaded = metrics_loaded(a);
+    int n = !loaded ? -1 : asprintf(&text,
                      "# HELP kapitsa_requests_total Generation requests accepted.\n# TYPE kapitsa_requests_total counter\n"
                      "kapitsa_requests_total %lld\n"
                      "# HELP kapitsa_requests_cancelled_total Requests whose client went away.\n"
@@ -152,10 +194,12 @@ static enum MHD_Result metrics(struct app *a, struct MHD_Connection *c)
                      "# HELP kapitsa_requests_active Requests being generated.\n# TYPE kapitsa_requests_active gauge\n"
                      "kapitsa_requests_active %d\n"
                      "# HELP kapitsa_requests_queued Requests waiting for a sequence slot.\n"
-                     "# TYPE kapitsa_requests_queued gauge\nkapitsa_requests_queued %d\n",
+                     "# TYPE kapitsa_requests_queued gauge\nkapitsa_requests_queued %d\n%s",
                      (long long)st.requests, (long long)st.cancelled, (long long)st.failed, (long long)st.prompt_tokens,
                      (long long)st.cached_tokens, (long long)st.generated_tokens, st.prefill_seconds, st.decode_seconds,
-                     (long long)st.spec_passes, (long long)st.spec_tokens, (long long)st.spec_forwards, st.active, st.queued);
+                     (long long)st.spec_passes, (long long)st.spec_tokens, (long long)st.spec_forwards, st.active, st.queued,
+                     loaded);
+    free(loaded);
     if (n < 0)
         return MHD_NO;
     struct MHD_Response *r = MHD_create_response_from_buffer((size_t)n, text, MHD_RESPMEM_MUST_FREE);
@@ -330,6 +374,8 @@ int server_run(const struct server_opts *o)
     a.api_key = o->api_key && *o->api_key ? o->api_key : NULL;
     a.model_name = o->model_name;
     a.keepalive_s = o->keepalive_s > 0 ? o->keepalive_s : 10.0;
+    a.n_seq = o->n_seq;
+    a.kv_type = o->kv_type;
     struct sockaddr_storage addr = {0};
     char host[300];
     if (server_addr(o->host, o->port, &addr, host, sizeof host) != 0) /* before the minutes a model may take */
