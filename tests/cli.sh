@@ -369,8 +369,22 @@ serve_stop
 expect "ps with no server" 1 "kapitsa ps: no server answers at http://127.0.0.1:${surl##*:}" -- "$bin" ps --port "${surl##*:}"
 # doctor and list with the catalog's quantised sizes; then a catalog of one model no machine holds in bf16
 # whose Qwen-style GGUF is small: doctor says bf16 does not fit, shows the recipe that does and recommends it
-expect "doctor" 0 "what fits" "GB/s, measured" "the rule: the most parameters that keep 32k" "recommended:" -- \
-    "$bin" doctor
+NPORT=$(free_port)
+expect "doctor" 0 "what fits" "GB/s, measured" "the rule: the most parameters that keep 32k" "recommended:" \
+    "embedded kapitsa-tiny (" "the default --model: runs with no download" \
+    "server   none at http://127.0.0.1:$NPORT (kapitsa serve starts one)" -- env KAPITSA_PORT=$NPORT "$bin" doctor
+# doctor finds a server already on serve's default address (KAPITSA_PORT here)
+serve_start "$tmp/s_doc" --model "$m/kapitsa-tiny"
+expect "doctor: a server already running" 0 "server   kapitsa-tiny is served at $surl (kapitsa ps" -- \
+    env KAPITSA_PORT="${surl##*:}" "$bin" doctor
+expect "doctor --json: the embedded model and the server" 0 "ok" -- sh -c "KAPITSA_PORT=${surl##*:} '$bin' doctor --json |
+    python3 -c 'import json, sys
+d = json.load(sys.stdin)
+e, s = d[\"embedded\"], d[\"server\"]
+assert e[\"name\"] == \"kapitsa-tiny\" and e[\"bytes\"] > 1000000 and e[\"draft\"] == \"kapitsa-tiny-draft\", e
+assert s == {\"url\": \"$surl\", \"answers\": True, \"model\": \"kapitsa-tiny\"}, s
+print(\"ok\")'"
+serve_stop
 expect "list: the bf16 and Q4_K_M sizes" 0 "Q4_K_M" "61.1 GB   18.5 GB" -- "$bin" list
 expect "list: the embedded models first" 0 "embedded (no download):" "kapitsa-tiny               the default --model" \
     "kapitsa-tiny-draft         its KFlash draft" -- "$bin" list

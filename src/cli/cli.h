@@ -29,6 +29,8 @@ int cli_imatrix(int argc, char **argv);
 int cli_version(int argc, char **argv);
 int cli_show(int argc, char **argv);
 int cli_ps(int argc, char **argv);
+/* Bytes of the files in dir (links followed: the embedded models link their tokenizer; models.c). */
+int64_t cli_dir_bytes(const char *dir);
 /* The base URL of a server at host (a name, IPv4 or IPv6 address) and port into out. */
 void cli_server_url(char *out, size_t n, const char *host, int port);
 /* GET base+path of a kapitsa server (key: its API key, or NULL): the HTTP
