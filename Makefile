@@ -67,19 +67,31 @@ FUZZ_OBJ := $(patsubst %.c,build/fuzz/obj/%.o,$(wildcard src/base/*.c src/quant/
 .PHONY: all test unit debug help clean fuzz fuzz-run serve test-agents install uninstall
 all: build/kapitsa
 
-build/%.o: %.c
+# tools/deps.sh installs the Debian packages this machine lacks (apt-get as root, else sudo,
+# else it prints the command to run), once before anything compiles: the build's for every
+# object, the tests' too for make test, the unit tests' data and the fuzzers. The test stamp
+# waits for the build's, so that two apt-get never run at once.
+build/deps-build.stamp: tools/deps.sh
+	@mkdir -p build
+	@bash tools/deps.sh build
+	@touch $@
+build/deps-test.stamp: tools/deps.sh build/deps-build.stamp
+	@bash tools/deps.sh test
+	@touch $@
+
+build/%.o: %.c | build/deps-build.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(CUDA_DEF) $(call isa,$<) -c $< -o $@
 
-build/%.o: %.cu
+build/%.o: %.cu | build/deps-build.stamp
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) $(NVARCH) -c $< -o $@
 
-build/asan/%.o: %.c
+build/asan/%.o: %.c | build/deps-build.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -O1 $(SAN) $(call isa,$<) -c $< -o $@
 
-build/tsan/%.o: %.c
+build/tsan/%.o: %.c | build/deps-build.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -O1 $(TSAN) $(call isa,$<) -c $< -o $@
 
@@ -89,7 +101,7 @@ build/kapitsa: $(OBJ) $(CU_OBJ) $(CLI_OBJ)
 # the GGUF test files are kept xz-compressed (the repository stays small enough
 # to travel to a GPU machine); the unit tests read them unpacked from build/testdata
 TESTDATA := $(patsubst tests/data/%.xz,build/testdata/%,$(wildcard tests/data/*/*.xz tests/data/*/*/*.xz))
-build/testdata/%: tests/data/%.xz
+build/testdata/%: tests/data/%.xz | build/deps-test.stamp
 	@mkdir -p $(dir $@)
 	xz -dc $< >$@.tmp && mv $@.tmp $@
 
@@ -114,7 +126,7 @@ build/tsan/kapitsa: $(TOBJ) $(TCLI_OBJ)
 	$(CC) $(CFLAGS) $(TSAN) $^ -o $@ $(LDLIBS)
 
 ## test: build, then run every test, also under ASan+UBSan, and the unit tests and the server under TSan; ends with "N passed, N failed, N skipped"
-test: build/kapitsa build/test_unit build/asan/kapitsa build/asan/test_unit build/tsan/kapitsa build/tsan/test_unit \
+test: build/deps-test.stamp build/kapitsa build/test_unit build/asan/kapitsa build/asan/test_unit build/tsan/kapitsa build/tsan/test_unit \
       $(FUZZERS) $(FUZZ_SEED)
 	@bash tests/run.sh
 
@@ -144,7 +156,7 @@ uninstall:
 	rm -rf $(DESTDIR)$(PREFIX)/bin/kapitsa $(DESTDIR)$(PREFIX)/share/kapitsa $(DESTDIR)$(PREFIX)/lib/systemd/user/kapitsa.service
 
 ## test-agents: Claude Code, Codex, opencode, pi and Qwen Code (from npm) through kapitsa launch on the default model (slow: minutes)
-test-agents: build/kapitsa
+test-agents: build/deps-test.stamp build/kapitsa
 	@bash tests/agents.sh
 
 ## debug: the CLI and tests with ASan+UBSan in build/asan/
@@ -166,24 +178,24 @@ clean:
 FUZZ_SAN := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1
 FUZZ_DEPS := $(wildcard src/base/*.c src/tokenizer/*.c src/chat/*.c) src/engine/grammar.c src/engine/json_guard.c \
              src/engine/sampler.c
-build/fuzz/fuzz_json_guard: tests/fuzz/fuzz_json_guard.c src/engine/json_guard.c src/base/err.c
+build/fuzz/fuzz_json_guard: tests/fuzz/fuzz_json_guard.c src/engine/json_guard.c src/base/err.c | build/deps-test.stamp
 	@mkdir -p build/fuzz
 	clang -std=c11 -Wall -Wextra $(FUZZ_SAN) $^ -o $@ $(LDLIBS)
-build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c src/model/gguf.c src/base/err.c src/base/dtype.c
+build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c src/model/gguf.c src/base/err.c src/base/dtype.c | build/deps-test.stamp
 	@mkdir -p build/fuzz
 	clang -std=c11 -Wall -Wextra $(FUZZ_SAN) $^ -o $@ $(LDLIBS)
-build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c src/server/convert.c $(FUZZ_DEPS)
+build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c src/server/convert.c $(FUZZ_DEPS) | build/deps-test.stamp
 	@mkdir -p build/fuzz
 	clang -std=c11 -Wall -Wextra $(FUZZ_SAN) $^ -o $@ $(LDLIBS)
 # fuzz_checkpoint loads and runs models: the model, cpu backend and engine
 # objects (FUZZ_OBJ), each with its own ISA flags, instrumented for the fuzzer.
-build/fuzz/obj/%.o: %.c
+build/fuzz/obj/%.o: %.c | build/deps-test.stamp
 	@mkdir -p $(dir $@)
 	clang -std=c11 -Wall -Wextra -pthread -MMD -MP -fsanitize=fuzzer-no-link,address,undefined \
 	  -fno-sanitize-recover=all -g -O1 $(call isa,$<) -c $< -o $@
 build/fuzz/fuzz_checkpoint: tests/fuzz/fuzz_checkpoint.c $(FUZZ_OBJ)
 	clang -std=c11 -Wall -Wextra -pthread $(FUZZ_SAN) $^ -o $@ $(LDLIBS)
-build/fuzz/%: tests/fuzz/%.c tests/fuzz/guard_check.h $(FUZZ_DEPS)
+build/fuzz/%: tests/fuzz/%.c tests/fuzz/guard_check.h $(FUZZ_DEPS) | build/deps-test.stamp
 	@mkdir -p build/fuzz
 	clang -std=c11 -Wall -Wextra $(FUZZ_SAN) $< $(FUZZ_DEPS) -o $@ $(LDLIBS)
 

@@ -275,7 +275,7 @@ expect "unknown command" 2 "unknown command" -- "$bin" frobnicate
 # the command line every command shares: --help (and -h) on stdout with status 0,
 # unknown options named with status 2, --flag=value, the short flags llama.cpp's users type
 for c in check synth bench eval chat tokenize detokenize launch serve run pull list quantize imatrix rm doctor \
-    render "bench compare"; do
+    render "bench compare" show ps; do
     expect "$c --help: its usage on stdout" 0 "usage: kapitsa $c" -- sh -c "'$bin' $c --help 2>/dev/null"
     expect "$c -h" 0 "usage: kapitsa $c" -- sh -c "'$bin' $c -h 2>/dev/null"
     expect "$c: an unknown option is named" 2 "kapitsa $c: unknown option '--frob'" -- "$bin" $c --frob
@@ -312,10 +312,98 @@ expect "serve from KAPITSA_HOST/PORT/CTX, found by launch through KAPITSA_PORT" 
     env KAPITSA_PORT=$SPORT LPORT=$SPORT HOME="$tmp/lhome" PATH="$fake:$PATH" "$bin" launch pi
 kill $spid
 wait $spid 2>/dev/null
+# serve --port 0 ARGS... in the background: its pid in $spid, the URL its first line names in $surl
+serve_start() {
+    local out=$1
+    shift
+    "$bin" serve --port 0 "$@" >"$out" 2>"$out.err" &
+    spid=$!
+    for _ in $(seq 600); do
+        grep -q "^kapitsa: serving" "$out" || { kill -0 $spid 2>/dev/null && sleep 0.1 && continue; }
+        break
+    done
+    surl=$(sed -n 's/^kapitsa: serving .* on //p' "$out")
+}
+serve_stop() { kill $spid; wait $spid 2>/dev/null; }
+serve_start "$tmp/s_local" --host localhost --model "$m/kapitsa-tiny"
+expect "serve --host localhost: named so in the banner, reached at 127.0.0.1" 0 '"status":"ok"' -- \
+    sh -c "echo '$surl' | grep -q '^http://localhost:[0-9]*$' && curl -sf 'http://127.0.0.1:${surl##*:}/health'"
+serve_stop
+if python3 -c 'import socket; socket.socket(socket.AF_INET6).bind(("::1", 0))' 2>/dev/null; then
+    for h in ::1 '[::1]'; do
+        serve_start "$tmp/s_v6" --host "$h" --model "$m/kapitsa-tiny"
+        expect "serve --host $h: an IPv6 address, bracketed in the URL" 0 '"status":"ok"' -- \
+            sh -c "echo '$surl' | grep -q '^http://\[::1\]:[0-9]*$' && curl -gsf '$surl/health'"
+        serve_stop
+    done
+else
+    echo "# no IPv6 loopback: serve --host ::1 skipped"
+fi
+# --ctx past the model's positions (kapitsa-tiny: 65536) is capped, with a warning, and so advertised
+serve_start "$tmp/s_ctx" --ctx 100000 --model "$m/kapitsa-tiny"
+expect "serve --ctx past max_position_embeddings: capped, max_model_len says so" 0 '"max_model_len":65536' -- \
+    curl -sf "$surl/v1/models"
+serve_stop
+expect "serve --ctx past max_position_embeddings: the warning" 0 \
+    "warning: --ctx 100000 is past the model's context (max_position_embeddings 65536)" "KV cache:      65536 tokens" -- \
+    cat "$tmp/s_ctx.err"
+# show: a model's make-up from its headers, the same parameter count from its GGUF
+expect "show: the embedded model" 0 "architecture   qwen3: 8 layers, hidden 64, 4 heads / 2 KV heads, head_dim 32" \
+    "parameters     10.3M (10315328)" "weights        BF16 90 tensors" "context        65536 tokens" \
+    "chat template  yes" "draft          kapitsa-tiny-draft" "model-00001-of-00002.safetensors" -- "$bin" show
+expect "show --json: a hybrid's layers, no template" 0 "ok" -- sh -c "'$bin' show '$fx/qwen3_5' --json | python3 -c 'import json, sys
+d = json.load(sys.stdin)
+a = d[\"architecture\"]
+assert d[\"format\"] == \"safetensors\" and a[\"recurrent_layers\"] > 0 and a[\"attention_layers\"] > 0, d
+assert a[\"layers\"] == a[\"recurrent_layers\"] + a[\"attention_layers\"] and d[\"chat_template\"] is False, d
+assert d[\"draft\"] is None and d[\"parameters\"] > 0 and \"config.json\" in [f[\"name\"] for f in d[\"files\"]], d
+print(\"ok\")'"
+"$bin" quantize "$m/kapitsa-tiny" "$tmp/tiny.gguf" --recipe Q4_K_M >/dev/null 2>&1
+expect "show a GGUF: its types tensor by tensor, the checkpoint's parameter count" 0 "ok" -- \
+    sh -c "'$bin' show '$tmp/tiny.gguf' --json | python3 -c 'import json, sys
+d = json.load(sys.stdin)
+assert d[\"format\"] == \"gguf\" and d[\"parameters\"] == 10315328 and d[\"chat_template\"] is True, d
+assert \"Q4_K\" in d[\"dtypes\"] and \"Q6_K\" in d[\"dtypes\"] and d[\"context\"] == 65536, d
+assert [f[\"name\"] for f in d[\"files\"]] == [\"tiny.gguf\"], d
+print(\"ok\")'"
+expect "show a missing model" 1 "nowhere" -- "$bin" show "$tmp/nowhere"
+# ps: what a running server has loaded, from its /v1/models and /metrics
+serve_start "$tmp/s_ps" --ctx 2048 --parallel 2 --api-key sesame --model "$m/kapitsa-tiny"
+curl -sf -H "x-api-key: sesame" "$surl/v1/chat/completions" \
+    -d '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0, "ignore_eos": true}' >/dev/null
+expect "ps: the model, its KV cache, memory and requests" 0 "model      kapitsa-tiny on cpu, 2048 tokens of context" \
+    "KV cache   2048 tokens, bf16" "2 requests generated together" "1 since it started" -- \
+    env KAPITSA_API_KEY=sesame "$bin" ps --port "${surl##*:}"
+expect "ps --json" 0 "ok" -- sh -c "'$bin' ps --port ${surl##*:} --api-key sesame --json | python3 -c 'import json, sys
+d = json.load(sys.stdin)
+assert (d[\"model\"], d[\"device\"], d[\"max_model_len\"], d[\"sequences\"]) == (\"kapitsa-tiny\", \"cpu\", 2048, 2), d
+assert d[\"kv_cache\"] == {\"tokens\": 2048, \"bytes\": 2048 * 8 * 2 * 64 * 2, \"type\": \"bf16\"}, d
+m = d[\"memory\"]
+assert m[\"resident_bytes\"] > m[\"weights_bytes\"] == 20630656, m
+r = d[\"requests\"]
+assert (r[\"active\"], r[\"queued\"], r[\"total\"], r[\"generated_tokens\"]) == (0, 0, 1, 4), r
+print(\"ok\")'"
+expect "ps without the server's key" 1 "status 401" "--api-key or KAPITSA_API_KEY" -- "$bin" ps --port "${surl##*:}"
+serve_stop
+expect "ps with no server" 1 "kapitsa ps: no server answers at http://127.0.0.1:${surl##*:}" -- "$bin" ps --port "${surl##*:}"
 # doctor and list with the catalog's quantised sizes; then a catalog of one model no machine holds in bf16
 # whose Qwen-style GGUF is small: doctor says bf16 does not fit, shows the recipe that does and recommends it
-expect "doctor" 0 "what fits" "GB/s, measured" "the rule: the most parameters that keep 32k" "recommended:" -- \
-    "$bin" doctor
+NPORT=$(free_port)
+expect "doctor" 0 "what fits" "GB/s, measured" "the rule: the most parameters that keep 32k" "recommended:" \
+    "embedded kapitsa-tiny (" "the default --model: runs with no download" \
+    "server   none at http://127.0.0.1:$NPORT (kapitsa serve starts one)" -- env KAPITSA_PORT=$NPORT "$bin" doctor
+# doctor finds a server already on serve's default address (KAPITSA_PORT here)
+serve_start "$tmp/s_doc" --model "$m/kapitsa-tiny"
+expect "doctor: a server already running" 0 "server   kapitsa-tiny is served at $surl (kapitsa ps" -- \
+    env KAPITSA_PORT="${surl##*:}" "$bin" doctor
+expect "doctor --json: the embedded model and the server" 0 "ok" -- sh -c "KAPITSA_PORT=${surl##*:} '$bin' doctor --json |
+    python3 -c 'import json, sys
+d = json.load(sys.stdin)
+e, s = d[\"embedded\"], d[\"server\"]
+assert e[\"name\"] == \"kapitsa-tiny\" and e[\"bytes\"] > 1000000 and e[\"draft\"] == \"kapitsa-tiny-draft\", e
+assert s == {\"url\": \"$surl\", \"answers\": True, \"model\": \"kapitsa-tiny\"}, s
+print(\"ok\")'"
+serve_stop
 expect "list: the bf16 and Q4_K_M sizes" 0 "Q4_K_M" "61.1 GB   18.5 GB" -- "$bin" list
 expect "list: the embedded models first" 0 "embedded (no download):" "kapitsa-tiny               the default --model" \
     "kapitsa-tiny-draft         its KFlash draft" -- "$bin" list
@@ -371,6 +459,28 @@ expect "a binary copied without its data says where it looked" 1 "kapitsa-tiny i
     "share/kapitsa/models" "make install" -- sh -c "cd / && '$tmp/copied/kapitsa' run --max-tokens 4 hello"
 expect "a copied binary with KAPITSA_DATA" 0 "Q4_K_M" -- \
     sh -c "cd / && KAPITSA_DATA='$inst/share/kapitsa/models' '$tmp/copied/kapitsa' list"
+# tools/deps.sh (make's set-up) against stand-ins for dpkg, id and apt-get: nothing to do when every
+# package is installed; as root it installs the missing ones; without root or sudo it prints the command
+stub="$tmp/deps_stub"
+mkdir -p "$stub"
+printf '#!/bin/sh\necho 1000\n' >"$stub/id"
+printf '#!/bin/sh\n[ "$2" = libssl-dev ] && echo "Status: install ok installed"\nexit 0\n' >"$stub/dpkg"
+printf '#!/bin/sh\necho "apt-get $*"\n' >"$stub/apt-get"
+chmod +x "$stub"/*
+ln -s "$(command -v sh)" "$stub/sh"
+deps=$here/../tools/deps.sh
+expect "deps: without root or sudo, the one command to run" 1 "could not install" \
+    "apt-get install -y --no-install-recommends build-essential libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcurl4-openssl-dev libedit-dev" -- \
+    env PATH="$stub" /bin/bash "$deps" build
+expect "deps: test adds the tests' packages (npm absent here)" 1 "libedit-dev clang libclang-rt-14-dev xz-utils python3 curl nodejs npm" -- \
+    env PATH="$stub" /bin/bash "$deps" test
+printf '#!/bin/sh\necho 0\n' >"$stub/id"
+expect "deps: as root, apt-get installs what is missing" 0 "apt-get update" \
+    "apt-get install -y --no-install-recommends build-essential libjansson-dev" -- env PATH="$stub" /bin/bash "$deps" build
+printf '#!/bin/sh\necho "Status: install ok installed"\n' >"$stub/dpkg"
+expect "deps: nothing missing, nothing done" 0 -- env PATH="$stub" /bin/bash "$deps" test
+if [ ! -s "$tmp/out" ]; then ok "deps: silent when nothing is missing"; else bad "deps: output when nothing is missing"; cat "$tmp/out"; fi
+expect "deps: a bad mode" 2 "usage: tools/deps.sh build|test" -- /bin/bash "$deps"
 # kapitsa synth's MoE checkpoints ask for spread routing in their config; bench says so
 cp -r "$fx/qwen3_moe" "$tmp/moe_spread"
 sed -i '0,/{/s//{"kapitsa_route_spread": true, /' "$tmp/moe_spread/config.json"
@@ -389,6 +499,27 @@ if [ "$quick" != "--quick" ]; then
     expect "synth --layers: the config says 2 layers" 0 '"num_hidden_layers": 2' -- cat "$tmp/q06l/config.json"
     expect "synth --layers: bench runs the short model" 0 '"decode_tok_s"' -- \
         "$bin" bench --model "$tmp/q06l" --prompt 8 --gen 2 --json
+    expect "synth --layers 1: the Qwen3 tokenizer beside the weights" 0 "tokenizer: Qwen3's" -- \
+        "$bin" synth --preset qwen3-0.6b --layers 1 --out "$tmp/q06one"
+    expect "synth: a greedy generation_config" 0 '"do_sample": false' -- cat "$tmp/q06one/generation_config.json"
+    expect "run on a synth checkpoint as it is" 0 -- "$bin" run --model "$tmp/q06one" --max-tokens 2 hello
+    expect "synth qwen3.5: Qwen3's tokenizer as a stand-in" 0 "as a stand-in" -- \
+        "$bin" synth --preset qwen3.5-0.8b --layers 1 --out "$tmp/q35one"
+    expect "run on a synth qwen3.5 checkpoint" 0 -- "$bin" run --model "$tmp/q35one" --max-tokens 2 hello
+    # serve's memory check before the KV cache (f32, 2^24 tokens of qwen3-0.6b's 28 layers: 3.8 TB), and an
+    # allocation that fails (under a 1 GB address space) naming what it was for; the copies' configs allow
+    # that many positions
+    for d in q06 q06one; do
+        mkdir -p "$tmp/${d}_long"
+        for f in "$tmp/$d"/*; do ln -s "$f" "$tmp/${d}_long/"; done
+        rm "$tmp/${d}_long/config.json"
+        sed 's/"max_position_embeddings": 40960/"max_position_embeddings": 16777216/' "$tmp/$d/config.json" \
+            >"$tmp/${d}_long/config.json"
+    done
+    expect "serve: a KV cache past the memory left is refused, saying what to lower" 1 "the KV cache of 16777216 tokens (f32) needs" \
+        "lower --ctx (" "or take --kv-type bf16" -- "$bin" serve --model "$tmp/q06_long" --port 0 --ctx 16777216 --kv-type f32
+    expect "serve: a failed allocation names the KV cache" 1 "for the KV cache of 262144 tokens" -- \
+        sh -c "ulimit -v 1000000; exec '$bin' serve --model '$tmp/q06one_long' --port 0 --ctx 262144 -t 1"
     expect "synth --layers 0" 2 "--layers takes 1 to 28" -- "$bin" synth --preset qwen3-0.6b --layers 0 --out "$tmp/x"
     expect "synth --layers past the preset" 2 "--layers takes 1 to 28" -- \
         "$bin" synth --preset qwen3-0.6b --layers 29 --out "$tmp/x"

@@ -27,6 +27,16 @@ int cli_doctor(int argc, char **argv);
 int cli_quantize(int argc, char **argv);
 int cli_imatrix(int argc, char **argv);
 int cli_version(int argc, char **argv);
+int cli_show(int argc, char **argv);
+int cli_ps(int argc, char **argv);
+/* Bytes of the files in dir (links followed: the embedded models link their tokenizer; models.c). */
+int64_t cli_dir_bytes(const char *dir);
+/* The base URL of a server at host (a name, IPv4 or IPv6 address) and port into out. */
+void cli_server_url(char *out, size_t n, const char *host, int port);
+/* GET base+path of a kapitsa server (key: its API key, or NULL): the HTTP
+ * status, with the body in *body (free() it) when it is 200; 0 when nothing
+ * answered. Anything but 200 comes with err_set() saying what (ps.c). */
+int cli_server_get(const char *base, const char *path, const char *key, char **body);
 /* kapitsa bench --draft (bench_spec.c): plain, chain of chain_k, tree of tree_n
  * nodes / depth tree_d, tree + prompt lookup, side by side. */
 int bench_spec(const char *target, const char *draft, const char *prompt_file, int32_t n_gen, int32_t threads,

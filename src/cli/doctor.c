@@ -7,7 +7,9 @@
 #include "../backend/device.h"
 #include "../base/clock.h"
 #include "../base/err.h"
+#include "../base/path.h"
 #include "../base/pool.h"
+#include "../base/sysmem.h"
 #include "../hub/cache.h"
 #include "../hub/catalog.h"
 #include "cli.h"
@@ -16,24 +18,12 @@
 #endif
 
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-
-static int64_t meminfo(const char *key)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    long long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, key, strlen(key)) == 0 && line[strlen(key)] == ':')
-            sscanf(line + strlen(key) + 1, "%lld", &kb);
-    if (f)
-        fclose(f);
-    return kb < 0 ? -1 : (int64_t)kb * 1024;
-}
 
 static void cpu_line(char *model, size_t n, char *flags, size_t fn)
 {
@@ -188,6 +178,50 @@ static void doctor_usage(FILE *f)
                "  --json: the same as one JSON object, sizes in bytes\n");
 }
 
+/* What runs here with nothing to download, the embedded model, and a server
+ * already on serve's default address (KAPITSA_HOST:KAPITSA_PORT, else
+ * 127.0.0.1:11435), which the commands talk to and a second serve would
+ * collide with. */
+static void doctor_local(FILE *out, json_t *j)
+{
+    char path[PATH_MAX + 64], real[PATH_MAX];
+    if (path_data("kapitsa-tiny", path, sizeof path) == 0 && realpath(path, real)) {
+        const int64_t bytes = cli_dir_bytes(real);
+        fprintf(out, "embedded kapitsa-tiny (%.1f MB at %s), the default --model: runs with no download, a small\n"
+                     "         model for trying kapitsa out and for tests (its draft: kapitsa-tiny-draft)\n",
+                (double)bytes / 1e6, real);
+        if (j)
+            json_object_set_new(j, "embedded", json_pack("{s:s,s:s,s:I,s:s}", "name", "kapitsa-tiny", "path", real,
+                                                         "bytes", (json_int_t)bytes, "draft", "kapitsa-tiny-draft"));
+    } else {
+        fprintf(out, "embedded none: %s\n", err_msg());
+        if (j)
+            json_object_set_new(j, "embedded", json_null());
+    }
+    const char *host = getenv("KAPITSA_HOST");
+    int64_t port = 11435;
+    if (cli_env_int("KAPITSA_PORT", 1, 65535, &port) < 0)
+        port = 11435;
+    char base[512], *body = NULL;
+    cli_server_url(base, sizeof base, host && *host ? host : "127.0.0.1", (int)port);
+    const int status = cli_server_get(base, "/v1/models", NULL, &body);
+    json_t *models = status == 200 ? json_loads(body, 0, NULL) : NULL;
+    const char *id = json_string_value(json_object_get(json_array_get(json_object_get(models, "data"), 0), "id"));
+    if (id)
+        fprintf(out, "server   %s is served at %s (kapitsa ps: what it holds; another serve there needs --port)\n", id,
+                base);
+    else if (status == 0)
+        fprintf(out, "server   none at %s (kapitsa serve starts one)\n", base);
+    else
+        fprintf(out, "server   something answers at %s, not as an open kapitsa server would (%s)\n", base,
+                status == 200 ? "GET /v1/models names no model" : err_msg());
+    if (j)
+        json_object_set_new(j, "server", json_pack("{s:s,s:b,s:s?}", "url", base, "answers", status != 0, "model", id));
+    json_decref(models);
+    free(body);
+    err_clear();
+}
+
 int cli_doctor(int argc, char **argv)
 {
     json_t *j = NULL;
@@ -208,7 +242,7 @@ int cli_doctor(int argc, char **argv)
     }
     char model[256], flags[8192];
     cpu_line(model, sizeof model, flags, sizeof flags);
-    const int64_t mem_total = meminfo("MemTotal"), mem_avail = meminfo("MemAvailable");
+    const int64_t mem_total = sysmem_meminfo("MemTotal"), mem_avail = sysmem_available();
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     fprintf(out, "cpu      %s, %ld cores\n", model, cores);
     fprintf(out, "simd     kernels: %s (avx2 %s, avx512 %s)%s%s\n", kern_best()->name,
@@ -268,6 +302,8 @@ int cli_doctor(int argc, char **argv)
     if (j)
         json_object_set_new(j, "disk", json_pack("{s:I,s:s,s:s}", "free_bytes", (json_int_t)disk, "at", probe,
                                                  "models", cache));
+
+    doctor_local(out, j);
 
     struct catalog c;
     if (catalog_load(&c, NULL) != 0) {

@@ -18,6 +18,8 @@ static void usage(FILE *f)
                "  run PROMPT    generate text (default model: models/kapitsa-tiny)\n"
                "  pull MODEL    download a model (catalog name or ORG/NAME) into the Hugging Face cache\n"
                "  list          the model catalog and what is downloaded; rm MODEL removes one\n"
+               "  show MODEL    what a model is: architecture, parameters, weight types, context, template, files\n"
+               "  ps            what a running server has loaded: model, memory, KV cache, requests\n"
                "  doctor        this machine: CPU, memory, GPUs, disk, which models fit, agent CLIs\n"
                "  check DIR     compare a checkpoint with its reference logits (DIR/golden.safetensors)\n"
                "  synth         write a random-weight checkpoint with the shapes of a real model\n"
@@ -63,7 +65,7 @@ static const struct {
     {"chat", cli_chat},           {"tokenize", cli_tokenize}, {"detokenize", cli_detokenize}, {"launch", cli_launch},
     {"serve", cli_serve},         {"run", cli_run},       {"pull", cli_pull},         {"list", cli_list},
     {"quantize", cli_quantize},   {"imatrix", cli_imatrix}, {"rm", cli_rm},           {"doctor", cli_doctor},
-    {"render", cli_render},       {"version", cli_version},
+    {"render", cli_render},       {"version", cli_version}, {"show", cli_show},         {"ps", cli_ps},
 };
 
 int main(int argc, char **argv)

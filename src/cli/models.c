@@ -155,8 +155,7 @@ static void list_usage(FILE *f)
                "                              cache, and GGUF models there, in llama.cpp's cache and in Ollama's store)\n");
 }
 
-/* Bytes of the files in dir (links followed: the embedded models link their tokenizer). */
-static int64_t dir_bytes(const char *dir)
+int64_t cli_dir_bytes(const char *dir)
 {
     DIR *d = opendir(dir);
     struct dirent *e;
@@ -186,7 +185,7 @@ static void list_embedded(json_t *out)
         char path[PATH_MAX + 64], real[PATH_MAX];
         if (path_data(names[i][0], path, sizeof path) != 0 || !realpath(path, real))
             continue;
-        const int64_t bytes = dir_bytes(real);
+        const int64_t bytes = cli_dir_bytes(real);
         if (out)
             json_array_append_new(out, json_pack("{s:s,s:s,s:I}", "name", names[i][0], "path", real, "bytes",
                                                  (json_int_t)bytes));

@@ -6,8 +6,12 @@
  * D, biases) are 1, all stored as BF16. A MoE preset's config asks for
  * spread routing (kapitsa_route_spread, see MOE_SPREAD_ID): a random router
  * sends nearly every token to the same few experts, which no trained model
- * does, and its batches would read a fraction of the experts' bytes. */
+ * does, and its batches would read a fraction of the experts' bytes.
+ * Beside the weights go a greedy generation_config.json and the tokenizer
+ * the repository has for the family (models/qwen3-tokenizer), so that run
+ * and serve take the folder as it is. */
 #include "../base/err.h"
+#include "../base/path.h"
 #include "../model/safetensors.h"
 #include "cli.h"
 
@@ -321,6 +325,56 @@ static json_t *synth_config(const struct preset *p)
                      p->model_type, "text_config", c, "tie_word_embeddings", p->tied);
 }
 
+/* dir/name, a copy of the data file rel (src/base/path.h). */
+static int synth_copy(const char *rel, const char *dir, const char *name)
+{
+    char src[4096], dst[4096], buf[1 << 16];
+    if (path_data(rel, src, sizeof src) != 0)
+        return -1; /* its message names rel and the places looked in */
+    snprintf(dst, sizeof dst, "%s/%s", dir, name);
+    FILE *in = fopen(src, "rb"), *out = in ? fopen(dst, "wb") : NULL;
+    size_t n = 0;
+    int rc = -1;
+    if (!in || !out) {
+        err_set("synth: cannot %s %s: %s", in ? "write" : "read", in ? dst : src, strerror(errno));
+        goto fail;
+    }
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n)
+            break;
+    if (ferror(in) || n > 0) {
+        err_set("synth: cannot copy %s to %s", src, dst);
+        goto fail;
+    }
+    rc = 0;
+fail:
+    if (out && fclose(out) != 0 && rc == 0)
+        rc = err_set("synth: cannot write %s: %s", dst, strerror(errno));
+    if (in)
+        fclose(in);
+    return rc;
+}
+
+/* The tokenizer files the repository has for a preset's family, into dir; a
+ * line on stdout says which, or why there is none. */
+static int synth_tokenizer(const struct preset *p, const char *dir)
+{
+    if (p->fam == FAM_NEMOTRON) {
+        printf("no tokenizer written: Nemotron's is not in kapitsa's data (bench runs without one; for run and "
+               "serve, copy tokenizer.json and tokenizer_config.json from the published checkpoint)\n");
+        return 0;
+    }
+    if (synth_copy("qwen3-tokenizer/tokenizer.json", dir, "tokenizer.json") != 0 ||
+        synth_copy("qwen3-tokenizer/tokenizer_config.json", dir, "tokenizer_config.json") != 0)
+        return -1;
+    if (p->fam == FAM_QWEN3_5)
+        printf("tokenizer: Qwen3's, as a stand-in (Qwen3.5's own, of %d tokens, is not in kapitsa's data; Qwen3's ids "
+               "all fall in this vocabulary)\n", (int)p->vocab);
+    else
+        printf("tokenizer: Qwen3's (models/qwen3-tokenizer)\n");
+    return 0;
+}
+
 static int synth_write(const struct preset *p, const char *dir)
 {
     const int32_t n = synth_tensors(p, NULL, NULL);
@@ -339,11 +393,13 @@ static int synth_write(const struct preset *p, const char *dir)
     json_t *cfg = synth_config(p);
     if (cfg && p->n_expert > 0)
         json_object_set_new(cfg, "kapitsa_route_spread", json_true());
+    /* greedy: random weights' sampled text tells nothing, and greedy runs repeat */
     json_t *gen = p->fam == FAM_NEMOTRON
-                      ? json_pack("{s:i,s:i}", "bos_token_id", 1, "eos_token_id", 2)
+                      ? json_pack("{s:i,s:i,s:b}", "bos_token_id", 1, "eos_token_id", 2, "do_sample", 0)
                       : json_pack("{s:i,s:[i,i],s:b}", "bos_token_id", 151643, "eos_token_id", 151645, 151643,
-                                  "do_sample", 1);
-    if (!cfg || !gen || write_json(dir, "config.json", cfg) != 0 || write_json(dir, "generation_config.json", gen) != 0)
+                                  "do_sample", 0);
+    if (!cfg || !gen || write_json(dir, "config.json", cfg) != 0 ||
+        write_json(dir, "generation_config.json", gen) != 0 || synth_tokenizer(p, dir) != 0)
         goto done;
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);

@@ -4,6 +4,7 @@
 #include "../base/err.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,8 +39,13 @@ int kv_cache_init(struct kv_cache *kv, struct backend *be, int32_t n_layer, int3
     const int64_t rows = (int64_t)kv->n_blocks * block_size;
     for (int32_t l = 0; l < n_layer; l++)
         if (be->ops->alloc(be, &kv->k[l], type, rows, row_dim) != 0 ||
-            be->ops->alloc(be, &kv->v[l], type, rows, row_dim) != 0)
+            be->ops->alloc(be, &kv->v[l], type, rows, row_dim) != 0) {
+            char why[512]; /* the backend's message, kept before err_set writes over it */
+            snprintf(why, sizeof why, "%s", err_msg());
+            err_set("kv_cache: %s, for the KV cache of %lld tokens (%.2f GB; a smaller context needs less)", why,
+                    (long long)rows, 2.0 * (double)dtype_bytes(type, rows * row_dim) * n_layer / 1e9);
             goto fail;
+        }
     for (int32_t b = 0; b < kv->n_blocks; b++)
         kv->free_ids[b] = kv->n_blocks - 1 - b;
     kv->n_free = kv->n_blocks;

@@ -4,6 +4,7 @@
 #include "../base/err.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,8 +32,13 @@ int state_cache_init(struct state_cache *sc, struct backend *be, const struct mo
     }
     for (int32_t l = 0; l < c->n_rec_layer; l++)
         if (be->ops->alloc(be, &sc->conv[l], DT_F32, n_slots, (int64_t)(c->conv_kernel - 1) * c->rec_conv_dim) != 0 ||
-            be->ops->alloc(be, &sc->ssm[l], DT_F32, n_slots, c->rec_state_dim) != 0)
+            be->ops->alloc(be, &sc->ssm[l], DT_F32, n_slots, c->rec_state_dim) != 0) {
+            char why[512]; /* the backend's message, kept before err_set writes over it */
+            snprintf(why, sizeof why, "%s", err_msg());
+            err_set("state_cache: %s, for the recurrent states of %d slots (fewer sequences need less)", why,
+                    (int)n_slots);
             goto fail;
+        }
     for (int32_t s = n_slots - 1; s >= 1; s--) /* slot 0 stays zero (alloc zero-fills) */
         sc->free_ids[sc->n_free++] = s;
     return 0;

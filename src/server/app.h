@@ -19,6 +19,8 @@ struct app {
     const char *api_key;
     double keepalive_s; /* idle seconds before a stream sends a keep-alive */
     struct resp_store *responses; /* the Responses API's stored responses */
+    int32_t n_seq;      /* requests generated together (--parallel), for /metrics */
+    enum dtype kv_type; /* the KV cache's type, for /metrics */
 };
 
 /* Queues a JSON response; takes the reference to body. */

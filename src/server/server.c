@@ -8,6 +8,7 @@
 
 #include "../backend/device.h"
 #include "../base/err.h"
+#include "../base/sysmem.h"
 #include "app.h"
 #include "resp_store.h"
 
@@ -20,7 +21,9 @@
 #include <string.h>
 #include <strings.h>
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #define SERVER_MAX_BODY (32u << 20)
@@ -119,13 +122,63 @@ static size_t json_count_values(const char *text, size_t n)
     return count;
 }
 
-/* Prometheus text exposition of the scheduler's counters. */
+/* The KV cache's bytes for n_ctx tokens of model m (the recurrent states
+ * beside it are a few slots, left out). */
+static double server_kv_bytes(const struct model *m, int32_t n_ctx, enum dtype kv_type)
+{
+    const struct model_config *c = &m->cfg;
+    return 2.0 * c->n_attn_layer * c->n_kv_head * c->head_dim * (double)dtype_size(kv_type) * n_ctx;
+}
+
+/* What the server holds, as /metrics gauges (kapitsa ps reads them): the
+ * model, device and KV cache type as an info metric's labels, the KV cache,
+ * the weights and the process's resident memory. NULL when out of memory. */
+static char *metrics_loaded(const struct app *a)
+{
+    int64_t weights = 0;
+    double kv = server_kv_bytes(&a->rt.m, sched_n_ctx(a->sched), a->kv_type);
+    for (int k = 0; k < (a->rt.d_loaded ? 2 : 1); k++) {
+        const struct safetensors *st = k ? &a->rt.dm.st : &a->rt.m.st;
+        for (int32_t i = 0; i < st->n_tensors; i++)
+            weights += (int64_t)st->tensors[i].n_bytes;
+        if (k)
+            kv += server_kv_bytes(&a->rt.dm, sched_n_ctx(a->sched), a->kv_type);
+    }
+    char name[512]; /* a label value escapes \\, " and newlines */
+    size_t k = 0;
+    for (const char *p = a->model_name; *p && k + 3 < sizeof name; p++) {
+        if (*p == '\\' || *p == '"' || *p == '\n')
+            name[k++] = '\\';
+        name[k++] = *p == '\n' ? 'n' : *p;
+    }
+    name[k] = 0;
+    char *text = NULL;
+    return asprintf(&text,
+                    "# HELP kapitsa_model_info The model served, the device it runs on, the KV cache's type.\n"
+                    "# TYPE kapitsa_model_info gauge\nkapitsa_model_info{model=\"%s\",device=\"%s\",kv_type=\"%s\"} 1\n"
+                    "# HELP kapitsa_kv_cache_tokens KV cache capacity in tokens, all sequences together.\n"
+                    "# TYPE kapitsa_kv_cache_tokens gauge\nkapitsa_kv_cache_tokens %d\n"
+                    "# HELP kapitsa_kv_cache_bytes Bytes of the KV cache (the draft's too).\n"
+                    "# TYPE kapitsa_kv_cache_bytes gauge\nkapitsa_kv_cache_bytes %.0f\n"
+                    "# HELP kapitsa_sequences_max Requests generated together (--parallel).\n"
+                    "# TYPE kapitsa_sequences_max gauge\nkapitsa_sequences_max %d\n"
+                    "# HELP kapitsa_weights_bytes Bytes of the model's weights (the draft's too).\n"
+                    "# TYPE kapitsa_weights_bytes gauge\nkapitsa_weights_bytes %lld\n"
+                    "# HELP process_resident_memory_bytes Resident memory of the server's process.\n"
+                    "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes %lld\n",
+                    name, a->rt.be->ops->name, a->kv_type == DT_BF16 ? "bf16" : "f32", (int)sched_n_ctx(a->sched), kv,
+                    (int)a->n_seq, (long long)weights, (long long)sysmem_resident()) < 0
+               ? NULL
+               : text;
+}
+
+/* Prometheus text exposition of the scheduler's counters and what is loaded. */
 static enum MHD_Result metrics(struct app *a, struct MHD_Connection *c)
 {
     struct sched_stats st;
     sched_get_stats(a->sched, &st);
-    char *text = NULL;
-    int n = asprintf(&text,
+    char *text = NULL, *loaded = metrics_loaded(a);
+    int n = !loaded ? -1 : asprintf(&text,
                      "# HELP kapitsa_requests_total Generation requests accepted.\n# TYPE kapitsa_requests_total counter\n"
                      "kapitsa_requests_total %lld\n"
                      "# HELP kapitsa_requests_cancelled_total Requests whose client went away.\n"
@@ -151,10 +204,12 @@ static enum MHD_Result metrics(struct app *a, struct MHD_Connection *c)
                      "# HELP kapitsa_requests_active Requests being generated.\n# TYPE kapitsa_requests_active gauge\n"
                      "kapitsa_requests_active %d\n"
                      "# HELP kapitsa_requests_queued Requests waiting for a sequence slot.\n"
-                     "# TYPE kapitsa_requests_queued gauge\nkapitsa_requests_queued %d\n",
+                     "# TYPE kapitsa_requests_queued gauge\nkapitsa_requests_queued %d\n%s",
                      (long long)st.requests, (long long)st.cancelled, (long long)st.failed, (long long)st.prompt_tokens,
                      (long long)st.cached_tokens, (long long)st.generated_tokens, st.prefill_seconds, st.decode_seconds,
-                     (long long)st.spec_passes, (long long)st.spec_tokens, (long long)st.spec_forwards, st.active, st.queued);
+                     (long long)st.spec_passes, (long long)st.spec_tokens, (long long)st.spec_forwards, st.active, st.queued,
+                     loaded);
+    free(loaded);
     if (n < 0)
         return MHD_NO;
     struct MHD_Response *r = MHD_create_response_from_buffer((size_t)n, text, MHD_RESPMEM_MUST_FREE);
@@ -276,6 +331,56 @@ static void on_signal(int sig)
     errno = e;
 }
 
+/* The address --host names (a name, an IPv4 address, an IPv6 one bare or in
+ * brackets) into addr; an IPv4 one where a name has both, as the loopback's
+ * clients (launch among them) reach 127.0.0.1. url_host: the host as a URL
+ * writes it. */
+static int server_addr(const char *host, uint16_t port, struct sockaddr_storage *addr, char *url_host, size_t n)
+{
+    char h[256], p[8];
+    const size_t len = strlen(host);
+    if (len >= 2 && host[0] == '[' && host[len - 1] == ']')
+        snprintf(h, sizeof h, "%.*s", (int)(len - 2), host + 1);
+    else
+        snprintf(h, sizeof h, "%s", host);
+    snprintf(p, sizeof p, "%u", (unsigned)port);
+    struct addrinfo hints = {.ai_flags = AI_NUMERICSERV, .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
+    const int e = getaddrinfo(h, p, &hints, &res);
+    if (e != 0)
+        return err_set("server: --host '%s': %s", host, e == EAI_SYSTEM ? strerror(errno) : gai_strerror(e));
+    const struct addrinfo *pick = NULL;
+    for (const struct addrinfo *r = res; r; r = r->ai_next)
+        if ((r->ai_family == AF_INET || r->ai_family == AF_INET6) && (!pick || (pick->ai_family == AF_INET6 &&
+                                                                               r->ai_family == AF_INET)))
+            pick = r;
+    if (pick)
+        memcpy(addr, pick->ai_addr, pick->ai_addrlen);
+    freeaddrinfo(res);
+    if (!pick)
+        return err_set("server: --host '%s' has no IPv4 or IPv6 address", host);
+    snprintf(url_host, n, addr->ss_family == AF_INET6 && !strchr(host, '[') ? "[%s]" : "%s", host);
+    return 0;
+}
+
+/* The KV cache of n_ctx tokens must fit the memory left on the cpu (a GPU's
+ * allocations fail by themselves, with their own message; the host's are
+ * granted and then killed for), else the message says what to lower. */
+static int server_check_memory(const struct app *a, int32_t n_ctx, enum dtype kv_type)
+{
+    if (strcmp(a->rt.be->ops->name, "cpu") != 0)
+        return 0;
+    const int64_t avail = sysmem_available();
+    double per_token = server_kv_bytes(&a->rt.m, 1, kv_type);
+    if (a->rt.d_loaded)
+        per_token += server_kv_bytes(&a->rt.dm, 1, kv_type);
+    if (avail < 0 || per_token * n_ctx <= (double)avail)
+        return 0;
+    return err_set("server: the KV cache of %d tokens (%s) needs %.2f GB, and %.2f GB of memory is available: "
+                   "lower --ctx (%lld tokens fit)%s",
+                   (int)n_ctx, kv_type == DT_BF16 ? "bf16" : "f32", per_token * n_ctx / 1e9, (double)avail / 1e9,
+                   (long long)((double)avail / per_token), kv_type == DT_BF16 ? "" : " or take --kv-type bf16 (half)");
+}
+
 int server_run(const struct server_opts *o)
 {
     struct app a = {0};
@@ -292,6 +397,12 @@ int server_run(const struct server_opts *o)
         err_set("server: out of memory");
         goto done;
     }
+    a.n_seq = o->n_seq;
+    a.kv_type = o->kv_type;
+    struct sockaddr_storage addr = {0};
+    char host[300];
+    if (server_addr(o->host, o->port, &addr, host, sizeof host) != 0) /* before the minutes a model may take */
+        goto done;
     const struct runtime_opts ro = {.device = o->device, .threads = o->threads, .model = o->model_dir,
                                     .draft = o->draft_dir, .tokenizer = true, .chat_template = true};
     if (runtime_open(&a.rt, &ro) != 0)
@@ -303,21 +414,34 @@ int server_run(const struct server_opts *o)
     if (tok_vocab_bytes(a.rt.tok, a.rt.m.cfg.vocab_size, &a.vb) != 0 ||
         vocab_bytes_set_end(&a.vb, a.rt.m.cfg.eos_id, a.rt.m.cfg.n_eos) != 0)
         goto done;
+    /* one conversation can use the whole cache, and clients are told it as max_model_len: no more than
+     * the model's positions */
+    int32_t n_ctx = o->n_ctx;
+    const int32_t max_pos = a.rt.m.cfg.max_position;
+    if (max_pos > 0 && n_ctx > max_pos) {
+        fprintf(stderr, "kapitsa: warning: --ctx %d is past the model's context (max_position_embeddings %d): "
+                        "%d tokens of KV cache\n", (int)n_ctx, (int)max_pos, (int)max_pos);
+        n_ctx = max_pos;
+    }
+    if (server_check_memory(&a, n_ctx, o->kv_type) != 0)
+        goto done;
     const int32_t chunk = o->prefill_chunk > 0 ? o->prefill_chunk : be->ops->prefill_chunk;
-    if (!(a.sched = sched_new(&a.rt.m, o->n_ctx, o->n_seq, chunk > SERVER_MIN_BATCH ? chunk : SERVER_MIN_BATCH, chunk,
+    if (!(a.sched = sched_new(&a.rt.m, n_ctx, o->n_seq, chunk > SERVER_MIN_BATCH ? chunk : SERVER_MIN_BATCH, chunk,
                               o->kv_type, a.rt.d_loaded ? &a.rt.dm : NULL, &o->spec)))
         goto done;
-    struct sockaddr_in addr = {0};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(o->port);
-    if (inet_pton(AF_INET, o->host, &addr.sin_addr) != 1) {
-        err_set("server: '%s' is not an IPv4 address", o->host);
-        goto done;
-    }
-    if (!a.api_key && (ntohl(addr.sin_addr.s_addr) >> 24) != 127)
+    const bool loopback = addr.ss_family == AF_INET6
+                              ? IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)&addr)->sin6_addr)
+                              : (ntohl(((struct sockaddr_in *)&addr)->sin_addr.s_addr) >> 24) == 127;
+    if (!a.api_key && !loopback)
         fprintf(stderr, "kapitsa: warning: listening on %s without --api-key: anyone who can reach this address can "
-                        "use the model\n", o->host);
-    d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG, o->port,
+                        "use the model\n", host);
+    /* an IPv6 address needs its flag; the unspecified one (::) takes IPv4 clients too */
+    const struct in6_addr any6 = IN6ADDR_ANY_INIT;
+    const unsigned family = addr.ss_family != AF_INET6 ? 0
+                            : memcmp(&((struct sockaddr_in6 *)&addr)->sin6_addr, &any6, sizeof any6) == 0
+                                ? MHD_USE_DUAL_STACK
+                                : MHD_USE_IPv6;
+    d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG | family, o->port,
                          NULL, NULL, on_request, &a, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                          MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL, MHD_OPTION_CONNECTION_LIMIT, SERVER_MAX_CONN,
                          MHD_OPTION_PER_IP_CONNECTION_LIMIT, SERVER_MAX_PER_IP,
@@ -325,7 +449,7 @@ int server_run(const struct server_opts *o)
                          MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 << 10), /* headers and read buffer */
                          MHD_OPTION_END);
     if (!d) {
-        err_set("server: cannot listen on %s:%u", o->host, (unsigned)o->port);
+        err_set("server: cannot listen on %s:%u", host, (unsigned)o->port);
         goto done;
     }
     /* port 0: the system picked a free one, which the banner reports */
@@ -342,9 +466,9 @@ int server_run(const struct server_opts *o)
                 "base_url=\"http://%s:%u/v1\",wire_api=\"responses\"}' -m %s\n"
                 "  opencode, pi:  an OpenAI-compatible provider at http://%s:%u/v1, model %s\n"
                 "  or configured for you: kapitsa launch claude|codex|opencode|pi|qwen --port %u\n",
-                a.model_name, o->host, port, o->host, port, o->host, port, o->host,
-                port, a.api_key ? "<the --api-key value>" : "local", a.model_name, o->host, port, a.model_name,
-                o->host, port, a.model_name, port);
+                a.model_name, host, port, host, port, host, port, host, port,
+                a.api_key ? "<the --api-key value>" : "local", a.model_name, host, port, a.model_name, host, port,
+                a.model_name, port);
     fflush(stdout);
     const struct model_config *mc = &a.rt.m.cfg;
     fprintf(stderr,
@@ -352,7 +476,7 @@ int server_run(const struct server_opts *o)
             "top_k %d, min_p %g, repetition_penalty %g\n",
             (double)mc->gen_temperature, (double)mc->gen_top_p, (int)mc->gen_top_k, (double)mc->gen_min_p,
             (double)mc->gen_repeat_penalty);
-    fprintf(stderr, "  KV cache:      %d tokens over %d sequences, %s (--kv-type f32|bf16)\n", (int)o->n_ctx, (int)o->n_seq,
+    fprintf(stderr, "  KV cache:      %d tokens over %d sequences, %s (--kv-type f32|bf16)\n", (int)n_ctx, (int)o->n_seq,
             o->kv_type == DT_BF16 ? "bf16" : "f32");
     fprintf(stderr, "  prompts:       fed %d tokens a step on %s, beside the decoding requests (--prefill-chunk)\n",
             (int)chunk, be->ops->name);

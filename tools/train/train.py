@@ -112,9 +112,11 @@ train_gpu = train_ids.to(dev).long()
 
 
 def make(hidden, layers, heads, kv, head_dim, inter):
+    # max_position_embeddings: the context kapitsa launch serves it with (an agent's prompt runs to ~20k
+    # tokens; kapitsa serve caps --ctx at it); trained on 512-token windows, it writes nonsense that far out
     c = transformers.Qwen3Config(vocab_size=151936, hidden_size=hidden, num_hidden_layers=layers,
                                  num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim,
-                                 intermediate_size=inter, max_position_embeddings=4096, rms_norm_eps=1e-6,
+                                 intermediate_size=inter, max_position_embeddings=65536, rms_norm_eps=1e-6,
                                  tie_word_embeddings=True, bos_token_id=151643, eos_token_id=151645,
                                  rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
     c.layer_types = ["full_attention"] * layers
