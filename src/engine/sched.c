@@ -40,6 +40,7 @@ struct sched_req {
     char error[256];
     int refs;
     int32_t n_cached;        /* prompt tokens reused from an earlier conversation (set at admission) */
+    bool admitted;           /* it holds a slot: n_cached is final */
     double t_submit, t_first, t_done; /* seconds (monotonic): submitted, first token, finished */
     /* engine side */
     int32_t seq, n_fed;      /* prompt tokens already in the cache */
@@ -220,11 +221,12 @@ int32_t sched_req_poll(struct sched_req *r, int32_t seen, double seconds, struct
     until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
     pthread_mutex_lock(&r->mu);
     int rc = 0;
-    while (seconds != 0 && r->n_out <= seen && r->finish == SCHED_RUNNING && rc == 0)
+    while (seconds != 0 && (seen < 0 ? !r->admitted : r->n_out <= seen) && r->finish == SCHED_RUNNING && rc == 0)
         rc = seconds < 0 ? pthread_cond_wait(&r->cv, &r->mu) : pthread_cond_timedwait(&r->cv, &r->mu, &until);
     /* t_first is written before the first token is published, t_done before the end */
     const double first = r->n_out > 0 ? r->t_first : 0, done = r->finish != SCHED_RUNNING ? r->t_done : 0;
-    *p = (struct sched_progress){.n_out = r->n_out, .n_cached = r->n_cached, .finish = r->finish};
+    *p = (struct sched_progress){
+        .n_out = r->n_out, .n_cached = r->n_cached, .admitted = r->admitted, .finish = r->finish};
     pthread_mutex_unlock(&r->mu);
     p->t_prefill = first > 0 ? first - r->t_submit : done > 0 ? done - r->t_submit : 0;
     p->t_decode = first > 0 && done > 0 ? done - first : 0;
@@ -782,6 +784,10 @@ static struct sched_req *sched_admit(struct sched *s)
         s->queue = r->next;
         s->active[a] = r;
         s->stats.active++;
+        pthread_mutex_lock(&r->mu);
+        r->admitted = true;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
     }
     return gone;
 }

@@ -87,12 +87,14 @@ void sched_get_stats(struct sched *s, struct sched_stats *st);
 struct sched_progress {
     int32_t n_out;              /* output tokens so far (sched_req_out) */
     int32_t n_cached;           /* prompt tokens reused from an earlier conversation (set at admission) */
+    bool admitted;              /* the request holds a slot (n_cached is final); false while it queues */
     enum sched_finish finish;   /* SCHED_RUNNING until it ends */
     double t_prefill, t_decode; /* seconds from submission to the first token, from it to the end (0: not yet) */
 };
-/* Waits until r has more than `seen` output tokens or has finished, for at
- * most `seconds` (< 0: as long as it takes; 0: not at all), then fills *p;
- * returns p->n_out. */
+/* Waits until r has more than `seen` output tokens (seen < 0: until it is
+ * admitted, which comes before its first token) or has finished, for at most
+ * `seconds` (< 0: as long as it takes; 0: not at all), then fills *p; returns
+ * p->n_out. */
 int32_t sched_req_poll(struct sched_req *r, int32_t seen, double seconds, struct sched_progress *p);
 /* The output tokens: the first n_out that a poll reported are final. */
 const int32_t *sched_req_out(const struct sched_req *r);

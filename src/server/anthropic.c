@@ -32,7 +32,7 @@ enum blk { B_NONE, B_TEXT, B_THINKING, B_TOOL };
 struct ant {
     struct app *app;
     struct gen *gen;
-    bool stream, done;
+    bool stream, started, done; /* started: message_start sent */
     char id[40];
     /* blocks */
     json_t *content;  /* non-streaming: the blocks */
@@ -150,6 +150,25 @@ static json_t *stop_sequence(struct ant *s)
     return ss ? json_string(ss) : json_null();
 }
 
+/* Anthropic's input_tokens leave out the cached ones: the prompt is input +
+ * cache_creation + cache_read. */
+static json_t *usage(struct ant *s, int32_t n_out)
+{
+    const int32_t cached = gen_n_cached(s->gen);
+    return json_pack("{s:i,s:i,s:i,s:i}", "input_tokens", gen_n_prompt(s->gen) - cached, "output_tokens", n_out,
+                     "cache_creation_input_tokens", 0, "cache_read_input_tokens", cached);
+}
+
+static void message_start(struct ant *s)
+{
+    put(s, "message_start", json_pack("{s:s,s:{s:s,s:s,s:s,s:s,s:[],s:n,s:n,s:o}}", "type", "message_start", "message",
+                                      "id", s->id, "type", "message", "role", "assistant", "model",
+                                      s->app->model_name, "content", "stop_reason", "stop_sequence", "usage",
+                                      usage(s, 0)));
+    put(s, "ping", json_pack("{s:s}", "type", "ping"));
+    s->started = true;
+}
+
 static void ant_free(struct ant *s)
 {
     if (!s)
@@ -170,15 +189,22 @@ static ssize_t ant_reader(void *cls, uint64_t pos, char *out, size_t max)
     while ((k = sse_take(&s->out, out, max)) == 0) {
         if (s->done)
             return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!s->started) { /* message_start names the cached tokens, known once the request is admitted */
+            if (gen_admitted_for(s->gen, s->app->keepalive_s))
+                message_start(s);
+            else
+                put(s, "ping", json_pack("{s:s}", "type", "ping"));
+            continue;
+        }
         if (gen_finished(s->gen)) {
             close_block(s);
             if (gen_error_status(s->gen)) {
                 put(s, "error", json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", "api_error", "message",
                                           gen_error(s->gen)));
             } else {
-                put(s, "message_delta", json_pack("{s:s,s:{s:s,s:o},s:{s:i}}", "type", "message_delta", "delta",
+                put(s, "message_delta", json_pack("{s:s,s:{s:s,s:o},s:o}", "type", "message_delta", "delta",
                                                   "stop_reason", stop_reason(s), "stop_sequence", stop_sequence(s),
-                                                  "usage", "output_tokens", gen_n_output(s->gen)));
+                                                  "usage", usage(s, gen_n_output(s->gen))));
                 put(s, "message_stop", json_pack("{s:s}", "type", "message_stop"));
             }
             s->done = true;
@@ -306,30 +332,18 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
                : why == GEN_STOPPING ? http_anthropic_error(c, 503, "api_error", "%s", err)
                                      : http_anthropic_error(c, 400, "invalid_request_error", "%s", err);
     }
-    json_t *usage = json_pack("{s:i,s:i,s:i,s:i}", "input_tokens", gen_n_prompt(s->gen), "output_tokens", 0,
-                              "cache_creation_input_tokens", 0, "cache_read_input_tokens", 0);
-    if (s->stream) {
-        put(s, "message_start", json_pack("{s:s,s:{s:s,s:s,s:s,s:s,s:[],s:n,s:n,s:o}}", "type", "message_start",
-                                          "message", "id", s->id, "type", "message", "role", "assistant", "model",
-                                          a->model_name, "content", "stop_reason", "stop_sequence", "usage", usage));
-        put(s, "ping", json_pack("{s:s}", "type", "ping"));
+    if (s->stream) /* message_start waits in the reader for the request's admission */
         return sse_respond(c, ant_reader, s, ant_reader_free);
-    }
     gen_wait(s->gen, c);
     close_block(s);
     if (gen_error_status(s->gen)) {
-        json_decref(usage);
         enum MHD_Result r = http_anthropic_error(c, gen_error_status(s->gen), "api_error", "%s", gen_error(s->gen));
         ant_free(s);
         return r;
     }
-    /* Anthropic's input_tokens leave out the cached ones: the prompt is input + cache_creation + cache_read */
-    json_object_set_new(usage, "input_tokens", json_integer(gen_n_prompt(s->gen) - gen_n_cached(s->gen)));
-    json_object_set_new(usage, "output_tokens", json_integer(gen_n_output(s->gen)));
-    json_object_set_new(usage, "cache_read_input_tokens", json_integer(gen_n_cached(s->gen)));
     json_t *resp = json_pack("{s:s,s:s,s:s,s:s,s:O,s:s,s:o,s:o}", "id", s->id, "type", "message", "role", "assistant",
                              "model", a->model_name, "content", s->content, "stop_reason", stop_reason(s),
-                             "stop_sequence", stop_sequence(s), "usage", usage);
+                             "stop_sequence", stop_sequence(s), "usage", usage(s, gen_n_output(s->gen)));
     ant_free(s);
     return http_json(c, MHD_HTTP_OK, resp);
 }

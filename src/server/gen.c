@@ -512,6 +512,13 @@ bool gen_pump_for(struct gen *g, double seconds)
     return true;
 }
 
+bool gen_admitted_for(struct gen *g, double seconds)
+{
+    struct sched_progress p;
+    sched_req_poll(g->req, -1, seconds, &p);
+    return p.admitted || p.finish != SCHED_RUNNING;
+}
+
 /* Whether the client closed its connection (or it failed). A handler that
  * waits for the whole answer holds its connection's thread, so libmicrohttpd
  * cannot notice the close itself, as it does for a stream. */

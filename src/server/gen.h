@@ -103,6 +103,10 @@ void gen_pump(struct gen *g);
  * sends a keep-alive, so that proxies and clients see it is alive during a long
  * prefill). */
 bool gen_pump_for(struct gen *g, double seconds);
+/* Waits at most `seconds` for the scheduler to admit the request (from then
+ * on gen_n_cached is final) or end it: false when neither happened. A stream
+ * whose usage names the cached tokens (Anthropic's message_start) waits so. */
+bool gen_admitted_for(struct gen *g, double seconds);
 /* Pumps until the output is complete, for an answer sent whole: a client that
  * closes its connection meanwhile cancels the request, as a stream's does. */
 void gen_wait(struct gen *g, struct MHD_Connection *c);

@@ -64,6 +64,29 @@ test("usage: a second request with the same prefix reads it from the cache; inpu
   assert.ok(second.usage.input_tokens < 40, JSON.stringify(second.usage));
 });
 
+test("usage streamed: message_start reads the cached prefix, and message_delta agrees", async () => {
+  const long = "Streams report the cache as whole answers do. ".repeat(30);
+  const req = (say) => ({ model: "m", max_tokens: 4, temperature: 0, system: long, messages: [{ role: "user", content: say }] });
+  const streamed = async (r) => {
+    let start;
+    const stream = client.messages.stream(r);
+    // a copy: the SDK's final message is message_start's, updated by message_delta
+    stream.on("streamEvent", (e) => { if (e.type === "message_start") start = { ...e.message.usage }; });
+    const final = await stream.finalMessage();
+    return [start, final.usage];
+  };
+  const [n1, n2] = await Promise.all(["Say hi.", "Say yo."].map(async (say) => (await client.messages.countTokens(req(say))).input_tokens));
+  assert.equal(n1, n2); // the two prompts differ in their last words only
+  const [start1] = await streamed(req("Say hi."));
+  const [start2, final2] = await streamed(req("Say yo."));
+  assert.ok(start2.cache_read_input_tokens > 200, JSON.stringify(start2));
+  assert.equal(start2.input_tokens + start2.cache_read_input_tokens, start1.input_tokens + start1.cache_read_input_tokens);
+  assert.ok(start2.input_tokens < 40, JSON.stringify(start2));
+  assert.deepEqual([final2.input_tokens, final2.cache_read_input_tokens, final2.cache_creation_input_tokens],
+                   [start2.input_tokens, start2.cache_read_input_tokens, 0]);
+  assert.ok(final2.output_tokens >= 1 && final2.output_tokens <= 4);
+});
+
 test("a tool_use / tool_result conversation is accepted", async () => {
   const m = await client.messages.create({
     model: "m", max_tokens: 8, tools: TOOLS,

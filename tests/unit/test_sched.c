@@ -316,7 +316,15 @@ void test_sched_stop(void)
     CHECK(s != NULL, "%s", err_msg());
     struct sched_req *run = submit(s, p, 20, 3000, V), *queued = submit(s, p, 20, 3000, V);
     CHECK(wait_more(run, 1) >= 1, "the first request generates");
+    /* seen -1 waits for admission: the running request has it, the one behind it (one slot) not */
+    struct sched_progress pa, pq;
+    sched_req_poll(run, -1, -1, &pa);
+    sched_req_poll(queued, -1, 0, &pq);
+    CHECK(pa.admitted && !pq.admitted && pq.finish == SCHED_RUNNING, "admitted: running %d, queued %d",
+          (int)pa.admitted, (int)pq.admitted);
     sched_stop(s);
+    sched_req_poll(queued, -1, -1, &pq);
+    CHECK(!pq.admitted && pq.finish == SCHED_CANCELLED, "a queued request ends cancelled without admission");
     struct sched_req *rs[2] = {run, queued};
     for (int i = 0; i < 2; i++) {
         struct sched_progress p;
