@@ -15,7 +15,7 @@ for f in tokenizer jinja parser json_guard tool_grammar json_schema request chec
     dict=()
     [ -f "tests/fuzz/$f.dict" ] && dict=(-dict="tests/fuzz/$f.dict")
     if build/fuzz/fuzz_$f "${dict[@]}" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=0 \
-        "$work/$f" "tests/fuzz/corpus/$f" >"$work/$f.log" 2>&1; then
+        "$work/$f" "build/fuzz/seed/$f" >"$work/$f.log" 2>&1; then
         echo "ok - fuzz_$f $(grep -o 'Done [0-9]* runs' "$work/$f.log")"
         pass=$((pass + 1))
     else
