@@ -129,7 +129,7 @@ struct q8_x {
 
 static struct q8_x q8_of(const struct cpu_backend *c, const uint8_t *rows, int64_t stride, int32_t worker)
 {
-    return (struct q8_x){rows, stride, c->xq_own + worker * c->xq_per_worker};
+    return (struct q8_x){rows, stride, c->xq_own ? c->xq_own + worker * c->xq_per_worker : NULL};
 }
 
 /* Whether w's products take the int8 path. */
