@@ -96,6 +96,17 @@ Q8_INLINE void q8_0_row(const uint8_t *xq, int64_t xs, const int NT, const struc
     Q8_UNROLL for (int t = 0; t < NT; t++) out[t * os] = q8_hsum(acc[t]);
 }
 
+/* A K-quant super-block's four vectors of codes wv times a token's int8
+ * activations, each group's sum (dpbusd's four-byte lanes) times its scale sv. */
+Q8_INLINE __m512i q8_dot_super(const __m512i *wv, const __m512i *sv, const struct kern_q8_super *x)
+{
+    __m512i I = _mm512_setzero_si512();
+    Q8_UNROLL for (int v = 0; v < 4; v++) I = _mm512_add_epi32(
+        I, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[v], _mm512_loadu_si512(x->q + 64 * v)),
+                              sv[v]));
+    return I;
+}
+
 /* Q4_K: the 64-byte vectors of codes are the low and high nibbles of
  * qs[0..63] and qs[64..127]; lanes 0-7 of vector v belong to group
  * 4(v/2) + v%2, lanes 8-15 to the group two after it. */
@@ -134,11 +145,7 @@ Q8_INLINE void q4_k_row(const uint8_t *xq, int64_t xs, const int NT, const struc
         Q8_UNROLL for (int t = 0; t < NT; t++)
         {
             const struct kern_q8_super *x = (const struct kern_q8_super *)(xq + t * xs) + i;
-            __m512i I = _mm512_setzero_si512();
-            Q8_UNROLL for (int v = 0; v < 4; v++) I = _mm512_add_epi32(
-                I, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[v],
-                                                          _mm512_loadu_si512(x->q + 64 * v)),
-                                      sv[v]));
+            __m512i I = q8_dot_super(wv, sv, x);
             const __m256i M = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)x->sum));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_set1_ps(d * x->d), acc[t]);
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(M)), _mm512_set1_ps(-(dm * x->d)),
@@ -184,11 +191,7 @@ Q8_INLINE void q6_k_row(const uint8_t *xq, int64_t xs, const int NT, const struc
         Q8_UNROLL for (int t = 0; t < NT; t++)
         {
             const struct kern_q8_super *x = (const struct kern_q8_super *)(xq + t * xs) + i;
-            __m512i I = _mm512_setzero_si512();
-            Q8_UNROLL for (int v = 0; v < 4; v++) I = _mm512_add_epi32(
-                I, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[v],
-                                                          _mm512_loadu_si512(x->q + 64 * v)),
-                                      sv[v]));
+            __m512i I = q8_dot_super(wv, sv, x);
             const __m256i O = _mm256_madd_epi16(s16, _mm256_loadu_si256((const __m256i *)x->sum));
             I = _mm512_sub_epi32(I, _mm512_slli_epi32(_mm512_zextsi256_si512(O), 5));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_set1_ps(d * x->d), acc[t]);
