@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "pull.h"
 
+#include "../base/clock.h"
 #include "../base/err.h"
 #include "cache.h"
 
@@ -47,13 +48,6 @@ struct pull {
 };
 
 static void curl_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int mkdirs(const char *path)
 {
@@ -294,7 +288,7 @@ struct sink {
 static void draw(struct pull *p, bool force)
 {
     const struct hub_pull_opts *o = p->o;
-    double t = now_s();
+    double t = clock_now_s();
     if (!o->progress || !o->bar || (!force && t - p->last_draw < 0.2))
         return;
     p->last_draw = t;
@@ -597,7 +591,7 @@ int hub_pull(const char *repo, const char *revision, const struct hub_pull_opts 
         err_set("pull: cannot create %s: %s", tmp, strerror(errno));
         goto done;
     }
-    p.t0 = now_s();
+    p.t0 = clock_now_s();
     int32_t nt = o->n_parallel > 0 ? o->n_parallel : 4;
     if (nt > p.n_f)
         nt = p.n_f;
