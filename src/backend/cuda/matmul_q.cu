@@ -489,6 +489,10 @@ int cuda_matmul_q_init(struct cuda_backend *c)
 
 static int64_t row_bytes(const struct tensor *w) { return (int64_t)dtype_bytes(w->type, w->row_stride); }
 
+/* the token tile a launch takes for n tokens: the smallest compiled one that
+ * holds them, up to MMQ_NT */
+static int mmq_tile(int32_t n) { return n == 1 ? 1 : n == 2 ? 2 : n <= 4 ? 4 : MMQ_NT; }
+
 /* k_mmq over every token of x, tiles of up to MMQ_NT */
 static void mmq_run(struct cuda_backend *c, struct tensor *out, const struct tensor *x, const float *xd, int64_t xs,
                     const struct tensor *w, bool accumulate)
@@ -496,7 +500,7 @@ static void mmq_run(struct cuda_backend *c, struct tensor *out, const struct ten
     const int32_t n = (int32_t)x->n_rows;
     const mmq_args a = {xd, xs, cuda_rows_vec8(xd, xs, w->n_cols), n, (int32_t)w->n_cols, (int32_t)w->n_rows, (const uint8_t *)w->data, row_bytes(w),
                         (float *)out->data, out->row_stride, accumulate};
-    const int nt = n == 1 ? 1 : n == 2 ? 2 : n <= 4 ? 4 : MMQ_NT;
+    const int nt = mmq_tile(n);
     const dim3 grid(cdiv(w->n_rows, MMQ_WARPS), cdiv(n, nt));
     mmq_type(w->type, [&](auto T) {
         constexpr int t = decltype(T)::value;
@@ -511,7 +515,7 @@ void cuda_matmul_q_grouped(struct cuda_backend *c, const struct mm_group *g, con
     const int32_t M = (int32_t)w0->n_rows;
     const mmq_grp_args a = {x, xs, cuda_rows_vec8(x, xs, K), K, M, g->plan, g->max_act, g->gather,
                             (const uint8_t *const *)ew, row_bytes(w0), out, os};
-    const int nt = g->n_max == 1 ? 1 : g->n_max == 2 ? 2 : g->n_max <= 4 ? 4 : MMQ_NT;
+    const int nt = mmq_tile(g->n_max);
     const dim3 grid(cdiv(M, MMQ_WARPS), cdiv(g->n_max, nt), (unsigned)g->max_act);
     mmq_type(w0->type, [&](auto T) {
         constexpr int t = decltype(T)::value;
