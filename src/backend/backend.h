@@ -214,6 +214,22 @@ struct attn_prep {
 
 struct backend;
 
+/* What a backend runs on: reports (doctor, bench, the server's banner),
+ * rooflines and what fits. Peaks are the hardware's: a GPU's from the clocks
+ * and bus its driver reports, a cpu's read bandwidth measured with the
+ * backend's own threads. */
+struct device_info {
+    char name[256];          /* "NVIDIA H100 80GB HBM3", a cpu's model name */
+    bool gpu;                /* tensors in the device's own memory, apart from the host's */
+    int64_t mem_total;       /* bytes of the memory tensors live in */
+    int64_t mem_free;        /* of it, available now */
+    int32_t n_units;         /* streaming multiprocessors, or the cpu's worker threads */
+    char arch[16];           /* a GPU's compute capability ("9.0"); a cpu's kernel table */
+    char software[64];       /* a GPU's driver and runtime versions ("" on a cpu) */
+    double read_gbs;         /* memory read bandwidth, GB/s (0: unknown) */
+    double bf16_tflops;      /* dense bf16 matrix peak, TFLOP/s (0: unknown, as on a cpu) */
+};
+
 struct backend_ops {
     const char *name;
     bool kv_bf16; /* kv_store, attn_prep and attention take BF16 caches (else F32 only) */
@@ -223,6 +239,9 @@ struct backend_ops {
      * time the other requests wait for their next token. */
     int32_t prefill_chunk;
     void (*free)(struct backend *be);
+    /* Facts of the device (see struct device_info); measure: a cpu's read
+     * bandwidth measured (the first time a fraction of a second), else 0. */
+    void (*info)(struct backend *be, struct device_info *out, bool measure);
 
     /* memory */
     int (*alloc)(struct backend *be, struct tensor *t, enum dtype type, int64_t n_rows, int64_t n_cols);

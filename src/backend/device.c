@@ -20,6 +20,25 @@ bool device_has_cuda(void)
 #endif
 }
 
+int32_t device_n_gpus(void)
+{
+#ifdef KAPITSA_CUDA
+    return cuda_device_count();
+#else
+    return 0;
+#endif
+}
+
+int device_gpu_query(int32_t i, struct device_info *info)
+{
+#ifdef KAPITSA_CUDA
+    return cuda_device_query(i, info);
+#else
+    (void)info;
+    return err_set("device: no GPU %d: this kapitsa was built without CUDA", (int)i);
+#endif
+}
+
 static struct backend *cpu_open(int32_t n_threads, bool precise)
 {
     struct backend *be = cpu_backend_init(n_threads, NULL);

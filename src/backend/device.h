@@ -13,6 +13,10 @@
 
 /* Whether this binary was built with the cuda backend. */
 bool device_has_cuda(void);
+/* The GPUs this binary can use (0 without the cuda backend or a GPU). */
+int32_t device_n_gpus(void);
+/* Facts about GPU i without opening a backend on it; -1 with err_set(). */
+int device_gpu_query(int32_t i, struct device_info *info);
 /* The backend for `name` (NULL: KAPITSA_DEVICE, else auto). n_threads: cpu
  * worker threads (<= 0: one per core). precise: see cuda.h and cpu.h. NULL with
  * err_set() when the name is unknown or the device unusable. */

@@ -73,6 +73,12 @@ static void p_free(struct backend *be)
     free(p);
 }
 
+static void p_info(struct backend *be, struct device_info *out, bool measure)
+{
+    struct prof *p = prof_of(be);
+    p->in->ops->info(p->in, out, measure);
+}
+
 void profile_reset(struct backend *be)
 {
     if (be->ops->free != p_free)
@@ -235,7 +241,7 @@ struct backend *profile_wrap(struct backend *inner)
     }
     p->in = inner;
     p->ops = (struct backend_ops){
-        .name = inner->ops->name, .kv_bf16 = inner->ops->kv_bf16, .free = p_free, .alloc = p_alloc, .release = p_release, .weight = p_weight,
+        .name = inner->ops->name, .kv_bf16 = inner->ops->kv_bf16, .free = p_free, .info = p_info, .alloc = p_alloc, .release = p_release, .weight = p_weight,
         .read = p_read, .top_k = p_top_k, .write = p_write, .copy_rows = p_copy_rows, .sync = p_sync,
         .forward_end = p_forward_end, .set_batch = p_set_batch, .embed = p_embed, .matmul = p_matmul,
         .matmul_fused = p_matmul_fused, .rmsnorm = p_rmsnorm, .rope = p_rope, .kv_store = p_kv_store,

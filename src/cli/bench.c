@@ -2,11 +2,9 @@
  * beside the memory-bandwidth roofline of decode (weight bytes read per token
  * over the read bandwidth measured here, with the same threads). */
 #define _GNU_SOURCE
-#include "../backend/cpu/kern.h"
 #include "../backend/profile.h"
 #include "../base/clock.h"
 #include "../base/err.h"
-#include "../base/pool.h"
 #include "../engine/engine.h"
 #include "../engine/sampler.h"
 #include "../engine/spec.h"
@@ -19,42 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-struct bw_job {
-    const float *buf;
-    int64_t n_per_task;
-    const struct kern *k;
-    float sink[64];
-};
-
-static void bw_task(void *ctx, int32_t task, int32_t worker)
-{
-    struct bw_job *j = ctx;
-    j->sink[worker % 64] += j->k->sumsq(j->buf + (int64_t)task * j->n_per_task, j->n_per_task);
-}
-
-/* Read bandwidth in bytes/s: best of several passes over a buffer far larger than the caches. */
-static double measure_bandwidth(int32_t n_threads)
-{
-    const int64_t n = (int64_t)256 << 20; /* 1 GiB of floats */
-    float *buf = malloc((size_t)n * sizeof(float));
-    struct pool *p = pool_init(n_threads);
-    double best = 0;
-    if (buf && p) {
-        for (int64_t i = 0; i < n; i++)
-            buf[i] = (float)(i & 1023);
-        struct bw_job j = {buf, n / 256, kern_best(), {0}};
-        for (int rep = 0; rep < 5; rep++) {
-            double t0 = clock_now_s();
-            pool_run(p, bw_task, &j, 256);
-            double bw = (double)n * sizeof(float) / (clock_now_s() - t0);
-            best = bw > best ? bw : best;
-        }
-    }
-    pool_free(p);
-    free(buf);
-    return best;
-}
 
 /* The share of a MoE layer's experts a decode step of S tokens reads: the
  * distinct experts of MOE_SPREAD_ID's picks for rows 0..S-1 on a synthetic
@@ -158,8 +120,8 @@ static void bench_usage(FILE *f)
                "  the K best (K <= %d, read as such, as the server does; K = 0: whole rows); S sequences at\n"
                "  once (default 1, at most 64; each its own copy of the prompt, one forward per step).\n"
                "  Prints tok/s and the rooflines: decode, weight bytes per token over the read bandwidth\n"
-               "  (measured on the cpu; on a GPU G, default 4800 GB/s, the H200's HBM peak); prefill on a\n"
-               "  GPU, its FLOPs over T (default 790, bf16 tensor cores of an H200).\n"
+               "  (measured on the cpu; a GPU's peak from the clocks its driver reports, or G GB/s); prefill\n"
+               "  on a GPU, its FLOPs over its bf16 tensor-core peak (or T TFLOP/s).\n"
                "  --mix: then the prompt again as a server feeds it beside the S decoding sequences (their\n"
                "  S tokens and B - S of the prompt a step, B > S): its time to the first token, their speed\n"
                "  meanwhile\n"
@@ -310,7 +272,7 @@ int cli_bench(int argc, char **argv)
     int json = 0, mix = 0;
     float sample_t = 0.0f;
     int sample_k = 0;
-    double peak_gbs = 4800, peak_tflops = 790;
+    double peak_gbs = 0, peak_tflops = 0; /* 0: the device's (backend_ops.info) */
     enum dtype kv_type = CLI_KV_DEFAULT;
     for (int i = 0; i < argc; i++) {
         int f;
@@ -479,7 +441,13 @@ int cli_bench(int argc, char **argv)
     }
     double t_prefill = 0, t_decode = 0, t_mix = 0;
     int32_t mix_n = 0, mix_ids[BENCH_MAX_SEQS + 1]; /* --mix: its timed steps, each step's next tokens */
-    const bool gpu = strcmp(be->ops->name, "cpu") != 0;
+    struct device_info di;
+    be->ops->info(be, &di, true);
+    const bool gpu = di.gpu;
+    if (peak_gbs == 0)
+        peak_gbs = di.read_gbs;
+    if (peak_tflops == 0)
+        peak_tflops = di.bf16_tflops;
     if (n_lens > 1 && !json)
         printf("model    %s (%s, %s%s)\n%8s %14s %14s %16s %14s\n", dir, m->cfg.model_type, be->ops->name,
                m->cfg.route_spread ? ", spread routing" : "", "prompt",
@@ -613,7 +581,7 @@ int cli_bench(int argc, char **argv)
     /* a step reads the weights once for all sequences and each one's caches
      * at its context (the middle of the generated run, on average) */
     const double wbytes = decode_bytes(m, S), cbytes = cache_bytes(&e, (double)n_prompt + (double)n_gen / 2);
-    double bw = gpu ? peak_gbs * 1e9 : measure_bandwidth(nth), bytes = wbytes + S * cbytes;
+    double bw = peak_gbs * 1e9, bytes = wbytes + S * cbytes;
     /* dc: tokens per second of each sequence */
     double pf = (double)n_prompt / t_prefill, dc = (double)n_gen / t_decode, roof = bw / bytes;
     const double flops = prefill_flops(m, n_prompt), pflops = flops / t_prefill / 1e12;
@@ -626,7 +594,7 @@ int cli_bench(int argc, char **argv)
                "\"decode_roofline_tok_s\":%.2f,\"decode_of_roofline\":%.3f,\"prefill_of_peak\":%.3f,\"seqs\":%d,"
                "\"decode_tok_s_total\":%.2f,\"kv_type\":\"%s\",\"ttft_ms\":%.2f,\"route_spread\":%s",
                dir, be->ops->name, nth, (long long)n_prompt, (long long)n_gen, pf, pflops, flops, dc, wbytes, cbytes,
-               bw / 1e9, roof, dc / roof, gpu ? pflops / peak_tflops : 0.0, S, S * dc, dtype_name(kv_type),
+               bw / 1e9, roof, dc / roof, peak_tflops > 0 ? pflops / peak_tflops : 0.0, S, S * dc, dtype_name(kv_type),
                1e3 * t_prefill, m->cfg.route_spread ? "true" : "false");
         if (mix)
             printf(",\"mix_chunk\":%lld,\"mix_steps\":%d,\"mix_ttft_ms\":%.2f,\"mix_decode_tok_s\":%.2f",
@@ -639,7 +607,7 @@ int cli_bench(int argc, char **argv)
         if (!gpu)
             printf(", %d threads", nth);
         printf(")\nprefill  %6lld tokens  %9.2f tok/s  %.1f TFLOP/s", (long long)n_prompt, pf, pflops);
-        if (gpu)
+        if (peak_tflops > 0)
             printf(" = %.0f%% of %.0f TFLOP/s", 100 * pflops / peak_tflops, peak_tflops);
         if (S > 1)
             printf("\ndecode   %6lld tokens  %9.2f tok/s per sequence, %d sequences at once: %.2f tok/s in all",

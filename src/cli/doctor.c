@@ -3,19 +3,14 @@
  * src/hub/catalog.h) and at what estimated decode rate, which one to run, and
  * which agent CLIs are installed. */
 #define _GNU_SOURCE
-#include "../backend/cpu/kern.h"
+#include "../backend/cpu/cpu.h"
 #include "../backend/device.h"
-#include "../base/clock.h"
 #include "../base/err.h"
 #include "../base/path.h"
-#include "../base/pool.h"
 #include "../base/sysmem.h"
 #include "../hub/cache.h"
 #include "../hub/catalog.h"
 #include "cli.h"
-#ifdef KAPITSA_CUDA
-#include "../backend/cuda/cuda.h"
-#endif
 
 #include <jansson.h>
 #include <limits.h>
@@ -24,27 +19,6 @@
 #include <string.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-
-static void cpu_line(char *model, size_t n, char *flags, size_t fn)
-{
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    char line[8192];
-    snprintf(model, n, "unknown");
-    flags[0] = 0;
-    while (f && fgets(line, sizeof line, f)) {
-        char *v = strchr(line, ':');
-        if (!v)
-            continue;
-        v += 1 + (v[1] == ' ');
-        v[strcspn(v, "\n")] = 0;
-        if (strncmp(line, "model name", 10) == 0)
-            snprintf(model, n, "%s", v);
-        else if (strncmp(line, "flags", 5) == 0 && !flags[0])
-            snprintf(flags, fn, " %s ", v);
-    }
-    if (f)
-        fclose(f);
-}
 
 static int on_path(const char *exe)
 {
@@ -73,78 +47,17 @@ static int64_t disk_free(char *dir)
     return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
 }
 
-/* Bytes of last-level cache on the machine: each distinct L3 once. */
-static int64_t l3_bytes(void)
-{
-    int64_t total = 0;
-    char seen[1024] = {0};
-    const long n_cpu = sysconf(_SC_NPROCESSORS_CONF);
-    for (long c = 0; c < n_cpu; c++) {
-        char path[128];
-        long id = -1, kb = 0;
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%ld/cache/index3/id", c);
-        FILE *f = fopen(path, "r");
-        if (f && fscanf(f, "%ld", &id) != 1)
-            id = -1;
-        if (f)
-            fclose(f);
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%ld/cache/index3/size", c);
-        f = fopen(path, "r");
-        if (f && fscanf(f, "%ldK", &kb) != 1)
-            kb = 0;
-        if (f)
-            fclose(f);
-        if (id >= 0 && id < (long)sizeof seen && !seen[id]) {
-            seen[id] = 1;
-            total += (int64_t)kb << 10;
-        }
-    }
-    return total;
-}
-
-struct bw_job {
-    float *buf;
-    int64_t n_per_task;
-    const struct kern *k;
-    bool fill; /* the first run writes the buffer, the others read it */
-};
-
-static void bw_task(void *ctx, int32_t task, int32_t worker)
-{
-    (void)worker;
-    struct bw_job *j = ctx;
-    float *x = j->buf + (int64_t)task * j->n_per_task;
-    if (j->fill)
-        memset(x, 0, (size_t)j->n_per_task * sizeof *x);
-    else
-        j->k->sumsq(x, j->n_per_task); /* a call through the kernel table: not optimised away */
-}
-
-/* The host's read bandwidth in bytes/s on every core: the best of three sums
- * over a buffer of 128 MiB, or four times the L3 where that is more, so that
- * a pass reads memory, not the cache the last one filled (bench measures the
- * same way over 1 GiB; doctor's buffer is smaller because filling it, page by
- * page, is most of the time taken). 0 when the buffer cannot be had. */
+/* The host's read bandwidth in bytes/s on every core, as the cpu backend
+ * measures it (0 when no backend can be had). */
 static double read_bandwidth(void)
 {
-    const int64_t l3 = l3_bytes(), bytes = 4 * l3 > ((int64_t)128 << 20) ? 4 * l3 : (int64_t)128 << 20;
-    const int32_t n_task = 256;
-    struct bw_job j = {malloc((size_t)bytes), bytes / (int64_t)sizeof(float) / n_task, kern_best(), true};
-    struct pool *p = j.buf ? pool_init((int32_t)sysconf(_SC_NPROCESSORS_ONLN)) : NULL;
-    double best = 0;
-    if (p) {
-        pool_run(p, bw_task, &j, n_task); /* the pages, touched by the workers that read them */
-        j.fill = false;
-        for (int rep = 0; rep < 3; rep++) {
-            const double t0 = clock_now_s();
-            pool_run(p, bw_task, &j, n_task);
-            const double bw = (double)(j.n_per_task * n_task) * sizeof(float) / (clock_now_s() - t0);
-            best = bw > best ? bw : best;
-        }
-    }
-    pool_free(p);
-    free(j.buf);
-    return best;
+    struct backend *be = device_open("cpu", 0, false);
+    if (!be)
+        return 0;
+    struct device_info di;
+    be->ops->info(be, &di, true);
+    be->ops->free(be);
+    return di.read_gbs * 1e9;
 }
 
 /* One row of what fits: appended to the JSON array out, or printed when out is NULL. */
@@ -240,59 +153,49 @@ int cli_doctor(int argc, char **argv)
         json_decref(j);
         return 1;
     }
-    char model[256], flags[8192];
-    cpu_line(model, sizeof model, flags, sizeof flags);
+    struct cpu_host h;
+    cpu_host_query(&h);
     const int64_t mem_total = sysmem_meminfo("MemTotal"), mem_avail = sysmem_available();
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    fprintf(out, "cpu      %s, %ld cores\n", model, cores);
-    fprintf(out, "simd     kernels: %s (avx2 %s, avx512 %s)%s%s\n", kern_best()->name,
-            kern_supported(&kern_avx2) ? "yes" : "no", kern_supported(&kern_avx512) ? "yes" : "no",
-            strstr(flags, " avx512_bf16 ") ? ", avx512_bf16" : "", strstr(flags, " amx_bf16 ") ? ", amx_bf16" : "");
+    fprintf(out, "cpu      %s, %d cores\n", h.model, (int)h.n_cores);
+    fprintf(out, "simd     kernels: %s (avx2 %s, avx512 %s)%s%s\n", h.kernels, h.avx2 ? "yes" : "no",
+            h.avx512 ? "yes" : "no", h.avx512_bf16 ? ", avx512_bf16" : "", h.amx_bf16 ? ", amx_bf16" : "");
     fprintf(out, "memory   %.1f GiB total, %.1f GiB available\n", (double)mem_total / (1 << 30),
             (double)mem_avail / (1 << 30));
     json_t *gpus = j ? json_array() : NULL;
     if (j) {
-        json_object_set_new(j, "cpu", json_pack("{s:s,s:I,s:s,s:b,s:b,s:b,s:b}", "model", model, "cores",
-                                                (json_int_t)cores, "kernels", kern_best()->name, "avx2",
-                                                kern_supported(&kern_avx2), "avx512", kern_supported(&kern_avx512),
-                                                "avx512_bf16", strstr(flags, " avx512_bf16 ") != NULL, "amx_bf16",
-                                                strstr(flags, " amx_bf16 ") != NULL));
+        json_object_set_new(j, "cpu", json_pack("{s:s,s:I,s:s,s:b,s:b,s:b,s:b}", "model", h.model, "cores",
+                                                (json_int_t)h.n_cores, "kernels", h.kernels, "avx2", h.avx2,
+                                                "avx512", h.avx512, "avx512_bf16", h.avx512_bf16, "amx_bf16",
+                                                h.amx_bf16));
         json_object_set_new(j, "memory", json_pack("{s:I,s:I}", "total_bytes", (json_int_t)mem_total,
                                                    "available_bytes", (json_int_t)mem_avail));
         json_object_set_new(j, "gpus", gpus);
+        json_object_set_new(j, "cuda", json_boolean(device_has_cuda()));
     }
     int64_t gpu_free = 0;
     char gpu_name[300] = "";
-#ifdef KAPITSA_CUDA
-    if (j)
-        json_object_set_new(j, "cuda", json_true());
-    const int32_t n_gpu = cuda_device_count();
+    const int32_t n_gpu = device_n_gpus();
     for (int32_t d = 0; d < n_gpu; d++) {
-        struct cuda_device_info gi;
-        if (cuda_device_query(d, &gi) != 0)
+        struct device_info gi;
+        if (device_gpu_query(d, &gi) != 0)
             continue;
-        char cc[32];
-        snprintf(cc, sizeof cc, "%d.%d", gi.major, gi.minor);
         if (j)
-            json_array_append_new(gpus, json_pack("{s:i,s:s,s:I,s:I,s:s,s:i,s:i,s:i}", "index", d, "name", gi.name,
-                                                  "total_bytes", (json_int_t)gi.total, "free_bytes",
-                                                  (json_int_t)gi.free, "compute", cc, "sms", gi.n_sm, "driver",
-                                                  gi.driver, "runtime", gi.runtime));
-        fprintf(out, "gpu %d    %s, %.1f GiB (%.1f free), compute %d.%d, %d SMs, driver %d.%d, runtime %d.%d\n", d, gi.name,
-               (double)gi.total / (1 << 30), (double)gi.free / (1 << 30), gi.major, gi.minor, gi.n_sm,
-               gi.driver / 1000, gi.driver % 1000 / 10, gi.runtime / 1000, gi.runtime % 1000 / 10);
+            json_array_append_new(gpus, json_pack("{s:i,s:s,s:I,s:I,s:s,s:i,s:s,s:f,s:f}", "index", d, "name",
+                                                  gi.name, "total_bytes", (json_int_t)gi.mem_total, "free_bytes",
+                                                  (json_int_t)gi.mem_free, "compute", gi.arch, "sms", gi.n_units,
+                                                  "software", gi.software, "read_gb_s", gi.read_gbs,
+                                                  "bf16_tflop_s", gi.bf16_tflops));
+        fprintf(out, "gpu %d    %s, %.1f GiB (%.1f free), compute %s, %d SMs, %.0f GB/s, %s\n", d, gi.name,
+                (double)gi.mem_total / (1 << 30), (double)gi.mem_free / (1 << 30), gi.arch, (int)gi.n_units,
+                gi.read_gbs, gi.software);
         if (d == 0) {
-            gpu_free = (int64_t)gi.free;
+            gpu_free = gi.mem_free;
             snprintf(gpu_name, sizeof gpu_name, "gpu 0 (%s)", gi.name);
         }
     }
     if (n_gpu == 0)
-        fprintf(out, "gpu      none found (this build has the cuda backend)\n");
-#else
-    if (j)
-        json_object_set_new(j, "cuda", json_false());
-    fprintf(out, "gpu      not checked: this kapitsa was built without CUDA\n");
-#endif
+        fprintf(out, "gpu      %s\n", device_has_cuda() ? "none found (this build has the cuda backend)"
+                                                          : "not checked: this kapitsa was built without CUDA");
     char cache[4096];
     hub_cache_dir(cache, sizeof cache);
     char probe[4096];

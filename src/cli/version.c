@@ -1,7 +1,7 @@
 /* kapitsa version: what this binary is: its version and commit (both set by
  * the Makefile), the backends built in, and the cpu kernel tables with the one
  * this CPU runs. */
-#include "../backend/cpu/kern.h"
+#include "../backend/cpu/cpu.h"
 #include "cli.h"
 
 #include <stdio.h>
@@ -22,16 +22,14 @@ int cli_version(int argc, char **argv)
 {
     if (argc > 0)
         return cli_arg_reject(argv[0], version_usage);
-    static const struct kern *const tables[] = {&kern_ref, &kern_avx2, &kern_avx512};
     printf("kapitsa %s (commit %s)\n", KAPITSA_VERSION, KAPITSA_COMMIT);
 #ifdef KAPITSA_CUDA
     printf("backends     cpu, cuda\n");
 #else
     printf("backends     cpu\n");
 #endif
-    printf("cpu kernels ");
-    for (size_t i = 0; i < sizeof tables / sizeof *tables; i++)
-        printf(" %s%s", tables[i]->name, kern_supported(tables[i]) ? "" : " (not on this cpu)");
-    printf("; running %s\n", kern_best()->name);
+    char k[256];
+    cpu_kernels_describe(k, sizeof k);
+    printf("cpu kernels  %s\n", k);
     return 0;
 }

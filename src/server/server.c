@@ -367,7 +367,9 @@ static int server_addr(const char *host, uint16_t port, struct sockaddr_storage 
  * granted and then killed for), else the message says what to lower. */
 static int server_check_memory(const struct app *a, int32_t n_ctx, enum dtype kv_type)
 {
-    if (strcmp(a->rt.be->ops->name, "cpu") != 0)
+    struct device_info di;
+    a->rt.be->ops->info(a->rt.be, &di, false);
+    if (di.gpu)
         return 0;
     const int64_t avail = sysmem_available();
     double per_token = server_kv_bytes(&a->rt.m, 1, kv_type);

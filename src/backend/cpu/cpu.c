@@ -873,6 +873,7 @@ static const struct backend_ops cpu_ops = {
     .kv_bf16 = true,
     .prefill_chunk = 128,
     .free = cpu_free,
+    .info = cpu_info,
     .alloc = cpu_alloc,
     .release = cpu_release,
     .weight = cpu_weight,

@@ -7,6 +7,8 @@
 #include "../backend.h"
 #include "kern.h"
 
+#include <stddef.h>
+
 /* n_threads <= 0: one per online core. kern NULL: kern_best(). NULL with err_set() on failure. */
 struct backend *cpu_backend_init(int32_t n_threads, const struct kern *kern);
 /* A backend starts fast: block-type weights multiply activations rounded to
@@ -14,5 +16,20 @@ struct backend *cpu_backend_init(int32_t n_threads, const struct kern *kern);
  * Precise keeps them exact instead (kapitsa check, bitwise comparisons): the
  * products of the dequantised weights in fp32. */
 void cpu_backend_set_precise(struct backend *be, bool precise);
+
+/* The processor as /proc/cpuinfo and the kernel tables see it. */
+struct cpu_host {
+    char model[256];
+    int32_t n_cores;    /* online */
+    bool avx2, avx512;  /* the kernel tables of those names run here */
+    bool avx512_bf16, amx_bf16;
+    const char *kernels; /* the widest table that runs here (static) */
+};
+void cpu_host_query(struct cpu_host *h);
+/* The kernel tables built in and the one this CPU runs, as one line. */
+void cpu_kernels_describe(char *buf, size_t n);
+/* backend_ops.info of the cpu backend (cpu_host.c): the read bandwidth
+ * measured once with the backend's threads. */
+void cpu_info(struct backend *be, struct device_info *out, bool measure);
 
 #endif

@@ -17,6 +17,7 @@ struct cpu_backend {
     struct backend base;
     struct pool *pool;
     const struct kern *k;
+    double read_gbs; /* measured by the first cpu_info (0 before) */
     struct attn_batch b;
     /* the batch's rows grouped by sequence, batch order kept within a group */
     int32_t n_grp;

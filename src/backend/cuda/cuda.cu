@@ -200,27 +200,51 @@ int32_t cuda_device_count(void)
     return n;
 }
 
-int cuda_device_query(int32_t dev, struct cuda_device_info *info)
+/* Dense bf16 tensor-core FLOPs an SM does a clock, where NVIDIA publishes
+ * them: A100 (8.0) 2048, H100 and H200 (9.0) 4096; 0 elsewhere (unknown). */
+static double cu_bf16_flops_per_clock(int major, int minor)
+{
+    return major == 9 && minor == 0 ? 4096 : major == 8 && minor == 0 ? 2048 : 0;
+}
+
+int cuda_device_query(int32_t dev, struct device_info *info)
 {
     struct cudaDeviceProp p;
     memset(info, 0, sizeof *info);
     if (cuda_fail(NULL, cudaGetDeviceProperties(&p, dev), "cudaGetDeviceProperties", __FILE__, __LINE__) != 0)
         return -1;
     snprintf(info->name, sizeof info->name, "%s", p.name);
-    info->major = p.major;
-    info->minor = p.minor;
-    info->n_sm = p.multiProcessorCount;
-    int drv = 0, rt = 0;
+    info->gpu = true;
+    info->n_units = p.multiProcessorCount;
+    snprintf(info->arch, sizeof info->arch, "%d.%d", p.major, p.minor);
+    int drv = 0, rt = 0, clk = 0, mclk = 0, bus = 0;
     cudaDriverGetVersion(&drv);
     cudaRuntimeGetVersion(&rt);
-    info->driver = drv;
-    info->runtime = rt;
+    snprintf(info->software, sizeof info->software, "driver %d.%d, runtime %d.%d", drv / 1000, drv % 1000 / 10,
+             rt / 1000, rt % 1000 / 10);
+    /* peaks from the clocks the driver reports (kHz): memory transfers on
+     * both edges of its clock over the whole bus */
+    if (cudaDeviceGetAttribute(&mclk, cudaDevAttrMemoryClockRate, dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&bus, cudaDevAttrGlobalMemoryBusWidth, dev) == cudaSuccess)
+        info->read_gbs = 2.0 * mclk * 1e3 * (bus / 8) / 1e9;
+    if (cudaDeviceGetAttribute(&clk, cudaDevAttrClockRate, dev) == cudaSuccess)
+        info->bf16_tflops = cu_bf16_flops_per_clock(p.major, p.minor) * p.multiProcessorCount * clk * 1e3 / 1e12;
     int cur = 0;
+    size_t fr = 0, tot = 0;
     cudaGetDevice(&cur);
-    if (cudaSetDevice(dev) == cudaSuccess)
-        cudaMemGetInfo(&info->free, &info->total);
+    if (cudaSetDevice(dev) == cudaSuccess && cudaMemGetInfo(&fr, &tot) == cudaSuccess) {
+        info->mem_free = (int64_t)fr;
+        info->mem_total = (int64_t)tot;
+    }
     cudaSetDevice(cur);
     return 0;
+}
+
+static void cu_info(struct backend *be, struct device_info *out, bool measure)
+{
+    (void)measure; /* the peaks are the spec's */
+    if (cuda_device_query(cuda_of(be)->dev, out) != 0)
+        snprintf(out->name, sizeof out->name, "cuda:%d", (int)cuda_of(be)->dev);
 }
 
 /* ---- memory ---- */
@@ -608,6 +632,7 @@ static const struct backend_ops cuda_ops = {
     .kv_bf16 = true,
     .prefill_chunk = 4096, /* bench's prefill figures: at 4096 the GEMMs reach 68% of the tensor-core peak */
     .free = cu_free,
+    .info = cu_info,
     .alloc = cu_alloc,
     .release = cu_release,
     .weight = cu_weight,

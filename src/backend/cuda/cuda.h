@@ -29,18 +29,11 @@ extern "C" {
 
 #define CUDA_SMALL_N 64
 
-struct cuda_device_info {
-    char name[256];
-    int32_t major, minor;   /* compute capability */
-    size_t total, free;     /* device memory, bytes */
-    int32_t n_sm;
-    int32_t driver, runtime; /* versions as 1000*major + 10*minor */
-};
-
 /* Number of usable CUDA devices (0 when there is no driver or no GPU). */
 int32_t cuda_device_count(void);
-/* Facts about device `dev`; -1 with err_set() if it cannot be queried. */
-int cuda_device_query(int32_t dev, struct cuda_device_info *info);
+/* Facts about device `dev` (backend.h's struct device_info); -1 with
+ * err_set() if it cannot be queried. */
+int cuda_device_query(int32_t dev, struct device_info *info);
 /* A backend on device `dev`; precise: every product with split-bf16
  * activations (see above). NULL with err_set() on failure. */
 struct backend *cuda_backend_init(int32_t dev, bool precise);
