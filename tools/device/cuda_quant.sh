@@ -17,9 +17,7 @@ OUT=${OUT:-/tmp/cuda_quant}
 mkdir -p "$OUT"
 . tools/device/debs.sh
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)
-peak=(--peak-gbs 4800)
-[[ $gpu == *H100* ]] && peak=(--peak-gbs 3350)
-bench() { build/kapitsa bench --device cuda "${peak[@]}" "$@" 2>&1; }
+bench() { build/kapitsa bench --device cuda "$@" 2>&1; }
 
 case $part in
 test)
@@ -48,7 +46,8 @@ bench)
     ;;
 all)
     # one call: the build, the block-type tests, then qwen3-8b's first 12
-    # layers (real shapes, a third of the weights) at Q4_K_M and bf16
+    # layers (real shapes, a third of the weights) at Q4_K_M and bf16, with
+    # k_mmq's rows a warp (KAPITSA_MMQ_R) 1 and 2 side by side
     echo "$gpu" | tee "$OUT/gpu.txt"
     make -j16 build/kapitsa build/test_unit > "$OUT/build.txt" 2>&1 || { tail -30 "$OUT/build.txt"; exit 1; }
     (build/kapitsa synth --preset qwen3-8b --layers 12 --out /dev/shm/q8 > /dev/null &&
@@ -56,16 +55,25 @@ all)
     for t in test_cuda_matmul_q test_cuda_moe test_cuda_matmul test_cuda_tree_invariance; do
         timeout 120 build/test_unit $t 2>&1 | grep -v "^ok"
     done | tee "$OUT/unit.txt"
+    KAPITSA_MMQ_R=1 timeout 120 build/test_unit test_cuda_matmul_q 2>&1 | grep -v "^ok" | tee -a "$OUT/unit.txt"
     for t in test_gguf_model_device test_fp8_device; do
         KAPITSA_TEST_DEVICE=cuda timeout 120 build/test_unit $t 2>&1
     done | tee -a "$OUT/unit.txt"
     wait
-    for m in /dev/shm/q8-q4km.gguf /dev/shm/q8; do
-        echo "== $m"
-        bench --model "$m" --prompt 512 --gen 128
-        bench --model "$m" --prompt 4096 --batch 4096 --gen 8 | grep prefill
-        for s in 4 16 64; do bench --model "$m" --prompt 128 --gen 32 --seqs $s | grep decode; done
-    done 2>&1 | tee "$OUT/bench.txt"
+    {
+        build/kapitsa doctor | grep "^gpu"
+        for r in 1 2; do
+            echo "== Q4_K_M, KAPITSA_MMQ_R=$r"
+            KAPITSA_MMQ_R=$r bench --model /dev/shm/q8-q4km.gguf --prompt 512 --gen 128 | grep -E "decode|roofline"
+            for s in 4 16 64; do KAPITSA_MMQ_R=$r bench --model /dev/shm/q8-q4km.gguf --prompt 128 --gen 32 --seqs $s | grep decode; done
+        done
+        echo "== Q4_K_M prefill"
+        bench --model /dev/shm/q8-q4km.gguf --prompt 4096 --batch 4096 --gen 8 | grep prefill
+        echo "== bf16"
+        bench --model /dev/shm/q8 --prompt 512 --gen 128 | grep -E "decode|roofline"
+        bench --model /dev/shm/q8 --prompt 4096 --batch 4096 --gen 8 | grep prefill
+        for s in 4 16 64; do bench --model /dev/shm/q8 --prompt 128 --gen 32 --seqs $s | grep decode; done
+    } 2>&1 | tee "$OUT/bench.txt"
     ;;
 *) echo "cuda_quant.sh: test, bench or all" >&2; exit 2 ;;
 esac

@@ -27,6 +27,7 @@ extern "C" {
 }
 
 #include <stddef.h>
+#include <stdlib.h>
 #include <type_traits>
 
 /* dq32 reads the blocks at these sizes and offsets: blocks.h's layouts */
@@ -310,30 +311,41 @@ static __device__ __forceinline__ void mmq_stage(float (*sx)[MMQ_CHUNK * MMQ_UPA
         }
 }
 
-/* A warp's row wr (K elements, live: a row of the weight) times the block's
- * nt <= NT token rows x[t] into lane 0's out[t] (+)= the sums: each token's
- * an fma chain in unit order, the lanes' sums added by a fixed butterfly.
- * Every warp of the block calls it (the staging's barriers). */
-template <int T, int NT>
-static __device__ __forceinline__ void mmq_row(float (*sx)[MMQ_CHUNK * MMQ_UPAD], const uint8_t *__restrict__ wr,
-                                               bool live, const float *const *x, int nt, int32_t K, bool vec,
-                                               float *const *out, bool accumulate)
+/* A warp's R rows w[i] (K elements each, live[i]: a row of the weight) times
+ * the block's nt <= NT token rows x[t] into lane 0's out[i][t] (+)= the sums:
+ * each token's an fma chain in unit order, the lanes' sums added by a fixed
+ * butterfly. R rows share each staged activation a lane reads (R = 2 halves
+ * the shared-memory reads, the bound of a batch's products); a row's sums
+ * are the same for every R. Every warp of the block calls it (the staging's
+ * barriers). */
+template <int T, int NT, int R>
+static __device__ __forceinline__ void mmq_rows(float (*sx)[MMQ_CHUNK * MMQ_UPAD], const uint8_t *const *w,
+                                                const bool *live, const float *const *x, int nt, int32_t K, bool vec,
+                                                float *const (*out)[NT], bool accumulate)
 {
     const int lane = threadIdx.x & 31;
     const int32_t nu = K / 32;
-    float acc[NT];
+    float acc[R][NT];
 #pragma unroll
-    for (int t = 0; t < NT; t++)
-        acc[t] = 0.0f;
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            acc[i][t] = 0.0f;
+    bool any = false;
+#pragma unroll
+    for (int i = 0; i < R; i++)
+        any |= live[i];
     for (int32_t u0 = 0; u0 < nu; u0 += MMQ_CHUNK) {
         __syncthreads(); /* the previous chunk is read */
         mmq_stage<NT>(sx, x, nt, u0, nu, vec);
         __syncthreads();
         const int32_t u = u0 + lane;
-        if (!live || u >= nu)
+        if (!any || u >= nu)
             continue;
-        float v[32];
-        dq32<T>(wr, u, v);
+        float v[R][32];
+#pragma unroll
+        for (int i = 0; i < R; i++)
+            dq32<T>(w[i], u, v[i]);
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t >= nt)
@@ -342,40 +354,55 @@ static __device__ __forceinline__ void mmq_row(float (*sx)[MMQ_CHUNK * MMQ_UPAD]
 #pragma unroll
             for (int q = 0; q < 8; q++) {
                 const float4 xv = *(const float4 *)&xs[4 * q];
-                acc[t] = fmaf(v[4 * q], xv.x, acc[t]);
-                acc[t] = fmaf(v[4 * q + 1], xv.y, acc[t]);
-                acc[t] = fmaf(v[4 * q + 2], xv.z, acc[t]);
-                acc[t] = fmaf(v[4 * q + 3], xv.w, acc[t]);
+#pragma unroll
+                for (int i = 0; i < R; i++) {
+                    acc[i][t] = fmaf(v[i][4 * q], xv.x, acc[i][t]);
+                    acc[i][t] = fmaf(v[i][4 * q + 1], xv.y, acc[i][t]);
+                    acc[i][t] = fmaf(v[i][4 * q + 2], xv.z, acc[i][t]);
+                    acc[i][t] = fmaf(v[i][4 * q + 3], xv.w, acc[i][t]);
+                }
             }
         }
     }
 #pragma unroll
-    for (int t = 0; t < NT; t++)
-        for (int o = 16; o > 0; o >>= 1)
-            acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], o);
-    if (live && lane == 0)
+    for (int i = 0; i < R; i++)
 #pragma unroll
         for (int t = 0; t < NT; t++)
-            if (t < nt)
-                *out[t] = accumulate ? *out[t] + acc[t] : acc[t];
+            for (int o = 16; o > 0; o >>= 1)
+                acc[i][t] += __shfl_xor_sync(0xffffffffu, acc[i][t], o);
+    if (lane == 0)
+#pragma unroll
+        for (int i = 0; i < R; i++)
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                if (live[i] && t < nt)
+                    *out[i][t] = accumulate ? *out[i][t] + acc[i][t] : acc[i][t];
 }
 
-/* out (+)= x . w^T for the tokens of tile blockIdx.y (NT a tile), a warp a row */
-template <int T, int NT> __global__ void __launch_bounds__(MMQ_WARPS * 32) k_mmq(const __grid_constant__ mmq_args a)
+/* out (+)= x . w^T for the tokens of tile blockIdx.y (NT a tile), R rows a warp */
+template <int T, int NT, int R>
+__global__ void __launch_bounds__(MMQ_WARPS * 32) k_mmq(const __grid_constant__ mmq_args a)
 {
     __shared__ __align__(16) float sx[NT][MMQ_CHUNK * MMQ_UPAD];
     grid_dep_wait();
-    const int64_t r = (int64_t)blockIdx.x * MMQ_WARPS + threadIdx.x / 32;
+    const int64_t r0 = ((int64_t)blockIdx.x * MMQ_WARPS + threadIdx.x / 32) * R;
     const int32_t t0 = blockIdx.y * NT, nt = min(NT, a.n - t0);
-    const bool live = r < a.M;
     const float *x[NT];
-    float *o[NT];
+    float *o[R][NT];
+    const uint8_t *w[R];
+    bool live[R];
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        x[t] = a.x + (int64_t)(t0 + t) * a.xs;
-        o[t] = a.out + (int64_t)(t0 + t) * a.os + r;
+    for (int i = 0; i < R; i++) {
+        live[i] = r0 + i < a.M;
+        w[i] = a.w + (live[i] ? r0 + i : 0) * a.wrow;
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            o[i][t] = a.out + (int64_t)(t0 + t) * a.os + r0 + i;
     }
-    mmq_row<T, NT>(sx, a.w + (live ? r : 0) * a.wrow, live, x, nt, a.K, a.vec, o, a.accumulate);
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        x[t] = a.x + (int64_t)(t0 + t) * a.xs;
+    mmq_rows<T, NT, R>(sx, w, live, x, nt, a.K, a.vec, o, a.accumulate);
     grid_dep_launch();
 }
 
@@ -405,16 +432,17 @@ template <int T, int NT> __global__ void __launch_bounds__(MMQ_WARPS * 32) k_mmq
     if (nt <= 0)
         return;
     const int64_t r = (int64_t)blockIdx.x * MMQ_WARPS + threadIdx.x / 32;
-    const bool live = r < a.M;
+    const bool live[1] = {r < a.M};
+    const uint8_t *w[1] = {a.ew[a.plan[MOE_PLAN_EXPERT + z]] + (live[0] ? r : 0) * a.wrow};
     const float *x[NT];
-    float *o[NT];
+    float *o[1][NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         const int32_t p = base + min(t, nt - 1);
         x[t] = a.x + (int64_t)(a.gather ? a.plan[MOE_PLAN_ROWS(a.max_act) + p] : p) * a.xs;
-        o[t] = a.out + (int64_t)p * a.os + r;
+        o[0][t] = a.out + (int64_t)p * a.os + r;
     }
-    mmq_row<T, NT>(sx, a.ew[a.plan[MOE_PLAN_EXPERT + z]] + (live ? r : 0) * a.wrow, live, x, nt, a.K, a.vec, o, false);
+    mmq_rows<T, NT, 1>(sx, w, live, x, nt, a.K, a.vec, o, false);
     grid_dep_launch();
 }
 
@@ -493,6 +521,18 @@ static int64_t row_bytes(const struct tensor *w) { return (int64_t)dtype_bytes(w
  * holds them, up to MMQ_NT */
 static int mmq_tile(int32_t n) { return n == 1 ? 1 : n == 2 ? 2 : n <= 4 ? 4 : MMQ_NT; }
 
+/* rows a warp of k_mmq takes for n tokens (KAPITSA_MMQ_R=1|2 overrides,
+ * for measuring) */
+static int mmq_rows_per_warp(int32_t n)
+{
+    static int forced = -1;
+    if (forced < 0) {
+        const char *e = getenv("KAPITSA_MMQ_R");
+        forced = e && (*e == '1' || *e == '2') ? *e - '0' : 0;
+    }
+    return forced ? forced : n == 1 ? 1 : 2;
+}
+
 /* k_mmq over every token of x, tiles of up to MMQ_NT */
 static void mmq_run(struct cuda_backend *c, struct tensor *out, const struct tensor *x, const float *xd, int64_t xs,
                     const struct tensor *w, bool accumulate)
@@ -500,11 +540,14 @@ static void mmq_run(struct cuda_backend *c, struct tensor *out, const struct ten
     const int32_t n = (int32_t)x->n_rows;
     const mmq_args a = {xd, xs, cuda_rows_vec8(xd, xs, w->n_cols), n, (int32_t)w->n_cols, (int32_t)w->n_rows, (const uint8_t *)w->data, row_bytes(w),
                         (float *)out->data, out->row_stride, accumulate};
-    const int nt = mmq_tile(n);
-    const dim3 grid(cdiv(w->n_rows, MMQ_WARPS), cdiv(n, nt));
+    const int nt = mmq_tile(n), R = mmq_rows_per_warp(n);
+    const dim3 grid(cdiv(w->n_rows, MMQ_WARPS * R), cdiv(n, nt));
     mmq_type(w->type, [&](auto T) {
         constexpr int t = decltype(T)::value;
-        auto k = nt == 1 ? k_mmq<t, 1> : nt == 2 ? k_mmq<t, 2> : nt == 4 ? k_mmq<t, 4> : k_mmq<t, MMQ_NT>;
+        auto k = nt == 1 ? (R == 1 ? k_mmq<t, 1, 1> : k_mmq<t, 1, 2>)
+                 : nt == 2 ? (R == 1 ? k_mmq<t, 2, 1> : k_mmq<t, 2, 2>)
+                 : nt == 4 ? (R == 1 ? k_mmq<t, 4, 1> : k_mmq<t, 4, 2>)
+                           : (R == 1 ? k_mmq<t, MMQ_NT, 1> : k_mmq<t, MMQ_NT, 2>);
         cuda_launch_dep(c, k, grid, dim3(MMQ_WARPS * 32), 0, a);
     });
 }
