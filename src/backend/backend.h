@@ -230,6 +230,98 @@ struct device_info {
     double bf16_tflops;      /* dense bf16 matrix peak, TFLOP/s (0: unknown, as on a cpu) */
 };
 
+/* The ops a forward is made of, one line each, X(name, (parameters), (their
+ * names, the backend's as `in`)): backend_ops has a member for each and
+ * profile.c times each. Shapes in rows x cols, n = batch tokens. Adding an
+ * op: its line here, a function in each backend (cpu.c, cuda.cu) and its
+ * entry in their tables; ARCHITECTURE.md has the whole recipe. */
+#define BACKEND_OPS(X)                                                                                                 \
+    X(embed, (struct backend * be, struct tensor * out /* [n][hidden] */, const struct tensor *table /* [vocab][hidden] */), \
+      (in, out, table))                                                                                                \
+    X(matmul, (struct backend * be, struct tensor * out /* [n][m] */, const struct tensor *x /* [n][k] */,             \
+               const struct tensor *w /* [m][k] */),                                                                   \
+      (in, out, x, w))                                                                                                 \
+    /* out[i] (+)= pre(x) . w[i]^T for i < n_w <= MM_MAX_W, one input shared by                                        \
+     * up to three weights [m_i][k] (q/k/v, gate/up): the neighbours of a                                              \
+     * product that a GPU backend folds into one launch. Same numbers as the                                           \
+     * separate ops, to float rounding. */                                                                             \
+    X(matmul_fused, (struct backend * be, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,       \
+                     const struct tensor *x /* [n][k] */, const struct mm_fused *f),                                   \
+      (in, n_w, out, w, x, f))                                                                                         \
+    /* RMSNorm of every w->n_cols-wide group of x (so [n][heads*hd] with w [hd] is per-head). */                       \
+    X(rmsnorm, (struct backend * be, struct tensor * out, const struct tensor *x, const struct tensor *w, float eps),  \
+      (in, out, x, w, eps))                                                                                            \
+    /* Rotary embedding, rotate-half layout, on the first rope_dim dims of each head. */                               \
+    X(rope, (struct backend * be, struct tensor * x /* [n][n_head*head_dim] */, int32_t n_head, int32_t head_dim,      \
+             int32_t rope_dim, const struct tensor *inv_freq /* [rope_dim/2] f32 */, float scale),                     \
+      (in, x, n_head, head_dim, rope_dim, inv_freq, scale))                                                            \
+    /* q [n][n_head*hd] and k [n][n_kv_head*hd] in place: per-head RMSNorm,                                            \
+     * rotary embedding; then k and v into their cache slots: rmsnorm, rope                                            \
+     * and kv_store one after another, in one pass where the backend can. */                                           \
+    X(attn_prep, (struct backend * be, struct tensor * q, struct tensor * k, const struct tensor *v,                   \
+                  struct tensor *k_cache, struct tensor *v_cache, const struct attn_prep *p),                          \
+      (in, q, k, v, k_cache, v_cache, p))                                                                              \
+    /* K/V of the batch tokens into their cache slots. */                                                              \
+    X(kv_store, (struct backend * be, struct tensor * k_cache, struct tensor * v_cache, const struct tensor *k,        \
+                 const struct tensor *v),                                                                              \
+      (in, k_cache, v_cache, k, v))                                                                                    \
+    X(attention, (struct backend * be, struct tensor * out /* [n][n_head*head_dim] */, const struct tensor *q,         \
+                  const struct tensor *k_cache, const struct tensor *v_cache, int32_t n_head, int32_t n_kv_head,       \
+                  int32_t head_dim, float scale),                                                                      \
+      (in, out, q, k_cache, v_cache, n_head, n_kv_head, head_dim, scale))                                              \
+    X(swiglu, (struct backend * be, struct tensor * out, const struct tensor *gate, const struct tensor *up),          \
+      (in, out, gate, up))                                                                                             \
+    /* x += y */                                                                                                       \
+    X(add, (struct backend * be, struct tensor * x, const struct tensor *y), (in, x, y))                               \
+    /* out[j] = x[out_rows[j]] for the batch's output rows. */                                                         \
+    X(get_out_rows, (struct backend * be, struct tensor * out, const struct tensor *x), (in, out, x))                  \
+    /* out (+)= the routed experts of x: h = RMSNorm(x), the routing of h's                                            \
+     * logits, and each row's sum over its k experts of weight * expert(h)                                             \
+     * (struct moe_block; accumulate adds it to out, which may be x). With a                                           \
+     * shared expert, its y is added to each row's sum before out: out (+)=                                            \
+     * routed + shared, the reference's order. A backend may run the shared                                            \
+     * expert beside the routed ones. */                                                                               \
+    X(moe, (struct backend * be, struct tensor * out, const struct tensor *x, const struct moe_block *mb,              \
+            bool accumulate),                                                                                          \
+      (in, out, x, mb, accumulate))                                                                                    \
+    /* elementwise: x *= sigmoid(g), g [n][cols] or [n][1] */                                                          \
+    X(sigmoid_mul, (struct backend * be, struct tensor * x, const struct tensor *g), (in, x, g))                       \
+    /* x = max(x, 0)^2 */                                                                                              \
+    X(relu2, (struct backend * be, struct tensor * x), (in, x))                                                        \
+    /* out[r][j] = x[r][map[j]]; map: I32 [1][out cols] made with alloc + write. */                                    \
+    X(permute_cols, (struct backend * be, struct tensor * out, const struct tensor *x, const struct tensor *map),      \
+      (in, out, x, map))                                                                                               \
+    /* RMSNorm over groups of `group` columns with a gate z (same shape as x):                                         \
+     * gate_first false (Qwen): w * norm(x) * silu(z); true (Mamba2): w * norm(x * silu(z)).                           \
+     * w has `group` entries (shared by all groups) or x->n_cols. */                                                   \
+    X(rmsnorm_gated, (struct backend * be, struct tensor * out, const struct tensor *x, const struct tensor *z,        \
+                      const struct tensor *w, float eps, int64_t group, bool gate_first),                              \
+      (in, out, x, z, w, eps, group, gate_first))                                                                      \
+    /* recurrent layers (see struct attn_batch for parent / state slots) */                                            \
+    /* out = silu(bias + depthwise causal conv of width K over each token's path).                                     \
+     * w [C][K] (tap K-1 multiplies the token itself), bias [C] or NULL,                                               \
+     * state [n_slots][(K-1)*C]: the last K-1 inputs, oldest first. */                                                 \
+    X(conv1d, (struct backend * be, struct tensor * out /* [n][C] */, const struct tensor *x /* [n][C] */,             \
+               const struct tensor *w, const struct tensor *bias, struct tensor *state),                               \
+      (in, out, x, w, bias, state))                                                                                    \
+    /* Gated delta rule (Gated DeltaNet). Per value head h (key head h/(Hv/Hk)):                                       \
+     * q, k L2-normalised, q scaled by 1/sqrt(dk); beta = sigmoid(b[h]);                                               \
+     * g = -exp(A_log[h]) * softplus(a[h] + dt_bias[h]); S = exp(g) S;                                                 \
+     * S += k (beta (v - S^T k))^T; out = S^T q. state [n_slots][Hv*dk*dv], S [dk][dv] per head. */                    \
+    X(delta_rule, (struct backend * be, struct tensor * out /* [n][Hv*dv] */, const struct tensor *q /* [n][Hk*dk] */, \
+                   const struct tensor *k /* [n][Hk*dk] */, const struct tensor *v /* [n][Hv*dv] */,                   \
+                   const struct tensor *a /* [n][Hv] */, const struct tensor *b /* [n][Hv] */,                         \
+                   const struct tensor *A_log, const struct tensor *dt_bias, struct tensor *state, int32_t n_k_head,   \
+                   int32_t n_v_head, int32_t k_dim, int32_t v_dim),                                                    \
+      (in, out, q, k, v, a, b, A_log, dt_bias, state, n_k_head, n_v_head, k_dim, v_dim))                               \
+    /* Mamba2 selective scan (SSD). Per head h (group h/(H/G)), with A = -exp(A_log[h]):                               \
+     * S = exp(dt A) S + dt x B^T; y = S C + D[h] x. state [n_slots][H*P*N], S [P][N] per head. */                     \
+    X(ssd, (struct backend * be, struct tensor * y /* [n][H*P] */, const struct tensor *x /* [n][H*P] */,              \
+            const struct tensor *B /* [n][G*N] */, const struct tensor *C /* [n][G*N] */,                              \
+            const struct tensor *dt /* [n][H] */, const struct tensor *A_log, const struct tensor *D,                  \
+            const struct tensor *dt_bias, struct tensor *state, const struct ssd_params *p),                           \
+      (in, y, x, B, C, dt, A_log, D, dt_bias, state, p))
+
 struct backend_ops {
     const char *name;
     bool kv_bf16; /* kv_store, attn_prep and attention take BF16 caches (else F32 only) */
@@ -272,77 +364,10 @@ struct backend_ops {
     /* the batch */
     int (*set_batch)(struct backend *be, const struct attn_batch *b);
 
-    /* ops; shapes in rows x cols, n = batch tokens */
-    void (*embed)(struct backend *be, struct tensor *out /* [n][hidden] */, const struct tensor *table /* [vocab][hidden] */);
-    void (*matmul)(struct backend *be, struct tensor *out /* [n][m] */, const struct tensor *x /* [n][k] */,
-                   const struct tensor *w /* [m][k] */);
-    /* out[i] (+)= pre(x) . w[i]^T for i < n_w <= MM_MAX_W, one input shared by
-     * up to three weights [m_i][k] (q/k/v, gate/up): the neighbours of a
-     * product that a GPU backend folds into one launch. Same numbers as the
-     * separate ops, to float rounding. */
-    void (*matmul_fused)(struct backend *be, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,
-                         const struct tensor *x /* [n][k] */, const struct mm_fused *f);
-    /* RMSNorm of every w->n_cols-wide group of x (so [n][heads*hd] with w [hd] is per-head). */
-    void (*rmsnorm)(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w, float eps);
-    /* Rotary embedding, rotate-half layout, on the first rope_dim dims of each head. */
-    void (*rope)(struct backend *be, struct tensor *x /* [n][n_head*head_dim] */, int32_t n_head, int32_t head_dim,
-                 int32_t rope_dim, const struct tensor *inv_freq /* [rope_dim/2] f32 */, float scale);
-    /* q [n][n_head*hd] and k [n][n_kv_head*hd] in place: per-head RMSNorm,
-     * rotary embedding; then k and v into their cache slots: rmsnorm, rope
-     * and kv_store one after another, in one pass where the backend can. */
-    void (*attn_prep)(struct backend *be, struct tensor *q, struct tensor *k, const struct tensor *v,
-                      struct tensor *k_cache, struct tensor *v_cache, const struct attn_prep *p);
-    /* K/V of the batch tokens into their cache slots. */
-    void (*kv_store)(struct backend *be, struct tensor *k_cache, struct tensor *v_cache, const struct tensor *k,
-                     const struct tensor *v);
-    void (*attention)(struct backend *be, struct tensor *out /* [n][n_head*head_dim] */, const struct tensor *q,
-                      const struct tensor *k_cache, const struct tensor *v_cache, int32_t n_head, int32_t n_kv_head,
-                      int32_t head_dim, float scale);
-    void (*swiglu)(struct backend *be, struct tensor *out, const struct tensor *gate, const struct tensor *up);
-    void (*add)(struct backend *be, struct tensor *x, const struct tensor *y); /* x += y */
-    /* out[j] = x[out_rows[j]] for the batch's output rows. */
-    void (*get_out_rows)(struct backend *be, struct tensor *out, const struct tensor *x);
-    /* out (+)= the routed experts of x: h = RMSNorm(x), the routing of h's
-     * logits, and each row's sum over its k experts of weight * expert(h)
-     * (struct moe_block; accumulate adds it to out, which may be x). With a
-     * shared expert, its y is added to each row's sum before out: out (+)=
-     * routed + shared, the reference's order. A backend may run the shared
-     * expert beside the routed ones. */
-    void (*moe)(struct backend *be, struct tensor *out, const struct tensor *x, const struct moe_block *mb,
-                bool accumulate);
-
-    /* elementwise */
-    void (*sigmoid_mul)(struct backend *be, struct tensor *x, const struct tensor *g); /* x *= sigmoid(g); g [n][cols] or [n][1] */
-    void (*relu2)(struct backend *be, struct tensor *x);                               /* x = max(x, 0)^2 */
-    /* out[r][j] = x[r][map[j]]; map: I32 [1][out cols] made with alloc + write. */
-    void (*permute_cols)(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *map);
-    /* RMSNorm over groups of `group` columns with a gate z (same shape as x):
-     * gate_first false (Qwen): w * norm(x) * silu(z); true (Mamba2): w * norm(x * silu(z)).
-     * w has `group` entries (shared by all groups) or x->n_cols. */
-    void (*rmsnorm_gated)(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *z,
-                          const struct tensor *w, float eps, int64_t group, bool gate_first);
-
-    /* recurrent layers (see struct attn_batch for parent / state slots) */
-    /* out = silu(bias + depthwise causal conv of width K over each token's path).
-     * w [C][K] (tap K-1 multiplies the token itself), bias [C] or NULL,
-     * state [n_slots][(K-1)*C]: the last K-1 inputs, oldest first. */
-    void (*conv1d)(struct backend *be, struct tensor *out /* [n][C] */, const struct tensor *x /* [n][C] */,
-                   const struct tensor *w, const struct tensor *bias, struct tensor *state);
-    /* Gated delta rule (Gated DeltaNet). Per value head h (key head h/(Hv/Hk)):
-     * q, k L2-normalised, q scaled by 1/sqrt(dk); beta = sigmoid(b[h]);
-     * g = -exp(A_log[h]) * softplus(a[h] + dt_bias[h]); S = exp(g) S;
-     * S += k (beta (v - S^T k))^T; out = S^T q. state [n_slots][Hv*dk*dv], S [dk][dv] per head. */
-    void (*delta_rule)(struct backend *be, struct tensor *out /* [n][Hv*dv] */, const struct tensor *q /* [n][Hk*dk] */,
-                       const struct tensor *k /* [n][Hk*dk] */, const struct tensor *v /* [n][Hv*dv] */,
-                       const struct tensor *a /* [n][Hv] */, const struct tensor *b /* [n][Hv] */,
-                       const struct tensor *A_log, const struct tensor *dt_bias, struct tensor *state, int32_t n_k_head,
-                       int32_t n_v_head, int32_t k_dim, int32_t v_dim);
-    /* Mamba2 selective scan (SSD). Per head h (group h/(H/G)), with A = -exp(A_log[h]):
-     * S = exp(dt A) S + dt x B^T; y = S C + D[h] x. state [n_slots][H*P*N], S [P][N] per head. */
-    void (*ssd)(struct backend *be, struct tensor *y /* [n][H*P] */, const struct tensor *x /* [n][H*P] */,
-                const struct tensor *B /* [n][G*N] */, const struct tensor *C /* [n][G*N] */,
-                const struct tensor *dt /* [n][H] */, const struct tensor *A_log, const struct tensor *D,
-                const struct tensor *dt_bias, struct tensor *state, const struct ssd_params *p);
+    /* the ops (BACKEND_OPS) */
+#define BACKEND_OP_FIELD(name, params, args) void(*name) params;
+    BACKEND_OPS(BACKEND_OP_FIELD)
+#undef BACKEND_OP_FIELD
 };
 
 struct backend {
