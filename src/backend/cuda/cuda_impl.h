@@ -253,6 +253,11 @@ void cuda_scatter_bf16(struct cuda_backend *c, const float *x, int64_t xs, const
  * the rows of x and f->up as cuda_gather_bf16 takes them. */
 void cuda_pre_split(struct cuda_backend *c, const float *x, int64_t xs, int64_t n, int32_t K, const struct mm_fused *f,
                     __nv_bfloat16 *hi, __nv_bfloat16 *lo);
+/* out[i] (+)= pre(x) . w[i]^T for i < n_w on cuBLAS (matmul_blas.cu): x
+ * rounded to bf16 once (and its lo half, a second product, when precise),
+ * one GEMM a weight adding into out when f->accumulate. */
+void cuda_mm_prefill(struct cuda_backend *c, int32_t n_w, struct tensor *const *out, const struct tensor *const *w,
+                     const struct tensor *x, const struct mm_fused *f);
 /* 0 for CUBLAS_STATUS_SUCCESS; else -1, the failure recorded with what */
 int cuda_blas_status(struct cuda_backend *c, cublasStatus_t st, const char *what);
 /* count row-major products out = alpha l . r + beta out, every operand
