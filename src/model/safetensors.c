@@ -43,6 +43,84 @@ static int st_cmp_range(const void *a, const void *b)
     return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end > y->end) - (x->end < y->end);
 }
 
+/* Header entry key: val (one tensor) checked against the file's data_size
+ * bytes of data into t's type, shape and byte range [*b, *e); -1 with
+ * err_set() naming the file and the tensor. */
+static int st_entry_parse(const char *path, const char *key, json_t *val, uint64_t data_size, struct st_tensor *t,
+                          json_int_t *b_out, json_int_t *e_out)
+{
+    const char *what = NULL;
+    json_t *jd = json_object_get(val, "dtype");
+    json_t *js = json_object_get(val, "shape");
+    json_t *jo = json_object_get(val, "data_offsets");
+    if (!json_is_object(val))
+        what = "entry is not an object";
+    else if (!json_is_string(jd))
+        what = "missing dtype";
+    else if (st_dtype_parse(json_string_value(jd), &t->type) != 0)
+        return err_set("safetensors: %s: tensor '%s': unsupported dtype '%s'", path, key, json_string_value(jd));
+    else if (!json_is_array(js) || json_array_size(js) > ST_MAX_DIM)
+        what = "bad shape";
+    else if (!json_is_array(jo) || json_array_size(jo) != 2 || !json_is_integer(json_array_get(jo, 0)) ||
+             !json_is_integer(json_array_get(jo, 1)))
+        what = "bad data_offsets";
+    if (what)
+        return err_set("safetensors: %s: tensor '%s': %s", path, key, what);
+    uint64_t numel = 1;
+    t->n_dim = (int32_t)json_array_size(js);
+    for (int32_t d = 0; d < t->n_dim; d++) {
+        json_t *e = json_array_get(js, (size_t)d);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > ((json_int_t)1 << 40))
+            return err_set("safetensors: %s: tensor '%s': bad shape", path, key);
+        t->shape[d] = json_integer_value(e);
+        if (t->shape[d] && numel > ((uint64_t)1 << 44) / (uint64_t)t->shape[d])
+            return err_set("safetensors: %s: tensor '%s': shape too large", path, key);
+        numel *= (uint64_t)t->shape[d];
+    }
+    const json_int_t b = json_integer_value(json_array_get(jo, 0)), e = json_integer_value(json_array_get(jo, 1));
+    if (b < 0 || e < b || (uint64_t)e > data_size)
+        return err_set("safetensors: %s: tensor '%s': data_offsets [%lld, %lld] outside the %llu data bytes", path,
+                       key, (long long)b, (long long)e, (unsigned long long)data_size);
+    if ((uint64_t)(e - b) != numel * dtype_size(t->type))
+        return err_set("safetensors: %s: tensor '%s': %lld bytes for shape of %llu %s elements", path, key,
+                       (long long)(e - b), (unsigned long long)numel, dtype_name(t->type));
+    *b_out = b;
+    *e_out = e;
+    return 0;
+}
+
+/* The byte ranges of a file's n tensors, sorted: -1 with err_set() if two overlap. */
+static int st_check_overlaps(const char *path, struct st_range *ranges, size_t n)
+{
+    qsort(ranges, n, sizeof *ranges, st_cmp_range);
+    for (size_t i = 1; i < n; i++)
+        if (ranges[i].begin < ranges[i - 1].end)
+            return err_set("safetensors: %s: tensors '%s' and '%s' overlap", path, ranges[i - 1].name,
+                           ranges[i].name);
+    return 0;
+}
+
+/* Tensors first.. of st whose data is not aligned to their element, copied
+ * into aligned memory. Only once the header has passed: overlapping entries
+ * could otherwise ask for the data many times over. */
+static int st_align_copies(struct safetensors *st, const char *path, int32_t first)
+{
+    for (int32_t i = first; i < st->n_tensors; i++) {
+        struct st_tensor *t = &st->tensors[i];
+        if (!t->n_bytes || (uintptr_t)t->data % dtype_size(t->type) == 0)
+            continue;
+        t->copy = aligned_alloc(64, (t->n_bytes + 63) & ~(size_t)63);
+        if (!t->copy)
+            return err_set("safetensors: %s: out of memory for an aligned copy of '%s' (%zu bytes)", path, t->name,
+                           t->n_bytes);
+        memcpy(t->copy, t->data, t->n_bytes);
+        t->data = t->copy;
+        st->n_copied++;
+        st->copied_bytes += t->n_bytes;
+    }
+    return 0;
+}
+
 /* Maps one file, validates its header and appends its tensors to st. */
 static int st_add_file(struct safetensors *st, const char *path)
 {
@@ -120,56 +198,10 @@ static int st_add_file(struct safetensors *st, const char *path)
     json_object_foreach(hdr, key, val) {
         if (strcmp(key, "__metadata__") == 0)
             continue;
-        const char *what = NULL;
-        json_t *jd = json_object_get(val, "dtype");
-        json_t *js = json_object_get(val, "shape");
-        json_t *jo = json_object_get(val, "data_offsets");
         struct st_tensor t = {0};
-        if (!json_is_object(val))
-            what = "entry is not an object";
-        else if (!json_is_string(jd))
-            what = "missing dtype";
-        else if (st_dtype_parse(json_string_value(jd), &t.type) != 0) {
-            err_set("safetensors: %s: tensor '%s': unsupported dtype '%s'", path, key,
-                    json_string_value(jd));
+        json_int_t b = 0, e = 0;
+        if (st_entry_parse(path, key, val, data_size, &t, &b, &e) != 0)
             goto fail;
-        } else if (!json_is_array(js) || json_array_size(js) > ST_MAX_DIM)
-            what = "bad shape";
-        else if (!json_is_array(jo) || json_array_size(jo) != 2 ||
-                 !json_is_integer(json_array_get(jo, 0)) || !json_is_integer(json_array_get(jo, 1)))
-            what = "bad data_offsets";
-        if (what) {
-            err_set("safetensors: %s: tensor '%s': %s", path, key, what);
-            goto fail;
-        }
-        uint64_t numel = 1;
-        t.n_dim = (int32_t)json_array_size(js);
-        for (int32_t d = 0; d < t.n_dim; d++) {
-            json_t *e = json_array_get(js, (size_t)d);
-            if (!json_is_integer(e) || json_integer_value(e) < 0 ||
-                json_integer_value(e) > ((json_int_t)1 << 40)) {
-                err_set("safetensors: %s: tensor '%s': bad shape", path, key);
-                goto fail;
-            }
-            t.shape[d] = json_integer_value(e);
-            if (t.shape[d] && numel > ((uint64_t)1 << 44) / (uint64_t)t.shape[d]) {
-                err_set("safetensors: %s: tensor '%s': shape too large", path, key);
-                goto fail;
-            }
-            numel *= (uint64_t)t.shape[d];
-        }
-        json_int_t b = json_integer_value(json_array_get(jo, 0));
-        json_int_t e = json_integer_value(json_array_get(jo, 1));
-        if (b < 0 || e < b || (uint64_t)e > data_size) {
-            err_set("safetensors: %s: tensor '%s': data_offsets [%lld, %lld] outside the %llu data bytes",
-                    path, key, (long long)b, (long long)e, (unsigned long long)data_size);
-            goto fail;
-        }
-        if ((uint64_t)(e - b) != numel * dtype_size(t.type)) {
-            err_set("safetensors: %s: tensor '%s': %lld bytes for shape of %llu %s elements", path,
-                    key, (long long)(e - b), (unsigned long long)numel, dtype_name(t.type));
-            goto fail;
-        }
         t.name = strdup(key);
         if (!t.name) {
             err_set("safetensors: out of memory");
@@ -181,30 +213,8 @@ static int st_add_file(struct safetensors *st, const char *path)
         st->tensors[st->n_tensors++] = t;
         ranges[n_ranges++] = (struct st_range){(uint64_t)b, (uint64_t)e, t.name};
     }
-    qsort(ranges, n_ranges, sizeof *ranges, st_cmp_range);
-    for (size_t i = 1; i < n_ranges; i++)
-        if (ranges[i].begin < ranges[i - 1].end) {
-            err_set("safetensors: %s: tensors '%s' and '%s' overlap", path, ranges[i - 1].name,
-                    ranges[i].name);
-            goto fail;
-        }
-    /* copies only once the header has passed: overlapping entries could
-     * otherwise ask for the data many times over */
-    for (int32_t i = first; i < st->n_tensors; i++) {
-        struct st_tensor *t = &st->tensors[i];
-        if (!t->n_bytes || (uintptr_t)t->data % dtype_size(t->type) == 0)
-            continue;
-        t->copy = aligned_alloc(64, (t->n_bytes + 63) & ~(size_t)63);
-        if (!t->copy) {
-            err_set("safetensors: %s: out of memory for an aligned copy of '%s' (%zu bytes)", path, t->name,
-                    t->n_bytes);
-            goto fail;
-        }
-        memcpy(t->copy, t->data, t->n_bytes);
-        t->data = t->copy;
-        st->n_copied++;
-        st->copied_bytes += t->n_bytes;
-    }
+    if (st_check_overlaps(path, ranges, n_ranges) != 0 || st_align_copies(st, path, first) != 0)
+        goto fail;
     free(ranges);
     json_decref(hdr);
     return 0;
