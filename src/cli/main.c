@@ -1,6 +1,8 @@
 /* kapitsa: command-line entry point; dispatches to the subcommands in src/cli. */
+#define _GNU_SOURCE
 #include "cli.h"
 
+#include "../base/err.h"
 #include "../base/path.h"
 #include "../hub/cache.h"
 
@@ -49,12 +51,23 @@ static const char *default_model(void)
 
 const char *cli_model_dir(const char *ref)
 {
-    static char dirs[4][4608];
-    static int next;
-    char *out = dirs[next++ % 4];
+    /* every answer kept (reachable) until exit, as cli.h promises: a command
+     * asks for a few at most */
+    static char **kept;
+    static size_t n_kept;
+    char out[4608];
     if (!ref && !(ref = default_model()))
         return NULL;
-    return hub_model_dir(ref, out, sizeof dirs[0]) == 0 ? out : NULL;
+    if (hub_model_dir(ref, out, sizeof out) != 0)
+        return NULL;
+    char **k = realloc(kept, (n_kept + 1) * sizeof *k);
+    if (!k || !(k[n_kept] = strdup(out))) {
+        kept = k ? k : kept;
+        err_set("kapitsa: out of memory");
+        return NULL;
+    }
+    kept = k;
+    return kept[n_kept++];
 }
 
 static const struct {
