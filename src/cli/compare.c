@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include "../base/clock.h"
 #include "../base/err.h"
+#include "../backend/cpu/cpu.h"
 #include "cli.h"
 
 #include <curl/curl.h>
@@ -23,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #define CMP_MAX_TARGETS 8
 #define CMP_MAX_LENS 8
@@ -112,24 +115,43 @@ static size_t whole(char *data, size_t sz, size_t nm, void *ctx)
     return len;
 }
 
+/* The request's headers: JSON, and the key as a bearer token when one is given. */
+static struct curl_slist *headers(const char *api_key)
+{
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    if (api_key && *api_key) {
+        char auth[1100];
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", api_key);
+        h = curl_slist_append(h, auth);
+    }
+    return h;
+}
+
 /* The first model the server lists (GET URL/models), for servers that need a name. */
-static int first_model(const char *url, char *out, size_t n)
+static int first_model(const char *url, const char *api_key, char *out, size_t n)
 {
     char u[1024];
     snprintf(u, sizeof u, "%s/models", url);
     struct stream s = {0};
+    struct curl_slist *h = headers(api_key);
     CURL *c = curl_easy_init();
     curl_easy_setopt(c, CURLOPT_URL, u);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, whole);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
     CURLcode cc = curl_easy_perform(c);
+    long code = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     curl_easy_cleanup(c);
+    curl_slist_free_all(h);
     int rc = -1;
     json_t *j = cc == CURLE_OK && s.line ? json_loads(s.line, 0, NULL) : NULL;
     const char *id = json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id"));
     if (cc != CURLE_OK) {
         err_set("compare: %s: %s", u, curl_easy_strerror(cc));
+    } else if (code == 401 || code == 403) {
+        err_set("compare: %s: HTTP %ld: the server wants a key (--api-key)", u, code);
     } else if (id) {
         snprintf(out, n, "%s", id);
         rc = 0;
@@ -163,7 +185,8 @@ struct sample {
     int32_t n_in, n_out;
 };
 
-static int one_request(const char *url, const char *model, const char *prompt, int32_t max_tokens, struct sample *out)
+static int one_request(const char *url, const char *api_key, const char *model, const char *prompt,
+                       int32_t max_tokens, struct sample *out)
 {
     char u[1024];
     snprintf(u, sizeof u, "%s/completions", url);
@@ -172,7 +195,7 @@ static int one_request(const char *url, const char *model, const char *prompt, i
                              "include_usage", 1, "ignore_eos", 1, "seed", 1);
     char *txt = json_dumps(body, JSON_COMPACT);
     json_decref(body);
-    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    struct curl_slist *h = headers(api_key);
     struct stream s = {0};
     CURL *c = curl_easy_init();
     curl_easy_setopt(c, CURLOPT_URL, u);
@@ -230,68 +253,133 @@ struct result {
     int32_t n_in, n_out;
 };
 
-/* Two panels of grouped bars (median, with a min-max whisker): decode tok/s and TTFT. */
-static int write_svg(const char *path, char **urls, int32_t n_t, const int32_t *lens, int32_t n_l,
-                     struct result r[][CMP_MAX_LENS])
+/* The decades (powers of ten) a log axis spans to hold [lo, hi]. */
+static void log_span(double lo, double hi, double *d0, double *d1)
+{
+    lo = lo > 0 ? lo : 1e-3;
+    hi = hi > lo ? hi : lo * 10;
+    *d0 = floor(log10(lo));
+    *d1 = ceil(log10(hi));
+    if (*d1 <= *d0)
+        *d1 = *d0 + 1;
+}
+
+/* Two panels of grouped bars on log axes (median, with a min-max whisker):
+ * decode tok/s and TTFT, so a slow server's short bars stay readable; a
+ * title naming the models, the machine and the date; ticks at 1, 2 and 5
+ * of each decade. */
+static int write_svg(const char *path, char **urls, char **models, int32_t n_t, const int32_t *lens, int32_t n_l,
+                     struct result r[][CMP_MAX_LENS], int32_t reps, int32_t gen)
 {
     FILE *f = fopen(path, "w");
     if (!f)
         return err_set("compare: cannot write %s", path);
     static const char *const colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
                                          "#e377c2", "#7f7f7f"};
-    const int W = 420, H = 260, top = 40, left = 60, ph = 170;
+    const int W = 440, H = 300, top = 70, left = 64, ph = 180;
+    char host[256] = "", when[64] = "";
+    if (gethostname(host, sizeof host) != 0)
+        snprintf(host, sizeof host, "this machine");
+    host[sizeof host - 1] = 0;
+    const time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm))
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
+    struct cpu_host ch;
+    cpu_host_query(&ch);
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
                "font-size=\"11\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
             2 * W, H + 20 * n_t);
+    fprintf(f, "<text x=\"%d\" y=\"18\" font-size=\"14\">kapitsa bench compare: ", left);
+    for (int32_t t = 0; t < n_t; t++)
+        fprintf(f, "%s%s", t ? " vs " : "", models[t]);
+    fprintf(f, "</text>\n<text x=\"%d\" y=\"34\">client on %s (%s), %s; %d tokens greedily, median of %d, "
+               "whiskers min-max</text>\n",
+            left, host, ch.model, when, gen, reps);
     for (int panel = 0; panel < 2; panel++) {
-        double mx = 0;
+        double lo = INFINITY, hi = 0, d0, d1;
         for (int32_t t = 0; t < n_t; t++)
-            for (int32_t l = 0; l < n_l; l++)
-                mx = fmax(mx, panel ? r[t][l].ttft[2] * 1e3 : r[t][l].tps[2]);
-        mx = mx > 0 ? mx * 1.1 : 1;
-        const int x0 = panel * W + left;
-        fprintf(f, "<text x=\"%d\" y=\"20\" font-size=\"13\">%s</text>\n", x0,
-                panel ? "time to first token (ms, lower is better)" : "decode tok/s (higher is better)");
-        fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", x0, top + ph,
-                x0 + W - left - 20, top + ph);
-        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.0f</text>\n", x0 - 4, top + 10, mx);
-        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">0</text>\n", x0 - 4, top + ph);
-        const double gw = (double)(W - left - 30) / n_l, bw = gw * 0.8 / n_t;
+            for (int32_t l = 0; l < n_l; l++) {
+                const double *v = panel ? r[t][l].ttft : r[t][l].tps, k = panel ? 1e3 : 1;
+                lo = fmin(lo, v[0] * k);
+                hi = fmax(hi, v[2] * k);
+            }
+        log_span(lo, hi, &d0, &d1);
+        const int x0 = panel * W + left, x1 = x0 + W - left - 20;
+        /* y of value v on the panel's log axis */
+#define Y_OF(v) (top + ph - (log10(fmax((v), pow(10, d0))) - d0) / (d1 - d0) * ph)
+        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"13\">%s</text>\n", x0, top - 12,
+                panel ? "time to first token, ms (lower is better)" : "decode tok/s (higher is better)");
+        for (double d = d0; d <= d1; d++)
+            for (int m = 1; m <= 5; m += m == 1 ? 1 : 3) {
+                const double v = m * pow(10, d);
+                if (log10(v) > d1 + 1e-9)
+                    break;
+                const double y = Y_OF(v);
+                fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+                           "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
+                        x0, y, x1, y, x0 - 4, y + 4, v);
+            }
+        fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", x0, top + ph, x1,
+                top + ph);
+        const double gw = (double)(x1 - x0) / n_l, bw = gw * 0.8 / n_t;
         for (int32_t l = 0; l < n_l; l++) {
             fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%d words</text>\n", x0 + gw * (l + 0.5),
                     top + ph + 14, lens[l]);
             for (int32_t t = 0; t < n_t; t++) {
                 const double *v = panel ? r[t][l].ttft : r[t][l].tps, k = panel ? 1e3 : 1;
-                const double x = x0 + gw * l + gw * 0.1 + bw * t, h = v[1] * k / mx * ph;
-                fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n", x,
-                        top + ph - h, bw * 0.9, h, colors[t % 8]);
+                const double x = x0 + gw * l + gw * 0.1 + bw * t, y = Y_OF(v[1] * k);
+                fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n", x, y,
+                        bw * 0.9, top + ph - y, colors[t % 8]);
                 fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n",
-                        x + bw * 0.45, top + ph - v[0] * k / mx * ph, x + bw * 0.45, top + ph - v[2] * k / mx * ph);
+                        x + bw * 0.45, Y_OF(v[0] * k), x + bw * 0.45, Y_OF(v[2] * k));
             }
         }
+#undef Y_OF
     }
     for (int32_t t = 0; t < n_t; t++)
-        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"%d\" y=\"%d\">%s</text>\n",
-                left, H + 20 * t - 10, colors[t % 8], left + 16, H + 20 * t, urls[t]);
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"%d\" y=\"%d\">%s "
+                   "(%s)</text>\n",
+                left, H + 20 * t - 10, colors[t % 8], left + 16, H + 20 * t, models[t], urls[t]);
     fprintf(f, "</svg>\n");
     return fclose(f) == 0 ? 0 : err_set("compare: cannot write %s", path);
+}
+
+/* A warning for each server and length whose own runs spread by more than a
+ * quarter of their median: its figures are not to be compared as they are. */
+static void warn_spread(char **urls, int32_t n_t, const int32_t *lens, int32_t n_l, struct result r[][CMP_MAX_LENS])
+{
+    for (int32_t t = 0; t < n_t; t++)
+        for (int32_t l = 0; l < n_l; l++) {
+            const double *v[2] = {r[t][l].tps, r[t][l].ttft};
+            for (int k = 0; k < 2; k++)
+                if (v[k][1] > 0 && (v[k][2] - v[k][0]) / v[k][1] > 0.25)
+                    fprintf(stderr,
+                            "kapitsa: warning: %s at %d words: its %s runs spread %.0f%% around the median (%.4g to "
+                            "%.4g): another load on the machine? more --reps?\n",
+                            urls[t], (int)lens[l], k ? "time to first token" : "decode", 100 * (v[k][2] - v[k][0]) / v[k][1],
+                            v[k][0], v[k][2]);
+        }
 }
 
 static void compare_usage(FILE *f)
 {
     fprintf(f, "usage: kapitsa bench compare --against URL [--against URL ...] [--prompts W1,W2,...] [--gen N]\n"
-               "                             [--reps R] [--svg FILE] [--json]\n"
+               "                             [--reps R] [--model NAME ...] [--api-key KEY] [--svg FILE] [--json]\n"
                "  URL: an OpenAI-compatible base (http://127.0.0.1:11435/v1, llama-server's, Ollama's, vLLM's).\n"
                "  Streams the same raw prompts (default 128,512,2048 words) greedily to each server, N tokens\n"
                "  each (default 128), R times (default 3); prints time to first token and decode tok/s\n"
-               "  (min / median / max) side by side, and with --svg a chart.\n");
+               "  (min / median / max) side by side, and with --svg a chart (log axes, the models, machine\n"
+               "  and date named). --model: the i-th names the i-th server's model (one: every server's;\n"
+               "  default the first it lists); --api-key: sent as a bearer token to every server.\n");
 }
 
 int bench_compare(int argc, char **argv)
 {
     cli_opt_command("bench compare");
-    char *urls[CMP_MAX_TARGETS];
-    int32_t n_t = 0, lens[CMP_MAX_LENS] = {128, 512, 2048}, n_l = 3, gen = 128, reps = 3;
+    char *urls[CMP_MAX_TARGETS], *models[CMP_MAX_TARGETS] = {0};
+    const char *api_key = NULL, *model_arg[CMP_MAX_TARGETS];
+    int32_t n_m = 0, n_t = 0, lens[CMP_MAX_LENS] = {128, 512, 2048}, n_l = 3, gen = 128, reps = 3;
     const char *svg = NULL, *v;
     int json = 0;
     for (int i = 0; i < argc; i++) {
@@ -330,6 +418,13 @@ int bench_compare(int argc, char **argv)
             if (x < 1 || x > CMP_MAX_REPS)
                 return compare_usage(stderr), 2;
             reps = (int32_t)x;
+        } else if ((f = cli_flag(argc, argv, &i, "--model", &v)) != 0) {
+            if (f < 0 || n_m == CMP_MAX_TARGETS)
+                return compare_usage(stderr), 2;
+            model_arg[n_m++] = v;
+        } else if ((f = cli_flag(argc, argv, &i, "--api-key", &api_key)) != 0) {
+            if (f < 0)
+                return 2;
         } else if ((f = cli_flag(argc, argv, &i, "--svg", &svg)) != 0) {
             if (f < 0)
                 return 2;
@@ -337,17 +432,26 @@ int bench_compare(int argc, char **argv)
             return cli_arg_reject(argv[i], compare_usage);
         }
     }
-    if (n_t == 0)
+    if (n_t == 0 || (n_m > 1 && n_m != n_t)) {
+        if (n_m > 1 && n_m != n_t)
+            fprintf(stderr, "kapitsa bench compare: %d --model for %d --against: give one, or one a server\n",
+                    (int)n_m, (int)n_t);
+        for (int32_t t = 0; t < n_t; t++)
+            free(urls[t]);
         return compare_usage(stderr), 2;
+    }
     curl_global_init(CURL_GLOBAL_DEFAULT);
     static struct result r[CMP_MAX_TARGETS][CMP_MAX_LENS];
     int rc = 0;
     for (int32_t t = 0; t < n_t && rc == 0; t++) {
         char model[256];
-        if (first_model(urls[t], model, sizeof model) != 0) {
+        if (n_m > 0)
+            snprintf(model, sizeof model, "%s", model_arg[n_m == 1 ? 0 : t]);
+        else if (first_model(urls[t], api_key, model, sizeof model) != 0) {
             rc = -1;
             break;
         }
+        models[t] = strdup(model);
         for (int32_t l = 0; l < n_l && rc == 0; l++) {
             char *prompt = make_prompt(lens[l]);
             double ttft[CMP_MAX_REPS], tps[CMP_MAX_REPS];
@@ -356,7 +460,7 @@ int bench_compare(int argc, char **argv)
              * is defeated below by a different first word per repetition) */
             for (int32_t k = -1; k < reps && rc == 0; k++) {
                 prompt[0] = (char)('a' + (k + 1) % 26);
-                rc = one_request(urls[t], model, prompt, gen, &s);
+                rc = one_request(urls[t], api_key, model, prompt, gen, &s);
                 if (k >= 0) {
                     ttft[k] = s.ttft;
                     tps[k] = s.tps;
@@ -378,7 +482,7 @@ int bench_compare(int argc, char **argv)
         for (int32_t t = 0; t < n_t; t++)
             for (int32_t l = 0; l < n_l; l++)
                 json_array_append_new(
-                    arr, json_pack("{s:s,s:i,s:i,s:i,s:[f,f,f],s:[f,f,f]}", "url", urls[t], "prompt_words", lens[l],
+                    arr, json_pack("{s:s,s:s,s:i,s:i,s:i,s:[f,f,f],s:[f,f,f]}", "url", urls[t], "model", models[t], "prompt_words", lens[l],
                                    "prompt_tokens", r[t][l].n_in, "completion_tokens", r[t][l].n_out, "ttft_s",
                                    r[t][l].ttft[0], r[t][l].ttft[1], r[t][l].ttft[2], "decode_tok_s", r[t][l].tps[0],
                                    r[t][l].tps[1], r[t][l].tps[2]));
@@ -396,12 +500,16 @@ int bench_compare(int argc, char **argv)
                        1e3 * r[t][l].ttft[0], 1e3 * r[t][l].ttft[1], 1e3 * r[t][l].ttft[2], r[t][l].tps[0],
                        r[t][l].tps[1], r[t][l].tps[2]);
     }
-    if (rc == 0 && svg && write_svg(svg, urls, n_t, lens, n_l, r) != 0) {
+    if (rc == 0)
+        warn_spread(urls, n_t, lens, n_l, r);
+    if (rc == 0 && svg && write_svg(svg, urls, models, n_t, lens, n_l, r, reps, gen) != 0) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         rc = -1;
     }
-    for (int32_t t = 0; t < n_t; t++)
+    for (int32_t t = 0; t < n_t; t++) {
         free(urls[t]);
+        free(models[t]);
+    }
     curl_global_cleanup();
     return rc ? 1 : 0;
 }
