@@ -55,6 +55,10 @@ expect "the cache layout of huggingface_hub" 0 "layout ok" -- layout "$repo_dir"
 "$bin" run --model "$here/../models/kapitsa-tiny" --max-tokens 12 "def add(a, b):" >"$tmp/want" 2>/dev/null
 expect "run from the cache by hub id gives the same text" 0 "$(cat "$tmp/want")" -- \
     "$bin" run --model kapitsa/tiny --max-tokens 12 "def add(a, b):"
+expect "run of a model not downloaded, without --pull and without a terminal: says how to pull it" 1 "kapitsa pull" -- \
+    env HF_HOME="$tmp/hf-fresh" "$bin" run --model kapitsa/tiny --max-tokens 12 "def add(a, b):"
+expect "run --pull pulls it first, then gives the same text" 0 "$(cat "$tmp/want")" -- \
+    env HF_HOME="$tmp/hf-fresh" "$bin" run --pull --model kapitsa/tiny --max-tokens 12 "def add(a, b):"
 n_before=$(wc -l <"$tmp/log")
 expect "a second pull downloads nothing" 0 "snapshots/" -- "$bin" pull kapitsa/tiny
 [ "$(wc -l <"$tmp/log")" = "$n_before" ] && ok "no blob fetched again" || bad "no blob fetched again"

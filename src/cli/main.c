@@ -5,11 +5,14 @@
 #include "../base/err.h"
 #include "../base/path.h"
 #include "../hub/cache.h"
+#include "../hub/catalog.h"
+#include "../hub/pull.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(FILE *f)
 {
@@ -34,7 +37,9 @@ static void usage(FILE *f)
                "  detokenize    token ids to text\n"
                "  render        an OpenAI chat request (stdin) to the exact prompt of the model's template\n"
                "  version       version, commit, backends and cpu kernels (also --version)\n"
-               "  help          this text\n\n"
+               "  help          this text\n"
+               "A model not yet downloaded is pulled when you agree (asked on a terminal), or with --pull\n"
+               "given to any command.\n\n"
                "'kapitsa COMMAND --help' describes a command's options.\n");
 }
 
@@ -49,6 +54,55 @@ static const char *default_model(void)
     return path_data("kapitsa-tiny", path, sizeof path) == 0 ? path : NULL;
 }
 
+/* --pull anywhere on the command line: a model not downloaded is pulled
+ * without asking (main takes the flag out before the command parses). */
+static bool pull_allowed;
+
+/* Whether to pull ref, which names a catalog model or a hub id not yet
+ * downloaded: --pull, else the user's answer on a terminal. */
+static bool pull_agreed(const char *ref)
+{
+    if (pull_allowed)
+        return true;
+    if (!isatty(0) || !isatty(2))
+        return false;
+    struct catalog c;
+    double gb = 0;
+    if (catalog_load(&c, NULL) == 0) {
+        const struct catalog_model *m = catalog_find(&c, ref);
+        gb = m ? (double)m->bytes / 1e9 : 0;
+        catalog_free(&c);
+    }
+    fprintf(stderr, "kapitsa: %s is not downloaded. Pull it now", ref);
+    if (gb > 0)
+        fprintf(stderr, " (%.1f GB)", gb);
+    fprintf(stderr, "? [y/N] ");
+    char line[16];
+    return fgets(line, sizeof line, stdin) && (line[0] == 'y' || line[0] == 'Y');
+}
+
+/* ref (a catalog name, ORG/NAME or ORG/NAME:QUANT) into the hub cache, the
+ * progress on stderr (stdout stays the command's) */
+static int pull_ref(const char *ref)
+{
+    struct catalog c;
+    char repo[256], rev[128] = "main";
+    struct hub_pull_opts o = {.progress = stderr, .bar = isatty(2) != 0};
+    const char *colon = strchr(ref, ':');
+    snprintf(repo, sizeof repo, "%.*s", colon ? (int)(colon - ref) : (int)strlen(ref), ref);
+    o.quant = colon ? colon + 1 : NULL;
+    if (!colon && catalog_load(&c, NULL) == 0) {
+        const struct catalog_model *m = catalog_find(&c, ref);
+        if (m) {
+            snprintf(repo, sizeof repo, "%s", m->repo);
+            snprintf(rev, sizeof rev, "%s", m->revision);
+        }
+        catalog_free(&c);
+    }
+    char dir[4608];
+    return hub_pull(repo, rev, &o, dir, sizeof dir);
+}
+
 const char *cli_model_dir(const char *ref)
 {
     /* every answer kept (reachable) until exit, as cli.h promises: a command
@@ -58,8 +112,12 @@ const char *cli_model_dir(const char *ref)
     char out[4608];
     if (!ref && !(ref = default_model()))
         return NULL;
-    if (hub_model_dir(ref, out, sizeof out) != 0)
-        return NULL;
+    if (hub_model_dir(ref, out, sizeof out) != 0) {
+        /* a name, not a path, that a pull could bring */
+        const bool pullable = ref[0] != '/' && ref[0] != '.' && ref[0] != '~' && strncmp(ref, "ollama:", 7) != 0;
+        if (!pullable || !pull_agreed(ref) || pull_ref(ref) != 0 || hub_model_dir(ref, out, sizeof out) != 0)
+            return NULL;
+    }
     char **k = realloc(kept, (n_kept + 1) * sizeof *k);
     if (!k || !(k[n_kept] = strdup(out))) {
         kept = k ? k : kept;
@@ -91,7 +149,13 @@ int main(int argc, char **argv)
     for (size_t k = 0; k < sizeof commands / sizeof *commands; k++)
         if (strcmp(cmd, commands[k].name) == 0) {
             cli_opt_command(cmd);
-            return commands[k].fn(argc - 2, argv + 2);
+            int n = 0;
+            for (int i = 2; i < argc; i++) /* --pull: cli_model_dir's, for every command */
+                if (strcmp(cmd, "pull") != 0 && strcmp(argv[i], "--pull") == 0)
+                    pull_allowed = true;
+                else
+                    argv[2 + n++] = argv[i];
+            return commands[k].fn(n, argv + 2);
         }
     if (cli_switch(cmd, "-V|--version")) {
         cli_opt_command("version");
