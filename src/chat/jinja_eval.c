@@ -15,525 +15,7 @@
 #include <time.h>
 #include <utf8proc.h>
 
-#define MAX_STEPS 5000000
-#define MAX_OUTPUT (64u << 20)
-#define MAX_DEPTH 200
-#define MAX_EVAL_DEPTH 400 /* expression nesting: left-deep operator chains recurse */
-
-struct sbuf {
-    char *p;
-    size_t n, cap;
-};
-
-struct frame {
-    struct frame *parent;
-    struct jdict vars;
-};
-
-struct rctx {
-    struct arena *a;
-    jmp_buf jb;
-    struct sbuf *out;
-    struct frame *globals;
-    int64_t steps;
-    int depth;
-    int eval_depth;
-    int loop_ctl; /* 1 break, 2 continue */
-    int32_t line; /* of the node being run, for errors without one */
-};
-
 enum { F_NAMESPACE, F_RANGE, F_DICT, F_RAISE, F_STRFTIME, F_LEN };
-
-static _Noreturn void rerr(struct rctx *r, int32_t line, const char *fmt, ...) KP_PRINTF(3, 4);
-static _Noreturn void rerr(struct rctx *r, int32_t line, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    err_set("jinja: line %d: %s", line, msg);
-    longjmp(r->jb, 1);
-}
-
-static void *ralloc(struct rctx *r, size_t n)
-{
-    void *p = arena_alloc(r->a, n);
-    if (!p)
-        rerr(r, r->line, "render memory limit reached");
-    return p;
-}
-
-/* ---- output buffer ---- */
-
-static void sb_put(struct rctx *r, struct sbuf *b, const char *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap * 2 : 4096;
-        while (nc < b->n + n + 1)
-            nc *= 2;
-        if (nc > MAX_OUTPUT + 4096)
-            rerr(r, r->line, "output larger than %u bytes", MAX_OUTPUT);
-        char *np = arena_alloc(r->a, nc);
-        if (!np)
-            rerr(r, r->line, "render memory limit reached");
-        if (b->n)
-            memcpy(np, b->p, b->n);
-        b->p = np;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void sb_str(struct rctx *r, struct sbuf *b, const char *s) { sb_put(r, b, s, strlen(s)); }
-
-/* ---- values ---- */
-
-static const struct jval UNDEF = {.t = J_UNDEF};
-static const struct jval NONE = {.t = J_NONE};
-
-static struct jval mk_bool(bool b) { return (struct jval){.t = J_BOOL, .b = b}; }
-static struct jval mk_int(int64_t i) { return (struct jval){.t = J_INT, .i = i}; }
-static struct jval mk_float(double f) { return (struct jval){.t = J_FLOAT, .f = f}; }
-static struct jval mk_str(const char *p, size_t n) { return (struct jval){.t = J_STR, .s = {p, n}}; }
-static struct jval mk_cstr(const char *p) { return mk_str(p, strlen(p)); }
-
-static struct jval mk_list(struct rctx *r, int32_t cap)
-{
-    struct jlist *l = ralloc(r, sizeof *l);
-    l->cap = cap > 0 ? cap : 4;
-    l->v = ralloc(r, (size_t)l->cap * sizeof *l->v);
-    return (struct jval){.t = J_LIST, .l = l};
-}
-
-static void list_add(struct rctx *r, struct jlist *l, struct jval v)
-{
-    if (l->n == l->cap) {
-        struct jval *nv = ralloc(r, (size_t)l->cap * 2 * sizeof *nv);
-        memcpy(nv, l->v, (size_t)l->n * sizeof *nv);
-        l->v = nv;
-        l->cap *= 2;
-    }
-    l->v[l->n++] = v;
-}
-
-static struct jval mk_dict(struct rctx *r)
-{
-    struct jdict *d = ralloc(r, sizeof *d);
-    return (struct jval){.t = J_DICT, .d = d};
-}
-
-static bool str_eq(struct jval a, const char *s, size_t n) { return a.t == J_STR && a.s.n == n && memcmp(a.s.p, s, n) == 0; }
-
-static struct jval *dict_find(const struct jdict *d, const char *k, size_t n)
-{
-    for (int32_t i = 0; i < d->n; i++)
-        if (str_eq(d->k[i], k, n))
-            return &d->v[i];
-    return NULL;
-}
-
-static void dict_set(struct rctx *r, struct jdict *d, struct jval k, struct jval v)
-{
-    struct jval *old = k.t == J_STR ? dict_find(d, k.s.p, k.s.n) : NULL;
-    if (old) {
-        *old = v;
-        return;
-    }
-    if (d->n == d->cap) {
-        int32_t nc = d->cap ? d->cap * 2 : 8;
-        struct jval *nk = ralloc(r, (size_t)nc * sizeof *nk), *nv = ralloc(r, (size_t)nc * sizeof *nv);
-        if (d->n) {
-            memcpy(nk, d->k, (size_t)d->n * sizeof *nk);
-            memcpy(nv, d->v, (size_t)d->n * sizeof *nv);
-        }
-        d->k = nk;
-        d->v = nv;
-        d->cap = nc;
-    }
-    d->k[d->n] = k;
-    d->v[d->n++] = v;
-}
-
-static struct jval from_json(struct rctx *r, json_t *j)
-{
-    switch (json_typeof(j)) {
-    case JSON_OBJECT: {
-        struct jval d = mk_dict(r);
-        const char *k;
-        json_t *v;
-        json_object_foreach(j, k, v) dict_set(r, d.d, mk_str(k, strlen(k)), from_json(r, v));
-        return d;
-    }
-    case JSON_ARRAY: {
-        struct jval l = mk_list(r, (int32_t)json_array_size(j));
-        size_t i;
-        json_t *v;
-        json_array_foreach(j, i, v) list_add(r, l.l, from_json(r, v));
-        return l;
-    }
-    case JSON_STRING: return mk_str(json_string_value(j), json_string_length(j));
-    case JSON_INTEGER: return mk_int(json_integer_value(j));
-    case JSON_REAL: return mk_float(json_real_value(j));
-    case JSON_TRUE: return mk_bool(true);
-    case JSON_FALSE: return mk_bool(false);
-    default: return NONE;
-    }
-}
-
-static bool truthy(struct jval v)
-{
-    switch (v.t) {
-    case J_UNDEF:
-    case J_NONE: return false;
-    case J_BOOL: return v.b;
-    case J_INT: return v.i != 0;
-    case J_FLOAT: return v.f != 0;
-    case J_STR: return v.s.n > 0;
-    case J_LIST: return v.l->n > 0;
-    case J_DICT: return v.d->n > 0;
-    default: return true;
-    }
-}
-
-static const char *type_name(struct jval v)
-{
-    static const char *const n[] = {"Undefined", "NoneType", "bool", "int", "float", "str", "list", "dict", "Macro",
-                                    "builtin_function_or_method", "builtin_function_or_method"};
-    if (v.t == J_LIST && v.tuple)
-        return "tuple";
-    if (v.t == J_DICT && v.ns)
-        return "Namespace";
-    return n[v.t];
-}
-
-/* Python's repr(float): the shortest digits that read back the same. */
-static void fmt_float(char *buf, size_t n, double f)
-{
-    if (isnan(f)) {
-        snprintf(buf, n, "nan");
-        return;
-    }
-    if (isinf(f)) {
-        snprintf(buf, n, f > 0 ? "inf" : "-inf");
-        return;
-    }
-    char tmp[40];
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(tmp, sizeof tmp, "%.*e", prec - 1, f);
-        if (strtod(tmp, NULL) == f)
-            break;
-    }
-    /* tmp is d.ddde[+-]XX: choose fixed or exponent notation as repr does */
-    char *e = strchr(tmp, 'e');
-    int exp10 = atoi(e + 1);
-    char digits[40];
-    size_t nd = 0;
-    for (char *c = tmp; c < e; c++)
-        if (*c >= '0' && *c <= '9')
-            digits[nd++] = *c;
-    digits[nd] = 0;
-    const char *sign = f < 0 ? "-" : "";
-    if (exp10 >= -4 && exp10 < 16) {
-        if (exp10 >= 0) {
-            char ip[40], fp[40];
-            size_t ni = (size_t)exp10 + 1;
-            for (size_t i = 0; i < ni; i++)
-                ip[i] = i < nd ? digits[i] : '0';
-            ip[ni] = 0;
-            size_t nf = nd > ni ? nd - ni : 0;
-            memcpy(fp, digits + ni < digits + nd ? digits + ni : "", nf);
-            fp[nf] = 0;
-            snprintf(buf, n, "%s%s.%s", sign, ip, nf ? fp : "0");
-        } else {
-            snprintf(buf, n, "%s0.%0*d%s", sign, -exp10 - 1, 0, digits);
-            if (-exp10 - 1 == 0) /* %0*d with width 0 prints "0": drop it */
-                snprintf(buf, n, "%s0.%s", sign, digits);
-        }
-    } else {
-        char mant[48];
-        if (nd > 1)
-            snprintf(mant, sizeof mant, "%c.%s", digits[0], digits + 1);
-        else
-            snprintf(mant, sizeof mant, "%c", digits[0]);
-        snprintf(buf, n, "%s%se%c%02d", sign, mant, exp10 < 0 ? '-' : '+', abs(exp10));
-    }
-}
-
-static bool py_printable(uint32_t cp)
-{
-    if (cp == ' ')
-        return true;
-    utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
-    return !(c == UTF8PROC_CATEGORY_CC || c == UTF8PROC_CATEGORY_CF || c == UTF8PROC_CATEGORY_CS ||
-             c == UTF8PROC_CATEGORY_CO || c == UTF8PROC_CATEGORY_CN || c == UTF8PROC_CATEGORY_ZL ||
-             c == UTF8PROC_CATEGORY_ZP || c == UTF8PROC_CATEGORY_ZS);
-}
-
-static void put_repr_str(struct rctx *r, struct sbuf *b, const char *s, size_t n)
-{
-    bool sq = memchr(s, '\'', n) != NULL, dq = memchr(s, '"', n) != NULL;
-    char q = sq && !dq ? '"' : '\'';
-    sb_put(r, b, &q, 1);
-    size_t i = 0, bad;
-    uint32_t cp;
-    while (i < n) {
-        size_t l = utf8_seq((const unsigned char *)s + i, n - i, &bad, &cp);
-        char esc[16];
-        if (!l) {
-            l = bad;
-            cp = 0xfffd;
-        }
-        if (cp == '\\' || cp == (uint32_t)q) {
-            esc[0] = '\\';
-            esc[1] = (char)cp;
-            sb_put(r, b, esc, 2);
-        } else if (cp == '\n')
-            sb_str(r, b, "\\n");
-        else if (cp == '\r')
-            sb_str(r, b, "\\r");
-        else if (cp == '\t')
-            sb_str(r, b, "\\t");
-        else if (!py_printable(cp)) {
-            snprintf(esc, sizeof esc, cp < 0x100 ? "\\x%02x" : cp < 0x10000 ? "\\u%04x" : "\\U%08x", cp);
-            sb_str(r, b, esc);
-        } else {
-            sb_put(r, b, s + i, l);
-        }
-        i += l;
-    }
-    sb_put(r, b, &q, 1);
-}
-
-static void put_str(struct rctx *r, struct sbuf *b, struct jval v);
-
-static void put_repr(struct rctx *r, struct sbuf *b, struct jval v)
-{
-    if (v.t == J_STR)
-        put_repr_str(r, b, v.s.p, v.s.n);
-    else
-        put_str(r, b, v);
-}
-
-/* str(v) as Python prints it */
-static void put_str(struct rctx *r, struct sbuf *b, struct jval v)
-{
-    char buf[64];
-    switch (v.t) {
-    case J_UNDEF: return;
-    case J_NONE: sb_str(r, b, "None"); return;
-    case J_BOOL: sb_str(r, b, v.b ? "True" : "False"); return;
-    case J_INT: snprintf(buf, sizeof buf, "%lld", (long long)v.i); sb_str(r, b, buf); return;
-    case J_FLOAT: fmt_float(buf, sizeof buf, v.f); sb_str(r, b, buf); return;
-    case J_STR: sb_put(r, b, v.s.p, v.s.n); return;
-    case J_LIST:
-        sb_str(r, b, v.tuple ? "(" : "[");
-        for (int32_t i = 0; i < v.l->n; i++) {
-            if (i)
-                sb_str(r, b, ", ");
-            put_repr(r, b, v.l->v[i]);
-        }
-        sb_str(r, b, v.tuple ? (v.l->n == 1 ? ",)" : ")") : "]");
-        return;
-    case J_DICT:
-        if (v.ns) {
-            sb_str(r, b, "<Namespace ");
-        }
-        sb_str(r, b, "{");
-        for (int32_t i = 0; i < v.d->n; i++) {
-            if (i)
-                sb_str(r, b, ", ");
-            put_repr(r, b, v.d->k[i]);
-            sb_str(r, b, ": ");
-            put_repr(r, b, v.d->v[i]);
-        }
-        sb_str(r, b, v.ns ? "}>" : "}");
-        return;
-    default: sb_str(r, b, "<function>"); return;
-    }
-}
-
-static struct jval to_str(struct rctx *r, struct jval v)
-{
-    if (v.t == J_STR)
-        return v;
-    struct sbuf b = {0};
-    put_str(r, &b, v);
-    return mk_str(b.p ? b.p : "", b.n);
-}
-
-static void put_json_str(struct rctx *r, struct sbuf *b, const char *s, size_t n)
-{
-    sb_str(r, b, "\"");
-    size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        const char *e = NULL;
-        char u[8];
-        if (c == '"')
-            e = "\\\"";
-        else if (c == '\\')
-            e = "\\\\";
-        else if (c == '\n')
-            e = "\\n";
-        else if (c == '\r')
-            e = "\\r";
-        else if (c == '\t')
-            e = "\\t";
-        else if (c == '\b')
-            e = "\\b";
-        else if (c == '\f')
-            e = "\\f";
-        else if (c < 0x20) {
-            snprintf(u, sizeof u, "\\u%04x", c);
-            e = u;
-        }
-        if (e) {
-            sb_put(r, b, s + run, i - run);
-            sb_str(r, b, e);
-            run = i + 1;
-        }
-    }
-    sb_put(r, b, s + run, n - run);
-    sb_str(r, b, "\"");
-}
-
-/* json.dumps(v, ensure_ascii=False, indent=indent, separators default, sort_keys) */
-static void put_json(struct rctx *r, struct sbuf *b, struct jval v, int indent, int level, bool sort_keys, int32_t line)
-{
-    char buf[64];
-    switch (v.t) {
-    case J_NONE:
-    case J_UNDEF: sb_str(r, b, "null"); return;
-    case J_BOOL: sb_str(r, b, v.b ? "true" : "false"); return;
-    case J_INT: snprintf(buf, sizeof buf, "%lld", (long long)v.i); sb_str(r, b, buf); return;
-    case J_FLOAT:
-        if (isnan(v.f))
-            sb_str(r, b, "NaN");
-        else if (isinf(v.f))
-            sb_str(r, b, v.f > 0 ? "Infinity" : "-Infinity");
-        else {
-            fmt_float(buf, sizeof buf, v.f);
-            sb_str(r, b, buf);
-        }
-        return;
-    case J_STR: put_json_str(r, b, v.s.p, v.s.n); return;
-    case J_LIST:
-    case J_DICT: {
-        bool list = v.t == J_LIST;
-        int32_t n = list ? v.l->n : v.d->n;
-        if (n == 0) {
-            sb_str(r, b, list ? "[]" : "{}");
-            return;
-        }
-        int32_t *order = ralloc(r, sizeof(int32_t) * (size_t)n);
-        for (int32_t i = 0; i < n; i++)
-            order[i] = i;
-        if (!list && sort_keys) /* insertion sort by key bytes (== code point order for UTF-8) */
-            for (int32_t i = 1; i < n; i++)
-                for (int32_t j = i; j > 0; j--) {
-                    struct jval x = v.d->k[order[j - 1]], y = v.d->k[order[j]];
-                    size_t m = x.s.n < y.s.n ? x.s.n : y.s.n;
-                    int c = memcmp(x.s.p, y.s.p, m);
-                    if (c < 0 || (c == 0 && x.s.n <= y.s.n))
-                        break;
-                    int32_t t = order[j];
-                    order[j] = order[j - 1];
-                    order[j - 1] = t;
-                }
-        sb_str(r, b, list ? "[" : "{");
-        for (int32_t k = 0; k < n; k++) {
-            int32_t i = order[k];
-            if (k)
-                sb_str(r, b, indent >= 0 ? "," : ", ");
-            if (indent >= 0) {
-                sb_str(r, b, "\n");
-                for (int s = 0; s < indent * (level + 1); s++)
-                    sb_str(r, b, " ");
-            }
-            if (!list) {
-                struct jval key = v.d->k[i];
-                if (key.t != J_STR)
-                    key = to_str(r, key);
-                put_json_str(r, b, key.s.p, key.s.n);
-                sb_str(r, b, ": ");
-            }
-            put_json(r, b, list ? v.l->v[i] : v.d->v[i], indent, level + 1, sort_keys, line);
-        }
-        if (indent >= 0) {
-            sb_str(r, b, "\n");
-            for (int s = 0; s < indent * level; s++)
-                sb_str(r, b, " ");
-        }
-        sb_str(r, b, list ? "]" : "}");
-        return;
-    }
-    default: rerr(r, line, "Object of type %s is not JSON serializable", type_name(v));
-    }
-}
-
-/* ---- strings by code point ---- */
-
-static size_t cp_count(const char *s, size_t n)
-{
-    size_t c = 0;
-    for (size_t i = 0; i < n; i++)
-        c += ((unsigned char)s[i] & 0xc0) != 0x80;
-    return c;
-}
-
-/* byte offset of code point k (k <= count) */
-static size_t cp_offset(const char *s, size_t n, size_t k)
-{
-    size_t i = 0;
-    while (k > 0 && i < n) {
-        i++;
-        while (i < n && ((unsigned char)s[i] & 0xc0) == 0x80)
-            i++;
-        k--;
-    }
-    return i;
-}
-
-static bool is_py_space_at(const char *s, size_t n, size_t i, size_t *len)
-{
-    size_t bad;
-    uint32_t cp;
-    size_t l = utf8_seq((const unsigned char *)s + i, n - i, &bad, &cp);
-    if (!l)
-        return false;
-    *len = l;
-    return (cp >= 9 && cp <= 13) || (cp >= 0x1c && cp <= 0x20) || cp == 0x85 || cp == 0xa0 || cp == 0x1680 ||
-           (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 || cp == 0x202f || cp == 0x205f ||
-           cp == 0x3000;
-}
-
-/* str.strip / lstrip / rstrip, with chars (NULL = whitespace) */
-static struct jval strip(struct jval s, const struct jval *chars, bool left, bool right)
-{
-    const char *p = s.s.p;
-    size_t b = 0, e = s.s.n, l;
-    if (chars && chars->t == J_STR) {
-        while (left && b < e && memchr(chars->s.p, p[b], chars->s.n))
-            b++;
-        while (right && e > b && memchr(chars->s.p, p[e - 1], chars->s.n))
-            e--;
-        return mk_str(p + b, e - b);
-    }
-    while (left && b < e && is_py_space_at(p, e, b, &l))
-        b += l;
-    while (right && e > b) {
-        size_t k = e - 1;
-        while (k > b && ((unsigned char)p[k] & 0xc0) == 0x80)
-            k--;
-        if (!is_py_space_at(p, e, k, &l))
-            break;
-        e = k;
-    }
-    return mk_str(p + b, e - b);
-}
 
 /* ---- scopes ---- */
 
@@ -541,7 +23,7 @@ static struct jval *lookup(struct rctx *r, struct frame *f, const char *n, size_
 {
     (void)r;
     for (; f; f = f->parent) {
-        struct jval *v = dict_find(&f->vars, n, len);
+        struct jval *v = jv_dict_find(&f->vars, n, len);
         if (v)
             return v;
     }
@@ -550,7 +32,7 @@ static struct jval *lookup(struct rctx *r, struct frame *f, const char *n, size_
 
 static void assign(struct rctx *r, struct frame *f, const char *n, size_t len, struct jval v)
 {
-    dict_set(r, &f->vars, mk_str(n, len), v);
+    jv_dict_set(r, &f->vars, mk_str(n, len), v);
 }
 
 static struct jval eval(struct rctx *r, struct frame *f, const struct node *n);
@@ -562,7 +44,7 @@ static int64_t as_int(struct rctx *r, struct jval v, int32_t line)
         return v.i;
     if (v.t == J_BOOL)
         return v.b;
-    rerr(r, line, "expected an integer, got %s", type_name(v));
+    jv_rerr(r, line, "expected an integer, got %s", jv_type_name(v));
 }
 
 static double as_num(struct jval v) { return v.t == J_FLOAT ? v.f : v.t == J_BOOL ? v.b : (double)v.i; }
@@ -589,7 +71,7 @@ static bool equal(struct jval a, struct jval b)
         if (a.d->n != b.d->n)
             return false;
         for (int32_t i = 0; i < a.d->n; i++) {
-            struct jval *o = dict_find(b.d, a.d->k[i].s.p, a.d->k[i].s.n);
+            struct jval *o = jv_dict_find(b.d, a.d->k[i].s.p, a.d->k[i].s.n);
             if (!o || !equal(a.d->v[i], *o))
                 return false;
         }
@@ -609,7 +91,7 @@ static int compare(struct rctx *r, struct jval a, struct jval b, int32_t line)
         int c = memcmp(a.s.p, b.s.p, m);
         return c ? (c < 0 ? -1 : 1) : (a.s.n < b.s.n ? -1 : a.s.n > b.s.n);
     }
-    rerr(r, line, "'<' not supported between instances of '%s' and '%s'", type_name(a), type_name(b));
+    jv_rerr(r, line, "'<' not supported between instances of '%s' and '%s'", jv_type_name(a), jv_type_name(b));
 }
 
 static bool contains(struct rctx *r, struct jval hay, struct jval needle, int32_t line)
@@ -617,16 +99,16 @@ static bool contains(struct rctx *r, struct jval hay, struct jval needle, int32_
     switch (hay.t) {
     case J_STR:
         if (needle.t != J_STR)
-            rerr(r, line, "'in <string>' requires string as left operand, not %s", type_name(needle));
+            jv_rerr(r, line, "'in <string>' requires string as left operand, not %s", jv_type_name(needle));
         return needle.s.n == 0 || memmem(hay.s.p, hay.s.n, needle.s.p, needle.s.n) != NULL;
     case J_LIST:
         for (int32_t i = 0; i < hay.l->n; i++)
             if (equal(hay.l->v[i], needle))
                 return true;
         return false;
-    case J_DICT: return needle.t == J_STR && dict_find(hay.d, needle.s.p, needle.s.n) != NULL;
+    case J_DICT: return needle.t == J_STR && jv_dict_find(hay.d, needle.s.p, needle.s.n) != NULL;
     case J_UNDEF: return false;
-    default: rerr(r, line, "argument of type '%s' is not iterable", type_name(hay));
+    default: jv_rerr(r, line, "argument of type '%s' is not iterable", jv_type_name(hay));
     }
 }
 
@@ -635,19 +117,19 @@ static struct jval iterable(struct rctx *r, struct jval v, int32_t line)
 {
     if (v.t == J_LIST)
         return v;
-    struct jval l = mk_list(r, 8);
+    struct jval l = jv_mk_list(r, 8);
     if (v.t == J_DICT) {
         for (int32_t i = 0; i < v.d->n; i++)
-            list_add(r, l.l, v.d->k[i]);
+            jv_list_add(r, l.l, v.d->k[i]);
     } else if (v.t == J_STR) {
         size_t i = 0;
         while (i < v.s.n) {
-            size_t j = cp_offset(v.s.p + i, v.s.n - i, 1);
-            list_add(r, l.l, mk_str(v.s.p + i, j));
+            size_t j = jv_cp_offset(v.s.p + i, v.s.n - i, 1);
+            jv_list_add(r, l.l, mk_str(v.s.p + i, j));
             i += j;
         }
     } else if (v.t != J_UNDEF) {
-        rerr(r, line, "'%s' object is not iterable", type_name(v));
+        jv_rerr(r, line, "'%s' object is not iterable", jv_type_name(v));
     }
     return l;
 }
@@ -655,12 +137,12 @@ static struct jval iterable(struct rctx *r, struct jval v, int32_t line)
 static struct jval getattr_(struct rctx *r, struct jval obj, const char *name, size_t len, int32_t line)
 {
     if (obj.t == J_DICT) {
-        struct jval *v = dict_find(obj.d, name, len);
+        struct jval *v = jv_dict_find(obj.d, name, len);
         if (v)
             return *v;
     }
     if (obj.t == J_UNDEF)
-        rerr(r, line, "'%.*s' is undefined", (int)len, name); /* attribute of an undefined value */
+        jv_rerr(r, line, "'%.*s' is undefined", (int)len, name); /* attribute of an undefined value */
     if (obj.t == J_STR || obj.t == J_DICT || obj.t == J_LIST) {
         static const char *const str_m[] = {"split", "strip", "lstrip", "rstrip", "replace", "startswith", "endswith",
                                             "upper", "lower", "title", "capitalize", "find", "count", "join",
@@ -670,51 +152,51 @@ static struct jval getattr_(struct rctx *r, struct jval obj, const char *name, s
         for (int i = 0; ms && ms[i]; i++)
             if (strlen(ms[i]) == len && memcmp(ms[i], name, len) == 0) {
                 struct jval m = {.t = J_METHOD, .s = {ms[i], len}};
-                m.self = ralloc(r, sizeof *m.self);
+                m.self = jv_ralloc(r, sizeof *m.self);
                 *m.self = obj;
                 return m;
             }
     }
-    return UNDEF;
+    return JV_UNDEF;
 }
 
 static struct jval getitem(struct rctx *r, struct jval obj, struct jval key, int32_t line)
 {
     if (obj.t == J_DICT) {
         if (key.t == J_STR) {
-            struct jval *v = dict_find(obj.d, key.s.p, key.s.n);
-            return v ? *v : UNDEF;
+            struct jval *v = jv_dict_find(obj.d, key.s.p, key.s.n);
+            return v ? *v : JV_UNDEF;
         }
-        return UNDEF;
+        return JV_UNDEF;
     }
     if (obj.t == J_LIST || obj.t == J_STR) {
         if (key.t == J_STR)
             return getattr_(r, obj, key.s.p, key.s.n, line);
         int64_t i = as_int(r, key, line);
-        int64_t n = obj.t == J_LIST ? obj.l->n : (int64_t)cp_count(obj.s.p, obj.s.n);
+        int64_t n = obj.t == J_LIST ? obj.l->n : (int64_t)jv_cp_count(obj.s.p, obj.s.n);
         if (i < 0)
             i += n;
         if (i < 0 || i >= n)
-            return UNDEF;
+            return JV_UNDEF;
         if (obj.t == J_LIST)
             return obj.l->v[i];
-        size_t b = cp_offset(obj.s.p, obj.s.n, (size_t)i);
-        return mk_str(obj.s.p + b, cp_offset(obj.s.p + b, obj.s.n - b, 1));
+        size_t b = jv_cp_offset(obj.s.p, obj.s.n, (size_t)i);
+        return mk_str(obj.s.p + b, jv_cp_offset(obj.s.p + b, obj.s.n - b, 1));
     }
     if (obj.t == J_UNDEF)
-        rerr(r, line, "cannot index an undefined value");
-    return UNDEF;
+        jv_rerr(r, line, "cannot index an undefined value");
+    return JV_UNDEF;
 }
 
 static struct jval slice(struct rctx *r, struct jval obj, const struct node *n, struct frame *f)
 {
-    int64_t len = obj.t == J_LIST ? obj.l->n : obj.t == J_STR ? (int64_t)cp_count(obj.s.p, obj.s.n) : -1;
+    int64_t len = obj.t == J_LIST ? obj.l->n : obj.t == J_STR ? (int64_t)jv_cp_count(obj.s.p, obj.s.n) : -1;
     if (len < 0)
-        rerr(r, n->line, "'%s' object is not subscriptable", type_name(obj));
+        jv_rerr(r, n->line, "'%s' object is not subscriptable", jv_type_name(obj));
     int64_t step = n->d ? as_int(r, eval(r, f, n->d), n->line) : 1;
     if (step == 0)
-        rerr(r, n->line, "slice step cannot be zero");
-    struct jval lo_v = n->b ? eval(r, f, n->b) : NONE, hi_v = n->c ? eval(r, f, n->c) : NONE;
+        jv_rerr(r, n->line, "slice step cannot be zero");
+    struct jval lo_v = n->b ? eval(r, f, n->b) : JV_NONE, hi_v = n->c ? eval(r, f, n->c) : JV_NONE;
     int64_t lo, hi;
     if (lo_v.t == J_NONE)
         lo = step > 0 ? 0 : len - 1;
@@ -733,10 +215,10 @@ static struct jval slice(struct rctx *r, struct jval obj, const struct node *n, 
         hi = step > 0 ? (hi < 0 ? 0 : hi > len ? len : hi) : (hi < -1 ? -1 : hi > len - 1 ? len - 1 : hi);
     }
     if (obj.t == J_LIST) {
-        struct jval l = mk_list(r, 8);
+        struct jval l = jv_mk_list(r, 8);
         l.tuple = obj.tuple;
         for (int64_t i = lo; step > 0 ? i < hi : i > hi;) {
-            list_add(r, l.l, obj.l->v[i]);
+            jv_list_add(r, l.l, obj.l->v[i]);
             if (__builtin_add_overflow(i, step, &i))
                 break;
         }
@@ -744,8 +226,8 @@ static struct jval slice(struct rctx *r, struct jval obj, const struct node *n, 
     }
     struct sbuf b = {0};
     for (int64_t i = lo; step > 0 ? i < hi : i > hi;) {
-        size_t o = cp_offset(obj.s.p, obj.s.n, (size_t)i);
-        sb_put(r, &b, obj.s.p + o, cp_offset(obj.s.p + o, obj.s.n - o, 1));
+        size_t o = jv_cp_offset(obj.s.p, obj.s.n, (size_t)i);
+        jv_sb_put(r, &b, obj.s.p + o, jv_cp_offset(obj.s.p + o, obj.s.n - o, 1));
         if (__builtin_add_overflow(i, step, &i))
             break;
     }
@@ -756,22 +238,22 @@ static struct jval arith(struct rctx *r, const char *op, struct jval a, struct j
 {
     if (op[0] == '~') {
         struct sbuf s = {0};
-        put_str(r, &s, a);
-        put_str(r, &s, b);
+        jv_put_str(r, &s, a);
+        jv_put_str(r, &s, b);
         return mk_str(s.p ? s.p : "", s.n);
     }
     if (op[0] == '+' && a.t == J_STR && b.t == J_STR) {
-        char *p = ralloc(r, a.s.n + b.s.n + 1);
+        char *p = jv_ralloc(r, a.s.n + b.s.n + 1);
         memcpy(p, a.s.p, a.s.n);
         memcpy(p + a.s.n, b.s.p, b.s.n);
         return mk_str(p, a.s.n + b.s.n);
     }
     if (op[0] == '+' && a.t == J_LIST && b.t == J_LIST) {
-        struct jval l = mk_list(r, a.l->n + b.l->n);
+        struct jval l = jv_mk_list(r, a.l->n + b.l->n);
         for (int32_t i = 0; i < a.l->n; i++)
-            list_add(r, l.l, a.l->v[i]);
+            jv_list_add(r, l.l, a.l->v[i]);
         for (int32_t i = 0; i < b.l->n; i++)
-            list_add(r, l.l, b.l->v[i]);
+            jv_list_add(r, l.l, b.l->v[i]);
         return l;
     }
     if (op[0] == '*' && op[1] == 0 && ((a.t == J_STR && b.t == J_INT) || (a.t == J_INT && b.t == J_STR))) {
@@ -779,15 +261,15 @@ static struct jval arith(struct rctx *r, const char *op, struct jval a, struct j
         int64_t k = a.t == J_INT ? a.i : b.i;
         struct sbuf o = {0};
         for (int64_t i = 0; i < k; i++)
-            sb_put(r, &o, s.s.p, s.s.n);
+            jv_sb_put(r, &o, s.s.p, s.s.n);
         return mk_str(o.p ? o.p : "", o.n);
     }
     if (op[0] == '%' && a.t == J_STR)
-        rerr(r, line, "printf-style string formatting is not supported");
+        jv_rerr(r, line, "printf-style string formatting is not supported");
     if (!is_num(a) || !is_num(b)) {
         if (op[0] == '+' && a.t == J_STR)
-            rerr(r, line, "can only concatenate str (not \"%s\") to str", type_name(b));
-        rerr(r, line, "unsupported operand type(s) for %s: '%s' and '%s'", op, type_name(a), type_name(b));
+            jv_rerr(r, line, "can only concatenate str (not \"%s\") to str", jv_type_name(b));
+        jv_rerr(r, line, "unsupported operand type(s) for %s: '%s' and '%s'", op, jv_type_name(a), jv_type_name(b));
     }
     bool ints = a.t != J_FLOAT && b.t != J_FLOAT;
     double x = as_num(a), y = as_num(b);
@@ -797,20 +279,20 @@ static struct jval arith(struct rctx *r, const char *op, struct jval a, struct j
         if (!ints)
             return mk_float(x + y);
         if (__builtin_add_overflow(xi, yi, &ri))
-            rerr(r, line, "integer overflow");
+            jv_rerr(r, line, "integer overflow");
         return mk_int(ri);
     case '-':
         if (!ints)
             return mk_float(x - y);
         if (__builtin_sub_overflow(xi, yi, &ri))
-            rerr(r, line, "integer overflow");
+            jv_rerr(r, line, "integer overflow");
         return mk_int(ri);
     case '*':
         if (op[1] == '*') {
             double pw = pow(x, y);
             if (ints && yi >= 0) {
                 if (!(fabs(pw) < 9.2e18))
-                    rerr(r, line, "integer overflow");
+                    jv_rerr(r, line, "integer overflow");
                 return mk_int((int64_t)pw);
             }
             return mk_float(pw);
@@ -818,16 +300,16 @@ static struct jval arith(struct rctx *r, const char *op, struct jval a, struct j
         if (!ints)
             return mk_float(x * y);
         if (__builtin_mul_overflow(xi, yi, &ri))
-            rerr(r, line, "integer overflow");
+            jv_rerr(r, line, "integer overflow");
         return mk_int(ri);
     case '/':
         if (y == 0)
-            rerr(r, line, "division by zero");
+            jv_rerr(r, line, "division by zero");
         if (op[1] == '/') {
             if (!ints)
                 return mk_float(floor(x / y));
             if (xi == INT64_MIN && yi == -1)
-                rerr(r, line, "integer overflow");
+                jv_rerr(r, line, "integer overflow");
             int64_t q = xi / yi;
             if ((xi % yi != 0) && ((xi < 0) != (yi < 0)))
                 q--;
@@ -836,7 +318,7 @@ static struct jval arith(struct rctx *r, const char *op, struct jval a, struct j
         return mk_float(x / y);
     case '%':
         if (y == 0)
-            rerr(r, line, "modulo by zero");
+            jv_rerr(r, line, "modulo by zero");
         if (ints) {
             if (yi == -1)
                 return mk_int(0);
@@ -847,7 +329,7 @@ static struct jval arith(struct rctx *r, const char *op, struct jval a, struct j
         }
         return mk_float(x - floor(x / y) * y);
     }
-    rerr(r, line, "unknown operator %s", op);
+    jv_rerr(r, line, "unknown operator %s", op);
 }
 
 /* ---- calls: macros, globals, methods, filters, tests ---- */
@@ -869,7 +351,7 @@ static void eval_args(struct rctx *r, struct frame *f, const struct node *n, str
     if (first)
         a->v[a->n++] = *first;
     if (n->args.n + a->n > 8 || n->kwargs.n / 2 > 8)
-        rerr(r, n->line, "too many arguments");
+        jv_rerr(r, n->line, "too many arguments");
     for (int32_t i = 0; i < n->args.n; i++)
         a->v[a->n++] = eval(r, f, n->args.v[i]);
     for (int32_t i = 0; i + 1 < n->kwargs.n; i += 2) {
@@ -879,7 +361,7 @@ static void eval_args(struct rctx *r, struct frame *f, const struct node *n, str
     }
 }
 
-/* positional i, or keyword `name`, or UNDEF */
+/* positional i, or keyword `name`, or JV_UNDEF */
 static struct jval arg(const struct args *a, int32_t i, const char *name)
 {
     if (i < a->n)
@@ -887,14 +369,14 @@ static struct jval arg(const struct args *a, int32_t i, const char *name)
     for (int32_t k = 0; k < a->nk; k++)
         if (strlen(name) == a->kw[k].kn && memcmp(name, a->kw[k].k, a->kw[k].kn) == 0)
             return a->kw[k].v;
-    return UNDEF;
+    return JV_UNDEF;
 }
 
 static struct jval call_macro(struct rctx *r, const struct node *m, const struct args *a, int32_t line)
 {
     if (++r->depth > MAX_DEPTH)
-        rerr(r, line, "recursion deeper than %d", MAX_DEPTH);
-    struct frame *fr = ralloc(r, sizeof *fr);
+        jv_rerr(r, line, "recursion deeper than %d", MAX_DEPTH);
+    struct frame *fr = jv_ralloc(r, sizeof *fr);
     fr->parent = r->globals;
     for (int32_t i = 0; i < m->args.n; i++) {
         const struct node *p = m->args.v[i];
@@ -920,22 +402,22 @@ static struct jval call_method(struct rctx *r, struct jval m, const struct args 
     const char *name = m.s.p;
     if (s.t == J_DICT) {
         if (!strcmp(name, "get")) {
-            struct jval k = arg(a, 0, "key"), d = a->n > 1 ? a->v[1] : NONE;
-            struct jval *v = k.t == J_STR ? dict_find(s.d, k.s.p, k.s.n) : NULL;
+            struct jval k = arg(a, 0, "key"), d = a->n > 1 ? a->v[1] : JV_NONE;
+            struct jval *v = k.t == J_STR ? jv_dict_find(s.d, k.s.p, k.s.n) : NULL;
             return v ? *v : d;
         }
-        struct jval l = mk_list(r, s.d->n);
+        struct jval l = jv_mk_list(r, s.d->n);
         for (int32_t i = 0; i < s.d->n; i++) {
             if (!strcmp(name, "keys"))
-                list_add(r, l.l, s.d->k[i]);
+                jv_list_add(r, l.l, s.d->k[i]);
             else if (!strcmp(name, "values"))
-                list_add(r, l.l, s.d->v[i]);
+                jv_list_add(r, l.l, s.d->v[i]);
             else {
-                struct jval t = mk_list(r, 2);
+                struct jval t = jv_mk_list(r, 2);
                 t.tuple = true;
-                list_add(r, t.l, s.d->k[i]);
-                list_add(r, t.l, s.d->v[i]);
-                list_add(r, l.l, t);
+                jv_list_add(r, t.l, s.d->k[i]);
+                jv_list_add(r, t.l, s.d->v[i]);
+                jv_list_add(r, l.l, t);
             }
         }
         return l;
@@ -944,18 +426,18 @@ static struct jval call_method(struct rctx *r, struct jval m, const struct args 
     struct jval x = arg(a, 0, "");
     if (!strcmp(name, "strip") || !strcmp(name, "lstrip") || !strcmp(name, "rstrip")) {
         if (x.t != J_UNDEF && x.t != J_NONE && x.t != J_STR)
-            rerr(r, line, "%s arg must be None or str", name);
-        return strip(s, x.t == J_STR ? &x : NULL, name[0] != 'r', name[0] != 'l');
+            jv_rerr(r, line, "%s arg must be None or str", name);
+        return jv_strip(s, x.t == J_STR ? &x : NULL, name[0] != 'r', name[0] != 'l');
     }
     if (!strcmp(name, "startswith") || !strcmp(name, "endswith")) {
         if (x.t != J_STR)
-            rerr(r, line, "%s first arg must be str", name);
+            jv_rerr(r, line, "%s first arg must be str", name);
         if (x.s.n > s.s.n)
             return mk_bool(false);
         return mk_bool(memcmp(name[0] == 's' ? s.s.p : s.s.p + s.s.n - x.s.n, x.s.p, x.s.n) == 0);
     }
     if (!strcmp(name, "upper") || !strcmp(name, "lower") || !strcmp(name, "title") || !strcmp(name, "capitalize")) {
-        char *p = ralloc(r, s.s.n * 4 + 1);
+        char *p = jv_ralloc(r, s.s.n * 4 + 1);
         size_t o = 0, i = 0, bad;
         uint32_t cp;
         bool word_start = true;
@@ -978,7 +460,7 @@ static struct jval call_method(struct rctx *r, struct jval m, const struct args 
     if (!strcmp(name, "replace")) {
         struct jval to = arg(a, 1, "");
         if (x.t != J_STR || to.t != J_STR)
-            rerr(r, line, "replace() arguments must be str");
+            jv_rerr(r, line, "replace() arguments must be str");
         int64_t max = a->n > 2 ? as_int(r, a->v[2], line) : -1;
         struct sbuf b = {0};
         size_t i = 0;
@@ -986,84 +468,84 @@ static struct jval call_method(struct rctx *r, struct jval m, const struct args 
         while (i <= s.s.n) {
             const char *hit = (max < 0 || done < max) && x.s.n ? memmem(s.s.p + i, s.s.n - i, x.s.p, x.s.n) : NULL;
             if (!hit) {
-                sb_put(r, &b, s.s.p + i, s.s.n - i);
+                jv_sb_put(r, &b, s.s.p + i, s.s.n - i);
                 break;
             }
-            sb_put(r, &b, s.s.p + i, (size_t)(hit - s.s.p) - i);
-            sb_put(r, &b, to.s.p, to.s.n);
+            jv_sb_put(r, &b, s.s.p + i, (size_t)(hit - s.s.p) - i);
+            jv_sb_put(r, &b, to.s.p, to.s.n);
             i = (size_t)(hit - s.s.p) + x.s.n;
             done++;
         }
         return mk_str(b.p ? b.p : "", b.n);
     }
     if (!strcmp(name, "split")) {
-        struct jval l = mk_list(r, 8);
+        struct jval l = jv_mk_list(r, 8);
         int64_t max = a->n > 1 ? as_int(r, a->v[1], line) : -1;
         if (x.t == J_STR) {
             if (x.s.n == 0)
-                rerr(r, line, "empty separator");
+                jv_rerr(r, line, "empty separator");
             size_t i = 0;
             int64_t k = 0;
             for (;;) {
                 const char *hit = max < 0 || k < max ? memmem(s.s.p + i, s.s.n - i, x.s.p, x.s.n) : NULL;
                 if (!hit) {
-                    list_add(r, l.l, mk_str(s.s.p + i, s.s.n - i));
+                    jv_list_add(r, l.l, mk_str(s.s.p + i, s.s.n - i));
                     break;
                 }
-                list_add(r, l.l, mk_str(s.s.p + i, (size_t)(hit - s.s.p) - i));
+                jv_list_add(r, l.l, mk_str(s.s.p + i, (size_t)(hit - s.s.p) - i));
                 i = (size_t)(hit - s.s.p) + x.s.n;
                 k++;
             }
         } else { /* whitespace runs */
             size_t i = 0, sl;
             while (i < s.s.n) {
-                while (i < s.s.n && is_py_space_at(s.s.p, s.s.n, i, &sl))
+                while (i < s.s.n && jv_is_py_space_at(s.s.p, s.s.n, i, &sl))
                     i += sl;
                 if (i >= s.s.n)
                     break;
                 size_t b = i;
-                while (i < s.s.n && !is_py_space_at(s.s.p, s.s.n, i, &sl))
+                while (i < s.s.n && !jv_is_py_space_at(s.s.p, s.s.n, i, &sl))
                     i++;
-                list_add(r, l.l, mk_str(s.s.p + b, i - b));
+                jv_list_add(r, l.l, mk_str(s.s.p + b, i - b));
             }
         }
         return l;
     }
     if (!strcmp(name, "splitlines")) {
-        struct jval l = mk_list(r, 8);
+        struct jval l = jv_mk_list(r, 8);
         size_t b = 0;
         for (size_t i = 0; i < s.s.n; i++)
             if (s.s.p[i] == '\n' || s.s.p[i] == '\r') {
-                list_add(r, l.l, mk_str(s.s.p + b, i - b));
+                jv_list_add(r, l.l, mk_str(s.s.p + b, i - b));
                 if (s.s.p[i] == '\r' && i + 1 < s.s.n && s.s.p[i + 1] == '\n')
                     i++;
                 b = i + 1;
             }
         if (b < s.s.n)
-            list_add(r, l.l, mk_str(s.s.p + b, s.s.n - b));
+            jv_list_add(r, l.l, mk_str(s.s.p + b, s.s.n - b));
         return l;
     }
     if (!strcmp(name, "find") || !strcmp(name, "count")) {
         if (x.t != J_STR)
-            rerr(r, line, "%s() argument must be str", name);
+            jv_rerr(r, line, "%s() argument must be str", name);
         if (name[0] == 'f') {
             const char *hit = memmem(s.s.p, s.s.n, x.s.p, x.s.n);
-            return mk_int(hit ? (int64_t)cp_count(s.s.p, (size_t)(hit - s.s.p)) : -1);
+            return mk_int(hit ? (int64_t)jv_cp_count(s.s.p, (size_t)(hit - s.s.p)) : -1);
         }
         int64_t c = 0;
         for (const char *p = s.s.p; x.s.n && (p = memmem(p, s.s.n - (size_t)(p - s.s.p), x.s.p, x.s.n)); p += x.s.n)
             c++;
-        return mk_int(x.s.n ? c : (int64_t)cp_count(s.s.p, s.s.n) + 1);
+        return mk_int(x.s.n ? c : (int64_t)jv_cp_count(s.s.p, s.s.n) + 1);
     }
     if (!strcmp(name, "join")) {
         struct jval items = iterable(r, x, line);
         struct sbuf b = {0};
         for (int32_t i = 0; i < items.l->n; i++) {
             if (i)
-                sb_put(r, &b, s.s.p, s.s.n);
+                jv_sb_put(r, &b, s.s.p, s.s.n);
             if (items.l->v[i].t != J_STR)
-                rerr(r, line, "sequence item %d: expected str instance, %s found", i, type_name(items.l->v[i]));
-            sb_put(r, &b, items.l->v[i].s.p, items.l->v[i].s.n);
+                jv_rerr(r, line, "sequence item %d: expected str instance, %s found", i, jv_type_name(items.l->v[i]));
+            jv_sb_put(r, &b, items.l->v[i].s.p, items.l->v[i].s.n);
         }
         return mk_str(b.p ? b.p : "", b.n);
     }
@@ -1078,7 +560,7 @@ static struct jval call_method(struct rctx *r, struct jval m, const struct args 
         }
         return mk_bool(true);
     }
-    rerr(r, line, "'str' object has no attribute '%s'", name);
+    jv_rerr(r, line, "'str' object has no attribute '%s'", name);
 }
 
 static struct jval call_global(struct rctx *r, int fn, const struct args *a, int32_t line)
@@ -1086,13 +568,13 @@ static struct jval call_global(struct rctx *r, int fn, const struct args *a, int
     switch (fn) {
     case F_NAMESPACE:
     case F_DICT: {
-        struct jval d = mk_dict(r);
+        struct jval d = jv_mk_dict(r);
         d.ns = fn == F_NAMESPACE;
         if (a->n > 0 && a->v[0].t == J_DICT)
             for (int32_t i = 0; i < a->v[0].d->n; i++)
-                dict_set(r, d.d, a->v[0].d->k[i], a->v[0].d->v[i]);
+                jv_dict_set(r, d.d, a->v[0].d->k[i], a->v[0].d->v[i]);
         for (int32_t k = 0; k < a->nk; k++)
-            dict_set(r, d.d, mk_str(a->kw[k].k, a->kw[k].kn), a->kw[k].v);
+            jv_dict_set(r, d.d, mk_str(a->kw[k].k, a->kw[k].kn), a->kw[k].v);
         return d;
     }
     case F_RANGE: {
@@ -1105,47 +587,47 @@ static struct jval call_global(struct rctx *r, int fn, const struct args *a, int
             if (a->n > 2)
                 st = as_int(r, a->v[2], line);
         } else
-            rerr(r, line, "range expected at least 1 argument");
+            jv_rerr(r, line, "range expected at least 1 argument");
         if (st == 0)
-            rerr(r, line, "range() arg 3 must not be zero");
+            jv_rerr(r, line, "range() arg 3 must not be zero");
         int64_t span;
         if (__builtin_sub_overflow(hi, lo, &span) || (st != -1 && span / st > 100000) || (st == -1 && span < -100000))
-            rerr(r, line, "range too large");
-        struct jval l = mk_list(r, 8);
+            jv_rerr(r, line, "range too large");
+        struct jval l = jv_mk_list(r, 8);
         for (int64_t i = lo; st > 0 ? i < hi : i > hi;) {
-            list_add(r, l.l, mk_int(i));
+            jv_list_add(r, l.l, mk_int(i));
             if (__builtin_add_overflow(i, st, &i))
                 break;
         }
         return l;
     }
     case F_RAISE: {
-        struct jval m = to_str(r, arg(a, 0, "message"));
-        rerr(r, line, "%.*s", (int)m.s.n, m.s.p);
+        struct jval m = jv_to_str(r, arg(a, 0, "message"));
+        jv_rerr(r, line, "%.*s", (int)m.s.n, m.s.p);
     }
     case F_STRFTIME: {
         struct jval fmt = arg(a, 0, "format");
         if (fmt.t != J_STR)
-            rerr(r, line, "strftime_now needs a format string");
+            jv_rerr(r, line, "strftime_now needs a format string");
         char f[128], out[256];
         snprintf(f, sizeof f, "%.*s", (int)fmt.s.n, fmt.s.p);
         time_t now = time(NULL);
         struct tm tmv;
         localtime_r(&now, &tmv);
         size_t n = strftime(out, sizeof out, f, &tmv);
-        char *p = ralloc(r, n + 1);
+        char *p = jv_ralloc(r, n + 1);
         memcpy(p, out, n);
         return mk_str(p, n);
     }
     default: {
         struct jval v = arg(a, 0, "");
         if (v.t == J_STR)
-            return mk_int((int64_t)cp_count(v.s.p, v.s.n));
+            return mk_int((int64_t)jv_cp_count(v.s.p, v.s.n));
         if (v.t == J_LIST)
             return mk_int(v.l->n);
         if (v.t == J_DICT)
             return mk_int(v.d->n);
-        rerr(r, line, "object of type '%s' has no len()", type_name(v));
+        jv_rerr(r, line, "object of type '%s' has no len()", jv_type_name(v));
     }
     }
 }
@@ -1159,30 +641,30 @@ static struct jval do_filter(struct rctx *r, const char *name, size_t len, const
     if (IS("tojson")) {
         struct jval ind = arg(a, 1, "indent"), sk = arg(a, 99, "sort_keys");
         struct sbuf b = {0};
-        put_json(r, &b, v, ind.t == J_INT ? (int)ind.i : -1, 0, truthy(sk), line);
+        jv_put_json(r, &b, v, ind.t == J_INT ? (int)ind.i : -1, 0, jv_truthy(sk), line);
         return mk_str(b.p, b.n);
     }
     if (IS("string"))
-        return to_str(r, v);
+        return jv_to_str(r, v);
     if (IS("trim")) {
         if (v.t != J_STR)
-            v = to_str(r, v);
+            v = jv_to_str(r, v);
         struct jval chars = arg(a, 1, "chars");
-        return strip(v, chars.t == J_STR ? &chars : NULL, true, true);
+        return jv_strip(v, chars.t == J_STR ? &chars : NULL, true, true);
     }
     if (IS("length") || IS("count"))
         return call_global(r, F_LEN, a, line);
     if (IS("default") || IS("d")) {
         struct jval d = arg(a, 1, "default_value"), boolean = arg(a, 2, "boolean");
-        if (v.t == J_UNDEF || (truthy(boolean) && !truthy(v)))
+        if (v.t == J_UNDEF || (jv_truthy(boolean) && !jv_truthy(v)))
             return d.t == J_UNDEF ? mk_str("", 0) : d;
         return v;
     }
     if (IS("items")) {
         if (v.t == J_UNDEF)
-            return mk_list(r, 1);
+            return jv_mk_list(r, 1);
         if (v.t != J_DICT)
-            rerr(r, line, "items filter needs a mapping, got %s", type_name(v));
+            jv_rerr(r, line, "items filter needs a mapping, got %s", jv_type_name(v));
         struct jval m = {.t = J_METHOD, .s = {"items", 5}, .self = &v};
         struct args none = {0};
         return call_method(r, m, &none, line);
@@ -1191,7 +673,7 @@ static struct jval do_filter(struct rctx *r, const char *name, size_t len, const
         return iterable(r, v, line);
     if (IS("first") || IS("last")) {
         struct jval l = iterable(r, v, line);
-        return l.l->n ? l.l->v[IS("first") ? 0 : l.l->n - 1] : UNDEF;
+        return l.l->n ? l.l->v[IS("first") ? 0 : l.l->n - 1] : JV_UNDEF;
     }
     if (IS("join")) {
         struct jval sep = arg(a, 1, "d");
@@ -1199,13 +681,13 @@ static struct jval do_filter(struct rctx *r, const char *name, size_t len, const
         struct sbuf b = {0};
         for (int32_t i = 0; i < items.l->n; i++) {
             if (i && sep.t == J_STR)
-                sb_put(r, &b, sep.s.p, sep.s.n);
-            put_str(r, &b, items.l->v[i]);
+                jv_sb_put(r, &b, sep.s.p, sep.s.n);
+            jv_put_str(r, &b, items.l->v[i]);
         }
         return mk_str(b.p ? b.p : "", b.n);
     }
     if (IS("upper") || IS("lower") || IS("capitalize") || IS("title") || IS("replace")) {
-        struct jval s = to_str(r, v);
+        struct jval s = jv_to_str(r, v);
         struct jval m = {.t = J_METHOD, .s = {IS("upper") ? "upper" : IS("lower") ? "lower" : IS("title") ? "title" : IS("replace") ? "replace" : "capitalize", len}, .self = &s};
         struct args rest = *a;
         memmove(rest.v, rest.v + 1, sizeof(struct jval) * (size_t)(rest.n - 1));
@@ -1225,25 +707,25 @@ static struct jval do_filter(struct rctx *r, const char *name, size_t len, const
         return mk_int(is_num(v) ? (int64_t)as_num(v) : 0);
     }
     if (IS("float"))
-        return mk_float(is_num(v) ? as_num(v) : v.t == J_STR ? strtod(to_str(r, v).s.p, NULL) : 0.0);
+        return mk_float(is_num(v) ? as_num(v) : v.t == J_STR ? strtod(jv_to_str(r, v).s.p, NULL) : 0.0);
     if (IS("abs"))
         return v.t == J_INT ? mk_int(v.i < 0 ? -v.i : v.i) : mk_float(fabs(as_num(v)));
     if (IS("map")) {
-        struct jval at = arg(a, 99, "attribute"), l = iterable(r, v, line), o = mk_list(r, l.l->n);
+        struct jval at = arg(a, 99, "attribute"), l = iterable(r, v, line), o = jv_mk_list(r, l.l->n);
         if (at.t != J_STR)
-            rerr(r, line, "map filter supports attribute= only");
+            jv_rerr(r, line, "map filter supports attribute= only");
         for (int32_t i = 0; i < l.l->n; i++)
-            list_add(r, o.l, getitem(r, l.l->v[i], at, line));
+            jv_list_add(r, o.l, getitem(r, l.l->v[i], at, line));
         return o;
     }
     if (IS("selectattr") || IS("rejectattr")) {
-        struct jval at = arg(a, 1, "attr"), l = iterable(r, v, line), o = mk_list(r, l.l->n);
+        struct jval at = arg(a, 1, "attr"), l = iterable(r, v, line), o = jv_mk_list(r, l.l->n);
         for (int32_t i = 0; i < l.l->n; i++)
-            if (truthy(getitem(r, l.l->v[i], at, line)) == IS("selectattr"))
-                list_add(r, o.l, l.l->v[i]);
+            if (jv_truthy(getitem(r, l.l->v[i], at, line)) == IS("selectattr"))
+                jv_list_add(r, o.l, l.l->v[i]);
         return o;
     }
-    rerr(r, line, "no filter named '%.*s'", (int)len, name);
+    jv_rerr(r, line, "no filter named '%.*s'", (int)len, name);
 #undef IS
 }
 
@@ -1298,7 +780,7 @@ static bool do_test(struct rctx *r, const char *name, size_t len, struct jval v,
                 return false;
         return true;
     }
-    rerr(r, line, "no test named '%.*s'", (int)len, name);
+    jv_rerr(r, line, "no test named '%.*s'", (int)len, name);
 #undef IS
 }
 
@@ -1309,7 +791,7 @@ static struct jval eval_inner(struct rctx *r, struct frame *f, const struct node
 static struct jval eval(struct rctx *r, struct frame *f, const struct node *n)
 {
     if (++r->eval_depth > MAX_EVAL_DEPTH)
-        rerr(r, n->line, "expression nested too deeply");
+        jv_rerr(r, n->line, "expression nested too deeply");
     struct jval v = eval_inner(r, f, n);
     r->eval_depth--;
     return v;
@@ -1319,13 +801,13 @@ static struct jval eval_inner(struct rctx *r, struct frame *f, const struct node
 {
     r->line = n->line;
     if (++r->steps > MAX_STEPS)
-        rerr(r, n->line, "template ran more than %d steps", MAX_STEPS);
+        jv_rerr(r, n->line, "template ran more than %d steps", MAX_STEPS);
     switch (n->kind) {
     case N_STR: return mk_str(n->s, n->len);
     case N_INT: return mk_int(n->i);
     case N_FLOAT: return mk_float(n->f);
     case N_BOOL: return mk_bool(n->i != 0);
-    case N_NONE: return NONE;
+    case N_NONE: return JV_NONE;
     case N_NAME: {
         struct jval *v = lookup(r, f, n->s, n->len);
         if (v)
@@ -1334,30 +816,30 @@ static struct jval eval_inner(struct rctx *r, struct frame *f, const struct node
         for (int i = 0; i < 6; i++)
             if (strlen(globals[i]) == n->len && memcmp(globals[i], n->s, n->len) == 0)
                 return (struct jval){.t = J_FUNC, .fn = i};
-        return UNDEF;
+        return JV_UNDEF;
     }
     case N_LIST:
     case N_TUPLE: {
-        struct jval l = mk_list(r, n->args.n);
+        struct jval l = jv_mk_list(r, n->args.n);
         l.tuple = n->kind == N_TUPLE;
         for (int32_t i = 0; i < n->args.n; i++)
-            list_add(r, l.l, eval(r, f, n->args.v[i]));
+            jv_list_add(r, l.l, eval(r, f, n->args.v[i]));
         return l;
     }
     case N_DICT: {
-        struct jval d = mk_dict(r);
+        struct jval d = jv_mk_dict(r);
         for (int32_t i = 0; i + 1 < n->args.n; i += 2) {
             struct jval k = eval(r, f, n->args.v[i]);
             if (k.t != J_STR)
-                k = to_str(r, k);
-            dict_set(r, d.d, k, eval(r, f, n->args.v[i + 1]));
+                k = jv_to_str(r, k);
+            jv_dict_set(r, d.d, k, eval(r, f, n->args.v[i + 1]));
         }
         return d;
     }
     case N_ATTR: {
         struct jval o = eval(r, f, n->a);
         if (o.t == J_UNDEF)
-            rerr(r, n->line, "'%.*s' is undefined", (int)(n->a->kind == N_NAME ? n->a->len : 5),
+            jv_rerr(r, n->line, "'%.*s' is undefined", (int)(n->a->kind == N_NAME ? n->a->len : 5),
                  n->a->kind == N_NAME ? n->a->s : "value");
         if (o.t == J_LIST && n->s[0] >= '0' && n->s[0] <= '9')
             return getitem(r, o, mk_int(atoll(n->s)), n->line);
@@ -1377,9 +859,9 @@ static struct jval eval_inner(struct rctx *r, struct frame *f, const struct node
             return call_method(r, c, &a, n->line);
         if (n->a->kind == N_ATTR) {
             struct jval o = eval(r, f, n->a->a);
-            rerr(r, n->line, "'%s object' has no attribute '%.*s'", type_name(o), (int)n->a->len, n->a->s);
+            jv_rerr(r, n->line, "'%s object' has no attribute '%.*s'", jv_type_name(o), (int)n->a->len, n->a->s);
         }
-        rerr(r, n->line, "'%s' object is not callable", type_name(c));
+        jv_rerr(r, n->line, "'%s' object is not callable", jv_type_name(c));
     }
     case N_FILTER: {
         struct jval v = eval(r, f, n->a);
@@ -1393,29 +875,29 @@ static struct jval eval_inner(struct rctx *r, struct frame *f, const struct node
         eval_args(r, f, n, &a, NULL);
         return mk_bool(do_test(r, n->s, n->len, v, &a, n->line) != (n->i != 0));
     }
-    case N_NOT: return mk_bool(!truthy(eval(r, f, n->a)));
+    case N_NOT: return mk_bool(!jv_truthy(eval(r, f, n->a)));
     case N_NEG: {
         struct jval v = eval(r, f, n->a);
         if (!is_num(v))
-            rerr(r, n->line, "bad operand type for unary -: '%s'", type_name(v));
+            jv_rerr(r, n->line, "bad operand type for unary -: '%s'", jv_type_name(v));
         if (!n->i)
             return v;
         if (v.t == J_FLOAT)
             return mk_float(-v.f);
         int64_t x = as_int(r, v, n->line);
         if (x == INT64_MIN)
-            rerr(r, n->line, "integer overflow");
+            jv_rerr(r, n->line, "integer overflow");
         return mk_int(-x);
     }
     case N_AND: {
         struct jval a = eval(r, f, n->a);
-        return truthy(a) ? eval(r, f, n->b) : a;
+        return jv_truthy(a) ? eval(r, f, n->b) : a;
     }
     case N_OR: {
         struct jval a = eval(r, f, n->a);
-        return truthy(a) ? a : eval(r, f, n->b);
+        return jv_truthy(a) ? a : eval(r, f, n->b);
     }
-    case N_COND: return truthy(eval(r, f, n->b)) ? eval(r, f, n->a) : n->c ? eval(r, f, n->c) : UNDEF;
+    case N_COND: return jv_truthy(eval(r, f, n->b)) ? eval(r, f, n->a) : n->c ? eval(r, f, n->c) : JV_UNDEF;
     case N_BINOP: {
         struct jval a = eval(r, f, n->a), b = eval(r, f, n->b);
         const char *op = n->s;
@@ -1433,7 +915,7 @@ static struct jval eval_inner(struct rctx *r, struct frame *f, const struct node
         }
         return arith(r, op, a, b, n->line);
     }
-    default: rerr(r, n->line, "not an expression");
+    default: jv_rerr(r, n->line, "not an expression");
     }
 }
 
@@ -1446,7 +928,7 @@ static void bind_targets(struct rctx *r, struct frame *f, const struct node_list
         return;
     }
     if (v.t != J_LIST || v.l->n != t->n)
-        rerr(r, line, "cannot unpack %s into %d values", type_name(v), t->n);
+        jv_rerr(r, line, "cannot unpack %s into %d values", jv_type_name(v), t->n);
     for (int32_t i = 0; i < t->n; i++)
         assign(r, f, t->v[i]->s, t->v[i]->len, v.l->v[i]);
 }
@@ -1454,28 +936,28 @@ static void bind_targets(struct rctx *r, struct frame *f, const struct node_list
 static void exec_for(struct rctx *r, struct frame *f, const struct node *n)
 {
     struct jval items = iterable(r, eval(r, f, n->a), n->line);
-    struct frame *fr = ralloc(r, sizeof *fr);
+    struct frame *fr = jv_ralloc(r, sizeof *fr);
     fr->parent = f;
     /* the inline `if` filters items before loop.* counts them */
     struct jval kept = items;
     if (n->d) {
-        kept = mk_list(r, items.l->n);
+        kept = jv_mk_list(r, items.l->n);
         for (int32_t i = 0; i < items.l->n; i++) {
             bind_targets(r, fr, &n->args, items.l->v[i], n->line);
-            if (truthy(eval(r, fr, n->d)))
-                list_add(r, kept.l, items.l->v[i]);
+            if (jv_truthy(eval(r, fr, n->d)))
+                jv_list_add(r, kept.l, items.l->v[i]);
         }
     }
     int32_t len = kept.l->n;
     /* one loop object updated in place, like Jinja's LoopContext */
-    struct jval loop = mk_dict(r);
+    struct jval loop = jv_mk_dict(r);
     static const char *const keys[] = {"index", "index0", "revindex", "revindex0", "first", "last", "length",
                                        "previtem", "nextitem"};
     for (int k = 0; k < 9; k++)
-        dict_set(r, loop.d, mk_cstr(keys[k]), UNDEF);
+        jv_dict_set(r, loop.d, mk_cstr(keys[k]), JV_UNDEF);
     for (int32_t i = 0; i < len; i++) {
         if (++r->steps > MAX_STEPS)
-            rerr(r, n->line, "template ran more than %d steps", MAX_STEPS);
+            jv_rerr(r, n->line, "template ran more than %d steps", MAX_STEPS);
         fr->vars.n = 0; /* a fresh scope per iteration, as Jinja's */
         struct jval *lv = loop.d->v;
         lv[0] = mk_int(i + 1);
@@ -1485,8 +967,8 @@ static void exec_for(struct rctx *r, struct frame *f, const struct node *n)
         lv[4] = mk_bool(i == 0);
         lv[5] = mk_bool(i == len - 1);
         lv[6] = mk_int(len);
-        lv[7] = i > 0 ? kept.l->v[i - 1] : UNDEF;
-        lv[8] = i + 1 < len ? kept.l->v[i + 1] : UNDEF;
+        lv[7] = i > 0 ? kept.l->v[i - 1] : JV_UNDEF;
+        lv[8] = i + 1 < len ? kept.l->v[i + 1] : JV_UNDEF;
         assign(r, fr, "loop", 4, loop);
         bind_targets(r, fr, &n->args, kept.l->v[i], n->line);
         exec_list(r, fr, &n->body);
@@ -1504,11 +986,11 @@ static void exec_node(struct rctx *r, struct frame *f, const struct node *n)
 {
     r->line = n->line;
     if (++r->steps > MAX_STEPS)
-        rerr(r, n->line, "template ran more than %d steps", MAX_STEPS);
+        jv_rerr(r, n->line, "template ran more than %d steps", MAX_STEPS);
     switch (n->kind) {
-    case N_TEXT: sb_put(r, r->out, n->s, n->len); break;
-    case N_OUT: put_str(r, r->out, eval(r, f, n->a)); break;
-    case N_IF: exec_list(r, f, truthy(eval(r, f, n->a)) ? &n->body : &n->other); break;
+    case N_TEXT: jv_sb_put(r, r->out, n->s, n->len); break;
+    case N_OUT: jv_put_str(r, r->out, eval(r, f, n->a)); break;
+    case N_IF: exec_list(r, f, jv_truthy(eval(r, f, n->a)) ? &n->body : &n->other); break;
     case N_FOR: exec_for(r, f, n); break;
     case N_SET: {
         struct jval v = eval(r, f, n->a);
@@ -1516,8 +998,8 @@ static void exec_node(struct rctx *r, struct frame *f, const struct node *n)
             const struct node *t = n->args.v[0];
             struct jval *ns = lookup(r, f, t->a->s, t->a->len);
             if (!ns || ns->t != J_DICT || !ns->ns)
-                rerr(r, n->line, "cannot assign attribute on non-namespace object");
-            dict_set(r, ns->d, mk_str(t->s, t->len), v);
+                jv_rerr(r, n->line, "cannot assign attribute on non-namespace object");
+            jv_dict_set(r, ns->d, mk_str(t->s, t->len), v);
         } else {
             bind_targets(r, f, &n->args, v, n->line);
         }
@@ -1526,7 +1008,7 @@ static void exec_node(struct rctx *r, struct frame *f, const struct node *n)
     case N_MACRO: assign(r, f, n->s, n->len, (struct jval){.t = J_MACRO, .m = n}); break;
     case N_BREAK: r->loop_ctl = 1; break;
     case N_CONTINUE: r->loop_ctl = 2; break;
-    default: rerr(r, n->line, "not a statement");
+    default: jv_rerr(r, n->line, "not a statement");
     }
 }
 
@@ -1547,10 +1029,10 @@ char *jinja_render(const struct jinja_tpl *t, json_t *ctx, size_t *len)
         return NULL;
     }
     r.out = &out;
-    r.globals = ralloc(&r, sizeof *r.globals);
+    r.globals = jv_ralloc(&r, sizeof *r.globals);
     const char *k;
     json_t *v;
-    json_object_foreach(ctx, k, v) assign(&r, r.globals, k, strlen(k), from_json(&r, v));
+    json_object_foreach(ctx, k, v) assign(&r, r.globals, k, strlen(k), jv_from_json(&r, v));
     exec_list(&r, r.globals, &t->body);
     result = malloc(out.n + 1);
     if (!result) {
