@@ -234,17 +234,31 @@ int gen_tool_choice(json_t *tc, bool anthropic, enum gen_tools *mode, const char
            -1;
 }
 
+/* Whether a tool's parameters can be followed in fmt: a forced call of a
+ * tool that is not strict follows them where they can, since the clients
+ * that force a call for an object (the AI SDK's Anthropic provider,
+ * LangChain's withStructuredOutput) read its arguments with the schema. */
+static bool schema_fits(enum chat_format fmt, const char *name, json_t *params)
+{
+    struct grammar tmp;
+    grammar_init(&tmp);
+    const bool fits = json_is_object(params) && chat_tool_grammar(&tmp, fmt, &name, &params, 1, CHAT_THINK_NONE, false) == 0;
+    grammar_free(&tmp);
+    return fits;
+}
+
 /* The tools' names, or the one tool_choice names after checking it is among
  * them: a grammar for the forced call (chat_tool_grammar), a strict tool's
- * arguments following its parameters' schema. Lazy (tool_choice auto): the
- * grammar of text and calls, built only where a tool is strict (without
- * one, the output is not constrained: gm stays empty). -1 with err. */
+ * arguments following its parameters' schema, another's where the grammar
+ * can. Lazy (tool_choice auto): the grammar of text and calls, built only
+ * where a tool is strict (without one, the output is not constrained: gm
+ * stays empty). -1 with err. */
 static int call_grammar(struct app *a, const struct gen_opts *o, enum chat_think think, bool lazy, struct grammar *gm,
                         char *err, size_t n_err)
 {
     enum { MAX_TOOLS = 128 }; /* OpenAI's limit on a request's tools */
     const char *names[MAX_TOOLS];
-    json_t *schemas[MAX_TOOLS];
+    json_t *schemas[MAX_TOOLS], *params[MAX_TOOLS];
     int32_t n = 0, named = -1;
     bool any_strict = false, over = false;
     size_t i;
@@ -262,7 +276,8 @@ static int call_grammar(struct app *a, const struct gen_opts *o, enum chat_think
         }
         if (o->tool_name && named < 0 && strcmp(nm, o->tool_name) == 0)
             named = n;
-        schemas[n] = strict ? json_object_get(fn, "parameters") : NULL;
+        params[n] = json_object_get(fn, "parameters");
+        schemas[n] = strict ? params[n] : NULL;
         names[n++] = nm;
     }
     if (lazy && !any_strict)
@@ -278,9 +293,14 @@ static int call_grammar(struct app *a, const struct gen_opts *o, enum chat_think
     if (o->tool_name) {
         names[0] = names[named];
         schemas[0] = schemas[named];
+        params[0] = params[named];
         n = 1;
     }
-    if (chat_tool_grammar(gm, chat_template_tool_format(a->rt.ct), names, schemas, n, think, lazy) != 0)
+    const enum chat_format fmt = chat_template_tool_format(a->rt.ct);
+    for (int32_t j = 0; j < n && !lazy; j++)
+        if (!schemas[j] && schema_fits(fmt, names[j], params[j]))
+            schemas[j] = params[j];
+    if (chat_tool_grammar(gm, fmt, names, schemas, n, think, lazy) != 0)
         return snprintf(err, n_err, "%s", err_msg()), -1;
     return 0;
 }

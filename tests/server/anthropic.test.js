@@ -138,8 +138,9 @@ test("stop_sequences end the message and are reported", async () => {
 });
 
 test("tool_choice: none drops the tools from the prompt; any and a named tool force a call", async () => {
+  // a forced call follows a tool's schema where it can: a bounded city, so the tiny model finishes the call
   const tools = [{ name: "get_weather", description: "Weather of a city",
-    input_schema: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } },
+    input_schema: { type: "object", properties: { city: { type: "string", maxLength: 20 } }, required: ["city"] } },
   { name: "read_file", description: "Read a file", input_schema: { type: "object", properties: { path: { type: "string" } } } }];
   const base = { model: "m", max_tokens: 4, temperature: 0, messages: [{ role: "user", content: "What's the weather in Paris?" }] };
   const none = await client.messages.create({ ...base, tools, tool_choice: { type: "none" } });

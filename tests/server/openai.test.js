@@ -450,8 +450,9 @@ test("logprobs: one entry per generated token, alternatives best first, the same
 });
 
 test("tool_choice: none renders the prompt without the tools; required and a named function force a call", async () => {
+  // a forced call follows a tool's schema where it can: a bounded city, so the tiny model finishes the call
   const tools = [{ type: "function", function: { name: "get_weather", description: "Weather of a city",
-    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } },
+    parameters: { type: "object", properties: { city: { type: "string", maxLength: 20 } }, required: ["city"] } } },
   { type: "function", function: { name: "read_file", description: "Read a file",
     parameters: { type: "object", properties: { path: { type: "string" } } } } }];
   const base = { model: "m", messages: [{ role: "user", content: "What's the weather in Paris?" }], max_tokens: 2, temperature: 0 };
@@ -495,7 +496,7 @@ test("tool_choice: none renders the prompt without the tools; required and a nam
   await refused({ ...req, tool_choice: { type: "function", function: {} } }, /name/);
   await refused({ ...req, tools: [{ type: "function", function: { name: "bad name", parameters: {} } }], tool_choice: "required" }, /name/);
   // the Responses API: its flat shape of a named function
-  const rt = [{ type: "function", name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } } } },
+  const rt = [{ type: "function", name: "get_weather", parameters: { type: "object", properties: { city: { type: "string", maxLength: 20 } } } },
     { type: "function", name: "read_file", parameters: { type: "object", properties: { path: { type: "string" } } } }];
   const rr = await client.responses.create({ model: "m", input: "What's the weather in Paris?", tools: rt, temperature: 0,
     tool_choice: { type: "function", name: "get_weather" }, max_output_tokens: 100 });
@@ -570,6 +571,20 @@ test("a strict tool's forced call follows its parameters' schema; a strict schem
   const ok = await client.chat.completions.create({ ...base, max_tokens: 60, temperature: 0, tool_choice: "required",
     tools: [{ type: "function", function: { name: "read_file", parameters: loose } }] });
   assert.ok(["tool_calls", "length"].includes(ok.choices[0].finish_reason));
+});
+
+test("a forced call of a tool that is not strict follows its parameters' schema where the grammar can, as clients that force a call for an object need", async () => {
+  const params = { type: "object", additionalProperties: false, required: ["city", "days", "unit"],
+    properties: { city: { type: "string", maxLength: 20 }, days: { type: "integer", minimum: 1, maximum: 7 }, unit: { enum: ["c", "f"] } } };
+  const req = { model: "m", messages: [{ role: "user", content: "What is the weather in Paris?" }], max_tokens: 200, tool_choice: "required",
+    tools: [{ type: "function", function: { name: "weather", parameters: params } }] };
+  for (const [temperature, seed] of [[0, 1], [1, 2], [1.5, 3]]) {
+    const r = await client.chat.completions.create({ ...req, temperature, seed });
+    assert.equal(r.choices[0].finish_reason, "tool_calls", JSON.stringify(r.choices[0]));
+    const v = JSON.parse(r.choices[0].message.tool_calls[0].function.arguments);
+    assert.deepEqual(Object.keys(v), ["city", "days", "unit"]);
+    assert.ok(v.city.length <= 20 && Number.isInteger(v.days) && v.days >= 1 && v.days <= 7 && ["c", "f"].includes(v.unit), JSON.stringify(v));
+  }
 });
 
 test("a forced call with numbers comes back as a call whose numbers a client reads (finite, integers exact)", async () => {
