@@ -313,6 +313,25 @@ test("the next turn of a conversation reuses the cached prefix and answers the s
   s.proc.kill("SIGTERM");
 });
 
+test("the next turn reuses the prompt up to the reply's start: the template drops the reply's reasoning block, empty or not", async () => {
+  const turn1 = [{ role: "system", content: "You are a careful planner." }, { role: "user", content: "Plan a trip." }];
+  const req = { model: "m", max_tokens: 12, temperature: 0 };
+  const off = { chat_template_kwargs: { enable_thinking: false } };
+  // thinking on: the prompt ends at the reply's start; off: an empty reasoning block follows it
+  const on1 = await client.chat.completions.create({ ...req, messages: turn1 });
+  const off1 = await client.chat.completions.create({ ...req, ...off, messages: turn1 });
+  const start = on1.usage.prompt_tokens;
+  assert.ok(off1.usage.prompt_tokens > start);
+  // the next turn renders the reply as its content alone, so the cache serves the prompt up to the
+  // reply's start; the reply's tokens, computed after the block, differ from what the new prompt needs
+  const next = (a) => [...turn1, { role: "assistant", content: a.choices[0].message.content }, { role: "user", content: "Shorter." }];
+  const off2 = await client.chat.completions.create({ ...req, ...off, messages: next(off1) });
+  assert.equal(off2.usage.prompt_tokens_details.cached_tokens, start);
+  const on2 = await client.chat.completions.create({ ...req, messages: next(on1) });
+  assert.ok(on2.usage.prompt_tokens_details.cached_tokens >= start && on2.usage.prompt_tokens_details.cached_tokens < on2.usage.prompt_tokens,
+    JSON.stringify(on2.usage));
+});
+
 test("raw completions use the prompt as it is", async () => {
   const r = await client.completions.create({ model: "m", prompt: "def is_prime(n):\n", max_tokens: 12, temperature: 0 });
   assert.equal(r.object, "text_completion");
