@@ -4,7 +4,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import OpenAI from "openai";
-import { zodResponseFormat, zodFunction } from "openai/helpers/zod";
+import { zodResponseFormat, zodFunction, zodTextFormat } from "openai/helpers/zod";
 import { z } from "zod";
 import { mkdtempSync, readdirSync, symlinkSync, writeFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -784,6 +784,59 @@ test("zod's idioms with chat.completions.parse: .int(), ranges, lengths, item co
     chat_template_kwargs: { enable_thinking: false } });
   assert.equal(r.choices[0].finish_reason, "tool_calls");
   Cat.parse(r.choices[0].message.tool_calls[0].function.parsed_arguments);
+});
+
+test("the SDK's helpers: chat.completions.stream's finalChatCompletion, responses.stream, responses.parse", async () => {
+  const req = { model: "m", messages: [{ role: "user", content: "Say hello." }], max_tokens: 12, temperature: 0 };
+  const whole = await client.chat.completions.create(req);
+  const stream = client.chat.completions.stream({ ...req, stream_options: { include_usage: true } });
+  let deltas = "";
+  stream.on("content", (delta) => (deltas += delta));
+  const final = await stream.finalChatCompletion();
+  assert.equal(final.choices[0].message.content, whole.choices[0].message.content);
+  assert.equal(deltas, whole.choices[0].message.content);
+  assert.equal(final.choices[0].finish_reason, whole.choices[0].finish_reason);
+  assert.deepEqual([final.usage.prompt_tokens, final.usage.completion_tokens], [whole.usage.prompt_tokens, whole.usage.completion_tokens]);
+
+  const rreq = { model: "m", input: "Say hello.", max_output_tokens: 12, temperature: 0 };
+  const rwhole = await client.responses.create({ ...rreq, store: false });
+  const rstream = client.responses.stream({ ...rreq, store: false });
+  let rdeltas = "";
+  rstream.on("response.output_text.delta", (ev) => (rdeltas += ev.delta));
+  const rfinal = await rstream.finalResponse();
+  assert.equal(rfinal.output_text, rwhole.output_text);
+  assert.equal(rdeltas, rwhole.output_text);
+  assert.equal(rfinal.status, rwhole.status);
+  assert.equal(rfinal.usage.output_tokens, rwhole.usage.output_tokens);
+
+  // responses.parse with a zod text format: output_parsed is what zod accepts, greedy and sampled
+  const Pet = z.object({ name: z.string().max(12), age: z.number().int().min(0).max(30), kind: z.enum(["cat", "dog"]),
+    owner: z.object({ city: z.string().max(12) }) });
+  for (const [temperature, seed] of [[0, 1], [1, 2]]) {
+    const p = await client.responses.parse({ model: "m", input: "Describe a pet.", max_output_tokens: 300, temperature, seed,
+      text: { format: zodTextFormat(Pet, "pet") } });
+    assert.equal(p.status, "completed");
+    Pet.parse(p.output_parsed);
+  }
+});
+
+test("runTools: the SDK runs the forced tool with arguments its schema accepts, then sends the result back", async () => {
+  const Weather = z.object({ city: z.string().max(20), days: z.number().int().min(1).max(7) });
+  const calls = [];
+  const runner = client.chat.completions.runTools({
+    model: "m", messages: [{ role: "user", content: "What is the weather in Paris?" }], max_tokens: 200, temperature: 0,
+    tool_choice: { type: "function", function: { name: "weather" } },
+    tools: [{ type: "function", function: { name: "weather", parameters: z.toJSONSchema(Weather),
+      parse: (s) => Weather.parse(JSON.parse(s)), function: (args) => (calls.push(args), { temperature: 21 }) } }],
+  });
+  const done = await runner.finalFunctionToolCallResult();
+  assert.equal(calls.length, 1, "a named tool_choice: the runner calls it once");
+  assert.deepEqual(JSON.parse(done), { temperature: 21 });
+  const roles = runner.messages.map((m) => m.role);
+  assert.deepEqual(roles.slice(-2), ["assistant", "tool"]);
+  // the result sent back: a plain completion after it is accepted
+  const next = await client.chat.completions.create({ model: "m", messages: runner.messages, max_tokens: 8, temperature: 0 });
+  assert.ok(next.usage.prompt_tokens > 0 && ["stop", "length"].includes(next.choices[0].finish_reason));
 });
 
 test("keep-alives flow while a long prompt is prefilled, in each API's form", async () => {
