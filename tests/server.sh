@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The HTTP server through the official OpenAI SDK (tests/server, node's test
-# runner); installs the SDK from npm on first use. Ends with "server: N passed, N failed".
+# The HTTP server through the official OpenAI and Anthropic SDKs, the Vercel AI
+# SDK and LangChain (tests/server, node's test runner); installs the pinned
+# packages from npm on first use, or when package.json changed them. Ends with
+# "server: N passed, N failed".
 # usage: tests/server.sh [KAPITSA_BINARY] ["EXTRA SERVE FLAGS"]
 set -u
 cd "$(dirname "$0")/server"
-if [ ! -d node_modules/openai ]; then
+if ! npm ls --depth=0 >/dev/null 2>&1; then
     bash ../npm_install.sh . || { echo "server: 0 passed, 1 failed (npm install)"; exit 1; }
 fi
 out=$(mktemp)

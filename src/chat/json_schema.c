@@ -512,9 +512,10 @@ int json_schema_xml_params(struct grammar *g, json_t *schema, char *err, size_t 
 
 int json_schema_grammar(struct grammar *g, json_t *schema, char *err, size_t n_err)
 {
-    /* a newline and some indentation; a model that would rather stop
+    /* one newline and some indentation; a model that would rather stop
      * spends at most this much at each place (a bound on the whole output
      * where every value's spelling is bounded) */
     g->max_ws = 8;
+    g->max_nl = 1;
     return json_schema_append(g, schema, NULL, err, n_err);
 }

@@ -283,6 +283,7 @@ static void enter(struct guard *gd, int32_t seg)
     gd->seg = seg;
     gd->pos = 0;
     gd->ws = 0;
+    gd->nl = 0;
     gd->name = 0;
     memset(gd->tpos, 0, sizeof gd->tpos);
     if (seg < gd->gm->n_seg) {
@@ -316,9 +317,12 @@ bool guard_may_end(const struct guard *gd)
     return true;
 }
 
-/* One whitespace byte more at a place that takes it: 0, or -1 past the bound. */
-static int ws_more(struct guard *gd)
+/* Whitespace byte c more at a place that takes it: 0, or -1 past the
+ * bounds on its bytes and newlines. */
+static int ws_more(struct guard *gd, unsigned char c)
 {
+    if (c == '\n' && gd->gm->max_nl && ++gd->nl > gd->gm->max_nl)
+        return -1;
     return ++gd->ws > (gd->gm->max_ws ? gd->gm->max_ws : GRAMMAR_MAX_WS) ? -1 : 0;
 }
 
@@ -566,9 +570,10 @@ static int step(struct guard *gd, unsigned char c)
             const char *t = gm->strs + s->text;
             while (t[gd->pos] == GRAMMAR_WS[0]) {
                 if (is_ws(c))
-                    return ws_more(gd);
+                    return ws_more(gd, c);
                 gd->pos++;
                 gd->ws = 0;
+                gd->nl = 0;
             }
             if (t[gd->pos] == 0) { /* it ended on a place for whitespace */
                 enter(gd, s->next);
@@ -582,7 +587,7 @@ static int step(struct guard *gd, unsigned char c)
         }
         case GRAM_ALT: {
             if (gd->pos == 0 && is_ws(c))
-                return ws_more(gd);
+                return ws_more(gd, c);
             uint8_t alive = 0;
             int32_t whole = -1;
             for (int32_t k = 0; k < s->n; k++) {
@@ -607,7 +612,7 @@ static int step(struct guard *gd, unsigned char c)
         }
         case GRAM_NAME: {
             if (s->ws && gd->pos == 0 && is_ws(c))
-                return ws_more(gd);
+                return ws_more(gd, c);
             /* the names that begin with the bytes so far all begin as the
              * first of them does, gd->name */
             const char *cur = gm->strs + gm->names[s->text + (uint32_t)gd->name].text;
@@ -642,7 +647,7 @@ static int step(struct guard *gd, unsigned char c)
             if (denied(gd, s, c))
                 return -1;
             if (!gd->name && is_ws(c)) /* before it: the grammar's bound, not the JSON guard's */
-                return ws_more(gd);
+                return ws_more(gd, c);
             const bool first = !gd->name;
             if (first) { /* its first byte: a kind it may be */
                 const unsigned k = value_kind(c);

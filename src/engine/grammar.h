@@ -109,6 +109,7 @@ struct grammar {
     char *strs; /* owned: every text the segments name, NUL-terminated; offset 0 is "" */
     size_t n_strs, cap_strs;
     int32_t max_ws; /* whitespace bytes at a place, 0: GRAMMAR_MAX_WS */
+    int32_t max_nl; /* newlines among them, 0: no bound but max_ws */
 };
 
 void grammar_init(struct grammar *g);
@@ -163,6 +164,7 @@ struct guard {
     uint16_t pos;         /* bytes of the segment's text (or name) matched */
     uint8_t tpos[GRAMMAR_MAX_ALT]; /* FREE: bytes of each terminator matched; JSON: of the forbidden text */
     uint8_t ws;           /* whitespace bytes in a row at the current place */
+    uint8_t nl;           /* newlines among them */
     uint8_t alive;        /* ALT: the literals still matching, a bit each */
     int32_t name;         /* NAME: the first name the bytes so far begin; VALUE: 1 once a byte of it came */
     struct json_guard json;

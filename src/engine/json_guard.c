@@ -136,8 +136,8 @@ static int step(struct json_guard *g, unsigned char c)
     case S_ARR_FIRST:
     case S_ARR_NEXT:
         if (ws)
-            return ++g->ws_run > JSON_GUARD_MAX_WS ? -1 : 0;
-        g->ws_run = 0;
+            return (c == '\n' ? ++g->ws_nl > 1 : ++g->ws_indent > JSON_GUARD_MAX_INDENT) ? -1 : 0;
+        g->ws_nl = g->ws_indent = 0;
         break;
     default:
         break;

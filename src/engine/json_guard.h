@@ -13,7 +13,10 @@
 #include <stdint.h>
 
 #define JSON_GUARD_MAX_DEPTH 128
-#define JSON_GUARD_MAX_WS 32 /* whitespace bytes in a row outside strings: a model cannot stall in them */
+/* A whitespace run outside strings holds at most one newline and this many
+ * spaces, tabs and CRs: a line break and an indent, where a model that would
+ * rather stop could otherwise stall. */
+#define JSON_GUARD_MAX_INDENT 16
 /* A number's parts are bounded so that every number the guard accepts is a
  * finite double and an integer is exact: at most 15 integer digits (an
  * integer without fraction or exponent is then below 2^53), 16 fraction
@@ -30,7 +33,7 @@ struct json_guard {
     uint32_t chars; /* the string being read (or the last one): its length as JavaScript counts it, in UTF-16
                        units (an escape one, a character past U+FFFF two), as a schema's clients check it */
     bool in_key;
-    uint16_t ws_run;
+    uint8_t ws_nl, ws_indent; /* the current whitespace run's newlines and other bytes */
     int16_t depth;
     uint8_t stack[JSON_GUARD_MAX_DEPTH / 8]; /* bit per open container: 1 object, 0 array */
 };

@@ -47,6 +47,7 @@ struct sched_req {
     bool ckpt_due;           /* recurrent models: keep a checkpoint after this step */
     int32_t ckpt_at;         /* recurrent models: a checkpoint to keep mid-prompt, where the prompt
                                 leaves a cached conversation it shares a long prefix with; -1: none */
+    int32_t ckpt_end;        /* recurrent models: the end-of-prompt checkpoint (sched_req_reply_at) */
     int32_t dseq;            /* its sequence in the draft engine (KFlash), -1 until it speculates */
     int32_t *hist;           /* prompt + output, for penalties */
     struct sched_req *next;
@@ -115,6 +116,7 @@ struct sched_req *sched_req_new(const int32_t *prompt, int32_t n, const struct s
     }
     r->dseq = -1;
     r->ckpt_at = -1;
+    r->ckpt_end = n - 1;
     r->n_top = -1;
     r->prompt = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
     r->hist = malloc(sizeof(int32_t) * (size_t)(n + max_tokens + 1));
@@ -172,6 +174,12 @@ int sched_req_logprobs(struct sched_req *r, int32_t n_top)
         return err_set("sched: out of memory");
     r->n_top = n_top;
     return 0;
+}
+
+void sched_req_reply_at(struct sched_req *r, int32_t n)
+{
+    assert(n >= 1 && n < r->n_prompt);
+    r->ckpt_end = n;
 }
 
 void sched_req_guard(struct sched_req *r, const struct vocab_bytes *vb, struct grammar *gm)
@@ -319,7 +327,8 @@ static void cache_keep(struct sched *s, struct sched_req *r)
 
 /* On a recurrent model, keeps the state after r's fed prompt tokens as a
  * cache entry of its own (a fork: KV blocks shared, state copied). Two places
- * are kept. One token short of the prompt's end: a next turn renders the
+ * are kept. One token short of the prompt's end, or where the reply starts
+ * as the next turn renders it (sched_req_reply_at): a next turn renders the
  * reply differently often enough (thinking dropped, end tokens) that the
  * finished conversation alone would rarely be a prefix of it, and a repeat of
  * the same prompt must still feed its last token for logits. And where the
@@ -561,7 +570,7 @@ static bool sched_step(struct sched *s)
                 continue;
             /* recurrent models: stop at the next checkpoint (mid-prompt, then
              * one short of the prompt's end) */
-            const int32_t ck = r->ckpt_at > r->n_fed ? r->ckpt_at : r->n_prompt - 1;
+            const int32_t ck = r->ckpt_at > r->n_fed ? r->ckpt_at : r->ckpt_end;
             if (engine_is_recurrent(&s->e) && r->n_fed < ck && r->n_fed + k > ck)
                 k = ck - r->n_fed;
             r->ckpt_due = engine_is_recurrent(&s->e) && ck > 0 && r->n_fed + k == ck;
@@ -693,7 +702,7 @@ static int32_t sched_seq_for(struct sched *s, struct sched_req *r)
                 r->n_cached = best_n;
                 pthread_mutex_unlock(&r->mu);
             }
-            if (engine_is_recurrent(&s->e) && share - r->n_fed >= SCHED_CKPT_MIN && share < r->n_prompt - 1)
+            if (engine_is_recurrent(&s->e) && share - r->n_fed >= SCHED_CKPT_MIN && share < r->ckpt_end)
                 r->ckpt_at = share;
             return seq;
         }

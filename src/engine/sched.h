@@ -65,6 +65,13 @@ struct sched_req *sched_req_new(const int32_t *prompt, int32_t n, const struct s
  * speculative step's tokens come without their own logits pass). -1 with err_set(). */
 #define SCHED_MAX_TOP 20
 int sched_req_logprobs(struct sched_req *r, int32_t n_top);
+/* Where the reply starts as a next turn renders it: the prompt's first n
+ * tokens (1..n_prompt-1), before what the template writes only into a
+ * generation prompt (Qwen3's empty reasoning block with thinking off, or a
+ * block's opening), which the history drops. Before sched_submit. On a
+ * recurrent model the end-of-prompt checkpoint is kept there instead of one
+ * token short of the end, so that the next turn finds a state it extends. */
+void sched_req_reply_at(struct sched_req *r, int32_t n);
 /* Constrains the output to grammar gm (moved into the request, gm is left
  * empty), before sched_submit; the output stops where the grammar is
  * complete. vb must outlive the request. Such a request decodes without

@@ -97,9 +97,30 @@ static void feed(struct gen *g, const char *text, size_t n, bool last)
     g->n_held = keep;
 }
 
-/* Renders and tokenizes; *in_reasoning tells whether the prompt opened <think>. */
+/* The prompt's tokens before the reasoning block its generation prompt ends
+ * with (Qwen3's empty block with thinking off, or the opening the model
+ * continues), 0 when it ends otherwise. The template renders an earlier reply
+ * without that block, so a next turn shares the prompt up to there only;
+ * the reply's own tokens cannot be reused either, as their keys and values
+ * were computed after the block. */
+static int32_t reply_start(const struct tokenizer *tok, const char *prompt, size_t plen, const struct tok_ids *ids)
+{
+    static const char *const tails[] = {"<think>\n", "<think>\n\n</think>\n\n"};
+    bool ends = false;
+    for (size_t i = 0; i < sizeof tails / sizeof *tails; i++)
+        ends |= plen >= strlen(tails[i]) && strcmp(prompt + plen - strlen(tails[i]), tails[i]) == 0;
+    const int32_t think = ends ? tok_find(tok, "<think>") : -1;
+    for (int32_t i = ids->n - 1; think >= 0 && i >= 1 && i >= ids->n - 8; i--)
+        if (ids->ids[i] == think)
+            return i;
+    return 0;
+}
+
+/* Renders and tokenizes; *in_reasoning tells whether the prompt opened
+ * <think>, *reply_at where the reply starts as a next turn renders it
+ * (reply_start; may be NULL). */
 static int build_prompt(struct app *a, json_t *messages, json_t *tools, json_t *kwargs, struct tok_ids *ids,
-                        bool *in_reasoning, char *err, size_t n_err)
+                        bool *in_reasoning, int32_t *reply_at, char *err, size_t n_err)
 {
     json_t *norm = chat_messages_from_openai(messages);
     size_t plen;
@@ -112,6 +133,8 @@ static int build_prompt(struct app *a, json_t *messages, json_t *tools, json_t *
     int rc = tok_encode(a->rt.tok, prompt, plen, ids);
     if (in_reasoning) /* templates that open the reasoning block end the prompt with it */
         *in_reasoning = plen >= 8 && strstr(prompt + (plen > 12 ? plen - 12 : 0), "<think>\n") != NULL;
+    if (reply_at)
+        *reply_at = rc == 0 ? reply_start(a->rt.tok, prompt, plen, ids) : 0;
     free(prompt);
     if (rc != 0)
         snprintf(err, n_err, "%s", err_msg());
@@ -234,17 +257,31 @@ int gen_tool_choice(json_t *tc, bool anthropic, enum gen_tools *mode, const char
            -1;
 }
 
+/* Whether a tool's parameters can be followed in fmt: a forced call of a
+ * tool that is not strict follows them where they can, since the clients
+ * that force a call for an object (the AI SDK's Anthropic provider,
+ * LangChain's withStructuredOutput) read its arguments with the schema. */
+static bool schema_fits(enum chat_format fmt, const char *name, json_t *params)
+{
+    struct grammar tmp;
+    grammar_init(&tmp);
+    const bool fits = json_is_object(params) && chat_tool_grammar(&tmp, fmt, &name, &params, 1, CHAT_THINK_NONE, false) == 0;
+    grammar_free(&tmp);
+    return fits;
+}
+
 /* The tools' names, or the one tool_choice names after checking it is among
  * them: a grammar for the forced call (chat_tool_grammar), a strict tool's
- * arguments following its parameters' schema. Lazy (tool_choice auto): the
- * grammar of text and calls, built only where a tool is strict (without
- * one, the output is not constrained: gm stays empty). -1 with err. */
+ * arguments following its parameters' schema, another's where the grammar
+ * can. Lazy (tool_choice auto): the grammar of text and calls, built only
+ * where a tool is strict (without one, the output is not constrained: gm
+ * stays empty). -1 with err. */
 static int call_grammar(struct app *a, const struct gen_opts *o, enum chat_think think, bool lazy, struct grammar *gm,
                         char *err, size_t n_err)
 {
     enum { MAX_TOOLS = 128 }; /* OpenAI's limit on a request's tools */
     const char *names[MAX_TOOLS];
-    json_t *schemas[MAX_TOOLS];
+    json_t *schemas[MAX_TOOLS], *params[MAX_TOOLS];
     int32_t n = 0, named = -1;
     bool any_strict = false, over = false;
     size_t i;
@@ -262,7 +299,8 @@ static int call_grammar(struct app *a, const struct gen_opts *o, enum chat_think
         }
         if (o->tool_name && named < 0 && strcmp(nm, o->tool_name) == 0)
             named = n;
-        schemas[n] = strict ? json_object_get(fn, "parameters") : NULL;
+        params[n] = json_object_get(fn, "parameters");
+        schemas[n] = strict ? params[n] : NULL;
         names[n++] = nm;
     }
     if (lazy && !any_strict)
@@ -278,9 +316,14 @@ static int call_grammar(struct app *a, const struct gen_opts *o, enum chat_think
     if (o->tool_name) {
         names[0] = names[named];
         schemas[0] = schemas[named];
+        params[0] = params[named];
         n = 1;
     }
-    if (chat_tool_grammar(gm, chat_template_tool_format(a->rt.ct), names, schemas, n, think, lazy) != 0)
+    const enum chat_format fmt = chat_template_tool_format(a->rt.ct);
+    for (int32_t j = 0; j < n && !lazy; j++)
+        if (!schemas[j] && schema_fits(fmt, names[j], params[j]))
+            schemas[j] = params[j];
+    if (chat_tool_grammar(gm, fmt, names, schemas, n, think, lazy) != 0)
         return snprintf(err, n_err, "%s", err_msg()), -1;
     return 0;
 }
@@ -317,7 +360,7 @@ int gen_response_format(json_t *rf, const char *what, bool *json, json_t **schem
 int32_t gen_count_tokens(struct app *a, json_t *messages, json_t *tools, json_t *kwargs, char *err, size_t n_err)
 {
     struct tok_ids ids = {0};
-    int rc = build_prompt(a, messages, tools, kwargs, &ids, NULL, err, n_err);
+    int rc = build_prompt(a, messages, tools, kwargs, &ids, NULL, NULL, err, n_err);
     int32_t n = rc == 0 ? ids.n : -1;
     tok_ids_free(&ids);
     return n;
@@ -363,6 +406,7 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
     struct tok_ids ids = {0};
     struct gen *g = NULL;
     bool in_reasoning = false;
+    int32_t reply_at = 0; /* where the reply starts as a next turn renders it, 0: one short of the end */
     const bool forced = o->tool_choice == GEN_TOOLS_ANY || o->tool_choice == GEN_TOOLS_NAMED;
     struct grammar gm; /* constrained output: a JSON object, or a forced call */
     grammar_init(&gm);
@@ -396,7 +440,7 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
             json_decref(kw);
             kw = k2;
         }
-        int brc = build_prompt(a, o->messages, o->tools, kw, &ids, &in_reasoning, err, n_err);
+        int brc = build_prompt(a, o->messages, o->tools, kw, &ids, &in_reasoning, &reply_at, err, n_err);
         json_decref(kw);
         /* a forced call; or, the model choosing (without JSON output), a
          * strict tool's schema followed in the calls it makes */
@@ -443,6 +487,8 @@ struct gen *gen_start(struct app *a, const struct gen_opts *o, char *err, size_t
     g->req = sched_req_new(ids.ids, ids.n, &sp, max_tokens, a->rt.m.cfg.vocab_size);
     if (!g->req || (o->logprobs >= 0 && sched_req_logprobs(g->req, o->logprobs) != 0))
         goto fail_msg;
+    if (reply_at > 0)
+        sched_req_reply_at(g->req, reply_at);
     if (gm.n_seg)
         sched_req_guard(g->req, &a->vb, &gm);
     if (o->raw_prompt) {

@@ -4,6 +4,8 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import Anthropic from "@anthropic-ai/sdk";
+import { betaZodTool } from "@anthropic-ai/sdk/helpers/beta/zod";
+import { z } from "zod";
 import { startServer, stopServers } from "./server.mjs";
 
 let srv, client;
@@ -138,8 +140,9 @@ test("stop_sequences end the message and are reported", async () => {
 });
 
 test("tool_choice: none drops the tools from the prompt; any and a named tool force a call", async () => {
+  // a forced call follows a tool's schema where it can: a bounded city, so the tiny model finishes the call
   const tools = [{ name: "get_weather", description: "Weather of a city",
-    input_schema: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } },
+    input_schema: { type: "object", properties: { city: { type: "string", maxLength: 20 } }, required: ["city"] } },
   { name: "read_file", description: "Read a file", input_schema: { type: "object", properties: { path: { type: "string" } } } }];
   const base = { model: "m", max_tokens: 4, temperature: 0, messages: [{ role: "user", content: "What's the weather in Paris?" }] };
   const none = await client.messages.create({ ...base, tools, tool_choice: { type: "none" } });
@@ -283,4 +286,24 @@ test("message threads: a thread's create or continue gets thread_unsupported_req
     (e) => e.status === 400 && e.error?.error?.details?.error_code === "thread_unsupported_request");
   const m = await client.messages.create({ ...msg, thread: null });
   assert.equal(m.type, "message");
+});
+
+test("toolRunner: its thread is refused as unsupported, it sends the whole conversation instead, runs the tool and ends with a message", async () => {
+  const Weather = z.object({ city: z.string().max(20), days: z.number().int().min(1).max(7) });
+  const calls = [];
+  const weather = betaZodTool({ name: "weather", description: "The weather of a city", inputSchema: Weather,
+    run: async (input) => (calls.push(Weather.parse(input)), "21 degrees") });
+  const runner = client.beta.messages.toolRunner({ model: "m", max_tokens: 200, temperature: 0, max_iterations: 3,
+    messages: [{ role: "user", content: "What is the weather in Paris?" }], tools: [weather], tool_choice: { type: "any" } });
+  const turns = [];
+  for await (const message of runner) turns.push(message);
+  // the call forced each turn: three turns, each a tool_use whose result went back
+  assert.equal(turns.length, 3);
+  for (const m of turns) {
+    assert.equal(m.stop_reason, "tool_use");
+    assert.ok(m.usage.input_tokens + m.usage.cache_read_input_tokens > 0);
+  }
+  assert.equal(calls.length, 3);
+  const roles = runner.params.messages.map((m) => m.role);
+  assert.deepEqual(roles.slice(0, 5), ["user", "assistant", "user", "assistant", "user"]);
 });

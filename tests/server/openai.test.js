@@ -4,7 +4,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import OpenAI from "openai";
-import { zodResponseFormat, zodFunction } from "openai/helpers/zod";
+import { zodResponseFormat, zodFunction, zodTextFormat } from "openai/helpers/zod";
 import { z } from "zod";
 import { mkdtempSync, readdirSync, symlinkSync, writeFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -313,6 +313,25 @@ test("the next turn of a conversation reuses the cached prefix and answers the s
   s.proc.kill("SIGTERM");
 });
 
+test("the next turn reuses the prompt up to the reply's start: the template drops the reply's reasoning block, empty or not", async () => {
+  const turn1 = [{ role: "system", content: "You are a careful planner." }, { role: "user", content: "Plan a trip." }];
+  const req = { model: "m", max_tokens: 12, temperature: 0 };
+  const off = { chat_template_kwargs: { enable_thinking: false } };
+  // thinking on: the prompt ends at the reply's start; off: an empty reasoning block follows it
+  const on1 = await client.chat.completions.create({ ...req, messages: turn1 });
+  const off1 = await client.chat.completions.create({ ...req, ...off, messages: turn1 });
+  const start = on1.usage.prompt_tokens;
+  assert.ok(off1.usage.prompt_tokens > start);
+  // the next turn renders the reply as its content alone, so the cache serves the prompt up to the
+  // reply's start; the reply's tokens, computed after the block, differ from what the new prompt needs
+  const next = (a) => [...turn1, { role: "assistant", content: a.choices[0].message.content }, { role: "user", content: "Shorter." }];
+  const off2 = await client.chat.completions.create({ ...req, ...off, messages: next(off1) });
+  assert.equal(off2.usage.prompt_tokens_details.cached_tokens, start);
+  const on2 = await client.chat.completions.create({ ...req, messages: next(on1) });
+  assert.ok(on2.usage.prompt_tokens_details.cached_tokens >= start && on2.usage.prompt_tokens_details.cached_tokens < on2.usage.prompt_tokens,
+    JSON.stringify(on2.usage));
+});
+
 test("raw completions use the prompt as it is", async () => {
   const r = await client.completions.create({ model: "m", prompt: "def is_prime(n):\n", max_tokens: 12, temperature: 0 });
   assert.equal(r.object, "text_completion");
@@ -450,8 +469,9 @@ test("logprobs: one entry per generated token, alternatives best first, the same
 });
 
 test("tool_choice: none renders the prompt without the tools; required and a named function force a call", async () => {
+  // a forced call follows a tool's schema where it can: a bounded city, so the tiny model finishes the call
   const tools = [{ type: "function", function: { name: "get_weather", description: "Weather of a city",
-    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } },
+    parameters: { type: "object", properties: { city: { type: "string", maxLength: 20 } }, required: ["city"] } } },
   { type: "function", function: { name: "read_file", description: "Read a file",
     parameters: { type: "object", properties: { path: { type: "string" } } } } }];
   const base = { model: "m", messages: [{ role: "user", content: "What's the weather in Paris?" }], max_tokens: 2, temperature: 0 };
@@ -495,7 +515,7 @@ test("tool_choice: none renders the prompt without the tools; required and a nam
   await refused({ ...req, tool_choice: { type: "function", function: {} } }, /name/);
   await refused({ ...req, tools: [{ type: "function", function: { name: "bad name", parameters: {} } }], tool_choice: "required" }, /name/);
   // the Responses API: its flat shape of a named function
-  const rt = [{ type: "function", name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } } } },
+  const rt = [{ type: "function", name: "get_weather", parameters: { type: "object", properties: { city: { type: "string", maxLength: 20 } } } },
     { type: "function", name: "read_file", parameters: { type: "object", properties: { path: { type: "string" } } } }];
   const rr = await client.responses.create({ model: "m", input: "What's the weather in Paris?", tools: rt, temperature: 0,
     tool_choice: { type: "function", name: "get_weather" }, max_output_tokens: 100 });
@@ -570,6 +590,20 @@ test("a strict tool's forced call follows its parameters' schema; a strict schem
   const ok = await client.chat.completions.create({ ...base, max_tokens: 60, temperature: 0, tool_choice: "required",
     tools: [{ type: "function", function: { name: "read_file", parameters: loose } }] });
   assert.ok(["tool_calls", "length"].includes(ok.choices[0].finish_reason));
+});
+
+test("a forced call of a tool that is not strict follows its parameters' schema where the grammar can, as clients that force a call for an object need", async () => {
+  const params = { type: "object", additionalProperties: false, required: ["city", "days", "unit"],
+    properties: { city: { type: "string", maxLength: 20 }, days: { type: "integer", minimum: 1, maximum: 7 }, unit: { enum: ["c", "f"] } } };
+  const req = { model: "m", messages: [{ role: "user", content: "What is the weather in Paris?" }], max_tokens: 200, tool_choice: "required",
+    tools: [{ type: "function", function: { name: "weather", parameters: params } }] };
+  for (const [temperature, seed] of [[0, 1], [1, 2], [1.5, 3]]) {
+    const r = await client.chat.completions.create({ ...req, temperature, seed });
+    assert.equal(r.choices[0].finish_reason, "tool_calls", JSON.stringify(r.choices[0]));
+    const v = JSON.parse(r.choices[0].message.tool_calls[0].function.arguments);
+    assert.deepEqual(Object.keys(v), ["city", "days", "unit"]);
+    assert.ok(v.city.length <= 20 && Number.isInteger(v.days) && v.days >= 1 && v.days <= 7 && ["c", "f"].includes(v.unit), JSON.stringify(v));
+  }
 });
 
 test("a forced call with numbers comes back as a call whose numbers a client reads (finite, integers exact)", async () => {
@@ -750,6 +784,59 @@ test("zod's idioms with chat.completions.parse: .int(), ranges, lengths, item co
     chat_template_kwargs: { enable_thinking: false } });
   assert.equal(r.choices[0].finish_reason, "tool_calls");
   Cat.parse(r.choices[0].message.tool_calls[0].function.parsed_arguments);
+});
+
+test("the SDK's helpers: chat.completions.stream's finalChatCompletion, responses.stream, responses.parse", async () => {
+  const req = { model: "m", messages: [{ role: "user", content: "Say hello." }], max_tokens: 12, temperature: 0 };
+  const whole = await client.chat.completions.create(req);
+  const stream = client.chat.completions.stream({ ...req, stream_options: { include_usage: true } });
+  let deltas = "";
+  stream.on("content", (delta) => (deltas += delta));
+  const final = await stream.finalChatCompletion();
+  assert.equal(final.choices[0].message.content, whole.choices[0].message.content);
+  assert.equal(deltas, whole.choices[0].message.content);
+  assert.equal(final.choices[0].finish_reason, whole.choices[0].finish_reason);
+  assert.deepEqual([final.usage.prompt_tokens, final.usage.completion_tokens], [whole.usage.prompt_tokens, whole.usage.completion_tokens]);
+
+  const rreq = { model: "m", input: "Say hello.", max_output_tokens: 12, temperature: 0 };
+  const rwhole = await client.responses.create({ ...rreq, store: false });
+  const rstream = client.responses.stream({ ...rreq, store: false });
+  let rdeltas = "";
+  rstream.on("response.output_text.delta", (ev) => (rdeltas += ev.delta));
+  const rfinal = await rstream.finalResponse();
+  assert.equal(rfinal.output_text, rwhole.output_text);
+  assert.equal(rdeltas, rwhole.output_text);
+  assert.equal(rfinal.status, rwhole.status);
+  assert.equal(rfinal.usage.output_tokens, rwhole.usage.output_tokens);
+
+  // responses.parse with a zod text format: output_parsed is what zod accepts, greedy and sampled
+  const Pet = z.object({ name: z.string().max(12), age: z.number().int().min(0).max(30), kind: z.enum(["cat", "dog"]),
+    owner: z.object({ city: z.string().max(12) }) });
+  for (const [temperature, seed] of [[0, 1], [1, 2]]) {
+    const p = await client.responses.parse({ model: "m", input: "Describe a pet.", max_output_tokens: 300, temperature, seed,
+      text: { format: zodTextFormat(Pet, "pet") } });
+    assert.equal(p.status, "completed");
+    Pet.parse(p.output_parsed);
+  }
+});
+
+test("runTools: the SDK runs the forced tool with arguments its schema accepts, then sends the result back", async () => {
+  const Weather = z.object({ city: z.string().max(20), days: z.number().int().min(1).max(7) });
+  const calls = [];
+  const runner = client.chat.completions.runTools({
+    model: "m", messages: [{ role: "user", content: "What is the weather in Paris?" }], max_tokens: 200, temperature: 0,
+    tool_choice: { type: "function", function: { name: "weather" } },
+    tools: [{ type: "function", function: { name: "weather", parameters: z.toJSONSchema(Weather),
+      parse: (s) => Weather.parse(JSON.parse(s)), function: (args) => (calls.push(args), { temperature: 21 }) } }],
+  });
+  const done = await runner.finalFunctionToolCallResult();
+  assert.equal(calls.length, 1, "a named tool_choice: the runner calls it once");
+  assert.deepEqual(JSON.parse(done), { temperature: 21 });
+  const roles = runner.messages.map((m) => m.role);
+  assert.deepEqual(roles.slice(-2), ["assistant", "tool"]);
+  // the result sent back: a plain completion after it is accepted
+  const next = await client.chat.completions.create({ model: "m", messages: runner.messages, max_tokens: 8, temperature: 0 });
+  assert.ok(next.usage.prompt_tokens > 0 && ["stop", "length"].includes(next.choices[0].finish_reason));
 });
 
 test("keep-alives flow while a long prompt is prefilled, in each API's form", async () => {

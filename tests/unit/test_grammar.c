@@ -58,6 +58,10 @@ void test_grammar_segments(void)
     CHECK(test_verdict(&gm, ws) == 0, "%d spaces refused", GRAMMAR_MAX_WS);
     ws[GRAMMAR_MAX_WS + 1] = ' ';
     CHECK(test_verdict(&gm, ws) == -1, "a longer run of spaces accepted");
+    /* max_nl: at most that many newlines at a place, each place apart */
+    gm.max_nl = 1;
+    CHECK(test_verdict(&gm, "a\n b\n  c") == 1, "a newline at each place refused");
+    CHECK(test_verdict(&gm, "a\n\nb") == -1, "two newlines at one place accepted");
     grammar_free(&gm);
 
     /* names that begin alike: each ends where the next byte cannot continue one */

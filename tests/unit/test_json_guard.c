@@ -54,12 +54,15 @@ void test_json_guard_grammar(void)
     };
     for (size_t i = 0; i < sizeof invalid / sizeof *invalid; i++)
         CHECK(run(invalid[i]) == -1, "invalid JSON accepted: %s", invalid[i]);
-    /* whitespace runs are bounded, nesting too */
-    char ws[64] = "{";
-    memset(ws + 1, ' ', JSON_GUARD_MAX_WS);
-    CHECK(run(ws) == 0, "%d spaces refused", JSON_GUARD_MAX_WS);
-    ws[JSON_GUARD_MAX_WS + 1] = ' ';
-    CHECK(run(ws) == -1, "an endless run of spaces accepted");
+    /* a whitespace run is one newline and an indent at most (each run apart), nesting is bounded */
+    char ws[64] = "{\r\n";
+    memset(ws + 3, '\t', JSON_GUARD_MAX_INDENT - 1);
+    CHECK(run(ws) == 0, "a newline and an indent of %d refused", JSON_GUARD_MAX_INDENT);
+    ws[JSON_GUARD_MAX_INDENT + 2] = ' ';
+    CHECK(run(ws) == -1, "an indent past %d accepted", JSON_GUARD_MAX_INDENT);
+    CHECK(run("{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\" :\n {}\n}") == 1, "pretty-printed JSON refused");
+    CHECK(run("{\n\n") == -1 && run("{\"a\": \n \n1") == -1 && run("{\"a\":[1 ,\n\r\n") == -1,
+          "a run of two newlines accepted");
     char deep[JSON_GUARD_MAX_DEPTH * 6 + 16];
     size_t o = 0;
     deep[o++] = '{';

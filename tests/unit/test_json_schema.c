@@ -1,9 +1,10 @@
 /* json_schema: a schema with every construct understood (booleans, an enum
  * mixing strings and numbers, integers, an array loop, a $ref'd object with
  * a const, an object-or-null, a union of primitives) accepts the objects it
- * describes, whitespace included, to their last byte, their prefixes left
- * open, and refuses values of the wrong kind, a missing, extra or reordered
- * property, a fraction in an integer; keywords it cannot enforce, a top that
+ * describes, whitespace included (one newline and an indent at a place), to
+ * their last byte, their prefixes left open, and refuses values of the wrong
+ * kind, a missing, extra or reordered property, a fraction in an integer, a
+ * second newline at a place; keywords it cannot enforce, a top that
  * is not an object and a recursive $ref are refused with their name. */
 #include "../../src/chat/json_schema.h"
 #include "test.h"
@@ -42,6 +43,10 @@ void test_json_schema_grammar(void)
             CHECK(test_verdict(&gm, buf) == 0, "prefix '%s': %d", buf, test_verdict(&gm, buf));
         }
     }
+    /* whitespace: one newline and an indent at a place, no more */
+    CHECK(test_verdict(&gm, "{\n\n") == -1 && test_verdict(&gm, "{\"ok\":\n \ntrue") == -1,
+          "two newlines at one place accepted");
+    CHECK(test_verdict(&gm, "{\"ok\":\n         true") == -1, "a newline and 9 spaces accepted (8 bytes at a place)");
     /* each differs from the first valid object in one place */
     static const char *const bad[] = {
         "{\"ok\":1,", "{\"ok\":\"true\",", "{\"ok\":true,\"color\":\"blue\",", "{\"ok\":true,\"color\":\"red\",\"n\":1.5,",

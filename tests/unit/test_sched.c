@@ -1,8 +1,9 @@
 /* The engine thread (sched) on hybrid models: greedy output equals a plain
  * engine run whether or not a request reuses a cached conversation, prefix
  * reuse happens only where a recurrent state exists (the end of an earlier
- * prompt or conversation, or where a prompt left one it shared a long prefix
- * with), and concurrent requests do not disturb each other. */
+ * prompt or conversation, where a prompt left one it shared a long prefix
+ * with, or where the reply starts as the next turn renders it), and
+ * concurrent requests do not disturb each other. */
 #include "../../src/backend/cpu/cpu.h"
 #include "../../src/base/err.h"
 #include "../../src/engine/engine.h"
@@ -144,6 +145,25 @@ void test_sched_hybrid(void)
         }
         cq = finish(submit(s, q[2], nq[2], G, V), wq[2], G, "shared prefix, third");
         CHECK(cq == 100, "%s: the third prompt reused %d tokens, not the 100 it shares", archs[a], cq);
+        /* a prompt ending in what the history drops (an empty reasoning
+         * block, its last 4 tokens): the next turn, without them, finds the
+         * state where the reply starts */
+        int32_t t1[80], t2[110], wt1[12], wt2[12];
+        for (int i = 0; i < 80; i++)
+            t1[i] = 2 + (i * 43 + 19) % (V - 2);
+        memcpy(t2, t1, sizeof(int32_t) * 76);
+        for (int i = 76; i < 110; i++)
+            t2[i] = 2 + (i * 31 + 9) % (V - 2);
+        greedy_ref(&m, t1, 80, G, wt1);
+        greedy_ref(&m, t2, 110, G, wt2);
+        struct sampler_params sp = {.temperature = 0, .top_p = 1, .repeat_penalty = 1, .penalty_last_n = -1};
+        struct sched_req *rt = sched_req_new(t1, 80, &sp, G, V);
+        CHECK(rt != NULL, "%s", err_msg());
+        sched_req_reply_at(rt, 76);
+        CHECK(sched_submit(s, rt) == 0, "%s", err_msg());
+        CHECK(finish(rt, wt1, G, "a prompt with a reply start") == 0, "%s: a new prompt", archs[a]);
+        int32_t ct = finish(submit(s, t2, 110, G, V), wt2, G, "the turn after it");
+        CHECK(ct == 76, "%s: the next turn reused %d tokens, not the 76 before the dropped block", archs[a], ct);
         sched_free(s);
         model_free(&m);
         be->ops->free(be);
