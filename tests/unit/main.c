@@ -49,6 +49,7 @@ void test_skip(const char *why)
     X(test_ops_rmsnorm_rope)                                                                                   \
     X(test_ops_attention_paged_tree)                                                                           \
     X(test_ops_attention_long)                                                                                 \
+    X(test_ops_attention_tree_run)                                                                             \
     X(test_ops_moe)                                                                                            \
     X(test_ops_top_k)                                                                                          \
     X(test_moe_sort)                                                                                           \
