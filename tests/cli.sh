@@ -183,7 +183,8 @@ else
 fi
 expect "run --spec tree without a draft" 2 "needs --draft" -- "$bin" run --spec tree "x"
 expect "run --spec with a bad name" 2 "--spec takes" -- "$bin" run --spec fast "x"
-expect "bench --draft: four ways, identical" 0 '"spec":"tree+ngram"' '"identical":true' -- \
+expect "bench --draft: four ways, identical; the verify curve beside the tuned shape" 0 '"spec":"tree+ngram"' \
+    '"identical":true' '"verify_curve":[{"n":1,' '{"n":64,' '"tuned":{"nodes":' -- \
     "$bin" bench --model "$m/kapitsa-tiny" --draft "$m/kapitsa-tiny-draft" --prompt-file "$here/../tools/bench_tasks/edit.txt" --gen 48 --json
 for f in qwen3 qwen3_moe nemotron_h_moe qwen3_5_wrapper qwen3_next; do
     expect "bench: $f's prefill FLOPs as its files count them (no embedding, no LM head)" 0 \
