@@ -125,6 +125,7 @@ void test_skip(const char *why)
     X(test_sched_hybrid)                                                                                       \
     X(test_sched_hybrid_traffic)                                                                               \
     X(test_sched_spec)                                                                                         \
+    X(test_sched_spec_persist)                                                                                 \
     X(test_sched_stop)                                                                                         \
     X(test_sched_top_k)                                                                                        \
     X(test_sched_prefill_chunks)                                                                               \
