@@ -516,8 +516,8 @@ static int32_t att_runs(struct cpu_backend *c, int32_t n_kv_head)
     int32_t n_seg = 0;
     for (int32_t i = 0; i < b->n_tokens; i++)
         n_seg += i == 0 || b->seq_row[i] != b->seq_row[i - 1];
-    const int32_t workers = pool_n_threads(c->pool);
-    const int32_t min_runs = (workers + n_seg * n_kv_head - 1) / (n_seg * n_kv_head);
+    const int32_t workers = pool_n_threads(c->pool), tasks = n_seg * n_kv_head; /* one run a sequence */
+    const int32_t min_runs = tasks ? (workers + tasks - 1) / tasks : 1;
     int32_t n_tile = 0;
     for (int32_t i0 = 0; i0 < b->n_tokens;) {
         int32_t i1 = i0 + 1;
