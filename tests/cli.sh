@@ -165,11 +165,13 @@ if ! cmp -s "$tmp/chat_s1.txt" "$tmp/chat_s2.txt" && cmp -s "$tmp/chat_t0.txt" "
 else
     bad "chat: generation_config sampling"; head -3 "$tmp/chat_s1.txt" "$tmp/chat_s2.txt" "$tmp/chat_t0.txt"
 fi
-if grep -q "kapitsa-tiny-draft" "$tmp/cache/kflash.tsv" 2>/dev/null; then
-    ok "the tuned tree shape is cached per machine and model pair"
+if grep -q "kapitsa-tiny-draft.*|cpu|1	" "$tmp/cache/kflash.tsv" 2>/dev/null; then
+    ok "the tuned tree shape is cached per machine, model pair and device"
 else
     bad "no tuning cache written to $tmp/cache/kflash.tsv"
 fi
+expect "run --draft again: the tuner goes on from what it learnt before" 0 "the tuner goes on from what it learnt before" -- \
+    "$bin" run --model "$m/kapitsa-tiny" --max-tokens 8 --draft "$m/kapitsa-tiny-draft" "def f(x):"
 # a message over several lines (a trailing backslash, or a block between lines of three quotes)
 # is one turn: /stats counts its prompt tokens, the same either way
 printf 'one\\\ntwo\n/stats\n/reset\n\"\"\"\none\ntwo\n\"\"\"\n/stats\n' |
@@ -183,7 +185,8 @@ else
 fi
 expect "run --spec tree without a draft" 2 "needs --draft" -- "$bin" run --spec tree "x"
 expect "run --spec with a bad name" 2 "--spec takes" -- "$bin" run --spec fast "x"
-expect "bench --draft: four ways, identical" 0 '"spec":"tree+ngram"' '"identical":true' -- \
+expect "bench --draft: four ways, identical; the verify curve beside the tuned shape" 0 '"spec":"tree+ngram"' \
+    '"identical":true' '"verify_curve":[{"n":1,' '{"n":64,' '"tuned":{"nodes":' -- \
     "$bin" bench --model "$m/kapitsa-tiny" --draft "$m/kapitsa-tiny-draft" --prompt-file "$here/../tools/bench_tasks/edit.txt" --gen 48 --json
 for f in qwen3 qwen3_moe nemotron_h_moe qwen3_5_wrapper qwen3_next; do
     expect "bench: $f's prefill FLOPs as its files count them (no embedding, no LM head)" 0 \
@@ -347,6 +350,20 @@ serve_stop
 expect "serve --ctx past max_position_embeddings: the warning" 0 \
     "warning: --ctx 100000 is past the model's context (max_position_embeddings 65536)" "KV cache:      65536 tokens" -- \
     cat "$tmp/s_ctx.err"
+# the KFlash tuner across a restart: a server tunes as its requests go (kept once it settles and at
+# shutdown), and the next server on this machine, model pair and device goes on from there
+export KAPITSA_CACHE="$tmp/cache_serve"
+serve_start "$tmp/s_tune" --model "$m/kapitsa-tiny" --draft "$m/kapitsa-tiny-draft"
+curl -sf "$surl/v1/completions" -H 'content-type: application/json' \
+    -d '{"model":"kapitsa-tiny","prompt":"def is_prime(n):","max_tokens":60,"temperature":0}' >/dev/null
+serve_stop
+expect "serve --draft: the tuner starts from nothing and is kept at shutdown" 0 "learns the tree shapes that pay here from nothing" \
+    "kapitsa-tiny-draft|0|cpu|1" -- cat "$tmp/s_tune.err" "$KAPITSA_CACHE/kflash.tsv"
+serve_start "$tmp/s_tune2" --model "$m/kapitsa-tiny" --draft "$m/kapitsa-tiny-draft"
+serve_stop
+expect "serve --draft again: the tuner goes on from what the last server learnt" 0 \
+    "goes on from what it learnt before on this machine, model pair and device" -- cat "$tmp/s_tune2.err"
+export KAPITSA_CACHE="$tmp/cache"
 # show: a model's make-up from its headers, the same parameter count from its GGUF
 expect "show: the embedded model" 0 "architecture   qwen3: 8 layers, hidden 64, 4 heads / 2 KV heads, head_dim 32" \
     "parameters     10.3M (10315328)" "weights        BF16 90 tensors" "context        65536 tokens" \

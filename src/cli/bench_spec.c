@@ -2,7 +2,8 @@
  * Greedy generation of the same tokens five ways (plain; a draft chain of k;
  * the KFlash tree; the tree with prompt lookup; the same tuned to the machine),
  * each checked identical to plain; reports target passes per token and
- * wall-clock speed. */
+ * wall-clock speed, and the target's verify cost curve T(n) beside the tree
+ * shape the tuner settled on. */
 #define _POSIX_C_SOURCE 200809L
 #include "../base/clock.h"
 #include "../base/err.h"
@@ -96,6 +97,56 @@ done:
     return rc;
 }
 
+#define CURVE_N 7       /* n = 1, 2, 4, .., 64 */
+#define CURVE_ROUNDS 25 /* each a forward of every n */
+
+/* The target's verify cost for n tree tokens after the prompt, n = 1, 2, 4,
+ * .., 64, in seconds: the fastest of CURVE_ROUNDS rounds, each timing every n
+ * in turn after a round to warm up, so that other load on the machine slows
+ * every n alike and the least disturbed forward of each is kept. The tree is
+ * binary in heap order (node i below node (i-1)/2) and, as a greedy verify
+ * pass asks, the top logit of its leftmost path (the path spec_fill
+ * predicts) comes back; nothing is committed, so each forward sees the same
+ * prefix. */
+static int verify_curve(struct engine *te, const int32_t *prompt, int32_t n_prompt, double *t)
+{
+    int32_t tok[64], pos[64], seq[64], par[64], ids[64];
+    uint8_t want[64];
+    const int32_t ts = engine_seq_new(te);
+    int rc = -1;
+    if (ts < 0)
+        return -1;
+    struct spec_params sp = spec_defaults();
+    sp.mode = SPEC_OFF;
+    struct spec s;
+    if (spec_init(&s, te, ts, NULL, -1, &sp, n_prompt + 65) != 0)
+        goto done;
+    if (spec_prefill(&s, prompt, n_prompt - 1, NULL) != 0)
+        goto done_spec;
+    for (int32_t i = 0; i < 64; i++) {
+        par[i] = i ? (i - 1) / 2 : -1;
+        tok[i] = prompt[(n_prompt - 1 + i) % n_prompt];
+        pos[i] = i ? pos[par[i]] + 1 : n_prompt - 1;
+        seq[i] = ts;
+        want[i] = i == 0 || (i & (i + 1)) == 0; /* 0, 1, 3, 7, ..: the leftmost path */
+    }
+    for (int32_t r = -1; r < CURVE_ROUNDS; r++)
+        for (int32_t c = 0; c < CURVE_N; c++) {
+            const struct batch b = {1 << c, tok, pos, seq, par, want};
+            const double t0 = clock_now_s();
+            if (engine_forward(te, &b, NULL, NULL) < 0 || engine_out_top(te, 1, ids, NULL) != 0)
+                goto done_spec;
+            const double dt = clock_now_s() - t0;
+            t[c] = r < 0 || dt < t[c] ? dt : t[c];
+        }
+    rc = 0;
+done_spec:
+    spec_free(&s);
+done:
+    engine_seq_free(te, ts);
+    return rc;
+}
+
 int bench_spec(const char *target, const char *draft, const char *prompt_file, int32_t n_gen, int32_t threads,
                const char *device,
                int32_t chain_k, int32_t tree_n, int32_t tree_d, int json)
@@ -112,7 +163,9 @@ int bench_spec(const char *target, const char *draft, const char *prompt_file, i
         tok_encode(rt.tok, text, n_text, &ids) != 0)
         goto done;
     const int32_t batch = (tree_n > chain_k ? tree_n : chain_k) + 1 < 64 ? 64 : (tree_n > chain_k ? tree_n : chain_k) + 1;
-    const int32_t ctx = ids.n + n_gen + (tree_n > chain_k ? tree_n : chain_k) + 2;
+    int32_t ctx = ids.n + n_gen + (tree_n > chain_k ? tree_n : chain_k) + 2;
+    if (ctx < ids.n + 65) /* the verify curve's largest tree */
+        ctx = ids.n + 65;
     if (engine_init(&te, &rt.m, ctx, 1, batch, batch, batch, DT_F32) != 0)
         goto done;
     n_up = 1;
@@ -145,6 +198,9 @@ int bench_spec(const char *target, const char *draft, const char *prompt_file, i
             goto done;
         r[i].identical = i == 0 || memcmp(got, want, sizeof(int32_t) * (size_t)n_gen) == 0;
     }
+    double curve[CURVE_N];
+    if (verify_curve(&te, ids.ids, ids.n, curve) != 0)
+        goto done;
     if (json) {
         printf("{\"target\":\"%s\",\"draft\":\"%s\",\"prompt_tokens\":%d,\"gen\":%d,\"runs\":[", target, draft, ids.n,
                n_gen);
@@ -154,6 +210,11 @@ int bench_spec(const char *target, const char *draft, const char *prompt_file, i
                    i ? "," : "", r[i].name, (long long)r[i].passes, (double)n_gen / (double)r[i].passes, r[i].seconds,
                    r[0].seconds / r[i].seconds, r[i].t_draft, r[i].t_verify, (long long)r[i].ngram,
                    r[i].identical ? "true" : "false");
+        printf("],\"tuned\":{\"nodes\":%d,\"depth\":%d,\"lookup_first\":%s},\"verify_curve\":[", r[5].tuned_n,
+               r[5].tuned_d, r[5].tuned_lookup ? "true" : "false");
+        for (int32_t c = 0; c < CURVE_N; c++)
+            printf("%s{\"n\":%d,\"seconds\":%.6f,\"ratio\":%.3f}", c ? "," : "", 1 << c, curve[c],
+                   curve[c] / curve[0]);
         printf("]}\n");
     } else {
         printf("target %s, draft %s; prompt %d tokens, %d generated greedily\n", target, draft, ids.n, n_gen);
@@ -164,9 +225,14 @@ int bench_spec(const char *target, const char *draft, const char *prompt_file, i
                    (double)n_gen / (double)r[i].passes, r[i].seconds, r[i].t_draft, r[i].t_verify,
                    r[0].seconds / r[i].seconds, r[i].identical ? "identical" : "DIFFERS");
     }
-    if (!json)
+    if (!json) {
         printf("tuned: the tree shape it settled on: %d nodes, depth %d%s\n", r[5].tuned_n, r[5].tuned_d,
                r[5].tuned_lookup ? ", the draft skipped when prompt lookup proposes 4+ tokens" : "");
+        printf("verify cost T(n)/T(1) after the prompt (T(1) = %.3f ms):", curve[0] * 1e3);
+        for (int32_t c = 0; c < CURVE_N; c++)
+            printf(" n=%d %.2f", 1 << c, curve[c] / curve[0]);
+        printf("\n");
+    }
     rc = r[1].identical && r[2].identical && r[3].identical && r[4].identical && r[5].identical ? 0 : 1;
     if (rc)
         err_set("bench: speculative output differs from plain decoding");

@@ -167,9 +167,10 @@ int cli_chat(int argc, char **argv)
         goto done;
     up = 1;
     g.dim_reasoning = isatty(1) != 0;
-    char tkey[9000];
+    char tkey[9000], tpath[4096];
     cli_spec_key(tkey, sizeof tkey, dir, draft_dir, (int32_t)threads);
-    cli_spec_tune_load(sched_spec_tuner(g.s), &kp, tkey);
+    if (cli_spec_tune_path(tpath, sizeof tpath) == 0)
+        sched_spec_persist(g.s, tpath, tkey);
     if (system)
         json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", system));
     const size_t n_fixed = json_array_size(msgs);
@@ -216,7 +217,6 @@ int cli_chat(int argc, char **argv)
         json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "assistant", "content", reply));
         free(reply);
     }
-    cli_spec_tune_save(sched_spec_tuner(g.s), &kp, tkey);
     if (in.tty && in.hist[0])
         write_history(in.hist);
     rc = 0;

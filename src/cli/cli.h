@@ -62,11 +62,10 @@ struct cli_spec {
 int cli_spec_flag(int argc, char **argv, int *i, struct cli_spec *o);
 /* The spec parameters and the draft folder to load (NULL: none). -1 with err_set(). */
 int cli_spec_params(const struct cli_spec *o, struct spec_params *p, const char **draft);
-/* The tuner's choice kept between runs, per key (models, threads, host): loaded
- * into a tuner (sched_spec_tuner) before its first step, saved after. No-ops
- * without tuning (t NULL or p->tune off). */
-void cli_spec_tune_load(struct spec_tuner *t, const struct spec_params *p, const char *key);
-void cli_spec_tune_save(const struct spec_tuner *t, const struct spec_params *p, const char *key);
+/* The file the tuner's choices are kept in between runs (sched_spec_persist):
+ * $KAPITSA_CACHE/kflash.tsv, else $XDG_CACHE_HOME/kapitsa/kflash.tsv, else
+ * ~/.cache/kapitsa/kflash.tsv; -1 when none of those is set. */
+int cli_spec_tune_path(char *path, size_t n);
 /* The key: host name, the two folders' real paths, the thread count. */
 void cli_spec_key(char *key, size_t n, const char *model, const char *draft, int32_t threads);
 /* A model reference (a folder, a catalog name, or a hub id in the Hugging Face

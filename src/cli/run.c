@@ -137,13 +137,14 @@ int cli_run(int argc, char **argv)
                      kv_type) != 0)
         goto done;
     up = 1;
-    char tkey[9000];
+    char tkey[9000], tpath[4096];
     cli_spec_key(tkey, sizeof tkey, dir, draft_dir, (int32_t)threads);
-    cli_spec_tune_load(sched_spec_tuner(g.s), &kp, tkey);
+    if (cli_spec_tune_path(tpath, sizeof tpath) == 0 && sched_spec_persist(g.s, tpath, tkey) > 0)
+        fprintf(stderr, "kapitsa: KFlash: the tuner goes on from what it learnt before on this machine, model pair "
+                        "and device (%s)\n", tpath);
     if (cli_gen_turn(&g, ids.ids, ids.n, max_tokens, stdout, NULL) != 0)
         goto done;
     putchar('\n');
-    cli_spec_tune_save(sched_spec_tuner(g.s), &kp, tkey);
     if (kp.mode != SPEC_OFF && g.spec_steps > 0)
         fprintf(stderr, "kapitsa: KFlash: %lld tokens in %lld target passes (%.2f per pass)\n",
                 (long long)g.spec_tokens, (long long)g.spec_steps, (double)g.spec_tokens / (double)g.spec_steps);

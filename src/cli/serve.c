@@ -91,6 +91,12 @@ int cli_serve(int argc, char **argv)
         const char *s = strrchr(o.model_dir, '/');
         o.model_name = s && s[1] ? s + 1 : o.model_dir;
     }
+    char tkey[9000], tpath[4096];
+    cli_spec_key(tkey, sizeof tkey, o.model_dir, o.draft_dir, o.threads);
+    if (cli_spec_tune_path(tpath, sizeof tpath) == 0) {
+        o.tune_path = tpath;
+        o.tune_key = tkey;
+    }
     if (server_run(&o) != 0) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return 1;

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 int cli_spec_flag(int argc, char **argv, int *i, struct cli_spec *o)
@@ -64,91 +63,18 @@ int cli_spec_params(const struct cli_spec *o, struct spec_params *p, const char 
     return 0;
 }
 
-/* The tuning cache: $KAPITSA_CACHE, else $XDG_CACHE_HOME/kapitsa, else
- * ~/.cache/kapitsa; one line per key: key TAB nodes TAB depth TAB tokens/s. */
-static int tune_path(char *path, size_t n)
+int cli_spec_tune_path(char *path, size_t n)
 {
     const char *d = getenv("KAPITSA_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-    char dir[3000];
     if (d && *d)
-        snprintf(dir, sizeof dir, "%s", d);
+        snprintf(path, n, "%s/kflash.tsv", d);
     else if (x && *x)
-        snprintf(dir, sizeof dir, "%s/kapitsa", x);
+        snprintf(path, n, "%s/kapitsa/kflash.tsv", x);
     else if (h && *h)
-        snprintf(dir, sizeof dir, "%s/.cache/kapitsa", h);
+        snprintf(path, n, "%s/.cache/kapitsa/kflash.tsv", h);
     else
         return -1;
-    snprintf(path, n, "%s/kflash.tsv", dir);
     return 0;
-}
-
-void cli_spec_tune_load(struct spec_tuner *t, const struct spec_params *p, const char *key)
-{
-    char path[3100], line[4096];
-    if (!t || !p->tune || tune_path(path, sizeof path) != 0)
-        return;
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return;
-    while (fgets(line, sizeof line, f)) {
-        char *tab = strchr(line, '\t');
-        int nodes, depth;
-        double tps;
-        if (!tab || (size_t)(tab - line) != strlen(key) || strncmp(line, key, strlen(key)) != 0 ||
-            sscanf(tab + 1, "%d\t%d\t%lf", &nodes, &depth, &tps) != 3)
-            continue;
-        for (int32_t i = 0; i < t->n_shape; i++)
-            if (t->nodes[i] == nodes && t->depth[i] == depth) {
-                /* start from the cached best; the others are re-tried as the tuner goes */
-                for (int32_t j = 0; j < t->n_shape; j++)
-                    t->tries[j] = 4;
-                t->tok_s[i] = tps;
-            }
-    }
-    fclose(f);
-}
-
-void cli_spec_tune_save(const struct spec_tuner *t, const struct spec_params *p, const char *key)
-{
-    char path[3100], tmp[3200], line[4096];
-    if (!t || !p->tune || t->step < 8 || tune_path(path, sizeof path) != 0)
-        return;
-    int32_t b = 0; /* the fastest shape (spec_tuned_shape) */
-    for (int32_t i = 1; i < t->n_shape; i++)
-        if (t->tok_s[i] > t->tok_s[b])
-            b = i;
-    const int32_t nodes = t->nodes[b], depth = t->depth[b];
-    double best = 0;
-    for (int32_t i = 0; i < t->n_shape; i++)
-        if (t->nodes[i] == nodes && t->depth[i] == depth)
-            best = t->tok_s[i];
-    char dir[3100];
-    snprintf(dir, sizeof dir, "%s", path);
-    *strrchr(dir, '/') = 0;
-    char *slash = dir;
-    while ((slash = strchr(slash + 1, '/'))) { /* mkdir -p */
-        *slash = 0;
-        mkdir(dir, 0755);
-        *slash = '/';
-    }
-    mkdir(dir, 0755);
-    snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
-    FILE *in = fopen(path, "r"), *out = fopen(tmp, "w");
-    if (!out) {
-        if (in)
-            fclose(in);
-        return;
-    }
-    while (in && fgets(line, sizeof line, in)) /* other keys stay */
-        if (!(strncmp(line, key, strlen(key)) == 0 && line[strlen(key)] == '\t'))
-            fputs(line, out);
-    if (in)
-        fclose(in);
-    fprintf(out, "%s\t%d\t%d\t%.3f\n", key, nodes, depth, best);
-    if (fclose(out) == 0)
-        rename(tmp, path);
-    else
-        remove(tmp);
 }
 
 void cli_spec_key(char *key, size_t n, const char *model, const char *draft, int32_t threads)

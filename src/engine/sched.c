@@ -1,4 +1,5 @@
 /* sched: continuous batching on one engine thread (see sched.h). */
+#define _POSIX_C_SOURCE 200809L
 #include "sched.h"
 
 #include "../base/clock.h"
@@ -95,6 +96,10 @@ struct sched {
     /* [n_seq_max]: the tuner of steps with i+1 requests speculating (what pays
      * alone, a wide tree, may not with four at once) */
     struct spec_tuner *tuner;
+    /* where the tuners are kept (sched_spec_persist): the file, the caller's
+     * key, and whether tuner i was saved once it settled */
+    char *tune_path, *tune_key;
+    bool *tune_saved;
     /* step buffers [max_batch] */
     int32_t *tok, *pos, *seq, *par, *owner;
     uint8_t *want;
@@ -448,6 +453,47 @@ static void sched_fail(struct sched *s, int32_t a, const char *msg)
     req_finish(s, r, SCHED_ERROR, msg);
 }
 
+/* Tuner i's line in the tuning file: the caller's key, the device, and how
+ * many requests speculate at once. */
+static void tune_key(const struct sched *s, int32_t i, char *key, size_t n)
+{
+    snprintf(key, n, "%s|%s|%d", s->tune_key, s->e.be->ops->name, (int)i + 1);
+}
+
+/* Keeps tuner i in the tuning file; a failure is reported, not fatal (the
+ * next run tunes from nothing). */
+static void tune_save(const struct sched *s, int32_t i)
+{
+    char key[8192];
+    tune_key(s, i, key, sizeof key);
+    if (spec_tuner_save(&s->tuner[i], s->tune_path, key) != 0 && !s->quiet)
+        fprintf(stderr, "kapitsa: warning: the KFlash tuning is not kept: %s\n", err_msg());
+}
+
+int32_t sched_spec_persist(struct sched *s, const char *path, const char *key)
+{
+    if (!s->spec_on || !s->k.p.tune || s->tune_path)
+        return 0;
+    s->tune_path = strdup(path);
+    s->tune_key = strdup(key);
+    s->tune_saved = calloc((size_t)s->n_seq_max, sizeof *s->tune_saved);
+    if (!s->tune_path || !s->tune_key || !s->tune_saved) {
+        free(s->tune_path);
+        free(s->tune_key);
+        free(s->tune_saved);
+        s->tune_path = s->tune_key = NULL;
+        s->tune_saved = NULL;
+        return 0;
+    }
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->n_seq_max; i++) {
+        char k[8192];
+        tune_key(s, i, k, sizeof k);
+        n += spec_tuner_load(&s->tuner[i], path, k);
+    }
+    return n;
+}
+
 /* KFlash for the decoding requests in slots act[0..n_act): each proposes its
  * tree (the draft's forwards one request at a time), every tree is verified
  * in one target forward, then each request's tokens are emitted in order, as
@@ -534,6 +580,10 @@ static void sched_spec_step(struct sched *s, const int32_t *act, int32_t n_act)
         pthread_mutex_unlock(&s->mu);
         for (int32_t j = 0; j < k && sched_emit(s, a, r->hist[len + j]); j++)
             ;
+    }
+    if (s->tune_path && !s->tune_saved[n_act - 1] && spec_tuner_settled(&s->tuner[n_act - 1])) {
+        s->tune_saved[n_act - 1] = true;
+        tune_save(s, n_act - 1);
     }
 }
 
@@ -948,6 +998,13 @@ void sched_free(struct sched *s)
         if (s->cache[i].seq >= 0)
             cache_evict(s, &s->cache[i]);
     if (s->spec_on) {
+        /* what the tuners learnt since, settled or not (the next run goes on from there) */
+        for (int32_t i = 0; s->tune_path && i < s->n_seq_max; i++)
+            if (s->tuner[i].step > 0)
+                tune_save(s, i);
+        free(s->tune_path);
+        free(s->tune_key);
+        free(s->tune_saved);
         for (int32_t a = 0; s->lane && a < s->n_seq_max; a++)
             spec_free(&s->lane[a]);
         free(s->lane);
@@ -976,7 +1033,6 @@ void sched_free(struct sched *s)
 
 int32_t sched_n_ctx(const struct sched *s) { return s->n_ctx; }
 void sched_quiet(struct sched *s) { s->quiet = true; }
-struct spec_tuner *sched_spec_tuner(struct sched *s) { return s->spec_on ? &s->tuner[0] : NULL; }
 
 void sched_get_stats(struct sched *s, struct sched_stats *st)
 {

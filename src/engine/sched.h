@@ -120,10 +120,13 @@ struct sampler *sched_req_sampler(struct sched_req *r);
 /* Stops the line each finished request writes to stderr (the server's log),
  * for a command that reports on its own; before the first sched_submit. */
 void sched_quiet(struct sched *s);
-/* The KFlash tuner of steps where one request speculates (NULL without
- * speculation), to start from what an earlier run learnt and keep what this
- * one did; only while no request runs. */
-struct spec_tuner *sched_spec_tuner(struct sched *s);
+/* Keeps the KFlash tuners (one for each number of requests speculating at
+ * once) in the file at path, under key (the caller's: the machine, the model
+ * pair, the threads) with the device and that number appended
+ * (spec_tuner_load / spec_tuner_save): each goes on from what is stored,
+ * and is saved when it settles and, if it took a step, at sched_free. Before the first
+ * sched_submit; returns how many tuners it loaded (0 without tuning). */
+int32_t sched_spec_persist(struct sched *s, const char *path, const char *key);
 void sched_req_cancel(struct sched_req *r);
 void sched_req_release(struct sched_req *r);
 int32_t sched_n_ctx(const struct sched *s);

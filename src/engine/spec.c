@@ -10,9 +10,13 @@
 #include "../base/err.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 struct spec_params spec_defaults(void)
 {
@@ -269,33 +273,134 @@ static int32_t build_tree(struct spec *s, const int32_t *hist, int32_t n_hist, i
     return C;
 }
 
-void spec_tuned_shape(const struct spec *s, int32_t *nodes, int32_t *depth, bool *lookup_first)
+#define TUNE_TRIES 4 /* steps each shape is tried before the tuner settles */
+
+/* The tuner's fastest shape (spec_tuned_shape's). */
+static int32_t tune_best(const struct spec_tuner *t)
 {
-    const struct spec_tuner *t = s->tun;
     int32_t b = 0;
     for (int32_t i = 1; i < t->n_shape; i++)
         if (t->tok_s[i] > t->tok_s[b])
             b = i;
+    return b;
+}
+
+bool spec_tuner_settled(const struct spec_tuner *t)
+{
+    for (int32_t i = 0; i < t->n_shape; i++)
+        if (t->tries[i] < TUNE_TRIES)
+            return false;
+    return t->n_shape > 0;
+}
+
+/* key's line of an open file: its fields after the key, or NULL. */
+static const char *tune_line(const char *line, const char *key)
+{
+    const size_t n = strlen(key);
+    return strncmp(line, key, n) == 0 && line[n] == '\t' ? line + n + 1 : NULL;
+}
+
+bool spec_tuner_load(struct spec_tuner *t, const char *path, const char *key)
+{
+    char line[8192];
+    FILE *f = fopen(path, "r");
+    const char *v = NULL;
+    while (f && !v && fgets(line, sizeof line, f))
+        v = tune_line(line, key);
+    if (f)
+        fclose(f);
+    /* one field a shape: nodes,depth,lookup_first,tries,tokens per second */
+    bool found = false;
+    for (const char *p = v; p;) {
+        int nodes, depth, lookup, tries;
+        double tps;
+        if (sscanf(p, "%d,%d,%d,%d,%lf", &nodes, &depth, &lookup, &tries, &tps) == 5 && tries >= 0 && tps >= 0)
+            for (int32_t i = 0; i < t->n_shape; i++)
+                if (t->nodes[i] == nodes && t->depth[i] == depth && t->lookup_first[i] == (lookup != 0)) {
+                    t->tries[i] = tries;
+                    t->tok_s[i] = tps;
+                    found = true;
+                }
+        if ((p = strchr(p, '\t')))
+            p++;
+    }
+    return found;
+}
+
+/* mkdir -p of path's folder. */
+static int tune_mkdir(const char *path)
+{
+    char dir[4096];
+    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir)
+        return err_set("spec: the tuning file's path is too long");
+    char *end = strrchr(dir, '/');
+    if (!end || end == dir)
+        return 0;
+    *end = 0;
+    for (char *p = dir + 1;; p++)
+        if (*p == '/' || *p == 0) {
+            const char c = *p;
+            *p = 0;
+            if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+                return err_set("spec: cannot make %s: %s", dir, strerror(errno));
+            *p = c;
+            if (!c)
+                return 0;
+        }
+}
+
+int spec_tuner_save(const struct spec_tuner *t, const char *path, const char *key)
+{
+    char tmp[4200], line[8192];
+    if (t->n_shape == 0)
+        return 0;
+    if (tune_mkdir(path) != 0)
+        return -1;
+    snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+    FILE *in = fopen(path, "r"), *out = fopen(tmp, "w");
+    if (!out) {
+        if (in)
+            fclose(in);
+        return err_set("spec: cannot write %s: %s", tmp, strerror(errno));
+    }
+    while (in && fgets(line, sizeof line, in))
+        if (!tune_line(line, key))
+            fputs(line, out);
+    if (in)
+        fclose(in);
+    fputs(key, out);
+    for (int32_t i = 0; i < t->n_shape; i++)
+        fprintf(out, "\t%d,%d,%d,%d,%.3f", t->nodes[i], t->depth[i], t->lookup_first[i] ? 1 : 0, t->tries[i],
+                t->tok_s[i]);
+    fputc('\n', out);
+    if (fclose(out) != 0 || rename(tmp, path) != 0) {
+        remove(tmp);
+        return err_set("spec: cannot write %s", path);
+    }
+    return 0;
+}
+
+void spec_tuned_shape(const struct spec *s, int32_t *nodes, int32_t *depth, bool *lookup_first)
+{
+    const struct spec_tuner *t = s->tun;
+    const int32_t b = tune_best(t);
     *nodes = s->p.tune ? t->nodes[b] : s->p.n_nodes;
     *depth = s->p.tune ? t->depth[b] : s->p.depth;
     if (lookup_first)
         *lookup_first = s->p.tune ? t->lookup_first[b] : s->p.lookup_first;
 }
 
-/* Picks the shape for the next step: each tried 4 times first, then the best,
- * with every 32nd step on the least-tried other shape. */
+/* Picks the shape for the next step: each tried TUNE_TRIES times first, then
+ * the best, with every 32nd step on the least-tried other shape. */
 static void tune_pick(struct spec *s)
 {
     struct spec_tuner *t = s->tun;
     int32_t pick = -1;
     for (int32_t i = 0; i < t->n_shape && pick < 0; i++)
-        if (t->tries[i] < 4)
+        if (t->tries[i] < TUNE_TRIES)
             pick = i;
     if (pick < 0) {
-        pick = 0;
-        for (int32_t i = 1; i < t->n_shape; i++)
-            if (t->tok_s[i] > t->tok_s[pick])
-                pick = i;
+        pick = tune_best(t);
         if (t->step % 32 == 31) {
             int32_t other = -1;
             for (int32_t i = 0; i < t->n_shape; i++)
@@ -315,7 +420,7 @@ static void tune_record(struct spec *s, int32_t k, double seconds)
     struct spec_tuner *t = s->tun;
     const int32_t c = s->tcur;
     const double v = seconds > 0 ? k / seconds : 0;
-    t->tok_s[c] = t->tries[c] ? 0.8 * t->tok_s[c] + 0.2 * v : v;
+    t->tok_s[c] = t->tok_s[c] > 0 ? 0.8 * t->tok_s[c] + 0.2 * v : v; /* 0: not measured (or loaded without it) */
     t->tries[c]++;
     t->step++;
 }

@@ -160,6 +160,19 @@ void spec_free(struct spec *s);
 /* The shape the tuner would use now (nodes, depth, and whether it skips the
  * draft when prompt lookup proposes enough; lookup_first may be NULL), e.g. to report it. */
 void spec_tuned_shape(const struct spec *s, int32_t *nodes, int32_t *depth, bool *lookup_first);
+/* The tuner kept between runs in a small text file of one line per key (the
+ * caller's: the machine, the model pair, the device, how many requests
+ * speculate at once): the key, then a tab-separated field per shape,
+ * nodes,depth,lookup_first,tries,tokens per second. Load: whether the file
+ * has key's line with one of t's shapes; t then goes on from those shapes'
+ * tries and speeds (settled, it uses the fastest at once; a shape it lacks is
+ * tried first). Save: t's line, the other keys' kept (a new file replaces the
+ * old, so a reader never sees half of one; its folder made if missing); -1
+ * with err_set(). */
+bool spec_tuner_load(struct spec_tuner *t, const char *path, const char *key);
+int spec_tuner_save(const struct spec_tuner *t, const char *path, const char *key);
+/* Every shape tried its first times: from here on the tuner uses the fastest. */
+bool spec_tuner_settled(const struct spec_tuner *t);
 /* Points the spec at another pair of sequences (same engines). */
 void spec_reset(struct spec *s, int32_t tseq, int32_t dseq);
 

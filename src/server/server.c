@@ -431,6 +431,7 @@ int server_run(const struct server_opts *o)
     if (!(a.sched = sched_new(&a.rt.m, n_ctx, o->n_seq, chunk > SERVER_MIN_BATCH ? chunk : SERVER_MIN_BATCH, chunk,
                               o->kv_type, a.rt.d_loaded ? &a.rt.dm : NULL, &o->spec)))
         goto done;
+    const int32_t n_tuned = o->tune_path ? sched_spec_persist(a.sched, o->tune_path, o->tune_key) : 0;
     const bool loopback = addr.ss_family == AF_INET6
                               ? IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)&addr)->sin6_addr)
                               : (ntohl(((struct sockaddr_in *)&addr)->sin_addr.s_addr) >> 24) == 127;
@@ -482,6 +483,11 @@ int server_run(const struct server_opts *o)
             o->kv_type == DT_BF16 ? "bf16" : "f32");
     fprintf(stderr, "  prompts:       fed %d tokens a step on %s, beside the decoding requests (--prefill-chunk)\n",
             (int)chunk, be->ops->name);
+    if (o->tune_path && o->spec.tune)
+        fprintf(stderr, "  KFlash tuner:  %s, kept in %s\n",
+                n_tuned ? "goes on from what it learnt before on this machine, model pair and device"
+                        : "learns the tree shapes that pay here from nothing",
+                o->tune_path);
     if (pipe(stop_pipe) != 0) {
         err_set("server: pipe: %s", strerror(errno));
         goto done;

@@ -30,6 +30,9 @@ struct server_opts {
     double keepalive_s;   /* a streaming response idle this long sends a keep-alive; <= 0: 10 */
     const char *draft_dir;  /* KFlash draft model, or NULL */
     struct spec_params spec; /* mode SPEC_OFF: plain decoding */
+    /* where the KFlash tuner's choices are kept between runs, and the key of
+     * this machine and model pair (sched_spec_persist); NULL: not kept */
+    const char *tune_path, *tune_key;
 };
 
 /* A forward takes the larger of the prefill chunk and this many tokens (the

@@ -49,6 +49,7 @@ void test_skip(const char *why)
     X(test_ops_rmsnorm_rope)                                                                                   \
     X(test_ops_attention_paged_tree)                                                                           \
     X(test_ops_attention_long)                                                                                 \
+    X(test_ops_attention_tree_run)                                                                             \
     X(test_ops_moe)                                                                                            \
     X(test_ops_top_k)                                                                                          \
     X(test_moe_sort)                                                                                           \
@@ -124,6 +125,7 @@ void test_skip(const char *why)
     X(test_sched_hybrid)                                                                                       \
     X(test_sched_hybrid_traffic)                                                                               \
     X(test_sched_spec)                                                                                         \
+    X(test_sched_spec_persist)                                                                                 \
     X(test_sched_stop)                                                                                         \
     X(test_sched_top_k)                                                                                        \
     X(test_sched_prefill_chunks)                                                                               \

@@ -154,9 +154,9 @@ void test_ops_attention_paged_tree(void)
     }
 }
 
-/* A long causal chain (three chunks of keys, runs of 16 rows and a shorter
- * one) against double-precision softmax, and each row bitwise equal to the
- * same row attended alone: what a row computes does not depend on its run. */
+/* A long causal chain (three chunks of keys, its 40 rows in one run) against
+ * double-precision softmax, and each row bitwise equal to the same row
+ * attended alone: what a row computes does not depend on its run. */
 void test_ops_attention_long(void)
 {
     FOR_EACH_BACKEND(be)
@@ -218,6 +218,106 @@ void test_ops_attention_long(void)
         struct tensor *all[] = {&kc, &vc, &q, &out, &one};
         for (int k = 0; k < 5; k++)
             op->release(be, all[k]);
+    }
+}
+
+/* A KFlash tree of 64 rows (binary, in heap order) after a committed prefix
+ * of 150 keys in scattered blocks, f32 and bf16 caches: its rows go in one
+ * run (the prefix's chunks read once for all of them), each row's output
+ * bitwise the row attended alone, as plain decoding attends it, and within
+ * rounding of double-precision softmax over the keys it sees. */
+void test_ops_attention_tree_run(void)
+{
+    FOR_EACH_BACKEND(be)
+    {
+        const struct backend_ops *op = be->ops;
+        enum { BS = 16, N_CACHED = 150, N = 64, N_HEAD = 8, N_KV = 2, HD = 32, CAP = 224 };
+        for (int tt = 0; tt < 2; tt++) {
+            const enum dtype kt = tt ? DT_BF16 : DT_F32;
+            struct tensor kc, vc, q, out, one;
+            op->alloc(be, &kc, kt, CAP, N_KV * HD);
+            op->alloc(be, &vc, kt, CAP, N_KV * HD);
+            op->alloc(be, &q, DT_F32, N, N_HEAD * HD);
+            op->alloc(be, &out, DT_F32, N, N_HEAD * HD);
+            op->alloc(be, &one, DT_F32, 1, N_HEAD * HD);
+            fill(&q);
+            static float K[CAP * N_KV * HD], V[CAP * N_KV * HD]; /* the caches' values as floats */
+            for (int64_t e = 0; e < CAP * N_KV * HD; e++) {
+                K[e] = rndf();
+                V[e] = rndf();
+                if (tt) { /* bf16: the values kept are the floats' upper halves */
+                    uint32_t kb, vb;
+                    memcpy(&kb, &K[e], 4);
+                    memcpy(&vb, &V[e], 4);
+                    ((uint16_t *)kc.data)[e] = (uint16_t)(kb >> 16);
+                    ((uint16_t *)vc.data)[e] = (uint16_t)(vb >> 16);
+                    kb &= 0xffff0000u;
+                    vb &= 0xffff0000u;
+                    memcpy(&K[e], &kb, 4);
+                    memcpy(&V[e], &vb, 4);
+                } else {
+                    ((float *)kc.data)[e] = K[e];
+                    ((float *)vc.data)[e] = V[e];
+                }
+            }
+            int32_t table[CAP / BS], seq_row[N], n_kv[N], mfrom[N], parent[N];
+            static uint8_t mask[N][N];
+            memset(mask, 0, sizeof mask);
+            for (int32_t i = 0; i < CAP / BS; i++)
+                table[i] = (i * 5 + 2) % (CAP / BS);
+            for (int32_t i = 0; i < N; i++) {
+                parent[i] = i ? (i - 1) / 2 : -1;
+                seq_row[i] = 0, n_kv[i] = N_CACHED + i + 1, mfrom[i] = N_CACHED;
+                for (int32_t a = i; a >= 0; a = parent[a])
+                    mask[i][a] = 1;
+            }
+            struct attn_batch b = {.n_tokens = N, .seq_row = seq_row, .n_kv = n_kv, .mask_from = mfrom,
+                                   .mask = &mask[0][0], .mask_stride = N, .block_table = table, .n_seq_rows = 1,
+                                   .max_blocks = CAP / BS, .block_size = BS};
+            op->set_batch(be, &b);
+            op->attention(be, &out, &q, &kc, &vc, N_HEAD, N_KV, HD, 0.2f);
+            CHECK(cpu_backend_att_runs(be) == 1, "%s cache: the tree's rows in %d runs, not one", tt ? "bf16" : "f32",
+                  cpu_backend_att_runs(be));
+            const float *Q = q.data, *O = out.data;
+            for (int32_t i = 0; i < N; i++) {
+                for (int32_t h = 0; h < N_HEAD; h++) {
+                    const int32_t g = h / (N_HEAD / N_KV);
+                    double sc[CAP], mx = -1e300, sum = 0, o[HD] = {0};
+                    for (int32_t p = 0; p < n_kv[i]; p++) {
+                        sc[p] = -1e300;
+                        if (p >= N_CACHED && !mask[i][p - N_CACHED])
+                            continue;
+                        const int32_t r = table[p / BS] * BS + p % BS;
+                        double d = 0;
+                        for (int32_t c = 0; c < HD; c++)
+                            d += (double)Q[i * N_HEAD * HD + h * HD + c] * K[r * N_KV * HD + g * HD + c];
+                        sc[p] = d * 0.2;
+                        mx = sc[p] > mx ? sc[p] : mx;
+                    }
+                    for (int32_t p = 0; p < n_kv[i]; p++)
+                        sum += sc[p] = sc[p] > -1e300 ? exp(sc[p] - mx) : 0;
+                    for (int32_t p = 0; p < n_kv[i]; p++)
+                        for (int32_t c = 0; c < HD; c++)
+                            o[c] += sc[p] / sum * V[(table[p / BS] * BS + p % BS) * N_KV * HD + g * HD + c];
+                    for (int32_t c = 0; c < HD; c++)
+                        CHECK(fabs(O[i * N_HEAD * HD + h * HD + c] - o[c]) < 1e-5, "row %d head %d", i, h);
+                }
+                struct tensor qi = tensor_rows(&q, i, 1);
+                struct attn_batch b1 = b;
+                b1.n_tokens = 1;
+                b1.seq_row = &seq_row[i];
+                b1.n_kv = &n_kv[i];
+                b1.mask_from = &mfrom[i];
+                b1.mask = mask[i];
+                op->set_batch(be, &b1);
+                op->attention(be, &one, &qi, &kc, &vc, N_HEAD, N_KV, HD, 0.2f);
+                CHECK(memcmp(one.data, O + i * N_HEAD * HD, sizeof(float) * N_HEAD * HD) == 0,
+                      "%s cache: tree row %d alone differs from the row in the tree's run", tt ? "bf16" : "f32", i);
+            }
+            struct tensor *all[] = {&kc, &vc, &q, &out, &one};
+            for (int k = 0; k < 5; k++)
+                op->release(be, all[k]);
+        }
     }
 }
 

@@ -318,6 +318,82 @@ void test_sched_spec(void)
     be->ops->free(be);
 }
 
+/* Whether the file at path has a line that starts with prefix. */
+static bool file_has_line(const char *path, const char *prefix)
+{
+    char line[1024];
+    bool found = false;
+    FILE *f = fopen(path, "r");
+    while (f && !found && fgets(line, sizeof line, f))
+        found = strncmp(line, prefix, strlen(prefix)) == 0;
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* The KFlash tuner kept between runs (sched_spec_persist): a first sched
+ * finds nothing stored, tunes, and writes its choice once the tuner settles
+ * (while it still runs), in a folder it makes, other keys' lines kept; a
+ * second loads it. A third, given a stored plain step at a speed nothing
+ * beats, starts from that choice: every step of its request verifies the
+ * root alone (one token a pass), where a fresh tuner would try trees. Draft =
+ * target, so a tree would be accepted whole. */
+void test_sched_spec_persist(void)
+{
+    char dir[512], path[600], key[700];
+    snprintf(dir, sizeof dir, "%s/qwen3", test_fixtures());
+    snprintf(path, sizeof path, "%s/tune/kapitsa/kflash.tsv", test_tmpdir());
+    struct backend *be = test_backend();
+    struct model m;
+    CHECK(model_load(&m, dir, be, NULL) == 0, "%s", err_msg());
+    const int32_t V = m.cfg.vocab_size, G = 30;
+    int32_t p1[60], w1[G];
+    for (int i = 0; i < 60; i++)
+        p1[i] = 2 + (i * 41 + 9) % (V - 2);
+    greedy_ref(&m, p1, 60, G, w1);
+    struct spec_params sp = spec_defaults();
+    sp.n_nodes = 12;
+    sp.depth = 6;
+    sp.tune = true;
+    snprintf(key, sizeof key, "k|%s|1\t", be->ops->name);
+    struct sched *s = sched_new(&m, 4096, 1, 64, 64, DT_F32, &m, &sp);
+    CHECK(s && sched_spec_persist(s, path, "k") == 0, "a first run loads nothing");
+    bool saved = false;
+    for (int i = 0; i < 25 && !saved; i++) { /* the tuner settles within 5 shapes x 4 steps */
+        finish(submit(s, p1, 60, G, V), w1, G, "tuning");
+        saved = file_has_line(path, key);
+    }
+    CHECK(saved, "no line for the settled tuner in %s", path);
+    FILE *f = fopen(path, "a");
+    CHECK(f != NULL, "%s", path);
+    if (f) {
+        fputs("other key\t3,3,0,4,5.000\n", f);
+        fclose(f);
+    }
+    sched_free(s);
+    CHECK(file_has_line(path, key) && file_has_line(path, "other key\t"), "sched_free's save lost a line");
+    s = sched_new(&m, 4096, 1, 64, 64, DT_F32, &m, &sp);
+    CHECK(s && sched_spec_persist(s, path, "k") == 1, "a second run starts from the stored choice");
+    sched_free(s);
+    f = fopen(path, "w"); /* the tuner's 5 shapes within 12 nodes, each tried, the plain step fastest */
+    CHECK(f != NULL, "%s", path);
+    if (f) {
+        fprintf(f, "%s0,0,0,4,1e9\t3,3,0,4,1\t6,3,0,4,1\t8,4,0,4,1\t12,6,0,4,1\n", key);
+        fclose(f);
+    }
+    s = sched_new(&m, 4096, 1, 64, 64, DT_F32, &m, &sp);
+    CHECK(s && sched_spec_persist(s, path, "k") == 1, "the stored plain step is loaded");
+    finish(submit(s, p1, 60, G, V), w1, G, "from the stored choice");
+    struct sched_stats st;
+    sched_get_stats(s, &st);
+    CHECK(st.spec_passes > 0 && st.spec_tokens == st.spec_passes,
+          "from a stored plain step: %lld tokens in %lld passes, wanted one a pass", (long long)st.spec_tokens,
+          (long long)st.spec_passes);
+    sched_free(s);
+    model_free(&m);
+    be->ops->free(be);
+}
+
 /* sched_stop: a request generating and one queued behind it both end
  * cancelled with the reason, and a later submission is refused as such (-3,
  * which the server answers with 503, not as the client's fault). */

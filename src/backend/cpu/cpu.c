@@ -370,28 +370,35 @@ static void cpu_get_out_rows(struct backend *be, struct tensor *out, const struc
 
 #define ATT_CHUNK 64
 #define ATT_MAX_GROUP 16
-#define ATT_TILE 16 /* rows of one sequence per task: a chunk's keys are read from memory once for all */
+#define ATT_RUN 64 /* rows of one sequence per task: a chunk's keys are read from memory once for all */
 
 struct att_job {
     const struct kern *k;
     const struct attn_batch *b;
     const int32_t *tile; /* [n_tile+1] first row of each run of rows */
-    float *acc;          /* per worker: [ATT_TILE][G][head_dim] */
+    float *acc;          /* per worker: see att_scratch */
     int64_t acc_stride;
+    const float **qp;    /* per worker: [ATT_RUN * heads per kv head] */
+    float **yp;
     struct tensor *out;
     const struct tensor *q, *kc, *vc;
     int32_t n_head, n_kv_head, head_dim;
     float scale;
 };
 
-/* A run of up to ATT_TILE rows of one sequence, one kv head and the query
+/* A worker's floats for a run of nq (row, head) queries: their running
+ * outputs [nq][head_dim], scores [nq][ATT_CHUNK], maxima and sums [nq]. */
+static int64_t att_scratch(int64_t nq, int64_t head_dim) { return nq * (head_dim + ATT_CHUNK + 2); }
+
+/* A run of up to ATT_RUN rows of one sequence, one kv head and the query
  * heads that share it, in chunks of keys with a running max per row and head
  * (flash-attention style): the same result as softmax(qk^T)v. Per chunk the
  * kern table's scores for every (row, head) query of the run at once, each
- * chunk key loaded once for all of them; a query's keys it may not see (past
+ * chunk key loaded once for all of them: a tree's rows read the committed
+ * prefix once (chunks outer, rows inner). A query's keys it may not see (past
  * its position, or masked out of a tree) get weight exactly 0. A (query, key)
  * pair's score does not depend on the other queries or keys, nor a query's
- * output on the other rows of its run. */
+ * output on the other rows of its run: a row has the bits it has alone. */
 static void att_task(void *ctx, int32_t task, int32_t worker)
 {
     const struct att_job *j = ctx;
@@ -400,10 +407,11 @@ static void att_task(void *ctx, int32_t task, int32_t worker)
     const int32_t i0 = j->tile[tile], T = j->tile[tile + 1] - i0;
     const int32_t G = j->n_head / j->n_kv_head, hd = j->head_dim, nq = T * G;
     const int32_t *table = b->block_table + (int64_t)b->seq_row[i0] * b->max_blocks;
-    float *const acc = j->acc + worker * j->acc_stride; /* query x = row u, head h (x = u*G + h): acc + x*hd */
-    float m[ATT_TILE * ATT_MAX_GROUP], l[ATT_TILE * ATT_MAX_GROUP], s[ATT_TILE * ATT_MAX_GROUP][ATT_CHUNK];
-    const float *qp[ATT_TILE * ATT_MAX_GROUP];
-    float *yp[ATT_TILE * ATT_MAX_GROUP];
+    /* query x = row u, head h (x = u*G + h): its output acc + x*hd, its scores s + x*ATT_CHUNK */
+    float *const acc = j->acc + worker * j->acc_stride;
+    float *const s = acc + (int64_t)nq * hd, *const m = s + (int64_t)nq * ATT_CHUNK, *const l = m + nq;
+    const float **const qp = j->qp + (int64_t)worker * ATT_RUN * ATT_MAX_GROUP;
+    float **const yp = j->yp + (int64_t)worker * ATT_RUN * ATT_MAX_GROUP;
     const float *krow[ATT_CHUNK], *vrow[ATT_CHUNK];
     const uint16_t *krow16[ATT_CHUNK], *vrow16[ATT_CHUNK]; /* a bf16 cache's rows */
     const bool bf16 = j->kc->type == DT_BF16;
@@ -432,9 +440,9 @@ static void att_task(void *ctx, int32_t task, int32_t worker)
             }
         }
         if (bf16)
-            j->k->scores_bf16(qp, nq, krow16, n, hd, j->scale, s[0], ATT_CHUNK);
+            j->k->scores_bf16(qp, nq, krow16, n, hd, j->scale, s, ATT_CHUNK);
         else
-            j->k->scores(qp, nq, krow, n, hd, j->scale, s[0], ATT_CHUNK);
+            j->k->scores(qp, nq, krow, n, hd, j->scale, s, ATT_CHUNK);
         for (int32_t u = 0; u < T; u++) {
             const int32_t i = i0 + u, n_kv = b->n_kv[i], mask_from = b->mask_from[i];
             const uint8_t *mask = b->mask ? b->mask + (int64_t)i * b->mask_stride : NULL;
@@ -447,8 +455,8 @@ static void att_task(void *ctx, int32_t task, int32_t worker)
                 n_pre += vis[t] && n_pre == t;
             }
             for (int32_t h = 0; h < G; h++) {
-                float *sx = s[u * G + h];
                 const int32_t x = u * G + h;
+                float *sx = s + (int64_t)x * ATT_CHUNK;
                 float mx = m[x];
                 for (int32_t t = 0; t < n; t++)
                     mx = vis[t] && sx[t] > mx ? sx[t] : mx;
@@ -483,9 +491,9 @@ static void att_task(void *ctx, int32_t task, int32_t worker)
             }
         }
         if (bf16)
-            j->k->axpy_rows_bf16(yp, nq, s[0], ATT_CHUNK, vrow16, n, hd);
+            j->k->axpy_rows_bf16(yp, nq, s, ATT_CHUNK, vrow16, n, hd);
         else
-            j->k->axpy_rows(yp, nq, s[0], ATT_CHUNK, vrow, n, hd);
+            j->k->axpy_rows(yp, nq, s, ATT_CHUNK, vrow, n, hd);
     }
     for (int32_t u = 0; u < T; u++)
         for (int32_t h = 0; h < G; h++) {
@@ -495,6 +503,36 @@ static void att_task(void *ctx, int32_t task, int32_t worker)
             for (int32_t c = 0; c < hd; c++)
                 o[c] = yp[x][c] * inv;
         }
+}
+
+/* Splits the batch into runs of consecutive rows of one sequence (into
+ * c->att_tile, returns their number): each sequence's rows into as few runs
+ * of at most ATT_RUN as still give every worker a (run, kv head) task, of
+ * near-equal length. A tree's rows (up to ATT_RUN) then share one run per kv
+ * head while there are enough kv heads to go round. */
+static int32_t att_runs(struct cpu_backend *c, int32_t n_kv_head)
+{
+    const struct attn_batch *b = &c->b;
+    int32_t n_seg = 0;
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        n_seg += i == 0 || b->seq_row[i] != b->seq_row[i - 1];
+    const int32_t workers = pool_n_threads(c->pool), tasks = n_seg * n_kv_head; /* one run a sequence */
+    const int32_t min_runs = tasks ? (workers + tasks - 1) / tasks : 1;
+    int32_t n_tile = 0;
+    for (int32_t i0 = 0; i0 < b->n_tokens;) {
+        int32_t i1 = i0 + 1;
+        while (i1 < b->n_tokens && b->seq_row[i1] == b->seq_row[i0])
+            i1++;
+        const int32_t R = i1 - i0;
+        int32_t runs = (R + ATT_RUN - 1) / ATT_RUN;
+        runs = runs < min_runs ? min_runs : runs;
+        runs = runs > R ? R : runs;
+        for (int32_t r = 0; r < runs; r++)
+            c->att_tile[n_tile++] = i0 + (int32_t)((int64_t)R * r / runs);
+        i0 = i1;
+    }
+    c->att_tile[n_tile] = b->n_tokens;
+    return n_tile;
 }
 
 static void cpu_attention(struct backend *be, struct tensor *out, const struct tensor *q, const struct tensor *kc,
@@ -510,23 +548,27 @@ static void cpu_attention(struct backend *be, struct tensor *out, const struct t
         c->att_tile = t;
         c->cap_tile = b->n_tokens + 1;
     }
-    const int64_t acc_stride = (int64_t)ATT_TILE * (n_head / n_kv_head) * head_dim;
+    const int32_t workers = pool_n_threads(c->pool);
+    const int64_t acc_stride = att_scratch((int64_t)ATT_RUN * (n_head / n_kv_head), head_dim);
     if (acc_stride > c->att_acc_per_worker) {
-        float *a = realloc(c->att_acc, (size_t)(acc_stride * pool_n_threads(c->pool)) * sizeof(float));
+        float *a = realloc(c->att_acc, (size_t)(acc_stride * workers) * sizeof(float));
         assert(a);
         c->att_acc = a;
         c->att_acc_per_worker = acc_stride;
     }
-    int32_t n_tile = 0;
-    for (int32_t i = 0; i < b->n_tokens; i++)
-        if (n_tile == 0 || b->seq_row[i] != b->seq_row[i - 1] || i - c->att_tile[n_tile - 1] == ATT_TILE)
-            c->att_tile[n_tile++] = i;
-    c->att_tile[n_tile] = b->n_tokens;
-    struct att_job j = {.k = c->k, .b = b, .tile = c->att_tile, .acc = c->att_acc, .acc_stride = acc_stride,
-                        .out = out, .q = q, .kc = kc, .vc = vc, .n_head = n_head, .n_kv_head = n_kv_head,
-                        .head_dim = head_dim, .scale = scale};
-    pool_run(c->pool, att_task, &j, n_tile * n_kv_head);
+    if (!c->att_qp) {
+        c->att_qp = malloc((size_t)workers * ATT_RUN * ATT_MAX_GROUP * sizeof *c->att_qp);
+        c->att_yp = malloc((size_t)workers * ATT_RUN * ATT_MAX_GROUP * sizeof *c->att_yp);
+        assert(c->att_qp && c->att_yp);
+    }
+    c->att_n_runs = att_runs(c, n_kv_head);
+    struct att_job j = {.k = c->k, .b = b, .tile = c->att_tile, .acc = c->att_acc, .acc_stride = c->att_acc_per_worker,
+                        .qp = c->att_qp, .yp = c->att_yp, .out = out, .q = q, .kc = kc, .vc = vc, .n_head = n_head,
+                        .n_kv_head = n_kv_head, .head_dim = head_dim, .scale = scale};
+    pool_run(c->pool, att_task, &j, c->att_n_runs * n_kv_head);
 }
+
+int32_t cpu_backend_att_runs(const struct backend *be) { return ((const struct cpu_backend *)be)->att_n_runs; }
 
 /* ---- mixture of experts ---- */
 
@@ -861,6 +903,8 @@ static void cpu_free(struct backend *be)
     free(c->grp_rows);
     free(c->att_tile);
     free(c->att_acc);
+    free(c->att_qp);
+    free(c->att_yp);
     free(c->scratch);
     free(c->dq);
     free(c->xq);

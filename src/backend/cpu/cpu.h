@@ -16,6 +16,9 @@ struct backend *cpu_backend_init(int32_t n_threads, const struct kern *kern);
  * Precise keeps them exact instead (kapitsa check, bitwise comparisons): the
  * products of the dequantised weights in fp32. */
 void cpu_backend_set_precise(struct backend *be, bool precise);
+/* How many runs of rows the last attention split its batch into (each run's
+ * keys read once for all its rows), for the tests. */
+int32_t cpu_backend_att_runs(const struct backend *be);
 
 /* The processor as /proc/cpuinfo and the kernel tables see it. */
 struct cpu_host {

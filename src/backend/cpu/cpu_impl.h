@@ -30,8 +30,11 @@ struct cpu_backend {
     /* attention's tasks: runs of consecutive rows of one sequence */
     int32_t *att_tile; /* [n_tokens+1] first row of each run, then n_tokens */
     int32_t cap_tile;
-    float *att_acc;    /* [workers][ATT_TILE][heads per kv head][head_dim] running outputs */
+    float *att_acc;    /* [workers][att_scratch floats]: running outputs, scores, maxima, sums */
     int64_t att_acc_per_worker;
+    const float **att_qp; /* [workers][ATT_RUN][heads per kv head]: a run's queries */
+    float **att_yp;       /* and their outputs */
+    int32_t att_n_runs;   /* the last attention's runs (cpu_backend_att_runs) */
     /* products with block-type weights: each worker's rows dequantised to
      * fp32, [workers][DQ_ROWS][widest such weight's columns], sized as the
      * weights are bound so that no op allocates */
