@@ -267,8 +267,10 @@ expect "launch qwen: Qwen Code's OpenAI variables and QWEN_HOME/settings.json wi
     env PATH="$fake:$PATH" "$bin" launch qwen --port $LPORT -- -p hi
 python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$tmp/state/kapitsa/agents/qwen/settings.json" &&
     ok "launch qwen: settings.json is JSON" || bad "launch qwen: settings.json is not JSON"
-expect "launch: an agent that is not installed" 127 "npm i -g @mariozechner/pi-coding-agent" -- \
-    env PATH="/usr/bin:/bin" "$bin" launch pi --port $LPORT
+# checked before a server starts: a model that cannot load is never reached
+expect "launch: an agent that is not installed, named before a server starts" 127 \
+    "kapitsa launch: 'pi' is not on PATH; install it with: npm i -g @mariozechner/pi-coding-agent" -- \
+    env PATH="/usr/bin:/bin" "$bin" launch pi --port "$(free_port)" --model "$tmp/nowhere"
 expect "launch: an unknown agent" 2 "unknown agent" -- "$bin" launch vim
 expect "bad flag" 2 "--chunks needs sizes" -- "$bin" check "$fx/qwen3" --chunks 0
 expect "unknown command" 2 "unknown command" -- "$bin" frobnicate

@@ -253,6 +253,25 @@ static int agent_home(const char *name, char *dir, size_t cap)
     }
 }
 
+/* 1 when PATH holds an executable file named exe (execvp's search), so that a
+ * missing agent is named before a server is started for it. */
+static int on_path(const char *exe)
+{
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = "/usr/bin:/bin";
+    while (*path) {
+        const size_t n = strcspn(path, ":");
+        char f[4096];
+        snprintf(f, sizeof f, "%.*s/%s", n ? (int)n : 1, n ? path : ".", exe);
+        struct stat st;
+        if (stat(f, &st) == 0 && S_ISREG(st.st_mode) && access(f, X_OK) == 0)
+            return 1;
+        path += n + (path[n] == ':');
+    }
+    return 0;
+}
+
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void)st, (void)flag, (void)ftw;
@@ -344,6 +363,10 @@ int cli_launch(int argc, char **argv)
     if (port < 1 || port > 65535) {
         fprintf(stderr, "kapitsa launch: the port (--port or KAPITSA_PORT) is 1 to 65535, not '%s'\n", port_s);
         return 2;
+    }
+    if (!on_path(ag->exe)) {
+        fprintf(stderr, "kapitsa launch: '%s' is not on PATH; install it with: npm i -g %s\n", ag->exe, ag->package);
+        return 127;
     }
     char home[] = "/tmp/kapitsa-launch-XXXXXX", dir[4096]; /* home: the log of a server launch starts */
     if (agent_home(ag->name, dir, sizeof dir) != 0) {
