@@ -113,6 +113,13 @@ expect "render a bad request" 1 "messages list" -- sh -c "echo '{\"messages\": 3
 expect "run the default model (greedy)" 0 "    return np.array([1, 2, 3" -- \
     sh -c "cd '$here/..' && '$bin' run --max-tokens 12 'def is_prime(n):
 '"
+expect "run --verbose: the timings on stderr, as ollama run --verbose gives them" 0 "load duration:" \
+    "prompt eval count:    5 token(s), 0 of them from the cache" "prompt eval rate:" "eval count:           12 token(s)" \
+    "eval rate:" -- sh -c "cd '$here/..' && '$bin' run --verbose --max-tokens 12 'def is_prime(n):
+' 2>&1 >/dev/null"
+expect "run --verbose: the same text on stdout" 0 "    return np.array([1, 2, 3" -- \
+    sh -c "cd '$here/..' && '$bin' run --verbose --max-tokens 12 'def is_prime(n):
+' 2>/dev/null"
 expect "run with an f32 KV cache: the same greedy text as the default bf16" 0 "    return np.array([1, 2, 3" -- \
     sh -c "cd '$here/..' && '$bin' run --kv-type f32 --max-tokens 12 'def is_prime(n):
 '"
@@ -174,12 +181,56 @@ fi
 # is one turn: /stats counts its prompt tokens, the same either way
 printf 'one\\\ntwo\n/stats\n/reset\n\"\"\"\none\ntwo\n\"\"\"\n/stats\n' |
     "$bin" chat --model "$m/kapitsa-tiny" --max-tokens 4 >/dev/null 2>"$tmp/chat3.err"
-n1=$(grep -o 'last turn: [0-9]* prompt' "$tmp/chat3.err" | sed -n 1p)
-n2=$(grep -o 'last turn: [0-9]* prompt' "$tmp/chat3.err" | sed -n 2p)
-if [ -n "$n1" ] && [ "$n1" = "$n2" ] && grep -q "4 generated" "$tmp/chat3.err"; then
+n1=$(grep -o 'prompt eval count: *[0-9]*' "$tmp/chat3.err" | sed -n 1p)
+n2=$(grep -o 'prompt eval count: *[0-9]*' "$tmp/chat3.err" | sed -n 2p)
+if [ -n "$n1" ] && [ "$n1" = "$n2" ] && grep -q "eval count:           4 token(s)" "$tmp/chat3.err"; then
     ok "chat: multi-line messages and /stats"
 else
     bad "chat: multi-line messages and /stats ($n1 / $n2)"; head -5 "$tmp/chat3.err"
+fi
+# chat's banner and commands; /bye ends it (the /stats after it is never read)
+expect "chat: the banner, /help, /think, /stats before a reply, an unknown command, /bye" 0 \
+    "kapitsa chat with kapitsa-tiny, 8192 tokens of context. /help lists the commands" "/reset          start" \
+    "thinking on" "thinking off" "unknown command '/frob' (/help lists them)" "no reply yet" "eval count:           4 token(s)" -- \
+    sh -c "printf '/help\n/think\n/think off\n/frob\n/stats\nhi\n/stats\n/bye\n/stats\n' |
+        '$bin' chat --model '$m/kapitsa-tiny' -n 4"
+[ "$(grep -c 'prompt eval count' "$tmp/out")" = 1 ] && ok "chat: nothing is read after /bye" ||
+    bad "chat: lines after /bye were read"
+# /think renders the turn with reasoning (Qwen3's template then leaves out its empty <think></think>)
+t_off=$(printf 'hi\n/stats\n' | "$bin" chat --model "$m/kapitsa-tiny" -n 2 2>&1 >/dev/null | grep -o 'prompt eval count: *[0-9]*')
+t_on=$(printf '/think\nhi\n/stats\n' | "$bin" chat --model "$m/kapitsa-tiny" -n 2 2>&1 >/dev/null | grep -o 'prompt eval count: *[0-9]*')
+if [ -n "$t_on" ] && [ -n "$t_off" ] && [ "${t_on##* }" -lt "${t_off##* }" ]; then
+    ok "chat /think: the prompt without the empty reasoning block (${t_on##* } < ${t_off##* } tokens)"
+else bad "chat /think: prompt tokens '$t_on' with, '$t_off' without"; fi
+# past the context, the oldest turns go and the conversation goes on
+expect "chat: past the context the oldest turns are dropped with a note" 0 "oldest turn" "dropped" -- \
+    sh -c "printf 'a\nb\nc\nd\ne\nf\n' | '$bin' chat --model '$m/kapitsa-tiny' -c 100 -n 24 --temperature 0 &&
+        ! printf 'a\nb\nc\nd\ne\nf\n' | '$bin' chat --model '$m/kapitsa-tiny' -c 100 -n 24 2>&1 | grep -q 'exceed the context'"
+# Ctrl-C (SIGINT) stops a reply, twice, and the conversation goes on: the second turn's prompt holds
+# the first turn and what its reply said before it was stopped
+mkfifo "$tmp/chat_in"
+"$bin" chat --model "$m/kapitsa-tiny" -n 8000 --temperature 0 <"$tmp/chat_in" >"$tmp/cc.out" 2>"$tmp/cc.err" &
+cpid=$!
+exec 7>"$tmp/chat_in"
+echo "Write a long story." >&7
+for _ in $(seq 600); do [ -s "$tmp/cc.out" ] && break; sleep 0.1; done
+kill -INT $cpid
+for _ in $(seq 600); do grep -q "stopped after" "$tmp/cc.err" && break; sleep 0.1; done
+printf '/stats\nAnother one.\n' >&7
+n0=$(wc -c <"$tmp/cc.out")
+for _ in $(seq 600); do [ "$(wc -c <"$tmp/cc.out")" -gt "$n0" ] && break; sleep 0.1; done
+kill -INT $cpid
+printf '/stats\n/bye\n' >&7
+exec 7>&-
+wait $cpid
+crc=$?
+p1=$(grep -o 'prompt eval count: *[0-9]*' "$tmp/cc.err" | sed -n '1s/.* //p')
+p2=$(grep -o 'prompt eval count: *[0-9]*' "$tmp/cc.err" | sed -n '2s/.* //p')
+s1=$(grep -o 'stopped after [0-9]*' "$tmp/cc.err" | sed -n '1s/.* //p')
+if [ "$crc" = 0 ] && [ "$(grep -c 'stopped after' "$tmp/cc.err")" = 2 ] && [ -n "$p2" ] && [ "$p2" -gt $((p1 + s1)) ]; then
+    ok "chat: Ctrl-C stops the reply, the conversation goes on with what it said ($p1 + $s1 < $p2 tokens)"
+else
+    bad "chat: Ctrl-C (exit $crc)"; head -20 "$tmp/cc.err"
 fi
 expect "run --spec tree without a draft" 2 "needs --draft" -- "$bin" run --spec tree "x"
 expect "run --spec with a bad name" 2 "--spec takes" -- "$bin" run --spec fast "x"
