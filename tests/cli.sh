@@ -243,6 +243,19 @@ for f in qwen3 qwen3_moe nemotron_h_moe qwen3_5_wrapper qwen3_next; do
 done
 expect "bench at several prompt lengths: a row each with the time to first token" 0 '"prompt":16' '"prompt":48' '"ttft_ms"' -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16,48 --gen 4 --json
+expect "bench -r: the mean ± the standard deviation of the runs" 0 "mean ± standard deviation of 3 runs" \
+    "decode        4 tokens" " ± " -- "$bin" bench -m "$m/kapitsa-tiny" -p 16 -n 4 -r 3
+expect "bench --json: one shape, a row per length, with -r's deviations" 0 "ok" -- sh -c "
+    '$bin' bench -m '$m/kapitsa-tiny' -p 16 -n 4 -r 2 --json >'$tmp/b1.json' &&
+    '$bin' bench -m '$m/kapitsa-tiny' -p 16,32 -n 4 --repetitions=3 --json >'$tmp/b2.json' &&
+    python3 -c 'import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert set(a) == set(b) and (a[\"reps\"], b[\"reps\"]) == (2, 3), (a, b)
+assert [r[\"prompt\"] for r in a[\"rows\"]] == [16] and [r[\"prompt\"] for r in b[\"rows\"]] == [16, 32], (a, b)
+assert all(set(r) == set(a[\"rows\"][0]) for r in b[\"rows\"]), b
+assert all(r[\"decode_tok_s\"] > 0 and r[\"decode_tok_s_sd\"] >= 0 and r[\"prefill_tok_s_sd\"] >= 0 for r in a[\"rows\"] + b[\"rows\"])
+print(\"ok\")' '$tmp/b1.json' '$tmp/b2.json'"
+expect "bench -r 0 is refused" 2 "usage: kapitsa bench" -- "$bin" bench -m "$m/kapitsa-tiny" -r 0
 expect "bench: prompts longer than a batch, with a last chunk of another size" 0 '"prompt":16' '"prompt":40' -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16,40 --batch 16 --gen 4 --json
 expect "bench --seqs: sequences decoding together" 0 '"seqs":3' '"decode_tok_s_total"' -- \
