@@ -300,7 +300,8 @@ chmod +x "$fake"/*
 LPORT=$(free_port)
 export LPORT
 expect "launch pi: models.json and settings.json for the served model" 0 '"id": "kapitsa-tiny"' \
-    '"contextWindow": 65536' '"defaultModel": "kapitsa-tiny"' 'args=-p hi there' '"max_model_len":65536' -- \
+    '"contextWindow": 65536' '"defaultModel": "kapitsa-tiny"' 'args=-p hi there' '"max_model_len":65536' \
+    "loading kapitsa-tiny: 20.6 MB in" -- \
     env -u XDG_STATE_HOME HOME="$tmp/lhome" PATH="$fake:$PATH" "$bin" launch pi --port $LPORT -- -p "hi there"
 home=$(sed -n 's/^home=\([^ ]*\).*/\1/p' "$tmp/out")
 if [ "$home" = "$tmp/lhome/.local/state/kapitsa/agents/pi" ] && [ -f "$home/models.json" ] &&
@@ -395,6 +396,8 @@ serve_start "$tmp/s_local" --host localhost --model "$m/kapitsa-tiny"
 expect "serve --host localhost: named so in the banner, reached at 127.0.0.1" 0 '"status":"ok"' -- \
     sh -c "echo '$surl' | grep -q '^http://localhost:[0-9]*$' && curl -sf 'http://127.0.0.1:${surl##*:}/health'"
 serve_stop
+expect "serve: the model's load on stderr, a line per tenth and its end (not a terminal)" 0 \
+    "loading kapitsa-tiny: " "(94%)" "loading kapitsa-tiny: 20.6 MB in " -- cat "$tmp/s_local.err"
 if python3 -c 'import socket; socket.socket(socket.AF_INET6).bind(("::1", 0))' 2>/dev/null; then
     for h in ::1 '[::1]'; do
         serve_start "$tmp/s_v6" --host "$h" --model "$m/kapitsa-tiny"
@@ -424,7 +427,22 @@ assert d[\"format\"] == \"safetensors\" and a[\"recurrent_layers\"] > 0 and a[\"
 assert a[\"layers\"] == a[\"recurrent_layers\"] + a[\"attention_layers\"] and d[\"chat_template\"] is False, d
 assert d[\"draft\"] is None and d[\"parameters\"] > 0 and \"config.json\" in [f[\"name\"] for f in d[\"files\"]], d
 print(\"ok\")'"
-"$bin" quantize "$m/kapitsa-tiny" "$tmp/tiny.gguf" --recipe Q4_K_M >/dev/null 2>&1
+expect "quantize: its progress, a line per tenth and the end" 0 "quantize: 0.0 MB / 10.8 MB (0%), 0.0 MB/s  token_embd.weight" \
+    "quantize: 10.8 MB in " -- "$bin" quantize "$m/kapitsa-tiny" "$tmp/tiny.gguf" --recipe Q4_K_M
+# on a terminal (script's pseudo-terminal), one line redrawn in place: the end replaces the first line
+if command -v script >/dev/null; then
+    script -qec "'$bin' quantize '$m/kapitsa-tiny' '$tmp/tiny_tty.gguf' --recipe Q8_0" /dev/null >"$tmp/qtty" 2>&1
+    if head -n 1 "$tmp/qtty" | grep -q $'^\r\e\[Kquantize: 0.0 MB / .*\r\e\[Kquantize: 11.0 MB in '; then
+        ok "quantize on a terminal: one line, redrawn"
+    else bad "quantize on a terminal: one line, redrawn"; od -c "$tmp/qtty" | head -8; fi
+else
+    echo "# no script(1): the terminal's progress line untested"
+fi
+python3 -c "import random, struct, sys
+random.seed(1)
+open(sys.argv[1], 'wb').write(struct.pack('<2000i', *[random.randrange(1000) for _ in range(2000)]))" "$tmp/ids.bin"
+expect "eval: its progress in tokens" 0 "eval: held-out loss: 0 / 512 tokens (0%)" "eval: held-out loss: 512 tokens in " \
+    '"tokens":512' -- "$bin" eval --model "$m/kapitsa-tiny" --ids "$tmp/ids.bin" --tokens 513
 expect "show a GGUF: its types tensor by tensor, the checkpoint's parameter count" 0 "ok" -- \
     sh -c "'$bin' show '$tmp/tiny.gguf' --json | python3 -c 'import json, sys
 d = json.load(sys.stdin)
@@ -565,7 +583,8 @@ if [ "$quick" != "--quick" ]; then
     expect "synth --layers: the config says 2 layers" 0 '"num_hidden_layers": 2' -- cat "$tmp/q06l/config.json"
     expect "synth --layers: bench runs the short model" 0 '"decode_tok_s"' -- \
         "$bin" bench --model "$tmp/q06l" --prompt 8 --gen 2 --json
-    expect "synth --layers 1: the Qwen3 tokenizer beside the weights" 0 "tokenizer: Qwen3's" -- \
+    expect "synth --layers 1: the Qwen3 tokenizer beside the weights, the progress of the weights" 0 "tokenizer: Qwen3's" \
+        "synth: 0.0 MB / 342.6 MB (0%)" "synth: 342.6 MB in " -- \
         "$bin" synth --preset qwen3-0.6b --layers 1 --out "$tmp/q06one"
     expect "synth: a greedy generation_config" 0 '"do_sample": false' -- cat "$tmp/q06one/generation_config.json"
     expect "run on a synth checkpoint as it is" 0 -- "$bin" run --model "$tmp/q06one" --max-tokens 2 hello

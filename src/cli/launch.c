@@ -279,6 +279,32 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
     return 0;
 }
 
+/* The server's load progress (the lines serve writes to its log, loading
+ * ...) shown on launch's stderr as they come: on a terminal one line redrawn.
+ * *at: how far the log was read; *shown: a line is on the terminal unended. */
+static void show_progress(const char *log, long *at, bool *shown)
+{
+    FILE *f = fopen(log, "r");
+    if (!f)
+        return;
+    const bool tty = isatty(2) != 0;
+    char line[512];
+    fseek(f, *at, SEEK_SET);
+    while (fgets(line, sizeof line, f)) {
+        const size_t n = strlen(line);
+        if (line[n - 1] != '\n') /* not yet whole: read again next time */
+            break;
+        *at = ftell(f);
+        if (strncmp(line, "loading ", 8) != 0)
+            continue;
+        if (tty)
+            line[n - 1] = 0;
+        fprintf(stderr, "%s%s", tty ? "\r\033[K" : "", line);
+        *shown = tty;
+    }
+    fclose(f);
+}
+
 /* Starts the server on port (stderr to home/server.log); its pid, or -1. */
 static pid_t start_server(const char *home, const char *port_s, int port, const char *model)
 {
@@ -305,15 +331,25 @@ static pid_t start_server(const char *home, const char *port_s, int port, const 
         err_set("fork: %s", strerror(errno));
         return -1;
     }
-    char buf[64];
+    char buf[64], log[4200];
+    snprintf(log, sizeof log, "%s/server.log", home);
+    long at = 0;
+    bool shown = false;
     for (int t = 0; t < 600; t++) {
-        if (http_get(port, "/health", "", buf, sizeof buf) == 200)
+        show_progress(log, &at, &shown);
+        if (http_get(port, "/health", "", buf, sizeof buf) == 200) {
+            show_progress(log, &at, &shown);
+            if (shown)
+                fputc('\n', stderr);
             return server;
+        }
         struct timespec ts = {0, 100000000};
         nanosleep(&ts, NULL);
         if (waitpid(server, NULL, WNOHANG) == server)
             break;
     }
+    if (shown)
+        fputc('\n', stderr);
     kill(server, SIGTERM);
     waitpid(server, NULL, 0);
     err_set("the server did not start (see %s/server.log)", home);

@@ -3,6 +3,7 @@
 #include "../base/err.h"
 #include "../server/server.h"
 #include "cli.h"
+#include "progress.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +92,9 @@ int cli_serve(int argc, char **argv)
         const char *s = strrchr(o.model_dir, '/');
         o.model_name = s && s[1] ? s + 1 : o.model_dir;
     }
+    struct progress load = {.f = stderr};
+    o.load_progress = progress_load;
+    o.load_progress_ctx = &load;
     if (server_run(&o) != 0) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return 1;

@@ -404,7 +404,8 @@ int server_run(const struct server_opts *o)
     if (server_addr(o->host, o->port, &addr, host, sizeof host) != 0) /* before the minutes a model may take */
         goto done;
     const struct runtime_opts ro = {.device = o->device, .threads = o->threads, .model = o->model_dir,
-                                    .draft = o->draft_dir, .tokenizer = true, .chat_template = true};
+                                    .draft = o->draft_dir, .tokenizer = true, .chat_template = true,
+                                    .progress = o->load_progress, .progress_ctx = o->load_progress_ctx};
     if (runtime_open(&a.rt, &ro) != 0)
         goto done;
     struct backend *be = a.rt.be;

@@ -30,6 +30,9 @@ struct server_opts {
     double keepalive_s;   /* a streaming response idle this long sends a keep-alive; <= 0: 10 */
     const char *draft_dir;  /* KFlash draft model, or NULL */
     struct spec_params spec; /* mode SPEC_OFF: plain decoding */
+    /* the models' loads as they go (runtime_opts.progress); NULL: none */
+    void (*load_progress)(void *ctx, const char *source, int64_t done, int64_t total);
+    void *load_progress_ctx;
 };
 
 /* A forward takes the larger of the prefill chunk and this many tokens (the
