@@ -455,8 +455,9 @@ expect "show a missing model" 1 "nowhere" -- "$bin" show "$tmp/nowhere"
 serve_start "$tmp/s_ps" --ctx 2048 --parallel 2 --api-key sesame --model "$m/kapitsa-tiny"
 curl -sf -H "x-api-key: sesame" "$surl/v1/chat/completions" \
     -d '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0, "ignore_eos": true}' >/dev/null
-expect "ps: the model, its KV cache, memory and requests" 0 "model      kapitsa-tiny on cpu, 2048 tokens of context" \
-    "KV cache   2048 tokens, bf16" "2 requests generated together" "1 since it started" -- \
+expect "ps: the model, its KV cache, memory, requests and resident conversations" 0 \
+    "model      kapitsa-tiny on cpu, 2048 tokens of context" "KV cache   2048 tokens, bf16" "2 requests generated together" \
+    "1 since it started" "resident   1 conversation kept for prefix reuse, " -- \
     env KAPITSA_API_KEY=sesame "$bin" ps --port "${surl##*:}"
 expect "ps --json" 0 "ok" -- sh -c "'$bin' ps --port ${surl##*:} --api-key sesame --json | python3 -c 'import json, sys
 d = json.load(sys.stdin)
@@ -466,6 +467,8 @@ m = d[\"memory\"]
 assert m[\"resident_bytes\"] > m[\"weights_bytes\"] == 20630656, m
 r = d[\"requests\"]
 assert (r[\"active\"], r[\"queued\"], r[\"total\"], r[\"generated_tokens\"]) == (0, 0, 1, 4), r
+p = r[\"prompt_tokens\"]
+assert d[\"resident\"] == {\"sequences\": 1, \"tokens\": p + 3}, (d[\"resident\"], p)
 print(\"ok\")'"
 expect "ps without the server's key" 1 "status 401" "--api-key or KAPITSA_API_KEY" -- "$bin" ps --port "${surl##*:}"
 serve_stop
