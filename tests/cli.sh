@@ -113,6 +113,13 @@ expect "render a bad request" 1 "messages list" -- sh -c "echo '{\"messages\": 3
 expect "run the default model (greedy)" 0 "    return np.array([1, 2, 3" -- \
     sh -c "cd '$here/..' && '$bin' run --max-tokens 12 'def is_prime(n):
 '"
+expect "run --verbose: the timings on stderr, as ollama run --verbose gives them" 0 "load duration:" \
+    "prompt eval count:    5 token(s), 0 of them from the cache" "prompt eval rate:" "eval count:           12 token(s)" \
+    "eval rate:" -- sh -c "cd '$here/..' && '$bin' run --verbose --max-tokens 12 'def is_prime(n):
+' 2>&1 >/dev/null"
+expect "run --verbose: the same text on stdout" 0 "    return np.array([1, 2, 3" -- \
+    sh -c "cd '$here/..' && '$bin' run --verbose --max-tokens 12 'def is_prime(n):
+' 2>/dev/null"
 expect "run with an f32 KV cache: the same greedy text as the default bf16" 0 "    return np.array([1, 2, 3" -- \
     sh -c "cd '$here/..' && '$bin' run --kv-type f32 --max-tokens 12 'def is_prime(n):
 '"
@@ -176,12 +183,56 @@ expect "run --draft again: the tuner goes on from what it learnt before" 0 "the 
 # is one turn: /stats counts its prompt tokens, the same either way
 printf 'one\\\ntwo\n/stats\n/reset\n\"\"\"\none\ntwo\n\"\"\"\n/stats\n' |
     "$bin" chat --model "$m/kapitsa-tiny" --max-tokens 4 >/dev/null 2>"$tmp/chat3.err"
-n1=$(grep -o 'last turn: [0-9]* prompt' "$tmp/chat3.err" | sed -n 1p)
-n2=$(grep -o 'last turn: [0-9]* prompt' "$tmp/chat3.err" | sed -n 2p)
-if [ -n "$n1" ] && [ "$n1" = "$n2" ] && grep -q "4 generated" "$tmp/chat3.err"; then
+n1=$(grep -o 'prompt eval count: *[0-9]*' "$tmp/chat3.err" | sed -n 1p)
+n2=$(grep -o 'prompt eval count: *[0-9]*' "$tmp/chat3.err" | sed -n 2p)
+if [ -n "$n1" ] && [ "$n1" = "$n2" ] && grep -q "eval count:           4 token(s)" "$tmp/chat3.err"; then
     ok "chat: multi-line messages and /stats"
 else
     bad "chat: multi-line messages and /stats ($n1 / $n2)"; head -5 "$tmp/chat3.err"
+fi
+# chat's banner and commands; /bye ends it (the /stats after it is never read)
+expect "chat: the banner, /help, /think, /stats before a reply, an unknown command, /bye" 0 \
+    "kapitsa chat with kapitsa-tiny, 8192 tokens of context. /help lists the commands" "/reset          start" \
+    "thinking on" "thinking off" "unknown command '/frob' (/help lists them)" "no reply yet" "eval count:           4 token(s)" -- \
+    sh -c "printf '/help\n/think\n/think off\n/frob\n/stats\nhi\n/stats\n/bye\n/stats\n' |
+        '$bin' chat --model '$m/kapitsa-tiny' -n 4"
+[ "$(grep -c 'prompt eval count' "$tmp/out")" = 1 ] && ok "chat: nothing is read after /bye" ||
+    bad "chat: lines after /bye were read"
+# /think renders the turn with reasoning (Qwen3's template then leaves out its empty <think></think>)
+t_off=$(printf 'hi\n/stats\n' | "$bin" chat --model "$m/kapitsa-tiny" -n 2 2>&1 >/dev/null | grep -o 'prompt eval count: *[0-9]*')
+t_on=$(printf '/think\nhi\n/stats\n' | "$bin" chat --model "$m/kapitsa-tiny" -n 2 2>&1 >/dev/null | grep -o 'prompt eval count: *[0-9]*')
+if [ -n "$t_on" ] && [ -n "$t_off" ] && [ "${t_on##* }" -lt "${t_off##* }" ]; then
+    ok "chat /think: the prompt without the empty reasoning block (${t_on##* } < ${t_off##* } tokens)"
+else bad "chat /think: prompt tokens '$t_on' with, '$t_off' without"; fi
+# past the context, the oldest turns go and the conversation goes on
+expect "chat: past the context the oldest turns are dropped with a note" 0 "oldest turn" "dropped" -- \
+    sh -c "printf 'a\nb\nc\nd\ne\nf\n' | '$bin' chat --model '$m/kapitsa-tiny' -c 100 -n 24 --temperature 0 &&
+        ! printf 'a\nb\nc\nd\ne\nf\n' | '$bin' chat --model '$m/kapitsa-tiny' -c 100 -n 24 2>&1 | grep -q 'exceed the context'"
+# Ctrl-C (SIGINT) stops a reply, twice, and the conversation goes on: the second turn's prompt holds
+# the first turn and what its reply said before it was stopped
+mkfifo "$tmp/chat_in"
+"$bin" chat --model "$m/kapitsa-tiny" -n 8000 --temperature 0 <"$tmp/chat_in" >"$tmp/cc.out" 2>"$tmp/cc.err" &
+cpid=$!
+exec 7>"$tmp/chat_in"
+echo "Write a long story." >&7
+for _ in $(seq 600); do [ -s "$tmp/cc.out" ] && break; sleep 0.1; done
+kill -INT $cpid
+for _ in $(seq 600); do grep -q "stopped after" "$tmp/cc.err" && break; sleep 0.1; done
+printf '/stats\nAnother one.\n' >&7
+n0=$(wc -c <"$tmp/cc.out")
+for _ in $(seq 600); do [ "$(wc -c <"$tmp/cc.out")" -gt "$n0" ] && break; sleep 0.1; done
+kill -INT $cpid
+printf '/stats\n/bye\n' >&7
+exec 7>&-
+wait $cpid
+crc=$?
+p1=$(grep -o 'prompt eval count: *[0-9]*' "$tmp/cc.err" | sed -n '1s/.* //p')
+p2=$(grep -o 'prompt eval count: *[0-9]*' "$tmp/cc.err" | sed -n '2s/.* //p')
+s1=$(grep -o 'stopped after [0-9]*' "$tmp/cc.err" | sed -n '1s/.* //p')
+if [ "$crc" = 0 ] && [ "$(grep -c 'stopped after' "$tmp/cc.err")" = 2 ] && [ -n "$p2" ] && [ "$p2" -gt $((p1 + s1)) ]; then
+    ok "chat: Ctrl-C stops the reply, the conversation goes on with what it said ($p1 + $s1 < $p2 tokens)"
+else
+    bad "chat: Ctrl-C (exit $crc)"; head -20 "$tmp/cc.err"
 fi
 expect "run --spec tree without a draft" 2 "needs --draft" -- "$bin" run --spec tree "x"
 expect "run --spec with a bad name" 2 "--spec takes" -- "$bin" run --spec fast "x"
@@ -195,6 +246,19 @@ for f in qwen3 qwen3_moe nemotron_h_moe qwen3_5_wrapper qwen3_next; do
 done
 expect "bench at several prompt lengths: a row each with the time to first token" 0 '"prompt":16' '"prompt":48' '"ttft_ms"' -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16,48 --gen 4 --json
+expect "bench -r: the mean ± the standard deviation of the runs" 0 "mean ± standard deviation of 3 runs" \
+    "decode        4 tokens" " ± " -- "$bin" bench -m "$m/kapitsa-tiny" -p 16 -n 4 -r 3
+expect "bench --json: one shape, a row per length, with -r's deviations" 0 "ok" -- sh -c "
+    '$bin' bench -m '$m/kapitsa-tiny' -p 16 -n 4 -r 2 --json >'$tmp/b1.json' &&
+    '$bin' bench -m '$m/kapitsa-tiny' -p 16,32 -n 4 --repetitions=3 --json >'$tmp/b2.json' &&
+    python3 -c 'import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert set(a) == set(b) and (a[\"reps\"], b[\"reps\"]) == (2, 3), (a, b)
+assert [r[\"prompt\"] for r in a[\"rows\"]] == [16] and [r[\"prompt\"] for r in b[\"rows\"]] == [16, 32], (a, b)
+assert all(set(r) == set(a[\"rows\"][0]) for r in b[\"rows\"]), b
+assert all(r[\"decode_tok_s\"] > 0 and r[\"decode_tok_s_sd\"] >= 0 and r[\"prefill_tok_s_sd\"] >= 0 for r in a[\"rows\"] + b[\"rows\"])
+print(\"ok\")' '$tmp/b1.json' '$tmp/b2.json'"
+expect "bench -r 0 is refused" 2 "usage: kapitsa bench" -- "$bin" bench -m "$m/kapitsa-tiny" -r 0
 expect "bench: prompts longer than a batch, with a last chunk of another size" 0 '"prompt":16' '"prompt":40' -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16,40 --batch 16 --gen 4 --json
 expect "bench --seqs: sequences decoding together" 0 '"seqs":3' '"decode_tok_s_total"' -- \
@@ -239,7 +303,8 @@ chmod +x "$fake"/*
 LPORT=$(free_port)
 export LPORT
 expect "launch pi: models.json and settings.json for the served model" 0 '"id": "kapitsa-tiny"' \
-    '"contextWindow": 65536' '"defaultModel": "kapitsa-tiny"' 'args=-p hi there' '"max_model_len":65536' -- \
+    '"contextWindow": 65536' '"defaultModel": "kapitsa-tiny"' 'args=-p hi there' '"max_model_len":65536' \
+    "loading kapitsa-tiny: 20.6 MB in" -- \
     env -u XDG_STATE_HOME HOME="$tmp/lhome" PATH="$fake:$PATH" "$bin" launch pi --port $LPORT -- -p "hi there"
 home=$(sed -n 's/^home=\([^ ]*\).*/\1/p' "$tmp/out")
 if [ "$home" = "$tmp/lhome/.local/state/kapitsa/agents/pi" ] && [ -f "$home/models.json" ] &&
@@ -270,8 +335,10 @@ expect "launch qwen: Qwen Code's OpenAI variables and QWEN_HOME/settings.json wi
     env PATH="$fake:$PATH" "$bin" launch qwen --port $LPORT -- -p hi
 python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$tmp/state/kapitsa/agents/qwen/settings.json" &&
     ok "launch qwen: settings.json is JSON" || bad "launch qwen: settings.json is not JSON"
-expect "launch: an agent that is not installed" 127 "npm i -g @mariozechner/pi-coding-agent" -- \
-    env PATH="/usr/bin:/bin" "$bin" launch pi --port $LPORT
+# checked before a server starts: a model that cannot load is never reached
+expect "launch: an agent that is not installed, named before a server starts" 127 \
+    "kapitsa launch: 'pi' is not on PATH; install it with: npm i -g @mariozechner/pi-coding-agent" -- \
+    env PATH="/usr/bin:/bin" "$bin" launch pi --port "$(free_port)" --model "$tmp/nowhere"
 expect "launch: an unknown agent" 2 "unknown agent" -- "$bin" launch vim
 expect "bad flag" 2 "--chunks needs sizes" -- "$bin" check "$fx/qwen3" --chunks 0
 expect "unknown command" 2 "unknown command" -- "$bin" frobnicate
@@ -332,6 +399,8 @@ serve_start "$tmp/s_local" --host localhost --model "$m/kapitsa-tiny"
 expect "serve --host localhost: named so in the banner, reached at 127.0.0.1" 0 '"status":"ok"' -- \
     sh -c "echo '$surl' | grep -q '^http://localhost:[0-9]*$' && curl -sf 'http://127.0.0.1:${surl##*:}/health'"
 serve_stop
+expect "serve: the model's load on stderr, a line per tenth and its end (not a terminal)" 0 \
+    "loading kapitsa-tiny: " "(94%)" "loading kapitsa-tiny: 20.6 MB in " -- cat "$tmp/s_local.err"
 if python3 -c 'import socket; socket.socket(socket.AF_INET6).bind(("::1", 0))' 2>/dev/null; then
     for h in ::1 '[::1]'; do
         serve_start "$tmp/s_v6" --host "$h" --model "$m/kapitsa-tiny"
@@ -375,7 +444,22 @@ assert d[\"format\"] == \"safetensors\" and a[\"recurrent_layers\"] > 0 and a[\"
 assert a[\"layers\"] == a[\"recurrent_layers\"] + a[\"attention_layers\"] and d[\"chat_template\"] is False, d
 assert d[\"draft\"] is None and d[\"parameters\"] > 0 and \"config.json\" in [f[\"name\"] for f in d[\"files\"]], d
 print(\"ok\")'"
-"$bin" quantize "$m/kapitsa-tiny" "$tmp/tiny.gguf" --recipe Q4_K_M >/dev/null 2>&1
+expect "quantize: its progress, a line per tenth and the end" 0 "quantize: 0.0 MB / 10.8 MB (0%), 0.0 MB/s  token_embd.weight" \
+    "quantize: 10.8 MB in " -- "$bin" quantize "$m/kapitsa-tiny" "$tmp/tiny.gguf" --recipe Q4_K_M
+# on a terminal (script's pseudo-terminal), one line redrawn in place: the end replaces the first line
+if command -v script >/dev/null; then
+    script -qec "'$bin' quantize '$m/kapitsa-tiny' '$tmp/tiny_tty.gguf' --recipe Q8_0" /dev/null >"$tmp/qtty" 2>&1
+    if head -n 1 "$tmp/qtty" | grep -q $'^\r\e\[Kquantize: 0.0 MB / .*\r\e\[Kquantize: 11.0 MB in '; then
+        ok "quantize on a terminal: one line, redrawn"
+    else bad "quantize on a terminal: one line, redrawn"; od -c "$tmp/qtty" | head -8; fi
+else
+    echo "# no script(1): the terminal's progress line untested"
+fi
+python3 -c "import random, struct, sys
+random.seed(1)
+open(sys.argv[1], 'wb').write(struct.pack('<2000i', *[random.randrange(1000) for _ in range(2000)]))" "$tmp/ids.bin"
+expect "eval: its progress in tokens" 0 "eval: held-out loss: 0 / 512 tokens (0%)" "eval: held-out loss: 512 tokens in " \
+    '"tokens":512' -- "$bin" eval --model "$m/kapitsa-tiny" --ids "$tmp/ids.bin" --tokens 513
 expect "show a GGUF: its types tensor by tensor, the checkpoint's parameter count" 0 "ok" -- \
     sh -c "'$bin' show '$tmp/tiny.gguf' --json | python3 -c 'import json, sys
 d = json.load(sys.stdin)
@@ -388,8 +472,9 @@ expect "show a missing model" 1 "nowhere" -- "$bin" show "$tmp/nowhere"
 serve_start "$tmp/s_ps" --ctx 2048 --parallel 2 --api-key sesame --model "$m/kapitsa-tiny"
 curl -sf -H "x-api-key: sesame" "$surl/v1/chat/completions" \
     -d '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0, "ignore_eos": true}' >/dev/null
-expect "ps: the model, its KV cache, memory and requests" 0 "model      kapitsa-tiny on cpu, 2048 tokens of context" \
-    "KV cache   2048 tokens, bf16" "2 requests generated together" "1 since it started" -- \
+expect "ps: the model, its KV cache, memory, requests and resident conversations" 0 \
+    "model      kapitsa-tiny on cpu, 2048 tokens of context" "KV cache   2048 tokens, bf16" "2 requests generated together" \
+    "1 since it started" "resident   1 conversation kept for prefix reuse, " -- \
     env KAPITSA_API_KEY=sesame "$bin" ps --port "${surl##*:}"
 expect "ps --json" 0 "ok" -- sh -c "'$bin' ps --port ${surl##*:} --api-key sesame --json | python3 -c 'import json, sys
 d = json.load(sys.stdin)
@@ -399,6 +484,8 @@ m = d[\"memory\"]
 assert m[\"resident_bytes\"] > m[\"weights_bytes\"] == 20630656, m
 r = d[\"requests\"]
 assert (r[\"active\"], r[\"queued\"], r[\"total\"], r[\"generated_tokens\"]) == (0, 0, 1, 4), r
+p = r[\"prompt_tokens\"]
+assert d[\"resident\"] == {\"sequences\": 1, \"tokens\": p + 3}, (d[\"resident\"], p)
 print(\"ok\")'"
 expect "ps without the server's key" 1 "status 401" "--api-key or KAPITSA_API_KEY" -- "$bin" ps --port "${surl##*:}"
 serve_stop
@@ -516,7 +603,8 @@ if [ "$quick" != "--quick" ]; then
     expect "synth --layers: the config says 2 layers" 0 '"num_hidden_layers": 2' -- cat "$tmp/q06l/config.json"
     expect "synth --layers: bench runs the short model" 0 '"decode_tok_s"' -- \
         "$bin" bench --model "$tmp/q06l" --prompt 8 --gen 2 --json
-    expect "synth --layers 1: the Qwen3 tokenizer beside the weights" 0 "tokenizer: Qwen3's" -- \
+    expect "synth --layers 1: the Qwen3 tokenizer beside the weights, the progress of the weights" 0 "tokenizer: Qwen3's" \
+        "synth: 0.0 MB / 342.6 MB (0%)" "synth: 342.6 MB in " -- \
         "$bin" synth --preset qwen3-0.6b --layers 1 --out "$tmp/q06one"
     expect "synth: a greedy generation_config" 0 '"do_sample": false' -- cat "$tmp/q06one/generation_config.json"
     expect "run on a synth checkpoint as it is" 0 -- "$bin" run --model "$tmp/q06one" --max-tokens 2 hello

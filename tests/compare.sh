@@ -32,6 +32,8 @@ a=http://127.0.0.1:$p1/v1 b=http://127.0.0.1:$p2/v1
 "$bin" bench compare --against $a --against $b/ --prompts 16,64 --gen 24 --reps 3 --svg "$tmp/c.svg" >"$tmp/out" 2>&1
 rc=$?
 check "compare runs against two servers" '[ $rc = 0 ]'
+check "its progress on stderr, a line per tenth of the requests and the end" \
+    'grep -q "^bench compare: 0 / 16 requests (0%)" "$tmp/out" && grep -q "^bench compare: 16 requests in " "$tmp/out"'
 check "a row per server and prompt length" '[ $(grep -cE "^http://127.0.0.1:($p1|$p2)/v1 +(16|64) " "$tmp/out") = 4 ]'
 check "decode speeds are positive" 'awk "/^http/ { if (\$9 <= 0 || \$7 < \$5) bad = 1 } END { exit bad }" "$tmp/out"'
 check "the chart names both servers" 'grep -q "<svg" "$tmp/c.svg" && grep -q ":$p1/v1)<" "$tmp/c.svg" && grep -q ":$p2/v1)<" "$tmp/c.svg"'

@@ -6,7 +6,8 @@ connection halfway through the first download of each LFS file,
 kapitsa/corrupt serves a flipped byte, kapitsa/gated wants a token,
 kapitsa/oversize lists config.json at 16 bytes and serves 4 MiB,
 kapitsa/oddnames adds names to escape (a space and '#', a control character)
-and names that leave the snapshot folder; with
+and names that leave the snapshot folder, kapitsa/llama's config.json names an
+architecture Kapitsa does not run (model_type llama); with
 GGUF_DIR, kapitsa/tiny-GGUF serves its files (folders included), as a GGUF repo.
 
 usage: hub_server.py MODEL_DIR PORT_FILE LOG_FILE [GGUF_DIR]
@@ -22,7 +23,8 @@ import threading
 
 model_dir, port_file, log_file = sys.argv[1:4]
 gguf_dir = sys.argv[4] if len(sys.argv) > 4 else None
-REPOS = ["kapitsa/tiny", "kapitsa/flaky", "kapitsa/corrupt", "kapitsa/gated", "kapitsa/oversize", "kapitsa/oddnames"] + (["kapitsa/tiny-GGUF"] if gguf_dir else [])
+REPOS = ["kapitsa/tiny", "kapitsa/flaky", "kapitsa/corrupt", "kapitsa/gated", "kapitsa/oversize", "kapitsa/oddnames",
+         "kapitsa/llama"] + (["kapitsa/tiny-GGUF"] if gguf_dir else [])
 TOKEN = "good-token"
 
 
@@ -54,11 +56,17 @@ odd_files = dict(model_files)
 odd_files["a b#c.safetensors"] = blob_entry(b"odd", True)
 odd_files["evil\x1b[2J.safetensors"] = blob_entry(b"evil", True)
 ESCAPING = ["../../escape.json", "/abs.json", "sub/../../x.json"]
+llama_files = dict(model_files)
+llama_config = json.loads(model_files["config.json"]["data"])
+llama_config.update(model_type="llama", architectures=["LlamaForCausalLM"])
+llama_files["config.json"] = blob_entry(json.dumps(llama_config).encode(), False)
 
 
 def files_of(repo):
     if repo == "kapitsa/oddnames":
         return odd_files
+    if repo == "kapitsa/llama":
+        return llama_files
     return gguf_files if repo == "kapitsa/tiny-GGUF" else model_files
 
 

@@ -50,7 +50,8 @@ PY
 }
 repo_dir="$HF_HOME/hub/models--kapitsa--tiny"
 
-expect "pull a model" 0 "snapshots/" -- "$bin" pull kapitsa/tiny
+expect "pull a model, then the command to run next" 0 "snapshots/" \
+    "pull: done; next: kapitsa chat --model kapitsa/tiny (or kapitsa serve --model kapitsa/tiny)" -- "$bin" pull kapitsa/tiny
 expect "the cache layout of huggingface_hub" 0 "layout ok" -- layout "$repo_dir"
 "$bin" run --model "$here/../models/kapitsa-tiny" --max-tokens 12 "def add(a, b):" >"$tmp/want" 2>/dev/null
 expect "run from the cache by hub id gives the same text" 0 "$(cat "$tmp/want")" -- \
@@ -98,7 +99,18 @@ expect "a gated model with the token" 0 "snapshots/" -- env HF_TOKEN=good-token 
 expect "an unknown revision" 1 "has no revision 'v9'" -- "$bin" pull kapitsa/tiny --revision v9
 expect "an unknown repo" 1 "no model kapitsa/none" -- "$bin" pull kapitsa/none
 expect "a malformed revision" 1 "is not a revision" -- "$bin" pull kapitsa/tiny --revision '../x'
-expect "no hub" 1 "Couldn't connect" -- env HF_ENDPOINT=http://127.0.0.1:1 "$bin" pull kapitsa/tiny
+expect "no hub" 1 "cannot reach http://127.0.0.1:1 (Couldn't connect" "offline? HF_ENDPOINT names the hub" -- \
+    env HF_ENDPOINT=http://127.0.0.1:1 "$bin" pull kapitsa/tiny
+expect "a hub whose name does not resolve" 1 "cannot reach http://hub.invalid (Couldn't resolve" "HF_ENDPOINT" -- \
+    env HF_ENDPOINT=http://hub.invalid "$bin" pull kapitsa/tiny
+# config.json first: an architecture Kapitsa does not run is refused before any weight is fetched
+: >"$tmp/log"
+expect "an architecture Kapitsa does not run" 1 \
+    "kapitsa/llama is not a model Kapitsa runs (config: " "model_type 'llama' is not supported" "nothing more was downloaded" -- \
+    "$bin" pull kapitsa/llama
+if [ "$(cut -d' ' -f2 "$tmp/log")" = config.json ]; then ok "only its config.json was fetched"
+else bad "only its config.json was fetched"; cat "$tmp/log"; fi
+[ ! -e "$HF_HOME/hub/models--kapitsa--llama/refs/main" ] && ok "no ref for the refused model" || bad "no ref for the refused model"
 
 # a file size limit stands in for a full disk: the pull fails, nothing looks
 # complete, and a later pull resumes from the partial file

@@ -113,7 +113,7 @@ static void bench_usage(FILE *f)
 {
     fprintf(f, "usage: kapitsa bench -m|--model M [-t|--threads N] [--device D] [-p|--prompt N[,N...]] [-n|--gen M]\n"
                "                     [--batch B] [--seqs S] [--sample T,K] [--peak-gbs G] [--peak-tflops T]\n"
-               "                     [--kv-type bf16|f32] [--mix] [--json]\n"
+               "                     [--kv-type bf16|f32] [--mix] [-r|--repetitions R] [--json]\n"
                "  prefill N random tokens (default 512; several lengths: a row each, with the time to the\n"
                "  first token) in batches of B (default 512; on a GPU 4096, the server's chunk there), then\n"
                "  decode M tokens (default 64) greedily, or with --sample seeded draws at temperature T from\n"
@@ -125,13 +125,14 @@ static void bench_usage(FILE *f)
                "  --mix: then the prompt again as a server feeds it beside the S decoding sequences (their\n"
                "  S tokens and B - S of the prompt a step, B > S): its time to the first token, their speed\n"
                "  meanwhile\n"
+               "  -r R: each length measured R times (default 1), the mean ± the standard deviation of\n"
+               "  the runs' tok/s, as llama-bench gives them. --json: one object, the run's settings and a\n"
+               "  row per prompt length (its means, the deviations as *_sd)\n"
                "       kapitsa bench --model DIR --draft DIR --prompt-file FILE [--gen M] [--threads N]\n"
                "                     [--chain K] [--spec-tree N,D] [--json]\n"
                "  KFlash side by side: greedy generation after the file's text, plain, with a draft chain of\n"
                "  K (default 4), the KFlash tree of N nodes / depth D (default 24,8), and the tree with prompt\n"
-               "  lookup; prints target passes per token and the speedup, and checks all four agree; then\n"
-               "  the target's verify cost T(n)/T(1) for trees of n = 1, 2, 4, .., 64 tokens after the text\n"
-               "  (fastest of 25 rounds) beside the tree shape the tuner settled on\n"
+               "  lookup; prints target passes per token and the speedup, and checks all four agree\n"
                "       kapitsa bench compare --against URL [--against URL ...]   (see bench compare --help)\n"
                "       kapitsa bench --tokenizer DIR --corpus FILE.jsonl\n"
                "  encodes every {\"text\", \"ids\"} line on one thread (best of 3 passes), checks the ids\n"
@@ -261,13 +262,55 @@ static int bench_mix_step(struct engine *e, const int32_t *prompt, int64_t n_pro
     return done + k == n_prompt;
 }
 
+/* Running sums of one measure over the repetitions (-r): its mean and its
+ * sample standard deviation, as llama-bench reports tok/s. */
+struct bench_stat {
+    double sum, sumsq;
+    int64_t n;
+};
+
+static void stat_add(struct bench_stat *st, double x)
+{
+    st->sum += x;
+    st->sumsq += x * x;
+    st->n++;
+}
+
+static double stat_mean(const struct bench_stat *st)
+{
+    return st->n ? st->sum / (double)st->n : 0.0;
+}
+
+static double stat_sd(const struct bench_stat *st)
+{
+    if (st->n < 2)
+        return 0.0;
+    const double m = stat_mean(st), v = (st->sumsq - (double)st->n * m * m) / (double)(st->n - 1);
+    return v > 0 ? sqrt(v) : 0.0;
+}
+
+/* " ± SD" after a mean of several runs, nothing after one. */
+static void stat_print_sd(const struct bench_stat *st, int64_t reps)
+{
+    if (reps > 1)
+        printf(" ± %.2f", stat_sd(st));
+}
+
+/* One prompt length's measures over the repetitions. */
+struct bench_row {
+    int64_t prompt;
+    struct bench_stat pf, ttft, dc; /* prefill tok/s, first token ms, decode tok/s per sequence */
+    struct bench_stat mix_ttft, mix_dc; /* --mix */
+    int32_t mix_steps;
+};
+
 int cli_bench(int argc, char **argv)
 {
     if (argc > 0 && strcmp(argv[0], "compare") == 0)
         return bench_compare(argc - 1, argv + 1);
     const char *dir = NULL, *v, *tok_dir = NULL, *corpus = NULL, *draft = NULL, *prompt_file = NULL, *device = NULL;
     /* n_batch 0: the larger of 512 and the backend's prefill chunk (a GPU's 4096, as the server feeds a prompt) */
-    int64_t threads = 0, n_prompt = 512, n_gen = 64, n_batch = 0, chain_k = 4, n_seqs = 1;
+    int64_t threads = 0, n_prompt = 512, n_gen = 64, n_batch = 0, chain_k = 4, n_seqs = 1, reps = 1;
     int64_t lens[8] = {512};
     int32_t n_lens = 1;
     int tree_n = 24, tree_d = 8;
@@ -353,6 +396,8 @@ int cli_bench(int argc, char **argv)
             dst = &chain_k;
         else if ((f = cli_flag(argc, argv, &i, "--seqs", &v)) != 0)
             dst = &n_seqs;
+        else if ((f = cli_flag(argc, argv, &i, "-r|--repetitions", &v)) != 0)
+            dst = &reps;
         else
             return cli_arg_reject(argv[i], bench_usage);
         if (f < 0 || (*dst = cli_int(v)) < 1 || *dst > 1000000) {
@@ -444,18 +489,13 @@ int cli_bench(int argc, char **argv)
     double t_prefill = 0, t_decode = 0, t_mix = 0;
     int32_t mix_n = 0, mix_ids[BENCH_MAX_SEQS + 1]; /* --mix: its timed steps, each step's next tokens */
     struct device_info di;
-    be->ops->info(be, &di, true);
+    be->ops->info(be, &di, json || n_lens == 1); /* a cpu's bandwidth measured where a roofline is shown */
     const bool gpu = di.gpu;
     if (peak_gbs == 0)
         peak_gbs = di.read_gbs;
     if (peak_tflops == 0)
         peak_tflops = di.bf16_tflops;
-    if (n_lens > 1 && !json)
-        printf("model    %s (%s, %s%s)\n%8s %14s %14s %16s %14s\n", dir, m->cfg.model_type, be->ops->name,
-               m->cfg.route_spread ? ", spread routing" : "", "prompt",
-               "prefill tok/s", "TFLOP/s", "first token ms", "decode tok/s");
-    if (n_lens > 1 && json)
-        printf("[");
+    struct bench_row rows[8];
     /* One untimed pass first: a kernel's first launch loads it, cuBLAS picks
      * its algorithms and the decode graph is captured on the first steps,
      * costs a serving engine pays once, not per request. Every batch size the
@@ -491,131 +531,148 @@ int cli_bench(int argc, char **argv)
     for (int32_t k = 0; k < S; k++)
         engine_seq_free(&e, seqs[k]);
     profile_reset(be);
-    for (int32_t l = 0; l < n_lens; l++) {
-        n_prompt = lens[l];
-        double t0 = clock_now_s();
-        if ((seqs[0] = bench_prefill(&e, tok, n_prompt, (int32_t)n_batch, pos, seqv, par, want, logits)) < 0)
-            goto done;
-        t_prefill = clock_now_s() - t0; /* the first token's logits are ready: time to first token */
-        /* more sequences decoding together: each its own copy of the prompt */
-        for (int32_t k = 1; k < S; k++)
-            if ((seqs[k] = bench_prefill(&e, tok, n_prompt, (int32_t)n_batch, pos, seqv, par, want,
-                                         logits + (size_t)k * V)) < 0)
+    for (int32_t l = 0; l < n_lens; l++)
+        for (int64_t rep = 0; rep < reps; rep++) {
+            n_prompt = lens[l];
+            struct bench_row *row = &rows[l];
+            if (rep == 0)
+                *row = (struct bench_row){.prompt = n_prompt};
+            double t0 = clock_now_s();
+            if ((seqs[0] = bench_prefill(&e, tok, n_prompt, (int32_t)n_batch, pos, seqv, par, want, logits)) < 0)
                 goto done;
-        t0 = clock_now_s();
-        for (int32_t k = 0; k < S; k++)
-            next[k] = sampler_argmax(logits + (size_t)k * V, V);
-        /* greedy steps: the next tokens are the argmax ranked on the backend */
-        for (int64_t g = 0; g < n_gen; g++) {
-            for (int32_t k = 0; k < S; k++) {
-                npos[k] = (int32_t)(n_prompt + g);
-                npar[k] = -1;
-                nwant[k] = 1;
-            }
-            struct batch b = {S, next, npos, seqs, npar, nwant};
-            if (n_smp == 0) {
-                if (engine_forward(&e, &b, NULL, NULL) < 0 || engine_out_top(&e, 1, next, NULL) != 0)
+            t_prefill = clock_now_s() - t0; /* the first token's logits are ready: time to first token */
+            /* more sequences decoding together: each its own copy of the prompt */
+            for (int32_t k = 1; k < S; k++)
+                if ((seqs[k] = bench_prefill(&e, tok, n_prompt, (int32_t)n_batch, pos, seqv, par, want,
+                                             logits + (size_t)k * V)) < 0)
                     goto done;
-            } else if (k_read > 0) {
-                if (engine_forward(&e, &b, NULL, NULL) < 0 || engine_out_top(&e, k_read, top_ids, top_vals) != 0)
-                    goto done;
-                for (int32_t k = 0; k < S; k++)
-                    next[k] = sampler_sample_top(&smp[k], top_ids + k * k_read, top_vals + k * k_read, k_read);
-            } else {
-                if (engine_forward(&e, &b, logits, NULL) < 0)
-                    goto done;
-                for (int32_t k = 0; k < S; k++)
-                    next[k] = sampler_sample(&smp[k], logits + (size_t)k * V, NULL, 0);
-            }
-            if (engine_commit_all(&e) != 0)
-                goto done;
-        }
-        t_decode = clock_now_s() - t0;
-        if (mix) {
-            /* untimed first: a step of each size the timed pass takes (its
-             * first chunk, and its last where that differs), in a sequence of its own */
-            for (int32_t k = 0; k < S; k++)
-                npos[k] = (int32_t)(n_prompt + n_gen);
-            const int32_t first = (int32_t)(n_prompt < chunk ? n_prompt : chunk),
-                          last = (int32_t)(n_prompt > chunk ? n_prompt % chunk : 0);
-            int32_t q = engine_seq_new(&e);
-            if (q < 0 ||
-                bench_mix_step(&e, tok, n_prompt, 0, first, q, S, seqs, next, npos, mtok, pos, seqv, par, want,
-                               mix_ids) < 0 ||
-                (last && bench_mix_step(&e, tok, n_prompt, first, last, q, S, seqs, next, npos, mtok, pos, seqv, par,
-                                        want, mix_ids) < 0))
-                goto done;
-            engine_seq_free(&e, q);
-            if ((q = engine_seq_new(&e)) < 0)
-                goto done;
             t0 = clock_now_s();
-            for (int64_t done = 0, r = 0; r == 0; done += chunk, mix_n++) {
-                const int32_t k = (int32_t)(n_prompt - done < chunk ? n_prompt - done : chunk);
-                if ((r = bench_mix_step(&e, tok, n_prompt, done, k, q, S, seqs, next, npos, mtok, pos, seqv, par, want,
-                                        mix_ids)) < 0)
+            for (int32_t k = 0; k < S; k++)
+                next[k] = sampler_argmax(logits + (size_t)k * V, V);
+            /* greedy steps: the next tokens are the argmax ranked on the backend */
+            for (int64_t g = 0; g < n_gen; g++) {
+                for (int32_t k = 0; k < S; k++) {
+                    npos[k] = (int32_t)(n_prompt + g);
+                    npar[k] = -1;
+                    nwant[k] = 1;
+                }
+                struct batch b = {S, next, npos, seqs, npar, nwant};
+                if (n_smp == 0) {
+                    if (engine_forward(&e, &b, NULL, NULL) < 0 || engine_out_top(&e, 1, next, NULL) != 0)
+                        goto done;
+                } else if (k_read > 0) {
+                    if (engine_forward(&e, &b, NULL, NULL) < 0 || engine_out_top(&e, k_read, top_ids, top_vals) != 0)
+                        goto done;
+                    for (int32_t k = 0; k < S; k++)
+                        next[k] = sampler_sample_top(&smp[k], top_ids + k * k_read, top_vals + k * k_read, k_read);
+                } else {
+                    if (engine_forward(&e, &b, logits, NULL) < 0)
+                        goto done;
+                    for (int32_t k = 0; k < S; k++)
+                        next[k] = sampler_sample(&smp[k], logits + (size_t)k * V, NULL, 0);
+                }
+                if (engine_commit_all(&e) != 0)
                     goto done;
             }
-            t_mix = clock_now_s() - t0;
-            engine_seq_free(&e, q);
+            t_decode = clock_now_s() - t0;
+            if (mix) {
+                /* untimed first: a step of each size the timed pass takes (its
+                 * first chunk, and its last where that differs), in a sequence of its own */
+                for (int32_t k = 0; k < S; k++)
+                    npos[k] = (int32_t)(n_prompt + n_gen);
+                const int32_t first = (int32_t)(n_prompt < chunk ? n_prompt : chunk),
+                              last = (int32_t)(n_prompt > chunk ? n_prompt % chunk : 0);
+                int32_t q = engine_seq_new(&e);
+                if (q < 0 ||
+                    bench_mix_step(&e, tok, n_prompt, 0, first, q, S, seqs, next, npos, mtok, pos, seqv, par, want,
+                                   mix_ids) < 0 ||
+                    (last && bench_mix_step(&e, tok, n_prompt, first, last, q, S, seqs, next, npos, mtok, pos, seqv,
+                                            par, want, mix_ids) < 0))
+                    goto done;
+                engine_seq_free(&e, q);
+                if ((q = engine_seq_new(&e)) < 0)
+                    goto done;
+                t0 = clock_now_s();
+                mix_n = 0;
+                for (int64_t done = 0, r = 0; r == 0; done += chunk, mix_n++) {
+                    const int32_t k = (int32_t)(n_prompt - done < chunk ? n_prompt - done : chunk);
+                    if ((r = bench_mix_step(&e, tok, n_prompt, done, k, q, S, seqs, next, npos, mtok, pos, seqv, par,
+                                            want, mix_ids)) < 0)
+                        goto done;
+                }
+                t_mix = clock_now_s() - t0;
+                engine_seq_free(&e, q);
+                row->mix_steps = mix_n;
+                stat_add(&row->mix_ttft, 1e3 * t_mix);
+                stat_add(&row->mix_dc, mix_n / t_mix);
+            }
+            for (int32_t k = 0; k < S; k++)
+                engine_seq_free(&e, seqs[k]);
+            stat_add(&row->pf, (double)n_prompt / t_prefill);
+            stat_add(&row->ttft, 1e3 * t_prefill);
+            stat_add(&row->dc, (double)n_gen / t_decode);
         }
-        for (int32_t k = 0; k < S; k++)
-            engine_seq_free(&e, seqs[k]);
-        if (n_lens == 1)
-            break;
-        const double pf = (double)n_prompt / t_prefill, tf = prefill_flops(m, n_prompt) / t_prefill / 1e12;
-        if (json)
-            printf("%s{\"prompt\":%lld,\"prefill_tok_s\":%.2f,\"prefill_tflops\":%.2f,\"ttft_ms\":%.2f,"
-                   "\"decode_tok_s\":%.2f}",
-                   l ? "," : "", (long long)n_prompt, pf, tf, 1e3 * t_prefill, (double)n_gen / t_decode);
-        else
-            printf("%8lld %14.2f %14.2f %16.2f %14.2f\n", (long long)n_prompt, pf, tf, 1e3 * t_prefill,
-                   (double)n_gen / t_decode);
-    }
-    if (n_lens > 1) {
-        if (json)
-            printf("]\n");
-        rc = 0;
-        goto done;
-    }
     int32_t nth = threads > 0 ? (int32_t)threads : 0;
     if (nth == 0)
         nth = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
-    /* a step reads the weights once for all sequences and each one's caches
-     * at its context (the middle of the generated run, on average) */
-    const double wbytes = decode_bytes(m, S), cbytes = cache_bytes(&e, (double)n_prompt + (double)n_gen / 2);
-    double bw = peak_gbs * 1e9, bytes = wbytes + S * cbytes;
-    /* dc: tokens per second of each sequence */
-    double pf = (double)n_prompt / t_prefill, dc = (double)n_gen / t_decode, roof = bw / bytes;
-    const double flops = prefill_flops(m, n_prompt), pflops = flops / t_prefill / 1e12;
-    /* --mix: the prompt's first token beside the decoders, and their speed meanwhile */
-    const double mix_dc = mix ? mix_n / t_mix : 0;
-    if (json) {
-        printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"prompt\":%lld,\"gen\":%lld,"
-               "\"prefill_tok_s\":%.2f,\"prefill_tflops\":%.2f,\"prefill_flops\":%.0f,\"decode_tok_s\":%.2f,"
-               "\"decode_bytes_per_token\":%.0f,\"cache_bytes_per_token\":%.0f,\"read_bandwidth_gb_s\":%.2f,"
-               "\"decode_roofline_tok_s\":%.2f,\"decode_of_roofline\":%.3f,\"prefill_of_peak\":%.3f,\"seqs\":%d,"
-               "\"decode_tok_s_total\":%.2f,\"kv_type\":\"%s\",\"ttft_ms\":%.2f,\"route_spread\":%s",
-               dir, be->ops->name, nth, (long long)n_prompt, (long long)n_gen, pf, pflops, flops, dc, wbytes, cbytes,
-               bw / 1e9, roof, dc / roof, peak_tflops > 0 ? pflops / peak_tflops : 0.0, S, S * dc, dtype_name(kv_type),
-               1e3 * t_prefill, m->cfg.route_spread ? "true" : "false");
-        if (mix)
-            printf(",\"mix_chunk\":%lld,\"mix_steps\":%d,\"mix_ttft_ms\":%.2f,\"mix_decode_tok_s\":%.2f",
-                   (long long)chunk, mix_n, 1e3 * t_mix, mix_dc);
-        printf("}\n");
-    } else {
+    /* a step reads the weights once for all sequences (each row: and each one's
+     * caches at its context, the middle of the generated run on average) */
+    const double wbytes = decode_bytes(m, S);
+    const double bw = peak_gbs * 1e9;
+    if (json)
+        printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"gen\":%lld,\"seqs\":%d,\"reps\":%lld,"
+               "\"kv_type\":\"%s\",\"route_spread\":%s,\"decode_bytes_per_token\":%.0f,\"read_bandwidth_gb_s\":%.2f,"
+               "\"rows\":[",
+               dir, be->ops->name, nth, (long long)n_gen, S, (long long)reps, dtype_name(kv_type),
+               m->cfg.route_spread ? "true" : "false", wbytes, bw / 1e9);
+    else if (n_lens > 1)
+        printf("model    %s (%s, %s%s)\n%8s %22s %14s %16s %22s\n", dir, m->cfg.model_type, be->ops->name,
+               m->cfg.route_spread ? ", spread routing" : "", "prompt", "prefill tok/s", "TFLOP/s", "first token ms",
+               "decode tok/s");
+    for (int32_t l = 0; l < n_lens; l++) {
+        const struct bench_row *row = &rows[l];
+        n_prompt = row->prompt;
+        /* dc: tokens per second of each sequence */
+        const double pf = stat_mean(&row->pf), dc = stat_mean(&row->dc), ttft = stat_mean(&row->ttft);
+        const double cbytes = cache_bytes(&e, (double)n_prompt + (double)n_gen / 2), roof = bw / (wbytes + S * cbytes);
+        const double flops = prefill_flops(m, n_prompt), pflops = flops * pf / (double)n_prompt / 1e12;
+        if (json) {
+            printf("%s{\"prompt\":%lld,\"prefill_tok_s\":%.2f,\"prefill_tok_s_sd\":%.2f,\"prefill_tflops\":%.2f,"
+                   "\"prefill_flops\":%.0f,\"prefill_of_peak\":%.3f,\"ttft_ms\":%.2f,\"ttft_ms_sd\":%.2f,"
+                   "\"decode_tok_s\":%.2f,\"decode_tok_s_sd\":%.2f,\"decode_tok_s_total\":%.2f,"
+                   "\"cache_bytes_per_token\":%.0f,\"decode_roofline_tok_s\":%.2f,\"decode_of_roofline\":%.3f",
+                   l ? "," : "", (long long)n_prompt, pf, stat_sd(&row->pf), pflops, flops,
+                   peak_tflops > 0 ? pflops / peak_tflops : 0.0, ttft, stat_sd(&row->ttft), dc, stat_sd(&row->dc), S * dc, cbytes,
+                   roof, dc / roof);
+            if (mix)
+                printf(",\"mix_chunk\":%lld,\"mix_steps\":%d,\"mix_ttft_ms\":%.2f,\"mix_decode_tok_s\":%.2f",
+                       (long long)chunk, row->mix_steps, stat_mean(&row->mix_ttft), stat_mean(&row->mix_dc));
+            printf("}");
+            continue;
+        }
+        if (n_lens > 1) {
+            printf("%8lld %13.2f ± %6.2f %14.2f %16.2f %13.2f ± %6.2f\n", (long long)n_prompt, pf, stat_sd(&row->pf),
+                   pflops, ttft, dc, stat_sd(&row->dc));
+            continue;
+        }
         printf("model    %s (%s, %s", dir, m->cfg.model_type, be->ops->name);
         if (m->cfg.route_spread)
             printf(", spread routing");
         if (!gpu)
             printf(", %d threads", nth);
-        printf(")\nprefill  %6lld tokens  %9.2f tok/s  %.1f TFLOP/s", (long long)n_prompt, pf, pflops);
+        if (reps > 1)
+            printf("; mean ± standard deviation of %lld runs", (long long)reps);
+        printf(")\nprefill  %6lld tokens  %9.2f", (long long)n_prompt, pf);
+        stat_print_sd(&row->pf, reps);
+        printf(" tok/s  %.1f TFLOP/s", pflops);
         if (peak_tflops > 0)
             printf(" = %.0f%% of %.0f TFLOP/s", 100 * pflops / peak_tflops, peak_tflops);
+        printf("\ndecode   %6lld tokens  %9.2f", (long long)n_gen, dc);
+        stat_print_sd(&row->dc, reps);
         if (S > 1)
-            printf("\ndecode   %6lld tokens  %9.2f tok/s per sequence, %d sequences at once: %.2f tok/s in all",
-                   (long long)n_gen, dc, S, S * dc);
+            printf(" tok/s per sequence, %d sequences at once: %.2f tok/s in all", S, S * dc);
         else
-            printf("\ndecode   %6lld tokens  %9.2f tok/s", (long long)n_gen, dc);
+            printf(" tok/s");
         if (n_smp > 0)
             printf(" (sampled: temperature %g, top_k %d, %s)", (double)sample_t, sample_k,
                    k_read ? "the top logits read" : "whole rows read");
@@ -627,8 +684,10 @@ int cli_bench(int argc, char **argv)
         if (mix)
             printf("mixed    the prompt again in %d steps of %lld tokens beside the %d decoding: first token in %.1f ms "
                    "(alone %.1f ms), decode %.2f tok/s per sequence meanwhile (alone %.2f)\n",
-                   mix_n, (long long)chunk, S, 1e3 * t_mix, 1e3 * t_prefill, mix_dc, dc);
+                   row->mix_steps, (long long)chunk, S, stat_mean(&row->mix_ttft), ttft, stat_mean(&row->mix_dc), dc);
     }
+    if (json)
+        printf("]}\n");
     rc = 0;
 done:
     if (rc != 0)

@@ -17,6 +17,7 @@
 #include "../base/err.h"
 #include "../backend/cpu/cpu.h"
 #include "cli.h"
+#include "progress.h"
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -443,6 +444,9 @@ int bench_compare(int argc, char **argv)
     curl_global_init(CURL_GLOBAL_DEFAULT);
     static struct result r[CMP_MAX_TARGETS][CMP_MAX_LENS];
     int rc = 0;
+    struct progress pr;
+    int64_t n_done = 0;
+    progress_begin(&pr, stderr, "bench compare", (int64_t)n_t * n_l * (reps + 1), "requests");
     for (int32_t t = 0; t < n_t && rc == 0; t++) {
         char model[256];
         if (n_m > 0)
@@ -459,6 +463,9 @@ int bench_compare(int argc, char **argv)
             /* one unmeasured request warms the server (and a prefix cache, if it keeps one,
              * is defeated below by a different first word per repetition) */
             for (int32_t k = -1; k < reps && rc == 0; k++) {
+                char item[600];
+                snprintf(item, sizeof item, "%s, %d-word prompt", urls[t], (int)lens[l]);
+                progress_update(&pr, n_done++, item);
                 prompt[0] = (char)('a' + (k + 1) % 26);
                 rc = one_request(urls[t], api_key, model, prompt, gen, &s);
                 if (k >= 0) {
@@ -474,6 +481,12 @@ int bench_compare(int argc, char **argv)
             }
             free(prompt);
         }
+    }
+    if (rc == 0) {
+        progress_update(&pr, n_done, NULL);
+        progress_end(&pr);
+    } else if (pr.tty) {
+        fputc('\n', stderr); /* the failure's message below the progress line */
     }
     if (rc != 0) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());

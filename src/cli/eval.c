@@ -12,6 +12,7 @@
 #include "../engine/sampler.h"
 #include "../runtime/runtime.h"
 #include "cli.h"
+#include "progress.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -151,7 +152,10 @@ int cli_eval(int argc, char **argv)
     const int64_t n_use = n_tok + 1 < n_all ? n_tok + 1 : n_all;
     double nll = 0;
     int64_t count = 0, match = 0;
+    struct progress pr;
+    progress_begin(&pr, stderr, "eval: held-out loss", (n_use - 1) / EVAL_SEQ * EVAL_SEQ, "tokens");
     for (int64_t s = 0; s + EVAL_SEQ + 1 <= n_use; s += EVAL_SEQ) {
+        progress_update(&pr, count, NULL);
         int32_t seq;
         if (feed_all(&e, ids + s, EVAL_SEQ, lg, &seq) != 0)
             goto done;
@@ -173,10 +177,14 @@ int cli_eval(int argc, char **argv)
         }
         count += EVAL_SEQ;
     }
+    progress_update(&pr, count, NULL);
+    progress_end(&pr);
     double acc = 0;
     if (draft) {
         const int64_t step = (n_all - 64 - 600) / 200;
+        progress_begin(&pr, stderr, "eval: draft agreement", 200, "positions");
         for (int32_t i = 0; i < 200; i++) {
+            progress_update(&pr, i, NULL);
             const int64_t p = 64 + i * step;
             int32_t tg[5], dg[5], k = 0;
             if (greedy(&e, ids + p - 64, 64, 5, tg, lg) != 0 || greedy(&de, ids + p - 64, 64, 5, dg, dlg) != 0)
@@ -185,6 +193,8 @@ int cli_eval(int argc, char **argv)
                 k++;
             acc += k;
         }
+        progress_update(&pr, 200, NULL);
+        progress_end(&pr);
     }
     printf("{\"model\":\"%s\",\"tokens\":%lld,\"heldout_loss\":%.4f,\"heldout_ppl\":%.2f", dir, (long long)count,
            nll / (double)count, exp(nll / (double)count));

@@ -63,7 +63,8 @@ static void emit(struct cli_gen *g, FILE *out, const char *s, size_t k)
     fflush(out);
 }
 
-int cli_gen_turn(struct cli_gen *g, const int32_t *ids, int32_t n, int64_t max_tokens, FILE *out, char **reply)
+int cli_gen_turn(struct cli_gen *g, const int32_t *ids, int32_t n, int64_t max_tokens, FILE *out, char **reply,
+                 const volatile sig_atomic_t *stop)
 {
     if (n < 1 || (int64_t)n + max_tokens + 1 > g->ctx)
         return err_set("generate: %d prompt tokens and %lld to generate exceed the context of %d", n,
@@ -87,8 +88,14 @@ int cli_gen_turn(struct cli_gen *g, const int32_t *ids, int32_t n, int64_t max_t
     struct tok_stream ts = {0};
     struct sched_progress p;
     int32_t seen = 0;
+    bool stopped = false;
     do {
-        sched_req_poll(r, seen, -1, &p);
+        /* with a stop flag, wake now and then to look at it (a signal does not end the wait) */
+        sched_req_poll(r, seen, stop ? 0.05 : -1, &p);
+        if (stop && *stop && !stopped) {
+            sched_req_cancel(r);
+            stopped = true;
+        }
         for (; seen < p.n_out; seen++) {
             int32_t k = tok_stream_push(g->tok, &ts, sched_req_out(r)[seen], true, buf, sizeof buf);
             if (k > 0) {
@@ -98,7 +105,7 @@ int cli_gen_turn(struct cli_gen *g, const int32_t *ids, int32_t n, int64_t max_t
             }
         }
     } while (p.finish == SCHED_RUNNING);
-    if (p.finish != SCHED_STOP && p.finish != SCHED_LENGTH) {
+    if (p.finish != SCHED_STOP && p.finish != SCHED_LENGTH && !(stopped && p.finish == SCHED_CANCELLED)) {
         err_set("%s", sched_req_error(r));
         goto done;
     }
@@ -117,15 +124,33 @@ int cli_gen_turn(struct cli_gen *g, const int32_t *ids, int32_t n, int64_t max_t
                                      st1.spec_tokens - st0.spec_tokens, st1.spec_passes - st0.spec_passes};
     g->spec_tokens += g->last.spec_tokens;
     g->spec_steps += g->last.spec_steps;
-    rc = 0;
+    rc = stopped && p.finish == SCHED_CANCELLED;
 done:
     sched_req_cancel(r); /* a no-op when it finished */
     sched_req_release(r);
-    if (reply && rc == 0) {
+    if (reply && rc >= 0) {
         text[len] = 0;
         *reply = text;
     } else {
         free(text);
     }
     return rc;
+}
+
+void cli_gen_stats_print(const struct cli_gen *g, double load_s, FILE *f)
+{
+    const struct cli_gen_stats *st = &g->last;
+    const int32_t fed = st->n_prompt - st->n_cached;
+    if (load_s >= 0)
+        fprintf(f, "load duration:        %.3f s\n", load_s);
+    fprintf(f, "prompt eval count:    %d token(s), %d of them from the cache\n", st->n_prompt, st->n_cached);
+    fprintf(f, "prompt eval duration: %.3f s\n", st->t_prefill);
+    fprintf(f, "prompt eval rate:     %.2f tokens/s\n", st->t_prefill > 0 ? fed / st->t_prefill : 0.0);
+    fprintf(f, "eval count:           %d token(s)\n", st->n_gen);
+    fprintf(f, "eval duration:        %.3f s\n", st->t_decode);
+    /* the first token comes out of the prompt's pass: the decode time covers the rest */
+    fprintf(f, "eval rate:            %.2f tokens/s\n",
+            st->t_decode > 0 && st->n_gen > 1 ? (st->n_gen - 1) / st->t_decode : 0.0);
+    if (g->spec_on && st->spec_steps > 0)
+        fprintf(f, "KFlash:               %.2f tokens per target pass\n", (double)st->spec_tokens / st->spec_steps);
 }

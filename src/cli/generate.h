@@ -13,6 +13,7 @@
 #include "../runtime/runtime.h"
 #include "../tokenizer/tokenizer.h"
 
+#include <signal.h>
 #include <stdio.h>
 
 struct cli_gen {
@@ -43,7 +44,14 @@ void cli_gen_free(struct cli_gen *g);
 /* One turn: the prompt ids[0..n) (what the cache holds of it from earlier
  * turns is reused), then up to max_tokens generated and streamed to out as
  * text (and kept in *reply if reply is not NULL, malloc'd). Stops at an
- * end-of-sequence token. -1 with err_set(). */
-int cli_gen_turn(struct cli_gen *g, const int32_t *ids, int32_t n, int64_t max_tokens, FILE *out, char **reply);
+ * end-of-sequence token, or once *stop (may be NULL; a signal handler sets it)
+ * is non-zero: the turn then ends with what it has, 1 returned instead of 0.
+ * -1 with err_set(). */
+int cli_gen_turn(struct cli_gen *g, const int32_t *ids, int32_t n, int64_t max_tokens, FILE *out, char **reply,
+                 const volatile sig_atomic_t *stop);
+/* The last turn's timings to f, as `ollama run --verbose` gives them: load_s
+ * (the model's load; < 0: not shown), the prompt's tokens and rate, the
+ * generated tokens and rate, KFlash's tokens per pass when it ran. */
+void cli_gen_stats_print(const struct cli_gen *g, double load_s, FILE *f);
 
 #endif

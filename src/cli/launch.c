@@ -253,11 +253,56 @@ static int agent_home(const char *name, char *dir, size_t cap)
     }
 }
 
+/* 1 when PATH holds an executable file named exe (execvp's search), so that a
+ * missing agent is named before a server is started for it. */
+static int on_path(const char *exe)
+{
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = "/usr/bin:/bin";
+    while (*path) {
+        const size_t n = strcspn(path, ":");
+        char f[4096];
+        snprintf(f, sizeof f, "%.*s/%s", n ? (int)n : 1, n ? path : ".", exe);
+        struct stat st;
+        if (stat(f, &st) == 0 && S_ISREG(st.st_mode) && access(f, X_OK) == 0)
+            return 1;
+        path += n + (path[n] == ':');
+    }
+    return 0;
+}
+
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void)st, (void)flag, (void)ftw;
     remove(path);
     return 0;
+}
+
+/* The server's load progress (the lines serve writes to its log, loading
+ * ...) shown on launch's stderr as they come: on a terminal one line redrawn.
+ * *at: how far the log was read; *shown: a line is on the terminal unended. */
+static void show_progress(const char *log, long *at, bool *shown)
+{
+    FILE *f = fopen(log, "r");
+    if (!f)
+        return;
+    const bool tty = isatty(2) != 0;
+    char line[512];
+    fseek(f, *at, SEEK_SET);
+    while (fgets(line, sizeof line, f)) {
+        const size_t n = strlen(line);
+        if (line[n - 1] != '\n') /* not yet whole: read again next time */
+            break;
+        *at = ftell(f);
+        if (strncmp(line, "loading ", 8) != 0)
+            continue;
+        if (tty)
+            line[n - 1] = 0;
+        fprintf(stderr, "%s%s", tty ? "\r\033[K" : "", line);
+        *shown = tty;
+    }
+    fclose(f);
 }
 
 /* Starts the server on port (stderr to home/server.log); its pid, or -1. */
@@ -286,15 +331,25 @@ static pid_t start_server(const char *home, const char *port_s, int port, const 
         err_set("fork: %s", strerror(errno));
         return -1;
     }
-    char buf[64];
+    char buf[64], log[4200];
+    snprintf(log, sizeof log, "%s/server.log", home);
+    long at = 0;
+    bool shown = false;
     for (int t = 0; t < 600; t++) {
-        if (http_get(port, "/health", "", buf, sizeof buf) == 200)
+        show_progress(log, &at, &shown);
+        if (http_get(port, "/health", "", buf, sizeof buf) == 200) {
+            show_progress(log, &at, &shown);
+            if (shown)
+                fputc('\n', stderr);
             return server;
+        }
         struct timespec ts = {0, 100000000};
         nanosleep(&ts, NULL);
         if (waitpid(server, NULL, WNOHANG) == server)
             break;
     }
+    if (shown)
+        fputc('\n', stderr);
     kill(server, SIGTERM);
     waitpid(server, NULL, 0);
     err_set("the server did not start (see %s/server.log)", home);
@@ -344,6 +399,10 @@ int cli_launch(int argc, char **argv)
     if (port < 1 || port > 65535) {
         fprintf(stderr, "kapitsa launch: the port (--port or KAPITSA_PORT) is 1 to 65535, not '%s'\n", port_s);
         return 2;
+    }
+    if (!on_path(ag->exe)) {
+        fprintf(stderr, "kapitsa launch: '%s' is not on PATH; install it with: npm i -g %s\n", ag->exe, ag->package);
+        return 127;
     }
     char home[] = "/tmp/kapitsa-launch-XXXXXX", dir[4096]; /* home: the log of a server launch starts */
     if (agent_home(ag->name, dir, sizeof dir) != 0) {

@@ -7,6 +7,7 @@
 #include "../hub/local.h"
 #include "../hub/catalog.h"
 #include "../hub/pull.h"
+#include "../model/config.h"
 #include "cli.h"
 
 #include <dirent.h>
@@ -26,7 +27,16 @@ static void pull_usage(FILE *f)
                "  ORG/NAME:QUANT (e.g. Qwen/Qwen3-8B-GGUF:Q4_K_M) downloads that quantisation's .gguf\n"
                "  files of a GGUF repo, which --model then takes under the same name;\n"
                "  an interrupted pull resumes. HF_ENDPOINT and HF_TOKEN are honoured. --with-draft also\n"
-               "  pulls the catalog's recommended draft model.\n");
+               "  pulls the catalog's recommended draft model. config.json comes first: a model of an\n"
+               "  architecture Kapitsa does not run is refused before its weights are downloaded.\n");
+}
+
+/* A safetensors model's config.json, fetched first: its architecture and
+ * fields as loading the model would read them (hub_pull_opts.check). */
+static int pull_check(const char *snapshot)
+{
+    struct model_config c;
+    return config_load(&c, snapshot);
 }
 
 static int pull_one(const char *ref, const char *revision, const struct hub_pull_opts *o, const struct catalog *c)
@@ -54,7 +64,7 @@ static int pull_one(const char *ref, const char *revision, const struct hub_pull
 int cli_pull(int argc, char **argv)
 {
     const char *ref = NULL, *revision = NULL, *v;
-    struct hub_pull_opts o = {.progress = stderr, .bar = isatty(2) != 0};
+    struct hub_pull_opts o = {.progress = stderr, .bar = isatty(2) != 0, .check = pull_check};
     int with_draft = 0;
     for (int i = 0; i < argc; i++) {
         int f;
@@ -92,6 +102,8 @@ int cli_pull(int argc, char **argv)
         fprintf(stderr, "pull: the recommended draft for KFlash is %s (kapitsa pull %s)\n", m->draft, m->draft);
     if (rc != 0)
         fprintf(stderr, "kapitsa: %s\n", err_msg());
+    else
+        fprintf(stderr, "pull: done; next: kapitsa chat --model %s (or kapitsa serve --model %s)\n", ref, ref);
     catalog_free(&c);
     return rc ? 1 : 0;
 }

@@ -109,7 +109,8 @@ static void ps_usage(FILE *f)
 {
     fprintf(f, "usage: kapitsa ps [--host ADDR] [--port N] [--api-key KEY] [--json]\n"
                "  asks the server at ADDR:N (default 127.0.0.1:11435, or KAPITSA_HOST and KAPITSA_PORT; the key from\n"
-               "  KAPITSA_API_KEY) what it has loaded: the model, its memory, the KV cache and the requests\n");
+               "  KAPITSA_API_KEY) what it has loaded: the model, its memory, the KV cache, the requests and\n"
+               "  the conversations it keeps for prefix reuse\n");
 }
 
 /* The report of the server at base as a JSON object; NULL with err_set(). */
@@ -130,7 +131,8 @@ static json_t *ps_report(const char *base, const char *key)
     ps_label(metrics, "device", device, sizeof device);
     ps_label(metrics, "kv_type", kv_type, sizeof kv_type);
 #define I(name) ps_metric(metrics, name)
-    r = json_pack("{s:s,s:O,s:s,s:I,s:{s:o,s:o,s:s},s:o,s:{s:o,s:o},s:{s:o,s:o,s:o,s:o,s:o,s:o}}", "url", base,
+    r = json_pack("{s:s,s:O,s:s,s:I,s:{s:o,s:o,s:s},s:o,s:{s:o,s:o},s:{s:o,s:o,s:o,s:o,s:o,s:o},s:{s:o,s:o}}",
+                  "url", base,
                   "model", json_object_get(first, "id"), "device", device, "max_model_len",
                   json_integer_value(json_object_get(first, "max_model_len")), "kv_cache", "tokens",
                   I("kapitsa_kv_cache_tokens"),
@@ -139,7 +141,8 @@ static json_t *ps_report(const char *base, const char *key)
                   I("kapitsa_weights_bytes"), "requests", "active", I("kapitsa_requests_active"), "queued",
                   I("kapitsa_requests_queued"), "total", I("kapitsa_requests_total"), "prompt_tokens",
                   I("kapitsa_prompt_tokens_total"), "cached_prompt_tokens", I("kapitsa_cached_prompt_tokens_total"),
-                  "generated_tokens", I("kapitsa_generated_tokens_total"));
+                  "generated_tokens", I("kapitsa_generated_tokens_total"), "resident", "sequences",
+                  I("kapitsa_resident_sequences"), "tokens", I("kapitsa_resident_tokens"));
 #undef I
     if (!r)
         err_set("out of memory");
@@ -155,7 +158,7 @@ fail:
 static void ps_print(const json_t *r)
 {
     const json_t *kv = json_object_get(r, "kv_cache"), *mem = json_object_get(r, "memory"),
-                 *rq = json_object_get(r, "requests");
+                 *rq = json_object_get(r, "requests"), *res = json_object_get(r, "resident");
     printf("server     %s\n", json_string_value(json_object_get(r, "url")));
     printf("model      %s on %s, %lld tokens of context (max_model_len)\n",
            json_string_value(json_object_get(r, "model")), json_string_value(json_object_get(r, "device")),
@@ -170,6 +173,9 @@ static void ps_print(const json_t *r)
            (long long)GET(rq, "active"), (long long)GET(rq, "queued"), (long long)GET(rq, "total"),
            (long long)GET(rq, "prompt_tokens"), (long long)GET(rq, "cached_prompt_tokens"),
            (long long)GET(rq, "generated_tokens"));
+    if (json_is_integer(json_object_get(res, "sequences"))) /* a server older than the metric has none */
+        printf("resident   %lld conversation%s kept for prefix reuse, %lld tokens cached\n",
+               (long long)GET(res, "sequences"), GET(res, "sequences") == 1 ? "" : "s", (long long)GET(res, "tokens"));
 }
 
 int cli_ps(int argc, char **argv)

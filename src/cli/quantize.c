@@ -4,10 +4,22 @@
 #include "../model/convert.h"
 #include "../model/imatrix.h"
 #include "cli.h"
+#include "progress.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+
+/* convert_opts.progress: begun at the first tensor, once the total is known. */
+static void quantize_progress(void *ctx, int64_t done, int64_t total, const char *tensor)
+{
+    struct progress *p = ctx;
+    if (!p->open)
+        progress_begin(p, stderr, "quantize", total, "B");
+    progress_update(p, done, tensor);
+    if (done >= total)
+        progress_end(p);
+}
 
 static void quantize_usage(FILE *f)
 {
@@ -58,9 +70,12 @@ int cli_quantize(int argc, char **argv)
     }
     const char *dir = cli_model_dir(src);
     struct imatrix im = {0};
-    struct convert_opts o = {recipe, imatrix ? &im : NULL, isatty(2)};
+    struct progress pr = {0};
+    struct convert_opts o = {recipe, imatrix ? &im : NULL, quantize_progress, &pr};
     const int rc = !dir || (imatrix && imatrix_read(&im, imatrix) != 0) || convert_write(dir, out, &o) != 0;
     imatrix_free(&im);
+    if (rc && pr.open && pr.tty)
+        fputc('\n', stderr); /* the failure's message below the progress line */
     if (rc) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return 1;

@@ -2,6 +2,7 @@
  * stream the text to stdout. Without --model it runs the embedded default,
  * models/kapitsa-tiny (KAPITSA_MODEL overrides). */
 #define _GNU_SOURCE
+#include "../base/clock.h"
 #include "../base/err.h"
 #include "../chat/template.h"
 #include "../engine/engine.h"
@@ -19,17 +20,18 @@ static void run_usage(FILE *f)
 {
     fprintf(f, "usage: kapitsa run [-m|--model M] [--chat] [-n|--max-tokens N] [--temp|--temperature T] [--top-p P]\n"
                "                   [--top-k K] [-s|--seed S] [-t|--threads N] [--device D] " CLI_KV_USAGE "\n"
-               "                   " CLI_SPEC_USAGE " PROMPT | -p|--prompt PROMPT\n"
+               "                   " CLI_SPEC_USAGE " [--verbose] PROMPT | -p|--prompt PROMPT\n"
                "  M: a folder, catalog name, hub id or GGUF (default: the embedded models/kapitsa-tiny).\n"
                "  PROMPT '-' reads stdin; --chat wraps it as a user turn in the model's chat template.\n"
                "  With --draft, KFlash speculative decoding (same output as without); --spec lookup\n"
-               "  drafts from the prompt itself, without a draft model.\n");
+               "  drafts from the prompt itself, without a draft model.\n"
+               "  --verbose: the load time, the prompt's and the reply's tokens and rates on stderr.\n");
 }
 
 int cli_run(int argc, char **argv)
 {
     const char *dir = NULL, *prompt = NULL, *device = NULL, *v;
-    int chat = 0;
+    int chat = 0, verbose = 0;
     int64_t max_tokens = 128, threads = 0;
     enum dtype kv_type = CLI_KV_DEFAULT;
     struct sampler_params sp = sampler_defaults();
@@ -43,6 +45,8 @@ int cli_run(int argc, char **argv)
                 return run_usage(stderr), 2;
         } else if (cli_switch(argv[i], "--chat")) {
             chat = 1;
+        } else if (cli_switch(argv[i], "--verbose")) {
+            verbose = 1;
         } else if ((f = cli_flag(argc, argv, &i, "-m|--model", &dir)) != 0 ||
                    (f = cli_flag(argc, argv, &i, "--device", &device)) != 0) {
             if (f < 0)
@@ -115,8 +119,10 @@ int cli_run(int argc, char **argv)
     int rc = 1, up = 0;
     const struct runtime_opts ro = {.device = device, .threads = (int32_t)threads, .model = dir, .draft = draft_dir,
                                     .tokenizer = true, .chat_template = chat};
+    const double t_load = clock_now_s();
     if (runtime_open(&cm, &ro) != 0)
         goto done;
+    const double load_s = clock_now_s() - t_load;
     size_t tlen = strlen(prompt);
     if (chat) {
         json_t *msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", prompt);
@@ -142,9 +148,13 @@ int cli_run(int argc, char **argv)
     if (cli_spec_tune_path(tpath, sizeof tpath) == 0 && sched_spec_persist(g.s, tpath, tkey) > 0)
         fprintf(stderr, "kapitsa: KFlash: the tuner goes on from what it learnt before on this machine, model pair "
                         "and device (%s)\n", tpath);
-    if (cli_gen_turn(&g, ids.ids, ids.n, max_tokens, stdout, NULL) != 0)
+    if (cli_gen_turn(&g, ids.ids, ids.n, max_tokens, stdout, NULL, NULL) != 0)
         goto done;
     putchar('\n');
+    if (verbose) {
+        fflush(stdout);
+        cli_gen_stats_print(&g, load_s, stderr);
+    }
     if (kp.mode != SPEC_OFF && g.spec_steps > 0)
         fprintf(stderr, "kapitsa: KFlash: %lld tokens in %lld target passes (%.2f per pass)\n",
                 (long long)g.spec_tokens, (long long)g.spec_steps, (double)g.spec_tokens / (double)g.spec_steps);

@@ -3,6 +3,7 @@
 #include "../base/err.h"
 #include "../server/server.h"
 #include "cli.h"
+#include "progress.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +98,9 @@ int cli_serve(int argc, char **argv)
         o.tune_path = tpath;
         o.tune_key = tkey;
     }
+    struct progress load = {.f = stderr};
+    o.load_progress = progress_load;
+    o.load_progress_ctx = &load;
     if (server_run(&o) != 0) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return 1;

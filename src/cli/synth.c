@@ -14,6 +14,7 @@
 #include "../base/path.h"
 #include "../model/safetensors.h"
 #include "cli.h"
+#include "progress.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -84,6 +85,8 @@ static int full_attn(int32_t l) { return (l + 1) % 4 == 0; }
 struct synth_fill {
     const struct st_wtensor *t;
     uint64_t seed;
+    struct progress pr;
+    int64_t written; /* bytes of the tensors filled */
 };
 
 static uint64_t xorshift(uint64_t *s)
@@ -96,9 +99,11 @@ static uint64_t xorshift(uint64_t *s)
 
 static void synth_fill(void *ctx, int32_t i, void *buf, size_t n_bytes)
 {
-    const struct synth_fill *f = ctx;
+    struct synth_fill *f = ctx;
     uint16_t *o = buf;
     size_t n = n_bytes / 2;
+    progress_update(&f->pr, f->written, f->t[i].name); /* a large preset takes minutes */
+    f->written += (int64_t)n_bytes;
     if (f->t[i].n_dim == 1) { /* norms, A_log, dt_bias, D, biases */
         for (size_t j = 0; j < n; j++)
             o[j] = f32_to_bf16(1.0f);
@@ -403,8 +408,18 @@ static int synth_write(const struct preset *p, const char *dir)
         goto done;
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    struct synth_fill f = {t, 0x5eed};
+    struct synth_fill f = {t, 0x5eed, {0}, 0};
+    int64_t total = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int64_t e = 1;
+        for (int32_t d = 0; d < t[i].n_dim; d++)
+            e *= t[i].shape[d];
+        total += (int64_t)dtype_bytes(t[i].type, e);
+    }
+    progress_begin(&f.pr, stderr, "synth", total, "B");
     rc = st_write(path, n, t, synth_fill, &f);
+    progress_update(&f.pr, f.written, NULL);
+    progress_end(&f.pr);
 done:
     free(t);
     free(names);

@@ -359,6 +359,19 @@ static void cache_checkpoint(struct sched *s, struct sched_req *r)
     slot->branch = n == r->ckpt_at;
 }
 
+/* The cache's entries and tokens into the stats, under s->mu (the cache is
+ * the engine thread's, which calls this, so the reading is its own). */
+static void cache_count(struct sched *s)
+{
+    s->stats.resident = 0;
+    s->stats.resident_tokens = 0;
+    for (int i = 0; i < SCHED_CACHE_SLOTS; i++)
+        if (s->cache[i].seq >= 0) {
+            s->stats.resident++;
+            s->stats.resident_tokens += s->cache[i].n;
+        }
+}
+
 static void req_finish(struct sched *s, struct sched_req *r, enum sched_finish f, const char *msg)
 {
     r->t_done = clock_now_s();
@@ -389,6 +402,9 @@ static void req_finish(struct sched *s, struct sched_req *r, enum sched_finish f
             engine_seq_free(&s->e, r->seq);
     }
     r->seq = -1;
+    pthread_mutex_lock(&s->mu);
+    cache_count(s); /* before the end is told: a client that then asks sees its conversation kept */
+    pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&r->mu);
     r->finish = f;
     if (msg)
@@ -856,6 +872,7 @@ static void *sched_main(void *arg)
     struct sched *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->mu);
+        cache_count(s); /* what the last step's admissions and ends left */
         bool idle = true;
         for (int32_t a = 0; a < s->n_seq_max && idle; a++)
             idle = s->active[a] == NULL;

@@ -88,6 +88,10 @@ struct sched_stats {
     int64_t spec_forwards;            /* the target forwards that ran those passes (several requests each) */
     int32_t active, queued;
     double prefill_seconds, decode_seconds;
+    /* the sequences the cache keeps for prefix reuse (finished conversations,
+     * a hybrid's checkpoints) and their tokens, as the last step left them */
+    int32_t resident;
+    int64_t resident_tokens;
 };
 void sched_get_stats(struct sched *s, struct sched_stats *st);
 /* Where a request stands, read at once. */

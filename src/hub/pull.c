@@ -199,7 +199,10 @@ static int fetch_info(struct pull *p, const char *revision)
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     json_t *root = b.p ? json_loads(b.p, 0, NULL) : NULL;
     const char *msg = root ? json_string_value(json_object_get(root, "error")) : NULL;
-    if (cc != CURLE_OK) {
+    if (cc == CURLE_COULDNT_RESOLVE_HOST || cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_PROXY) {
+        err_set("pull: cannot reach %s (%s): offline? HF_ENDPOINT names the hub to use instead (a mirror, or "
+                "your own)", p->endpoint, curl_easy_strerror(cc));
+    } else if (cc != CURLE_OK) {
         err_set("pull: %s: %s", url, curl_easy_strerror(cc));
     } else if (code == 401 || code == 403) {
         err_set("pull: %s is gated or private (HTTP %ld%s%s): %s", p->repo, code, msg ? ": " : "", msg ? msg : "",
@@ -592,6 +595,25 @@ int hub_pull(const char *repo, const char *revision, const struct hub_pull_opts 
         goto done;
     }
     p.t0 = clock_now_s();
+    for (int32_t i = 0; o->check && !o->quant && i < p.n_f; i++) {
+        if (strcmp(p.f[i].name, "config.json") != 0)
+            continue;
+        const struct pfile cfg = p.f[i];
+        p.f[i] = p.f[0];
+        p.f[0] = cfg;
+        char snap[4700];
+        snprintf(snap, sizeof snap, "%s/snapshots/%s", p.dir, p.commit);
+        if (pull_file(&p, &p.f[0]) != 0)
+            goto done;
+        if (o->check(snap) != 0) {
+            char why[1024];
+            snprintf(why, sizeof why, "%s", err_msg());
+            err_set("pull: %s is not a model Kapitsa runs (%s); nothing more was downloaded", repo, why);
+            goto done;
+        }
+        p.next = 1;
+        break;
+    }
     int32_t nt = o->n_parallel > 0 ? o->n_parallel : 4;
     if (nt > p.n_f)
         nt = p.n_f;

@@ -10,8 +10,9 @@
  * interrupted pull, checked (size, and sha256 for LFS files or the git blob
  * sha1 for others), and only then renamed to blobs/ETAG and linked from the
  * snapshot. A file lock per blob lets two pulls of one model run at once.
- * HF_ENDPOINT and HF_TOKEN are honoured; gated and missing repos get errors
- * that say what to do. */
+ * HF_ENDPOINT and HF_TOKEN are honoured; gated and missing repos, and a hub
+ * that cannot be reached, get errors that say what to do. config.json comes
+ * first, so that a model the caller cannot run is refused before its weights. */
 #ifndef KP_HUB_PULL_H
 #define KP_HUB_PULL_H
 
@@ -28,6 +29,11 @@ struct hub_pull_opts {
     bool bar;             /* a redrawn progress bar (a terminal) instead of a line per file */
     const char *quant;    /* a GGUF repo's quantisation (Q4_K_M, ...): only the .gguf files whose name
                              holds it (every part of a split set, in folders too); NULL: safetensors */
+    /* Called once config.json is in the snapshot folder (its path), before any
+     * other file is fetched: -1 with err_set() refuses the model (one the
+     * caller cannot run) and the pull stops there. NULL, a quantisation's pull
+     * or a repo without config.json: no check. */
+    int (*check)(const char *snapshot);
 };
 
 /* Fetches repo at revision; out receives the snapshot folder. -1 with

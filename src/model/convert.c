@@ -517,6 +517,8 @@ static void fill(void *ctx, int32_t i, void *buf, size_t n_bytes)
     struct fill_ctx *f = ctx;
     const struct plan_tensor *t = &f->p->t[i];
     const int64_t cols = t->ne[0], per = t->ne[1] * t->ne[2];
+    if (f->o->progress)
+        f->o->progress(f->o->progress_ctx, (int64_t)f->done_bytes, (int64_t)f->total_bytes, t->name);
     bool same = !t->fused;
     for (int32_t s = 0; same && s < t->n_src; s++)
         same = t->src[s]->type == t->type;
@@ -566,9 +568,6 @@ static void fill(void *ctx, int32_t i, void *buf, size_t n_bytes)
         f->failed |= j.failed;
     }
     f->done_bytes += n_bytes;
-    if (f->o->progress)
-        fprintf(stderr, "\rquantize: %d/%d tensors, %.2f of %.2f GB", (int)i + 1, (int)f->p->n,
-                (double)f->done_bytes / 1e9, (double)f->total_bytes / 1e9);
 }
 
 /* Every importance entry of a tensor the plan quantises fits its shape (as
@@ -624,7 +623,7 @@ int convert_write(const char *src, const char *out, const struct convert_opts *o
     rc = gguf_writer_finish(w, fill, &f);
     w = NULL;
     if (o->progress)
-        fputc('\n', stderr);
+        o->progress(o->progress_ctx, (int64_t)f.total_bytes, (int64_t)f.total_bytes, NULL);
     if (rc == 0 && f.failed) {
         unlink(out);
         rc = err_set("quantize: a tensor could not be quantised");

@@ -46,7 +46,10 @@ struct imatrix;
 struct convert_opts {
     const char *recipe;        /* a name convert_recipe_type knows */
     const struct imatrix *im;  /* importance per column of the tensors it has entries for (imatrix.h), or NULL */
-    bool progress;             /* a progress line on stderr */
+    /* Called before each tensor (its GGUF name) with the bytes written so far
+     * of the total, and once more at the end with done == total; NULL: none. */
+    void (*progress)(void *ctx, int64_t done, int64_t total, const char *tensor);
+    void *progress_ctx;
 };
 
 /* The type recipe gives a tensor of role in layer `layer` of n_layer with

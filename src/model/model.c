@@ -66,6 +66,12 @@ int model_load(struct model *m, const char *path, struct backend *be, const stru
     }
     if (m->cfg.rope_dim > 0 && model_init_rope(m, opts && opts->rope_freq_stored_dtype) != 0)
         goto fail;
+    if (opts && opts->progress) {
+        m->load_opts = opts;
+        m->load_source = path;
+        for (int32_t i = 0; i < m->st.n_tensors; i++)
+            m->load_total += (int64_t)m->st.tensors[i].n_bytes;
+    }
     int rc = 0;
     switch (m->cfg.arch) {
     case ARCH_QWEN3:
@@ -75,6 +81,9 @@ int model_load(struct model *m, const char *path, struct backend *be, const stru
     }
     if (rc != 0)
         goto fail;
+    if (m->load_opts) /* tensors no layer reads (a checkpoint's extras) leave the count short of the total */
+        m->load_opts->progress(m->load_opts->progress_ctx, path, m->load_total, m->load_total);
+    m->load_opts = NULL;
     return 0;
 fail:
     model_free(m);

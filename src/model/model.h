@@ -51,6 +51,10 @@ struct model {
     /* BF16 host copies of FP8 weights (weights.c) that the backend uses in place */
     void **dequant;
     int32_t n_dequant, cap_dequant;
+    /* while model_load runs: its progress report (model_opts) and the bytes bound so far */
+    const struct model_opts *load_opts;
+    const char *load_source;
+    int64_t load_done, load_total;
 };
 
 /* The cache the forward reads and writes, owned by the engine: KV rows of the
@@ -84,6 +88,11 @@ struct model_opts {
      * inv_freq buffer: how the reference fixtures were made. Off: fp32, as
      * from_pretrained computes them. */
     bool rope_freq_stored_dtype;
+    /* Called as the weights are handed to the backend (a large model's load
+     * takes seconds to minutes): the bytes bound so far of the checkpoint's
+     * total (source: the path loaded), last with done == total. NULL: none. */
+    void (*progress)(void *ctx, const char *source, int64_t done, int64_t total);
+    void *progress_ctx;
 };
 
 /* Loads PATH: a folder (config.json, generation_config.json, safetensors) or a

@@ -33,6 +33,17 @@ static const struct st_tensor *weights_find_plain(struct model *m, const char *n
     return t;
 }
 
+/* Counts a tensor's bytes as bound, once the backend has it (a GPU's upload
+ * is what takes the time), for model_opts.progress. */
+static void weights_bound(struct model *m, int64_t bytes)
+{
+    if (!m->load_opts)
+        return;
+    m->load_done += bytes;
+    m->load_opts->progress(m->load_opts->progress_ctx, m->load_source,
+                           m->load_done < m->load_total ? m->load_done : m->load_total - 1, m->load_total);
+}
+
 /* dst <- rows [row0, row0+rows) of t seen as [.][cols]. An F8_E4M3 weight
  * becomes a BF16 host copy here (fp8.h), one tensor (one expert's slice) at
  * a time: BF16 is what the backends' products have fast paths for; FP8
@@ -45,7 +56,10 @@ static int weights_load(struct model *m, struct tensor *dst, const struct st_ten
     struct backend *be = m->be;
     if (t->type != DT_F8_E4M3) {
         struct tensor host = {t->type, rows, cols, cols, (char *)t->data + dtype_bytes(t->type, row0 * cols), false};
-        return be->ops->weight(be, dst, &host);
+        if (be->ops->weight(be, dst, &host) != 0)
+            return -1;
+        weights_bound(m, (int64_t)dtype_bytes(t->type, rows * cols));
+        return 0;
     }
     struct fp8_weight f;
     if (fp8_find(&m->st, &m->cfg, t, &f) != 0)
@@ -74,6 +88,7 @@ static int weights_load(struct model *m, struct tensor *dst, const struct st_ten
         m->dequant[m->n_dequant++] = buf;
     else
         free(buf);
+    weights_bound(m, (int64_t)dtype_bytes(t->type, rows * cols));
     return 0;
 }
 
@@ -174,7 +189,10 @@ int weights_bind_conv(struct model *m, struct tensor *dst, const char *name, int
         return weights_bad_shape(t, want);
     }
     struct tensor host = {t->type, channels, width, width, (void *)t->data, false};
-    return m->be->ops->weight(m->be, dst, &host);
+    if (m->be->ops->weight(m->be, dst, &host) != 0)
+        return -1;
+    weights_bound(m, (int64_t)t->n_bytes);
+    return 0;
 }
 
 int weights_make_map(struct model *m, struct tensor *dst, const int32_t *map, int64_t n)

@@ -49,10 +49,11 @@ int runtime_open(struct runtime *rt, const struct runtime_opts *o)
         return -1;
     if (o->chat_template && !(rt->ct = runtime_template(o->model, NULL)))
         return -1;
-    if (model_load(&rt->m, o->model, rt->be, NULL) != 0)
+    const struct model_opts mo = {.progress = o->progress, .progress_ctx = o->progress_ctx};
+    if (model_load(&rt->m, o->model, rt->be, &mo) != 0)
         return -1;
     rt->loaded = true;
-    if (o->draft && model_load(&rt->dm, o->draft, rt->be, NULL) != 0)
+    if (o->draft && model_load(&rt->dm, o->draft, rt->be, &mo) != 0)
         return -1;
     rt->d_loaded = o->draft != NULL;
     return 0;

@@ -34,6 +34,9 @@ struct runtime_opts {
      * failure, NULL with err_set()), loading the model through itself:
      * imatrix's collector; NULL: the device's as it is */
     struct backend *(*wrap)(struct backend *inner);
+    /* the model's and the draft's loads as they go (model_opts.progress); NULL: none */
+    void (*progress)(void *ctx, const char *source, int64_t done, int64_t total);
+    void *progress_ctx;
 };
 
 struct runtime {

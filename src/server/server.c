@@ -204,11 +204,15 @@ static enum MHD_Result metrics(struct app *a, struct MHD_Connection *c)
                      "# HELP kapitsa_requests_active Requests being generated.\n# TYPE kapitsa_requests_active gauge\n"
                      "kapitsa_requests_active %d\n"
                      "# HELP kapitsa_requests_queued Requests waiting for a sequence slot.\n"
-                     "# TYPE kapitsa_requests_queued gauge\nkapitsa_requests_queued %d\n%s",
+                     "# TYPE kapitsa_requests_queued gauge\nkapitsa_requests_queued %d\n"
+                     "# HELP kapitsa_resident_sequences Conversations (and checkpoints) kept for prefix reuse.\n"
+                     "# TYPE kapitsa_resident_sequences gauge\nkapitsa_resident_sequences %d\n"
+                     "# HELP kapitsa_resident_tokens Tokens those hold in the KV cache.\n"
+                     "# TYPE kapitsa_resident_tokens gauge\nkapitsa_resident_tokens %lld\n%s",
                      (long long)st.requests, (long long)st.cancelled, (long long)st.failed, (long long)st.prompt_tokens,
                      (long long)st.cached_tokens, (long long)st.generated_tokens, st.prefill_seconds, st.decode_seconds,
                      (long long)st.spec_passes, (long long)st.spec_tokens, (long long)st.spec_forwards, st.active, st.queued,
-                     loaded);
+                     st.resident, (long long)st.resident_tokens, loaded);
     free(loaded);
     if (n < 0)
         return MHD_NO;
@@ -406,7 +410,8 @@ int server_run(const struct server_opts *o)
     if (server_addr(o->host, o->port, &addr, host, sizeof host) != 0) /* before the minutes a model may take */
         goto done;
     const struct runtime_opts ro = {.device = o->device, .threads = o->threads, .model = o->model_dir,
-                                    .draft = o->draft_dir, .tokenizer = true, .chat_template = true};
+                                    .draft = o->draft_dir, .tokenizer = true, .chat_template = true,
+                                    .progress = o->load_progress, .progress_ctx = o->load_progress_ctx};
     if (runtime_open(&a.rt, &ro) != 0)
         goto done;
     struct backend *be = a.rt.be;

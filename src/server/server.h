@@ -33,6 +33,9 @@ struct server_opts {
     /* where the KFlash tuner's choices are kept between runs, and the key of
      * this machine and model pair (sched_spec_persist); NULL: not kept */
     const char *tune_path, *tune_key;
+    /* the models' loads as they go (runtime_opts.progress); NULL: none */
+    void (*load_progress)(void *ctx, const char *source, int64_t done, int64_t total);
+    void *load_progress_ctx;
 };
 
 /* A forward takes the larger of the prefill chunk and this many tokens (the

@@ -130,6 +130,7 @@ void test_skip(const char *why)
     X(test_sched_top_k)                                                                                        \
     X(test_sched_prefill_chunks)                                                                               \
     X(test_sched_cache_full)                                                                                   \
+    X(test_sched_resident)                                                                                     \
     X(test_spec_greedy_fixtures)                                                                               \
     X(test_spec_greedy_tiny)                                                                                   \
     X(test_spec_top)                                                                                           \

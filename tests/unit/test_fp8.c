@@ -176,7 +176,7 @@ void test_fp8_quantize(void)
         snprintf(deq, sizeof deq, "%s_fp8_dequant", fp8_archs[a]);
         snprintf(gq, sizeof gq, "%s/%s-Q4_K_M.gguf", test_tmpdir(), src);
         snprintf(gd, sizeof gd, "%s/%s-Q4_K_M.gguf", test_tmpdir(), deq);
-        struct convert_opts o = {"Q4_K_M", NULL, false};
+        struct convert_opts o = {.recipe = "Q4_K_M"};
         CHECK(convert_write(fp8_data(src), gq, &o) == 0 && convert_write(fp8_data(deq), gd, &o) == 0, "%s: %s",
               fp8_archs[a], err_msg());
         float *lq = NULL, *ld = NULL;
@@ -293,7 +293,7 @@ void test_fp8_errors(void)
               "case %zu: %s", i, err_msg());
         be->ops->free(be);
         /* quantize opens its source the same way */
-        struct convert_opts o = {"Q8_0", NULL, false};
+        struct convert_opts o = {.recipe = "Q8_0"};
         CHECK(convert_write(dir, out, &o) != 0 && strstr(err_msg(), cases[i].want[0]), "case %zu quantize: %s", i,
               err_msg());
     }

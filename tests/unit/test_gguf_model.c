@@ -35,7 +35,7 @@ static const char *tmp_gguf(const char *arch, const char *recipe)
 
 static int write_gguf(const char *src, const char *out, const char *recipe)
 {
-    struct convert_opts o = {recipe, NULL, false};
+    struct convert_opts o = {.recipe = recipe};
     return convert_write(src, out, &o);
 }
 

@@ -436,14 +436,14 @@ void test_imatrix_quantize(void)
     struct imatrix llama, moe;
     CHECK(imatrix_read(&llama, DATA "/tiny-llama.gguf") == 0, "%s", err_msg());
     const char *f32 = tmp("tiny-f32.gguf");
-    struct convert_opts o = {"F32", NULL, false};
+    struct convert_opts o = {.recipe = "F32"};
     CHECK(convert_write(TINY, f32, &o) == 0, "%s", err_msg());
     /* Q4_K_M's 64- and 128-column matrices fall back to Q5_0, which takes no importance: its down
      * projections are its K-quants */
     static const char *const recipes[][2] = {{"IQ4_NL", NULL}, {"Q4_K_M", "ffn_down"}, {"Q2_K", NULL}};
     for (size_t i = 0; i < sizeof recipes / sizeof recipes[0]; i++) {
         const char *with = tmp("tiny-with.gguf"), *without = tmp("tiny-without.gguf");
-        struct convert_opts ow = {recipes[i][0], &llama, false}, on = {recipes[i][0], NULL, false};
+        struct convert_opts ow = {.recipe = recipes[i][0], .im = &llama}, on = {.recipe = recipes[i][0]};
         CHECK(convert_write(TINY, with, &ow) == 0 && convert_write(TINY, without, &on) == 0, "%s: %s", recipes[i][0],
               err_msg());
         const double ew = weighted_error(f32, with, &llama, recipes[i][1]);
@@ -469,7 +469,7 @@ void test_imatrix_quantize(void)
         toks[i] = (i * 53 + 5) % 512;
     CHECK(collect(path, toks, 128, 2, &moe) == 0, "%s", err_msg());
     const char *mf32 = tmp("moe-f32.gguf"), *with = tmp("moe-with.gguf"), *without = tmp("moe-without.gguf");
-    struct convert_opts mf = {"F32", NULL, false}, mw = {"Q2_MOE", &moe, false}, mn = {"Q2_MOE", NULL, false};
+    struct convert_opts mf = {.recipe = "F32"}, mw = {.recipe = "Q2_MOE", .im = &moe}, mn = {.recipe = "Q2_MOE"};
     CHECK(convert_write(path, mf32, &mf) == 0 && convert_write(path, with, &mw) == 0 &&
               convert_write(path, without, &mn) == 0,
           "%s", err_msg());
@@ -584,7 +584,7 @@ void test_imatrix_broken(void)
     write_spec(tmp("wrong.gguf"), wrong, 2, true, NULL);
     struct imatrix bad;
     CHECK(imatrix_read(&bad, tmp("wrong.gguf")) == 0, "%s", err_msg());
-    struct convert_opts o = {"Q4_K_M", &bad, false};
+    struct convert_opts o = {.recipe = "Q4_K_M", .im = &bad};
     CHECK(convert_write(TINY, tmp("never.gguf"), &o) == -1 && strstr(err_msg(), "blk.0.attn_q.weight") &&
               strstr(err_msg(), "8 values"),
           "convert with a wrong-sized entry: %s", err_msg());

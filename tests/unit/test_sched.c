@@ -609,3 +609,36 @@ void test_sched_cache_full(void)
         be->ops->free(be);
     }
 }
+
+/* The stats count the conversations the cache keeps and their tokens (all
+ * but the last sampled, never fed) as soon as a request's end is reported. */
+void test_sched_resident(void)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/qwen3", test_fixtures());
+    struct backend *be = test_backend();
+    struct model m;
+    CHECK(model_load(&m, dir, be, NULL) == 0, "%s", err_msg());
+    enum { NP = 40, G = 8 };
+    const int32_t V = m.cfg.vocab_size;
+    int32_t p[2][NP], w[2][G];
+    for (int q = 0; q < 2; q++) {
+        for (int i = 0; i < NP; i++)
+            p[q][i] = 2 + (i * (37 + 4 * q) + 11 * q) % (V - 2);
+        greedy_ref(&m, p[q], NP, G, w[q]);
+    }
+    struct sched *s = sched_new(&m, 1024, 2, 64, 64, DT_F32, NULL, NULL);
+    CHECK(s != NULL, "%s", err_msg());
+    struct sched_stats st;
+    sched_get_stats(s, &st);
+    CHECK(st.resident == 0 && st.resident_tokens == 0, "%d resident before any request", st.resident);
+    for (int q = 0; q < 2; q++) {
+        finish(submit(s, p[q], NP, G, V), w[q], G, "resident");
+        sched_get_stats(s, &st);
+        CHECK(st.resident == q + 1 && st.resident_tokens == (q + 1) * (NP + G - 1),
+              "after %d requests: %d resident, %lld tokens", q + 1, st.resident, (long long)st.resident_tokens);
+    }
+    sched_free(s);
+    model_free(&m);
+    be->ops->free(be);
+}
