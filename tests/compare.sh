@@ -35,7 +35,8 @@ check "compare runs against two servers" '[ $rc = 0 ]'
 check "its progress on stderr, a line per tenth of the requests and the end" \
     'grep -q "^bench compare: 0 / 16 requests (0%)" "$tmp/out" && grep -q "^bench compare: 16 requests in " "$tmp/out"'
 check "a row per server and prompt length" '[ $(grep -cE "^http://127.0.0.1:($p1|$p2)/v1 +(16|64) " "$tmp/out") = 4 ]'
-check "decode speeds are positive" 'awk "/^http/ { if (\$9 <= 0 || \$7 < \$5) bad = 1 } END { exit bad }" "$tmp/out"'
+check "decode speeds are positive, each row's min <= median <= max" \
+    'awk "/^http/ { if (\$9 <= 0 || \$4 > \$5 || \$5 > \$6 || \$7 > \$8 || \$8 > \$9) bad = 1 } END { exit bad }" "$tmp/out"'
 check "the chart names both servers" 'grep -q "<svg" "$tmp/c.svg" && grep -q ":$p1/v1)<" "$tmp/c.svg" && grep -q ":$p2/v1)<" "$tmp/c.svg"'
 check "the chart names the model, the machine and the date" 'grep -q "kapitsa-tiny vs kapitsa-tiny" "$tmp/c.svg" && grep -q "$(date -u +%Y-%m-%d)" "$tmp/c.svg"'
 check "the chart's axes have ticks" '[ $(grep -c "stroke=\"#ddd\"" "$tmp/c.svg") -ge 4 ]'

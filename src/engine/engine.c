@@ -124,6 +124,8 @@ void engine_seq_free(struct engine *e, int32_t seq)
     kv_seq_free(&e->kv, seq);
 }
 
+int32_t engine_seq_len(const struct engine *e, int32_t seq) { return e->kv.len[seq]; }
+
 int engine_seq_truncate(struct engine *e, int32_t seq, int32_t len)
 {
     if (!kv_seq_valid(&e->kv, seq) || len < 0 || len > e->kv.len[seq])

@@ -78,6 +78,8 @@ void engine_seq_free(struct engine *e, int32_t seq);
 /* Keeps the first len committed tokens; -1 with err_set() on a recurrent model
  * unless len is the current length. */
 int engine_seq_truncate(struct engine *e, int32_t seq, int32_t len);
+/* The number of committed tokens of seq. */
+int32_t engine_seq_len(const struct engine *e, int32_t seq);
 /* Whether the model has recurrent layers (its sequences cannot be truncated). */
 bool engine_is_recurrent(const struct engine *e);
 

@@ -314,7 +314,7 @@ static struct cached *cache_slot(struct sched *s)
  * never fed) for prefix reuse, evicting the least recently used entry. */
 static void cache_keep(struct sched *s, struct sched_req *r)
 {
-    int32_t n = s->e.kv.len[r->seq];
+    int32_t n = engine_seq_len(&s->e, r->seq);
     struct cached *slot = cache_slot(s);
     slot->toks = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
     if (!slot->toks || n < 1) {

@@ -43,7 +43,7 @@ int spec_init(struct spec *s, struct engine *tgt, int32_t tseq, struct engine *d
     s->dft = dft;
     s->tseq = tseq;
     s->dseq = dseq;
-    s->d_len = dft && dseq >= 0 ? dft->kv.len[dseq] : 0;
+    s->d_len = dft && dseq >= 0 ? engine_seq_len(dft, dseq) : 0;
     s->p = *p;
     s->tun = &s->tu;
     s->dfw = &s->dfw_count;
@@ -103,7 +103,7 @@ void spec_reset(struct spec *s, int32_t tseq, int32_t dseq)
 {
     s->tseq = tseq;
     s->dseq = dseq;
-    s->d_len = s->dft && dseq >= 0 ? s->dft->kv.len[dseq] : 0;
+    s->d_len = s->dft && dseq >= 0 ? engine_seq_len(s->dft, dseq) : 0;
 }
 
 void spec_free(struct spec *s)
@@ -665,7 +665,7 @@ int spec_prefill(struct spec *s, const int32_t *toks, int32_t n, float *logits)
     struct engine *es[2] = {s->tgt, s->dft};
     const int32_t seqs[2] = {s->tseq, s->dseq};
     for (int e = 0; e < (s->dft ? 2 : 1); e++) {
-        const int32_t len0 = es[e]->kv.len[seqs[e]];
+        const int32_t len0 = engine_seq_len(es[e], seqs[e]);
         for (int32_t done = len0; done < n;) {
             int32_t k = n - done < es[e]->max_tokens ? n - done : es[e]->max_tokens;
             for (int32_t i = 0; i < k; i++) {
