@@ -492,7 +492,7 @@ deps=$here/../tools/deps.sh
 expect "deps: without root or sudo, the one command to run" 1 "could not install" \
     "apt-get install -y --no-install-recommends build-essential libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcurl4-openssl-dev libedit-dev" -- \
     env PATH="$stub" /bin/bash "$deps" build
-expect "deps: test adds the tests' packages (npm absent here)" 1 "libedit-dev clang libclang-rt-14-dev xz-utils python3 curl nodejs npm" -- \
+expect "deps: test adds the tests' packages (npm absent here)" 1 "libedit-dev clang libclang-rt-14-dev xz-utils python3 curl chromium nodejs npm" -- \
     env PATH="$stub" /bin/bash "$deps" test
 printf '#!/bin/sh\necho 0\n' >"$stub/id"
 expect "deps: as root, apt-get installs what is missing" 0 "apt-get update" \
