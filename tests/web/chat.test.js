@@ -2,7 +2,8 @@
 // puppeteer-core, loading the page from `kapitsa serve`. A message typed and
 // sent streams its reply in (as the API answers the same request), the status
 // panel fills from /status, the stop button ends a reply and the server
-// counts it cancelled, and model text that looks like HTML stays text.
+// counts it cancelled, model text that looks like HTML stays text, and a
+// server with an API key gets it from the page's field.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import puppeteer from "puppeteer-core";
@@ -124,4 +125,21 @@ test("model text that looks like HTML stays text; code blocks and inline code ar
   assert.match(await text(page, ".msg.assistant > div"), /^See <img src=x onerror="window.pwned=1"> and <b>x<\/b>:/);
   assert.deepEqual(errors, []);
   await page.close();
+});
+
+test("with --api-key the page asks for the key, and works once it is given", async () => {
+  const s = await startServer(["--api-key", "k3y"]);
+  const page = await browser.newPage();
+  await page.goto(`${s.base}/`);
+  await page.waitForSelector("#key-row:not([hidden])");
+  assert.match(await text(page, "#s-error"), /API key/);
+  await page.type("#key", "k3y");
+  await page.keyboard.press("Tab"); // the field's change event
+  await page.waitForSelector("body[data-status=ok]");
+  assert.equal(await page.$eval("#s-error", (e) => e.hidden), true);
+  await sendMessage(page, "Hi", 4);
+  await page.waitForSelector(".msg.assistant[data-state=done]");
+  assert.ok((await text(page, ".msg.assistant")).length > 0);
+  await page.close();
+  s.proc.kill("SIGTERM");
 });
