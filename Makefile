@@ -138,17 +138,21 @@ unit: build/test_unit
 serve: build/kapitsa
 	build/kapitsa serve
 
-## install: build/kapitsa and its data (catalog, embedded models, tokenizer) under PREFIX (/usr/local), a systemd user unit for serve
-# the data goes to $(PREFIX)/share/kapitsa/models, where the binary looks (src/base/path.h); the
-# unit to $(PREFIX)/lib/systemd/user. INSTALL_BIN installs another build (tests/cli.sh: the one it tests).
+## install: build/kapitsa and its data (catalog, embedded models, tokenizer, serve's web page) under PREFIX (/usr/local), a systemd user unit for serve
+# the data goes to $(PREFIX)/share/kapitsa/models and the page to $(PREFIX)/share/kapitsa/web, where
+# the binary looks (src/base/path.h); the unit to $(PREFIX)/lib/systemd/user. INSTALL_BIN installs
+# another build (tests/cli.sh: the one it tests).
 PREFIX      ?= /usr/local
 INSTALL_BIN ?= build/kapitsa
 DATA        := models/catalog.json models/kapitsa-tiny models/kapitsa-tiny-draft models/qwen3-tokenizer
+WEB         := web/index.html web/app.js web/style.css web/favicon.svg
 install: $(INSTALL_BIN)
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/kapitsa/models $(DESTDIR)$(PREFIX)/lib/systemd/user
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/kapitsa/models $(DESTDIR)$(PREFIX)/share/kapitsa/web \
+	  $(DESTDIR)$(PREFIX)/lib/systemd/user
 	install -m 755 $(INSTALL_BIN) $(DESTDIR)$(PREFIX)/bin/kapitsa
 	rm -rf $(addprefix $(DESTDIR)$(PREFIX)/share/kapitsa/,$(DATA))
 	cp -R $(DATA) $(DESTDIR)$(PREFIX)/share/kapitsa/models/
+	install -m 644 $(WEB) $(DESTDIR)$(PREFIX)/share/kapitsa/web/
 	sed 's|@PREFIX@|$(PREFIX)|' contrib/kapitsa.service >$(DESTDIR)$(PREFIX)/lib/systemd/user/kapitsa.service
 
 ## uninstall: remove what make install put in $(PREFIX)

@@ -284,6 +284,8 @@ expect "serve --prefill-chunk 0 is refused" 2 "--prefill-chunk TOKENS" "4096 tok
 expect "serve --prefill-chunk past 16384 is refused" 2 "--prefill-chunk TOKENS" -- "$bin" serve --prefill-chunk 20000
 expect "serve --port past 65535 is refused" 2 "--port 0 takes any free port" -- "$bin" serve --port 65536
 expect "serve --port -1 is refused" 2 "[--port N]" -- "$bin" serve --port -1
+expect "serve --cors takes one origin, not a list" 2 "--cors takes one origin" -- "$bin" serve --cors "http://a, http://b"
+expect "serve --cors takes no empty origin" 2 "--cors takes one origin" -- "$bin" serve --cors ""
 expect "bench --seqs with several prompt lengths is refused" 2 "usage" -- \
     "$bin" bench --model "$m/kapitsa-tiny" --prompt 16,48 --seqs 3
 expect "bench --draft with another vocabulary" 1 "vocabulary" -- \
@@ -557,12 +559,30 @@ expect "installed: the embedded model is the installed copy" 0 "\"path\": \"$ins
     sh -c "cd / && '$inst/bin/kapitsa' list --json"
 expect "installed: a systemd user unit for serve" 0 "ExecStart=$inst/bin/kapitsa serve" -- \
     cat "$inst/lib/systemd/user/kapitsa.service"
+# the installed binary serves its web page from share/kapitsa/web
+bin_build=$bin
+bin=$inst/bin/kapitsa
+cd /
+serve_start "$tmp/s_inst" --model "$inst/share/kapitsa/models/kapitsa-tiny"
+cd "$OLDPWD" || exit 1
+expect "installed: serve's page and its script" 0 '<script src="app.js"' "/v1/chat/completions" -- \
+    sh -c "curl -sf '$surl/' && curl -sf '$surl/app.js'"
+serve_stop
+bin=$bin_build
 mkdir -p "$tmp/copied"
 cp "$bin" "$tmp/copied/kapitsa"
 expect "a binary copied without its data says where it looked" 1 "kapitsa-tiny is in none of" \
     "share/kapitsa/models" "make install" -- sh -c "cd / && '$tmp/copied/kapitsa' run --max-tokens 4 hello"
 expect "a copied binary with KAPITSA_DATA" 0 "Q4_K_M" -- \
     sh -c "cd / && KAPITSA_DATA='$inst/share/kapitsa/models' '$tmp/copied/kapitsa' list"
+# without its web page, serve's base URL still says that the server is up (clients probe it)
+bin=$tmp/copied/kapitsa
+cd /
+serve_start "$tmp/s_copied" --model "$inst/share/kapitsa/models/kapitsa-tiny"
+cd "$OLDPWD" || exit 1
+expect "a copied binary without its web page: GET / says the server is up" 0 '"status":"ok"' -- curl -sf "$surl/"
+serve_stop
+bin=$bin_build
 # tools/deps.sh (make's set-up) against stand-ins for dpkg, id and apt-get: nothing to do when every
 # package is installed; as root it installs the missing ones; without root or sudo it prints the command
 stub="$tmp/deps_stub"
@@ -576,7 +596,7 @@ deps=$here/../tools/deps.sh
 expect "deps: without root or sudo, the one command to run" 1 "could not install" \
     "apt-get install -y --no-install-recommends build-essential libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcurl4-openssl-dev libedit-dev" -- \
     env PATH="$stub" /bin/bash "$deps" build
-expect "deps: test adds the tests' packages (npm absent here)" 1 "libedit-dev clang libclang-rt-14-dev xz-utils python3 curl nodejs npm" -- \
+expect "deps: test adds the tests' packages (npm absent here)" 1 "libedit-dev clang libclang-rt-14-dev xz-utils python3 curl chromium nodejs npm" -- \
     env PATH="$stub" /bin/bash "$deps" test
 printf '#!/bin/sh\necho 0\n' >"$stub/id"
 expect "deps: as root, apt-get installs what is missing" 0 "apt-get update" \

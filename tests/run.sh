@@ -50,6 +50,8 @@ group_pull() {
     run bash tests/pull.sh build/kapitsa
     run bash tests/pull.sh build/asan/kapitsa
     run bash tests/fuzz.sh 10
+    # serve's web page in headless chromium (skipped without it)
+    run bash tests/web.sh "$PWD/build/kapitsa"
 }
 group_server() {
     run bash tests/server.sh "$PWD/build/kapitsa"
@@ -81,7 +83,7 @@ for g in group_server group_tsan_unit group_unit group_ports group_pull; do
 done
 wait
 touch "$work/log"
-# a suite's summary: "name: N passed, N failed", the unit runner's with ", N skipped"
+# a suite's summary: "name: N passed, N failed", the unit runner's and tests/web.sh's with ", N skipped"
 summary='^[a-z]+: [0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$'
 passed=$(grep -E "$summary" "$work/log" | awk '{s += $2} END {print s + 0}')
 failed=$(grep -E "$summary" "$work/log" | awk '{s += $4} END {print s + 0}')

@@ -11,9 +11,9 @@ esac
 pkgs="build-essential libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libedit-dev"
 if [ "$1" = test ]; then
     # clang and its runtime build the fuzzers; xz unpacks the test data; python3 and curl drive the
-    # shell suites; node and npm run the server tests with the official SDKs (a machine without
-    # npm gets Debian's)
-    pkgs="$pkgs clang libclang-rt-14-dev xz-utils python3 curl"
+    # shell suites; chromium runs serve's web page (tests/web.sh); node and npm run the server
+    # tests with the official SDKs (a machine without npm gets Debian's)
+    pkgs="$pkgs clang libclang-rt-14-dev xz-utils python3 curl chromium"
     command -v npm >/dev/null 2>&1 || pkgs="$pkgs nodejs npm"
 fi
 if ! command -v dpkg >/dev/null 2>&1; then

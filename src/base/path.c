@@ -39,3 +39,10 @@ int path_data(const char *rel, char *out, size_t n)
                    "PREFIX/share/kapitsa/models; KAPITSA_DATA names another folder)",
                    rel, env, tried[0], tried[1]);
 }
+
+int path_web(const char *name, char *out, size_t n)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, "../web/%s", name);
+    return path_data(rel, out, n);
+}

@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "progress.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,12 +13,13 @@
 static void serve_usage(FILE *f)
 {
     fprintf(f, "usage: kapitsa serve [-m|--model M] [--host ADDR] [--port N] [--api-key KEY] [--name NAME]\n"
-               "                     [-c|--ctx TOKENS] [--parallel N] [-t|--threads N] [--device D]\n"
+               "                     [-c|--ctx TOKENS] [--parallel N] [-t|--threads N] [--device D] [--cors ORIGIN]\n"
                "                     [--prefill-chunk TOKENS] [--keepalive SECONDS] " CLI_KV_USAGE "\n"
                "                     " CLI_SPEC_USAGE "\n"
                "  defaults: models/kapitsa-tiny, 127.0.0.1:11435, 8192 tokens of KV cache (bf16), 4 sequences,\n"
                "  a prompt fed 4096 tokens a step on a GPU, 128 on the CPU (the other requests decode between);\n"
-               "  --port 0 takes any free port and prints it.\n"
+               "  --port 0 takes any free port and prints it; --cors lets pages from ORIGIN (https://host:port,\n"
+               "  or *) call the API from a browser (off by default).\n"
                "  KAPITSA_HOST, KAPITSA_PORT and KAPITSA_CTX set --host's, --port's and --ctx's defaults.\n");
 }
 
@@ -52,7 +54,8 @@ int cli_serve(int argc, char **argv)
             (f = cli_flag(argc, argv, &i, "--host", &o.host)) ||
             (f = cli_flag(argc, argv, &i, "--api-key", &o.api_key)) ||
             (f = cli_flag(argc, argv, &i, "--name", &o.model_name)) ||
-            (f = cli_flag(argc, argv, &i, "--device", &o.device))) {
+            (f = cli_flag(argc, argv, &i, "--device", &o.device)) ||
+            (f = cli_flag(argc, argv, &i, "--cors", &o.cors))) {
             if (f < 0)
                 return 2;
             continue;
@@ -79,6 +82,13 @@ int cli_serve(int argc, char **argv)
             *dst = (int32_t)n;
         else
             o.port = (uint16_t)n;
+    }
+    bool bad_cors = o.cors && !*o.cors; /* one origin, as the header carries it: no list, nothing to split the header */
+    for (const char *p = o.cors; p && *p; p++)
+        bad_cors = bad_cors || (unsigned char)*p < 0x20 || *p == 0x7f || *p == ',' || *p == ' ';
+    if (bad_cors) {
+        fprintf(stderr, "kapitsa serve: --cors takes one origin (scheme://host[:port], or *)\n");
+        return 2;
     }
     if (cli_spec_params(&so, &o.spec, &o.draft_dir) != 0) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());

@@ -310,6 +310,19 @@ static struct cached *cache_slot(struct sched *s)
     return slot;
 }
 
+/* The cache's entries and tokens into the stats (s->mu held): the engine
+ * thread owns the entries, the stats are what other threads read. */
+static void cache_count(struct sched *s)
+{
+    s->stats.resident = 0;
+    s->stats.resident_tokens = 0;
+    for (int i = 0; i < SCHED_CACHE_SLOTS; i++)
+        if (s->cache[i].seq >= 0) {
+            s->stats.resident++;
+            s->stats.resident_tokens += s->cache[i].n;
+        }
+}
+
 /* Keeps a finished sequence (all of its tokens but the last sampled, which was
  * never fed) for prefix reuse, evicting the least recently used entry. */
 static void cache_keep(struct sched *s, struct sched_req *r)
@@ -359,33 +372,11 @@ static void cache_checkpoint(struct sched *s, struct sched_req *r)
     slot->branch = n == r->ckpt_at;
 }
 
-/* The cache's entries and tokens into the stats, under s->mu (the cache is
- * the engine thread's, which calls this, so the reading is its own). */
-static void cache_count(struct sched *s)
-{
-    s->stats.resident = 0;
-    s->stats.resident_tokens = 0;
-    for (int i = 0; i < SCHED_CACHE_SLOTS; i++)
-        if (s->cache[i].seq >= 0) {
-            s->stats.resident++;
-            s->stats.resident_tokens += s->cache[i].n;
-        }
-}
-
 static void req_finish(struct sched *s, struct sched_req *r, enum sched_finish f, const char *msg)
 {
     r->t_done = clock_now_s();
     double pre = (r->t_first > 0 ? r->t_first : r->t_done) - r->t_submit, dec = r->t_first > 0 ? r->t_done - r->t_first : 0;
-    pthread_mutex_lock(&s->mu);
-    s->stats.active -= r->seq >= 0; /* it was admitted */
-    s->stats.prompt_tokens += r->n_prompt;
-    s->stats.cached_tokens += r->n_cached;
-    s->stats.generated_tokens += r->n_out;
-    s->stats.cancelled += f == SCHED_CANCELLED;
-    s->stats.failed += f == SCHED_ERROR;
-    s->stats.prefill_seconds += pre;
-    s->stats.decode_seconds += dec;
-    pthread_mutex_unlock(&s->mu);
+    const bool admitted = r->seq >= 0;
     static const char *const how[] = {"running", "stop", "length", "cancelled", "error"};
     if (!s->quiet)
         fprintf(stderr,
@@ -402,8 +393,17 @@ static void req_finish(struct sched *s, struct sched_req *r, enum sched_finish f
             engine_seq_free(&s->e, r->seq);
     }
     r->seq = -1;
+    /* counted once the cache holds the conversation, so that whoever sees r end sees it resident */
     pthread_mutex_lock(&s->mu);
-    cache_count(s); /* before the end is told: a client that then asks sees its conversation kept */
+    s->stats.active -= admitted;
+    s->stats.prompt_tokens += r->n_prompt;
+    s->stats.cached_tokens += r->n_cached;
+    s->stats.generated_tokens += r->n_out;
+    s->stats.cancelled += f == SCHED_CANCELLED;
+    s->stats.failed += f == SCHED_ERROR;
+    s->stats.prefill_seconds += pre;
+    s->stats.decode_seconds += dec;
+    cache_count(s);
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&r->mu);
     r->finish = f;

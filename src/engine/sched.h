@@ -87,11 +87,11 @@ struct sched_stats {
     int64_t spec_passes, spec_tokens; /* KFlash: verify passes (one per request per step), their tokens */
     int64_t spec_forwards;            /* the target forwards that ran those passes (several requests each) */
     int32_t active, queued;
-    double prefill_seconds, decode_seconds;
-    /* the sequences the cache keeps for prefix reuse (finished conversations,
-     * a hybrid's checkpoints) and their tokens, as the last step left them */
+    /* what the KV cache keeps for prefix reuse now: the entries (finished conversations, a recurrent
+     * model's checkpoints) and their tokens; as of the end of a request or a step */
     int32_t resident;
     int64_t resident_tokens;
+    double prefill_seconds, decode_seconds;
 };
 void sched_get_stats(struct sched *s, struct sched_stats *st);
 /* Where a request stands, read at once. */

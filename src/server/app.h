@@ -21,8 +21,11 @@ struct app {
     struct resp_store *responses; /* the Responses API's stored responses */
     int32_t n_seq;      /* requests generated together (--parallel), for /metrics */
     enum dtype kv_type; /* the KV cache's type, for /metrics */
+    bool kflash;        /* speculative decoding on, for /status */
 };
 
+/* Queues r (with --cors's headers) and lets go of it: every response goes out through here. */
+enum MHD_Result http_queue(struct MHD_Connection *c, unsigned status, struct MHD_Response *r);
 /* Queues a JSON response; takes the reference to body. */
 enum MHD_Result http_json(struct MHD_Connection *c, unsigned status, json_t *body);
 /* An error's message from fmt and ap into msg [cap], logged as the request's

@@ -1,13 +1,15 @@
 /* server: libmicrohttpd glue, limits, authentication and routing (see server.h).
- * Every endpoint but /health needs the API key when one is set (Authorization:
- * Bearer, or x-api-key), compared in constant time as soon as the headers are
- * in, before any of the body is kept. Bodies are collected up to
- * SERVER_MAX_BODY and parsed only if they hold at most SERVER_MAX_JSON values. */
+ * Every endpoint but /health and the web page's files needs the API key when
+ * one is set (Authorization: Bearer, or x-api-key), compared in constant time
+ * as soon as the headers are in, before any of the body is kept. Bodies are
+ * collected up to SERVER_MAX_BODY and parsed only if they hold at most
+ * SERVER_MAX_JSON values. */
 #define _GNU_SOURCE
 #include "server.h"
 
 #include "../backend/device.h"
 #include "../base/err.h"
+#include "../base/path.h"
 #include "../base/sysmem.h"
 #include "app.h"
 #include "resp_store.h"
@@ -21,9 +23,11 @@
 #include <string.h>
 #include <strings.h>
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define SERVER_MAX_BODY (32u << 20)
@@ -50,11 +54,31 @@
 #define SERVER_STORED_RESPONSES 4096
 #define SERVER_STORED_BYTES ((size_t)256 << 20)
 
+/* What a browser may send from --cors's origin: the APIs' own headers and
+ * whatever else a preflight asks for (the SDKs add their own, x-stainless-*). */
+#define SERVER_CORS_METHODS "GET, POST, HEAD, OPTIONS"
+#define SERVER_CORS_HEADERS "authorization, x-api-key, anthropic-version, anthropic-beta, content-type"
+
 struct conn_state {
     char *body;
     size_t n, cap;
     bool too_big;
 };
+
+/* --cors's origin, or NULL: a process serves once (as it has one stop pipe),
+ * and every response, those of the API modules' too, reads it. */
+static const char *cors_origin;
+
+enum MHD_Result http_queue(struct MHD_Connection *c, unsigned status, struct MHD_Response *r)
+{
+    if (cors_origin) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", cors_origin);
+        MHD_add_response_header(r, "Vary", "Origin");
+    }
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
 
 enum MHD_Result http_json(struct MHD_Connection *c, unsigned status, json_t *body)
 {
@@ -64,9 +88,61 @@ enum MHD_Result http_json(struct MHD_Connection *c, unsigned status, json_t *bod
         return MHD_NO;
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, "Content-Type", "application/json");
-    enum MHD_Result ret = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    return ret;
+    return http_queue(c, status, r);
+}
+
+/* A CORS preflight (OPTIONS, before the key: browsers send none with it): the
+ * methods and headers the API takes, for a day. */
+static enum MHD_Result cors_preflight(struct MHD_Connection *c)
+{
+    const char *asked = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    char allow[1024];
+    snprintf(allow, sizeof allow, "%s%s%.900s", SERVER_CORS_HEADERS, asked && *asked ? ", " : "", asked ? asked : "");
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", SERVER_CORS_METHODS);
+    MHD_add_response_header(r, "Access-Control-Allow-Headers", allow);
+    MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
+    return http_queue(c, MHD_HTTP_NO_CONTENT, r);
+}
+
+/* The web page's files (web/): fixed names, so no request names any other file. */
+static const struct {
+    const char *url, *file, *type;
+} web_files[] = {
+    {"/", "index.html", "text/html; charset=utf-8"},
+    {"/app.js", "app.js", "text/javascript; charset=utf-8"},
+    {"/style.css", "style.css", "text/css; charset=utf-8"},
+    {"/favicon.svg", "favicon.svg", "image/svg+xml"},
+};
+
+/* GET or HEAD of a web page file (no key needed: the files hold nothing of
+ * the server's; what the page shows comes from the API, with the key). The
+ * page's scripts run only from the server itself (Content-Security-Policy):
+ * model text the page shows cannot bring its own. Without the files (a
+ * binary copied without its data) / answers that the server is up. */
+static enum MHD_Result web_file(struct app *a, struct MHD_Connection *c, size_t i)
+{
+    char path[4096];
+    struct stat sb;
+    int fd = path_web(web_files[i].file, path, sizeof path) == 0 ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        if (fd >= 0)
+            close(fd);
+        if (i == 0) /* clients probe the base URL (Claude Code: HEAD /) */
+            return http_json(c, MHD_HTTP_OK, json_pack("{s:s,s:s}", "status", "ok", "model", a->model_name));
+        return http_openai_error(c, MHD_HTTP_NOT_FOUND, "invalid_request_error", "the web page's %s is missing (%s)",
+                                 web_files[i].file, path);
+    }
+    struct MHD_Response *r = MHD_create_response_from_fd((uint64_t)sb.st_size, fd);
+    if (!r) {
+        close(fd);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", web_files[i].type);
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'");
+    return http_queue(c, MHD_HTTP_OK, r);
 }
 
 void http_error_message(char *msg, size_t cap, unsigned status, const char *type, const char *fmt, va_list ap)
@@ -130,20 +206,28 @@ static double server_kv_bytes(const struct model *m, int32_t n_ctx, enum dtype k
     return 2.0 * c->n_attn_layer * c->n_kv_head * c->head_dim * (double)dtype_size(kv_type) * n_ctx;
 }
 
+/* The bytes of the weights and of the KV cache, the draft's included. */
+static void server_loaded_bytes(const struct app *a, int64_t *weights, double *kv)
+{
+    *weights = 0;
+    *kv = server_kv_bytes(&a->rt.m, sched_n_ctx(a->sched), a->kv_type);
+    for (int k = 0; k < (a->rt.d_loaded ? 2 : 1); k++) {
+        const struct safetensors *st = k ? &a->rt.dm.st : &a->rt.m.st;
+        for (int32_t i = 0; i < st->n_tensors; i++)
+            *weights += (int64_t)st->tensors[i].n_bytes;
+        if (k)
+            *kv += server_kv_bytes(&a->rt.dm, sched_n_ctx(a->sched), a->kv_type);
+    }
+}
+
 /* What the server holds, as /metrics gauges (kapitsa ps reads them): the
  * model, device and KV cache type as an info metric's labels, the KV cache,
  * the weights and the process's resident memory. NULL when out of memory. */
 static char *metrics_loaded(const struct app *a)
 {
-    int64_t weights = 0;
-    double kv = server_kv_bytes(&a->rt.m, sched_n_ctx(a->sched), a->kv_type);
-    for (int k = 0; k < (a->rt.d_loaded ? 2 : 1); k++) {
-        const struct safetensors *st = k ? &a->rt.dm.st : &a->rt.m.st;
-        for (int32_t i = 0; i < st->n_tensors; i++)
-            weights += (int64_t)st->tensors[i].n_bytes;
-        if (k)
-            kv += server_kv_bytes(&a->rt.dm, sched_n_ctx(a->sched), a->kv_type);
-    }
+    int64_t weights;
+    double kv;
+    server_loaded_bytes(a, &weights, &kv);
     char name[512]; /* a label value escapes \\, " and newlines */
     size_t k = 0;
     for (const char *p = a->model_name; *p && k + 3 < sizeof name; p++) {
@@ -218,9 +302,44 @@ static enum MHD_Result metrics(struct app *a, struct MHD_Connection *c)
         return MHD_NO;
     struct MHD_Response *r = MHD_create_response_from_buffer((size_t)n, text, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
-    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-    MHD_destroy_response(r);
-    return ret;
+    return http_queue(c, MHD_HTTP_OK, r);
+}
+
+/* GET /status: what the web page's panel shows, as JSON: the model, memory,
+ * requests, the conversations the KV cache keeps, the rates since start
+ * (prefill: prompt tokens not cached over the time to first token; decode:
+ * each request's tokens after its first over the time after it) and KFlash's
+ * tokens per verify pass (null when speculation is off). */
+static enum MHD_Result status(struct app *a, struct MHD_Connection *c)
+{
+    struct sched_stats st;
+    sched_get_stats(a->sched, &st);
+    int64_t weights;
+    double kv;
+    server_loaded_bytes(a, &weights, &kv);
+    const int64_t finished = st.requests - st.active - st.queued, decoded = st.generated_tokens - finished;
+    const int64_t prefilled = st.prompt_tokens - st.cached_tokens;
+    const double prefill = st.prefill_seconds > 0 ? (double)prefilled / st.prefill_seconds : 0,
+                 decode = st.decode_seconds > 0 && decoded > 0 ? (double)decoded / st.decode_seconds : 0;
+    json_t *memory = json_pack("{s:I,s:I,s:I,s:i}", "resident_bytes", (json_int_t)sysmem_resident(), "weights_bytes",
+                               (json_int_t)weights, "kv_cache_bytes", (json_int_t)kv, "kv_cache_tokens",
+                               (int)sched_n_ctx(a->sched));
+    json_t *requests = json_pack("{s:I,s:i,s:i,s:I,s:I}", "total", (json_int_t)st.requests, "active", (int)st.active,
+                                 "queued", (int)st.queued, "cancelled", (json_int_t)st.cancelled, "failed",
+                                 (json_int_t)st.failed);
+    json_t *tokens = json_pack("{s:I,s:I,s:I}", "prompt", (json_int_t)st.prompt_tokens, "cached",
+                               (json_int_t)st.cached_tokens, "generated", (json_int_t)st.generated_tokens);
+    json_t *kflash = !a->kflash ? json_null()
+                                : json_pack("{s:I,s:I,s:I,s:f}", "passes", (json_int_t)st.spec_passes, "tokens",
+                                            (json_int_t)st.spec_tokens, "forwards", (json_int_t)st.spec_forwards,
+                                            "tokens_per_pass",
+                                            st.spec_passes ? (double)st.spec_tokens / (double)st.spec_passes : 0.0);
+    return http_json(c, MHD_HTTP_OK,
+                     json_pack("{s:s,s:s,s:s,s:i,s:o,s:o,s:{s:i,s:I},s:o,s:{s:f,s:f},s:o}", "model", a->model_name,
+                               "device", a->rt.be->ops->name, "kv_type", a->kv_type == DT_BF16 ? "bf16" : "f32",
+                               "parallel", (int)a->n_seq, "memory", memory, "requests", requests, "resident",
+                               "conversations", (int)st.resident, "tokens", (json_int_t)st.resident_tokens, "tokens",
+                               tokens, "tok_s", "prefill", prefill, "decode", decode, "kflash", kflash));
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -232,8 +351,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     bool ant = strncmp(url, "/v1/messages", 12) == 0;
     enum MHD_Result (*fail)(struct MHD_Connection *, unsigned, const char *, const char *, ...) =
         ant ? http_anthropic_error : http_openai_error;
+    const bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+    size_t web = sizeof web_files / sizeof web_files[0];
+    while (web > 0 && strcmp(url, web_files[web - 1].url) != 0)
+        web--;
+    if (!get && strcmp(method, "HEAD") != 0)
+        web = 0;
     if (!st) { /* the headers are in: refuse a request without the key before its body comes */
-        if (strcmp(url, "/health") != 0 && !key_ok(a, c))
+        if (cors_origin && strcmp(method, "OPTIONS") == 0)
+            return cors_preflight(c);
+        if (strcmp(url, "/health") != 0 && !web && !key_ok(a, c))
             return fail(c, MHD_HTTP_UNAUTHORIZED, "authentication_error", "invalid or missing API key");
         st = calloc(1, sizeof *st);
         if (!st)
@@ -267,12 +394,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (st->too_big)
         return fail(c, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error", "request body larger than %u bytes",
                     SERVER_MAX_BODY);
-    bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
-    if ((get || strcmp(method, "HEAD") == 0) && strcmp(url, "/") == 0) /* clients probe the base URL (Claude Code: HEAD /) */
-        return http_json(c, MHD_HTTP_OK, json_pack("{s:s,s:s}", "status", "ok", "model", a->model_name));
-    const bool models = strcmp(url, "/v1/models") == 0, metrics_url = strcmp(url, "/metrics") == 0;
-    if ((models || metrics_url) && !get)
+    if (web)
+        return web_file(a, c, web - 1);
+    const bool models = strcmp(url, "/v1/models") == 0, metrics_url = strcmp(url, "/metrics") == 0,
+               status_url = strcmp(url, "/status") == 0;
+    if ((models || metrics_url || status_url) && !get)
         return fail(c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", "use GET");
+    if (status_url)
+        return status(a, c);
     if (models)
         return openai_models(a, c, NULL);
     if (get && strncmp(url, "/v1/models/", 11) == 0)
@@ -397,6 +526,8 @@ int server_run(const struct server_opts *o)
         goto done;
     }
     a.api_key = o->api_key;
+    cors_origin = o->cors;
+    a.kflash = o->spec.mode != SPEC_OFF;
     a.model_name = o->model_name;
     a.keepalive_s = o->keepalive_s > 0 ? o->keepalive_s : 10.0;
     if (!(a.responses = resp_store_new(SERVER_STORED_RESPONSES, SERVER_STORED_BYTES))) {
@@ -473,10 +604,11 @@ int server_run(const struct server_opts *o)
                 "  Codex:         codex -c model_provider=kapitsa -c 'model_providers.kapitsa={name=\"kapitsa\","
                 "base_url=\"http://%s:%u/v1\",wire_api=\"responses\"}' -m %s\n"
                 "  opencode, pi:  an OpenAI-compatible provider at http://%s:%u/v1, model %s\n"
-                "  or configured for you: kapitsa launch claude|codex|opencode|pi|qwen --port %u\n",
+                "  or configured for you: kapitsa launch claude|codex|opencode|pi|qwen --port %u\n"
+                "  in a browser:  http://%s:%u/ (a chat with the model, the server's status)\n",
                 a.model_name, host, port, host, port, host, port, host, port,
                 a.api_key ? "<the --api-key value>" : "local", a.model_name, host, port, a.model_name, host, port,
-                a.model_name, port);
+                a.model_name, port, host, port);
     fflush(stdout);
     const struct model_config *mc = &a.rt.m.cfg;
     fprintf(stderr,

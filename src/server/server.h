@@ -1,4 +1,5 @@
-/* server: `kapitsa serve`, the OpenAI-compatible HTTP API on libmicrohttpd.
+/* server: `kapitsa serve`, the OpenAI-compatible HTTP API on libmicrohttpd,
+ * and the web page (web/: a chat and the server's status) at GET /.
  *
  * One engine thread (src/engine/sched.h) runs the model; HTTP connections are
  * served by libmicrohttpd threads that render the chat template, tokenize,
@@ -19,6 +20,7 @@ struct server_opts {
     const char *host;     /* default 127.0.0.1 */
     uint16_t port;        /* default 11435; 0: any free port */
     const char *api_key;  /* NULL: no authentication; "" is refused (it would look set and guard nothing) */
+    const char *cors;     /* the origin browsers may call from (Access-Control-Allow-Origin), or NULL */
     const char *model_dir;
     const char *model_name; /* reported in /v1/models; default: the folder's name */
     int32_t n_ctx;        /* KV cache tokens over all sequences */

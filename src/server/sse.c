@@ -1,6 +1,8 @@
 /* sse: the pending-bytes buffer and response of a server-sent event stream (see sse.h). */
 #include "sse.h"
 
+#include "app.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,7 +60,5 @@ enum MHD_Result sse_respond(struct MHD_Connection *c, MHD_ContentReaderCallback 
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, reader, cls, free_fn);
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
-    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-    MHD_destroy_response(r);
-    return ret;
+    return http_queue(c, MHD_HTTP_OK, r);
 }

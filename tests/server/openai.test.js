@@ -201,7 +201,7 @@ test("a client that leaves before its whole answer is sent cancels the request, 
   assert.ok(made < 4000, `${made} tokens generated for nobody`);
 });
 
-test("with --api-key every endpoint but /health needs the key", async () => {
+test("with --api-key every endpoint but /health and the web page needs the key", async () => {
   const s = await startServer(["--api-key", "s3cret"]);
   assert.match(s.log(), /KV cache: +\d+ tokens over \d+ sequences, bf16/, "the default cache type");
   const good = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: "s3cret", maxRetries: 0 });
@@ -211,7 +211,9 @@ test("with --api-key every endpoint but /health needs the key", async () => {
   const xkey = await fetch(`${s.base}/v1/models`, { headers: { "x-api-key": "s3cret" } });
   assert.equal(xkey.status, 200);
   assert.equal((await fetch(`${s.base}/health`)).status, 200);
-  assert.equal((await fetch(`${s.base}/`, { method: "HEAD" })).status, 401);
+  assert.equal((await fetch(`${s.base}/metrics`)).status, 401);
+  // clients probe the base URL (Claude Code: HEAD /), which is the page
+  assert.equal((await fetch(`${s.base}/`, { method: "HEAD" })).status, 200);
   assert.equal((await fetch(`${s.base}/`, { method: "HEAD", headers: { authorization: "Bearer s3cret" } })).status, 200);
   s.proc.kill("SIGTERM");
 });

@@ -513,10 +513,11 @@ void test_sched_top_k(void)
 }
 
 /* Prompts in chunks: a 200-token prompt fed 16 tokens a step answers as a
- * plain engine run does; a long prompt that comes while another request
- * decodes, in a slot before it and with chunks as large as the batch, leaves
- * room in every step for the other's token (one a step while it prefills);
- * a chunk larger than the batch is refused. */
+ * plain engine run does, and its conversation stays resident; a long prompt
+ * that comes while another request decodes, in a slot before it and with
+ * chunks as large as the batch, leaves room in every step for the other's
+ * token (one a step while it prefills); a chunk larger than the batch is
+ * refused. */
 void test_sched_prefill_chunks(void)
 {
     char dir[512];
@@ -534,6 +535,11 @@ void test_sched_prefill_chunks(void)
     struct sched *s = sched_new(&m, 4096, 2, 64, 16, DT_F32, NULL, NULL);
     CHECK(s != NULL, "%s", err_msg());
     finish(submit(s, p, 200, G, V), w, G, "a prompt in chunks of 16");
+    struct sched_stats st;
+    sched_get_stats(s, &st);
+    /* the conversation stays: its prompt and all but the last token generated (never fed) */
+    CHECK(st.resident == 1 && st.resident_tokens == 200 + G - 1, "%d resident conversations of %lld tokens",
+          (int)st.resident, (long long)st.resident_tokens);
     sched_free(s);
 
     s = sched_new(&m, 4096, 2, 64, 64, DT_F32, NULL, NULL);
