@@ -37,7 +37,7 @@ build/src/cli/version.o build/asan/src/cli/version.o build/tsan/src/cli/version.
 build/src/cli/version.o build/asan/src/cli/version.o build/tsan/src/cli/version.o: \
     CFLAGS += -DKAPITSA_VERSION='"$(VERSION_NUM)"' -DKAPITSA_COMMIT='"$(COMMIT)"'
 
-SRC     := $(wildcard src/base/*.c src/quant/*.c src/model/*.c src/backend/*.c src/backend/cpu/*.c src/backend/cuda/*.c src/engine/*.c src/tokenizer/*.c src/chat/*.c src/server/*.c src/hub/*.c src/runtime/*.c)
+SRC     := $(wildcard src/base/*.c src/quant/*.c src/model/*.c src/backend/*.c src/backend/cpu/*.c src/backend/cuda/*.c src/grammar/*.c src/engine/*.c src/tokenizer/*.c src/chat/*.c src/server/*.c src/hub/*.c src/runtime/*.c)
 CLI     := $(wildcard src/cli/*.c)
 TESTS   := $(wildcard tests/unit/*.c)
 
@@ -62,7 +62,7 @@ TOBJ      := $(SRC:%.c=build/tsan/%.o)
 TTEST_OBJ := $(TESTS:%.c=build/tsan/%.o)
 TCLI_OBJ  := $(CLI:%.c=build/tsan/%.o)
 FUZZ_OBJ := $(patsubst %.c,build/fuzz/obj/%.o,$(wildcard src/base/*.c src/quant/*.c src/model/*.c src/backend/*.c \
-            src/backend/cpu/*.c src/engine/*.c src/tokenizer/*.c src/chat/*.c))
+            src/backend/cpu/*.c src/grammar/*.c src/engine/*.c src/tokenizer/*.c src/chat/*.c))
 
 .PHONY: all test unit debug help clean fuzz fuzz-run serve test-agents install uninstall
 all: build/kapitsa
@@ -180,9 +180,9 @@ clean:
 
 # libFuzzer targets (clang): build/fuzz/fuzz_{tokenizer,jinja,parser,json_guard,tool_grammar,json_schema,request,checkpoint,tokenizer_load,gguf}
 FUZZ_SAN := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1
-FUZZ_DEPS := $(wildcard src/base/*.c src/tokenizer/*.c src/chat/*.c) src/engine/grammar.c src/engine/json_guard.c \
+FUZZ_DEPS := $(wildcard src/base/*.c src/tokenizer/*.c src/chat/*.c) src/grammar/grammar.c src/grammar/json_guard.c \
              src/engine/sampler.c
-build/fuzz/fuzz_json_guard: tests/fuzz/fuzz_json_guard.c src/engine/json_guard.c src/base/err.c | build/deps-test.stamp
+build/fuzz/fuzz_json_guard: tests/fuzz/fuzz_json_guard.c src/grammar/json_guard.c src/base/err.c | build/deps-test.stamp
 	@mkdir -p build/fuzz
 	clang -std=c11 -Wall -Wextra $(FUZZ_SAN) $^ -o $@ $(LDLIBS)
 build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c src/model/gguf.c src/base/err.c src/base/dtype.c | build/deps-test.stamp

@@ -19,7 +19,7 @@
 #ifndef KP_JSON_SCHEMA_H
 #define KP_JSON_SCHEMA_H
 
-#include "../engine/grammar.h"
+#include "../grammar/grammar.h"
 
 #include <jansson.h>
 #include <stddef.h>

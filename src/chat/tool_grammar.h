@@ -18,7 +18,7 @@
 #ifndef KP_TOOL_GRAMMAR_H
 #define KP_TOOL_GRAMMAR_H
 
-#include "../engine/grammar.h"
+#include "../grammar/grammar.h"
 #include "parser.h"
 
 #include <jansson.h>

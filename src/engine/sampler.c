@@ -330,3 +330,79 @@ int32_t sampler_sample_top(struct sampler *s, const int32_t *ids, const float *v
     const int32_t n = sampler_dist_top(s, ids, vals, k);
     return s->p.temperature == 0 ? s->idx[0] : draw(s, n);
 }
+
+/* A draw from weights w[0..n) (some 0) with the sampler's stream; -1 if all are 0. */
+static int32_t guarded_draw(struct sampler *s, const double *w, int32_t n)
+{
+    double sum = 0;
+    for (int32_t i = 0; i < n; i++)
+        sum += w[i];
+    if (!(sum > 0))
+        return -1;
+    double r = sampler_uniform(s) * sum;
+    int32_t k = -1;
+    for (int32_t i = 0; i < n; i++) {
+        if (w[i] == 0)
+            continue;
+        k = i;
+        if ((r -= w[i]) < 0)
+            break;
+    }
+    return k;
+}
+
+/* The allowed token with the largest logit (lowest id on ties), or -1. */
+static int32_t best_allowed(const struct guard *gd, const struct vocab_bytes *vb, const float *lg, int32_t n_vocab)
+{
+    int32_t best = -1;
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (lg[i] > -INFINITY && (best < 0 || lg[i] > lg[best]) && guard_allows(gd, vb, i))
+            best = i;
+    return best;
+}
+
+#define GUARD_TRIES 8 /* draws (or argmax picks) tried before every candidate is checked */
+
+int32_t sampler_sample_guarded(struct sampler *s, struct guard *gd, const struct vocab_bytes *vb, const float *logits,
+                               const int32_t *history, int32_t n_history)
+{
+    const int32_t n = sampler_dist(s, logits, history, n_history);
+    float *lg = s->logits; /* the adjusted logits: a working copy */
+    int32_t pick = -1;
+    if (s->p.temperature == 0) {
+        /* the best few by logit first (the usual case), then a full pass */
+        for (int32_t t = 0; t < GUARD_TRIES && pick < 0; t++) {
+            const int32_t k = sampler_argmax(lg, s->n_vocab);
+            if (lg[k] == -INFINITY)
+                break;
+            if (guard_allows(gd, vb, k))
+                pick = k;
+            else
+                lg[k] = -INFINITY;
+        }
+    } else {
+        /* rejection: a draw that cannot continue is taken out and the draw
+         * repeated; after a few, every candidate is checked at once */
+        for (int32_t t = 0; t < GUARD_TRIES && pick < 0; t++) {
+            const int32_t k = guarded_draw(s, s->w, n);
+            if (k < 0)
+                break;
+            if (guard_allows(gd, vb, s->idx[k]))
+                pick = s->idx[k];
+            else
+                s->w[k] = 0;
+        }
+        if (pick < 0) {
+            for (int32_t i = 0; i < n; i++)
+                if (s->w[i] > 0 && !guard_allows(gd, vb, s->idx[i]))
+                    s->w[i] = 0;
+            const int32_t k = guarded_draw(s, s->w, n);
+            pick = k >= 0 ? s->idx[k] : -1;
+        }
+    }
+    if (pick < 0) /* no candidate is allowed: the best allowed token of all */
+        pick = best_allowed(gd, vb, lg, s->n_vocab);
+    if (pick >= 0 && !(vb->end && vb->end[pick]))
+        guard_feed(gd, vb->data + vb->off[pick], vb->off[pick + 1] - vb->off[pick]);
+    return pick;
+}

@@ -10,6 +10,7 @@
 #ifndef KP_SAMPLER_H
 #define KP_SAMPLER_H
 
+#include "../grammar/grammar.h"
 #include "../model/config.h"
 
 #include <stdbool.h>
@@ -78,5 +79,13 @@ int32_t sampler_dist_top(struct sampler *s, const int32_t *ids, const float *val
 bool sampler_greedy(const struct sampler *s);
 /* Index of the largest logit (lowest index on ties). */
 int32_t sampler_argmax(const float *logits, int32_t n);
+
+/* The next token under the guard: a draw from the sampler's distribution
+ * (sampler_dist) restricted to allowed tokens; if none of its candidates is
+ * allowed, the allowed token with the largest adjusted logit. Advances the
+ * guard over it (an end token: the caller ends the output). -1 if no token
+ * at all can continue. */
+int32_t sampler_sample_guarded(struct sampler *s, struct guard *gd, const struct vocab_bytes *vb, const float *logits,
+                               const int32_t *history, int32_t n_history);
 
 #endif

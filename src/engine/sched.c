@@ -715,7 +715,7 @@ static bool sched_step(struct sched *s)
         const float *row = s->logits + (int64_t)j * V;
         const int32_t t = k_top ? sampler_sample_top(&r->sampler, s->top_ids + (int64_t)j * k_top,
                                                      s->top_vals + (int64_t)j * k_top, k_top)
-                          : r->vb ? guard_sample(&r->guard, r->vb, &r->sampler, row, r->hist, len)
+                          : r->vb ? sampler_sample_guarded(&r->sampler, &r->guard, r->vb, row, r->hist, len)
                                   : sampler_sample(&r->sampler, row, r->hist, len);
         j++;
         if (t < 0) { /* the guard found no token that continues the output */

@@ -25,7 +25,7 @@
 #define KP_SCHED_H
 
 #include "engine.h"
-#include "grammar.h"
+#include "../grammar/grammar.h"
 #include "sampler.h"
 #include "spec.h"
 

@@ -13,7 +13,7 @@
 #ifndef KP_TOKENIZER_H
 #define KP_TOKENIZER_H
 
-#include "../engine/grammar.h"
+#include "../grammar/grammar.h"
 
 #include <jansson.h>
 #include <stdbool.h>

@@ -4,7 +4,7 @@
  * the guard does not pair up as surrogates, and numbers jansson cannot hold
  * are left out of that comparison). */
 #define _GNU_SOURCE
-#include "../../src/engine/json_guard.h"
+#include "../../src/grammar/json_guard.h"
 
 #include <jansson.h>
 #include <stdlib.h>

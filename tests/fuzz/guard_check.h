@@ -5,7 +5,7 @@
 #define KP_FUZZ_GUARD_CHECK_H
 
 #define _GNU_SOURCE
-#include "../../src/engine/grammar.h"
+#include "../../src/grammar/grammar.h"
 
 #include <stdlib.h>
 #include <string.h>

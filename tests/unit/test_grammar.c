@@ -7,7 +7,8 @@
  * several tokens and a name grows while the model prefers it. */
 #include "test.h"
 
-#include "../../src/engine/grammar.h"
+#include "../../src/engine/sampler.h"
+#include "../../src/grammar/grammar.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -144,7 +145,7 @@ static void greedy(const struct grammar *gm, const char *const *tok, int n, int 
     guard_init(&g, gm);
     out[0] = 0;
     for (int step = 0; step < 16 && !guard_done(&g); step++) {
-        const int32_t t = guard_sample(&g, &vb, &s, lg, NULL, 0);
+        const int32_t t = sampler_sample_guarded(&s, &g, &vb, lg, NULL, 0);
         CHECK(t >= 0 && t < n && t != special, "greedy step %d: %d", step, t);
         if (t < 0 || t >= n || strlen(out) + strlen(tok[t]) >= cap)
             break;
@@ -187,7 +188,7 @@ void test_grammar_sample(void)
     guard_feed(&open, "{", 1);
     for (int n = 0; n < N; n++) {
         g = open;
-        int32_t t = guard_sample(&g, &vb, &s, lg, NULL, 0);
+        int32_t t = sampler_sample_guarded(&s, &g, &vb, lg, NULL, 0);
         if (t >= 0)
             counts[t]++;
     }
@@ -208,7 +209,7 @@ void test_grammar_sample(void)
     sp.top_k = 1;
     sampler_init(&s, &sp, V);
     g = open;
-    int32_t t = guard_sample(&g, &vb, &s, lg, NULL, 0);
+    int32_t t = sampler_sample_guarded(&s, &g, &vb, lg, NULL, 0);
     CHECK(t == 1, "no allowed candidate: took %d, not '}'", t);
     sampler_free(&s);
     vocab_bytes_free(&vb);

@@ -3,7 +3,7 @@
  * a number with more digits than a double holds is invalid). */
 #include "test.h"
 
-#include "../../src/engine/json_guard.h"
+#include "../../src/grammar/json_guard.h"
 
 #include <string.h>
 

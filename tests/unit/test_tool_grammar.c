@@ -8,6 +8,7 @@
 #include "../../src/base/err.h"
 #include "../../src/chat/parser.h"
 #include "../../src/chat/tool_grammar.h"
+#include "../../src/engine/sampler.h"
 #include "../../src/tokenizer/tokenizer.h"
 #include "test.h"
 
@@ -355,11 +356,11 @@ void test_tool_grammar_end(void)
     CHECK(sampler_init(&s, &sp, 5) == 0, "sampler");
     const float prefer_end[5] = {0, 1, 0, 0, 5}, prefer_call[5] = {0, 5, 4, 3, 1};
     const int32_t hist[1] = {0};
-    CHECK(guard_sample(&g, &vb, &s, prefer_end, hist, 0) == 4 && g.seg == 0 && guard_may_end(&g),
+    CHECK(sampler_sample_guarded(&s, &g, &vb, prefer_end, hist, 0) == 4 && g.seg == 0 && guard_may_end(&g),
           "the end token, sampled, leaves the guard in the text");
     for (int32_t t = 1; t <= 3; t++) {
         CHECK(!guard_allows(&g, &vb, 4) || t == 1, "the end token inside a call (before token %d)", t);
-        CHECK(guard_sample(&g, &vb, &s, prefer_call, hist, 0) == t, "the call's token %d", t);
+        CHECK(sampler_sample_guarded(&s, &g, &vb, prefer_call, hist, 0) == t, "the call's token %d", t);
     }
     CHECK(guard_allows(&g, &vb, 4) && guard_may_end(&g), "the end token after the call");
     sampler_free(&s);

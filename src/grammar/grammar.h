@@ -6,7 +6,8 @@
  * each model's own format (chat/tool_grammar.h builds those), and free text
  * in which the output may end, where a tool call may open (a strict tool's
  * schema followed when the model calls it on its own). A guard walks
- * the grammar a byte at a time; sampling is restricted to the tokens whose
+ * the grammar a byte at a time; sampling (sampler_sample_guarded, in the
+ * engine above this layer) is restricted to the tokens whose
  * bytes keep the output valid (rejection: an invalid draw is removed and the
  * draw repeated, which samples exactly the renormalised restricted
  * distribution).
@@ -19,7 +20,6 @@
 #define KP_GRAMMAR_H
 
 #include "json_guard.h"
-#include "sampler.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -203,12 +203,5 @@ void vocab_bytes_free(struct vocab_bytes *vb);
  * never another special token. */
 bool guard_allows(const struct guard *gd, const struct vocab_bytes *vb, int32_t id);
 
-/* The next token under the guard: a draw from the sampler's distribution
- * (sampler_dist) restricted to allowed tokens; if none of its candidates is
- * allowed, the allowed token with the largest adjusted logit. Advances the
- * guard over it (an end token: the caller ends the output). -1 if no token
- * at all can continue. */
-int32_t guard_sample(struct guard *gd, const struct vocab_bytes *vb, struct sampler *s, const float *logits,
-                     const int32_t *history, int32_t n_history);
 
 #endif
