@@ -20,6 +20,7 @@ void test_skip(const char *why)
 #define TESTS(X)                                                                                               \
     X(test_pool)                                                                                               \
     X(test_kern_matmul)                                                                                        \
+    X(test_kern_bf16)                                                                                          \
     X(test_kern_vector)                                                                                        \
     X(test_kern_attention)                                                                                     \
     X(test_dtype_conversions)                                                                                  \

@@ -34,10 +34,18 @@ static const char *fixture(const char *arch)
     return path;
 }
 
+/* A precise cpu backend: the exact products the fixtures' bounds assume. */
+static struct backend *exact_backend(int32_t threads, const struct kern *k)
+{
+    struct backend *be = cpu_backend_init(threads, k);
+    cpu_backend_set_precise(be, true);
+    return be;
+}
+
 static int run_check(const char *arch, int32_t threads, const struct kern *k, const struct check_opts *o,
                      struct check_result *r)
 {
-    struct backend *be = cpu_backend_init(threads, k);
+    struct backend *be = exact_backend(threads, k);
     int rc = check_run(fixture(arch), be, o, r);
     be->ops->free(be);
     return rc;
@@ -146,7 +154,7 @@ void test_model_tied_head(void)
     snprintf(golden, sizeof golden, "%s/golden.safetensors", fixture("nemotron_h"));
     struct check_opts o = {.golden = golden};
     struct check_result r;
-    struct backend *be = cpu_backend_init(2, NULL);
+    struct backend *be = exact_backend(2, NULL);
     CHECK(check_run(dir, be, &o, &r) == 0, "%s", err_msg());
     CHECK(r.max_logit_err <= TOL && r.greedy_match == r.n_greedy, "nemotron_h tied flag, stored head: err %g greedy %d/%d",
           r.max_logit_err, r.greedy_match, r.n_greedy);
@@ -168,7 +176,7 @@ void test_model_unaligned(void)
         snprintf(golden, sizeof golden, "%s/golden.safetensors", fixture(archs[a]));
         struct check_opts o = {.golden = golden};
         struct check_result want, got;
-        struct backend *be = cpu_backend_init(2, NULL);
+        struct backend *be = exact_backend(2, NULL);
         CHECK(check_run(fixture(archs[a]), be, &o, &want) == 0, "%s: %s", archs[a], err_msg());
         CHECK(check_run(dir, be, &o, &got) == 0, "%s unaligned: %s", archs[a], err_msg());
         CHECK(got.max_logit_err == want.max_logit_err && got.greedy_match == want.greedy_match &&
