@@ -117,6 +117,7 @@ void test_skip(const char *why)
     X(test_model_fork_truncate)                                                                                \
     X(test_model_tree)                                                                                         \
     X(test_model_kv_bf16)                                                                                      \
+    X(test_model_bf16)                                                                                         \
     X(test_model_out_top)                                                                                      \
     X(test_model_bad_batch)                                                                                    \
     X(test_model_hybrid_state)                                                                                 \

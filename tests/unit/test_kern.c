@@ -1,5 +1,6 @@
 /* Tests of the thread pool and of every SIMD kernel table against kern_ref,
  * on random shapes with odd sizes. */
+#include "../../src/backend/cpu/cpu.h"
 #include "../../src/backend/cpu/kern.h"
 #include "../../src/base/dtype.h"
 #include "../../src/base/pool.h"
@@ -166,8 +167,9 @@ static float bf16_case(void)
 /* The bf16 path: kern_bf16_round's known answers; each table's rounding and
  * products the reference's bit for bit (tails of k past a 32-element chunk,
  * any row range, denormal inputs and results), a token alone the bits it
- * has in its tile; and the error against the exact product of the unrounded
- * activations within their rounding, 2^-8 of sum |x w|, plus fp32's sums. */
+ * has in its tile; the error against the exact product of the unrounded
+ * activations within their rounding, 2^-8 of sum |x w|, plus fp32's sums;
+ * and the cpu backend's products (a batch, its tokens alone) those bits. */
 void test_kern_bf16(void)
 {
     CHECK(kern_bf16_round(1.0f + 0x1p-8f) == 0x3f80 && kern_bf16_round(1.0f + 3 * 0x1p-8f) == 0x3f82,
@@ -239,6 +241,43 @@ void test_kern_bf16(void)
         }
     }
     printf("  %d table(s) with a bf16 path compared with the reference\n", tested);
+
+    /* the cpu backend's default for BF16 weights: a batch (its activations
+     * rounded once, the rows split over the workers) and each token alone,
+     * the reference's bits */
+    const struct kern *best = kern_bf16_supported(kern_best()) ? kern_best() : &kern_ref;
+    const int64_t m = 37, kk = 1000, nx = 11;
+    struct backend *be = cpu_backend_init(2, best);
+    uint16_t *w = malloc(2 * (size_t)(m * kk)), *xr = malloc(2 * (size_t)(nx * kk));
+    float *x = malloc(4 * (size_t)(nx * kk)), *ref = malloc(4 * (size_t)(nx * m));
+    for (int64_t i = 0; i < m * kk; i++)
+        w[i] = f32_to_bf16(rndf());
+    for (int64_t i = 0; i < nx * kk; i++)
+        x[i] = rndf();
+    for (int64_t t = 0; t < nx; t++)
+        kern_ref.bf16_round(x + t * kk, kk, xr + t * kk);
+    kern_ref.matmul_bf16_bf16(xr, kk, (int32_t)nx, w, kk, kk, ref, m, 0, m);
+    struct tensor hw = {DT_BF16, m, kk, kk, w, false}, wt, xt, ot;
+    CHECK(be->ops->weight(be, &wt, &hw) == 0, "weights");
+    be->ops->alloc(be, &xt, DT_F32, nx, kk);
+    be->ops->alloc(be, &ot, DT_F32, nx, m);
+    be->ops->write(be, &xt, 0, nx, x);
+    be->ops->matmul(be, &ot, &xt, &wt);
+    CHECK(memcmp(ot.data, ref, (size_t)(nx * m) * 4) == 0, "%s: the backend's batch differs", best->name);
+    for (int64_t r = 0; r < nx; r++) {
+        struct tensor xo = tensor_rows(&xt, r, 1), oo = tensor_rows(&ot, 0, 1);
+        be->ops->matmul(be, &oo, &xo, &wt);
+        CHECK(memcmp(oo.data, ref + r * m, (size_t)m * 4) == 0, "%s: token %lld alone differs", best->name,
+              (long long)r);
+    }
+    be->ops->release(be, &xt);
+    be->ops->release(be, &ot);
+    be->ops->release(be, &wt);
+    be->ops->free(be);
+    free(w);
+    free(xr);
+    free(x);
+    free(ref);
 }
 
 void test_kern_vector(void)
