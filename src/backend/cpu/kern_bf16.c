@@ -31,6 +31,28 @@ B16_INLINE float b16_hsum(__m512 v)
     return _mm_cvtss_f32(_mm_add_ss(e, _mm_movehdup_ps(e)));
 }
 
+/* A 4 x 4 tile's sums at once, each in b16_hsum's order: halves of pairs of
+ * accumulators side by side, then quarters, pairs and the last add within
+ * 128-bit blocks, leaving lane 4r + t the sum of acc[t][r]; out[t][j + r]
+ * from lane 4r + t. */
+B16_INLINE void b16_hsum4x4(__m512 acc[KERN_MAX_NX][4], float *out, int64_t os, int64_t j)
+{
+    __m512 h[8], q[4];
+    B16_UNROLL for (int p = 0; p < 8; p++)
+    {
+        const __m512 a = acc[p / 2][2 * (p % 2)], b = acc[p / 2][2 * (p % 2) + 1];
+        h[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
+    }
+    B16_UNROLL for (int t = 0; t < 4; t++) q[t] =
+        _mm512_add_ps(_mm512_shuffle_f32x4(h[2 * t], h[2 * t + 1], 0x88),
+                      _mm512_shuffle_f32x4(h[2 * t], h[2 * t + 1], 0xdd));
+    const __m512 e0 = _mm512_add_ps(_mm512_shuffle_ps(q[0], q[1], 0x44), _mm512_shuffle_ps(q[0], q[1], 0xee));
+    const __m512 e1 = _mm512_add_ps(_mm512_shuffle_ps(q[2], q[3], 0x44), _mm512_shuffle_ps(q[2], q[3], 0xee));
+    const __m512 f = _mm512_add_ps(_mm512_shuffle_ps(e0, e1, 0x88), _mm512_shuffle_ps(e0, e1, 0xdd));
+    const __m512 o = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), f);
+    B16_UNROLL for (int t = 0; t < 4; t++) _mm_storeu_ps(out + t * os + j, _mm512_extractf32x4_ps(o, t));
+}
+
 /* NT activation rows x JR weight rows from row j: a 32-element chunk a step,
  * the last one loaded with zeros past k */
 B16_INLINE void b16_tile(const uint16_t *x, int64_t xs, const int NT, const uint16_t *w, int64_t ws, int64_t k,
@@ -57,6 +79,10 @@ B16_INLINE void b16_tile(const uint16_t *x, int64_t xs, const int NT, const uint
             const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(m, x + t * xs + kv);
             B16_UNROLL for (int r = 0; r < JR; r++) acc[t][r] = _mm512_dpbf16_ps(acc[t][r], xv, wv[r]);
         }
+    }
+    if (NT == 4 && JR == 4) {
+        b16_hsum4x4(acc, out, os, j);
+        return;
     }
     B16_UNROLL for (int t = 0; t < NT; t++) B16_UNROLL for (int r = 0; r < JR; r++) out[t * os + j + r] =
         b16_hsum(acc[t][r]);
