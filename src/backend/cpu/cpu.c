@@ -182,6 +182,7 @@ static void mm_rows(const struct kern *k, struct tensor *out, const struct tenso
     const int64_t n = w->n_cols;
     if (fx) {
         const int64_t rb = fast_row_bytes(w->type, n), xs = fx->rows ? fx->stride : rb;
+        assert(fx->rows || fx->own); /* own is sized as the weights are bound */
         for (int64_t t = 0; t < x->n_rows; t += KERN_MAX_NX) {
             int32_t nt = (int32_t)(x->n_rows - t < KERN_MAX_NX ? x->n_rows - t : KERN_MAX_NX);
             const uint8_t *xr = fx->rows ? fx->rows + t * fx->stride : fx->own;
