@@ -45,7 +45,8 @@ TESTS   := $(wildcard tests/unit/*.c)
 ISA_avx2   := -mavx2 -mfma -mf16c
 ISA_avx512 := -mavx512f -mavx512bw -mfma -mf16c
 ISA_vnni   := $(ISA_avx512) -mavx512vnni
-isa = $(if $(findstring kern_avx512,$1),-O3 $(ISA_avx512),$(if $(findstring kern_avx2,$1),-O3 $(ISA_avx2),$(if $(findstring kern_vnni,$1),-O3 $(ISA_vnni))))
+ISA_bf16   := $(ISA_avx512) -mavx512vl -mavx512bf16
+isa = $(if $(findstring kern_avx512,$1),-O3 $(ISA_avx512),$(if $(findstring kern_avx2,$1),-O3 $(ISA_avx2),$(if $(findstring kern_vnni,$1),-O3 $(ISA_vnni),$(if $(findstring kern_bf16,$1),-O3 $(ISA_bf16)))))
 
 # the fuzzers' seed inputs, kept as one archive (1,600 small files would cost
 # the repository more than their bytes); unpacked to build/fuzz/seed/TARGET

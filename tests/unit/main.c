@@ -20,6 +20,7 @@ void test_skip(const char *why)
 #define TESTS(X)                                                                                               \
     X(test_pool)                                                                                               \
     X(test_kern_matmul)                                                                                        \
+    X(test_kern_bf16)                                                                                          \
     X(test_kern_vector)                                                                                        \
     X(test_kern_attention)                                                                                     \
     X(test_dtype_conversions)                                                                                  \
@@ -117,6 +118,7 @@ void test_skip(const char *why)
     X(test_model_fork_truncate)                                                                                \
     X(test_model_tree)                                                                                         \
     X(test_model_kv_bf16)                                                                                      \
+    X(test_model_bf16)                                                                                         \
     X(test_model_out_top)                                                                                      \
     X(test_model_bad_batch)                                                                                    \
     X(test_model_hybrid_state)                                                                                 \

@@ -17,6 +17,15 @@
 
 static const char *const gguf_archs[] = {"qwen3", "qwen3_moe", "qwen3_moe_mixed", "qwen3_yarn_sharded"};
 
+/* A precise cpu backend: the exact products of block-type and BF16 weights. */
+static struct backend *exact_cpu(void)
+{
+    struct backend *be = cpu_backend_init(2, NULL);
+    if (be)
+        cpu_backend_set_precise(be, true);
+    return be;
+}
+
 static const char *fx(const char *arch)
 {
     static char path[512];
@@ -47,7 +56,7 @@ void test_gguf_model_golden(void)
         char golden[600];
         snprintf(golden, sizeof golden, "%s/golden.safetensors", fx(gguf_archs[a]));
         CHECK(write_gguf(fx(gguf_archs[a]), path, "BF16") == 0, "%s: %s", gguf_archs[a], err_msg());
-        struct backend *be = cpu_backend_init(2, NULL);
+        struct backend *be = exact_cpu();
         struct check_opts o = {.golden = golden};
         struct check_result r;
         CHECK(check_run(path, be, &o, &r) == 0, "%s: %s", gguf_archs[a], err_msg());
@@ -96,14 +105,8 @@ static int logits_on(const char *path, struct backend *be, float **out, int32_t 
     return logits_last(path, be, 1, out, V);
 }
 
-/* ... on a precise cpu backend: the exact products of block-type weights */
-static int logits_of(const char *path, float **out, int32_t *V)
-{
-    struct backend *be = cpu_backend_init(2, NULL);
-    if (be)
-        cpu_backend_set_precise(be, true);
-    return logits_on(path, be, out, V);
-}
+/* ... on a precise cpu backend */
+static int logits_of(const char *path, float **out, int32_t *V) { return logits_on(path, exact_cpu(), out, V); }
 
 /* A quantised GGUF's forward is its dequantised weights' forward: the same
  * logits, bit for bit, as the F32 GGUF written from it. */
@@ -290,7 +293,7 @@ void test_gguf_model_llama_archs(void)
                   memcmp(arch, files[i].arch, n) == 0,
               "%s: architecture '%.*s', expected %s", files[i].fixture, (int)n, arch ? arch : "", files[i].arch);
         gguf_close(&g);
-        struct backend *be = cpu_backend_init(2, NULL);
+        struct backend *be = exact_cpu();
         struct check_opts o = {.golden = golden};
         struct check_result r;
         CHECK(check_run(path, be, &o, &r) == 0, "%s: %s", files[i].fixture, err_msg());

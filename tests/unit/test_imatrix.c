@@ -58,11 +58,21 @@ static int32_t *calib_tokens(int32_t *n)
     return ids.ids;
 }
 
+/* A precise cpu backend: llama-imatrix's sums and the ones computed here
+ * are of the exact products' inputs. */
+static struct backend *exact_cpu(void)
+{
+    struct backend *be = cpu_backend_init(2, NULL);
+    if (be)
+        cpu_backend_set_precise(be, true);
+    return be;
+}
+
 /* n_chunks chunks of `chunk` tokens through model path on a collector, each
  * a sequence of its own, as kapitsa imatrix runs them. */
 static int collect(const char *path, const int32_t *toks, int32_t chunk, int32_t n_chunks, struct imatrix *im)
 {
-    struct backend *cpu = cpu_backend_init(2, NULL), *be = cpu ? imatrix_collector_wrap(cpu) : NULL;
+    struct backend *cpu = exact_cpu(), *be = cpu ? imatrix_collector_wrap(cpu) : NULL;
     struct model m;
     struct engine e;
     int rc = -1;
@@ -309,7 +319,7 @@ void test_imatrix_moe(void)
     imatrix_free(&im);
 
     /* one block alone, against the picks computed here */
-    struct backend *be = imatrix_collector_wrap(cpu_backend_init(2, NULL));
+    struct backend *be = imatrix_collector_wrap(exact_cpu());
     struct model m;
     CHECK(model_load(&m, path, be, NULL) == 0 && imatrix_collector_bind(be, &m, &im) == 0, "%s", err_msg());
     const struct layer_weights *L = &m.layers[1];

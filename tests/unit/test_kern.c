@@ -1,10 +1,12 @@
 /* Tests of the thread pool and of every SIMD kernel table against kern_ref,
  * on random shapes with odd sizes. */
+#include "../../src/backend/cpu/cpu.h"
 #include "../../src/backend/cpu/kern.h"
 #include "../../src/base/dtype.h"
 #include "../../src/base/pool.h"
 #include "test.h"
 
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -151,6 +153,131 @@ void test_kern_matmul(void)
         }
     }
     printf("  %d SIMD table(s) compared with the scalar reference\n", tested);
+}
+
+/* A value for the bf16 path's tests: mostly in [-1, 1), one in 16 around
+ * 2^-66 (so that a product of two falls under fp32's normal range and is
+ * flushed, and an activation is an fp32 denormal) */
+static float bf16_case(void)
+{
+    const float v = rndf();
+    return rnd() % 16 ? v : v * 0x1p-66f * (rnd() % 2 ? 0x1p-60f : 1.0f);
+}
+
+/* The bf16 path: kern_bf16_round's known answers; each table's rounding and
+ * products the reference's bit for bit (tails of k past a 32-element chunk,
+ * any row range, denormal inputs and results), a token alone the bits it
+ * has in its tile; the error against the exact product of the unrounded
+ * activations within their rounding, 2^-8 of sum |x w|, plus fp32's sums;
+ * and the cpu backend's products (a batch, its tokens alone) those bits. */
+void test_kern_bf16(void)
+{
+    CHECK(kern_bf16_round(1.0f + 0x1p-8f) == 0x3f80 && kern_bf16_round(1.0f + 3 * 0x1p-8f) == 0x3f82,
+          "bf16 ties to even");
+    CHECK(kern_bf16_round(0x1p-130f) == 0 && kern_bf16_round(-0x1p-130f) == 0x8000, "fp32 denormals to zero");
+    CHECK(kern_bf16_round(0x1p-126f) == 0x0080 && kern_bf16_round(FLT_MAX) == 0x7f80, "smallest normal, overflow");
+    CHECK(kern_bf16_round(NAN) == (f32_to_bf16(NAN) | 0x40), "NaN stays quiet");
+    const struct kern *const all[] = {&kern_ref, &kern_avx2, &kern_avx512};
+    int tested = 0;
+    for (size_t ti = 0; ti < sizeof all / sizeof all[0]; ti++) {
+        const struct kern *k = all[ti];
+        if (!kern_bf16_supported(k)) {
+            printf("  (%s: no bf16 path on this CPU: skipped)\n", k->name);
+            continue;
+        }
+        tested++;
+        /* a denormal weight is read as zero; a product under fp32's normal range is flushed */
+        const uint16_t big = f32_to_bf16(0x1p100f), tiny = f32_to_bf16(0x1p-66f), den = 0x0001;
+        float o = 1;
+        k->matmul_bf16_bf16(&big, 1, 1, &den, 1, 1, &o, 1, 0, 1);
+        CHECK(o == 0, "%s: 2^100 times a denormal %g, not 0", k->name, o);
+        k->matmul_bf16_bf16(&tiny, 1, 1, &tiny, 1, 1, &o, 1, 0, 1);
+        CHECK(o == 0, "%s: 2^-132 %g, not flushed", k->name, o);
+        for (int rep = 0; rep < 300; rep++) {
+            const int32_t nx = 1 + (int32_t)(rnd() % KERN_MAX_NX);
+            const int64_t kk = 1 + (int64_t)(rnd() % 300), m = 1 + (int64_t)(rnd() % 40);
+            const int64_t xs = kk + (int64_t)(rnd() % 40), ws = kk + (int64_t)(rnd() % 3), os = m + 1;
+            const int64_t j0 = (int64_t)(rnd() % (uint64_t)m), j1 = j0 + 1 + (int64_t)(rnd() % (uint64_t)(m - j0));
+            float *x = malloc(sizeof(float) * (size_t)(nx * xs));
+            uint16_t *xb = malloc(2 * (size_t)(nx * xs)), *xr = malloc(2 * (size_t)(nx * xs));
+            uint16_t *w = malloc(2 * (size_t)(m * ws));
+            float *o1 = calloc((size_t)(nx * os), sizeof(float)), *o2 = calloc((size_t)(nx * os), sizeof(float));
+            float *alone = calloc((size_t)os, sizeof(float));
+            for (int64_t i = 0; i < nx * xs; i++)
+                x[i] = bf16_case();
+            for (int64_t i = 0; i < m * ws; i++)
+                w[i] = rnd() % 64 ? f32_to_bf16(bf16_case()) : (uint16_t)(rnd() % 0x80); /* some bf16 denormals */
+            for (int32_t t = 0; t < nx; t++) {
+                kern_ref.bf16_round(x + t * xs, kk, xr + t * xs);
+                k->bf16_round(x + t * xs, kk, xb + t * xs);
+                CHECK(memcmp(xr + t * xs, xb + t * xs, (size_t)kk * 2) == 0, "%s: bf16_round k=%lld differs", k->name,
+                      (long long)kk);
+            }
+            kern_ref.matmul_bf16_bf16(xr, xs, nx, w, ws, kk, o1, os, j0, j1);
+            k->matmul_bf16_bf16(xb, xs, nx, w, ws, kk, o2, os, j0, j1);
+            CHECK(memcmp(o1, o2, sizeof(float) * (size_t)(nx * os)) == 0, "%s: matmul_bf16_bf16 nx=%d k=%lld differs",
+                  k->name, nx, (long long)kk);
+            for (int32_t t = 0; t < nx; t++) {
+                k->matmul_bf16_bf16(xb + t * xs, xs, 1, w, ws, kk, alone, os, j0, j1);
+                CHECK(memcmp(alone + j0, o2 + t * os + j0, (size_t)(j1 - j0) * sizeof(float)) == 0,
+                      "%s: row %d of %d differs alone, k=%lld", k->name, t, nx, (long long)kk);
+                for (int64_t j = j0; j < j1; j++) {
+                    double exact = 0, mag = 0;
+                    for (int64_t c = 0; c < kk; c++) {
+                        exact += (double)x[t * xs + c] * bf16_to_f32(w[j * ws + c]);
+                        mag += fabs((double)x[t * xs + c] * bf16_to_f32(w[j * ws + c]));
+                    }
+                    CHECK(fabs(o2[t * os + j] - exact) <= (0x1p-8 + 2.0 * (double)kk * 6e-8) * mag + 1e-30,
+                          "%s: %g off the exact %g (k=%lld)", k->name, o2[t * os + j], exact, (long long)kk);
+                }
+            }
+            free(x);
+            free(xb);
+            free(xr);
+            free(w);
+            free(o1);
+            free(o2);
+            free(alone);
+        }
+    }
+    printf("  %d table(s) with a bf16 path compared with the reference\n", tested);
+
+    /* the cpu backend's default for BF16 weights: a batch (its activations
+     * rounded once, the rows split over the workers) and each token alone,
+     * the reference's bits */
+    const struct kern *best = kern_bf16_supported(kern_best()) ? kern_best() : &kern_ref;
+    const int64_t m = 37, kk = 1000, nx = 11;
+    struct backend *be = cpu_backend_init(2, best);
+    uint16_t *w = malloc(2 * (size_t)(m * kk)), *xr = malloc(2 * (size_t)(nx * kk));
+    float *x = malloc(4 * (size_t)(nx * kk)), *ref = malloc(4 * (size_t)(nx * m));
+    for (int64_t i = 0; i < m * kk; i++)
+        w[i] = f32_to_bf16(rndf());
+    for (int64_t i = 0; i < nx * kk; i++)
+        x[i] = rndf();
+    for (int64_t t = 0; t < nx; t++)
+        kern_ref.bf16_round(x + t * kk, kk, xr + t * kk);
+    kern_ref.matmul_bf16_bf16(xr, kk, (int32_t)nx, w, kk, kk, ref, m, 0, m);
+    struct tensor hw = {DT_BF16, m, kk, kk, w, false}, wt, xt, ot;
+    CHECK(be->ops->weight(be, &wt, &hw) == 0, "weights");
+    be->ops->alloc(be, &xt, DT_F32, nx, kk);
+    be->ops->alloc(be, &ot, DT_F32, nx, m);
+    be->ops->write(be, &xt, 0, nx, x);
+    be->ops->matmul(be, &ot, &xt, &wt);
+    CHECK(memcmp(ot.data, ref, (size_t)(nx * m) * 4) == 0, "%s: the backend's batch differs", best->name);
+    for (int64_t r = 0; r < nx; r++) {
+        struct tensor xo = tensor_rows(&xt, r, 1), oo = tensor_rows(&ot, 0, 1);
+        be->ops->matmul(be, &oo, &xo, &wt);
+        CHECK(memcmp(oo.data, ref + r * m, (size_t)m * 4) == 0, "%s: token %lld alone differs", best->name,
+              (long long)r);
+    }
+    be->ops->release(be, &xt);
+    be->ops->release(be, &ot);
+    be->ops->release(be, &wt);
+    be->ops->free(be);
+    free(w);
+    free(xr);
+    free(x);
+    free(ref);
 }
 
 void test_kern_vector(void)

@@ -37,6 +37,14 @@ static void cpu_release(struct backend *be, struct tensor *t)
     memset(t, 0, sizeof *t);
 }
 
+/* Bytes of one activation row rounded for the fast product with weights of
+ * type t and k columns: int8 blocks (matmul_q8), or bf16 for BF16 weights
+ * (matmul_bf16_bf16); 0 where there is none. */
+static int64_t fast_row_bytes(enum dtype t, int64_t k)
+{
+    return t == DT_BF16 ? kern_bf16_row_bytes(k) : kern_q8_row_bytes(t, k);
+}
+
 static int cpu_weight(struct backend *be, struct tensor *dst, const struct tensor *host)
 {
     struct cpu_backend *c = cpu_of(be);
@@ -49,7 +57,7 @@ static int cpu_weight(struct backend *be, struct tensor *dst, const struct tenso
         c->dq = p;
         c->dq_per_worker = per;
     }
-    const int64_t xb = KERN_MAX_NX * kern_q8_row_bytes(host->type, host->n_cols);
+    const int64_t xb = KERN_MAX_NX * fast_row_bytes(host->type, host->n_cols);
     if (xb > c->xq_per_worker) {
         uint8_t *p = aligned_alloc(64, (size_t)(xb * pool_n_threads(c->pool)));
         if (!p)
@@ -117,25 +125,35 @@ void cpu_backend_set_precise(struct backend *be, bool precise)
 {
     struct cpu_backend *c = cpu_of(be);
     c->q8 = !precise && kern_q8_supported(c->k);
+    c->bf16 = !precise && kern_bf16_supported(c->k);
 }
 
-/* Activation rows for matmul_q8: rounded already (rows, stride bytes apart)
- * or, rows NULL, to be rounded a token tile at a time into own. */
-struct q8_x {
+/* Activation rows for the fast products: rounded already (rows, stride
+ * bytes apart) or, rows NULL, to be rounded a token tile at a time into own. */
+struct fast_x {
     const uint8_t *rows;
     int64_t stride;
     uint8_t *own;
 };
 
-static struct q8_x q8_of(const struct cpu_backend *c, const uint8_t *rows, int64_t stride, int32_t worker)
+static struct fast_x fast_of(const struct cpu_backend *c, const uint8_t *rows, int64_t stride, int32_t worker)
 {
-    return (struct q8_x){rows, stride, c->xq_own ? c->xq_own + worker * c->xq_per_worker : NULL};
+    return (struct fast_x){rows, stride, c->xq_own ? c->xq_own + worker * c->xq_per_worker : NULL};
 }
 
-/* Whether w's products take the int8 path. */
-static bool q8_takes(const struct cpu_backend *c, const struct tensor *w)
+/* Whether w's products take a fast path (int8 or bf16 activations). */
+static bool fast_takes(const struct cpu_backend *c, const struct tensor *w)
 {
-    return c->q8 && kern_q8_row_bytes(w->type, w->n_cols) > 0;
+    return (w->type == DT_BF16 ? c->bf16 : c->q8) && fast_row_bytes(w->type, w->n_cols) > 0;
+}
+
+/* One activation row of x's k values rounded for w's fast product. */
+static void fast_round(const struct kern *k, const struct tensor *w, const float *x, uint8_t *xr)
+{
+    if (w->type == DT_BF16)
+        k->bf16_round(x, w->n_cols, (uint16_t *)xr);
+    else
+        k->q8_quant(w->type, x, w->n_cols, xr);
 }
 
 struct mm_job {
@@ -143,40 +161,47 @@ struct mm_job {
     const struct tensor *x, *w;
     struct tensor *out;
     int64_t chunk;
-    const uint8_t *xq; /* x rounded for matmul_q8, or NULL */
+    const uint8_t *xq; /* x rounded for w's fast product, or NULL */
     int64_t xq_stride;
 };
 
 /* out's columns [j0, j1) = x . w's rows [j0, j1)^T, the tokens in tiles.
- * Block-type rows take the int8 path when q8 is given (matmul_q8, a token
- * tile at a time over the rows, which stay in L2 between tiles). Otherwise
- * up to KERN_MAX_NX tokens (decoding) go to the kern's matmul_q, which
- * dequantises each chunk in registers for every token at once; a larger
+ * With fx the product is the fast one, a token tile at a time over the rows
+ * (which stay in L2 between tiles): int8 activations for block types
+ * (matmul_q8), bf16 for BF16 weights (matmul_bf16_bf16). Otherwise, for
+ * block-type rows, up to KERN_MAX_NX tokens (decoding) go to the kern's
+ * matmul_q, which dequantises each chunk in registers for every token at once; a larger
  * batch has the rows dequantised DQ_ROWS at a time into dq (the worker's
  * buffer) and multiplied as fp32 rows, so that each is dequantised once for
  * all its token tiles. Both give the sums matmul_f32 makes over the
  * dequantised rows, so a token's row has the same bits alone and in any
  * batch (on either path). */
 static void mm_rows(const struct kern *k, struct tensor *out, const struct tensor *x, const struct tensor *w, int64_t j0,
-                    int64_t j1, float *dq, const struct q8_x *q8)
+                    int64_t j1, float *dq, const struct fast_x *fx)
 {
-    if (dtype_is_block(w->type)) {
-        const int64_t n = w->n_cols;
-        if (q8) {
-            const int64_t rb = kern_q8_row_bytes(w->type, n);
-            for (int64_t t = 0; t < x->n_rows; t += KERN_MAX_NX) {
-                int32_t nt = (int32_t)(x->n_rows - t < KERN_MAX_NX ? x->n_rows - t : KERN_MAX_NX);
-                const uint8_t *xr = q8->rows ? q8->rows + t * q8->stride : q8->own;
-                if (!q8->rows)
-                    for (int32_t i = 0; i < nt; i++)
-                        k->q8_quant(w->type, f32_row(x, t + i), n, q8->own + i * rb);
-                const int done = k->matmul_q8(w->type, xr, q8->rows ? q8->stride : rb, nt, w->data, w->row_stride, n,
-                                              f32_row(out, t), out->row_stride, j0, j1);
-                assert(done);
-                (void)done;
+    const int64_t n = w->n_cols;
+    if (fx) {
+        const int64_t rb = fast_row_bytes(w->type, n), xs = fx->rows ? fx->stride : rb;
+        assert(fx->rows || fx->own); /* own is sized as the weights are bound */
+        for (int64_t t = 0; t < x->n_rows; t += KERN_MAX_NX) {
+            int32_t nt = (int32_t)(x->n_rows - t < KERN_MAX_NX ? x->n_rows - t : KERN_MAX_NX);
+            const uint8_t *xr = fx->rows ? fx->rows + t * fx->stride : fx->own;
+            if (!fx->rows)
+                for (int32_t i = 0; i < nt; i++)
+                    fast_round(k, w, f32_row(x, t + i), fx->own + i * rb);
+            if (w->type == DT_BF16) {
+                k->matmul_bf16_bf16((const uint16_t *)xr, xs / 2, nt, w->data, w->row_stride, n, f32_row(out, t),
+                                    out->row_stride, j0, j1);
+                continue;
             }
-            return;
+            const int done = k->matmul_q8(w->type, xr, xs, nt, w->data, w->row_stride, n, f32_row(out, t),
+                                          out->row_stride, j0, j1);
+            assert(done);
+            (void)done;
         }
+        return;
+    }
+    if (dtype_is_block(w->type)) {
         if (x->n_rows <= KERN_MAX_NX && k->matmul_q(w->type, f32_row(x, 0), x->row_stride, (int32_t)x->n_rows, w->data,
                                                     w->row_stride, n, f32_row(out, 0), out->row_stride, j0, j1))
             return;
@@ -206,21 +231,21 @@ static void mm_task(void *ctx, int32_t task, int32_t worker)
     const struct mm_job *j = ctx;
     const struct cpu_backend *c = j->c;
     int64_t j0 = (int64_t)task * j->chunk, j1 = j0 + j->chunk;
-    const struct q8_x q8 = q8_of(c, j->xq, j->xq_stride, worker);
+    const struct fast_x fx = fast_of(c, j->xq, j->xq_stride, worker);
     mm_rows(c->k, j->out, j->x, j->w, j0, j1 < j->w->n_rows ? j1 : j->w->n_rows, dq_of(c->dq, c->dq_per_worker, worker),
-            q8_takes(c, j->w) ? &q8 : NULL);
+            fast_takes(c, j->w) ? &fx : NULL);
 }
 
-static void q8_task(void *ctx, int32_t task, int32_t worker)
+static void round_task(void *ctx, int32_t task, int32_t worker)
 {
     (void)worker;
     const struct mm_job *j = ctx;
-    j->c->k->q8_quant(j->w->type, f32_row(j->x, task), j->w->n_cols, (uint8_t *)j->xq + task * j->xq_stride);
+    fast_round(j->c->k, j->w, f32_row(j->x, task), (uint8_t *)j->xq + task * j->xq_stride);
 }
 
-/* The int8 path's activation rows of x rounded once into c->xq for all the
+/* The fast path's activation rows of x rounded once into c->xq for all the
  * tasks; left NULL where the buffer cannot grow (each task then rounds its own). */
-static void q8_round(struct cpu_backend *c, struct mm_job *j)
+static void round_rows(struct cpu_backend *c, struct mm_job *j)
 {
     const int64_t bytes = j->x->n_rows * j->xq_stride;
     if (bytes > c->xq_cap) {
@@ -234,9 +259,9 @@ static void q8_round(struct cpu_backend *c, struct mm_job *j)
     j->xq = c->xq;
     if (j->x->n_rows <= KERN_MAX_NX)
         for (int32_t r = 0; r < j->x->n_rows; r++)
-            q8_task(j, r, 0);
+            round_task(j, r, 0);
     else
-        pool_run(c->pool, q8_task, j, (int32_t)j->x->n_rows);
+        pool_run(c->pool, round_task, j, (int32_t)j->x->n_rows);
 }
 
 static void cpu_matmul(struct backend *be, struct tensor *out, const struct tensor *x, const struct tensor *w)
@@ -253,9 +278,9 @@ static void cpu_matmul(struct backend *be, struct tensor *out, const struct tens
         chunk = 64;
     chunk = (chunk + 3) & ~(int64_t)3;
     struct mm_job j = {c, x, w, out, chunk, NULL, 0};
-    if (q8_takes(c, w)) {
-        j.xq_stride = kern_q8_row_bytes(w->type, w->n_cols);
-        q8_round(c, &j);
+    if (fast_takes(c, w)) {
+        j.xq_stride = fast_row_bytes(w->type, w->n_cols);
+        round_rows(c, &j);
     }
     pool_run(c->pool, mm_task, &j, (int32_t)((w->n_rows + chunk - 1) / chunk));
 }
@@ -691,10 +716,10 @@ static void moe_up_task(void *ctx, int32_t task, int32_t worker)
     const int64_t j0 = (task % j->n_chunk) * j->chunk, j1 = j0 + j->chunk < j->inter ? j0 + j->chunk : j->inter;
     const struct tensor x = moe_cols(j, e, 0, j->hidden);
     struct tensor g = moe_cols(j, e, j->hidden, j->inter), u = moe_cols(j, e, j->hidden + j->inter, j->inter);
-    const struct q8_x q8 = q8_of(j->c, NULL, 0, worker);
-    mm_rows(j->c->k, &u, &x, &j->ex->up[e], j0, j1, dq, q8_takes(j->c, &j->ex->up[e]) ? &q8 : NULL);
+    const struct fast_x fx = fast_of(j->c, NULL, 0, worker);
+    mm_rows(j->c->k, &u, &x, &j->ex->up[e], j0, j1, dq, fast_takes(j->c, &j->ex->up[e]) ? &fx : NULL);
     if (j->ex->gate)
-        mm_rows(j->c->k, &g, &x, &j->ex->gate[e], j0, j1, dq, q8_takes(j->c, &j->ex->gate[e]) ? &q8 : NULL);
+        mm_rows(j->c->k, &g, &x, &j->ex->gate[e], j0, j1, dq, fast_takes(j->c, &j->ex->gate[e]) ? &fx : NULL);
     for (int64_t t = 0; t < u.n_rows; t++) { /* cpu_swiglu's and cpu_relu2's arithmetic */
         float *a = f32_row(&u, t);
         const float *b = f32_row(&g, t);
@@ -710,9 +735,9 @@ static void moe_down_task(void *ctx, int32_t task, int32_t worker)
     const int64_t j0 = (task % j->n_chunk) * j->chunk, j1 = j0 + j->chunk < j->hidden ? j0 + j->chunk : j->hidden;
     const struct tensor u = moe_cols(j, e, j->hidden + j->inter, j->inter);
     struct tensor d = moe_cols(j, e, 2 * j->inter + j->hidden, j->hidden);
-    const struct q8_x q8 = q8_of(j->c, NULL, 0, worker);
+    const struct fast_x fx = fast_of(j->c, NULL, 0, worker);
     mm_rows(j->c->k, &d, &u, &j->ex->down[e], j0, j1, dq_of(j->c->dq, j->c->dq_per_worker, worker),
-            q8_takes(j->c, &j->ex->down[e]) ? &q8 : NULL);
+            fast_takes(j->c, &j->ex->down[e]) ? &fx : NULL);
 }
 
 /* rows per task: about eight tasks a thread over all the experts' rows, a
@@ -965,6 +990,7 @@ struct backend *cpu_backend_init(int32_t n_threads, const struct kern *kern)
     c->base.ops = &cpu_ops;
     c->k = kern ? kern : kern_best();
     c->q8 = kern_q8_supported(c->k);
+    c->bf16 = kern_bf16_supported(c->k);
     c->pool = pool_init(n_threads);
     if (!c->pool) {
         free(c);

@@ -12,9 +12,10 @@
 /* n_threads <= 0: one per online core. kern NULL: kern_best(). NULL with err_set() on failure. */
 struct backend *cpu_backend_init(int32_t n_threads, const struct kern *kern);
 /* A backend starts fast: block-type weights multiply activations rounded to
- * int8 (kern.h's matmul_q8) where its table has such kernels for the CPU.
- * Precise keeps them exact instead (kapitsa check, bitwise comparisons): the
- * products of the dequantised weights in fp32. */
+ * int8 (kern.h's matmul_q8), and BF16 weights activations rounded to bf16
+ * (matmul_bf16_bf16), where its table has such kernels for the CPU. Precise
+ * keeps them exact instead (kapitsa check, bitwise comparisons): the
+ * products of the (dequantised) weights by the fp32 activations in fp32. */
 void cpu_backend_set_precise(struct backend *be, bool precise);
 /* How many runs of rows the last attention split its batch into (each run's
  * keys read once for all its rows), for the tests. */

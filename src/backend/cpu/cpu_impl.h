@@ -46,6 +46,9 @@ struct cpu_backend {
      * MoE tasks, a token tile at a time into each worker's xq_own
      * ([workers][KERN_MAX_NX][widest such row], sized as the weights are bound) */
     bool q8;
+    /* the bf16 path (kern.h's matmul_bf16_bf16): taken for BF16 weights
+     * unless precise, its activation rows rounded into the same buffers */
+    bool bf16;
     uint8_t *xq;
     int64_t xq_cap;
     uint8_t *xq_own;

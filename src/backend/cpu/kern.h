@@ -18,6 +18,10 @@
 typedef void (*kern_matmul_fn)(const float *x, int64_t x_stride, int32_t n_x, const void *w, int64_t w_stride,
                                int64_t k, float *out, int64_t out_stride, int64_t j0, int64_t j1);
 
+typedef void (*kern_matmul_bf16_bf16_fn)(const uint16_t *x, int64_t x_stride, int32_t n_x, const void *w,
+                                         int64_t w_stride, int64_t k, float *out, int64_t out_stride, int64_t j0,
+                                         int64_t j1);
+
 struct kern {
     const char *name;
     kern_matmul_fn matmul_bf16;
@@ -64,6 +68,13 @@ struct kern {
                         float scale, float *out, int32_t ld);
     void (*axpy_rows_bf16)(float *const *y, int32_t nq, const float *a, int32_t ld, const uint16_t *const *rows,
                            int32_t n, int64_t hd);
+    /* The fast products over BF16 weights (NULL where the table has none):
+     * bf16_round rounds k fp32 activations to bf16 (kern_bf16_round each);
+     * matmul_bf16_bf16 multiplies n_x such rows (x_stride elements apart) by
+     * the weights as kern_bf16_dot sums them; the other arguments as
+     * matmul_bf16's. */
+    void (*bf16_round)(const float *x, int64_t k, uint16_t *xb);
+    kern_matmul_bf16_bf16_fn matmul_bf16_bf16;
 };
 
 /* Activation rows for matmul_q8. A block's values x become q = round(x *
@@ -119,6 +130,29 @@ int kern_vnni_matmul_q8(enum dtype t, const void *xq, int64_t xq_stride, int32_t
                         int64_t k, float *out, int64_t out_stride, int64_t j0, int64_t j1);
 /* Whether the table's matmul_q8 runs on this CPU (the avx512 one needs VNNI). */
 int kern_q8_supported(const struct kern *k);
+
+/* The bf16 path's arithmetic, what VCVTNEPS2BF16 and VDPBF16PS do (Intel's
+ * SDM), which every table's bf16_round and matmul_bf16_bf16 give bit for
+ * bit. An activation is rounded to bf16 to nearest even (a NaN stays a
+ * quiet NaN; an fp32 denormal becomes a zero of its sign). A row's product
+ * x . w over k elements is 16 fp32 lanes from zero, each 32-element chunk c
+ * adding to lane l the pair c + 2l + 1, then c + 2l (elements past k are
+ * zeros), each as one fused multiply-add rounded to nearest even, with a
+ * denormal operand read as zero and a denormal result flushed to zero; the
+ * lanes then summed as kern_q8_hsum. Against the exact product this errs
+ * by at most 2^-8 of sum |x w| from the activations' rounding (the weights
+ * are bf16 already), plus fp32's sums. kern_ref.c has it step by step. */
+uint16_t kern_bf16_round(float f);
+float kern_bf16_dot(const uint16_t *x, const uint16_t *w, int64_t k);
+/* Bytes of one activation row of k rounded for matmul_bf16_bf16: k bf16
+ * values, the rows padded to 64 bytes apart. */
+static inline int64_t kern_bf16_row_bytes(int64_t k) { return (k + 31) / 32 * 64; }
+/* kern_bf16.c: the avx512 table's bf16 path, with AVX512-BF16. */
+void kern_avx512_bf16_round(const float *x, int64_t k, uint16_t *xb);
+void kern_avx512_matmul_bf16_bf16(const uint16_t *x, int64_t x_stride, int32_t n_x, const void *w, int64_t w_stride,
+                                  int64_t k, float *out, int64_t out_stride, int64_t j0, int64_t j1);
+/* Whether the table's bf16 path runs on this CPU (the avx512 one needs AVX512-BF16). */
+int kern_bf16_supported(const struct kern *k);
 
 /* e^x for x <= 0, the one formula every table uses (vector lanes and scalar
  * tails alike, so that a value does not depend on where it stands): round

@@ -36,6 +36,8 @@
 #define KERN_JR 2
 #define KERN_Q8_QUANT NULL
 #define KERN_MATMUL_Q8 NULL
+#define KERN_BF16_ROUND NULL
+#define KERN_MATMUL_BF16_BF16 NULL
 #define KERN_NAME "avx2"
 #define KERN_TABLE kern_avx2
 #define KFN(x) avx2_##x

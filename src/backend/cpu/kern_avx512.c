@@ -35,6 +35,8 @@
 #define KERN_JR 4
 #define KERN_Q8_QUANT kern_vnni_q8_quant
 #define KERN_MATMUL_Q8 kern_vnni_matmul_q8
+#define KERN_BF16_ROUND kern_avx512_bf16_round
+#define KERN_MATMUL_BF16_BF16 kern_avx512_matmul_bf16_bf16
 #define KERN_NAME "avx512"
 #define KERN_TABLE kern_avx512
 #define KFN(x) avx512_##x

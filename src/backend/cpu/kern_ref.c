@@ -188,6 +188,43 @@ static int ref_matmul_q8(enum dtype t, const void *xq, int64_t xq_stride, int32_
     return 1;
 }
 
+/* ---- the bf16 path (kern.h): the arithmetic every bf16_round and matmul_bf16_bf16 has ---- */
+
+uint16_t kern_bf16_round(float f)
+{
+    return fpclassify(f) == FP_SUBNORMAL ? (uint16_t)(signbit(f) ? 0x8000 : 0) : f32_to_bf16(f);
+}
+
+/* a denormal as a zero of its sign: VDPBF16PS's inputs and results */
+static float ref_ftz(float v) { return fpclassify(v) == FP_SUBNORMAL ? copysignf(0.0f, v) : v; }
+
+float kern_bf16_dot(const uint16_t *x, const uint16_t *w, int64_t k)
+{
+    float acc[16] = {0};
+    for (int64_t c = 0; c < k; c += 32)
+        for (int l = 0; l < 16; l++)
+            for (int e = 1; e >= 0; e--) {
+                const int64_t i = c + 2 * l + e;
+                const float a = i < k ? bf16_to_f32(x[i]) : 0.0f, b = i < k ? bf16_to_f32(w[i]) : 0.0f;
+                acc[l] = ref_ftz(fmaf(ref_ftz(a), ref_ftz(b), acc[l]));
+            }
+    return kern_q8_hsum(acc);
+}
+
+static void ref_bf16_round(const float *x, int64_t k, uint16_t *xb)
+{
+    for (int64_t i = 0; i < k; i++)
+        xb[i] = kern_bf16_round(x[i]);
+}
+
+static void ref_matmul_bf16_bf16(const uint16_t *x, int64_t x_stride, int32_t n_x, const void *w, int64_t w_stride,
+                                 int64_t k, float *out, int64_t out_stride, int64_t j0, int64_t j1)
+{
+    for (int32_t t = 0; t < n_x; t++)
+        for (int64_t j = j0; j < j1; j++)
+            out[t * out_stride + j] = kern_bf16_dot(x + t * x_stride, (const uint16_t *)w + j * w_stride, k);
+}
+
 static float ref_dot(const float *a, const float *b, int64_t n)
 {
     float s = 0;
@@ -281,7 +318,8 @@ static void ref_axpy_rows_bf16(float *const *y, int32_t nq, const float *a, int3
 const struct kern kern_ref = {
     "ref",           ref_matmul_bf16, ref_matmul_f16, ref_matmul_f32, quant_dequant, ref_matmul_q,
     ref_q8_quant,    ref_matmul_q8,   ref_dot,        ref_axpy,       ref_scale,     ref_sumsq,
-    ref_scores,      ref_exp_sum,     ref_axpy_rows,  ref_scores_bf16, ref_axpy_rows_bf16,
+    ref_scores,      ref_exp_sum,     ref_axpy_rows,  ref_scores_bf16, ref_axpy_rows_bf16, ref_bf16_round,
+    ref_matmul_bf16_bf16,
 };
 
 /* F16C from cpuid itself: clang before 16 does not know it in __builtin_cpu_supports. */
@@ -306,6 +344,19 @@ int kern_q8_supported(const struct kern *k)
 {
     __builtin_cpu_init();
     return k->matmul_q8 && kern_supported(k) && (k != &kern_avx512 || __builtin_cpu_supports("avx512vnni"));
+}
+
+/* AVX512-BF16 from cpuid itself (leaf 7, sub-leaf 1, EAX bit 5): older
+ * compilers do not know it in __builtin_cpu_supports. */
+static int cpu_has_avx512_bf16(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
+}
+
+int kern_bf16_supported(const struct kern *k)
+{
+    return k->matmul_bf16_bf16 && kern_supported(k) && (k != &kern_avx512 || cpu_has_avx512_bf16());
 }
 
 const struct kern *kern_best(void)

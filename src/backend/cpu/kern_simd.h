@@ -13,6 +13,7 @@
  *   V_LUT16(a,t)      optional: lane i of t (16 fp32) chosen by the low 4 bits of a's lane
  *   KERN_JR           weight rows per matmul micro-tile
  *   KERN_Q8_QUANT KERN_MATMUL_Q8   the table's int8 path (kern.h), or NULL
+ *   KERN_BF16_ROUND KERN_MATMUL_BF16_BF16   its bf16 path (kern.h), or NULL
  *   KERN_NAME         the table's name, KERN_TABLE its symbol, KFN(x) a name prefix
  * The block-type code also uses AVX2 intrinsics itself on 32-byte runs of
  * codes, which both tables have. Sums are reordered relative to kern_ref
@@ -672,5 +673,5 @@ const struct kern KERN_TABLE = {
     KERN_NAME,       KFN(matmul_bf16),    KFN(matmul_f16), KFN(matmul_f32), KFN(dequant), KFN(matmul_q),
     KERN_Q8_QUANT,   KERN_MATMUL_Q8,      KFN(dot),
     KFN(axpy),       KFN(scale),          KFN(sumsq),      KFN(scores_f32), KFN(exp_sum),
-    KFN(axpy_rows_f32), KFN(scores_bf16), KFN(axpy_rows_bf16),
+    KFN(axpy_rows_f32), KFN(scores_bf16), KFN(axpy_rows_bf16), KERN_BF16_ROUND, KERN_MATMUL_BF16_BF16,
 };
