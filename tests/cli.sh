@@ -120,6 +120,10 @@ expect "run --verbose: the timings on stderr, as ollama run --verbose gives them
 expect "run --verbose: the same text on stdout" 0 "    return np.array([1, 2, 3" -- \
     sh -c "cd '$here/..' && '$bin' run --verbose --max-tokens 12 'def is_prime(n):
 ' 2>/dev/null"
+expect "run --precision exact (fp32 products): the same greedy text" 0 "    return np.array([1, 2, 3" -- \
+    sh -c "cd '$here/..' && '$bin' run --precision exact --max-tokens 12 'def is_prime(n):
+'"
+expect "--precision takes exact or fast" 2 "--precision takes exact or fast" -- "$bin" run --precision bogus hi
 expect "run with an f32 KV cache: the same greedy text as the default bf16" 0 "    return np.array([1, 2, 3" -- \
     sh -c "cd '$here/..' && '$bin' run --kv-type f32 --max-tokens 12 'def is_prime(n):
 '"

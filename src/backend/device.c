@@ -84,6 +84,8 @@ static struct backend *open_named(const char *name, int32_t n_threads, bool prec
 
 struct backend *device_open(const char *name, int32_t n_threads, bool precise)
 {
+    const char *pr = getenv("KAPITSA_PRECISION");
+    precise = precise || (pr && strcmp(pr, "exact") == 0);
     struct backend *be = open_named(name, n_threads, precise);
     const char *prof = getenv("KAPITSA_PROFILE");
     return be && prof && *prof && *prof != '0' ? profile_wrap(be) : be;

@@ -2,7 +2,8 @@
  * "cuda:N", or "auto": the first CUDA device when this build has the cuda
  * backend and the machine a GPU, else the cpu. The CLI's --device and the
  * KAPITSA_DEVICE environment variable name one; auto is the default.
- * KAPITSA_PROFILE=1 times every op (profile.h). */
+ * KAPITSA_PROFILE=1 times every op (profile.h); KAPITSA_PRECISION=exact makes
+ * every backend precise (the CLI's --precision exact). */
 #ifndef KP_DEVICE_H
 #define KP_DEVICE_H
 

@@ -39,7 +39,9 @@ static void usage(FILE *f)
                "  version       version, commit, backends and cpu kernels (also --version)\n"
                "  help          this text\n"
                "A model not yet downloaded is pulled when you agree (asked on a terminal), or with --pull\n"
-               "given to any command.\n\n"
+               "given to any command. --precision exact (any command; KAPITSA_PRECISION): products in\n"
+               "fp32 as the reference computes them, instead of the default fast paths (bf16 or int8\n"
+               "activations; check uses exact unless --fast).\n\n"
                "'kapitsa COMMAND --help' describes a command's options.\n");
 }
 
@@ -150,11 +152,22 @@ int main(int argc, char **argv)
         if (strcmp(cmd, commands[k].name) == 0) {
             cli_opt_command(cmd);
             int n = 0;
-            for (int i = 2; i < argc; i++) /* --pull: cli_model_dir's, for every command */
-                if (strcmp(cmd, "pull") != 0 && strcmp(argv[i], "--pull") == 0)
-                    pull_allowed = true;
-                else
+            for (int i = 2; i < argc; i++) {
+                const char *v = NULL;
+                int f;
+                if (strcmp(cmd, "pull") != 0 && strcmp(argv[i], "--pull") == 0) {
+                    pull_allowed = true; /* cli_model_dir's, for every command */
+                } else if ((f = cli_flag(argc, argv, &i, "--precision", &v)) != 0) {
+                    /* every backend a command opens (device.h reads it) */
+                    if (f < 0 || (strcmp(v, "exact") != 0 && strcmp(v, "fast") != 0)) {
+                        fprintf(stderr, "kapitsa %s: --precision takes exact or fast\n", cmd);
+                        return 2;
+                    }
+                    setenv("KAPITSA_PRECISION", v, 1);
+                } else {
                     argv[2 + n++] = argv[i];
+                }
+            }
             return commands[k].fn(n, argv + 2);
         }
     if (cli_switch(cmd, "-V|--version")) {
