@@ -16,11 +16,11 @@ pkgs="@anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0 opencode-ai@1.18.3
 mkdir -p "$dir"
 if [ "$(cat "$dir/.pkgs" 2>/dev/null)" != "$pkgs" ]; then
     # shellcheck disable=SC2086
-    bash tests/npm_install.sh "$dir" $pkgs || { echo "agents: 0 passed, 1 failed (npm install)"; exit 1; }
+    bash tests/lib/npm_install.sh "$dir" $pkgs || { echo "agents: 0 passed, 1 failed (npm install)"; exit 1; }
     echo "$pkgs" > "$dir/.pkgs"
 fi
 export PATH="$PWD/$dir/node_modules/.bin:$PATH"
-. tests/lib.sh
+. tests/lib/lib.sh
 port=$(free_port)
 log=$(mktemp)
 tmp=$(mktemp -d)

@@ -14,7 +14,7 @@ trap 'rm -rf "$tmp"' EXIT
 export KAPITSA_DEVICE=cpu # the cpu unless a test names --device
 export ASAN_OPTIONS=exitcode=99:detect_leaks=1
 export UBSAN_OPTIONS=halt_on_error=1:exitcode=98:print_stacktrace=1
-. "$here/lib.sh"
+. "$here/lib/lib.sh"
 
 for arch in qwen3 qwen3_moe qwen3_yarn_sharded qwen3_f16_linear qwen3_moe_mixed; do
     expect "check $arch" 0 "ok" "ids identical ok" -- "$bin" check "$fx/$arch"
@@ -51,7 +51,7 @@ for arch in qwen3_next qwen3_5 qwen3_5_moe nemotron_h nemotron_h_moe qwen3_5_wra
         done
     done
 done
-python3 "$here/break_hybrid.py" "$fx" "$tmp/hybrid"
+python3 "$here/lib/break_hybrid.py" "$fx" "$tmp/hybrid"
 h="$tmp/hybrid"
 expect "hybrid: layer_types too short" 1 "'layer_types' must list one type per layer (4 layers)" -- "$bin" check "$h/qwen_pattern_len"
 expect "hybrid: unknown layer type" 1 "layer 1 has unknown type 'sliding_attention'" -- "$bin" check "$h/qwen_unknown_type"
@@ -65,7 +65,7 @@ expect "nemotron: bare Infinity and the pattern form" 0 "ids identical ok" -- "$
 expect "qwen3.5 without the output gate wants a smaller q_proj" 1 "q_proj.weight' has shape [256, 64], expected [128, 64]" -- "$bin" check "$h/qwen_no_gate"
 expect "nemotron: pattern not a list" 1 "layer pattern (not a list or string)" -- "$bin" check "$h/nemo_list"
 
-python3 "$here/break_checkpoint.py" "$fx/qwen3" "$tmp/broken"
+python3 "$here/lib/break_checkpoint.py" "$fx/qwen3" "$tmp/broken"
 b=$tmp/broken
 expect "truncated weights" 1 "model.safetensors" "outside" -- "$bin" check "$b/truncated"
 expect "offsets past the end" 1 "model.safetensors" "q_proj.weight" "outside" -- "$bin" check "$b/past_end"
@@ -245,7 +245,7 @@ expect "bench --draft: four ways, identical; the verify curve beside the tuned s
     "$bin" bench --model "$m/kapitsa-tiny" --draft "$m/kapitsa-tiny-draft" --prompt-file "$here/../tools/bench_tasks/edit.txt" --gen 48 --json
 for f in qwen3 qwen3_moe nemotron_h_moe qwen3_5_wrapper qwen3_next; do
     expect "bench: $f's prefill FLOPs as its files count them (no embedding, no LM head)" 0 \
-        "\"prefill_flops\":$(python3 "$here/prefill_flops.py" "$fx/$f" 40)," -- \
+        "\"prefill_flops\":$(python3 "$here/lib/prefill_flops.py" "$fx/$f" 40)," -- \
         "$bin" bench --model "$fx/$f" --prompt 40 --gen 1 --json
 done
 expect "bench at several prompt lengths: a row each with the time to first token" 0 '"prompt":16' '"prompt":48' '"ttft_ms"' -- \

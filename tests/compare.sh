@@ -7,7 +7,7 @@ bin=$1
 tmp=$(mktemp -d)
 export KAPITSA_DEVICE=cpu
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/lib.sh"
+. "$here/lib/lib.sh"
 p1=$(free_port)
 p2=$(free_port)
 while [ "$p2" = "$p1" ]; do p2=$(free_port); done

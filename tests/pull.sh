@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # kapitsa pull / list / rm against a local server that speaks the Hugging Face
-# hub protocol (tests/hub_server.py): the cache layout huggingface_hub writes,
+# hub protocol (tests/lib/hub_server.py): the cache layout huggingface_hub writes,
 # resume after a dropped connection, a corrupted file refused, a gated model,
 # unknown repos and revisions, a file size limit (a full disk), two pulls of
 # one model at once, and model references resolving through the cache; one
@@ -17,13 +17,13 @@ export KAPITSA_DEVICE=cpu KAPITSA_CATALOG="$here/../models/catalog.json"
 mkdir -p "$tmp/gguf/BF16"
 "$bin" quantize "$here/../models/kapitsa-tiny" "$tmp/gguf/tiny-Q8_0.gguf" --recipe Q8_0 2>/dev/null
 "$bin" quantize "$here/../models/kapitsa-tiny" "$tmp/gguf/BF16/tiny-BF16.gguf" --recipe BF16 2>/dev/null
-python3 "$here/hub_server.py" "$here/../models/kapitsa-tiny" "$tmp/port" "$tmp/log" "$tmp/gguf" &
+python3 "$here/lib/hub_server.py" "$here/../models/kapitsa-tiny" "$tmp/port" "$tmp/log" "$tmp/gguf" &
 srv=$!
 trap 'kill $srv 2>/dev/null; rm -rf "$tmp"' EXIT
 for _ in $(seq 50); do [ -f "$tmp/port" ] && break; sleep 0.1; done
 export HF_ENDPOINT="http://127.0.0.1:$(cat "$tmp/port")" HF_HOME="$tmp/hf"
 unset HF_TOKEN HF_HUB_CACHE
-. "$here/lib.sh"
+. "$here/lib/lib.sh"
 # the layout huggingface_hub writes: blobs named by sha256 (LFS) or git blob sha1,
 # snapshot entries relative symlinks into blobs, refs/main holding the commit
 layout() { # REPO_DIR

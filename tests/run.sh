@@ -5,7 +5,7 @@
 #
 # The suites run in groups, several groups at once (KAPITSA_TEST_JOBS, default
 # the number of cores, at least 2; 1 runs them one after another). A group's
-# suites run in turn: those that pick TCP ports with free_port (tests/lib.sh:
+# suites run in turn: those that pick TCP ports with free_port (tests/lib/lib.sh:
 # cli, compare) share one group, so that no two pick at once; the server suites
 # take their ports from the kernel (--port 0), but share one group for their
 # npm install on first use. Each suite's output is printed whole when it ends.

@@ -7,7 +7,7 @@
 set -u
 cd "$(dirname "$0")/server"
 if ! npm ls --depth=0 >/dev/null 2>&1; then
-    bash ../npm_install.sh . || { echo "server: 0 passed, 1 failed (npm install)"; exit 1; }
+    bash ../lib/npm_install.sh . || { echo "server: 0 passed, 1 failed (npm install)"; exit 1; }
 fi
 out=$(mktemp)
 cache=$(mktemp -d) # the KFlash tuning file of servers with --draft, kept out of $HOME

@@ -14,7 +14,7 @@ if [ -z "$chromium" ] || [ ! -x "$chromium" ]; then
     exit 0
 fi
 if [ ! -d node_modules/puppeteer-core ]; then
-    bash ../npm_install.sh . || { echo "web: 0 passed, 1 failed (npm install)"; exit 1; }
+    bash ../lib/npm_install.sh . || { echo "web: 0 passed, 1 failed (npm install)"; exit 1; }
 fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT

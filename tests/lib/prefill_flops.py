@@ -6,7 +6,7 @@ their active share) per token, the embedding table (a lookup) and the LM
 head (one row) left out, and the causal attention's q.k and p.v products
 over n(n+1)/2 pairs per head of each attention layer.
 
-  python3 tests/prefill_flops.py CHECKPOINT_DIR N
+  python3 tests/lib/prefill_flops.py CHECKPOINT_DIR N
 """
 import glob
 import json

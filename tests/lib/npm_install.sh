@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/npm_install.sh DIR [PACKAGE...]: npm install in DIR (its package.json,
+# tests/lib/npm_install.sh DIR [PACKAGE...]: npm install in DIR (its package.json,
 # or the packages named), tried three times with a pause between, since the
 # registry now and then drops a connection mid-install. On the last failure it
 # prints the end of npm's own output, so CI's log says why.
