@@ -461,6 +461,13 @@ if command -v script >/dev/null; then
 else
     echo "# no script(1): the terminal's progress line untested"
 fi
+if command -v script >/dev/null; then
+    python3 -c 'print("def f(x): return x + 1\n" * 120, end="")' >"$tmp/long_prompt"
+    script -qec "'$bin' run --max-tokens 2 \"\$(cat '$tmp/long_prompt')\" >/dev/null" /dev/null >"$tmp/ptty" 2>&1
+    if grep -q $'\r\e\[Kprompt: 1199 tokens in ' "$tmp/ptty"; then
+        ok "run on a terminal: a long prompt's prefill shows its progress"
+    else bad "run on a terminal: a long prompt's prefill shows its progress"; od -c "$tmp/ptty" | head -8; fi
+fi
 python3 -c "import random, struct, sys
 random.seed(1)
 open(sys.argv[1], 'wb').write(struct.pack('<2000i', *[random.randrange(1000) for _ in range(2000)]))" "$tmp/ids.bin"

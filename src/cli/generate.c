@@ -1,11 +1,16 @@
 /* generate: the command line's generation (see generate.h). */
 #define _GNU_SOURCE
 #include "generate.h"
+#include "progress.h"
 
 #include "../base/err.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* prompts this long show their prefill on a terminal */
+#define GEN_PROGRESS_MIN 512
 
 int cli_gen_init(struct cli_gen *g, struct model *m, struct model *dm, const struct tokenizer *tok,
                  const struct sampler_params *sp, const struct spec_params *kp, int32_t ctx, enum dtype kv_type)
@@ -89,9 +94,19 @@ int cli_gen_turn(struct cli_gen *g, const int32_t *ids, int32_t n, int64_t max_t
     struct sched_progress p;
     int32_t seen = 0;
     bool stopped = false;
+    /* a long prompt's prefill shows its progress on a terminal until the first token */
+    struct progress pg = {0};
+    const bool show = n >= GEN_PROGRESS_MIN && isatty(2);
+    if (show)
+        progress_begin(&pg, stderr, "prompt", n, "tokens");
     do {
-        /* with a stop flag, wake now and then to look at it (a signal does not end the wait) */
-        sched_req_poll(r, seen, stop ? 0.05 : -1, &p);
+        /* with a stop flag or a prefill to show, wake now and then to look (a signal does not end the wait) */
+        sched_req_poll(r, seen, stop || (show && seen == 0) ? 0.05 : -1, &p);
+        if (show && pg.open) {
+            progress_update(&pg, p.n_prefilled, NULL);
+            if (p.n_out > 0 || p.finish != SCHED_RUNNING)
+                progress_end(&pg);
+        }
         if (stop && *stop && !stopped) {
             sched_req_cancel(r);
             stopped = true;

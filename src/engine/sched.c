@@ -45,6 +45,7 @@ struct sched_req {
     double t_submit, t_first, t_done; /* seconds (monotonic): submitted, first token, finished */
     /* engine side */
     int32_t seq, n_fed;      /* prompt tokens already in the cache */
+    int32_t n_prefilled;     /* n_fed as pollers see it (under mu): a long prompt's progress */
     bool ckpt_due;           /* recurrent models: keep a checkpoint after this step */
     int32_t ckpt_at;         /* recurrent models: a checkpoint to keep mid-prompt, where the prompt
                                 leaves a cached conversation it shares a long prefix with; -1: none */
@@ -239,7 +240,8 @@ int32_t sched_req_poll(struct sched_req *r, int32_t seen, double seconds, struct
     /* t_first is written before the first token is published, t_done before the end */
     const double first = r->n_out > 0 ? r->t_first : 0, done = r->finish != SCHED_RUNNING ? r->t_done : 0;
     *p = (struct sched_progress){
-        .n_out = r->n_out, .n_cached = r->n_cached, .admitted = r->admitted, .finish = r->finish};
+        .n_out = r->n_out, .n_cached = r->n_cached, .n_prefilled = r->n_prefilled, .admitted = r->admitted,
+        .finish = r->finish};
     pthread_mutex_unlock(&r->mu);
     p->t_prefill = first > 0 ? first - r->t_submit : done > 0 ? done - r->t_submit : 0;
     p->t_decode = first > 0 && done > 0 ? done - first : 0;
@@ -650,6 +652,9 @@ static bool sched_step(struct sched *s)
                 s->owner[n] = a;
             }
             r->n_fed += k;
+            pthread_mutex_lock(&r->mu);
+            r->n_prefilled = r->n_fed;
+            pthread_mutex_unlock(&r->mu);
         } else { /* the last sampled token */
             int32_t len = r->n_prompt + r->n_out;
             n_dec--;

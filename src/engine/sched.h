@@ -98,6 +98,7 @@ void sched_get_stats(struct sched *s, struct sched_stats *st);
 struct sched_progress {
     int32_t n_out;              /* output tokens so far (sched_req_out) */
     int32_t n_cached;           /* prompt tokens reused from an earlier conversation (set at admission) */
+    int32_t n_prefilled;        /* prompt tokens in the cache so far: the reused ones, then chunk by chunk */
     bool admitted;              /* the request holds a slot (n_cached is final); false while it queues */
     enum sched_finish finish;   /* SCHED_RUNNING until it ends */
     double t_prefill, t_decode; /* seconds from submission to the first token, from it to the end (0: not yet) */
