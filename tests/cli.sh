@@ -450,7 +450,7 @@ assert d[\"format\"] == \"safetensors\" and a[\"recurrent_layers\"] > 0 and a[\"
 assert a[\"layers\"] == a[\"recurrent_layers\"] + a[\"attention_layers\"] and d[\"chat_template\"] is False, d
 assert d[\"draft\"] is None and d[\"parameters\"] > 0 and \"config.json\" in [f[\"name\"] for f in d[\"files\"]], d
 print(\"ok\")'"
-expect "quantize: its progress, a line per tenth and the end" 0 "quantize: 0.0 MB / 10.8 MB (0%), 0.0 MB/s  token_embd.weight" \
+expect "quantize: its progress, a line per tenth and the end" 0 "quantize: 0.0 MB / 10.8 MB (0%)  token_embd.weight" \
     "quantize: 10.8 MB in " -- "$bin" quantize "$m/kapitsa-tiny" "$tmp/tiny.gguf" --recipe Q4_K_M
 # on a terminal (script's pseudo-terminal), one line redrawn in place: the end replaces the first line
 if command -v script >/dev/null; then

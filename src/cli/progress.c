@@ -40,16 +40,20 @@ static void rate(const struct progress *p, char *buf, size_t n, double per_s)
 
 static void line(struct progress *p, const char *item)
 {
-    const double el = clock_now_s() - p->t0, per_s = el > 0 ? (double)p->done / el : 0;
-    char d[32], t[32], r[48], eta[32] = "";
+    /* a rate only after half a second: before, it says nothing (a mapped file "loads" at TB/s) */
+    const double el = clock_now_s() - p->t0, per_s = el >= 0.5 ? (double)p->done / el : 0;
+    char d[32], t[32], r[48] = "", eta[32] = "";
     amount(p, d, sizeof d, (double)p->done);
     amount(p, t, sizeof t, (double)p->total);
-    rate(p, r, sizeof r, per_s);
+    if (per_s > 0) {
+        r[0] = ',', r[1] = ' ';
+        rate(p, r + 2, sizeof r - 2, per_s);
+    }
     if (per_s > 0 && p->done < p->total) {
         const int s = (int)((double)(p->total - p->done) / per_s + 0.5);
         snprintf(eta, sizeof eta, ", %d:%02d left", s / 60, s % 60);
     }
-    fprintf(p->f, "%s%s: %s / %s%s%s (%.0f%%), %s%s%s%s%s", p->tty ? "\r\033[K" : "", p->what, d, t,
+    fprintf(p->f, "%s%s: %s / %s%s%s (%.0f%%)%s%s%s%s%s", p->tty ? "\r\033[K" : "", p->what, d, t,
             strcmp(p->unit, "B") ? " " : "", strcmp(p->unit, "B") ? p->unit : "", 100.0 * p->done / p->total, r, eta,
             item ? "  " : "", item ? item : "", p->tty ? "" : "\n");
     fflush(p->f);
@@ -78,10 +82,14 @@ void progress_end(struct progress *p)
     if (!p->open)
         return;
     const double el = clock_now_s() - p->t0;
-    char d[32], r[48];
+    char d[32], r[48] = "";
     amount(p, d, sizeof d, (double)p->done);
-    rate(p, r, sizeof r, el > 0 ? (double)p->done / el : 0);
-    fprintf(p->f, "%s%s: %s%s%s in %.1f s (%s)\n", p->tty ? "\r\033[K" : "", p->what, d,
+    if (el >= 0.05) {
+        r[0] = ' ', r[1] = '(';
+        rate(p, r + 2, sizeof r - 3, (double)p->done / el);
+        strcat(r, ")");
+    }
+    fprintf(p->f, "%s%s: %s%s%s in %.1f s%s\n", p->tty ? "\r\033[K" : "", p->what, d,
             strcmp(p->unit, "B") ? " " : "", strcmp(p->unit, "B") ? p->unit : "", el, r);
     fflush(p->f);
     p->open = false;

@@ -594,8 +594,11 @@ int server_run(const struct server_opts *o)
     /* port 0: the system picked a free one, which the banner reports */
     const union MHD_DaemonInfo *bound = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     const unsigned port = bound && bound->port ? bound->port : o->port;
-    /* on stderr with the log, and on stdout, where a user or a script reads a command's answer */
-    for (int k = 0; k < 2; k++)
+    /* on stderr with the log, and on stdout, where a user or a script reads a
+     * command's answer, unless both are the same file (a terminal): once there */
+    struct stat so, se;
+    const bool same = fstat(1, &so) == 0 && fstat(2, &se) == 0 && so.st_dev == se.st_dev && so.st_ino == se.st_ino;
+    for (int k = 0; k < (same ? 1 : 2); k++)
         fprintf(k ? stdout : stderr,
                 "kapitsa: serving %s on http://%s:%u\n"
                 "  OpenAI API:    base URL http://%s:%u/v1 (chat completions, responses, completions)\n"
