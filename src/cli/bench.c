@@ -304,52 +304,58 @@ struct bench_row {
     int32_t mix_steps;
 };
 
-int cli_bench(int argc, char **argv)
-{
-    if (argc > 0 && strcmp(argv[0], "compare") == 0)
-        return bench_compare(argc - 1, argv + 1);
-    const char *dir = NULL, *v, *tok_dir = NULL, *corpus = NULL, *draft = NULL, *prompt_file = NULL, *device = NULL;
+/* What bench's command line asks for (bench_parse). */
+struct bench_opts {
+    const char *dir, *tok_dir, *corpus, *draft, *prompt_file, *device;
     /* n_batch 0: the larger of 512 and the backend's prefill chunk (a GPU's 4096, as the server feeds a prompt) */
-    int64_t threads = 0, n_prompt = 512, n_gen = 64, n_batch = 0, chain_k = 4, n_seqs = 1, reps = 1;
-    int64_t lens[8] = {512};
-    int32_t n_lens = 1;
-    int tree_n = 24, tree_d = 8;
-    int json = 0, mix = 0;
-    float sample_t = 0.0f;
-    int sample_k = 0;
-    double peak_gbs = 0, peak_tflops = 0; /* 0: the device's (backend_ops.info) */
-    enum dtype kv_type = CLI_KV_DEFAULT;
+    int64_t threads, n_prompt, n_gen, n_batch, chain_k, n_seqs, reps;
+    int64_t lens[8]; /* prompt lengths, a row each */
+    int32_t n_lens;
+    int tree_n, tree_d;
+    int json, mix;
+    float sample_t;
+    int sample_k;
+    double peak_gbs, peak_tflops; /* 0: the device's (backend_ops.info) */
+    enum dtype kv_type;
+};
+
+/* The options into o: -1 to go on, else the exit status (a usage error). */
+static int bench_parse(int argc, char **argv, struct bench_opts *o)
+{
+    const char *v;
+    *o = (struct bench_opts){.n_prompt = 512, .n_gen = 64, .chain_k = 4, .n_seqs = 1, .reps = 1, .lens = {512},
+                             .n_lens = 1, .tree_n = 24, .tree_d = 8, .kv_type = CLI_KV_DEFAULT};
     for (int i = 0; i < argc; i++) {
         int f;
         int64_t *dst = NULL;
-        if ((f = cli_kv_flag(argc, argv, &i, &kv_type)) != 0) {
+        if ((f = cli_kv_flag(argc, argv, &i, &o->kv_type)) != 0) {
             if (f < 0)
                 return bench_usage(stderr), 2;
             continue;
         }
         if (cli_switch(argv[i], "--json")) {
-            json = 1;
+            o->json = 1;
             continue;
         }
         if (cli_switch(argv[i], "--mix")) {
-            mix = 1;
+            o->mix = 1;
             continue;
         }
-        if ((f = cli_flag(argc, argv, &i, "-m|--model", &dir)) != 0 ||
-            (f = cli_flag(argc, argv, &i, "--tokenizer", &tok_dir)) != 0 ||
-            (f = cli_flag(argc, argv, &i, "--corpus", &corpus)) != 0 ||
-            (f = cli_flag(argc, argv, &i, "--draft", &draft)) != 0 ||
-            (f = cli_flag(argc, argv, &i, "--prompt-file", &prompt_file)) != 0 ||
-            (f = cli_flag(argc, argv, &i, "--device", &device)) != 0) {
+        if ((f = cli_flag(argc, argv, &i, "-m|--model", &o->dir)) != 0 ||
+            (f = cli_flag(argc, argv, &i, "--tokenizer", &o->tok_dir)) != 0 ||
+            (f = cli_flag(argc, argv, &i, "--corpus", &o->corpus)) != 0 ||
+            (f = cli_flag(argc, argv, &i, "--draft", &o->draft)) != 0 ||
+            (f = cli_flag(argc, argv, &i, "--prompt-file", &o->prompt_file)) != 0 ||
+            (f = cli_flag(argc, argv, &i, "--device", &o->device)) != 0) {
             if (f < 0)
                 return 2;
             continue;
         }
         double *peak = NULL;
         if ((f = cli_flag(argc, argv, &i, "--peak-gbs", &v)) != 0)
-            peak = &peak_gbs;
+            peak = &o->peak_gbs;
         else if ((f = cli_flag(argc, argv, &i, "--peak-tflops", &v)) != 0)
-            peak = &peak_tflops;
+            peak = &o->peak_tflops;
         if (peak) {
             if (f < 0 || sscanf(v, "%lf", peak) != 1 || !(*peak > 0)) {
                 bench_usage(stderr);
@@ -358,13 +364,13 @@ int cli_bench(int argc, char **argv)
             continue;
         }
         if ((f = cli_flag(argc, argv, &i, "--sample", &v)) != 0) {
-            if (f < 0 || sscanf(v, "%f,%d", &sample_t, &sample_k) != 2 || !(sample_t > 0) || sample_k < 0)
+            if (f < 0 || sscanf(v, "%f,%d", &o->sample_t, &o->sample_k) != 2 || !(o->sample_t > 0) || o->sample_k < 0)
                 return bench_usage(stderr), 2;
             continue;
         }
         if ((f = cli_flag(argc, argv, &i, "--spec-tree", &v)) != 0) {
-            if (f < 0 || sscanf(v, "%d,%d", &tree_n, &tree_d) != 2 || tree_n < 1 || tree_d < 1 ||
-                tree_n > SPEC_MAX_NODES || tree_d > SPEC_MAX_DEPTH) {
+            if (f < 0 || sscanf(v, "%d,%d", &o->tree_n, &o->tree_d) != 2 || o->tree_n < 1 || o->tree_d < 1 ||
+                o->tree_n > SPEC_MAX_NODES || o->tree_d > SPEC_MAX_DEPTH) {
                 fprintf(stderr, "kapitsa bench: --spec-tree needs N,D with N <= %d, D <= %d\n", SPEC_MAX_NODES,
                         SPEC_MAX_DEPTH);
                 return 2;
@@ -372,32 +378,32 @@ int cli_bench(int argc, char **argv)
             continue;
         }
         if ((f = cli_flag(argc, argv, &i, "-p|--prompt", &v)) != 0) {
-            n_lens = 0;
+            o->n_lens = 0;
             for (const char *p = v; f > 0 && *p;) {
                 char *end;
                 long x = strtol(p, &end, 10);
-                if (end == p || x < 1 || x > 1000000 || n_lens == 8 || (*end && *end != ','))
+                if (end == p || x < 1 || x > 1000000 || o->n_lens == 8 || (*end && *end != ','))
                     return bench_usage(stderr), 2;
-                lens[n_lens++] = x;
+                o->lens[o->n_lens++] = x;
                 p = *end ? end + 1 : end;
             }
-            if (f < 0 || n_lens == 0)
+            if (f < 0 || o->n_lens == 0)
                 return bench_usage(stderr), 2;
-            n_prompt = lens[n_lens - 1];
+            o->n_prompt = o->lens[o->n_lens - 1];
             continue;
         }
         if ((f = cli_flag(argc, argv, &i, "-t|--threads", &v)) != 0)
-            dst = &threads;
+            dst = &o->threads;
         else if ((f = cli_flag(argc, argv, &i, "-n|--gen", &v)) != 0)
-            dst = &n_gen;
+            dst = &o->n_gen;
         else if ((f = cli_flag(argc, argv, &i, "--batch", &v)) != 0)
-            dst = &n_batch;
+            dst = &o->n_batch;
         else if ((f = cli_flag(argc, argv, &i, "--chain", &v)) != 0)
-            dst = &chain_k;
+            dst = &o->chain_k;
         else if ((f = cli_flag(argc, argv, &i, "--seqs", &v)) != 0)
-            dst = &n_seqs;
+            dst = &o->n_seqs;
         else if ((f = cli_flag(argc, argv, &i, "-r|--repetitions", &v)) != 0)
-            dst = &reps;
+            dst = &o->reps;
         else
             return cli_arg_reject(argv[i], bench_usage);
         if (f < 0 || (*dst = cli_int(v)) < 1 || *dst > 1000000) {
@@ -405,25 +411,121 @@ int cli_bench(int argc, char **argv)
             return 2;
         }
     }
-    if (tok_dir && corpus)
-        return bench_tokenizer(tok_dir, corpus);
-    if (dir && draft) {
-        if (!(dir = cli_model_dir(dir)) || !(draft = cli_model_dir(draft))) {
+    return -1;
+}
+
+/* The rows bench measured, as a table, text or one JSON object; S sequences
+ * at once, the mix's chunk, and n_smp samplers reading k_read top logits
+ * (n_smp 0: greedy). */
+static void bench_report(const struct bench_opts *o, const struct model *m, const struct engine *e,
+                         const struct backend *be, const struct bench_row *rows, int32_t S, bool gpu, int64_t chunk,
+                         int32_t n_smp, int32_t k_read)
+{
+    int32_t nth = o->threads > 0 ? (int32_t)o->threads : 0;
+    if (nth == 0)
+        nth = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
+    /* a step reads the weights once for all sequences (each row: and each one's
+     * caches at its context, the middle of the generated run on average) */
+    const double wbytes = decode_bytes(m, S);
+    const double bw = o->peak_gbs * 1e9;
+    if (o->json)
+        printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"gen\":%lld,\"seqs\":%d,\"reps\":%lld,"
+               "\"kv_type\":\"%s\",\"route_spread\":%s,\"decode_bytes_per_token\":%.0f,\"read_bandwidth_gb_s\":%.2f,"
+               "\"rows\":[",
+               o->dir, be->ops->name, nth, (long long)o->n_gen, S, (long long)o->reps, dtype_name(o->kv_type),
+               m->cfg.route_spread ? "true" : "false", wbytes, bw / 1e9);
+    else if (o->n_lens > 1)
+        printf("model    %s (%s, %s%s)\n%8s %22s %14s %16s %22s\n", o->dir, m->cfg.model_type, be->ops->name,
+               m->cfg.route_spread ? ", spread routing" : "", "prompt", "prefill tok/s", "TFLOP/s", "first token ms",
+               "decode tok/s");
+    for (int32_t l = 0; l < o->n_lens; l++) {
+        const struct bench_row *row = &rows[l];
+        const int64_t n_prompt = row->prompt;
+        /* dc: tokens per second of each sequence */
+        const double pf = stat_mean(&row->pf), dc = stat_mean(&row->dc), ttft = stat_mean(&row->ttft);
+        const double cbytes = cache_bytes(e, (double)n_prompt + (double)o->n_gen / 2), roof = bw / (wbytes + S * cbytes);
+        const double flops = prefill_flops(m, n_prompt), pflops = flops * pf / (double)n_prompt / 1e12;
+        if (o->json) {
+            printf("%s{\"prompt\":%lld,\"prefill_tok_s\":%.2f,\"prefill_tok_s_sd\":%.2f,\"prefill_tflops\":%.2f,"
+                   "\"prefill_flops\":%.0f,\"prefill_of_peak\":%.3f,\"ttft_ms\":%.2f,\"ttft_ms_sd\":%.2f,"
+                   "\"decode_tok_s\":%.2f,\"decode_tok_s_sd\":%.2f,\"decode_tok_s_total\":%.2f,"
+                   "\"cache_bytes_per_token\":%.0f,\"decode_roofline_tok_s\":%.2f,\"decode_of_roofline\":%.3f",
+                   l ? "," : "", (long long)n_prompt, pf, stat_sd(&row->pf), pflops, flops,
+                   o->peak_tflops > 0 ? pflops / o->peak_tflops : 0.0, ttft, stat_sd(&row->ttft), dc, stat_sd(&row->dc), S * dc, cbytes,
+                   roof, dc / roof);
+            if (o->mix)
+                printf(",\"mix_chunk\":%lld,\"mix_steps\":%d,\"mix_ttft_ms\":%.2f,\"mix_decode_tok_s\":%.2f",
+                       (long long)chunk, row->mix_steps, stat_mean(&row->mix_ttft), stat_mean(&row->mix_dc));
+            printf("}");
+            continue;
+        }
+        if (o->n_lens > 1) {
+            printf("%8lld %13.2f ± %6.2f %14.2f %16.2f %13.2f ± %6.2f\n", (long long)n_prompt, pf, stat_sd(&row->pf),
+                   pflops, ttft, dc, stat_sd(&row->dc));
+            continue;
+        }
+        printf("model    %s (%s, %s", o->dir, m->cfg.model_type, be->ops->name);
+        if (m->cfg.route_spread)
+            printf(", spread routing");
+        if (!gpu)
+            printf(", %d threads", nth);
+        if (o->reps > 1)
+            printf("; mean ± standard deviation of %lld runs", (long long)o->reps);
+        printf(")\nprefill  %6lld tokens  %9.2f", (long long)n_prompt, pf);
+        stat_print_sd(&row->pf, o->reps);
+        printf(" tok/s  %.1f TFLOP/s", pflops);
+        if (o->peak_tflops > 0)
+            printf(" = %.0f%% of %.0f TFLOP/s", 100 * pflops / o->peak_tflops, o->peak_tflops);
+        printf("\ndecode   %6lld tokens  %9.2f", (long long)o->n_gen, dc);
+        stat_print_sd(&row->dc, o->reps);
+        if (S > 1)
+            printf(" tok/s per sequence, %d sequences at once: %.2f tok/s in all", S, S * dc);
+        else
+            printf(" tok/s");
+        if (n_smp > 0)
+            printf(" (sampled: temperature %g, top_k %d, %s)", (double)o->sample_t, o->sample_k,
+                   k_read ? "the top logits read" : "whole rows read");
+        printf("\nroofline %.1f MB of weights", wbytes / 1e6);
+        if (cbytes > 0)
+            printf(" + %.1f MB of caches (%s KV)%s", S * cbytes / 1e6, dtype_name(o->kv_type), S > 1 ? " (all sequences)" : "");
+        printf(" per step at %.2f GB/s %s = %.2f tok/s; decode reaches %.0f%%\n", bw / 1e9, gpu ? "peak" : "read",
+               roof, 100 * dc / roof);
+        if (o->mix)
+            printf("mixed    the prompt again in %d steps of %lld tokens beside the %d decoding: first token in %.1f ms "
+                   "(alone %.1f ms), decode %.2f tok/s per sequence meanwhile (alone %.2f)\n",
+                   row->mix_steps, (long long)chunk, S, stat_mean(&row->mix_ttft), ttft, stat_mean(&row->mix_dc), dc);
+    }
+    if (o->json)
+        printf("]}\n");
+}
+
+int cli_bench(int argc, char **argv)
+{
+    if (argc > 0 && strcmp(argv[0], "compare") == 0)
+        return bench_compare(argc - 1, argv + 1);
+    struct bench_opts opts, *o = &opts;
+    const int st = bench_parse(argc, argv, o);
+    if (st >= 0)
+        return st;
+    if (o->tok_dir && o->corpus)
+        return bench_tokenizer(o->tok_dir, o->corpus);
+    if (o->dir && o->draft) {
+        if (!(o->dir = cli_model_dir(o->dir)) || !(o->draft = cli_model_dir(o->draft))) {
             fprintf(stderr, "kapitsa: %s\n", err_msg());
             return 1;
         }
-        if (!prompt_file || chain_k > SPEC_MAX_NODES) {
+        if (!o->prompt_file || o->chain_k > SPEC_MAX_NODES) {
             bench_usage(stderr);
             return 2;
         }
-        return bench_spec(dir, draft, prompt_file, (int32_t)n_gen, (int32_t)threads, device, (int32_t)chain_k, tree_n, tree_d,
-                          json);
+        return bench_spec(o->dir, o->draft, o->prompt_file, (int32_t)o->n_gen, (int32_t)o->threads, o->device, (int32_t)o->chain_k, o->tree_n, o->tree_d,
+                          o->json);
     }
-    if (!dir || n_seqs > BENCH_MAX_SEQS || (n_seqs > 1 && n_lens > 1) || (mix && (n_lens > 1 || (n_batch && n_batch <= n_seqs)))) {
+    if (!o->dir || o->n_seqs > BENCH_MAX_SEQS || (o->n_seqs > 1 && o->n_lens > 1) || (o->mix && (o->n_lens > 1 || (o->n_batch && o->n_batch <= o->n_seqs)))) {
         bench_usage(stderr);
         return 2;
     }
-    if (!(dir = cli_model_dir(dir))) {
+    if (!(o->dir = cli_model_dir(o->dir))) {
         fprintf(stderr, "kapitsa: %s\n", err_msg());
         return 1;
     }
@@ -436,23 +538,23 @@ int cli_bench(int argc, char **argv)
     /* --sample: a seeded sampler per sequence; k_read (below) the top logits a step reads, 0: whole rows */
     struct sampler smp[BENCH_MAX_SEQS];
     int32_t n_smp = 0;
-    if (runtime_open(&rt, &(struct runtime_opts){.device = device, .threads = (int32_t)threads, .model = dir}) != 0)
+    if (runtime_open(&rt, &(struct runtime_opts){.device = o->device, .threads = (int32_t)o->threads, .model = o->dir}) != 0)
         goto done;
     struct model *const m = &rt.m;
     struct backend *const be = rt.be;
-    if (n_batch == 0)
-        n_batch = be->ops->prefill_chunk > 512 ? be->ops->prefill_chunk : 512;
-    for (int32_t l = 0; l < n_lens; l++)
-        n_prompt = lens[l] > n_prompt ? lens[l] : n_prompt;
-    const int32_t S = (int32_t)n_seqs;
+    if (o->n_batch == 0)
+        o->n_batch = be->ops->prefill_chunk > 512 ? be->ops->prefill_chunk : 512;
+    for (int32_t l = 0; l < o->n_lens; l++)
+        o->n_prompt = o->lens[l] > o->n_prompt ? o->lens[l] : o->n_prompt;
+    const int32_t S = (int32_t)o->n_seqs;
     int32_t seqs[BENCH_MAX_SEQS], next[BENCH_MAX_SEQS], npos[BENCH_MAX_SEQS], npar[BENCH_MAX_SEQS];
     uint8_t nwant[BENCH_MAX_SEQS];
     int32_t k_read = 0, top_ids[BENCH_MAX_SEQS * TOP_K_MAX];
     float top_vals[BENCH_MAX_SEQS * TOP_K_MAX];
-    if (sample_t > 0) {
+    if (o->sample_t > 0) {
         struct sampler_params sp = sampler_defaults();
-        sp.temperature = sample_t;
-        sp.top_k = sample_k;
+        sp.temperature = o->sample_t;
+        sp.top_k = o->sample_k;
         for (; n_smp < S; n_smp++) {
             sp.seed = 1000 + (uint64_t)n_smp;
             if (sampler_init(&smp[n_smp], &sp, m->cfg.vocab_size) != 0)
@@ -463,57 +565,57 @@ int cli_bench(int argc, char **argv)
     }
     /* --mix: the prompt again in chunks of the batch's rest beside the S
      * decoders (a first step of each chunk size untimed, in a sequence of its own) */
-    const int64_t chunk = n_batch - S, mix_steps = mix ? (n_prompt + chunk - 1) / chunk + 2 : 0;
+    const int64_t chunk = o->n_batch - S, mix_steps = o->mix ? (o->n_prompt + chunk - 1) / chunk + 2 : 0;
     /* each sequence rounded up to whole cache blocks (16 tokens) */
-    const int64_t n_ctx = S * (n_prompt + n_gen + mix_steps + 16) + (mix ? n_prompt + 2 * chunk + 32 : 0);
-    if (engine_init(&e, m, (int32_t)n_ctx, S + mix, (int32_t)(n_batch > S ? n_batch : S), S + mix, 0, kv_type) != 0)
+    const int64_t n_ctx = S * (o->n_prompt + o->n_gen + mix_steps + 16) + (o->mix ? o->n_prompt + 2 * chunk + 32 : 0);
+    if (engine_init(&e, m, (int32_t)n_ctx, S + o->mix, (int32_t)(o->n_batch > S ? o->n_batch : S), S + o->mix, 0, o->kv_type) != 0)
         goto done;
     up = 1;
     const int32_t V = m->cfg.vocab_size;
     logits = malloc((size_t)S * V * sizeof(float));
-    tok = malloc((size_t)n_prompt * sizeof(int32_t));
-    pos = malloc((size_t)n_batch * sizeof(int32_t));
-    seqv = malloc((size_t)n_batch * sizeof(int32_t));
-    par = malloc((size_t)n_batch * sizeof(int32_t));
-    want = malloc((size_t)n_batch);
-    mtok = malloc((size_t)n_batch * sizeof(int32_t));
+    tok = malloc((size_t)o->n_prompt * sizeof(int32_t));
+    pos = malloc((size_t)o->n_batch * sizeof(int32_t));
+    seqv = malloc((size_t)o->n_batch * sizeof(int32_t));
+    par = malloc((size_t)o->n_batch * sizeof(int32_t));
+    want = malloc((size_t)o->n_batch);
+    mtok = malloc((size_t)o->n_batch * sizeof(int32_t));
     if (!logits || !tok || !pos || !seqv || !par || !want || !mtok) {
         err_set("bench: out of memory");
         goto done;
     }
     uint64_t s = 12345;
-    for (int64_t i = 0; i < n_prompt; i++) {
+    for (int64_t i = 0; i < o->n_prompt; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         tok[i] = (int32_t)((s >> 33) % (uint64_t)V);
     }
     double t_prefill = 0, t_decode = 0, t_mix = 0;
     int32_t mix_n = 0, mix_ids[BENCH_MAX_SEQS + 1]; /* --mix: its timed steps, each step's next tokens */
     struct device_info di;
-    be->ops->info(be, &di, json || n_lens == 1); /* a cpu's bandwidth measured where a roofline is shown */
+    be->ops->info(be, &di, o->json || o->n_lens == 1); /* a cpu's bandwidth measured where a roofline is shown */
     const bool gpu = di.gpu;
-    if (peak_gbs == 0)
-        peak_gbs = di.read_gbs;
-    if (peak_tflops == 0)
-        peak_tflops = di.bf16_tflops;
+    if (o->peak_gbs == 0)
+        o->peak_gbs = di.read_gbs;
+    if (o->peak_tflops == 0)
+        o->peak_tflops = di.bf16_tflops;
     struct bench_row rows[8];
     /* One untimed pass first: a kernel's first launch loads it, cuBLAS picks
      * its algorithms and the decode graph is captured on the first steps,
      * costs a serving engine pays once, not per request. Every batch size the
      * timed prefills run (a prompt's first chunk and its last) is run once
      * here, so that no length after the first pays them. */
-    for (int32_t l = 0; l < n_lens; l++) {
-        const int64_t first = lens[l] < n_batch ? lens[l] : n_batch, last = lens[l] % n_batch;
-        const int64_t sizes[2] = {first, lens[l] > n_batch && last ? last : 0};
+    for (int32_t l = 0; l < o->n_lens; l++) {
+        const int64_t first = o->lens[l] < o->n_batch ? o->lens[l] : o->n_batch, last = o->lens[l] % o->n_batch;
+        const int64_t sizes[2] = {first, o->lens[l] > o->n_batch && last ? last : 0};
         for (int32_t j = 0; j < 2 && sizes[j] > 0; j++) {
-            const int32_t sq = bench_prefill(&e, tok, sizes[j], (int32_t)n_batch, pos, seqv, par, want, logits);
+            const int32_t sq = bench_prefill(&e, tok, sizes[j], (int32_t)o->n_batch, pos, seqv, par, want, logits);
             if (sq < 0)
                 goto done;
             engine_seq_free(&e, sq);
         }
     }
     for (int32_t k = 0; k < S; k++) {
-        const int64_t n_warm = lens[0] < n_batch ? lens[0] : n_batch;
-        if ((seqs[k] = bench_prefill(&e, tok, n_warm, (int32_t)n_batch, pos, seqv, par, want, logits)) < 0)
+        const int64_t n_warm = o->lens[0] < o->n_batch ? o->lens[0] : o->n_batch;
+        if ((seqs[k] = bench_prefill(&e, tok, n_warm, (int32_t)o->n_batch, pos, seqv, par, want, logits)) < 0)
             goto done;
         npos[k] = (int32_t)n_warm;
         npar[k] = -1;
@@ -531,28 +633,28 @@ int cli_bench(int argc, char **argv)
     for (int32_t k = 0; k < S; k++)
         engine_seq_free(&e, seqs[k]);
     profile_reset(be);
-    for (int32_t l = 0; l < n_lens; l++)
-        for (int64_t rep = 0; rep < reps; rep++) {
-            n_prompt = lens[l];
+    for (int32_t l = 0; l < o->n_lens; l++)
+        for (int64_t rep = 0; rep < o->reps; rep++) {
+            o->n_prompt = o->lens[l];
             struct bench_row *row = &rows[l];
             if (rep == 0)
-                *row = (struct bench_row){.prompt = n_prompt};
+                *row = (struct bench_row){.prompt = o->n_prompt};
             double t0 = clock_now_s();
-            if ((seqs[0] = bench_prefill(&e, tok, n_prompt, (int32_t)n_batch, pos, seqv, par, want, logits)) < 0)
+            if ((seqs[0] = bench_prefill(&e, tok, o->n_prompt, (int32_t)o->n_batch, pos, seqv, par, want, logits)) < 0)
                 goto done;
             t_prefill = clock_now_s() - t0; /* the first token's logits are ready: time to first token */
             /* more sequences decoding together: each its own copy of the prompt */
             for (int32_t k = 1; k < S; k++)
-                if ((seqs[k] = bench_prefill(&e, tok, n_prompt, (int32_t)n_batch, pos, seqv, par, want,
+                if ((seqs[k] = bench_prefill(&e, tok, o->n_prompt, (int32_t)o->n_batch, pos, seqv, par, want,
                                              logits + (size_t)k * V)) < 0)
                     goto done;
             t0 = clock_now_s();
             for (int32_t k = 0; k < S; k++)
                 next[k] = sampler_argmax(logits + (size_t)k * V, V);
             /* greedy steps: the next tokens are the argmax ranked on the backend */
-            for (int64_t g = 0; g < n_gen; g++) {
+            for (int64_t g = 0; g < o->n_gen; g++) {
                 for (int32_t k = 0; k < S; k++) {
-                    npos[k] = (int32_t)(n_prompt + g);
+                    npos[k] = (int32_t)(o->n_prompt + g);
                     npar[k] = -1;
                     nwant[k] = 1;
                 }
@@ -575,18 +677,18 @@ int cli_bench(int argc, char **argv)
                     goto done;
             }
             t_decode = clock_now_s() - t0;
-            if (mix) {
+            if (o->mix) {
                 /* untimed first: a step of each size the timed pass takes (its
                  * first chunk, and its last where that differs), in a sequence of its own */
                 for (int32_t k = 0; k < S; k++)
-                    npos[k] = (int32_t)(n_prompt + n_gen);
-                const int32_t first = (int32_t)(n_prompt < chunk ? n_prompt : chunk),
-                              last = (int32_t)(n_prompt > chunk ? n_prompt % chunk : 0);
+                    npos[k] = (int32_t)(o->n_prompt + o->n_gen);
+                const int32_t first = (int32_t)(o->n_prompt < chunk ? o->n_prompt : chunk),
+                              last = (int32_t)(o->n_prompt > chunk ? o->n_prompt % chunk : 0);
                 int32_t q = engine_seq_new(&e);
                 if (q < 0 ||
-                    bench_mix_step(&e, tok, n_prompt, 0, first, q, S, seqs, next, npos, mtok, pos, seqv, par, want,
+                    bench_mix_step(&e, tok, o->n_prompt, 0, first, q, S, seqs, next, npos, mtok, pos, seqv, par, want,
                                    mix_ids) < 0 ||
-                    (last && bench_mix_step(&e, tok, n_prompt, first, last, q, S, seqs, next, npos, mtok, pos, seqv,
+                    (last && bench_mix_step(&e, tok, o->n_prompt, first, last, q, S, seqs, next, npos, mtok, pos, seqv,
                                             par, want, mix_ids) < 0))
                     goto done;
                 engine_seq_free(&e, q);
@@ -595,8 +697,8 @@ int cli_bench(int argc, char **argv)
                 t0 = clock_now_s();
                 mix_n = 0;
                 for (int64_t done = 0, r = 0; r == 0; done += chunk, mix_n++) {
-                    const int32_t k = (int32_t)(n_prompt - done < chunk ? n_prompt - done : chunk);
-                    if ((r = bench_mix_step(&e, tok, n_prompt, done, k, q, S, seqs, next, npos, mtok, pos, seqv, par,
+                    const int32_t k = (int32_t)(o->n_prompt - done < chunk ? o->n_prompt - done : chunk);
+                    if ((r = bench_mix_step(&e, tok, o->n_prompt, done, k, q, S, seqs, next, npos, mtok, pos, seqv, par,
                                             want, mix_ids)) < 0)
                         goto done;
                 }
@@ -608,86 +710,11 @@ int cli_bench(int argc, char **argv)
             }
             for (int32_t k = 0; k < S; k++)
                 engine_seq_free(&e, seqs[k]);
-            stat_add(&row->pf, (double)n_prompt / t_prefill);
+            stat_add(&row->pf, (double)o->n_prompt / t_prefill);
             stat_add(&row->ttft, 1e3 * t_prefill);
-            stat_add(&row->dc, (double)n_gen / t_decode);
+            stat_add(&row->dc, (double)o->n_gen / t_decode);
         }
-    int32_t nth = threads > 0 ? (int32_t)threads : 0;
-    if (nth == 0)
-        nth = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
-    /* a step reads the weights once for all sequences (each row: and each one's
-     * caches at its context, the middle of the generated run on average) */
-    const double wbytes = decode_bytes(m, S);
-    const double bw = peak_gbs * 1e9;
-    if (json)
-        printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"gen\":%lld,\"seqs\":%d,\"reps\":%lld,"
-               "\"kv_type\":\"%s\",\"route_spread\":%s,\"decode_bytes_per_token\":%.0f,\"read_bandwidth_gb_s\":%.2f,"
-               "\"rows\":[",
-               dir, be->ops->name, nth, (long long)n_gen, S, (long long)reps, dtype_name(kv_type),
-               m->cfg.route_spread ? "true" : "false", wbytes, bw / 1e9);
-    else if (n_lens > 1)
-        printf("model    %s (%s, %s%s)\n%8s %22s %14s %16s %22s\n", dir, m->cfg.model_type, be->ops->name,
-               m->cfg.route_spread ? ", spread routing" : "", "prompt", "prefill tok/s", "TFLOP/s", "first token ms",
-               "decode tok/s");
-    for (int32_t l = 0; l < n_lens; l++) {
-        const struct bench_row *row = &rows[l];
-        n_prompt = row->prompt;
-        /* dc: tokens per second of each sequence */
-        const double pf = stat_mean(&row->pf), dc = stat_mean(&row->dc), ttft = stat_mean(&row->ttft);
-        const double cbytes = cache_bytes(&e, (double)n_prompt + (double)n_gen / 2), roof = bw / (wbytes + S * cbytes);
-        const double flops = prefill_flops(m, n_prompt), pflops = flops * pf / (double)n_prompt / 1e12;
-        if (json) {
-            printf("%s{\"prompt\":%lld,\"prefill_tok_s\":%.2f,\"prefill_tok_s_sd\":%.2f,\"prefill_tflops\":%.2f,"
-                   "\"prefill_flops\":%.0f,\"prefill_of_peak\":%.3f,\"ttft_ms\":%.2f,\"ttft_ms_sd\":%.2f,"
-                   "\"decode_tok_s\":%.2f,\"decode_tok_s_sd\":%.2f,\"decode_tok_s_total\":%.2f,"
-                   "\"cache_bytes_per_token\":%.0f,\"decode_roofline_tok_s\":%.2f,\"decode_of_roofline\":%.3f",
-                   l ? "," : "", (long long)n_prompt, pf, stat_sd(&row->pf), pflops, flops,
-                   peak_tflops > 0 ? pflops / peak_tflops : 0.0, ttft, stat_sd(&row->ttft), dc, stat_sd(&row->dc), S * dc, cbytes,
-                   roof, dc / roof);
-            if (mix)
-                printf(",\"mix_chunk\":%lld,\"mix_steps\":%d,\"mix_ttft_ms\":%.2f,\"mix_decode_tok_s\":%.2f",
-                       (long long)chunk, row->mix_steps, stat_mean(&row->mix_ttft), stat_mean(&row->mix_dc));
-            printf("}");
-            continue;
-        }
-        if (n_lens > 1) {
-            printf("%8lld %13.2f ± %6.2f %14.2f %16.2f %13.2f ± %6.2f\n", (long long)n_prompt, pf, stat_sd(&row->pf),
-                   pflops, ttft, dc, stat_sd(&row->dc));
-            continue;
-        }
-        printf("model    %s (%s, %s", dir, m->cfg.model_type, be->ops->name);
-        if (m->cfg.route_spread)
-            printf(", spread routing");
-        if (!gpu)
-            printf(", %d threads", nth);
-        if (reps > 1)
-            printf("; mean ± standard deviation of %lld runs", (long long)reps);
-        printf(")\nprefill  %6lld tokens  %9.2f", (long long)n_prompt, pf);
-        stat_print_sd(&row->pf, reps);
-        printf(" tok/s  %.1f TFLOP/s", pflops);
-        if (peak_tflops > 0)
-            printf(" = %.0f%% of %.0f TFLOP/s", 100 * pflops / peak_tflops, peak_tflops);
-        printf("\ndecode   %6lld tokens  %9.2f", (long long)n_gen, dc);
-        stat_print_sd(&row->dc, reps);
-        if (S > 1)
-            printf(" tok/s per sequence, %d sequences at once: %.2f tok/s in all", S, S * dc);
-        else
-            printf(" tok/s");
-        if (n_smp > 0)
-            printf(" (sampled: temperature %g, top_k %d, %s)", (double)sample_t, sample_k,
-                   k_read ? "the top logits read" : "whole rows read");
-        printf("\nroofline %.1f MB of weights", wbytes / 1e6);
-        if (cbytes > 0)
-            printf(" + %.1f MB of caches (%s KV)%s", S * cbytes / 1e6, dtype_name(kv_type), S > 1 ? " (all sequences)" : "");
-        printf(" per step at %.2f GB/s %s = %.2f tok/s; decode reaches %.0f%%\n", bw / 1e9, gpu ? "peak" : "read",
-               roof, 100 * dc / roof);
-        if (mix)
-            printf("mixed    the prompt again in %d steps of %lld tokens beside the %d decoding: first token in %.1f ms "
-                   "(alone %.1f ms), decode %.2f tok/s per sequence meanwhile (alone %.2f)\n",
-                   row->mix_steps, (long long)chunk, S, stat_mean(&row->mix_ttft), ttft, stat_mean(&row->mix_dc), dc);
-    }
-    if (json)
-        printf("]}\n");
+    bench_report(o, m, &e, be, rows, S, gpu, chunk, n_smp, k_read);
     rc = 0;
 done:
     if (rc != 0)
