@@ -94,11 +94,11 @@ int64_t kern_q8_row_bytes(enum dtype t, int64_t k);
 /* The element of a 256-block that code p stands for: Q4_K and Q5_K hold
  * each 64 elements' low nibbles (elements 64c..64c+31) and high nibbles in
  * one 32-byte run, so a 64-byte vector is runs of 32 elements in the order
- * 0, 2, 1, 3 (then 4, 6, 5, 7); Q6_K's are in order. */
+ * 0, 2, 1, 3 (then 4, 6, 5, 7); the other types' are in order. */
 static inline int kern_q8_elem(enum dtype t, int p)
 {
     static const int8_t run[8] = {0, 2, 1, 3, 4, 6, 5, 7};
-    return t == DT_Q6_K ? p : 32 * run[p / 32] + p % 32;
+    return t == DT_Q4_K || t == DT_Q5_K ? 32 * run[p / 32] + p % 32 : p;
 }
 /* The sum of 16 lanes in the kernels' order: halves, quarters, pairs. */
 static inline float kern_q8_hsum(const float *a)

@@ -58,7 +58,10 @@ int64_t kern_q8_row_bytes(enum dtype t, int64_t k)
 {
     switch (t) {
     case DT_Q8_0: return k % 64 ? 0 : k / 64 * (int64_t)sizeof(struct kern_q8_pair);
+    case DT_Q2_K:
+    case DT_Q3_K:
     case DT_Q4_K:
+    case DT_Q5_K:
     case DT_Q6_K: return k % QK_K ? 0 : k / QK_K * (int64_t)sizeof(struct kern_q8_super);
     default: return 0;
     }
@@ -105,26 +108,50 @@ static void ref_q8_quant(enum dtype t, const float *x, int64_t k, void *xq)
     }
 }
 
-/* A K-quant block's code of element e and its group's integer scale (the
- * group of 32 for Q4_K, of 16 for Q6_K) */
+/* A K-quant block's code of element e as an unsigned byte and its group's
+ * integer scale (the group of 32 for Q4_K and Q5_K, of 16 for the others);
+ * Q3_K's and Q6_K's codes stand for code - 4 and code - 32. */
 static int ref_q8_code(enum dtype t, const void *blk, int e, int *scale)
 {
-    if (t == DT_Q4_K) {
+    const int h = e / 128, r = e % 128, l = r % 32, part = r / 32;
+    switch (t) {
+    case DT_Q2_K: {
+        const struct block_q2_k *b = blk;
+        *scale = b->scales[e / 16] & 15;
+        return b->qs[32 * h + l] >> (2 * part) & 3;
+    }
+    case DT_Q3_K: {
+        const struct block_q3_k *b = blk;
+        *scale = block_q3_k_scale(b->scales, e / 16);
+        return (b->qs[32 * h + l] >> (2 * part) & 3) | (b->hmask[l] >> (4 * h + part) & 1) << 2;
+    }
+    case DT_Q4_K: {
         const struct block_q4_k *b = blk;
         int m;
         block_k4_scale_min(b->scales, e / 32, scale, &m);
         return b->qs[32 * (e / 64) + e % 32] >> (4 * (e % 64 / 32)) & 15;
     }
-    const struct block_q6_k *b = blk;
-    const int h = e / 128, r = e % 128, l = r % 32, part = r / 32;
-    *scale = b->scales[e / 16];
-    const int lo = b->ql[64 * h + l + 32 * (part % 2)] >> (4 * (part / 2)) & 15;
-    return lo | (b->qh[32 * h + l] >> (2 * part) & 3) << 4;
+    case DT_Q5_K: {
+        const struct block_q5_k *b = blk;
+        int m;
+        block_k4_scale_min(b->scales, e / 32, scale, &m);
+        return (b->qs[32 * (e / 64) + e % 32] >> (4 * (e % 64 / 32)) & 15) | (b->qh[e % 32] >> (e / 32) & 1) << 4;
+    }
+    default: {
+        const struct block_q6_k *b = blk;
+        *scale = b->scales[e / 16];
+        const int lo = b->ql[64 * h + l + 32 * (part % 2)] >> (4 * (part / 2)) & 15;
+        return lo | (b->qh[32 * h + l] >> (2 * part) & 3) << 4;
+    }
+    }
 }
 
 /* One row of weights by one activation row: per block the integer lanes
- * I[16], then in fp32 acc = fma(I, d * dx, acc) (Q4_K: then the mins' lanes,
- * acc = fma(M, -(dmin * dx), acc)), the sum of the lanes at the end. */
+ * I[16] (less the codes' offset: Q3_K's 4 and Q6_K's 32 times each pair of
+ * groups' scaled sums, in lanes 0-7), then in fp32 acc = fma(I, d * dx,
+ * acc) and, for the types with mins, the mins' lanes M (Q4_K and Q5_K: a
+ * group of 32 a lane in 0-7; Q2_K: a group of 16 a lane) in acc = fma(M,
+ * -(dmin * dx), acc); the sum of the lanes at the end. */
 static float ref_q8_row(enum dtype t, const void *xq, const uint8_t *w, int64_t k)
 {
     float acc[16] = {0};
@@ -152,24 +179,37 @@ static float ref_q8_row(enum dtype t, const void *xq, const uint8_t *w, int64_t 
             I[p % 64 / 4] += sc * q * s->q[p];
         }
         float d, dm = 0;
-        if (t == DT_Q4_K) {
-            const struct block_q4_k *b = blk;
-            d = f16_to_f32(b->d);
-            dm = f16_to_f32(b->dmin);
+        if (t == DT_Q4_K || t == DT_Q5_K) {
+            const struct block_q4_k *b4 = blk;
+            const struct block_q5_k *b5 = blk;
+            d = f16_to_f32(t == DT_Q4_K ? b4->d : b5->d);
+            dm = f16_to_f32(t == DT_Q4_K ? b4->dmin : b5->dmin);
             for (int j = 0; j < 8; j++) {
                 int sc, m;
-                block_k4_scale_min(b->scales, j, &sc, &m);
+                block_k4_scale_min(t == DT_Q4_K ? b4->scales : b5->scales, j, &sc, &m);
                 M[j] = m * (s->sum[2 * j] + s->sum[2 * j + 1]);
             }
+        } else if (t == DT_Q2_K) {
+            const struct block_q2_k *b = blk;
+            d = f16_to_f32(b->d);
+            dm = f16_to_f32(b->dmin);
+            for (int g = 0; g < 16; g++)
+                M[g] = (b->scales[g] >> 4) * s->sum[g];
+        } else if (t == DT_Q3_K) {
+            const struct block_q3_k *b = blk;
+            d = f16_to_f32(b->d);
+            for (int j = 0; j < 8; j++)
+                I[j] -= 4 * (block_q3_k_scale(b->scales, 2 * j) * s->sum[2 * j] +
+                             block_q3_k_scale(b->scales, 2 * j + 1) * s->sum[2 * j + 1]);
         } else {
             const struct block_q6_k *b = blk;
             d = f16_to_f32(b->d);
-            for (int j = 0; j < 8; j++) /* the codes' offset of 32 */
+            for (int j = 0; j < 8; j++)
                 I[j] -= 32 * (b->scales[2 * j] * s->sum[2 * j] + b->scales[2 * j + 1] * s->sum[2 * j + 1]);
         }
         for (int l = 0; l < 16; l++)
             acc[l] = fmaf((float)I[l], d * s->d, acc[l]);
-        if (t == DT_Q4_K)
+        if (t == DT_Q4_K || t == DT_Q5_K || t == DT_Q2_K)
             for (int l = 0; l < 16; l++)
                 acc[l] = fmaf((float)M[l], -(dm * s->d), acc[l]);
     }

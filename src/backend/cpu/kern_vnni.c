@@ -107,27 +107,35 @@ Q8_INLINE __m512i q8_dot_super(const __m512i *wv, const __m512i *sv, const struc
     return I;
 }
 
-/* Q4_K: the 64-byte vectors of codes are the low and high nibbles of
- * qs[0..63] and qs[64..127]; lanes 0-7 of vector v belong to group
+/* Q4_K and Q5_K (HI): the 64-byte vectors of codes are the low and high
+ * nibbles of qs[0..63] and qs[64..127], Q5_K's fifth bit (bit g of
+ * qh[l] for group g) added; lanes 0-7 of vector v belong to group
  * 4(v/2) + v%2, lanes 8-15 to the group two after it. */
-Q8_INLINE void q4_k_row(const uint8_t *xq, int64_t xs, const int NT, const struct block_q4_k *w, int64_t nb, float *out,
-                        int64_t os)
+Q8_INLINE void k4_row(const uint8_t *xq, int64_t xs, const int NT, const uint8_t *w, const int HI, int64_t nb,
+                      float *out, int64_t os)
 {
     __m512 acc[KERN_MAX_NX];
     Q8_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(15);
+    const __m512i m4 = _mm512_set1_epi8(15), b4 = _mm512_set1_epi8(16);
     const __m512i gi[4] = {
         _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
         _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
         _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4),
         _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5),
     };
+    __m512i hb[4];
+    Q8_UNROLL for (int v = 0; v < 4; v++) hb[v] = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_set1_epi8((char)(1 << (4 * (v / 2) + v % 2)))),
+        _mm256_set1_epi8((char)(1 << (4 * (v / 2) + v % 2 + 2))), 1);
+    const size_t bb = HI ? sizeof(struct block_q5_k) : sizeof(struct block_q4_k);
     for (int64_t i = 0; i < nb; i++) {
-        const struct block_q4_k *b = w + i;
+        const struct block_q4_k *b4k = (const void *)(w + i * bb);
+        const struct block_q5_k *b5k = (const void *)(w + i * bb);
+        const uint8_t *scales = HI ? b5k->scales : b4k->scales, *qs = HI ? b5k->qs : b4k->qs;
         uint32_t a, m, c;
-        memcpy(&a, b->scales, 4);
-        memcpy(&m, b->scales + 4, 4);
-        memcpy(&c, b->scales + 8, 4);
+        memcpy(&a, scales, 4);
+        memcpy(&m, scales + 4, 4);
+        memcpy(&c, scales + 8, 4);
         /* block_k4_scale_min for the 8 groups at once, a byte each */
         const uint64_t sc = (a & 0x3f3f3f3fu) | (uint64_t)((c & 0x0f0f0f0fu) | (a >> 2 & 0x30303030u)) << 32;
         const uint64_t mn = (m & 0x3f3f3f3fu) | (uint64_t)((c >> 4 & 0x0f0f0f0fu) | (m >> 2 & 0x30303030u)) << 32;
@@ -136,12 +144,17 @@ Q8_INLINE void q4_k_row(const uint8_t *xq, int64_t xs, const int NT, const struc
         const __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mb, mb));
         __m512i sv[4], wv[4];
         Q8_UNROLL for (int v = 0; v < 4; v++) sv[v] = _mm512_permutexvar_epi32(gi[v], s32);
-        const __m512i q0 = _mm512_loadu_si512(b->qs), q1 = _mm512_loadu_si512(b->qs + 64);
+        const __m512i q0 = _mm512_loadu_si512(qs), q1 = _mm512_loadu_si512(qs + 64);
         wv[0] = _mm512_and_si512(q0, m4);
         wv[1] = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
         wv[2] = _mm512_and_si512(q1, m4);
         wv[3] = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
-        const float d = q8_f16(b->d), dm = q8_f16(b->dmin);
+        if (HI) {
+            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b5k->qh));
+            Q8_UNROLL for (int v = 0; v < 4; v++) wv[v] =
+                _mm512_mask_add_epi8(wv[v], _mm512_test_epi8_mask(qh, hb[v]), wv[v], b4);
+        }
+        const float d = q8_f16(HI ? b5k->d : b4k->d), dm = q8_f16(HI ? b5k->dmin : b4k->dmin);
         Q8_UNROLL for (int t = 0; t < NT; t++)
         {
             const struct kern_q8_super *x = (const struct kern_q8_super *)(xq + t * xs) + i;
@@ -150,6 +163,118 @@ Q8_INLINE void q4_k_row(const uint8_t *xq, int64_t xs, const int NT, const struc
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_set1_ps(d * x->d), acc[t]);
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(M)), _mm512_set1_ps(-(dm * x->d)),
                                      acc[t]);
+        }
+    }
+    Q8_UNROLL for (int t = 0; t < NT; t++) out[t * os] = q8_hsum(acc[t]);
+}
+
+Q8_INLINE void q4_k_row(const uint8_t *xq, int64_t xs, const int NT, const struct block_q4_k *w, int64_t nb, float *out,
+                        int64_t os)
+{
+    k4_row(xq, xs, NT, (const uint8_t *)w, 0, nb, out, os);
+}
+
+Q8_INLINE void q5_k_row(const uint8_t *xq, int64_t xs, const int NT, const struct block_q5_k *w, int64_t nb, float *out,
+                        int64_t os)
+{
+    k4_row(xq, xs, NT, (const uint8_t *)w, 1, nb, out, os);
+}
+
+/* The 2-bit codes of Q2_K's and Q3_K's qs in element order: vector 2h + n
+ * holds elements 128h + 64n .. +63, bits 4n and 4n + 2 of qs[32h..32h+31]
+ * in its two halves. */
+Q8_INLINE void q8_crumbs(const uint8_t *qs, __m512i *wv)
+{
+    const __m512i m2 = _mm512_set1_epi8(3);
+    const __m512i sh = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(0)), _mm256_set1_epi16(2), 1);
+    Q8_UNROLL for (int h = 0; h < 2; h++)
+    {
+        const __m256i r = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
+        const __m512i q = _mm512_srlv_epi16(_mm512_broadcast_i64x4(r), sh);
+        wv[2 * h] = _mm512_and_si512(q, m2);
+        wv[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m2);
+    }
+}
+
+/* Q2_K: 16 groups of 16, lane l of vector v in group 4v + l / 4; the
+ * scales' low nibbles multiply the codes, their high nibbles the group's
+ * activation sums (the mins, a group a lane). */
+Q8_INLINE void q2_k_row(const uint8_t *xq, int64_t xs, const int NT, const struct block_q2_k *w, int64_t nb, float *out,
+                        int64_t os)
+{
+    __m512 acc[KERN_MAX_NX];
+    Q8_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    const __m128i m4 = _mm_set1_epi8(15);
+    __m512i gi[4];
+    Q8_UNROLL for (int v = 0; v < 4; v++) gi[v] = _mm512_add_epi32(
+        _mm512_set1_epi32(4 * v), _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0));
+    for (int64_t i = 0; i < nb; i++) {
+        const struct block_q2_k *b = w + i;
+        const __m128i sc = _mm_loadu_si128((const __m128i *)b->scales);
+        const __m512i s32 = _mm512_cvtepu8_epi32(_mm_and_si128(sc, m4));
+        const __m512i m32 = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(sc, 4), m4));
+        __m512i sv[4], wv[4];
+        Q8_UNROLL for (int v = 0; v < 4; v++) sv[v] = _mm512_permutexvar_epi32(gi[v], s32);
+        q8_crumbs(b->qs, wv);
+        const float d = q8_f16(b->d), dm = q8_f16(b->dmin);
+        Q8_UNROLL for (int t = 0; t < NT; t++)
+        {
+            const struct kern_q8_super *x = (const struct kern_q8_super *)(xq + t * xs) + i;
+            const __m512i I = q8_dot_super(wv, sv, x);
+            const __m512i M =
+                _mm512_mullo_epi32(m32, _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)x->sum)));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_set1_ps(d * x->d), acc[t]);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_set1_ps(-(dm * x->d)), acc[t]);
+        }
+    }
+    Q8_UNROLL for (int t = 0; t < NT; t++) out[t * os] = q8_hsum(acc[t]);
+}
+
+/* Q3_K: Q2_K's codes with the high bit (bit 4h + 2n (+1 for the second
+ * half) of hmask[l]) adding 4, the code standing for code - 4; signed
+ * 6-bit scales (block_q3_k_scale) for 16 groups, taken out of their 12
+ * bytes at once. */
+Q8_INLINE void q3_k_row(const uint8_t *xq, int64_t xs, const int NT, const struct block_q3_k *w, int64_t nb, float *out,
+                        int64_t os)
+{
+    __m512 acc[KERN_MAX_NX];
+    Q8_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    const __m512i b2 = _mm512_set1_epi8(4);
+    __m512i gi[4], hb[4];
+    Q8_UNROLL for (int v = 0; v < 4; v++)
+    {
+        gi[v] = _mm512_add_epi32(_mm512_set1_epi32(4 * v),
+                                 _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0));
+        hb[v] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8((char)(1 << (2 * v)))),
+                                   _mm256_set1_epi8((char)(1 << (2 * v + 1))), 1);
+    }
+    for (int64_t i = 0; i < nb; i++) {
+        const struct block_q3_k *b = w + i;
+        uint64_t lo;
+        uint32_t hi;
+        memcpy(&lo, b->scales, 8);
+        memcpy(&hi, b->scales + 8, 4);
+        const uint64_t s0 = (lo & 0x0f0f0f0f0f0f0f0full) |
+                            ((uint64_t)(hi & 0x03030303u) | (uint64_t)(hi >> 2 & 0x03030303u) << 32) << 4;
+        const uint64_t s1 = (lo >> 4 & 0x0f0f0f0f0f0f0f0full) |
+                            ((uint64_t)(hi >> 4 & 0x03030303u) | (uint64_t)(hi >> 6 & 0x03030303u) << 32) << 4;
+        const __m128i s8 = _mm_sub_epi8(_mm_set_epi64x((long long)s1, (long long)s0), _mm_set1_epi8(32));
+        const __m512i s32 = _mm512_cvtepi8_epi32(s8);
+        const __m256i s16 = _mm256_cvtepi8_epi16(s8);
+        __m512i sv[4], wv[4];
+        Q8_UNROLL for (int v = 0; v < 4; v++) sv[v] = _mm512_permutexvar_epi32(gi[v], s32);
+        q8_crumbs(b->qs, wv);
+        const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b->hmask));
+        Q8_UNROLL for (int v = 0; v < 4; v++) wv[v] =
+            _mm512_mask_add_epi8(wv[v], _mm512_test_epi8_mask(hm, hb[v]), wv[v], b2);
+        const float d = q8_f16(b->d);
+        Q8_UNROLL for (int t = 0; t < NT; t++)
+        {
+            const struct kern_q8_super *x = (const struct kern_q8_super *)(xq + t * xs) + i;
+            __m512i I = q8_dot_super(wv, sv, x);
+            const __m256i O = _mm256_madd_epi16(s16, _mm256_loadu_si256((const __m256i *)x->sum));
+            I = _mm512_sub_epi32(I, _mm512_slli_epi32(_mm512_zextsi256_si512(O), 2));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_set1_ps(d * x->d), acc[t]);
         }
     }
     Q8_UNROLL for (int t = 0; t < NT; t++) out[t * os] = q8_hsum(acc[t]);
@@ -217,6 +342,9 @@ Q8_INLINE void q6_k_row(const uint8_t *xq, int64_t xs, const int NT, const struc
 Q8_ROWS(q8_0, struct block_q8_0, 64)
 Q8_ROWS(q4_k, struct block_q4_k, QK_K)
 Q8_ROWS(q6_k, struct block_q6_k, QK_K)
+Q8_ROWS(q5_k, struct block_q5_k, QK_K)
+Q8_ROWS(q3_k, struct block_q3_k, QK_K)
+Q8_ROWS(q2_k, struct block_q2_k, QK_K)
 
 int kern_vnni_matmul_q8(enum dtype t, const void *xq, int64_t xq_stride, int32_t n_x, const void *w, int64_t w_stride,
                         int64_t k, float *out, int64_t out_stride, int64_t j0, int64_t j1)
@@ -228,6 +356,9 @@ int kern_vnni_matmul_q8(enum dtype t, const void *xq, int64_t xq_stride, int32_t
     case DT_Q8_0: q8_rows_q8_0(xq, xq_stride, n_x, w, wsb, k, out, out_stride, j0, j1); return 1;
     case DT_Q4_K: q8_rows_q4_k(xq, xq_stride, n_x, w, wsb, k, out, out_stride, j0, j1); return 1;
     case DT_Q6_K: q8_rows_q6_k(xq, xq_stride, n_x, w, wsb, k, out, out_stride, j0, j1); return 1;
+    case DT_Q5_K: q8_rows_q5_k(xq, xq_stride, n_x, w, wsb, k, out, out_stride, j0, j1); return 1;
+    case DT_Q3_K: q8_rows_q3_k(xq, xq_stride, n_x, w, wsb, k, out, out_stride, j0, j1); return 1;
+    case DT_Q2_K: q8_rows_q2_k(xq, xq_stride, n_x, w, wsb, k, out, out_stride, j0, j1); return 1;
     default: return 0;
     }
 }
