@@ -68,12 +68,14 @@ struct kern {
 
 /* Activation rows for matmul_q8. A block's values x become q = round(x *
  * 127 / amax) (ties to even; all zero when amax is 0) with d = amax / 127,
- * amax the block's largest |x|. Q8_0 weights: blocks of 32, in pairs (one
- * 64-byte vector of codes): corr[l] = -128 * (q[4l] + .. + q[4l + 3]) (the
- * weights' codes are offset by 128 into unsigned bytes) and each lane's
- * block scale. K-quants: blocks of 256 with the sums of each 16 values
- * (natural order); the codes in the order the weights' 64-byte vectors hold
- * their elements (kern_q8_elem). The kernels accumulate 16 fp32 lanes, lane
+ * amax the block's largest |x|. Weights in blocks of 32 (Q8_0, Q4_0, Q5_0,
+ * IQ4_NL): activation blocks of 32, in pairs (one 64-byte vector of codes):
+ * corr[l] = -128 * (q[4l] + .. + q[4l + 3]) (Q8_0's and IQ4_NL's codes are
+ * offset by 128 into unsigned bytes; Q4_0's by 8 and Q5_0's by 16 take
+ * corr / 16 and corr / 8) and each lane's block scale. K-quants and IQ4_XS:
+ * blocks of 256 with the sums of each 16 values (natural order); the codes
+ * in the order the weights' 64-byte vectors hold their elements
+ * (kern_q8_elem). The kernels accumulate 16 fp32 lanes, lane
  * l of a 64-code vector taking codes 4l..4l+3, and sum them as kern_q8_hsum. */
 struct kern_q8_pair {
     int8_t q[64];
@@ -88,6 +90,12 @@ struct kern_q8_super {
 };
 _Static_assert(sizeof(struct kern_q8_pair) == 192 && sizeof(struct kern_q8_super) == 320, "q8 layouts");
 
+/* Whether weights of type t take activations in kern_q8_pair blocks (the
+ * types with blocks of 32) rather than kern_q8_super ones. */
+static inline int kern_q8_paired(enum dtype t)
+{
+    return t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q5_0 || t == DT_IQ4_NL;
+}
 /* Bytes of one row of k activations for weights of type t, or 0 where no
  * matmul_q8 kernel takes that type and width. */
 int64_t kern_q8_row_bytes(enum dtype t, int64_t k);

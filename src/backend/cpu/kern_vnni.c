@@ -7,6 +7,7 @@
 #include "kern.h"
 
 #include "../../quant/blocks.h"
+#include "../../quant/iq_tables.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -47,7 +48,7 @@ static float q8_block(const float *x, int n, int8_t *q, __m512i *qi)
 
 void kern_vnni_q8_quant(enum dtype t, const float *x, int64_t k, void *xq)
 {
-    if (t == DT_Q8_0) {
+    if (kern_q8_paired(t)) {
         struct kern_q8_pair *p = xq;
         for (int64_t i = 0; i < k / 64; i++, p++) {
             const float d0 = q8_block(x + 64 * i, 32, p->q, NULL), d1 = q8_block(x + 64 * i + 32, 32, p->q + 32, NULL);
@@ -73,28 +74,83 @@ void kern_vnni_q8_quant(enum dtype t, const float *x, int64_t k, void *xq)
 
 /* ---- products: one weight row by NT activation rows ---- */
 
-Q8_INLINE void q8_0_row(const uint8_t *xq, int64_t xs, const int NT, const struct block_q8_0 *w, int64_t np, float *out,
-                        int64_t os)
+/* 32 4-bit codes in element order from two 16-byte runs (Q4_0's, IQ4_NL's
+ * and IQ4_XS's: low nibbles elements 0-15, high nibbles 16-31) as a 64-byte
+ * vector: the runs a and b each twice, the second copy shifted down 4 */
+Q8_INLINE __m512i q8_nibbles(const uint8_t *a, const uint8_t *b)
+{
+    const __m128i x = _mm_loadu_si128((const __m128i *)a), y = _mm_loadu_si128((const __m128i *)b);
+    const int s = 0x00040004;
+    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(x, x)), _mm256_set_m128i(y, y), 1);
+    return _mm512_and_si512(_mm512_srlv_epi16(v, _mm512_set_epi32(s, s, s, s, 0, 0, 0, 0, s, s, s, s, 0, 0, 0, 0)),
+                            _mm512_set1_epi8(15));
+}
+
+/* IQ4_NL's values offset by 128 into unsigned bytes, in each 128-bit lane for vpshufb */
+Q8_INLINE __m512i q8_iq4_lut(void)
+{
+    const __m128i kv = _mm_loadu_si128((const __m128i *)kvalues_iq4nl);
+    return _mm512_broadcast_i32x4(_mm_xor_si128(kv, _mm_set1_epi8((char)0x80)));
+}
+
+/* Blocks of 32 (T: Q8_0, Q4_0, Q5_0 or IQ4_NL), two at a time: every block
+ * starts with its f16 d; the codes as unsigned bytes (Q8_0's and IQ4_NL's
+ * offset by 128, Q4_0's nibbles, Q5_0's with the fifth bit of qh's bit e
+ * for element e), the activations' corr scaled to the offset. */
+Q8_INLINE void pair_row(const uint8_t *xq, int64_t xs, const int NT, const uint8_t *w, const enum dtype T, int64_t np,
+                        float *out, int64_t os)
 {
     __m512 acc[KERN_MAX_NX];
     Q8_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
-    const __m512i off = _mm512_set1_epi8((char)0x80);
+    const __m512i off = _mm512_set1_epi8((char)0x80), b4 = _mm512_set1_epi8(16), lut = q8_iq4_lut();
+    const size_t bb = dtype_block_bytes(T);
     for (int64_t i = 0; i < np; i++) {
-        const struct block_q8_0 *b = w + 2 * i;
-        const __m512i wv = _mm512_xor_si512(
-            _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[0].qs)),
-                               _mm256_loadu_si256((const __m256i *)b[1].qs), 1),
-            off);
-        const __m512 dw = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(q8_f16(b[0].d)), _mm512_set1_ps(q8_f16(b[1].d)));
+        const uint8_t *b0 = w + 2 * i * bb, *b1 = b0 + bb;
+        uint16_t h0, h1;
+        memcpy(&h0, b0, 2);
+        memcpy(&h1, b1, 2);
+        __m512i wv;
+        if (T == DT_Q8_0) {
+            const __m256i q0 = _mm256_loadu_si256((const __m256i *)(b0 + 2));
+            const __m256i q1 = _mm256_loadu_si256((const __m256i *)(b1 + 2));
+            wv = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1), off);
+        } else if (T == DT_Q5_0) {
+            uint32_t q0, q1;
+            memcpy(&q0, b0 + 2, 4);
+            memcpy(&q1, b1 + 2, 4);
+            wv = q8_nibbles(b0 + 6, b1 + 6);
+            wv = _mm512_mask_add_epi8(wv, (__mmask64)q0 | (__mmask64)q1 << 32, wv, b4);
+        } else {
+            wv = q8_nibbles(b0 + 2, b1 + 2);
+            if (T == DT_IQ4_NL)
+                wv = _mm512_shuffle_epi8(lut, wv);
+        }
+        const __m512 dw = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(q8_f16(h0)), _mm512_set1_ps(q8_f16(h1)));
         Q8_UNROLL for (int t = 0; t < NT; t++)
         {
             const struct kern_q8_pair *p = (const struct kern_q8_pair *)(xq + t * xs) + i;
-            const __m512i dp = _mm512_dpbusd_epi32(_mm512_loadu_si512(p->corr), wv, _mm512_loadu_si512(p->q));
+            __m512i corr = _mm512_loadu_si512(p->corr);
+            if (T == DT_Q4_0)
+                corr = _mm512_srai_epi32(corr, 4);
+            else if (T == DT_Q5_0)
+                corr = _mm512_srai_epi32(corr, 3);
+            const __m512i dp = _mm512_dpbusd_epi32(corr, wv, _mm512_loadu_si512(p->q));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_mul_ps(dw, _mm512_loadu_ps(p->d)), acc[t]);
         }
     }
     Q8_UNROLL for (int t = 0; t < NT; t++) out[t * os] = q8_hsum(acc[t]);
 }
+
+#define Q8_PAIR_ROW(T, DT)                                                                                   \
+    Q8_INLINE void T##_row(const uint8_t *xq, int64_t xs, const int NT, const uint8_t *w, int64_t np, float *out, \
+                           int64_t os)                                                                       \
+    {                                                                                                        \
+        pair_row(xq, xs, NT, w, DT, np, out, os);                                                            \
+    }
+Q8_PAIR_ROW(q8_0, DT_Q8_0)
+Q8_PAIR_ROW(q4_0, DT_Q4_0)
+Q8_PAIR_ROW(q5_0, DT_Q5_0)
+Q8_PAIR_ROW(iq4_nl, DT_IQ4_NL)
 
 /* A K-quant super-block's four vectors of codes wv times a token's int8
  * activations, each group's sum (dpbusd's four-byte lanes) times its scale sv. */
@@ -325,6 +381,51 @@ Q8_INLINE void q6_k_row(const uint8_t *xq, int64_t xs, const int NT, const struc
     Q8_UNROLL for (int t = 0; t < NT; t++) out[t * os] = q8_hsum(acc[t]);
 }
 
+/* IQ4_XS: vector v holds groups 2v (lanes 0-7) and 2v + 1 (lanes 8-15),
+ * IQ4_NL's values offset by 128 for its nibbles, each group's scale ls - 32
+ * (ls's low four bits in scales_l's nibbles, the top two in scales_h). */
+Q8_INLINE void iq4_xs_row(const uint8_t *xq, int64_t xs, const int NT, const struct block_iq4_xs *w, int64_t nb,
+                          float *out, int64_t os)
+{
+    __m512 acc[KERN_MAX_NX];
+    Q8_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    const __m512i lut = q8_iq4_lut();
+    const __m128i m4 = _mm_set1_epi8(15);
+    const __m512i hs = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    __m512i gi[4];
+    Q8_UNROLL for (int v = 0; v < 4; v++) gi[v] = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_set1_epi32(2 * v)), _mm256_set1_epi32(2 * v + 1), 1);
+    for (int64_t i = 0; i < nb; i++) {
+        const struct block_iq4_xs *b = w + i;
+        uint32_t sl;
+        memcpy(&sl, b->scales_l, 4);
+        const __m128i lo = _mm_cvtsi32_si128((int)sl);
+        const __m512i l32 =
+            _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(_mm_and_si128(lo, m4), _mm_and_si128(_mm_srli_epi16(lo, 4), m4)));
+        const __m512i h32 =
+            _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(b->scales_h), hs), _mm512_set1_epi32(3));
+        const __m512i s32 = _mm512_sub_epi32(_mm512_or_si512(l32, _mm512_slli_epi32(h32, 4)), _mm512_set1_epi32(32));
+        const __m128i s8 = _mm512_cvtepi32_epi8(s32);
+        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s8, s8));
+        __m512i sv[4], wv[4];
+        Q8_UNROLL for (int v = 0; v < 4; v++)
+        {
+            sv[v] = _mm512_permutexvar_epi32(gi[v], s32);
+            wv[v] = _mm512_shuffle_epi8(lut, q8_nibbles(b->qs + 32 * v, b->qs + 32 * v + 16));
+        }
+        const float d = q8_f16(b->d);
+        Q8_UNROLL for (int t = 0; t < NT; t++)
+        {
+            const struct kern_q8_super *x = (const struct kern_q8_super *)(xq + t * xs) + i;
+            __m512i I = q8_dot_super(wv, sv, x);
+            const __m256i O = _mm256_madd_epi16(s16, _mm256_loadu_si256((const __m256i *)x->sum));
+            I = _mm512_sub_epi32(I, _mm512_slli_epi32(_mm512_zextsi256_si512(O), 7));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_set1_ps(d * x->d), acc[t]);
+        }
+    }
+    Q8_UNROLL for (int t = 0; t < NT; t++) out[t * os] = q8_hsum(acc[t]);
+}
+
 #define Q8_ROWS(T, BLK, PER)                                                                                 \
     static void q8_rows_##T(const uint8_t *xq, int64_t xs, int32_t n_x, const uint8_t *w, int64_t wsb, int64_t k, \
                             float *out, int64_t os, int64_t j0, int64_t j1)                                  \
@@ -339,7 +440,11 @@ Q8_INLINE void q6_k_row(const uint8_t *xq, int64_t xs, const int NT, const struc
             }                                                                                                \
         }                                                                                                    \
     }
-Q8_ROWS(q8_0, struct block_q8_0, 64)
+Q8_ROWS(q8_0, uint8_t, 64)
+Q8_ROWS(q4_0, uint8_t, 64)
+Q8_ROWS(q5_0, uint8_t, 64)
+Q8_ROWS(iq4_nl, uint8_t, 64)
+Q8_ROWS(iq4_xs, struct block_iq4_xs, QK_K)
 Q8_ROWS(q4_k, struct block_q4_k, QK_K)
 Q8_ROWS(q6_k, struct block_q6_k, QK_K)
 Q8_ROWS(q5_k, struct block_q5_k, QK_K)
@@ -359,6 +464,10 @@ int kern_vnni_matmul_q8(enum dtype t, const void *xq, int64_t xq_stride, int32_t
     case DT_Q5_K: q8_rows_q5_k(xq, xq_stride, n_x, w, wsb, k, out, out_stride, j0, j1); return 1;
     case DT_Q3_K: q8_rows_q3_k(xq, xq_stride, n_x, w, wsb, k, out, out_stride, j0, j1); return 1;
     case DT_Q2_K: q8_rows_q2_k(xq, xq_stride, n_x, w, wsb, k, out, out_stride, j0, j1); return 1;
+    case DT_Q4_0: q8_rows_q4_0(xq, xq_stride, n_x, w, wsb, k, out, out_stride, j0, j1); return 1;
+    case DT_Q5_0: q8_rows_q5_0(xq, xq_stride, n_x, w, wsb, k, out, out_stride, j0, j1); return 1;
+    case DT_IQ4_NL: q8_rows_iq4_nl(xq, xq_stride, n_x, w, wsb, k, out, out_stride, j0, j1); return 1;
+    case DT_IQ4_XS: q8_rows_iq4_xs(xq, xq_stride, n_x, w, wsb, k, out, out_stride, j0, j1); return 1;
     default: return 0;
     }
 }
