@@ -49,7 +49,7 @@ static int cpu_weight(struct backend *be, struct tensor *dst, const struct tenso
         c->dq = p;
         c->dq_per_worker = per;
     }
-    const int64_t xb = KERN_MAX_NX * kern_q8_row_bytes(host->type, host->n_cols);
+    const int64_t xb = KERN_Q8_MAX_NX * kern_q8_row_bytes(host->type, host->n_cols);
     if (xb > c->xq_per_worker) {
         uint8_t *p = aligned_alloc(64, (size_t)(xb * pool_n_threads(c->pool)));
         if (!p)
@@ -164,8 +164,8 @@ static void mm_rows(const struct kern *k, struct tensor *out, const struct tenso
         const int64_t n = w->n_cols;
         if (q8) {
             const int64_t rb = kern_q8_row_bytes(w->type, n);
-            for (int64_t t = 0; t < x->n_rows; t += KERN_MAX_NX) {
-                int32_t nt = (int32_t)(x->n_rows - t < KERN_MAX_NX ? x->n_rows - t : KERN_MAX_NX);
+            for (int64_t t = 0; t < x->n_rows; t += KERN_Q8_MAX_NX) {
+                int32_t nt = (int32_t)(x->n_rows - t < KERN_Q8_MAX_NX ? x->n_rows - t : KERN_Q8_MAX_NX);
                 const uint8_t *xr = q8->rows ? q8->rows + t * q8->stride : q8->own;
                 if (!q8->rows)
                     for (int32_t i = 0; i < nt; i++)

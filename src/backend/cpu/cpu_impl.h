@@ -40,7 +40,7 @@ struct cpu_backend {
      * the backend is precise; a product's activation rows rounded once into
      * xq (grown to the largest batch), or, where that cannot grow and in the
      * MoE tasks, a token tile at a time into each worker's xq_own
-     * ([workers][KERN_MAX_NX][widest such row], sized as the weights are bound) */
+     * ([workers][KERN_Q8_MAX_NX][widest such row], sized as the weights are bound) */
     bool q8;
     uint8_t *xq;
     int64_t xq_cap;

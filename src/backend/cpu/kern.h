@@ -15,6 +15,10 @@
 /* out[t*out_stride + j] = sum_c x[t*x_stride + c] * w[j*w_stride + c]
  * for t in [0, n_x) with n_x <= KERN_MAX_NX and j in [j0, j1). w is BF16, F16 or F32. */
 #define KERN_MAX_NX 4
+/* matmul_q8's token tile: unpacking a K-quant block's codes costs about as
+ * much as its dot products with four tokens, so a prefill amortises it over
+ * more of them (the accumulators still fit the 32 vector registers) */
+#define KERN_Q8_MAX_NX 8
 typedef void (*kern_matmul_fn)(const float *x, int64_t x_stride, int32_t n_x, const void *w, int64_t w_stride,
                                int64_t k, float *out, int64_t out_stride, int64_t j0, int64_t j1);
 
@@ -37,11 +41,12 @@ struct kern {
     /* The fast products over block-type weights (NULL where the table has
      * none): q8_quant rounds one activation row of k fp32 values to int8
      * blocks for weights of type t (the layout below, kern_q8_row_bytes(t, k)
-     * bytes); matmul_q8 multiplies n_x such rows (xq_stride bytes apart) by
-     * the weights' integer codes exactly in int32 and applies the weights'
-     * and activations' scales in fp32, per lane as below, so that every table
-     * gives the same bits; out and the other arguments as matmul_q. Returns 0,
-     * doing nothing, for a type the table has no such kernel for. */
+     * bytes); matmul_q8 multiplies n_x <= KERN_Q8_MAX_NX such rows
+     * (xq_stride bytes apart) by the weights' integer codes exactly in int32
+     * and applies the weights' and activations' scales in fp32, per lane as
+     * below, so that every table gives the same bits; out and the other
+     * arguments as matmul_q. Returns 0, doing nothing, for a type the table
+     * has no such kernel for. */
     void (*q8_quant)(enum dtype t, const float *x, int64_t k, void *xq);
     int (*matmul_q8)(enum dtype t, const void *xq, int64_t xq_stride, int32_t n_x, const void *w, int64_t w_stride,
                      int64_t k, float *out, int64_t out_stride, int64_t j0, int64_t j1);

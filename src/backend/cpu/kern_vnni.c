@@ -100,7 +100,7 @@ Q8_INLINE __m512i q8_iq4_lut(void)
 Q8_INLINE void pair_row(const uint8_t *xq, int64_t xs, const int NT, const uint8_t *w, const enum dtype T, int64_t np,
                         float *out, int64_t os)
 {
-    __m512 acc[KERN_MAX_NX];
+    __m512 acc[KERN_Q8_MAX_NX];
     Q8_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     const __m512i off = _mm512_set1_epi8((char)0x80), b4 = _mm512_set1_epi8(16), lut = q8_iq4_lut();
     const size_t bb = dtype_block_bytes(T);
@@ -170,7 +170,7 @@ Q8_INLINE __m512i q8_dot_super(const __m512i *wv, const __m512i *sv, const struc
 Q8_INLINE void k4_row(const uint8_t *xq, int64_t xs, const int NT, const uint8_t *w, const int HI, int64_t nb,
                       float *out, int64_t os)
 {
-    __m512 acc[KERN_MAX_NX];
+    __m512 acc[KERN_Q8_MAX_NX];
     Q8_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(15), b4 = _mm512_set1_epi8(16);
     const __m512i gi[4] = {
@@ -258,7 +258,7 @@ Q8_INLINE void q8_crumbs(const uint8_t *qs, __m512i *wv)
 Q8_INLINE void q2_k_row(const uint8_t *xq, int64_t xs, const int NT, const struct block_q2_k *w, int64_t nb, float *out,
                         int64_t os)
 {
-    __m512 acc[KERN_MAX_NX];
+    __m512 acc[KERN_Q8_MAX_NX];
     Q8_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     const __m128i m4 = _mm_set1_epi8(15);
     __m512i gi[4];
@@ -293,7 +293,7 @@ Q8_INLINE void q2_k_row(const uint8_t *xq, int64_t xs, const int NT, const struc
 Q8_INLINE void q3_k_row(const uint8_t *xq, int64_t xs, const int NT, const struct block_q3_k *w, int64_t nb, float *out,
                         int64_t os)
 {
-    __m512 acc[KERN_MAX_NX];
+    __m512 acc[KERN_Q8_MAX_NX];
     Q8_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     const __m512i b2 = _mm512_set1_epi8(4);
     __m512i gi[4], hb[4];
@@ -342,7 +342,7 @@ Q8_INLINE void q3_k_row(const uint8_t *xq, int64_t xs, const int NT, const struc
 Q8_INLINE void q6_k_row(const uint8_t *xq, int64_t xs, const int NT, const struct block_q6_k *w, int64_t nb, float *out,
                         int64_t os)
 {
-    __m512 acc[KERN_MAX_NX];
+    __m512 acc[KERN_Q8_MAX_NX];
     Q8_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
     /* the bytes 0-31 of a vector take qh's bits 2n..2n+1 of part 0, bytes 32-63 of part 1 */
@@ -387,7 +387,7 @@ Q8_INLINE void q6_k_row(const uint8_t *xq, int64_t xs, const int NT, const struc
 Q8_INLINE void iq4_xs_row(const uint8_t *xq, int64_t xs, const int NT, const struct block_iq4_xs *w, int64_t nb,
                           float *out, int64_t os)
 {
-    __m512 acc[KERN_MAX_NX];
+    __m512 acc[KERN_Q8_MAX_NX];
     Q8_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     const __m512i lut = q8_iq4_lut();
     const __m128i m4 = _mm_set1_epi8(15);
@@ -436,7 +436,11 @@ Q8_INLINE void iq4_xs_row(const uint8_t *xq, int64_t xs, const int NT, const str
             case 1: T##_row(xq, xs, 1, r, k / (PER), out + j, os); break;                                    \
             case 2: T##_row(xq, xs, 2, r, k / (PER), out + j, os); break;                                    \
             case 3: T##_row(xq, xs, 3, r, k / (PER), out + j, os); break;                                    \
-            default: T##_row(xq, xs, 4, r, k / (PER), out + j, os); break;                                   \
+            case 4: T##_row(xq, xs, 4, r, k / (PER), out + j, os); break;                                    \
+            case 5: T##_row(xq, xs, 5, r, k / (PER), out + j, os); break;                                    \
+            case 6: T##_row(xq, xs, 6, r, k / (PER), out + j, os); break;                                    \
+            case 7: T##_row(xq, xs, 7, r, k / (PER), out + j, os); break;                                    \
+            default: T##_row(xq, xs, 8, r, k / (PER), out + j, os); break;                                   \
             }                                                                                                \
         }                                                                                                    \
     }
