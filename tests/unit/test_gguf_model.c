@@ -314,10 +314,12 @@ void test_gguf_model_llama_archs(void)
     }
 }
 
-/* The int8 path (the cpu's default for Q8_0, Q4_K and Q6_K weights) against
- * the exact one on the same file, every position of the prompt: the logits
- * within 4% of the largest |logit| (measured: 1.7% on the fixtures at Q8_0,
- * rows of 64; 3.3% and 2.4% on llama-quantize's dense and MoE Q4_K_M mixes),
+/* The int8 path (the cpu's default for block-type weights but IQ2_XXS and
+ * the _1 types) against the exact one on the same file, every position of
+ * the prompt: the logits within 4% of the largest |logit| (measured: 1.7% on
+ * the fixtures at Q8_0, rows of 64, 2.0% at IQ4_NL; 3.3% and 2.4% on
+ * llama-quantize's dense and MoE Q4_K_M mixes, 2.4%, 3.1% and 2.4% on its
+ * dense Q3_K_M (Q3_K to Q6_K), Q2_K and IQ4_XS),
  * and the greedy token the exact one wherever the exact logits have no
  * rival within that bound (these random models have near ties: 4 of 160
  * positions pick a rival, measured). */
@@ -325,14 +327,18 @@ void test_gguf_model_q8(void)
 {
     if (!kern_q8_supported(kern_best()))
         return;
-    char paths[4][512];
+    static const char *const llama_files[] = {"dense-Q4_K_M.gguf", "moe-Q4_K_M.gguf", "dense-Q3_K_M.gguf",
+                                              "dense-Q2_K.gguf", "dense-IQ4_XS.gguf"};
+    char paths[8][512];
     for (size_t a = 0; a < 2; a++) {
         snprintf(paths[a], sizeof paths[a], "%s", tmp_gguf(gguf_archs[a], "Q8_0-fast"));
         CHECK(write_gguf(fx(gguf_archs[a]), paths[a], "Q8_0") == 0, "%s: %s", gguf_archs[a], err_msg());
     }
-    snprintf(paths[2], sizeof paths[2], "%s", gguf_data("dense-Q4_K_M.gguf"));
-    snprintf(paths[3], sizeof paths[3], "%s", gguf_data("moe-Q4_K_M.gguf"));
-    for (int f = 0; f < 4; f++) {
+    snprintf(paths[2], sizeof paths[2], "%s", tmp_gguf("qwen3", "IQ4_NL-fast"));
+    CHECK(write_gguf(fx("qwen3"), paths[2], "IQ4_NL") == 0, "qwen3: %s", err_msg());
+    for (int f = 0; f < 5; f++)
+        snprintf(paths[3 + f], sizeof paths[3 + f], "%s", gguf_data(llama_files[f]));
+    for (int f = 0; f < 8; f++) {
         float *lq = NULL, *le = NULL;
         int32_t V = 0;
         struct backend *exact = cpu_backend_init(2, NULL);

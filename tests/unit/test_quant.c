@@ -342,11 +342,13 @@ void test_quant_cpu_matmul(void)
  * the dequantised weights stays within what rounding each activation to
  * its block's d / 2 allows, sum |w| d / 2. The relative error (rms over all
  * products; normal activations, one in 97 twenty times larger) measured
- * 1.11% for Q8_0 (blocks of 32), 2.73% for Q4_K and 2.89% for Q6_K (one d
- * per 256 activations): bounded at 1.4% and 3.5%. */
+ * 1.1-1.2% for the types with blocks of 32 (Q8_0, Q4_0, Q5_0, IQ4_NL),
+ * 2.3-2.8% for the K-quants and IQ4_XS (one d per 256 activations):
+ * bounded at 1.4% and 3.5%. */
 void test_quant_q8(void)
 {
-    static const enum dtype types[] = {DT_Q8_0, DT_Q4_K, DT_Q6_K};
+    static const enum dtype types[] = {DT_Q8_0, DT_Q4_K, DT_Q6_K, DT_Q5_K,   DT_Q3_K,
+                                       DT_Q2_K, DT_Q4_0, DT_Q5_0, DT_IQ4_NL, DT_IQ4_XS};
     const int64_t ks[] = {256, 1024, 3072};
     const int64_t m = 13, nx = 11;
     const struct kern *best = kern_best();
@@ -371,7 +373,7 @@ void test_quant_q8(void)
             /* within the bound of the activations' rounding, and the measured error */
             for (int64_t r = 0; r < nx; r++)
                 for (int64_t j = 0; j < m; j++) {
-                    const int64_t blk = t == DT_Q8_0 ? 32 : 256;
+                    const int64_t blk = kern_q8_paired(t) ? 32 : 256;
                     double exact = 0, bound = 0, mag = 0;
                     for (int64_t c0 = 0; c0 < k; c0 += blk) {
                         float amax = 0;
@@ -397,7 +399,7 @@ void test_quant_q8(void)
                     tables[tb]->q8_quant(t, x + r * k, k, xq2 + r * rb);
                 CHECK(memcmp(xq, xq2, (size_t)(nx * rb)) == 0, "%s %s: activations rounded differently",
                       tables[tb]->name, dtype_name(t));
-                for (int32_t n = 1; n <= KERN_MAX_NX; n++) {
+                for (int32_t n = 1; n <= KERN_Q8_MAX_NX; n++) {
                     const int64_t j0 = (int64_t)(rnd() % 4), j1 = m - (int64_t)(rnd() % 3);
                     memset(got, 0, (size_t)(nx * m) * 4);
                     CHECK(tables[tb]->matmul_q8(t, xq2, rb, n, w, k, k, got, m, j0, j1), "%s", dtype_name(t));
@@ -439,6 +441,6 @@ void test_quant_q8(void)
         }
         const double rel = sqrt(e2 / y2);
         printf("  q8 %s: relative error %.4f\n", dtype_name(t), rel);
-        CHECK(rel < (t == DT_Q8_0 ? 0.014 : 0.035), "%s: relative error %g", dtype_name(t), rel);
+        CHECK(rel < (kern_q8_paired(t) ? 0.014 : 0.035), "%s: relative error %g", dtype_name(t), rel);
     }
 }

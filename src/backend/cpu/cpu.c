@@ -45,6 +45,10 @@ static int64_t fast_row_bytes(enum dtype t, int64_t k)
     return t == DT_BF16 ? kern_bf16_row_bytes(k) : kern_q8_row_bytes(t, k);
 }
 
+/* the tokens a fast product takes a pass over the weights: matmul_bf16_bf16's
+ * or matmul_q8's */
+static int32_t fast_tile(enum dtype t) { return t == DT_BF16 ? KERN_MAX_NX : KERN_Q8_MAX_NX; }
+
 static int cpu_weight(struct backend *be, struct tensor *dst, const struct tensor *host)
 {
     struct cpu_backend *c = cpu_of(be);
@@ -57,7 +61,7 @@ static int cpu_weight(struct backend *be, struct tensor *dst, const struct tenso
         c->dq = p;
         c->dq_per_worker = per;
     }
-    const int64_t xb = KERN_MAX_NX * fast_row_bytes(host->type, host->n_cols);
+    const int64_t xb = fast_tile(host->type) * fast_row_bytes(host->type, host->n_cols);
     if (xb > c->xq_per_worker) {
         uint8_t *p = aligned_alloc(64, (size_t)(xb * pool_n_threads(c->pool)));
         if (!p)
@@ -183,8 +187,9 @@ static void mm_rows(const struct kern *k, struct tensor *out, const struct tenso
     if (fx) {
         const int64_t rb = fast_row_bytes(w->type, n), xs = fx->rows ? fx->stride : rb;
         assert(fx->rows || fx->own); /* own is sized as the weights are bound */
-        for (int64_t t = 0; t < x->n_rows; t += KERN_MAX_NX) {
-            int32_t nt = (int32_t)(x->n_rows - t < KERN_MAX_NX ? x->n_rows - t : KERN_MAX_NX);
+        const int32_t tile = fast_tile(w->type);
+        for (int64_t t = 0; t < x->n_rows; t += tile) {
+            int32_t nt = (int32_t)(x->n_rows - t < tile ? x->n_rows - t : tile);
             const uint8_t *xr = fx->rows ? fx->rows + t * fx->stride : fx->own;
             if (!fx->rows)
                 for (int32_t i = 0; i < nt; i++)

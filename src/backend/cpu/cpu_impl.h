@@ -44,7 +44,7 @@ struct cpu_backend {
      * the backend is precise; a product's activation rows rounded once into
      * xq (grown to the largest batch), or, where that cannot grow and in the
      * MoE tasks, a token tile at a time into each worker's xq_own
-     * ([workers][KERN_MAX_NX][widest such row], sized as the weights are bound) */
+     * ([workers][KERN_Q8_MAX_NX][widest such row], sized as the weights are bound) */
     bool q8;
     /* the bf16 path (kern.h's matmul_bf16_bf16): taken for BF16 weights
      * unless precise, its activation rows rounded into the same buffers */

@@ -15,6 +15,10 @@
 /* out[t*out_stride + j] = sum_c x[t*x_stride + c] * w[j*w_stride + c]
  * for t in [0, n_x) with n_x <= KERN_MAX_NX and j in [j0, j1). w is BF16, F16 or F32. */
 #define KERN_MAX_NX 4
+/* matmul_q8's token tile: unpacking a K-quant block's codes costs about as
+ * much as its dot products with four tokens, so a prefill amortises it over
+ * more of them (the accumulators still fit the 32 vector registers) */
+#define KERN_Q8_MAX_NX 8
 typedef void (*kern_matmul_fn)(const float *x, int64_t x_stride, int32_t n_x, const void *w, int64_t w_stride,
                                int64_t k, float *out, int64_t out_stride, int64_t j0, int64_t j1);
 
@@ -41,11 +45,12 @@ struct kern {
     /* The fast products over block-type weights (NULL where the table has
      * none): q8_quant rounds one activation row of k fp32 values to int8
      * blocks for weights of type t (the layout below, kern_q8_row_bytes(t, k)
-     * bytes); matmul_q8 multiplies n_x such rows (xq_stride bytes apart) by
-     * the weights' integer codes exactly in int32 and applies the weights'
-     * and activations' scales in fp32, per lane as below, so that every table
-     * gives the same bits; out and the other arguments as matmul_q. Returns 0,
-     * doing nothing, for a type the table has no such kernel for. */
+     * bytes); matmul_q8 multiplies n_x <= KERN_Q8_MAX_NX such rows
+     * (xq_stride bytes apart) by the weights' integer codes exactly in int32
+     * and applies the weights' and activations' scales in fp32, per lane as
+     * below, so that every table gives the same bits; out and the other
+     * arguments as matmul_q. Returns 0, doing nothing, for a type the table
+     * has no such kernel for. */
     void (*q8_quant)(enum dtype t, const float *x, int64_t k, void *xq);
     int (*matmul_q8)(enum dtype t, const void *xq, int64_t xq_stride, int32_t n_x, const void *w, int64_t w_stride,
                      int64_t k, float *out, int64_t out_stride, int64_t j0, int64_t j1);
@@ -79,12 +84,14 @@ struct kern {
 
 /* Activation rows for matmul_q8. A block's values x become q = round(x *
  * 127 / amax) (ties to even; all zero when amax is 0) with d = amax / 127,
- * amax the block's largest |x|. Q8_0 weights: blocks of 32, in pairs (one
- * 64-byte vector of codes): corr[l] = -128 * (q[4l] + .. + q[4l + 3]) (the
- * weights' codes are offset by 128 into unsigned bytes) and each lane's
- * block scale. K-quants: blocks of 256 with the sums of each 16 values
- * (natural order); the codes in the order the weights' 64-byte vectors hold
- * their elements (kern_q8_elem). The kernels accumulate 16 fp32 lanes, lane
+ * amax the block's largest |x|. Weights in blocks of 32 (Q8_0, Q4_0, Q5_0,
+ * IQ4_NL): activation blocks of 32, in pairs (one 64-byte vector of codes):
+ * corr[l] = -128 * (q[4l] + .. + q[4l + 3]) (Q8_0's and IQ4_NL's codes are
+ * offset by 128 into unsigned bytes; Q4_0's by 8 and Q5_0's by 16 take
+ * corr / 16 and corr / 8) and each lane's block scale. K-quants and IQ4_XS:
+ * blocks of 256 with the sums of each 16 values (natural order); the codes
+ * in the order the weights' 64-byte vectors hold their elements
+ * (kern_q8_elem). The kernels accumulate 16 fp32 lanes, lane
  * l of a 64-code vector taking codes 4l..4l+3, and sum them as kern_q8_hsum. */
 struct kern_q8_pair {
     int8_t q[64];
@@ -99,17 +106,23 @@ struct kern_q8_super {
 };
 _Static_assert(sizeof(struct kern_q8_pair) == 192 && sizeof(struct kern_q8_super) == 320, "q8 layouts");
 
+/* Whether weights of type t take activations in kern_q8_pair blocks (the
+ * types with blocks of 32) rather than kern_q8_super ones. */
+static inline int kern_q8_paired(enum dtype t)
+{
+    return t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q5_0 || t == DT_IQ4_NL;
+}
 /* Bytes of one row of k activations for weights of type t, or 0 where no
  * matmul_q8 kernel takes that type and width. */
 int64_t kern_q8_row_bytes(enum dtype t, int64_t k);
 /* The element of a 256-block that code p stands for: Q4_K and Q5_K hold
  * each 64 elements' low nibbles (elements 64c..64c+31) and high nibbles in
  * one 32-byte run, so a 64-byte vector is runs of 32 elements in the order
- * 0, 2, 1, 3 (then 4, 6, 5, 7); Q6_K's are in order. */
+ * 0, 2, 1, 3 (then 4, 6, 5, 7); the other types' are in order. */
 static inline int kern_q8_elem(enum dtype t, int p)
 {
     static const int8_t run[8] = {0, 2, 1, 3, 4, 6, 5, 7};
-    return t == DT_Q6_K ? p : 32 * run[p / 32] + p % 32;
+    return t == DT_Q4_K || t == DT_Q5_K ? 32 * run[p / 32] + p % 32 : p;
 }
 /* The sum of 16 lanes in the kernels' order: halves, quarters, pairs. */
 static inline float kern_q8_hsum(const float *a)

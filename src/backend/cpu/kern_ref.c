@@ -5,6 +5,7 @@
 
 #include "../../base/dtype.h"
 #include "../../quant/blocks.h"
+#include "../../quant/iq_tables.h"
 #include "../../quant/quant.h"
 
 #include <cpuid.h>
@@ -57,8 +58,15 @@ static int ref_matmul_q(enum dtype t, const float *x, int64_t x_stride, int32_t 
 int64_t kern_q8_row_bytes(enum dtype t, int64_t k)
 {
     switch (t) {
-    case DT_Q8_0: return k % 64 ? 0 : k / 64 * (int64_t)sizeof(struct kern_q8_pair);
+    case DT_Q8_0:
+    case DT_Q4_0:
+    case DT_Q5_0:
+    case DT_IQ4_NL: return k % 64 ? 0 : k / 64 * (int64_t)sizeof(struct kern_q8_pair);
+    case DT_IQ4_XS:
+    case DT_Q2_K:
+    case DT_Q3_K:
     case DT_Q4_K:
+    case DT_Q5_K:
     case DT_Q6_K: return k % QK_K ? 0 : k / QK_K * (int64_t)sizeof(struct kern_q8_super);
     default: return 0;
     }
@@ -78,7 +86,7 @@ static float ref_q8_block(const float *x, int n, int8_t *q)
 
 static void ref_q8_quant(enum dtype t, const float *x, int64_t k, void *xq)
 {
-    if (t == DT_Q8_0) {
+    if (kern_q8_paired(t)) {
         struct kern_q8_pair *p = xq;
         for (int64_t i = 0; i < k / 64; i++, p++) {
             const float d0 = ref_q8_block(x + 64 * i, 32, p->q), d1 = ref_q8_block(x + 64 * i + 32, 32, p->q + 32);
@@ -105,44 +113,97 @@ static void ref_q8_quant(enum dtype t, const float *x, int64_t k, void *xq)
     }
 }
 
-/* A K-quant block's code of element e and its group's integer scale (the
- * group of 32 for Q4_K, of 16 for Q6_K) */
+/* A block of 32's code of element e as an unsigned byte: Q8_0's and
+ * IQ4_NL's stand for code - 128, Q4_0's for code - 8, Q5_0's for code - 16 */
+static int ref_q8_code32(enum dtype t, const void *blk, int e)
+{
+    switch (t) {
+    case DT_Q8_0: return ((const struct block_q8_0 *)blk)->qs[e] + 128;
+    case DT_Q4_0: return ((const struct block_q4_0 *)blk)->qs[e % 16] >> (4 * (e / 16)) & 15;
+    case DT_Q5_0: {
+        const struct block_q5_0 *b = blk;
+        return (b->qs[e % 16] >> (4 * (e / 16)) & 15) | (b->qh[e / 8] >> (e % 8) & 1) << 4;
+    }
+    default: {
+        const struct block_iq4_nl *b = blk;
+        return kvalues_iq4nl[b->qs[e % 16] >> (4 * (e / 16)) & 15] + 128;
+    }
+    }
+}
+
+/* A super-block's code of element e as an unsigned byte and its group's
+ * integer scale (the group of 32 for Q4_K, Q5_K and IQ4_XS, of 16 for the
+ * others); Q3_K's, Q6_K's and IQ4_XS's codes stand for code - 4, code - 32
+ * and code - 128. */
 static int ref_q8_code(enum dtype t, const void *blk, int e, int *scale)
 {
-    if (t == DT_Q4_K) {
+    const int h = e / 128, r = e % 128, l = r % 32, part = r / 32;
+    switch (t) {
+    case DT_IQ4_XS: {
+        const struct block_iq4_xs *b = blk;
+        const int g = e / 32, j = e % 32;
+        *scale = ((b->scales_l[g / 2] >> (4 * (g % 2)) & 15) | (b->scales_h >> (2 * g) & 3) << 4) - 32;
+        return kvalues_iq4nl[b->qs[16 * g + j % 16] >> (4 * (j / 16)) & 15] + 128;
+    }
+    case DT_Q2_K: {
+        const struct block_q2_k *b = blk;
+        *scale = b->scales[e / 16] & 15;
+        return b->qs[32 * h + l] >> (2 * part) & 3;
+    }
+    case DT_Q3_K: {
+        const struct block_q3_k *b = blk;
+        *scale = block_q3_k_scale(b->scales, e / 16);
+        return (b->qs[32 * h + l] >> (2 * part) & 3) | (b->hmask[l] >> (4 * h + part) & 1) << 2;
+    }
+    case DT_Q4_K: {
         const struct block_q4_k *b = blk;
         int m;
         block_k4_scale_min(b->scales, e / 32, scale, &m);
         return b->qs[32 * (e / 64) + e % 32] >> (4 * (e % 64 / 32)) & 15;
     }
-    const struct block_q6_k *b = blk;
-    const int h = e / 128, r = e % 128, l = r % 32, part = r / 32;
-    *scale = b->scales[e / 16];
-    const int lo = b->ql[64 * h + l + 32 * (part % 2)] >> (4 * (part / 2)) & 15;
-    return lo | (b->qh[32 * h + l] >> (2 * part) & 3) << 4;
+    case DT_Q5_K: {
+        const struct block_q5_k *b = blk;
+        int m;
+        block_k4_scale_min(b->scales, e / 32, scale, &m);
+        return (b->qs[32 * (e / 64) + e % 32] >> (4 * (e % 64 / 32)) & 15) | (b->qh[e % 32] >> (e / 32) & 1) << 4;
+    }
+    default: {
+        const struct block_q6_k *b = blk;
+        *scale = b->scales[e / 16];
+        const int lo = b->ql[64 * h + l + 32 * (part % 2)] >> (4 * (part / 2)) & 15;
+        return lo | (b->qh[32 * h + l] >> (2 * part) & 3) << 4;
+    }
+    }
 }
 
-/* One row of weights by one activation row: per block the integer lanes
- * I[16], then in fp32 acc = fma(I, d * dx, acc) (Q4_K: then the mins' lanes,
- * acc = fma(M, -(dmin * dx), acc)), the sum of the lanes at the end. */
+/* One row of weights by one activation row. Blocks of 32: lane l's sum of
+ * its four codes' products and corr (scaled to the type's offset), in fp32
+ * acc = fma(dp, d * dx, acc). Super-blocks: per block the integer lanes
+ * I[16] (less the codes' offset: Q3_K's 4, Q6_K's 32 and IQ4_XS's 128
+ * times each pair of groups' scaled sums, in lanes 0-7), then in fp32
+ * acc = fma(I, d * dx, acc) and, for the types with mins, the mins' lanes M (Q4_K and Q5_K: a
+ * group of 32 a lane in 0-7; Q2_K: a group of 16 a lane) in acc = fma(M,
+ * -(dmin * dx), acc); the sum of the lanes at the end. */
 static float ref_q8_row(enum dtype t, const void *xq, const uint8_t *w, int64_t k)
 {
     float acc[16] = {0};
-    if (t == DT_Q8_0) {
+    const size_t bb = dtype_block_bytes(t);
+    if (kern_q8_paired(t)) {
         const struct kern_q8_pair *p = xq;
-        const struct block_q8_0 *b = (const struct block_q8_0 *)w;
+        const int div = t == DT_Q4_0 ? 16 : t == DT_Q5_0 ? 8 : 1;
         for (int64_t i = 0; i < k / 64; i++, p++)
             for (int l = 0; l < 16; l++) {
-                const struct block_q8_0 *bl = b + 2 * i + l / 8;
-                int32_t dp = p->corr[l];
+                const uint8_t *bl = w + (size_t)(2 * i + l / 8) * bb;
+                uint16_t d;
+                memcpy(&d, bl, 2); /* every block of 32 starts with its f16 d */
+                int32_t dp = p->corr[l] / div;
                 for (int e = 0; e < 4; e++)
-                    dp += (bl->qs[4 * (l % 8) + e] + 128) * p->q[4 * l + e];
-                acc[l] = fmaf((float)dp, f16_to_f32(bl->d) * p->d[l], acc[l]);
+                    dp += ref_q8_code32(t, bl, 4 * (l % 8) + e) * p->q[4 * l + e];
+                acc[l] = fmaf((float)dp, f16_to_f32(d) * p->d[l], acc[l]);
             }
         return kern_q8_hsum(acc);
     }
     const struct kern_q8_super *s = xq;
-    const size_t bb = dtype_block_bytes(t);
     for (int64_t i = 0; i < k / QK_K; i++, s++) {
         const void *blk = w + (size_t)i * bb;
         int32_t I[16] = {0}, M[16] = {0};
@@ -152,24 +213,45 @@ static float ref_q8_row(enum dtype t, const void *xq, const uint8_t *w, int64_t 
             I[p % 64 / 4] += sc * q * s->q[p];
         }
         float d, dm = 0;
-        if (t == DT_Q4_K) {
-            const struct block_q4_k *b = blk;
-            d = f16_to_f32(b->d);
-            dm = f16_to_f32(b->dmin);
+        if (t == DT_Q4_K || t == DT_Q5_K) {
+            const struct block_q4_k *b4 = blk;
+            const struct block_q5_k *b5 = blk;
+            d = f16_to_f32(t == DT_Q4_K ? b4->d : b5->d);
+            dm = f16_to_f32(t == DT_Q4_K ? b4->dmin : b5->dmin);
             for (int j = 0; j < 8; j++) {
                 int sc, m;
-                block_k4_scale_min(b->scales, j, &sc, &m);
+                block_k4_scale_min(t == DT_Q4_K ? b4->scales : b5->scales, j, &sc, &m);
                 M[j] = m * (s->sum[2 * j] + s->sum[2 * j + 1]);
             }
+        } else if (t == DT_Q2_K) {
+            const struct block_q2_k *b = blk;
+            d = f16_to_f32(b->d);
+            dm = f16_to_f32(b->dmin);
+            for (int g = 0; g < 16; g++)
+                M[g] = (b->scales[g] >> 4) * s->sum[g];
+        } else if (t == DT_IQ4_XS) {
+            const struct block_iq4_xs *b = blk;
+            d = f16_to_f32(b->d);
+            for (int j = 0; j < 8; j++) {
+                int sc;
+                ref_q8_code(t, blk, 32 * j, &sc);
+                I[j] -= 128 * sc * (s->sum[2 * j] + s->sum[2 * j + 1]);
+            }
+        } else if (t == DT_Q3_K) {
+            const struct block_q3_k *b = blk;
+            d = f16_to_f32(b->d);
+            for (int j = 0; j < 8; j++)
+                I[j] -= 4 * (block_q3_k_scale(b->scales, 2 * j) * s->sum[2 * j] +
+                             block_q3_k_scale(b->scales, 2 * j + 1) * s->sum[2 * j + 1]);
         } else {
             const struct block_q6_k *b = blk;
             d = f16_to_f32(b->d);
-            for (int j = 0; j < 8; j++) /* the codes' offset of 32 */
+            for (int j = 0; j < 8; j++)
                 I[j] -= 32 * (b->scales[2 * j] * s->sum[2 * j] + b->scales[2 * j + 1] * s->sum[2 * j + 1]);
         }
         for (int l = 0; l < 16; l++)
             acc[l] = fmaf((float)I[l], d * s->d, acc[l]);
-        if (t == DT_Q4_K)
+        if (t == DT_Q4_K || t == DT_Q5_K || t == DT_Q2_K)
             for (int l = 0; l < 16; l++)
                 acc[l] = fmaf((float)M[l], -(dm * s->d), acc[l]);
     }
