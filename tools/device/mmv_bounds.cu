@@ -15,7 +15,7 @@
  * shuffles at the end. One more variant loads 4 rows x 128 bytes and moves
  * the bytes into the fragments' registers by shuffles (shuf_rows), so its
  * arithmetic, and a token's bits, are k_mmv's: what the H200's 6-10% for
- * that shape (session 45) keeps once it pays for the shuffles. Outputs are
+ * that shape keeps once it pays for the shuffles. Outputs are
  * checked against a double-precision sum.
  *
  * chain: qwen3-8b's four products of a layer (q/k/v 6144 x 4096, o 4096 x
@@ -43,7 +43,7 @@
  *   shared-memory attribute (its largest batch's room allowed, a decode
  *   step's used). Attention is left out: this times the products against
  *   read_bw.cu's streaming ceiling.
- * (persist_chain.cu, session 20, compared graphs with a persistent kernel
+ * (persist_chain.cu compared graphs with a persistent kernel
  * in blocks of its own.)
  *
  * "graph" runs the chain's per-product forms captured in a CUDA graph, as a
@@ -511,8 +511,8 @@ static __device__ void tile_run(const prod &p, const tile &tl, uint4 (*wa)[2], u
 
 /* NT threads; blocks of up to 8 warps held to 128 registers, so that two fit
  * an SM as k_mmv's do (without the bound, the input loop of x_part took
- * them to 133-164 and one block an SM, which slowed every k_prod row of
- * session 46's and 47's first runs). TAG: a kernel of its own, so that the
+ * them to 133-164 and one block an SM, which slowed every k_prod row).
+ * TAG: a kernel of its own, so that the
  * shared-memory attribute one variant sets stays off the others. */
 template <bool DEP, bool ENDING, bool PRE, int NT, bool CL = false, int TAG = 0>
 __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) k_prod(const prod p)
@@ -586,7 +586,7 @@ __global__ void __launch_bounds__(256, 2) k_persist(const __grid_constant__ chai
  * very 16-byte pieces it will multiply (the fragments' shape, 8 rows x 64
  * bytes an instruction), [NS][2U][256] uint4, consecutive threads' side by
  * side. ROWS: a warp copies 2 rows x 256 bytes an instruction (the load
- * shape the H200 prefers, session 45), [NS][8 warps][16 rows][16 pieces],
+ * shape the H200 prefers), [NS][8 warps][16 rows][16 pieces],
  * odd rows' pieces swapped by halves of 64 bytes (a quarter warp reading
  * rows g and g + 1 of the fragments hits 8 distinct banks), and the warp
  * syncs before reading its lanes' copies. */

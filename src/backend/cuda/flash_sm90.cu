@@ -435,7 +435,7 @@ void cuda_flash_sm90(struct cuda_backend *c, const struct flash_sm90_args *a, in
      * value tiles). Head dim 128: with a producer warpgroup and tiles of 128
      * keys, one block an SM (225 KB of shared memory, 232 registers a
      * consumer thread): qwen3-8b's 16k prefill 7% faster, 32k 10%, than the
-     * form below (session 31); without tensor maps, two blocks an SM of
+     * form below; without tensor maps, two blocks an SM of
      * 64-key tiles (128 registers, a few bytes spilled). Otherwise one head
      * a block, without spilling. Head dim 256: 128 accumulators a thread
      * for O alone and 197 KB of shared memory for two heads, so one block
