@@ -50,7 +50,11 @@ B16_INLINE void b16_hsum4x4(__m512 acc[KERN_MAX_NX][4], float *out, int64_t os, 
     const __m512 e1 = _mm512_add_ps(_mm512_shuffle_ps(q[2], q[3], 0x44), _mm512_shuffle_ps(q[2], q[3], 0xee));
     const __m512 f = _mm512_add_ps(_mm512_shuffle_ps(e0, e1, 0x88), _mm512_shuffle_ps(e0, e1, 0xdd));
     const __m512 o = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), f);
-    B16_UNROLL for (int t = 0; t < 4; t++) _mm_storeu_ps(out + t * os + j, _mm512_extractf32x4_ps(o, t));
+    /* the lane index an immediate: clang takes no loop variable there, unrolled or not */
+    _mm_storeu_ps(out + j, _mm512_extractf32x4_ps(o, 0));
+    _mm_storeu_ps(out + os + j, _mm512_extractf32x4_ps(o, 1));
+    _mm_storeu_ps(out + 2 * os + j, _mm512_extractf32x4_ps(o, 2));
+    _mm_storeu_ps(out + 3 * os + j, _mm512_extractf32x4_ps(o, 3));
 }
 
 /* NT activation rows x JR weight rows from row j: a 32-element chunk a step,
