@@ -218,10 +218,22 @@ static ssize_t ant_reader(void *cls, uint64_t pos, char *out, size_t max)
 
 static void ant_reader_free(void *cls) { ant_free(cls); }
 
-static json_t *thinking_kwargs(json_t *body)
+/* The template's enable_thinking as the request's thinking asks (NULL: the
+ * template's default). A call that tool_choice forces comes at once, without
+ * reasoning first, as Anthropic's API has it (which refuses thinking there). */
+static json_t *thinking_kwargs(json_t *body, enum gen_tools choice)
 {
     const char *t = json_string_value(json_object_get(json_object_get(body, "thinking"), "type"));
+    if (choice == GEN_TOOLS_ANY || choice == GEN_TOOLS_NAMED)
+        return json_pack("{s:b}", "enable_thinking", 0);
     return t ? json_pack("{s:b}", "enable_thinking", strcmp(t, "enabled") == 0) : NULL;
+}
+
+/* Whether thinking is on together with a tool_choice that forces a call. */
+static bool thinking_forced_call(json_t *body, enum gen_tools choice)
+{
+    const char *t = json_string_value(json_object_get(json_object_get(body, "thinking"), "type"));
+    return t && strcmp(t, "enabled") == 0 && (choice == GEN_TOOLS_ANY || choice == GEN_TOOLS_NAMED);
 }
 
 /* Structured outputs: output_config.format, or the beta's output_format,
@@ -257,7 +269,7 @@ enum MHD_Result anthropic_count_tokens(struct app *a, struct MHD_Connection *c, 
         return http_anthropic_error(c, 400, "invalid_request_error", "%s", err);
     json_t *msgs = convert_anthropic_messages(body, err, sizeof err),
            *tools = choice != GEN_TOOLS_NONE ? convert_anthropic_tools(json_object_get(body, "tools")) : NULL;
-    json_t *kw = thinking_kwargs(body);
+    json_t *kw = thinking_kwargs(body, choice);
     int32_t n = msgs ? gen_count_tokens(a, msgs, tools, kw, err, sizeof err) : -1;
     json_decref(msgs);
     json_decref(tools);
@@ -300,6 +312,9 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
         gen_tool_choice(json_object_get(body, "tool_choice"), true, &go.tool_choice, &go.tool_name, err, sizeof err) != 0 ||
         output_format(body, &go, err, sizeof err) != 0)
         return http_anthropic_error(c, 400, "invalid_request_error", "%s", err);
+    if (thinking_forced_call(body, go.tool_choice))
+        return http_anthropic_error(c, 400, "invalid_request_error",
+                                    "Thinking may not be enabled when tool_choice forces tool use.");
     go.max_tokens = max_tokens;
     go.ignore_eos = json_is_true(json_object_get(body, "ignore_eos")); /* the OpenAI endpoints' extension too */
     go.one_call = json_is_true(json_object_get(json_object_get(body, "tool_choice"), "disable_parallel_tool_use"));
@@ -315,7 +330,7 @@ enum MHD_Result anthropic_messages(struct app *a, struct MHD_Connection *c, json
     snprintf(s->id, sizeof s->id, "msg_%016llx", (unsigned long long)gen_random());
     json_t *msgs = convert_anthropic_messages(body, err, sizeof err),
            *tools = go.tool_choice != GEN_TOOLS_NONE ? convert_anthropic_tools(json_object_get(body, "tools")) : NULL;
-    json_t *kw = thinking_kwargs(body);
+    json_t *kw = thinking_kwargs(body, go.tool_choice);
     go.messages = msgs;
     go.tools = tools;
     go.kwargs = kw;

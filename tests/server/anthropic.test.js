@@ -140,10 +140,10 @@ test("stop_sequences end the message and are reported", async () => {
 });
 
 test("tool_choice: none drops the tools from the prompt; any and a named tool force a call", async () => {
-  // a forced call follows a tool's schema where it can: a bounded city, so the tiny model finishes the call
+  // a forced call follows a tool's schema where it can: a bounded city and path, so the tiny model finishes the call
   const tools = [{ name: "get_weather", description: "Weather of a city",
     input_schema: { type: "object", properties: { city: { type: "string", maxLength: 20 } }, required: ["city"] } },
-  { name: "read_file", description: "Read a file", input_schema: { type: "object", properties: { path: { type: "string" } } } }];
+  { name: "read_file", description: "Read a file", input_schema: { type: "object", properties: { path: { type: "string", maxLength: 12 } } } }];
   const base = { model: "m", max_tokens: 4, temperature: 0, messages: [{ role: "user", content: "What's the weather in Paris?" }] };
   const none = await client.messages.create({ ...base, tools, tool_choice: { type: "none" } });
   const bare = await client.messages.create(base);
@@ -172,6 +172,14 @@ test("tool_choice: none drops the tools from the prompt; any and a named tool fo
     await assert.rejects(client.messages.create({ ...req, tool_choice: tc }),
       (e) => e.status === 400 && e.error?.error?.type === "invalid_request_error" && re.test(e.message));
   await assert.rejects(client.messages.create({ ...base, tool_choice: { type: "any" } }), (e) => e.status === 400 && /no tools/.test(e.message));
+  // a forced call comes at once, without a thinking block first, sampled or not; thinking with it is
+  // refused as Anthropic refuses it
+  for (const temperature of [0, 1]) {
+    const m = await client.messages.create({ ...req, temperature, tool_choice: { type: "any" } });
+    assert.equal(m.content[0].type, "tool_use", JSON.stringify(m.content));
+  }
+  await assert.rejects(client.messages.create({ ...req, max_tokens: 2048, thinking: { type: "enabled", budget_tokens: 1024 },
+    tool_choice: { type: "any" } }), (e) => e.status === 400 && /Thinking may not be enabled/.test(e.message));
 });
 
 test("structured outputs: output_config.format and the beta's output_format give an object the schema describes", async () => {
