@@ -21,6 +21,9 @@ int cli_launch(int argc, char **argv);
 int cli_eval(int argc, char **argv);
 int cli_chat(int argc, char **argv);
 int cli_pull(int argc, char **argv);
+/* ref into the hub cache as `kapitsa pull REF` fetches it (its checks, its
+ * progress on stderr), printing nothing on stdout; -1 with err_set(). */
+int cli_pull_model(const char *ref);
 int cli_list(int argc, char **argv);
 int cli_rm(int argc, char **argv);
 int cli_doctor(int argc, char **argv);

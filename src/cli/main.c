@@ -6,7 +6,6 @@
 #include "../base/path.h"
 #include "../hub/cache.h"
 #include "../hub/catalog.h"
-#include "../hub/pull.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -83,28 +82,6 @@ static bool pull_agreed(const char *ref)
     return fgets(line, sizeof line, stdin) && (line[0] == 'y' || line[0] == 'Y');
 }
 
-/* ref (a catalog name, ORG/NAME or ORG/NAME:QUANT) into the hub cache, the
- * progress on stderr (stdout stays the command's) */
-static int pull_ref(const char *ref)
-{
-    struct catalog c;
-    char repo[256], rev[128] = "main";
-    struct hub_pull_opts o = {.progress = stderr, .bar = isatty(2) != 0};
-    const char *colon = strchr(ref, ':');
-    snprintf(repo, sizeof repo, "%.*s", colon ? (int)(colon - ref) : (int)strlen(ref), ref);
-    o.quant = colon ? colon + 1 : NULL;
-    if (!colon && catalog_load(&c, NULL) == 0) {
-        const struct catalog_model *m = catalog_find(&c, ref);
-        if (m) {
-            snprintf(repo, sizeof repo, "%s", m->repo);
-            snprintf(rev, sizeof rev, "%s", m->revision);
-        }
-        catalog_free(&c);
-    }
-    char dir[4608];
-    return hub_pull(repo, rev, &o, dir, sizeof dir);
-}
-
 const char *cli_model_dir(const char *ref)
 {
     /* every answer kept (reachable) until exit, as cli.h promises: a command
@@ -117,7 +94,7 @@ const char *cli_model_dir(const char *ref)
     if (hub_model_dir(ref, out, sizeof out) != 0) {
         /* a name, not a path, that a pull could bring */
         const bool pullable = ref[0] != '/' && ref[0] != '.' && ref[0] != '~' && strncmp(ref, "ollama:", 7) != 0;
-        if (!pullable || !pull_agreed(ref) || pull_ref(ref) != 0 || hub_model_dir(ref, out, sizeof out) != 0)
+        if (!pullable || !pull_agreed(ref) || cli_pull_model(ref) != 0 || hub_model_dir(ref, out, sizeof out) != 0)
             return NULL;
     }
     char **k = realloc(kept, (n_kept + 1) * sizeof *k);

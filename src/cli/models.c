@@ -39,7 +39,10 @@ static int pull_check(const char *snapshot)
     return config_load(&c, snapshot);
 }
 
-static int pull_one(const char *ref, const char *revision, const struct hub_pull_opts *o, const struct catalog *c)
+/* ref (a catalog name, ORG/NAME or ORG/NAME:QUANT) into the cache; its folder
+ * printed on dir_out (NULL: not printed) */
+static int pull_one(const char *ref, const char *revision, const struct hub_pull_opts *o, const struct catalog *c,
+                    FILE *dir_out)
 {
     const struct catalog_model *m = catalog_find(c, ref);
     const char *repo = m ? m->repo : ref, *rev = revision ? revision : m ? m->revision : "main";
@@ -57,8 +60,20 @@ static int pull_one(const char *ref, const char *revision, const struct hub_pull
                 o->endpoint ? o->endpoint : getenv("HF_ENDPOINT") ? getenv("HF_ENDPOINT") : "https://huggingface.co");
     if (hub_pull(repo, rev, o, dir, sizeof dir) != 0)
         return -1;
-    printf("%s\n", dir);
+    if (dir_out)
+        fprintf(dir_out, "%s\n", dir);
     return 0;
+}
+
+int cli_pull_model(const char *ref)
+{
+    const struct hub_pull_opts o = {.progress = stderr, .bar = isatty(2) != 0, .check = pull_check};
+    struct catalog c = {0};
+    if (catalog_load(&c, NULL) != 0)
+        fprintf(stderr, "kapitsa: %s (catalog names unavailable)\n", err_msg());
+    const int rc = pull_one(ref, NULL, &o, &c, NULL);
+    catalog_free(&c);
+    return rc;
 }
 
 int cli_pull(int argc, char **argv)
@@ -94,10 +109,10 @@ int cli_pull(int argc, char **argv)
     struct catalog c = {0};
     if (catalog_load(&c, NULL) != 0)
         fprintf(stderr, "kapitsa: %s (catalog names unavailable)\n", err_msg());
-    int rc = pull_one(ref, revision, &o, &c);
+    int rc = pull_one(ref, revision, &o, &c, stdout);
     const struct catalog_model *m = catalog_find(&c, ref);
     if (rc == 0 && with_draft && m && m->draft)
-        rc = pull_one(m->draft, NULL, &o, &c);
+        rc = pull_one(m->draft, NULL, &o, &c, stdout);
     else if (rc == 0 && m && m->draft)
         fprintf(stderr, "pull: the recommended draft for KFlash is %s (kapitsa pull %s)\n", m->draft, m->draft);
     if (rc != 0)
