@@ -24,6 +24,10 @@ int cli_pull(int argc, char **argv);
 /* ref into the hub cache as `kapitsa pull REF` fetches it (its checks, its
  * progress on stderr), printing nothing on stdout; -1 with err_set(). */
 int cli_pull_model(const char *ref);
+/* 1 when PATH holds an executable file named exe, as execvp searches it
+ * (launch.c): launch names a missing agent before it starts a server, doctor
+ * lists the agents installed. */
+int cli_on_path(const char *exe);
 int cli_list(int argc, char **argv);
 int cli_rm(int argc, char **argv);
 int cli_doctor(int argc, char **argv);

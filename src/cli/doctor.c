@@ -20,20 +20,6 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-static int on_path(const char *exe)
-{
-    const char *path = getenv("PATH");
-    char buf[4096];
-    while (path && *path) {
-        size_t l = strcspn(path, ":");
-        snprintf(buf, sizeof buf, "%.*s/%s", (int)l, path, exe);
-        if (l && access(buf, X_OK) == 0)
-            return 1;
-        path += l + (path[l] == ':');
-    }
-    return 0;
-}
-
 /* Free bytes where models are stored: the cache folder or its nearest existing parent. */
 static int64_t disk_free(char *dir)
 {
@@ -283,9 +269,9 @@ int cli_doctor(int argc, char **argv)
     const char *agents[] = {"claude", "codex", "opencode", "pi"};
     json_t *ag = j ? json_object() : NULL;
     for (int i = 0; i < 4; i++) {
-        fprintf(out, "%s %s%s", agents[i], on_path(agents[i]) ? "installed" : "not installed", i < 3 ? ", " : "\n");
+        fprintf(out, "%s %s%s", agents[i], cli_on_path(agents[i]) ? "installed" : "not installed", i < 3 ? ", " : "\n");
         if (ag)
-            json_object_set_new(ag, agents[i], json_boolean(on_path(agents[i])));
+            json_object_set_new(ag, agents[i], json_boolean(cli_on_path(agents[i])));
     }
     if (j) {
         fclose(out);

@@ -253,9 +253,7 @@ static int agent_home(const char *name, char *dir, size_t cap)
     }
 }
 
-/* 1 when PATH holds an executable file named exe (execvp's search), so that a
- * missing agent is named before a server is started for it. */
-static int on_path(const char *exe)
+int cli_on_path(const char *exe)
 {
     const char *path = getenv("PATH");
     if (!path || !*path)
@@ -400,7 +398,7 @@ int cli_launch(int argc, char **argv)
         fprintf(stderr, "kapitsa launch: the port (--port or KAPITSA_PORT) is 1 to 65535, not '%s'\n", port_s);
         return 2;
     }
-    if (!on_path(ag->exe)) {
+    if (!cli_on_path(ag->exe)) {
         fprintf(stderr, "kapitsa launch: '%s' is not on PATH; install it with: npm i -g %s\n", ag->exe, ag->package);
         return 127;
     }
