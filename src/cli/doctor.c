@@ -266,10 +266,12 @@ int cli_doctor(int argc, char **argv)
     catalog_free(&c);
 
     fprintf(out, "\nagents   ");
-    const char *agents[] = {"claude", "codex", "opencode", "pi"};
+    const char *agents[] = {"claude", "codex", "opencode", "pi", "qwen"};
+    const int n_agents = (int)(sizeof agents / sizeof *agents);
     json_t *ag = j ? json_object() : NULL;
-    for (int i = 0; i < 4; i++) {
-        fprintf(out, "%s %s%s", agents[i], cli_on_path(agents[i]) ? "installed" : "not installed", i < 3 ? ", " : "\n");
+    for (int i = 0; i < n_agents; i++) {
+        fprintf(out, "%s %s%s", agents[i], cli_on_path(agents[i]) ? "installed" : "not installed",
+                i < n_agents - 1 ? ", " : "\n");
         if (ag)
             json_object_set_new(ag, agents[i], json_boolean(cli_on_path(agents[i])));
     }
