@@ -508,7 +508,7 @@ expect "ps with no server" 1 "kapitsa ps: no server answers at http://127.0.0.1:
 NPORT=$(free_port)
 expect "doctor" 0 "what fits" "GB/s, measured" "the rule: the most parameters that keep 32k" "recommended:" \
     "embedded kapitsa-tiny (" "the default --model: runs with no download" \
-    "server   none at http://127.0.0.1:$NPORT (kapitsa serve starts one)" "pi not installed, qwen " -- env KAPITSA_PORT=$NPORT "$bin" doctor
+    "server   none at http://127.0.0.1:$NPORT (kapitsa serve starts one)" ", qwen " -- env KAPITSA_PORT=$NPORT "$bin" doctor
 # doctor finds a server already on serve's default address (KAPITSA_PORT here)
 serve_start "$tmp/s_doc" --model "$m/kapitsa-tiny"
 expect "doctor: a server already running" 0 "server   kapitsa-tiny is served at $surl (kapitsa ps" -- \
