@@ -549,7 +549,7 @@ assert d[\"cpu\"][\"cores\"] >= 1 and d[\"memory\"][\"total_bytes\"] > 0 and d[\
 assert [(m[\"name\"], m[\"weights\"], m[\"where\"]) for m in d[\"models\"]] == [(\"huge\", \"bf16\", None), (\"huge\", \"Q4_K_M\", \"cpu\")], d[\"models\"]
 r = d[\"recommended\"]
 assert (r[\"name\"], r[\"weights\"], r[\"context\"]) == (\"huge\", \"Q4_K_M\", 40960) and \"huge-GGUF:Q4_K_M\" in r[\"next\"], r
-assert set(d[\"agents\"]) == {\"claude\", \"codex\", \"opencode\", \"pi\"}
+assert set(d[\"agents\"]) == {\"claude\", \"codex\", \"opencode\", \"pi\", \"qwen\"}
 print(\"ok\")'"
 # make install: the binary under test and its data under a prefix; the installed binary runs the
 # embedded model from any folder, as the build does; a binary copied without its data says where it
