@@ -213,9 +213,10 @@ expect "chat: past the context the oldest turns are dropped with a note" 0 "olde
     sh -c "printf 'a\nb\nc\nd\ne\nf\n' | '$bin' chat --model '$m/kapitsa-tiny' -c 100 -n 24 --temperature 0 &&
         ! printf 'a\nb\nc\nd\ne\nf\n' | '$bin' chat --model '$m/kapitsa-tiny' -c 100 -n 24 2>&1 | grep -q 'exceed the context'"
 # Ctrl-C (SIGINT) stops a reply, twice, and the conversation goes on: the second turn's prompt holds
-# the first turn and what its reply said before it was stopped
+# the first turn and what its reply said before it was stopped (a context of twice -n, so that a
+# second turn never drops the first however late the signal comes)
 mkfifo "$tmp/chat_in"
-"$bin" chat --model "$m/kapitsa-tiny" -n 8000 --temperature 0 <"$tmp/chat_in" >"$tmp/cc.out" 2>"$tmp/cc.err" &
+"$bin" chat --model "$m/kapitsa-tiny" -c 16384 -n 8000 --temperature 0 <"$tmp/chat_in" >"$tmp/cc.out" 2>"$tmp/cc.err" &
 cpid=$!
 exec 7>"$tmp/chat_in"
 echo "Write a long story." >&7
